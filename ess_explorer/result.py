@@ -79,11 +79,73 @@ class LayerESS:
         exact = self.spectra_complete | (ess < sigma.shape[-1])
         return ess, exact
 
+    @classmethod
+    def from_operator(
+        cls,
+        layer: int,
+        family: str,
+        operator,
+        tss,
+        *,
+        tol: float,
+        relative: bool,
+        positions=None,
+        top_k: int | None = None,
+        keep_operators=(),
+        device=None,
+        progress: bool = False,
+    ) -> "LayerESS":
+        """Spectra and both ESS of every unit of one layer, computed by the core.
+
+        operator: a dense stack (U, L, L) or a DiagonalSSM with batch shape (U,).
+        tss: (P,) or (U, P) capacity. The full spectrum of each cut is computed; ESS comes
+        from it, and only the top ``top_k`` values are kept (all when None). Units listed in
+        ``keep_operators`` keep their dense T (materialised if factored).
+        """
+        import torch
+
+        from .ess import entropy_ess, hankel_singular_values, tolerance_ess
+        from .realizations import DiagonalSSM
+
+        length = operator.length if isinstance(operator, DiagonalSSM) else int(operator.shape[-1])
+        positions = np.arange(length) if positions is None else np.asarray(positions)
+        sigma = hankel_singular_values(operator, positions=positions, device=device, progress=progress)
+        tol_ess = tolerance_ess(sigma, tol=tol, relative=relative)
+        ent_ess = entropy_ess(sigma)
+        keep = sigma if top_k is None else sigma[..., :top_k]
+        units = sigma.shape[0]
+        rank_bound = np.minimum(positions, length - positions)
+        if isinstance(operator, DiagonalSSM):
+            rank_bound = np.minimum(rank_bound, operator.state_size)
+        operators = {}
+        for unit in keep_operators:
+            dense = operator[unit].materialize() if isinstance(operator, DiagonalSSM) else operator[unit]
+            operators[int(unit)] = torch.as_tensor(dense).detach().cpu().numpy()
+        tss = np.broadcast_to(np.asarray(tss, dtype=np.float64), (units, len(positions))).copy()
+        return cls(
+            layer=layer,
+            family=family,
+            unit_kind=_unit_kind(family),
+            positions=positions,
+            tolerance_ess=tol_ess.cpu().numpy(),
+            entropy_ess=ent_ess.cpu().numpy(),
+            tss=tss,
+            singular_values=keep.cpu().numpy(),
+            rank_bound=np.broadcast_to(rank_bound, (units, len(positions))).copy(),
+            operators=operators,
+        )
+
     def utilisation(self, variant: str = "tolerance") -> np.ndarray:
         """ESS / TSS per unit and position (0 where TSS is 0)."""
         ess = self.tolerance_ess if variant == "tolerance" else self.entropy_ess
         tss = self.tss.astype(np.float64)
         return np.divide(ess, tss, out=np.zeros_like(tss), where=tss > 0)
+
+
+def _unit_kind(family: str) -> str:
+    from .diagnostics import FAMILIES
+
+    return FAMILIES[family][0] if family in FAMILIES else "unit"
 
 
 @dataclass

@@ -1,0 +1,166 @@
+"""Capacity (TSS), utilisation and the memory diagnostics of ESS.md section 3.
+
+The paper gives no numeric thresholds; ours are parameters with documented defaults:
+a unit is *saturated* when its utilisation ESS / TSS >= 0.9 (it uses all the memory it
+has and may need more) and *collapsed* when it is <= 0.1 (capacity left unused).
+Utilisation of a unit over a prompt is taken at its peak over time (max over t of
+ESS(t) / TSS(t)), since a state is "full" if it is full at any moment; pass
+``reduce="mean"`` for the time-average instead.
+
+Modulation at separators: how far ESS falls at a separator relative to the ESS just
+before it, 1 - ESS(sep) / mean(ESS over the `window` positions before sep). 0 means no
+drop, 1 means the state is emptied at the separator. ESS.md notes that ESS already dips
+*before* EOS because fewer future outputs remain; comparing with the positions just
+before the separator measures the extra drop.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = [
+    "FAMILIES",
+    "SATURATED_AT",
+    "COLLAPSED_AT",
+    "theoretical_state_size",
+    "utilisation",
+    "classify_utilisation",
+    "layer_diagnostics",
+    "modulation_at",
+]
+
+SATURATED_AT = 0.9
+COLLAPSED_AT = 0.1
+
+# family -> (unit kind, what its capacity is); one line each so the table reads as docs.
+FAMILIES = {
+    "softmax_attention": ("head", "t: the KV cache holds every past token (min(t, window - 1) with a sliding window)"),
+    "linear_attention": ("head", "d_k: the key size"),
+    "gated_linear_attention": ("head", "d_k: the key size"),
+    "mamba": ("channel", "N: d_state"),
+    "mamba2": ("head", "N: d_state (shared by the head's channels)"),
+    "lti_ssm": ("channel", "N: the state size"),
+    "short_conv": ("channel", "k - 1: kernel length minus one"),
+}
+
+
+def theoretical_state_size(
+    family: str,
+    positions,
+    *,
+    state_size: int | None = None,
+    window: int | None = None,
+    kernel_size: int | None = None,
+) -> np.ndarray:
+    """TSS of one unit at each cut t in ``positions``: shape (P,), float.
+
+    Only softmax attention has a capacity that depends on t; every recurrent family has a
+    fixed state. Raises ValueError for an unknown family or a missing size.
+    """
+    if family not in FAMILIES:
+        raise ValueError(f"unknown family {family!r}; known: {sorted(FAMILIES)}")
+    t = np.asarray(positions, dtype=np.float64)
+    if family == "softmax_attention":
+        return np.minimum(t, window - 1) if window else t.copy()
+    if family == "short_conv":
+        if not kernel_size or kernel_size < 1:
+            raise ValueError("short_conv needs kernel_size (the conv length, e.g. config.conv_L_cache)")
+        return np.full_like(t, kernel_size - 1)
+    if not state_size or state_size < 1:
+        raise ValueError(f"{family} needs state_size (d_k or d_state)")
+    return np.full_like(t, state_size)
+
+
+def utilisation(ess, tss) -> np.ndarray:
+    """ESS / TSS elementwise, 0 where TSS is 0."""
+    ess = np.asarray(ess, dtype=np.float64)
+    tss = np.broadcast_to(np.asarray(tss, dtype=np.float64), ess.shape)
+    return np.divide(ess, tss, out=np.zeros_like(ess), where=tss > 0)
+
+
+def classify_utilisation(value, saturated: float = SATURATED_AT, collapsed: float = COLLAPSED_AT):
+    """'saturated' (>= saturated), 'collapsed' (<= collapsed) or 'normal'; elementwise for arrays."""
+    if not 0 <= collapsed < saturated:
+        raise ValueError(f"need 0 <= collapsed < saturated, got collapsed={collapsed}, saturated={saturated}")
+    value = np.asarray(value, dtype=np.float64)
+    labels = np.where(value >= saturated, "saturated", np.where(value <= collapsed, "collapsed", "normal"))
+    return labels.item() if labels.ndim == 0 else labels
+
+
+def _reduce_time(per_unit_t: np.ndarray, reduce: str, valid: np.ndarray) -> np.ndarray:
+    masked = np.where(valid, per_unit_t, np.nan)
+    with np.errstate(all="ignore"):
+        if reduce == "max":
+            out = np.nanmax(np.where(valid, per_unit_t, -np.inf), axis=-1)
+            return np.where(np.isfinite(out), out, 0.0)
+        if reduce == "mean":
+            return np.nan_to_num(np.nanmean(masked, axis=-1))
+    raise ValueError(f"reduce must be 'max' or 'mean', got {reduce!r}")
+
+
+def layer_diagnostics(
+    layer,
+    *,
+    variant: str = "tolerance",
+    reduce: str = "max",
+    saturated: float = SATURATED_AT,
+    collapsed: float = COLLAPSED_AT,
+) -> dict:
+    """Per-unit and per-layer utilisation and flags for one LayerESS.
+
+    Cuts where TSS is 0 (t = 0) are left out. Returns a dict with per-unit arrays
+    ``unit_utilisation`` (U,), ``unit_state`` (U,) labels, and layer summaries
+    ``utilisation`` (mean over units), ``state`` (its label), ``n_saturated``,
+    ``n_collapsed``, ``mean_ess``, ``total_ess`` and ``total_tss`` (at the peak cut).
+    """
+    if variant not in ("tolerance", "entropy"):
+        raise ValueError(f"variant must be 'tolerance' or 'entropy', got {variant!r}")
+    ess = layer.tolerance_ess if variant == "tolerance" else layer.entropy_ess
+    ess = np.asarray(ess, dtype=np.float64)
+    tss = np.asarray(layer.tss, dtype=np.float64)
+    valid = tss > 0
+    unit_util = _reduce_time(utilisation(ess, tss), reduce, valid)
+    states = classify_utilisation(unit_util, saturated, collapsed)
+    layer_util = float(unit_util.mean()) if unit_util.size else 0.0
+    total_ess = ess.sum(0)
+    return {
+        "variant": variant,
+        "reduce": reduce,
+        "thresholds": {"saturated": saturated, "collapsed": collapsed},
+        "unit_utilisation": unit_util,
+        "unit_state": np.atleast_1d(states),
+        "utilisation": layer_util,
+        "state": classify_utilisation(layer_util, saturated, collapsed),
+        "n_saturated": int(np.sum(np.atleast_1d(states) == "saturated")),
+        "n_collapsed": int(np.sum(np.atleast_1d(states) == "collapsed")),
+        "mean_ess": float(ess[:, valid.any(0)].mean()) if valid.any() else 0.0,
+        "total_ess": float(total_ess.max()) if total_ess.size else 0.0,
+        "total_tss": float(tss.sum(0).max()) if tss.size else 0.0,
+    }
+
+
+def modulation_at(ess_over_time, positions, separators, window: int = 4) -> np.ndarray:
+    """Modulation score at each separator: 1 - ESS(sep) / mean(ESS over the window before).
+
+    ess_over_time: (..., P) ESS aligned with ``positions`` (the t of each column).
+    separators: iterable of t. Returns (..., S); NaN where no earlier position exists or
+    the ESS before the separator is 0 (nothing to drop).
+    """
+    ess = np.asarray(ess_over_time, dtype=np.float64)
+    positions = np.asarray(positions)
+    column = {int(t): i for i, t in enumerate(positions)}
+    if window < 1:
+        raise ValueError(f"window must be >= 1, got {window}")
+    scores = []
+    for sep in separators:
+        sep = int(sep)
+        if sep not in column:
+            raise ValueError(f"separator position {sep} was not computed (positions cover {positions.min()}..{positions.max()})")
+        before = [column[t] for t in range(sep - window, sep) if t in column and t > 0]
+        if not before:
+            scores.append(np.full(ess.shape[:-1], np.nan))
+            continue
+        ref = ess[..., before].mean(-1)
+        with np.errstate(all="ignore"):
+            scores.append(np.where(ref > 0, 1.0 - ess[..., column[sep]] / ref, np.nan))
+    return np.stack(scores, axis=-1) if scores else np.zeros(ess.shape[:-1] + (0,))

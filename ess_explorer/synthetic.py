@@ -1,0 +1,124 @@
+"""Reference operators with known ESS, and a small ESSResult built from them.
+
+Used by the README demo, the teaching notebook and the view tests: everything here is
+made from seeded random parameters with the closed forms of ESS.md section 2, no model.
+
+    convolution(k)            ESS(t) = k - 1 once min(t, L - t) >= k - 1
+    linear_attention(d_k)     ESS(t) <= min(d_k, t, L - t), = for generic keys
+    diagonal_ssm(n)           ESS(t) <= n
+    softmax_attention()       ESS(t) = min(t, L - t) generically
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .diagnostics import theoretical_state_size
+from .ess import DEFAULT_RELATIVE, DEFAULT_TOL
+from .realizations import DiagonalSSM
+from .result import ESSResult, LayerESS
+
+__all__ = [
+    "convolution",
+    "linear_attention",
+    "diagonal_ssm",
+    "softmax_attention",
+    "reference_result",
+    "reference_tokens",
+]
+
+
+def _generator(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def convolution(length: int, kernel_size: int, *, units: int = 1, seed: int = 0) -> torch.Tensor:
+    """Causal depthwise convolutions: T[i, j] = w[i - j] for 0 <= i - j < k. (units, L, L)."""
+    weights = torch.randn(units, kernel_size, generator=_generator(seed), dtype=torch.float64)
+    lag = torch.arange(length)[:, None] - torch.arange(length)[None, :]
+    inside = (lag >= 0) & (lag < kernel_size)
+    return torch.where(inside, weights[:, lag.clamp(0, kernel_size - 1)], torch.zeros(()))
+
+
+def linear_attention(length: int, key_size: int, *, units: int = 1, seed: int = 0) -> DiagonalSSM:
+    """Unnormalised linear attention, T[i, j] = q_i . k_j, as a DiagonalSSM (a = 1)."""
+    g = _generator(seed)
+    q = torch.randn(units, length, key_size, generator=g, dtype=torch.float64)
+    k = torch.randn(units, length, key_size, generator=g, dtype=torch.float64)
+    return DiagonalSSM(torch.ones_like(q), k, q)
+
+
+def diagonal_ssm(length: int, state_size: int, *, units: int = 1, seed: int = 0, resets=()) -> DiagonalSSM:
+    """A selective (Mamba-like) diagonal SSM with decays in (0.5, 1); at every t in
+    ``resets`` the decay is 0, so the state is emptied there (a separator)."""
+    g = _generator(seed)
+    a = 0.5 + 0.5 * torch.rand(units, length, state_size, generator=g, dtype=torch.float64)
+    for t in resets:
+        a[:, t, :] = 0.0
+    b = torch.randn(units, length, state_size, generator=g, dtype=torch.float64)
+    c = torch.randn(units, length, state_size, generator=g, dtype=torch.float64)
+    d = torch.randn(units, length, generator=g, dtype=torch.float64)
+    return DiagonalSSM(a, b, c, d)
+
+
+def softmax_attention(length: int, *, head_dim: int = 16, units: int = 1, seed: int = 0) -> torch.Tensor:
+    """Causal softmax attention maps softmax(q k^T / sqrt(d) + mask), (units, L, L)."""
+    g = _generator(seed)
+    q = torch.randn(units, length, head_dim, generator=g, dtype=torch.float64)
+    k = torch.randn(units, length, head_dim, generator=g, dtype=torch.float64)
+    scores = q @ k.transpose(-1, -2) / head_dim**0.5
+    causal = torch.ones(length, length, dtype=torch.bool).tril()
+    return torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
+
+
+def reference_tokens(length: int, segment: int = 16) -> list[str]:
+    """Readable MQAR-like tokens ("k3 v7 ...") with a separator "|" every ``segment`` positions."""
+    tokens = []
+    for t in range(length):
+        if t % segment == segment - 1:
+            tokens.append("|")
+        else:
+            tokens.append(f"k{(t * 7) % 10}" if t % 2 == 0 else f"v{(t * 3) % 10}")
+    return tokens
+
+
+def reference_result(length: int = 48, *, seed: int = 0, tol: float = DEFAULT_TOL, relative: bool = DEFAULT_RELATIVE) -> ESSResult:
+    """An ESSResult with four layers of different families and known behaviour.
+
+    layer 0 softmax attention (2 heads), 1 short convolution (4 channels, k = 4),
+    2 diagonal SSM (4 channels, N = 4, state emptied at every separator),
+    3 linear attention (2 heads, d_k = 4). Operators of every unit are kept.
+    """
+    tokens = reference_tokens(length)
+    separators = [t for t, tok in enumerate(tokens) if tok == "|"]
+    positions = np.arange(length)
+    specs = [
+        ("softmax_attention", softmax_attention(length, units=2, seed=seed), {}),
+        ("short_conv", convolution(length, 4, units=4, seed=seed + 1), {"kernel_size": 4}),
+        ("mamba", diagonal_ssm(length, 4, units=4, seed=seed + 2, resets=separators), {"state_size": 4}),
+        ("linear_attention", linear_attention(length, 4, units=2, seed=seed + 3), {"state_size": 4}),
+    ]
+    layers = {}
+    for index, (family, operator, sizes) in enumerate(specs):
+        units = operator.batch_shape[0] if isinstance(operator, DiagonalSSM) else operator.shape[0]
+        layers[index] = LayerESS.from_operator(
+            index,
+            family,
+            operator,
+            theoretical_state_size(family, positions, **sizes),
+            tol=tol,
+            relative=relative,
+            keep_operators=range(units),
+        )
+    meta = {
+        "model_id": "synthetic:reference",
+        "revision": None,
+        "dtype": "float64",
+        "device": "cpu",
+        "tol": tol,
+        "relative": relative,
+        "stride": None,
+        "separators": separators,
+    }
+    return ESSResult(tokens=tokens, input_ids=list(range(length)), layers=layers, meta=meta)
