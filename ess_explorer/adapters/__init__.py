@@ -1,0 +1,212 @@
+"""Adapters: a model and a prompt -> the operators T each analysed layer applied.
+
+The registry is the one place that knows model architectures:
+
+    MODEL_TYPES   config.model_type -> function(model) -> [LayerSlot per layer]
+                  (where each layer's sequence mixer lives and which family it is; hybrids
+                  map layers through the config's layer types)
+    ADAPTERS      family key -> adapter (adapters/<family>.py): install hooks, build T
+
+To support a new model type, add one entry to MODEL_TYPES (and, for a new kind of mixer,
+an adapter module with a reconstruction test in tests/test_adapters.py).
+
+Supported (tested with transformers 5.24.0, tiny random models, tests/test_adapters.py):
+
+    model_type            layers                      family per layer
+    gpt2                  transformer.h[i].attn       softmax attention
+    llama, qwen2          model.layers[i].self_attn   softmax attention (GQA: one T per query head;
+    mistral                                           sliding window from config.sliding_window /
+                                                      layer_types "sliding_attention")
+    mamba, falcon_mamba   backbone.layers[i].mixer    mamba (one T per channel)
+    mamba2                backbone.layers[i].mixer    mamba2 (one T per head)
+    lfm2                  model.layers[i]             "conv" -> short_conv, else attention
+    jamba                 model.layers[i]             "mamba" -> mamba, "attention" -> attention
+    bamba                 model.layers[i]             "mamba" -> mamba2, attention -> attention
+    zamba2                model.layers[i]             "mamba" -> mamba2; "hybrid" -> its mamba2
+                                                      mixer (the shared attention block is not analysed)
+    ess_linear_attention  model.layers[i].mixer       linear_attention / gated_linear_attention
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch import nn
+
+from .attention import AttentionAdapter
+from .base import Adapter, CapturedLayer, CaptureSession, DenseCapture, LayerSlot, ShortConvCapture, SSMCapture
+from .linear_attention import LinearAttentionAdapter
+from .mamba import MambaAdapter
+from .mamba2 import Mamba2Adapter
+from .short_conv import ShortConvAdapter
+
+__all__ = [
+    "ADAPTERS",
+    "MODEL_TYPES",
+    "supported_model_types",
+    "layer_slots",
+    "capture",
+    "eager_attention",
+    "LayerSlot",
+    "Adapter",
+    "CapturedLayer",
+    "DenseCapture",
+    "SSMCapture",
+    "ShortConvCapture",
+    "CaptureSession",
+]
+
+ADAPTERS: dict[str, Adapter] = {
+    "attention": AttentionAdapter(),
+    "mamba": MambaAdapter(),
+    "mamba2": Mamba2Adapter(),
+    "short_conv": ShortConvAdapter(),
+    "linear_attention": LinearAttentionAdapter(),
+}
+
+
+def _find(model: nn.Module, path: str) -> nn.ModuleList:
+    """The layer list at ``path`` on a *ForCausalLM, or one level down on a base model."""
+    for candidate in (path, path.split(".", 1)[-1]):
+        node = model
+        try:
+            for name in candidate.split("."):
+                node = getattr(node, name)
+        except AttributeError:
+            continue
+        if isinstance(node, nn.ModuleList):
+            return node
+    raise ValueError(f"{type(model).__name__} has no layer list at {path!r}; is it the model type its config says?")
+
+
+def _layer_types(model) -> list[str]:
+    config = model.config
+    kinds = getattr(config, "layers_block_type", None) or getattr(config, "layer_types", None)
+    if kinds is None:
+        raise ValueError(f"{config.model_type} config has no layer types (layers_block_type / layer_types)")
+    return list(kinds)
+
+
+def _sliding_window(config, index: int) -> int | None:
+    """Window of attention layer ``index``: layer_types "sliding_attention" (Qwen2, ...), or
+    Mistral's config.sliding_window, which applies to every layer."""
+    kinds = getattr(config, "layer_types", None)
+    window = getattr(config, "sliding_window", None)
+    if kinds is not None and index < len(kinds) and kinds[index] in ("sliding_attention", "full_attention"):
+        return window if kinds[index] == "sliding_attention" else None
+    return window if config.model_type == "mistral" else None
+
+
+def _uniform(path: str, attribute: str, adapter: str):
+    def slots(model):
+        layers = _find(model, path)
+        return [
+            LayerSlot(i, adapter, getattr(layer, attribute), _sliding_window(model.config, i) if adapter == "attention" else None)
+            for i, layer in enumerate(layers)
+        ]
+
+    return slots
+
+
+_ATTENTION_KINDS = ("attention", "full_attention", "sliding_attention")
+
+
+def _hybrid(path: str, table: dict[str, tuple[str, str]]):
+    """Layers whose family comes from the config's layer types: kind -> (attribute, adapter)."""
+
+    def slots(model):
+        layers = _find(model, path)
+        kinds = _layer_types(model)
+        out = []
+        for i, (layer, kind) in enumerate(zip(layers, kinds)):
+            if kind not in table:
+                raise ValueError(f"{model.config.model_type} layer {i} has layer type {kind!r}, which no adapter handles")
+            attribute, adapter = table[kind]
+            module = layer
+            for name in attribute.split("."):
+                module = getattr(module, name)
+            window = _sliding_window(model.config, i) if adapter == "attention" else None
+            out.append(LayerSlot(i, adapter, module, window))
+        return out
+
+    return slots
+
+
+_ATTN = {kind: ("self_attn", "attention") for kind in _ATTENTION_KINDS}
+
+MODEL_TYPES = {
+    "gpt2": _uniform("transformer.h", "attn", "attention"),
+    "llama": _uniform("model.layers", "self_attn", "attention"),
+    "qwen2": _uniform("model.layers", "self_attn", "attention"),
+    "mistral": _uniform("model.layers", "self_attn", "attention"),
+    "mamba": _uniform("backbone.layers", "mixer", "mamba"),
+    "falcon_mamba": _uniform("backbone.layers", "mixer", "mamba"),
+    "mamba2": _uniform("backbone.layers", "mixer", "mamba2"),
+    "lfm2": _hybrid("model.layers", {"conv": ("conv", "short_conv"), **_ATTN}),
+    "jamba": _hybrid("model.layers", {"mamba": ("mamba", "mamba"), "linear_attention": ("mamba", "mamba"), **_ATTN}),
+    "bamba": _hybrid("model.layers", {"mamba": ("mamba", "mamba2"), "linear_attention": ("mamba", "mamba2"), **_ATTN}),
+    "zamba2": _hybrid(
+        "model.layers",
+        {
+            "mamba": ("mamba", "mamba2"),
+            "linear_attention": ("mamba", "mamba2"),
+            "hybrid": ("mamba_decoder.mamba", "mamba2"),
+        },
+    ),
+    "ess_linear_attention": _uniform("model.layers", "mixer", "linear_attention"),
+}
+
+
+def supported_model_types() -> list[str]:
+    return sorted(MODEL_TYPES)
+
+
+def layer_slots(model: nn.Module) -> list[LayerSlot]:
+    """Every layer of ``model`` as a LayerSlot; ValueError for an unsupported model type."""
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    if model_type not in MODEL_TYPES:
+        raise ValueError(
+            f"model type {model_type!r} ({type(model).__name__}) is not supported. Supported model types: "
+            f"{', '.join(supported_model_types())} (families: softmax attention, mamba, mamba2, short conv, "
+            "linear / gated linear attention). Adapters are registered in one place, "
+            "ess_explorer/adapters/__init__.py (MODEL_TYPES): add the model type there."
+        )
+    return MODEL_TYPES[model_type](model)
+
+
+@contextlib.contextmanager
+def eager_attention(model: nn.Module, needed: bool = True):
+    """Run the block with the eager attention implementation (attention probabilities are
+    only returned by it), restoring the model's previous implementation afterwards."""
+    config = getattr(model, "config", None)
+    previous = getattr(config, "_attn_implementation", None)
+    switch = needed and previous != "eager" and hasattr(model, "set_attn_implementation")
+    if switch:
+        model.set_attn_implementation("eager")
+    try:
+        yield
+    finally:
+        if switch and isinstance(previous, str):
+            model.set_attn_implementation(previous)
+
+
+def capture(model: nn.Module, input_ids: torch.Tensor, slots: list[LayerSlot]) -> dict[int, CapturedLayer]:
+    """One forward pass of ``model`` on ``input_ids`` (1, L); the CapturedLayer of every slot.
+
+    Hooks and patched functions are removed, the attention implementation and the
+    training flag restored, in a ``finally``, whatever happens.
+    """
+    session = CaptureSession()
+    was_training = model.training
+    try:
+        with eager_attention(model, any(slot.adapter == "attention" for slot in slots)):
+            model.eval()
+            for slot in slots:
+                ADAPTERS[slot.adapter].install(session, slot)
+            with torch.no_grad():
+                model(input_ids=input_ids, use_cache=False)
+    finally:
+        session.close()
+        model.train(was_training)
+    return {slot.index: ADAPTERS[slot.adapter].build(slot, session.raw.get(slot.index, {})) for slot in slots}

@@ -1,0 +1,91 @@
+"""Softmax attention (GPT-2, Llama, Qwen2, Mistral, and the attention layers of hybrids).
+
+Math. For query head h of a layer, with the model's own scores and mask,
+
+    T_h[i, j] = softmax_j(q_i . k_j * scaling + mask[i, j])      j <= i, 0 above the diagonal
+
+i.e. the attention probabilities the model used for this prompt; the head's output is
+o_h = T_h v_{g(h)}, where g(h) = h // (H / H_kv) is the key-value head it reads (GQA:
+several query heads share one V but each has its own T). W_Q, W_K, W_V, W_O stay outside.
+
+Shapes and unit: unit = query head, U = H (num_attention_heads); T stored dense, (H, L, L),
+float32 as the model computed it (batch 1, one prompt).
+Sliding window w (Mistral, Qwen2 "sliding_attention" layers): the mask already zeroes
+i - j >= w, so T is exactly what the model applied; the window comes from the config.
+TSS per head: t (the KV cache grows; ESS.md section 1), min(t, w - 1) with a window.
+Cost: spectra by the dense core path, O(L^4 / 19) per head; all heads of a layer go to
+the core in one (H, L, L) call.
+
+Capture (hooks on public modules only, nothing patched):
+- forward hook on the attention module: its output is ``(attn_output, attn_weights)``;
+  attn_weights (1, H, L, L) are the probabilities with the eager implementation. With sdpa
+  or flash they are None: analysis switches the model to "eager" for the pass
+  (`model.set_attn_implementation`), and `build` raises if they are still missing, so
+  empty attentions are never taken silently.
+- forward hook on ``v_proj`` (or GPT-2's fused ``c_attn``, third third) for V, and a
+  pre-hook on the output projection (``o_proj`` / ``out_proj`` / GPT-2 ``c_proj``) for the
+  concatenated head outputs: the reconstruction test checks o_h = T_h v_{g(h)}.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .base import CaptureSession, DenseCapture, LayerSlot
+
+__all__ = ["AttentionAdapter"]
+
+_OUTPUT_PROJECTIONS = ("o_proj", "out_proj", "c_proj", "dense")
+
+
+class AttentionAdapter:
+    family = "softmax_attention"
+
+    def install(self, session: CaptureSession, slot: LayerSlot) -> None:
+        module = slot.module
+        raw = session.store(slot.index)
+
+        def on_attention(_module, _args, output):
+            weights = output[1] if isinstance(output, tuple) and len(output) > 1 else None
+            raw["probs"] = None if weights is None else weights.detach()
+
+        session.hook(module.register_forward_hook(on_attention))
+        if hasattr(module, "v_proj"):
+            session.hook(module.v_proj.register_forward_hook(lambda _m, _a, out: raw.__setitem__("v", out.detach())))
+        elif hasattr(module, "c_attn"):  # GPT-2: one projection to [q | k | v]
+            def on_qkv(_m, _a, out):
+                raw["v"] = out.detach().split(out.shape[-1] // 3, dim=-1)[2]
+
+            session.hook(module.c_attn.register_forward_hook(on_qkv))
+        for name in _OUTPUT_PROJECTIONS:
+            if hasattr(module, name):
+                proj = getattr(module, name)
+                session.hook(proj.register_forward_pre_hook(lambda _m, args: raw.__setitem__("o", args[0].detach())))
+                break
+
+    def build(self, slot: LayerSlot, raw: dict) -> DenseCapture:
+        probs = raw.get("probs")
+        if probs is None:
+            impl = getattr(getattr(slot.module, "config", None), "_attn_implementation", "unknown")
+            raise RuntimeError(
+                f"layer {slot.index} ({type(slot.module).__name__}) returned no attention probabilities "
+                f"(attention implementation {impl!r}); load the model with attn_implementation='eager'"
+            )
+        if probs.shape[0] != 1:
+            raise RuntimeError(f"expected batch 1, got attention probabilities of shape {tuple(probs.shape)}")
+        probs = probs[0]  # (H, L, L)
+        heads, length, _ = probs.shape
+        head_dim = int(getattr(slot.module, "head_dim"))
+        v = raw["v"][0].reshape(length, -1, head_dim).transpose(0, 1)  # (H_kv, L, hd)
+        o = raw["o"][0].reshape(length, heads, head_dim).transpose(0, 1)  # (H, L, hd)
+        group = heads // v.shape[0]
+        inputs = v.repeat_interleave(group, dim=0)  # query head h reads kv head h // group
+        return DenseCapture(
+            layer=slot.index,
+            family=self.family,
+            inputs=inputs,
+            outputs=o,
+            window=slot.window,
+            info={"num_heads": heads, "num_key_value_heads": int(v.shape[0]), "head_dim": head_dim},
+            operator=probs,
+        )

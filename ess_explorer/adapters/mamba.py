@@ -1,0 +1,110 @@
+"""Mamba / S6 selective scan (Mamba, FalconMamba, and Jamba's mamba layers).
+
+Math. Per channel c (d_inner of them) with N state modes, after the model's conv,
+activation, x_proj (and FalconMamba / Jamba's norms on dt, B, C):
+
+    dt_t   = softplus(dt_raw[c, t] + dt_bias[c])                    (scalar per channel, time)
+    h_t    = exp(dt_t A[c]) * h_{t-1} + dt_t B_t u_t                 A[c] = -exp(A_log[c]) in R^N
+    y_t    = C_t . h_t + D[c] u_t
+    T_c[i, j] = C_i . (prod_{t=j+1..i} exp(dt_t A[c])) * dt_j B_j   (+ D[c] on the diagonal)
+
+The scan output is then multiplied token-wise by silu(z) (the gate; outside T).
+
+As a DiagonalSSM per channel: a = exp(dt A[c]) (L, N), b = dt B (L, N), c = C (L, N)
+(shared by all channels), d = D[c] (L,). Unit = channel, U = d_inner. Never dense per
+channel: a layer's channels go to the factored core path as one batched DiagonalSSM
+((U, L, N) tensors, built in float64 from the captured float32 values), O(L N^3) per
+channel; only a few kept channels are ever materialised (L x L each).
+TSS per channel: N (d_state).
+
+Capture: the mixer calls the module-level ``mamba_selective_scan(u, dt, A, B, C, D, z,
+delta_bias, delta_softplus, ...)`` of its own modeling module (transformers 5.24; see
+ENVIRONMENT.md). For the one forward pass that function is wrapped in the mixer's module
+(restored in a ``finally``); the wrapper records its arguments and output for the layer
+whose mixer is running (forward pre/post hooks on the mixer). The wrapped call still runs
+the original function, so the model's output is unchanged.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+import torch.nn.functional as F
+
+from ..realizations import DiagonalSSM
+from .base import CaptureSession, LayerSlot, SSMCapture
+
+__all__ = ["MambaAdapter", "wrap_scan"]
+
+
+def wrap_scan(session: CaptureSession, original):
+    """A wrapper of a module-level scan function that records bound arguments and output
+    into ``session.raw[session.current]["scan"]`` (only while a tracked mixer runs)."""
+    signature = inspect.signature(original)
+
+    def wrapper(*args, **kwargs):
+        output = original(*args, **kwargs)
+        if session.current is not None:
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            arguments = {k: (v.detach() if isinstance(v, torch.Tensor) else v) for k, v in bound.arguments.items()}
+            arguments.update(arguments.pop("kwargs", None) or {})
+            result = output[0] if isinstance(output, tuple) else output
+            session.store(session.current)["scan"] = (arguments, result.detach())
+        return output
+
+    wrapper.__wrapped__ = original
+    return wrapper
+
+
+class MambaAdapter:
+    family = "mamba"
+    function = "mamba_selective_scan"
+
+    def install(self, session: CaptureSession, slot: LayerSlot) -> None:
+        session.track(slot.index, slot.module)
+        session.patch_function(type(slot.module).__module__, self.function, lambda f: wrap_scan(session, f))
+
+    def build(self, slot: LayerSlot, raw: dict) -> SSMCapture:
+        if "scan" not in raw:
+            raise RuntimeError(
+                f"layer {slot.index}: {type(slot.module).__name__} did not call {self.function} during the forward "
+                "pass (a fused kernel path?); run the model in eval mode on the pure-torch path"
+            )
+        args, result = raw["scan"]
+        u = args["hidden_states"][0].to(torch.float64)  # (D, L)
+        dt = args["dt"][0].to(torch.float64)  # (D, L)
+        if args.get("delta_bias") is not None:
+            dt = dt + args["delta_bias"].to(torch.float64)[:, None]
+        if args.get("delta_softplus"):
+            dt = F.softplus(dt)
+        A = args["A"].to(torch.float64)  # (D, N)
+        B = args["B"][0].to(torch.float64).T  # (L, N)
+        C = args["C"][0].to(torch.float64).T  # (L, N)
+        D = args.get("D")
+        D = torch.zeros(u.shape[0], dtype=torch.float64) if D is None else D.to(torch.float64)
+        z = args.get("z")
+        gate = None if z is None else F.silu(z[0].to(torch.float64))[..., None]
+        channels, length = u.shape
+        n = A.shape[-1]
+
+        def realize(index: torch.Tensor) -> DiagonalSSM:
+            step = dt[index][..., None]  # (u, L, 1)
+            return DiagonalSSM(
+                a=torch.exp(step * A[index][:, None, :]),
+                b=step * B,
+                c=C.expand(len(index), length, n),
+                d=D[index][:, None].expand(len(index), length),
+            )
+
+        return SSMCapture(
+            layer=slot.index,
+            family=self.family,
+            inputs=u[..., None],
+            outputs=result[0].to(torch.float64)[..., None],
+            out_gate=gate,
+            state_size=n,
+            info={"d_inner": channels, "d_state": n},
+            realize=realize,
+        )

@@ -1,0 +1,90 @@
+"""Mamba2 / SSD (Mamba2, Bamba's and Zamba2's mamba layers).
+
+Math. Per head h (num_heads of them, head_dim P value channels each, N state modes,
+G groups of B and C; head h reads group g(h) = h // (H / G)):
+
+    dt_t   = clamp(softplus(dt_raw[t, h] + dt_bias[h]), dt_limit)  (scalar per head, time)
+    h_t    = exp(dt_t A[h]) h_{t-1} + dt_t B_t[g(h)] x_t            A[h] < 0 a scalar
+    y_t    = C_t[g(h)] . h_t + D[h] x_t
+    T_h[i, j] = C_i . B_j dt_j prod_{t=j+1..i} exp(dt_t A[h])     (+ D[h] on the diagonal)
+
+All P channels of a head share T_h (o = T_h x per channel). The gated RMSNorm and the
+output projection that follow are token-wise (outside T).
+
+As a DiagonalSSM per head: a = exp(dt A[h]) expanded over the N modes (L, N), b = dt B
+(L, N), c = C (L, N), d = D[h]. Unit = head, U = num_heads; factored core path, one
+batched call per layer, O(L N^3) per head; only kept heads are materialised.
+TSS per head: N (d_state).
+
+Capture: the mixer calls its modeling module's ``mamba2_chunk_scan(x, dt, A, B, C,
+chunk_size, D, dt_bias, initial_states, dt_softplus, dt_limit, ...)``; it is wrapped for
+the one forward pass exactly as in adapters/mamba.py (restored in a ``finally``).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..realizations import DiagonalSSM
+from .base import CaptureSession, LayerSlot, SSMCapture
+from .mamba import wrap_scan
+
+__all__ = ["Mamba2Adapter"]
+
+
+class Mamba2Adapter:
+    family = "mamba2"
+    function = "mamba2_chunk_scan"
+
+    def install(self, session: CaptureSession, slot: LayerSlot) -> None:
+        session.track(slot.index, slot.module)
+        session.patch_function(type(slot.module).__module__, self.function, lambda f: wrap_scan(session, f))
+
+    def build(self, slot: LayerSlot, raw: dict) -> SSMCapture:
+        if "scan" not in raw:
+            raise RuntimeError(
+                f"layer {slot.index}: {type(slot.module).__name__} did not call {self.function} during the forward "
+                "pass (a fused kernel path?); run the model in eval mode on the pure-torch path"
+            )
+        args, result = raw["scan"]
+        if args.get("initial_states") is not None:
+            raise RuntimeError(f"layer {slot.index}: the scan started from a cached state; run without a cache")
+        x = args["hidden_states"][0].to(torch.float64)  # (L, H, P)
+        length, heads, head_dim = x.shape
+        dt = args["dt"][0].to(torch.float64)  # (L, H)
+        if args.get("dt_bias") is not None:
+            dt = dt + args["dt_bias"].to(torch.float64)
+        if args.get("dt_softplus"):
+            dt = F.softplus(dt)
+        low, high = args.get("dt_limit", (0.0, float("inf")))
+        dt = torch.clamp(dt, min=low, max=high).T  # (H, L)
+        A = args["A"].to(torch.float64)  # (H,)
+        groups = args["B"].shape[2]
+        B = args["B"][0].to(torch.float64).repeat_interleave(heads // groups, dim=1).transpose(0, 1)  # (H, L, N)
+        C = args["C"][0].to(torch.float64).repeat_interleave(heads // groups, dim=1).transpose(0, 1)  # (H, L, N)
+        n = B.shape[-1]
+        D = args.get("D")
+        D = torch.zeros(heads, dtype=torch.float64) if D is None else D.to(torch.float64)
+        if D.ndim == 2:  # D per channel ("D_has_hdim"): not one T per head
+            raise RuntimeError(f"layer {slot.index}: D has a value per channel; per-head operators do not apply")
+
+        def realize(index: torch.Tensor) -> DiagonalSSM:
+            step = dt[index][..., None]  # (u, L, 1)
+            decay = torch.exp(step * A[index][:, None, None])  # (u, L, 1): one scalar per head and step
+            return DiagonalSSM(
+                a=decay.expand(len(index), length, n),
+                b=step * B[index],
+                c=C[index],
+                d=D[index][:, None].expand(len(index), length),
+            )
+
+        return SSMCapture(
+            layer=slot.index,
+            family=self.family,
+            inputs=x.transpose(0, 1),  # (H, L, P)
+            outputs=result[0].reshape(length, heads, head_dim).to(torch.float64).transpose(0, 1),
+            state_size=n,
+            info={"num_heads": heads, "head_dim": head_dim, "d_state": n, "n_groups": groups},
+            realize=realize,
+        )
