@@ -1,0 +1,319 @@
+"""analyze: run a model once on one prompt and return its ESSResult.
+
+Pipeline: validate everything first (so a bad argument never leaves anything half
+done) -> one forward pass captures every analysed layer's operators (adapters) ->
+per layer, the spectra of every cut H_t of every unit by the core (float64, on
+``device``), tolerance- and entropy-ESS from the full spectra, TSS from
+diagnostics.theoretical_state_size -> ESSResult.
+
+Memory budgets (per layer; module constants, documented in the README):
+- SPECTRA_BUDGET = 8M values: the kept singular values (U, P, K) use
+  K = min(structural rank bound, SPECTRA_BUDGET // (U * P)) (and ``top_k`` when given),
+  at least 1. Both ESS variants always come from the *full* spectra; only the stored
+  values are cut. E.g. Mamba-130m (1536 channels, N = 16) at L = 512 keeps K = 10.
+  LayerESS.spectra_complete says where the kept values are the whole spectrum.
+- OPERATOR_BUDGET = 4M cells: ``keep_operators="auto"`` keeps the dense T of every
+  attention head when H * L^2 fits (GPT-2 small: 12 x 512^2 = 3.1M), else as many heads
+  as fit; for channel families (Mamba, short conv) the first OPERATOR_CHANNELS = 4
+  channels when they fit. Kept operators are stored float32 (for the operator view).
+- Spectra are computed in chunks of units (UNIT_CHUNK_VALUES full-spectrum values per
+  chunk), so a Mamba layer never holds a dense L x L per channel, and the factored path
+  sweeps a whole chunk of channels at once.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from typing import Iterable, Sequence
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from .adapters import capture, layer_slots
+from .adapters.base import CapturedLayer, DenseCapture
+from .ess import DEFAULT_RELATIVE, DEFAULT_TOL, entropy_ess, tolerance_ess
+from .result import ESSResult, LayerESS
+
+__all__ = ["analyze", "SPECTRA_BUDGET", "OPERATOR_BUDGET", "OPERATOR_CHANNELS"]
+
+SPECTRA_BUDGET = 8_000_000
+OPERATOR_BUDGET = 4_000_000
+OPERATOR_CHANNELS = 4
+UNIT_CHUNK_VALUES = 64_000_000  # full-spectrum float64 values per chunk of units (~512 MB)
+DENSE_CHUNK_CELLS = 32_000_000  # dense T cells per chunk of heads (~256 MB in float64)
+
+
+def analyze(
+    model,
+    input_ids=None,
+    *,
+    prompt: str | None = None,
+    tokenizer=None,
+    layers: Iterable[int] | int | None = None,
+    tol: float = DEFAULT_TOL,
+    relative: bool = DEFAULT_RELATIVE,
+    device=None,
+    progress: bool = True,
+    stride: int | None = None,
+    top_k: int | None = None,
+    keep_operators="auto",
+    units: int | Sequence[int] | None = None,
+) -> ESSResult:
+    """ESS of every unit of the chosen layers of ``model`` on one prompt.
+
+    Parameters
+    ----------
+    model : a transformers causal LM of a supported model type (adapters.MODEL_TYPES).
+    input_ids : token ids, a list, a 1-D tensor or a (1, L) tensor; or pass ``prompt``
+        and ``tokenizer`` instead (exactly one of the two).
+    layers : layer indices to analyse (default all); one int for a single layer.
+    tol, relative : tolerance-ESS threshold (relative to sigma_1 by default).
+    device : torch device for the spectra (default: the model's); the forward pass runs
+        where the model is.
+    progress : tqdm bar over layers.
+    stride : compute the cuts t = 0, stride, 2 stride, ... only (a quick preview).
+    top_k : keep at most this many singular values per cut (see SPECTRA_BUDGET).
+    keep_operators : "auto" (see module docstring), an int n (the first n units), a
+        sequence of unit rows, or None / 0 (none). Keys of LayerESS.operators are rows.
+    units : analyse only these units per layer: an int n (the first n) or a sequence of
+        unit indices; rows of every LayerESS follow it, and meta["units"] records it.
+
+    Returns
+    -------
+    ESSResult with meta: model_id, revision, model_type, dtype, device, tol, relative,
+    stride, top_k, units, transformers, created, spectra_budget.
+
+    Raises ValueError (before any work) for an unsupported model type, no or empty
+    prompt, a prompt longer than the model's context, token ids out of range, a layer
+    index out of range, or bad options.
+    """
+    import transformers
+
+    ids = _input_ids(model, input_ids, prompt, tokenizer)
+    _check_number("tol", tol, minimum=0.0)
+    if stride is not None and (not isinstance(stride, int) or stride < 1):
+        raise ValueError(f"stride must be a positive integer or None, got {stride!r}")
+    if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
+    slots = layer_slots(model)
+    chosen = _layers(layers, len(slots))
+    unit_rows = _units(units)
+    length = len(ids)
+    positions = np.arange(0, length, stride or 1)
+    model_device = _model_device(model)
+    spectra_device = torch.device(device) if device is not None else model_device
+
+    captured = capture(model, torch.tensor([ids], dtype=torch.long, device=model_device), [slots[i] for i in chosen])
+    for index in chosen:  # validate the unit selection against every layer before computing
+        _select(unit_rows, captured[index])
+        _operator_rows(keep_operators, captured[index], len(_select(unit_rows, captured[index])))
+
+    result_layers: dict[int, LayerESS] = {}
+    for index in tqdm(chosen, desc="layers", disable=not progress):
+        layer = captured.pop(index)  # free each layer's tensors once done
+        result_layers[index] = _layer_ess(layer, positions, tol, relative, spectra_device, top_k, keep_operators, unit_rows)
+
+    config = model.config
+    meta = {
+        "model_id": getattr(config, "_name_or_path", None) or getattr(model, "name_or_path", None) or type(model).__name__,
+        "revision": getattr(config, "_commit_hash", None),
+        "model_type": config.model_type,
+        "n_layers": len(slots),
+        "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
+        "device": str(spectra_device),
+        "tol": float(tol),
+        "relative": bool(relative),
+        "stride": stride,
+        "top_k": top_k,
+        "units": None if unit_rows is None else list(unit_rows) if not isinstance(unit_rows, int) else list(range(unit_rows)),
+        "spectra_budget": SPECTRA_BUDGET,
+        "transformers": transformers.__version__,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    return ESSResult(tokens=_tokens(ids, tokenizer), input_ids=list(ids), layers=result_layers, meta=meta)
+
+
+# ---- per layer --------------------------------------------------------------------------
+
+
+def _layer_ess(
+    layer: CapturedLayer, positions: np.ndarray, tol, relative, device, top_k, keep_operators, unit_rows
+) -> LayerESS:
+    unit_ids = _select(unit_rows, layer)
+    n_units, n_pos = len(unit_ids), len(positions)
+    rank_bound = layer.rank_bound(positions)  # (P,)
+    most = max(int(rank_bound.max()) if n_pos else 0, 1)
+    keep = max(1, min(most, SPECTRA_BUDGET // max(1, n_units * n_pos)))
+    keep = keep if top_k is None else min(keep, top_k)
+
+    per_unit_values = n_pos * max(most, 1)
+    chunk = max(1, UNIT_CHUNK_VALUES // max(1, per_unit_values))
+    if isinstance(layer, DenseCapture):  # the dense stack of a chunk is materialised in float64
+        chunk = min(chunk, max(1, DENSE_CHUNK_CELLS // max(1, layer.length**2)))
+    tol_ess = np.zeros((n_units, n_pos), dtype=np.int64)
+    ent_ess = np.zeros((n_units, n_pos), dtype=np.float64)
+    kept = np.zeros((n_units, n_pos, keep), dtype=np.float64)
+    for start in range(0, n_units, chunk):
+        rows = slice(start, min(n_units, start + chunk))
+        sigma = layer.spectra(unit_ids[rows], positions, device=device, dtype=torch.float64)
+        t_ess, e_ess = _ess_from_spectra(sigma, tol, relative)
+        tol_ess[rows] = t_ess.cpu().numpy()
+        ent_ess[rows] = e_ess.cpu().numpy()
+        width = min(keep, sigma.shape[-1])
+        kept[rows, :, :width] = sigma[..., :width].cpu().numpy()
+
+    operators = {}
+    for row in _operator_rows(keep_operators, layer, n_units):
+        operators[row] = layer.dense([unit_ids[row]])[0].to(torch.float32).cpu().numpy()
+    return LayerESS(
+        layer=layer.layer,
+        family=layer.family,
+        unit_kind=_unit_kind(layer.family),
+        positions=positions.copy(),
+        tolerance_ess=tol_ess,
+        entropy_ess=ent_ess,
+        tss=np.broadcast_to(layer.tss(positions), (n_units, n_pos)).astype(np.float64),
+        singular_values=kept,
+        rank_bound=np.broadcast_to(rank_bound, (n_units, n_pos)).astype(np.int64),
+        operators=operators,
+    )
+
+
+def _ess_from_spectra(sigma: torch.Tensor, tol, relative) -> tuple[torch.Tensor, torch.Tensor]:
+    """Both ESS from spectra (U, P, K) with the core's functions.
+
+    The core treats a tensor whose last two dimensions are equal as an operator; spectra
+    (U, P, K) can have P == K with a stride, so they go in as (U, P, 1, K'), K' >= 2
+    (a zero column changes neither ESS).
+    """
+    values = sigma.unsqueeze(-2)
+    if values.shape[-1] < 2:
+        values = torch.nn.functional.pad(values, (0, 2 - values.shape[-1]))
+    return tolerance_ess(values, tol=tol, relative=relative)[..., 0], entropy_ess(values)[..., 0]
+
+
+def _unit_kind(family: str) -> str:
+    from .diagnostics import FAMILIES
+
+    return FAMILIES[family][0] if family in FAMILIES else "unit"
+
+
+# ---- validation ---------------------------------------------------------------------------
+
+
+def _check_number(name, value, minimum):
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < minimum:
+        raise ValueError(f"{name} must be a finite number >= {minimum}, got {value!r}")
+
+
+def _model_device(model) -> torch.device:
+    try:
+        return next(model.parameters()).device
+    except StopIteration:
+        return torch.device("cpu")
+
+
+def _input_ids(model, input_ids, prompt, tokenizer) -> list[int]:
+    if (input_ids is None) == (prompt is None):
+        raise ValueError("pass exactly one of input_ids or prompt= (with tokenizer=)")
+    if prompt is not None:
+        if not isinstance(prompt, str):
+            raise ValueError(f"prompt must be a string, got {type(prompt).__name__}")
+        if tokenizer is None:
+            raise ValueError("prompt= needs tokenizer= (load_model returns one), or pass input_ids")
+        if not prompt:
+            raise ValueError("the prompt is empty: ESS needs at least 2 tokens")
+        input_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    ids = torch.as_tensor(input_ids)
+    if ids.ndim == 2:
+        if ids.shape[0] != 1:
+            raise ValueError(f"analyze takes one prompt (batch 1); got input_ids of shape {tuple(ids.shape)}")
+        ids = ids[0]
+    if ids.ndim != 1:
+        raise ValueError(f"input_ids must be 1-D (L,) or (1, L); got shape {tuple(ids.shape)}")
+    if ids.numel() and (ids.is_floating_point() or ids.is_complex()):
+        raise ValueError(f"input_ids must be integers, got {ids.dtype}")
+    length = ids.numel()
+    if length < 2:
+        raise ValueError(f"the prompt has {length} token(s); ESS needs at least 2 (a past and a future)")
+    vocab = model.get_input_embeddings().num_embeddings
+    low, high = int(ids.min()), int(ids.max())
+    if low < 0 or high >= vocab:
+        raise ValueError(f"token ids must lie in [0, {vocab - 1}] (the embedding size); got min {low}, max {high}")
+    context = getattr(model.config, "max_position_embeddings", None)
+    if isinstance(context, int) and length > context:
+        raise ValueError(
+            f"the prompt has {length} tokens, more than the model's context of {context} "
+            "(config.max_position_embeddings); shorten it"
+        )
+    return [int(i) for i in ids.tolist()]
+
+
+def _layers(layers, n_layers: int) -> list[int]:
+    if layers is None:
+        return list(range(n_layers))
+    chosen = [layers] if isinstance(layers, (int, np.integer)) else list(layers)
+    if not chosen:
+        raise ValueError("layers is empty; pass None for all layers")
+    for index in chosen:
+        if not isinstance(index, (int, np.integer)) or isinstance(index, bool) or not 0 <= index < n_layers:
+            raise ValueError(f"layer index {index!r} is out of range: the model has layers 0..{n_layers - 1}")
+    return sorted(set(int(i) for i in chosen))
+
+
+def _units(units):
+    if units is None:
+        return None
+    if isinstance(units, (int, np.integer)) and not isinstance(units, bool):
+        if units < 1:
+            raise ValueError(f"units must be a positive count or a sequence of unit indices, got {units}")
+        return int(units)
+    rows = list(units)
+    if not rows or not all(isinstance(u, (int, np.integer)) and not isinstance(u, bool) for u in rows):
+        raise ValueError(f"units must be a positive count or a non-empty sequence of ints, got {units!r}")
+    if len(set(rows)) != len(rows):
+        raise ValueError("units contains duplicates")
+    return [int(u) for u in rows]
+
+
+def _select(unit_rows, layer: CapturedLayer) -> list[int]:
+    n = layer.n_units
+    if unit_rows is None:
+        return list(range(n))
+    if isinstance(unit_rows, int):
+        return list(range(min(unit_rows, n)))
+    bad = [u for u in unit_rows if not 0 <= u < n]
+    if bad:
+        raise ValueError(f"unit indices {bad} are out of range for layer {layer.layer} ({n} units, 0..{n - 1})")
+    return list(unit_rows)
+
+
+def _operator_rows(keep, layer: CapturedLayer, n_units: int) -> list[int]:
+    """Rows (into the analysed units) whose dense T is kept."""
+    if keep is None or keep is False or (isinstance(keep, int) and not isinstance(keep, bool) and keep == 0):
+        return []
+    cells = layer.length**2
+    if isinstance(keep, str):
+        if keep != "auto":
+            raise ValueError(f"keep_operators must be 'auto', an int, a sequence of unit rows or None; got {keep!r}")
+        fit = OPERATOR_BUDGET // max(1, cells)
+        wanted = n_units if _unit_kind(layer.family) == "head" else OPERATOR_CHANNELS
+        return list(range(min(n_units, wanted, fit)))
+    if isinstance(keep, (int, np.integer)) and not isinstance(keep, bool):
+        if keep < 0:
+            raise ValueError(f"keep_operators must be >= 0, got {keep}")
+        return list(range(min(int(keep), n_units)))
+    rows = list(keep)
+    bad = [r for r in rows if not isinstance(r, (int, np.integer)) or not 0 <= r < n_units]
+    if bad:
+        raise ValueError(f"keep_operators rows {bad} are out of range (0..{n_units - 1})")
+    return [int(r) for r in rows]
+
+
+def _tokens(ids: list[int], tokenizer) -> list[str]:
+    """Display strings, one per token (the decoded text of each id; the id without a tokenizer)."""
+    if tokenizer is None:
+        return [str(i) for i in ids]
+    return [tokenizer.decode([i]) for i in ids]
