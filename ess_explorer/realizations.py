@@ -135,28 +135,25 @@ class DiagonalSSM:
 
 
 def _rank_one_update_upper(r: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """Upper-triangular R' with R'^T R' = R^T R + x x^T, batched over leading dims.
+    """Upper-triangular R' with R'^T R' = R^T R + x x^T, batched over the first dim.
 
-    The LINPACK ``dchud`` scheme: Givens rotations fold x into R row by row. No
-    square of R is formed, so relative accuracy of R's small singular values is kept.
-    r: (B, N, N) upper triangular (diagonal may be any sign), x: (B, N). Returns a new R.
+    The LINPACK ``dchud`` scheme: N Givens rotations fold x into R row by row, so no
+    square of R is formed and R's small singular values keep their relative accuracy.
+    A rotation of the pair (row_k of R, x) is a multiplication of z = row_k + i x by
+    conj(z_k) / |z_k|; complex arithmetic does it in a few vectorised ops per row.
+    r: (B, N, N) upper triangular (diagonal of any sign), updated IN PLACE and returned;
+    x: (B, N), overwritten (it ends as zeros). In place because fresh large tensors on
+    every step cost more in page faults than the arithmetic.
     """
-    r = r.clone()
-    x = x.clone()
-    n = r.shape[-1]
-    for k in range(n):
-        rkk = r[:, k, k]
-        xk = x[:, k]
-        radius = torch.hypot(rkk, xk)
-        safe = torch.where(radius > 0, radius, torch.ones_like(radius))
-        cos = torch.where(radius > 0, rkk / safe, torch.ones_like(radius))
-        sin = torch.where(radius > 0, xk / safe, torch.zeros_like(radius))
-        r[:, k, k] = radius
-        if k + 1 < n:
-            row = r[:, k, k + 1 :].clone()  # read before the rotation overwrites it
-            tail = x[:, k + 1 :]
-            r[:, k, k + 1 :] = cos[:, None] * row + sin[:, None] * tail
-            x[:, k + 1 :] = cos[:, None] * tail - sin[:, None] * row
+    for k in range(r.shape[-1]):
+        z = torch.complex(r[:, k, k:], x[:, k:])  # (B, N - k)
+        pivot = z[:, :1]
+        size = pivot.abs()
+        # A zero pivot (row k and x both vanish at k) needs no rotation.
+        phase = torch.where(size > 0, pivot.conj() / torch.where(size > 0, size, 1), 1)
+        z = z * phase
+        r[:, k, k:] = z.real
+        x[:, k:] = z.imag
     return r
 
 
@@ -167,65 +164,103 @@ def factored_hankel_singular_values(
     top_k: int | None = None,
     dtype: torch.dtype = torch.float64,
     device: torch.device | str | None = None,
-    unit_chunk: int | None = None,
+    chunk_bytes: int = 512 << 20,
 ) -> torch.Tensor:
     """Singular values of H_t for every unit of ``ssm`` at the given positions.
 
     Returns ``(*batch, P, K)`` with K = min(top_k, N, L // 2), descending, row 0 (t = 0)
-    all zeros. Units are processed in chunks so that the stored square roots
-    (chunk x L x N x N) stay within about 256 MB.
+    all zeros. Units are processed in chunks whose stored square roots take about
+    ``chunk_bytes``; on CPU the chunks run in parallel threads (one per torch thread),
+    each with single-threaded torch ops, since the work is many small ops and small
+    LAPACK calls that torch would not spread over cores by itself.
     """
     device = torch.device(device) if device is not None else ssm.a.device
     batch_shape, length, n = ssm.batch_shape, ssm.length, ssm.state_size
     k_out = min(n, length // 2) if top_k is None else min(top_k, n, length // 2)  # rank(H_t) <= L // 2
     positions = positions.to(torch.long).cpu()
-    a = ssm.a.reshape(-1, length, n)
-    b = ssm.b.reshape(-1, length, n)
-    c = ssm.c.reshape(-1, length, n)
+    a, b, c = (x.reshape(-1, length, n) for x in (ssm.a, ssm.b, ssm.c))
     units = a.shape[0]
     out = torch.zeros(units, len(positions), k_out, dtype=dtype, device=device)
-    if units == 0 or length == 0:
+    inside = (positions >= 1) & (positions < length)  # t = 0 has no past: stays zero
+    wanted = torch.unique(positions[inside])
+    if units == 0 or len(wanted) == 0:
         return out.reshape(*batch_shape, len(positions), k_out)
-    if unit_chunk is None:
-        bytes_per_unit = length * n * n * torch.finfo(dtype).bits // 8
-        unit_chunk = max(1, min(units, (256 << 20) // max(1, bytes_per_unit)))
-    wanted = positions[(positions >= 1) & (positions < length)]
-    rows_of = {int(t): i for i, t in enumerate(positions.tolist()) if 1 <= t < length}
-    for start in range(0, units, unit_chunk):
-        sl = slice(start, min(units, start + unit_chunk))
+    bytes_per_unit = len(wanted) * n * n * torch.finfo(dtype).bits // 8
+    workers = torch.get_num_threads() if device.type == "cpu" else 1
+    chunk = max(1, min(-(-units // workers), chunk_bytes // max(1, bytes_per_unit)))  # >= one chunk per worker
+    chunks = [slice(start, min(units, start + chunk)) for start in range(0, units, chunk)]
+    row_of_wanted = torch.searchsorted(wanted, positions[inside])
+
+    def run(sl: slice) -> None:
         ac, bc, cc = (x[sl].to(device=device, dtype=dtype) for x in (a, b, c))
-        sigma = _sweep_chunk(ac, bc, cc, wanted)  # (chunk, len(wanted), n)
-        for col, t in enumerate(wanted.tolist()):
-            out[sl, rows_of[t]] = sigma[:, col, :k_out]
+        sigma = _sweep_chunk(ac, bc, cc, wanted)  # (chunk, W, N)
+        out[sl, inside] = sigma[:, row_of_wanted, :k_out]
+
+    if workers > 1 and len(chunks) > 1:
+        with _single_threaded_torch(), ThreadPoolExecutor(min(workers, len(chunks))) as pool:
+            list(pool.map(run, chunks))
+    else:
+        for sl in chunks:
+            run(sl)
     return out.reshape(*batch_shape, len(positions), k_out)
 
 
-def _sweep_chunk(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, wanted: torch.Tensor) -> torch.Tensor:
-    """Square-root sweeps for a chunk of units. a, b, c: (B, L, N). Returns (B, len(wanted), N).
+class _single_threaded_torch:
+    """Run torch ops single-threaded inside, restoring the thread count after."""
 
-    One buffer of shape (B, P, N, N) holds first the reachability roots, then
-    (overwritten in place) the products whose singular values we want, so that the
-    chunk's memory is one such buffer.
+    def __enter__(self):
+        self.saved = torch.get_num_threads()
+        torch.set_num_threads(1)
+
+    def __exit__(self, *exc):
+        torch.set_num_threads(self.saved)
+
+
+def _sweep_chunk(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, wanted: torch.Tensor) -> torch.Tensor:
+    """Square-root sweeps for a chunk of units. a, b, c: (B, L, N); wanted: sorted t's.
+    Returns (B, len(wanted), N).
+
+    Both sweeps have the form S <- rank_one(S diag(scale), vector):
+        forward   U_c(t+1) = rank_one(U_c(t) diag(a_t), b_t)          U_c^T U_c = R_t R_t^T
+        backward  W_t      = rank_one(W_{t+1} diag(a_{t+1}), c_t)     U_o(t) = W_t diag(a_t)
+    They are independent, so one loop runs them together on a stacked batch of 2B (the
+    cost is the number of small torch ops, not flops): at step s the forward half makes
+    U_c(s + 1) and the backward half W_{L-1-s}. Whichever root of a cut t comes first
+    waits in ``buffer``; when its partner arrives the slot is replaced by the product
+    U_o(t) U_c(t)^T, since H_t = (Q_o U_o(t)) (U_c(t)^T Q_c^T) gives
+    sigma(H_t) = sigma(U_o(t) U_c(t)^T). Memory: one (B, W, N, N) buffer.
     """
     units, length, n = a.shape
     slot = {int(t): i for i, t in enumerate(wanted.tolist())}
     buffer = torch.zeros(units, len(slot), n, n, dtype=a.dtype, device=a.device)
-    if not slot:
-        return buffer[..., 0]
-    # Forward: U_c(t) upper with U_c^T U_c = R_t R_t^T; R_{t+1} = [diag(a_t) R_t, b_t].
-    upper_c = torch.zeros(units, n, n, dtype=a.dtype, device=a.device)  # no past at t = 0
-    for t in range(max(slot)):
-        upper_c = _rank_one_update_upper(upper_c * a[:, t, None, :], b[:, t])
-        if t + 1 in slot:
-            buffer[:, slot[t + 1]] = upper_c
-    # Backward: U_o(t) upper with U_o^T U_o = O_t^T O_t; O_t = [c_t; O_{t+1}] diag(a_t).
-    upper_o = torch.zeros(units, n, n, dtype=a.dtype, device=a.device)  # no future after L - 1
-    for t in range(length - 1, min(slot) - 1, -1):
-        upper_o = _rank_one_update_upper(upper_o, c[:, t]) * a[:, t, None, :]
-        if t in slot:
-            # H_t = (Q_o U_o)(U_c^T Q_c^T), so sigma(H_t) = sigma(U_o U_c^T).
-            buffer[:, slot[t]] = upper_o @ buffer[:, slot[t]].transpose(-1, -2)
-    return batched_svdvals(buffer)
+
+    def product(observe: torch.Tensor, t: int, reach: torch.Tensor) -> torch.Tensor:
+        return (observe * a[:, t, None, :]) @ reach.transpose(-1, -2)
+
+    # Time-major copies so that each step reads contiguous rows; the backward half runs
+    # in reversed time and its scale is a_{t+1} (zero past the end, where W is still 0).
+    shifted = torch.cat([a[:, 1:], torch.zeros_like(a[:, :1])], 1)
+    scales = torch.cat([a, shifted.flip(1)]).transpose(0, 1).contiguous()  # (L, 2B, N)
+    vectors = torch.cat([b, c.flip(1)]).transpose(0, 1).contiguous()  # (L, 2B, N)
+    state = torch.zeros(2 * units, n, n, dtype=a.dtype, device=a.device)  # [U_c ; W]
+    vector = torch.empty(2 * units, n, dtype=a.dtype, device=a.device)
+    last_step = max(int(wanted.max()) - 1, length - 1 - int(wanted.min()))
+    for step in range(last_step + 1):
+        state.mul_(scales[step][:, None, :])
+        vector.copy_(vectors[step])
+        _rank_one_update_upper(state, vector)
+        reach, observe = state[:units], state[units:]
+        forward_t, backward_t = step + 1, length - 1 - step
+        if forward_t == backward_t and forward_t in slot:
+            buffer[:, slot[forward_t]] = product(observe, forward_t, reach)
+            continue
+        if forward_t in slot:  # W_t was stored earlier iff the backward half passed t already
+            i = slot[forward_t]
+            buffer[:, i] = product(buffer[:, i], forward_t, reach) if forward_t > backward_t else reach
+        if backward_t in slot:
+            i = slot[backward_t]
+            buffer[:, i] = product(observe, backward_t, buffer[:, i]) if backward_t < forward_t else observe
+    return torch.linalg.svdvals(buffer)
 
 
 def batched_svdvals(matrices: torch.Tensor) -> torch.Tensor:
@@ -238,9 +273,6 @@ def batched_svdvals(matrices: torch.Tensor) -> torch.Tensor:
     flat = matrices.reshape(-1, *matrices.shape[-2:])
     if workers <= 1 or flat.shape[0] < 2 * workers:
         return torch.linalg.svdvals(matrices)
-    parts = torch.chunk(flat, workers)
-    with ThreadPoolExecutor(workers) as pool:
-        results = list(pool.map(torch.linalg.svdvals, parts))
+    with _single_threaded_torch(), ThreadPoolExecutor(workers) as pool:
+        results = list(pool.map(torch.linalg.svdvals, torch.chunk(flat, workers)))
     return torch.cat(results).reshape(*matrices.shape[:-2], -1)
-
-

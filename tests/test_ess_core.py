@@ -1,0 +1,249 @@
+"""The ESS core: closed forms, factored == dense, properties and bad input (issue 2)."""
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ess_explorer import DiagonalSSM, entropy_ess, hankel_singular_values, tolerance_ess
+from ess_explorer.ess import aggregate_units
+from ess_explorer.synthetic import convolution, diagonal_ssm, linear_attention, softmax_attention
+
+TIGHT = 1e-9  # relative tolerance far above float64 noise, far below any generic singular value
+
+
+def cut_bound(length):
+    t = np.arange(length)
+    return np.minimum(t, length - t)
+
+
+# ---- closed forms (ESS.md section 2) ---------------------------------------------------
+
+
+@pytest.mark.parametrize("key_size", [1, 3, 8])
+def test_linear_attention_ess_is_min_of_key_size_and_cut(key_size):
+    length = 40
+    op = linear_attention(length, key_size, units=2, seed=key_size)
+    expected = np.minimum(key_size, cut_bound(length))
+    for operator in (op, op.materialize()):
+        ess = tolerance_ess(operator, tol=TIGHT).numpy()
+        np.testing.assert_array_equal(ess, np.broadcast_to(expected, ess.shape))
+
+
+@pytest.mark.parametrize("kernel", [2, 4, 7])
+def test_convolution_ess_is_kernel_minus_one_away_from_the_ends(kernel):
+    length = 48
+    ess = tolerance_ess(convolution(length, kernel, units=3, seed=kernel), tol=TIGHT).numpy()
+    bound = cut_bound(length)
+    interior = bound >= kernel - 1
+    assert (ess[:, interior] == kernel - 1).all()
+    assert (ess[:, ~interior] == bound[~interior]).all()  # near the ends the cut itself is smaller
+
+
+def test_time_varying_diagonal_ssm_ess_is_min_of_modes_and_cut():
+    length, modes = 50, 5
+    ssm = diagonal_ssm(length, modes, units=3, seed=1)
+    ess = tolerance_ess(ssm, tol=TIGHT).numpy()
+    np.testing.assert_array_equal(ess, np.broadcast_to(np.minimum(modes, cut_bound(length)), ess.shape))
+
+
+def test_lti_ssm_tolerance_ess_falls_below_its_state_size():
+    # Constant fast decays: Hankel singular values decay geometrically, so a relative
+    # tolerance of 1e-3 sees fewer than n modes even though rank(H_t) = n.
+    length, modes = 64, 8
+    a = torch.linspace(0.05, 0.6, modes, dtype=torch.float64).expand(length, modes)
+    ones = torch.ones(length, modes, dtype=torch.float64)
+    ssm = DiagonalSSM(a, ones, ones)
+    middle = length // 2
+    assert tolerance_ess(ssm, tol=1e-14)[middle] == modes
+    assert tolerance_ess(ssm, tol=1e-3)[middle] < modes
+    entropy = entropy_ess(ssm)
+    assert (entropy <= modes).all() and entropy[middle] < tolerance_ess(ssm, tol=1e-3)[middle]
+
+
+def test_softmax_attention_is_generically_full_rank():
+    length = 32
+    ess = tolerance_ess(softmax_attention(length, units=2, seed=3), tol=TIGHT).numpy()
+    np.testing.assert_array_equal(ess, np.broadcast_to(cut_bound(length), ess.shape))
+
+
+def test_entropy_ess_of_equal_singular_values_is_their_count():
+    sigma = torch.tensor([[0.0, 0.0, 0.0], [2.0, 2.0, 0.0], [1.0, 1.0, 1.0], [5.0, 0.0, 0.0]], dtype=torch.float64)
+    np.testing.assert_allclose(entropy_ess(sigma[None]).numpy()[0], [0.0, 2.0, 3.0, 1.0])
+
+
+def test_relative_and_absolute_tolerance():
+    sigma = torch.tensor([[[10.0, 1.0, 0.05]]], dtype=torch.float64)
+    assert tolerance_ess(sigma, tol=0.01, relative=True).item() == 2  # threshold 0.1
+    assert tolerance_ess(sigma, tol=0.01, relative=False).item() == 3  # threshold 0.01
+    assert tolerance_ess(sigma, tol=1.0, relative=False).item() == 1  # strictly above
+
+
+# ---- factored path == dense path ------------------------------------------------------
+
+
+def assert_spectra_match(factored, dense):
+    """Every value within 1e-6 * sigma_k + 1e-10 * sigma_1 of the dense SVD's."""
+    width = factored.shape[-1]
+    assert (dense[..., width:] <= 1e-10 * dense[..., :1] + 1e-300).all(), "dense has more modes than N"
+    sigma_1 = dense[..., :1]
+    error = (factored - dense[..., :width]).abs()
+    allowed = 1e-6 * dense[..., :width] + 1e-10 * sigma_1
+    worst = (error - allowed).max().item()
+    assert worst <= 0, f"factored differs from dense by up to {error.max().item():.3g}"
+
+
+def random_ssm(length, modes, units, seed, decay_low, decay_high, lti=False):
+    g = torch.Generator().manual_seed(seed)
+    shape = (units, 1 if lti else length, modes)
+    a = decay_low + (decay_high - decay_low) * torch.rand(shape, generator=g, dtype=torch.float64)
+    b = torch.randn(shape, generator=g, dtype=torch.float64)
+    c = torch.randn(shape, generator=g, dtype=torch.float64)
+    expand = lambda x: x.expand(units, length, modes)  # noqa: E731
+    return DiagonalSSM(expand(a), expand(b), expand(c), torch.randn(units, length, generator=g, dtype=torch.float64))
+
+
+@pytest.mark.parametrize(
+    "length, modes, low, high, lti",
+    [
+        (64, 4, 0.3, 0.99, False),
+        (96, 8, 1e-6, 1e-2, False),  # decays very close to 0: state emptied almost every step
+        (96, 8, 0.999, 1.0, False),  # decays very close to 1: a near-perfect integrator
+        (80, 6, 0.2, 0.9, True),  # LTI: Hankel values decay fast, down to ~1e-10 sigma_1
+        (128, 16, 0.5, 0.999, False),
+    ],
+)
+def test_factored_matches_dense_svd(length, modes, low, high, lti):
+    ssm = random_ssm(length, modes, units=2, seed=length + modes, decay_low=low, decay_high=high, lti=lti)
+    dense = hankel_singular_values(ssm.materialize(), method="svd")
+    assert_spectra_match(hankel_singular_values(ssm), dense)
+
+
+def test_factored_keeps_values_that_squaring_would_lose():
+    """The LTI case has singular values between 1e-13 and 1e-9 of sigma_1: a Gramian
+    eig(W_c W_o) would return noise of size ~1e-8 * sigma_1 there; the sweeps must not."""
+    ssm = random_ssm(80, 8, units=1, seed=7, decay_low=0.1, decay_high=0.5, lti=True)
+    dense = hankel_singular_values(ssm.materialize(), method="svd")
+    ratio = dense[..., :8] / dense[..., :1].clamp_min(1e-300)
+    assert ((ratio > 1e-13) & (ratio < 1e-9)).any(), "the test case must contain tiny singular values"
+    assert_spectra_match(hankel_singular_values(ssm), dense)
+
+
+@pytest.mark.slow
+def test_factored_matches_dense_at_length_512():
+    ssm = random_ssm(512, 8, units=1, seed=11, decay_low=0.8, decay_high=1.0)
+    dense = hankel_singular_values(ssm.materialize(), method="auto")
+    assert_spectra_match(hankel_singular_values(ssm), dense)
+
+
+def test_factored_handles_exact_zero_decays():
+    # a = 0 at a separator: nothing crosses it, so every cut that straddles it has ESS 0.
+    ssm = diagonal_ssm(40, 4, units=2, seed=5, resets=[20])
+    ess = tolerance_ess(ssm, tol=TIGHT)
+    assert (ess[:, 20] == 0).all() and (ess[:, 21] > 0).all()
+    assert_spectra_match(hankel_singular_values(ssm), hankel_singular_values(ssm.materialize(), method="svd"))
+
+
+def test_dense_auto_equals_svd():
+    op = torch.cat([softmax_attention(64, units=1, seed=2), diagonal_ssm(64, 4, seed=3).materialize()])
+    auto = hankel_singular_values(op, method="auto")
+    exact = hankel_singular_values(op, method="svd")
+    assert ((auto - exact).abs() <= 1e-9 * exact + 1e-13 * exact[..., :1]).all()
+
+
+def test_positions_stride_and_top_k_select_rows_and_columns():
+    op = softmax_attention(30, units=2, seed=4)
+    full = hankel_singular_values(op)
+    assert full.shape == (2, 30, 15)
+    torch.testing.assert_close(hankel_singular_values(op, stride=4), full[:, ::4])
+    torch.testing.assert_close(hankel_singular_values(op, positions=[3, 17]), full[:, [3, 17]])
+    torch.testing.assert_close(hankel_singular_values(op, top_k=3), full[..., :3])
+    ssm = diagonal_ssm(30, 4, units=2, seed=4)
+    torch.testing.assert_close(hankel_singular_values(ssm, positions=[0, 5, 29, 5]), hankel_singular_values(ssm)[:, [0, 5, 29, 5]])
+
+
+def test_batch_dimensions_are_kept():
+    op = softmax_attention(12, units=6, seed=1).reshape(2, 3, 12, 12)
+    sigma = hankel_singular_values(op)
+    assert sigma.shape == (2, 3, 12, 6)
+    torch.testing.assert_close(sigma[1, 2], hankel_singular_values(op[1, 2]))
+    assert tolerance_ess(op).shape == (2, 3, 12) and entropy_ess(op).shape == (2, 3, 12)
+
+
+def test_numpy_and_float32_inputs():
+    op = softmax_attention(16, seed=0)[0]
+    from_numpy = tolerance_ess(op.numpy().astype(np.float32))
+    torch.testing.assert_close(from_numpy, tolerance_ess(op))
+
+
+def test_aggregate_units():
+    ess = torch.tensor([[1.0, 2.0], [3.0, 6.0]])
+    torch.testing.assert_close(aggregate_units(ess, "mean"), torch.tensor([2.0, 4.0], dtype=torch.float64))
+    torch.testing.assert_close(aggregate_units(ess, "sum"), torch.tensor([4.0, 8.0], dtype=torch.float64))
+    torch.testing.assert_close(aggregate_units(ess, "max"), torch.tensor([3.0, 6.0], dtype=torch.float64))
+    with pytest.raises(ValueError, match="how must be one of"):
+        aggregate_units(ess, "median")
+
+
+# ---- properties -----------------------------------------------------------------------
+
+lower_triangular = st.integers(2, 14).flatmap(
+    lambda n: st.lists(st.floats(-10, 10, allow_nan=False), min_size=n * n, max_size=n * n).map(
+        lambda values: np.tril(np.array(values).reshape(n, n))
+    )
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(lower_triangular, st.floats(1e-3, 1e3))
+def test_properties_of_both_ess(op, scale):
+    length = op.shape[0]
+    tol_ess = tolerance_ess(op).numpy()
+    ent_ess = entropy_ess(op).numpy()
+    bound = cut_bound(length)
+    assert tol_ess[0] == 0 and ent_ess[0] == 0
+    assert (tol_ess >= 0).all() and (tol_ess <= bound).all()
+    assert (ent_ess >= 0).all() and (ent_ess <= bound + 1e-9).all()
+    nonzero = ent_ess > 0
+    assert (ent_ess[nonzero] >= 1 - 1e-9).all()
+    np.testing.assert_array_equal(tolerance_ess(op * scale).numpy(), tol_ess)  # relative tol: scale-free
+    np.testing.assert_allclose(entropy_ess(op * scale).numpy(), ent_ess, rtol=1e-9, atol=1e-12)
+
+
+# ---- bad input ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (np.zeros((3, 4)), "square"),
+        (np.zeros(5), "shape"),
+        (np.array([[1.0, 0.0], [np.nan, 1.0]]), "NaN or infinite"),
+        (np.array([[1.0, 0.5], [0.0, 1.0]]), r"not lower triangular.*\(0, 1\).*0.5"),
+        ("not an array", "numpy array or a torch tensor"),
+        (np.zeros((3, 3), dtype=np.int64), "floating-point"),
+    ],
+)
+def test_bad_operators_raise_clear_errors(bad, message):
+    with pytest.raises(ValueError, match=message):
+        hankel_singular_values(bad)
+
+
+def test_bad_ssm_and_options_raise_clear_errors():
+    x = torch.ones(2, 5, 3)
+    with pytest.raises(ValueError, match="share one shape"):
+        DiagonalSSM(x, x, torch.ones(2, 5, 4))
+    with pytest.raises(ValueError, match=r"d must have shape \(\*batch, L\)"):
+        DiagonalSSM(x, x, x, torch.ones(2, 4))
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        DiagonalSSM(x * float("inf"), x, x)
+    op = softmax_attention(8)[0]
+    with pytest.raises(ValueError, match="tol must be"):
+        tolerance_ess(op, tol=-1.0)
+    with pytest.raises(ValueError, match="positions must lie"):
+        hankel_singular_values(op, positions=[8])
+    with pytest.raises(ValueError, match="method must be"):
+        hankel_singular_values(op, method="eig")
+    with pytest.raises(ValueError, match="non-negative"):
+        entropy_ess(-torch.ones(4, 2, dtype=torch.float64))
