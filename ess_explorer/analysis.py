@@ -97,6 +97,8 @@ def analyze(
         raise ValueError(f"stride must be a positive integer or None, got {stride!r}")
     if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
         raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
+    if isinstance(keep_operators, str) and keep_operators != "auto":
+        raise ValueError(f"keep_operators must be 'auto', an int, a sequence of unit rows or None; got {keep_operators!r}")
     slots = layer_slots(model)
     chosen = _layers(layers, len(slots))
     unit_rows = _units(units)

@@ -1,0 +1,214 @@
+"""analyze end to end on tiny random models: ESS equals the dense core's ESS of each unit's
+materialised operator, every field of the result is filled, budgets hold, bad input fails
+early with a ValueError and leaves the model as it was."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, os.path.dirname(__file__))  # the tiny-model builders live in test_adapters.py
+
+import numpy as np
+import pytest
+import torch
+import transformers as tf
+
+from ess_explorer.adapters import capture, layer_slots
+from ess_explorer.analysis import analyze
+from ess_explorer.ess import entropy_ess, hankel_singular_values, tolerance_ess
+from ess_explorer.realizations import DiagonalSSM
+from ess_explorer.result import ESSResult
+from test_adapters import CONFIGS, IDS, LENGTH, VOCAB, build
+
+TOL = 1e-3
+
+
+def _dense_reference(model, ids, layer, unit, relative=True):
+    """ESS of one unit from its materialised T by the dense core (one SVD per cut)."""
+    op = capture(model, ids, layer_slots(model))[layer].dense([unit])[0]
+    sigma = hankel_singular_values(op, method="svd")
+    return sigma, tolerance_ess(sigma, tol=TOL, relative=relative), entropy_ess(sigma)
+
+
+@pytest.mark.parametrize(
+    "name, layer, unit",
+    [("gpt2", 1, 2), ("mistral", 0, 3), ("mamba", 1, 5), ("mamba2", 0, 1), ("lfm2", 0, 7), ("lfm2", 1, 0), ("gla", 1, 1), ("la", 0, 0)],
+)
+def test_ess_equals_dense_core_of_the_materialised_operator(name, layer, unit):
+    model, ids = build(name)
+    result = analyze(model, ids, layers=[layer], progress=False, tol=TOL)
+    lay = result.layers[layer]
+    sigma, expected_tol, expected_ent = _dense_reference(model, ids, layer, unit)
+    np.testing.assert_array_equal(lay.tolerance_ess[unit], expected_tol.numpy())
+    np.testing.assert_allclose(lay.entropy_ess[unit], expected_ent.numpy(), rtol=1e-6, atol=1e-9)
+    k = lay.singular_values.shape[-1]
+    assert k >= 1
+    # same values, to 1e-8 of each cut's largest (factored or windowed path against one SVD per cut)
+    error = np.abs(lay.singular_values[unit] - sigma[:, :k].numpy())
+    assert np.all(error <= 1e-8 * sigma[:, :1].numpy() + 1e-12)
+
+
+def test_result_fields_and_tss_per_family():
+    expectations = {  # family -> TSS at t for this tiny model
+        "gpt2": lambda t, cfg: t,
+        "mistral": lambda t, cfg: np.minimum(t, cfg.sliding_window - 1),
+        "mamba": lambda t, cfg: np.full_like(t, cfg.state_size),
+        "mamba2": lambda t, cfg: np.full_like(t, cfg.state_size),
+        "gla": lambda t, cfg: np.full_like(t, cfg.head_dim),
+    }
+    for name, tss in expectations.items():
+        model, ids = build(name)
+        result = analyze(model, ids, progress=False)
+        assert result.input_ids == ids[0].tolist() and len(result.tokens) == LENGTH
+        assert sorted(result.layers) == [0, 1]
+        for index, lay in result.layers.items():
+            t = np.arange(LENGTH)
+            units = lay.n_units
+            assert lay.layer == index
+            assert lay.tolerance_ess.shape == lay.entropy_ess.shape == lay.tss.shape == lay.rank_bound.shape == (units, LENGTH)
+            np.testing.assert_array_equal(lay.positions, t)
+            np.testing.assert_array_equal(lay.tss[0], tss(t, CONFIGS[name]).astype(float))
+            assert (lay.tolerance_ess <= lay.rank_bound).all()
+            assert (lay.tolerance_ess[:, 0] == 0).all() and (lay.entropy_ess[:, 0] == 0).all()
+            assert lay.unit_kind == ("channel" if lay.family == "mamba" else "head")
+        for key in ("model_id", "revision", "dtype", "device", "tol", "relative", "stride", "transformers", "top_k"):
+            assert key in result.meta
+        assert result.meta["transformers"] == tf.__version__ and result.meta["dtype"] == "float32"
+
+
+def test_windowed_attention_rank_is_bounded_by_the_window():
+    model, ids = build("mistral")
+    lay = analyze(model, ids, layers=0, progress=False).layers[0]
+    window = CONFIGS["mistral"].sliding_window
+    assert lay.tolerance_ess.max() <= window - 1
+    assert lay.tolerance_ess.max() == window - 1  # reached in the interior for random weights
+
+
+def test_stride_computes_the_same_cuts():
+    model, ids = build("mamba")
+    full = analyze(model, ids, layers=[0], progress=False).layers[0]
+    strided = analyze(model, ids, layers=[0], progress=False, stride=4).layers[0]
+    np.testing.assert_array_equal(strided.positions, np.arange(0, LENGTH, 4))
+    np.testing.assert_array_equal(strided.tolerance_ess, full.tolerance_ess[:, ::4])
+    np.testing.assert_allclose(strided.entropy_ess, full.entropy_ess[:, ::4], rtol=1e-9)
+
+
+def test_top_k_cuts_stored_values_not_the_ess():
+    model, ids = build("gpt2")
+    full = analyze(model, ids, layers=[0], progress=False).layers[0]
+    cut = analyze(model, ids, layers=[0], progress=False, top_k=2).layers[0]
+    assert cut.singular_values.shape[-1] == 2
+    np.testing.assert_array_equal(cut.tolerance_ess, full.tolerance_ess)
+    assert cut.tolerance_ess.max() > 2
+    assert not cut.spectra_complete.all()
+
+
+def test_operator_budget_and_mamba_never_dense_for_all_channels(monkeypatch):
+    sizes = []
+    original = DiagonalSSM.materialize
+
+    def counting(self):
+        sizes.append(int(np.prod(self.batch_shape)))
+        return original(self)
+
+    monkeypatch.setattr(DiagonalSSM, "materialize", counting)
+    model, ids = build("mamba")
+    result = analyze(model, ids, progress=False)
+    channels = model.config.intermediate_size
+    for lay in result.layers.values():
+        assert lay.n_units == channels and sorted(lay.operators) == [0, 1, 2, 3]
+    assert sum(sizes) == 8 and max(sizes) == 1  # 4 kept channels x 2 layers, one at a time
+    reference = capture(model, ids, layer_slots(model))[1].dense([2])[0]
+    np.testing.assert_allclose(result.layers[1].operators[2], reference.numpy(), rtol=1e-6, atol=1e-7)
+    heads = analyze(model=build("gpt2")[0], input_ids=ids, progress=False, layers=0).layers[0]
+    assert sorted(heads.operators) == [0, 1, 2, 3]  # all heads of a small layer
+    none = analyze(model, ids, progress=False, layers=0, keep_operators=None).layers[0]
+    assert none.operators == {}
+
+
+def test_units_selects_rows():
+    model, ids = build("mamba")
+    full = analyze(model, ids, layers=[0], progress=False).layers[0]
+    some = analyze(model, ids, layers=[0], progress=False, units=[5, 2])
+    np.testing.assert_array_equal(some.layers[0].tolerance_ess, full.tolerance_ess[[5, 2]])
+    assert some.meta["units"] == [5, 2]
+    with pytest.raises(ValueError, match="out of range"):
+        analyze(model, ids, layers=[0], progress=False, units=[10_000])
+
+
+def test_sdpa_model_is_switched_to_eager_and_back():
+    config = tf.GPT2Config(n_layer=1, n_head=4, n_embd=32, n_positions=64, **IDS)
+    torch.manual_seed(0)
+    model = tf.AutoModelForCausalLM.from_config(config, attn_implementation="sdpa").eval()
+    ids = torch.randint(1, VOCAB, (1, LENGTH))
+    lay = analyze(model, ids, progress=False).layers[0]
+    assert model.config._attn_implementation == "sdpa"
+    assert lay.tolerance_ess.max() > 1  # real attention, not an empty one
+
+
+def test_prompt_with_tokenizer():
+    tokenizer = tf.ByT5Tokenizer()
+    config = tf.GPT2Config(n_layer=1, n_head=2, n_embd=16, n_positions=64, vocab_size=len(tokenizer), bos_token_id=0, eos_token_id=1)
+    torch.manual_seed(0)
+    model = tf.AutoModelForCausalLM.from_config(config).eval()
+    result = analyze(model, prompt="a=1; b=2", tokenizer=tokenizer, progress=False)
+    assert "".join(result.tokens) == "a=1; b=2"
+    assert result.input_ids == [ord(ch) + 3 for ch in "a=1; b=2"]
+
+
+def test_result_saves_and_loads(tmp_path):
+    model, ids = build("lfm2")
+    result = analyze(model, ids, progress=False)
+    loaded = ESSResult.load(result.save(tmp_path / "r.npz"))
+    assert loaded.meta == result.meta and loaded.input_ids == result.input_ids
+    for index, lay in result.layers.items():
+        np.testing.assert_array_equal(loaded.layers[index].singular_values, lay.singular_values)
+        assert loaded.layers[index].family == lay.family
+
+
+def _untouched(model):
+    return all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(input_ids=[]), "at least 2"),
+        (dict(input_ids=[5]), "at least 2"),
+        (dict(input_ids=list(range(1, 60)) + [VOCAB]), r"token ids must lie in \[0, 63\]"),
+        (dict(input_ids=[-1, 3, 4]), "token ids"),
+        (dict(input_ids=[1] * 65), "more than the model's context of 64"),
+        (dict(input_ids=[1, 2, 3], layers=[2]), r"layer index 2 is out of range: the model has layers 0..1"),
+        (dict(input_ids=[1, 2, 3], layers=-1), "out of range"),
+        (dict(input_ids=torch.ones(2, 5, dtype=torch.long)), "batch 1"),
+        (dict(), "exactly one of input_ids or prompt"),
+        (dict(input_ids=[1, 2], prompt="x"), "exactly one"),
+        (dict(prompt="x"), "needs tokenizer"),
+        (dict(input_ids=[1, 2, 3], stride=0), "stride"),
+        (dict(input_ids=[1, 2, 3], top_k=0), "top_k"),
+        (dict(input_ids=[1, 2, 3], tol=-1.0), "tol"),
+        (dict(input_ids=[1, 2, 3], keep_operators="all"), "keep_operators"),
+    ],
+)
+def test_bad_input_is_a_clear_value_error(kwargs, match):
+    model, _ = build("gpt2")
+    implementation = model.config._attn_implementation
+    with pytest.raises(ValueError, match=match):
+        analyze(model, progress=False, **kwargs)
+    assert _untouched(model) and model.config._attn_implementation == implementation
+
+
+def test_empty_prompt_string():
+    model, _ = build("gpt2")
+    with pytest.raises(ValueError, match="empty"):
+        analyze(model, prompt="", tokenizer=tf.ByT5Tokenizer(), progress=False)
+
+
+def test_unsupported_model_is_refused_before_any_work():
+    config = tf.OPTConfig(num_hidden_layers=1, hidden_size=16, ffn_dim=32, num_attention_heads=2, word_embed_proj_dim=16, **IDS)
+    model = tf.AutoModelForCausalLM.from_config(config)
+    with pytest.raises(ValueError, match="not supported"):
+        analyze(model, [1, 2, 3], progress=False)
+    assert _untouched(model)
