@@ -28,6 +28,7 @@ Saved as one ``.npz`` file (numpy arrays + a JSON header), loaded with
 from __future__ import annotations
 
 import json
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -243,6 +244,6 @@ class ESSResult:
                     }
                     operators = {int(u): data[f"L{i}/operator/{u}"] for u in info["operators"]}
                     layers[i] = LayerESS(i, info["family"], info["unit_kind"], operators=operators, **fields)
-        except (OSError, KeyError, ValueError, json.JSONDecodeError) as error:
+        except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile) as error:
             raise ValueError(f"{path} is not a readable ESS result ({error}); recompute it") from error
         return cls(header["tokens"], header["input_ids"], layers, header["meta"])
