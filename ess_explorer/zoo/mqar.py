@@ -1,0 +1,288 @@
+"""Multi-query associative recall (MQAR) with readable tokens.
+
+One segment of a sequence (K = num_pairs, Q = num_queries):
+
+    ba 07 ko 31 mi 12 ... (K key-value pairs)  ko 31 ba 07 ... (Q queries: a stored key, then its value)
+
+Keys are consonant-vowel syllables ("ba", "be", ... "ta"), values are two-digit strings
+("00" .. "59"), so a prompt can be read and typed: given "ba 07 ko 31 mi 12 ko" a model
+that recalls well answers "31". Keys are distinct within a segment (sampled without
+replacement); values are drawn with replacement; each query asks a different stored key.
+
+The segmented variant joins ``num_segments`` independent segments with the separator
+token "|": keys reset after it (the same key may come back with a new value), so a model
+that manages its memory well should drop its state at the separator.
+
+Targets follow the transformers convention: ``labels`` has the shape of ``input_ids``,
+holds the value id at every *query value* position and -100 elsewhere, and a causal LM
+is scored on predicting position p from the logits at position p - 1 (the queried key).
+Exact-match accuracy is the fraction of queries whose arg-max prediction is the value.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+__all__ = [
+    "PAD",
+    "UNK",
+    "SEP",
+    "CONSONANTS",
+    "VOWELS",
+    "MQARTask",
+    "MQARBatch",
+    "Vocabulary",
+    "build_tokenizer",
+    "accuracy_from_logits",
+    "evaluate_model",
+]
+
+PAD, UNK, SEP = "<pad>", "<unk>", "|"
+CONSONANTS = "bdfgklmnprstvz"
+VOWELS = "aeiou"
+IGNORE = -100
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """Token strings and ids: specials first (<pad>=0, <unk>=1, "|"=2), then keys, then values."""
+
+    num_keys: int = 60
+    num_values: int = 60
+
+    def __post_init__(self):
+        if not 1 <= self.num_keys <= len(CONSONANTS) * len(VOWELS):
+            raise ValueError(f"num_keys must be in 1..{len(CONSONANTS) * len(VOWELS)} (one syllable each), got {self.num_keys}")
+        if not 1 <= self.num_values <= 100:
+            raise ValueError(f"num_values must be in 1..100 (two-digit strings), got {self.num_values}")
+
+    @property
+    def keys(self) -> list[str]:
+        syllables = [c + v for c in CONSONANTS for v in VOWELS]
+        return syllables[: self.num_keys]
+
+    @property
+    def values(self) -> list[str]:
+        return [f"{i:02d}" for i in range(self.num_values)]
+
+    @property
+    def tokens(self) -> list[str]:
+        """All token strings in id order."""
+        return [PAD, UNK, SEP] + self.keys + self.values
+
+    @property
+    def size(self) -> int:
+        return 3 + self.num_keys + self.num_values
+
+    @property
+    def key_offset(self) -> int:
+        return 3
+
+    @property
+    def value_offset(self) -> int:
+        return 3 + self.num_keys
+
+    @property
+    def sep_id(self) -> int:
+        return 2
+
+    def decode(self, ids) -> list[str]:
+        """Token strings of a sequence of ids."""
+        tokens = self.tokens
+        return [tokens[int(i)] for i in ids]
+
+    def encode(self, text: str) -> list[int]:
+        """Ids of a whitespace-separated prompt; ValueError naming an unknown word."""
+        index = {tok: i for i, tok in enumerate(self.tokens)}
+        unknown = [w for w in text.split() if w not in index]
+        if unknown:
+            raise ValueError(
+                f"unknown token(s) {unknown[:5]}: keys are syllables like {self.keys[:3]}, values two-digit strings "
+                f"{self.values[:3]}..., segments are separated by '{SEP}'"
+            )
+        return [index[w] for w in text.split()]
+
+
+@dataclass
+class MQARBatch:
+    """A batch of MQAR sequences.
+
+    input_ids (B, L) int64; labels (B, L) int64 with -100 except at query value positions;
+    query_positions (B, S*Q) the positions of the queried keys (the answer is at +1);
+    separator_positions (S-1,) positions of "|" (the same for every row).
+    """
+
+    input_ids: torch.Tensor
+    labels: torch.Tensor
+    query_positions: torch.Tensor
+    separator_positions: torch.Tensor
+
+
+@dataclass(frozen=True)
+class MQARTask:
+    """MQAR settings: pairs K, queries Q (default K), segments S, vocabulary sizes.
+
+    Sequence length = S * (2K + 2Q) + (S - 1).
+    """
+
+    num_pairs: int = 16
+    num_queries: int | None = None
+    num_segments: int = 1
+    num_keys: int = 60
+    num_values: int = 60
+
+    def __post_init__(self):
+        Vocabulary(self.num_keys, self.num_values)  # validates the sizes
+        if self.num_pairs < 1 or self.num_pairs > self.num_keys:
+            raise ValueError(f"num_pairs must be in 1..num_keys={self.num_keys} (keys are distinct), got {self.num_pairs}")
+        if self.num_queries is not None and not 1 <= self.num_queries <= self.num_pairs:
+            raise ValueError(f"num_queries must be in 1..num_pairs={self.num_pairs}, got {self.num_queries}")
+        if self.num_segments < 1:
+            raise ValueError(f"num_segments must be >= 1, got {self.num_segments}")
+
+    @property
+    def queries(self) -> int:
+        return self.num_pairs if self.num_queries is None else self.num_queries
+
+    @property
+    def segment_length(self) -> int:
+        return 2 * self.num_pairs + 2 * self.queries
+
+    @property
+    def length(self) -> int:
+        return self.num_segments * self.segment_length + self.num_segments - 1
+
+    @property
+    def vocab(self) -> Vocabulary:
+        return Vocabulary(self.num_keys, self.num_values)
+
+    def separator_positions(self) -> list[int]:
+        return [(s + 1) * (self.segment_length + 1) - 1 for s in range(self.num_segments - 1)]
+
+    def context_end(self, segment: int = 0) -> int:
+        """The cut t right after the key-value pairs of a segment (first query position)."""
+        return segment * (self.segment_length + 1) + 2 * self.num_pairs
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "num_queries": self.queries, "length": self.length, "vocab_size": self.vocab.size}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "MQARTask":
+        names = ("num_pairs", "num_queries", "num_segments", "num_keys", "num_values")
+        return cls(**{k: data[k] for k in names if k in data})
+
+    def sample(self, batch_size: int, seed: int) -> MQARBatch:
+        """``batch_size`` sequences drawn with ``np.random.default_rng(seed)``: same seed, same batch."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        rng = np.random.default_rng(seed)
+        vocab = self.vocab
+        k, q = self.num_pairs, self.queries
+        ids, labels, queries = [], [], []
+        offset = 0
+        for s in range(self.num_segments):
+            keys = np.argsort(rng.random((batch_size, self.num_keys)), axis=1)[:, :k]  # distinct per row
+            values = rng.integers(0, self.num_values, size=(batch_size, k))
+            asked = np.argsort(rng.random((batch_size, k)), axis=1)[:, :q]  # which pairs are queried, in order
+            key_ids = keys + vocab.key_offset
+            value_ids = values + vocab.value_offset
+            q_keys = np.take_along_axis(key_ids, asked, axis=1)
+            q_values = np.take_along_axis(value_ids, asked, axis=1)
+            seg = np.empty((batch_size, self.segment_length), dtype=np.int64)
+            seg[:, 0 : 2 * k : 2], seg[:, 1 : 2 * k : 2] = key_ids, value_ids
+            seg[:, 2 * k :: 2], seg[:, 2 * k + 1 :: 2] = q_keys, q_values
+            lab = np.full_like(seg, IGNORE)
+            lab[:, 2 * k + 1 :: 2] = q_values
+            ids.append(seg)
+            labels.append(lab)
+            queries.append(offset + 2 * k + 2 * np.arange(q))
+            offset += self.segment_length
+            if s < self.num_segments - 1:
+                ids.append(np.full((batch_size, 1), vocab.sep_id, dtype=np.int64))
+                labels.append(np.full((batch_size, 1), IGNORE, dtype=np.int64))
+                offset += 1
+        query_positions = np.broadcast_to(np.concatenate(queries), (batch_size, self.num_segments * q))
+        return MQARBatch(
+            input_ids=torch.from_numpy(np.concatenate(ids, axis=1)),
+            labels=torch.from_numpy(np.concatenate(labels, axis=1)),
+            query_positions=torch.from_numpy(query_positions.copy()),
+            separator_positions=torch.tensor(self.separator_positions(), dtype=torch.int64),
+        )
+
+    def prompt(self, seed: int = 0) -> str:
+        """One readable sequence, e.g. for the explorer's text box."""
+        batch = self.sample(1, seed)
+        return " ".join(self.vocab.decode(batch.input_ids[0]))
+
+
+def build_tokenizer(vocab: Vocabulary, max_length: int = 512):
+    """A word-level fast tokenizer over the vocabulary (whitespace-separated words).
+
+    Wrapped in ``PreTrainedTokenizerFast``; ``save_pretrained`` writes tokenizer.json and
+    the folder reloads through ``AutoTokenizer`` offline.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    word_level = models.WordLevel({tok: i for i, tok in enumerate(vocab.tokens)}, unk_token=UNK)
+    raw = Tokenizer(word_level)
+    raw.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    raw.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins words with single spaces
+    return PreTrainedTokenizerFast(
+        tokenizer_object=raw, pad_token=PAD, unk_token=UNK, sep_token=SEP, model_max_length=max_length
+    )
+
+
+def accuracy_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> tuple[int, int, int, int]:
+    """Exact-match counts: (correct queries, queries, fully correct sequences, sequences).
+
+    logits (B, L, V) of a causal LM, labels (B, L) with -100 where nothing is asked: the
+    prediction for position p is the arg-max of logits[:, p - 1].
+    """
+    predicted = logits[:, :-1].argmax(-1)
+    target = labels[:, 1:]
+    asked = target != IGNORE
+    hit = (predicted == target) & asked
+    per_seq = hit.sum(1) == asked.sum(1)
+    return int(hit.sum()), int(asked.sum()), int(per_seq.sum()), int(labels.shape[0])
+
+
+@torch.no_grad()
+def evaluate_model(model, task: MQARTask, n_samples: int = 1024, seed: int = 10_000, batch_size: int = 256) -> dict:
+    """Held-out exact-match accuracy of ``model`` (any causal LM returning ``.logits``).
+
+    Returns dict(accuracy = correct queries / queries, sequence_accuracy, n_samples, seed).
+    Use a seed the training never drew (training seeds are below 10_000 by convention).
+    """
+    if n_samples < 1:
+        raise ValueError(f"n_samples must be >= 1, got {n_samples}")
+    was_training = model.training
+    model.eval()
+    correct = asked = seq_ok = seqs = 0
+    try:
+        for start in range(0, n_samples, batch_size):
+            size = min(batch_size, n_samples - start)
+            batch = task.sample(size, seed=seed + start)
+            logits = model(input_ids=batch.input_ids).logits
+            c, a, s, n = accuracy_from_logits(logits, batch.labels)
+            correct, asked, seq_ok, seqs = correct + c, asked + a, seq_ok + s, seqs + n
+    finally:
+        model.train(was_training)
+    return {
+        "accuracy": correct / asked,
+        "sequence_accuracy": seq_ok / seqs,
+        "n_samples": n_samples,
+        "n_queries": asked,
+        "seed": seed,
+    }
+
+
+def save_task(task: MQARTask, path) -> Path:
+    path = Path(path)
+    path.write_text(json.dumps(task.to_dict(), indent=2))
+    return path
