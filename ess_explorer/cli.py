@@ -1,0 +1,410 @@
+"""The ``ess-explorer`` command line: analyze a prompt, draw a figure, write a report.
+
+    ess-explorer analyze [--model M] --prompt P [--layers 0,2-4] --out result-dir
+    ess-explorer analyze --prompt-file long.txt --out result-dir     (or pipe the prompt on stdin)
+    ess-explorer figure result-dir --kind overview --out fig.pdf
+    ess-explorer figure a-dir b-dir --kind compare --width double --out cmp.pdf
+    ess-explorer report [--model M] --prompt P --out report.html     (or --result result-dir)
+    ess-explorer models                                              (the built-in zoo)
+
+With no --model, the built-in default model (zoo.DEFAULT_MODEL) is used: offline.
+Results are cached on disk (cache.py; $ESS_EXPLORER_CACHE or ~/.cache/ess-explorer);
+--no-cache computes afresh and leaves the cache alone.
+
+Exit status: 0 success, 1 a failure (unknown model, unreadable file, bad data), 2 a bad
+command line. Every error is one line on stderr: ``ess-explorer: error: ...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from . import __version__
+
+__all__ = ["main", "build_parser", "parse_layers"]
+
+PROG = "ess-explorer"
+
+
+class UsageError(Exception):
+    """A bad command line (exit status 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    # argparse prints the usage block and exits; we want one line and a return code.
+    def error(self, message):
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+# ---- seams: the model-dependent steps, replaceable in tests ------------------------------
+def _default_source() -> str:
+    from . import zoo
+
+    return f"zoo:{zoo.DEFAULT_MODEL}"
+
+
+def _resolve_source(model: str | None) -> str:
+    """--model as load_model understands it: the default zoo model when absent, and a bare
+    zoo name ("mamba2_n16") as "zoo:mamba2_n16" when no folder of that name exists."""
+    if model is None:
+        return _default_source()
+    if not model.startswith("zoo:") and not Path(model).expanduser().exists():
+        try:
+            from . import zoo
+
+            if model in zoo.list_models():
+                return f"zoo:{model}"
+        except ImportError:
+            pass
+    return model
+
+
+def _load_model(source: str, revision: str | None):
+    from .models import load_model
+
+    return load_model(source, revision=revision)
+
+
+def _tokenize(tokenizer, prompt: str) -> list[int]:
+    """The ids analyze would use for ``prompt`` (no special tokens added)."""
+    if tokenizer is None:
+        raise ValueError("this model ships no tokenizer; ess-explorer needs one to read a prompt")
+    return [int(i) for i in tokenizer(prompt, add_special_tokens=False)["input_ids"]]
+
+
+def _analyze(model, input_ids, tokenizer, *, layers, tol, relative, stride, device, progress):
+    from .analysis import analyze
+
+    return analyze(model, input_ids, tokenizer=tokenizer, layers=layers, tol=tol, relative=relative,
+                   stride=stride, device=device, progress=progress)
+
+
+def _identity(source: str, model, revision):
+    from .cache import model_identity
+
+    return model_identity(source, model, revision=revision)
+
+
+# ---- argument helpers --------------------------------------------------------------------
+def parse_layers(text: str | None) -> list[int] | None:
+    """"0,2,5-7" -> [0, 2, 5, 6, 7]; None or "all" -> None (every layer)."""
+    if text is None or text.strip().lower() == "all":
+        return None
+    layers = []
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            if "-" in part[1:]:
+                low, high = part.split("-", 1)
+                low, high = int(low), int(high)
+                if high < low:
+                    raise ValueError
+                layers.extend(range(low, high + 1))
+            else:
+                layers.append(int(part))
+        except ValueError:
+            raise UsageError(f"--layers takes indices and ranges like 0,2,5-7; got {text!r}") from None
+    if any(i < 0 for i in layers):
+        raise UsageError(f"--layers takes non-negative indices; got {text!r}")
+    return sorted(set(layers))
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _tolerance(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number such as 1e-3, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"the tolerance must be a finite number >= 0, got {text!r}")
+    return value
+
+
+def _width(text: str):
+    if text in ("single", "double"):
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--width is single, double or a number of points, got {text!r}") from None
+
+
+def _read_prompt(args) -> str:
+    """--prompt, --prompt-file (a path, or - for stdin), or stdin when it is piped."""
+    if args.prompt is not None and args.prompt_file is not None:
+        raise UsageError("give --prompt or --prompt-file, not both")
+    if args.prompt == "-" or args.prompt_file == "-":
+        text = sys.stdin.read()
+    elif args.prompt_file is not None:
+        path = Path(args.prompt_file)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ValueError(f"cannot read the prompt file {path}: no such file") from None
+        except (OSError, UnicodeDecodeError) as error:
+            raise ValueError(f"cannot read the prompt file {path}: {error}") from None
+    elif args.prompt is not None:
+        text = args.prompt
+    else:
+        text = "" if sys.stdin is None or sys.stdin.isatty() else sys.stdin.read()
+        if not text.strip():  # nothing given and nothing piped
+            raise UsageError("give a prompt: --prompt TEXT, --prompt-file FILE, or pipe it on stdin")
+    if text.endswith("\n"):  # the newline an editor or `echo` adds is not part of the prompt
+        text = text[:-1]
+    if not text.strip():
+        raise ValueError("the prompt is empty: ESS needs at least 2 tokens")
+    return text
+
+
+def _say(args, message: str) -> None:
+    if not getattr(args, "quiet", False):
+        print(message, file=sys.stderr)
+
+
+# ---- commands ----------------------------------------------------------------------------
+def compute_result(args):
+    """Load the model, tokenise, and analyse through the cache (unless --no-cache).
+    Returns (result, cache_hit)."""
+    from .cache import ResultCache, cache_key
+
+    layers = parse_layers(args.layers)  # usage errors first, before reading stdin or loading
+    prompt = _read_prompt(args)
+    source = _resolve_source(args.model)
+    _say(args, f"loading {source} ...")
+    model, tokenizer = _load_model(source, args.revision)
+    ids = _tokenize(tokenizer, prompt)
+    relative = not args.absolute
+
+    def run():
+        _say(args, f"analysing {len(ids)} tokens ...")
+        result = _analyze(model, ids, tokenizer, layers=layers, tol=args.tol, relative=relative,
+                          stride=args.stride, device=args.device, progress=not args.quiet)
+        result.meta["prompt"] = prompt
+        result.meta["source"] = source
+        return result
+
+    if args.no_cache:
+        return run(), False
+    dtype = str(next(iter(model.parameters())).dtype).replace("torch.", "") if hasattr(model, "parameters") else "unknown"
+    key = cache_key(_identity(source, model, args.revision), ids, layers=layers, dtype=dtype, tol=args.tol,
+                    relative=relative, stride=args.stride, prompt=prompt)
+    cache = ResultCache(args.cache_dir)
+    return cache.get_or_compute(key, run)
+
+
+def format_summary(result, *, cache_hit: bool | None = None) -> str:
+    """The terminal summary: a header line and a fixed-width table of ESS per layer."""
+    from .export import summary_table
+
+    table = summary_table(result)
+    meta = result.meta
+    head = (f"{meta.get('model_id', 'model')} · {result.length} tokens · tol {meta.get('tol')} "
+            f"({'relative' if meta.get('relative', True) else 'absolute'})")
+    if cache_hit is not None:
+        head += " · cache " + ("hit" if cache_hit else "miss (computed)")
+    columns = [("layer", "layer", "{}"), ("family", "family", "{}"), ("units", "units", "{}"),
+               ("mean_ess", "mean ESS", "{:.2f}"), ("max_ess", "max ESS", "{:.2f}"), ("mean_tss", "mean TSS", "{:.2f}"),
+               ("utilisation", "ESS/TSS", "{:.2f}"), ("state", "state", "{}")]
+    cells = [[title for _, title, _ in columns]]
+    for row in table.itertuples(index=False):
+        record = row._asdict()
+        cells.append([fmt.format(record[name]) for name, _, fmt in columns])
+    widths = [max(len(r[c]) for r in cells) for c in range(len(columns))]
+    lines = ["  ".join(cell.ljust(w) if c < 3 or c == 7 else cell.rjust(w) for c, (cell, w) in enumerate(zip(r, widths)))
+             for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return head + "\n" + "\n".join(line.rstrip() for line in lines)
+
+
+def cmd_analyze(args) -> int:
+    from .export import write_result_dir
+
+    result, hit = compute_result(args)
+    print(format_summary(result, cache_hit=None if args.no_cache else hit))
+    if args.out:
+        out = write_result_dir(result, args.out)
+        print(f"wrote {out}/ (result.npz, table.csv, meta.json)")
+    return 0
+
+
+def _figure_options(args) -> dict:
+    options = {}
+    if args.layers is not None:
+        layers = parse_layers(args.layers)
+        if args.kind in ("spectrum", "operator"):
+            if layers is None or len(layers) != 1:
+                raise UsageError(f"--kind {args.kind} shows one layer: give --layers N")
+            options["layer"] = layers[0]
+        elif layers is not None:
+            options["layers"] = layers
+    for name in ("t", "unit", "variant"):
+        value = getattr(args, name)
+        if value is not None:
+            options[name] = value
+    if args.positions is not None:
+        try:
+            options["positions"] = [int(p) for p in args.positions.split(",")]
+        except ValueError:
+            raise UsageError(f"--positions takes comma-separated integers, got {args.positions!r}") from None
+    return options
+
+
+def cmd_figure(args) -> int:
+    if args.kind not in FIGURE_KINDS:
+        raise UsageError(f"unknown --kind {args.kind!r}; kinds: {', '.join(FIGURE_KINDS)}")
+    from .export import read_result
+    from .figures import figure, save_figure
+
+    if Path(args.out).suffix.lower() not in (".pdf", ".svg", ".png"):
+        raise UsageError(f"--out must end in .pdf, .svg or .png, got {args.out!r}")
+    results = [read_result(path) for path in args.result]
+    if len(results) > 1:
+        labels = {}
+        for path, res in zip(args.result, results):
+            label = str(res.meta.get("model_id") or Path(path).stem)
+            labels[label if label not in labels else f"{label} ({Path(path).name})"] = res
+        data = labels
+    else:
+        data = results[0]
+    start = time.perf_counter()
+    chart = figure(data, args.kind, width=args.width, height=args.height, font=args.font, **_figure_options(args))
+    path = save_figure(chart, args.out, ppi=args.ppi)
+    print(f"wrote {path} ({args.kind}, {time.perf_counter() - start:.2f} s)")
+    return 0
+
+
+def cmd_report(args) -> int:
+    from .export import read_result, write_report
+
+    if not args.out.lower().endswith((".html", ".htm")):
+        raise UsageError(f"--out must end in .html, got {args.out!r}")
+    if args.result is not None:
+        if args.prompt is not None or args.prompt_file is not None or args.model is not None:
+            raise UsageError("--result reports a saved result: give no --model / --prompt with it")
+        result, hit = read_result(args.result), None
+    else:
+        result, hit = compute_result(args)
+        hit = None if args.no_cache else hit
+    print(format_summary(result, cache_hit=hit))
+    layer = parse_layers(args.layer) if args.layer is not None else None
+    if layer is not None and len(layer) != 1:
+        raise UsageError("--layer takes one layer index")
+    path = write_report(result, args.out, layer=None if layer is None else layer[0])
+    print(f"wrote {path} (self-contained, works offline)")
+    return 0
+
+
+def cmd_models(args) -> int:
+    from . import zoo
+
+    names = zoo.list_models()
+    if not names:
+        print(f"no zoo models found in {zoo.ZOO_DIR}")
+        return 1
+    for name in names:
+        mark = " (default)" if name == zoo.DEFAULT_MODEL else ""
+        print(f"zoo:{name}{mark}")
+    return 0
+
+
+# ---- parser ------------------------------------------------------------------------------
+def _analysis_options(parser) -> None:
+    parser.add_argument("--model", "-m", help="hub id, local folder, or zoo:NAME (default: the built-in default model)")
+    parser.add_argument("--revision", help="hub revision (branch, tag or commit)")
+    parser.add_argument("--prompt", "-p", help="the prompt text ('-' reads stdin)")
+    parser.add_argument("--prompt-file", "-f", help="read the prompt from this file ('-' for stdin)")
+    parser.add_argument("--layers", "-l", help="layers to analyse, e.g. 0,2,5-7 (default: all)")
+    parser.add_argument("--tol", type=_tolerance, default=None, help="tolerance-ESS threshold (default 1e-3)")
+    parser.add_argument("--absolute", action="store_true", help="the tolerance is absolute (default: relative to sigma_1)")
+    parser.add_argument("--stride", type=_positive_int, help="compute every STRIDE-th cut only (a quick preview)")
+    parser.add_argument("--device", help="torch device for the spectra (default: the model's)")
+    parser.add_argument("--no-cache", action="store_true", help="compute afresh; neither read nor write the cache")
+    parser.add_argument("--cache-dir", help="cache folder (default: $ESS_EXPLORER_CACHE or ~/.cache/ess-explorer)")
+    parser.add_argument("--quiet", "-q", action="store_true", help="no progress output on stderr")
+
+
+# The figure kinds (figures.KINDS), listed here so that `--help` needs no Altair import;
+# tests/test_cli.py checks the two stay equal.
+FIGURE_KINDS = ("ess_time", "spectrum", "operator", "overview", "utilisation", "diagnostics", "compare")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=PROG, description="Effective State-Size (ESS) of sequence-model layers.")
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
+
+    analyze = sub.add_parser("analyze", help="analyse one prompt; print ESS per layer; save a result directory")
+    _analysis_options(analyze)
+    analyze.add_argument("--out", "-o", help="result directory to write (result.npz, table.csv, meta.json)")
+    analyze.set_defaults(func=cmd_analyze)
+
+    fig = sub.add_parser("figure", help="a publication figure (PDF, SVG or PNG) from saved results")
+    fig.add_argument("result", nargs="+", help="result directory or .npz (several: overlay / compare)")
+    fig.add_argument("--kind", "-k", required=True, help=f"one of: {', '.join(FIGURE_KINDS)}")
+    fig.add_argument("--out", "-o", required=True, help="output file: .pdf, .svg or .png")
+    fig.add_argument("--layers", "-l", help="layers to show (spectrum/operator: one layer)")
+    fig.add_argument("--t", type=int, help="position t of the cut (spectrum, operator)")
+    fig.add_argument("--positions", help="several positions for the spectrum, e.g. 8,16,32")
+    fig.add_argument("--unit", type=int, help="unit (head or channel) for spectrum / operator")
+    fig.add_argument("--variant", choices=["tolerance", "entropy"], help="ESS variant (default tolerance)")
+    fig.add_argument("--width", type=_width, default="single", help="single (3.33 in), double (7 in) or points")
+    fig.add_argument("--height", type=float, help="height in points (default: from the width)")
+    fig.add_argument("--font", choices=["serif", "sans"], default="serif")
+    fig.add_argument("--ppi", type=float, default=300, help="PNG resolution (default 300)")
+    fig.set_defaults(func=cmd_figure)
+
+    report = sub.add_parser("report", help="one self-contained HTML report with the linked views")
+    _analysis_options(report)
+    report.add_argument("--result", help="report a saved result directory instead of analysing")
+    report.add_argument("--layer", help="the layer the explorer opens on (default: the first)")
+    report.add_argument("--out", "-o", required=True, help="output .html file")
+    report.set_defaults(func=cmd_report)
+
+    models = sub.add_parser("models", help="list the built-in zoo models")
+    models.set_defaults(func=cmd_models)
+    return parser
+
+
+def main(argv=None) -> int:
+    """Entry point of ``ess-explorer``; returns the exit status (0, 1 failure, 2 usage)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.command is None:
+            parser.print_help()
+            return 2
+        if getattr(args, "tol", None) is None and hasattr(args, "tol"):
+            from .ess import DEFAULT_TOL
+
+            args.tol = DEFAULT_TOL
+        return int(args.func(args) or 0)
+    except SystemExit as done:  # --help and --version exit through argparse
+        return int(done.code or 0) if isinstance(done.code, (int, type(None))) else 2
+    except UsageError as error:
+        print(f"{PROG}: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except (ValueError, FileNotFoundError, KeyError, OSError) as error:
+        message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        if isinstance(error, KeyError):  # KeyError's str() is the quoted key
+            message = message.strip("'\"")
+        print(f"{PROG}: error: {message}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # python -m ess_explorer.cli
+    sys.exit(main())
