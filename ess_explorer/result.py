@@ -197,6 +197,13 @@ class ESSResult:
         columns = ["layer", "unit", "t", "token", "family", "unit_kind", "tolerance_ess", "entropy_ess", "tss", "utilisation"]
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
 
+    def figure(self, kind: str, **kw):
+        """A publication figure of this result (figures.figure: kinds, paper theme, sizes);
+        save it with figures.save_figure(chart, "fig.pdf")."""
+        from .figures import figure
+
+        return figure(self, kind, **kw)
+
     # ---- persistence: one .npz, JSON header, no pickle -------------------------------
     def save(self, path) -> Path:
         path = Path(path)
