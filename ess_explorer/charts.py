@@ -311,7 +311,7 @@ def _overview_stride(result: ESSResult, max_cells: int) -> int:
 
 
 def overview_data(result: ESSResult, *, unit="mean", variant="tolerance", tol=None, relative=None, metric="utilisation",
-                  max_cells: int = MAX_OVERVIEW_CELLS) -> list[dict]:
+                  max_cells: int | None = None) -> list[dict]:
     """Rows of the "overview" dataset: one per (layer, shown position), with ``layer``,
     ``label``, the cell span ``t0``..``t1``, ``value`` (aggregate ESS/TSS or ESS; an int
     unit means "mean" here, a single head means nothing across layers) and ``token``."""
@@ -319,7 +319,7 @@ def overview_data(result: ESSResult, *, unit="mean", variant="tolerance", tol=No
         raise ValueError(f"metric must be 'utilisation' or 'ess', got {metric!r}")
     tol, relative = _tol_options(result, tol, relative)
     agg = unit if isinstance(unit, str) else "mean"
-    stride = _overview_stride(result, max_cells)
+    stride = _overview_stride(result, MAX_OVERVIEW_CELLS if max_cells is None else max_cells)
     records = []
     for index in sorted(result.layers):
         lay = layer_at_tolerance(result, index, tol, relative)

@@ -1,0 +1,86 @@
+"""The %ess line magic: ``%load_ext ess_explorer`` then
+
+    %ess                                             # default model, example prompt
+    %ess --model zoo:mamba2_n16 --layer 1 "ba 07 ko 31 | ko"
+    %ess --model gpt2 --unit max --variant entropy "The cat sat on the mat."
+    %ess --result run.npz                            # a saved ESSResult, no model
+
+It opens the same explorer as ``ess_explorer.explore`` (and returns it, so it displays).
+Bad options print argparse's usage and a clear message instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+
+__all__ = ["load_ipython_extension", "ess_magic", "parse_ess_args"]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse would exit the kernel's process; raise instead
+        raise ValueError(f"%ess: {message}\n{self.format_usage()}")
+
+
+def _unit(text: str):
+    if text in ("mean", "max", "sum"):
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"unit must be mean, max, sum or a unit index, got {text!r}") from None
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="%ess", description="Open the ESS explorer.", add_help=False)
+    p.add_argument("prompt", nargs="*", help="prompt text (quote it); default: the model's example prompt")
+    p.add_argument("--model", "-m", default=None, help="zoo:NAME, a hub id or a local folder")
+    p.add_argument("--layer", "-l", type=int, default=None)
+    p.add_argument("--unit", "-u", type=_unit, default="mean", help="mean, max, sum or a head / channel index")
+    p.add_argument("--variant", choices=["tolerance", "entropy"], default="tolerance")
+    p.add_argument("--tol", type=float, default=None, help="tolerance (relative to sigma_1 unless --absolute)")
+    p.add_argument("--absolute", action="store_true", help="the tolerance is absolute, not relative to sigma_1")
+    p.add_argument("--stride", type=int, default=None, help="position stride of the overview pass (default: auto)")
+    p.add_argument("--result", default=None, help="open a saved ESSResult (.npz) instead of running a model")
+    return p
+
+
+def parse_ess_args(line: str) -> tuple[str | None, str | None, dict]:
+    """(model, prompt, explore options) from the magic's line; ValueError with usage."""
+    try:
+        words = shlex.split(line)
+    except ValueError as error:  # an unbalanced quote
+        raise ValueError(f"%ess: cannot split the line ({error}); quote the prompt once") from error
+    args = _parser().parse_args(words)
+    options = {"layer": args.layer, "unit": args.unit, "variant": args.variant}
+    if args.tol is not None:
+        options["tol"] = args.tol
+    if args.absolute:
+        options["relative"] = False
+    if args.stride is not None:
+        if args.stride < 1:
+            raise ValueError("%ess: --stride must be a positive integer")
+        options["stride"] = args.stride
+    if args.result is not None:
+        from .result import ESSResult
+
+        options["result"] = ESSResult.load(args.result)
+    prompt = " ".join(args.prompt) if args.prompt else None
+    return args.model, prompt, options
+
+
+def ess_magic(line: str = ""):
+    """%ess [--model M] [--layer N] [--unit U] [--variant V] [--tol X] [--absolute] "prompt" """
+    from .widget import explore
+
+    try:
+        model, prompt, options = parse_ess_args(line)
+    except ValueError as error:
+        print(error)
+        return None
+    return explore(model, prompt, **options)
+
+
+def load_ipython_extension(ipython) -> None:
+    """Called by ``%load_ext ess_explorer``: registers the %ess line magic."""
+    ipython.register_magic_function(ess_magic, magic_kind="line", magic_name="ess")
