@@ -660,17 +660,19 @@ def figure_bytes(chart, fmt: str, *, scale: float | None = None, ppi: float = 30
     if fmt == "svg":
         return vlc.vegalite_to_svg(spec, vl_version=version, allowed_base_urls=[]).encode("utf-8")
     if fmt == "png":
-        # scale = ppi / 72 makes a figure of W points W * ppi / 72 pixels wide: print resolution.
-        return vlc.vegalite_to_png(spec, vl_version=version, scale=scale or ppi / 72.0, ppi=ppi, allowed_base_urls=[])
+        # vl-convert draws W points as W * ppi / 72 * scale pixels and records ppi in the file,
+        # so ppi alone gives print resolution at the figure's physical size.
+        return vlc.vegalite_to_png(spec, vl_version=version, scale=scale or 1.0, ppi=ppi, allowed_base_urls=[])
     raise ValueError(f"unknown figure format {fmt!r}; use one of pdf, svg, png")
 
 
 def save_figure(chart, path, *, scale: float | None = None, ppi: float = 300) -> Path:
     """Write ``chart`` to ``path`` by suffix (.pdf, .svg, .png), atomically.
 
-    PDF and SVG are vector, 1 pt per Vega-Lite pixel; ``scale`` multiplies their size (rarely
-    wanted: size the figure with ``width`` instead). PNG is rendered at ``ppi`` (default 300)
-    unless ``scale`` is given. Returns the path.
+    PDF and SVG are vector, 1 pt per Vega-Lite pixel; ``scale`` multiplies the PDF size
+    (rarely wanted: size the figure with ``width`` instead). A PNG is W * ppi / 72 * scale
+    pixels wide for a W-point figure (default 300 ppi, scale 1: print resolution at the
+    figure's physical size). Returns the path.
     """
     path = Path(path)
     suffix = path.suffix.lower()

@@ -135,9 +135,9 @@ def test_kind_exports_valid_pdf_svg_png(kind, charts_by_kind, tmp_path):
     assert abs(float(root.get("width")) - width) < 1
     assert len(root.findall(".//{http://www.w3.org/2000/svg}path")) >= 5
 
-    png = save_figure(chart, tmp_path / f"{kind}.png", ppi=144).read_bytes()
+    png = save_figure(chart, tmp_path / f"{kind}.png", ppi=108).read_bytes()
     pw, ph, pixels = png_pixels(png)
-    assert abs(pw - 2 * width) <= 2 and abs(ph - 2 * height) <= 2  # 144 ppi = 2 px per point
+    assert abs(pw - 1.5 * width) <= 2 and abs(ph - 1.5 * height) <= 2  # 108 ppi = 1.5 px per point
     assert (pixels[..., :3] < 235).any(-1).mean() > 0.02
 
 

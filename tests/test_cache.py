@@ -1,0 +1,157 @@
+"""The disk cache: keys separate everything that changes a result; entries are written
+atomically; a truncated or corrupt entry is recomputed and overwritten, never trusted."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import numpy as np
+import pytest
+
+from ess_explorer import cache as cache_mod
+from ess_explorer.cache import ResultCache, cache_key, default_cache_dir, folder_identity, model_identity
+from ess_explorer.result import ESSResult
+from ess_explorer.synthetic import reference_result
+
+
+@pytest.fixture(scope="module")
+def ref():
+    return reference_result()
+
+
+BASE = dict(identity={"kind": "hub", "source": "org/m", "revision": "abc"}, input_ids=[1, 2, 3],
+            layers=[0, 1], dtype="float32", tol=1e-3, relative=True, stride=None, prompt="abc")
+
+
+def key(**change):
+    parts = {**BASE, **change}
+    identity, ids = parts.pop("identity"), parts.pop("input_ids")
+    return cache_key(identity, ids, **parts)
+
+
+def test_key_is_stable_and_separates_every_setting():
+    assert key() == key() and key(layers=[1, 0]) == key()  # order of layers does not matter
+    variants = [
+        key(identity={"kind": "hub", "source": "org/m", "revision": "def"}),
+        key(identity={"kind": "hub", "source": "org/other", "revision": "abc"}),
+        key(input_ids=[1, 2, 4]), key(layers=[0]), key(layers=None), key(dtype="float64"),
+        key(tol=1e-4), key(relative=False), key(stride=2), key(prompt="abd"), key(version="9.9.9"),
+        key(top_k=8),
+    ]
+    assert len({key(), *variants}) == len(variants) + 1
+
+
+def test_put_get_round_trip(ref, tmp_path):
+    store = ResultCache(tmp_path)
+    k = key()
+    assert store.get(k) is None
+    path = store.put(k, copy.deepcopy(ref))
+    assert path.is_file() and path.parent.parent == tmp_path / "results"
+    back = store.get(k)
+    assert back.meta["cache_key"] == k
+    assert np.array_equal(back.layer(2).tolerance_ess, ref.layer(2).tolerance_ess)
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary files left
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "empty", "bitflip"])
+def test_a_damaged_entry_is_recomputed_and_overwritten(ref, tmp_path, damage):
+    store = ResultCache(tmp_path)
+    k = key()
+    path = store.put(k, copy.deepcopy(ref))
+    data = path.read_bytes()
+    if damage == "truncate":
+        path.write_bytes(data[: len(data) // 2])
+    elif damage == "garbage":
+        path.write_bytes(b"not an npz at all")
+    elif damage == "empty":
+        path.write_bytes(b"")
+    else:
+        flipped = bytearray(data)
+        flipped[len(data) // 2] ^= 0xFF
+        path.write_bytes(bytes(flipped))
+    calls = []
+
+    def compute():
+        calls.append(1)
+        fresh = copy.deepcopy(ref)
+        fresh.meta["recomputed"] = True
+        return fresh
+
+    with pytest.warns(UserWarning, match="cache entry"):
+        result, hit = store.get_or_compute(k, compute)
+    assert not hit and calls == [1] and result.meta["recomputed"]
+    again, hit = store.get_or_compute(k, compute)  # the overwritten entry is good
+    assert hit and calls == [1] and again.meta["recomputed"]
+
+
+def test_an_entry_under_the_wrong_key_is_not_trusted(ref, tmp_path):
+    store = ResultCache(tmp_path)
+    source = store.put(key(), copy.deepcopy(ref))
+    other = key(tol=0.5)
+    target = store.path(other)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(source.read_bytes())  # e.g. a file copied or renamed by hand
+    with pytest.warns(UserWarning, match="another key"):
+        assert store.get(other) is None
+    assert not target.exists()
+
+
+def test_a_failed_write_leaves_the_old_entry(ref, tmp_path, monkeypatch):
+    store = ResultCache(tmp_path)
+    k = key()
+    good = store.put(k, copy.deepcopy(ref))
+    before = good.read_bytes()
+
+    def broken_save(self, path):
+        with open(str(path) + ".tmp", "wb") as handle:
+            handle.write(b"half a file")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(ESSResult, "save", broken_save)
+    with pytest.raises(OSError, match="disk full"):
+        store.put(k, copy.deepcopy(ref))
+    assert good.read_bytes() == before
+    assert [p.name for p in good.parent.iterdir()] == [good.name]
+
+
+def test_bad_keys_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="hex digest"):
+        ResultCache(tmp_path).path("../../etc/passwd")
+
+
+def test_location_from_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("ESS_EXPLORER_CACHE", str(tmp_path / "c"))
+    assert default_cache_dir() == tmp_path / "c" and ResultCache().root == tmp_path / "c"
+    monkeypatch.delenv("ESS_EXPLORER_CACHE")
+    assert default_cache_dir().parts[-2:] == (".cache", "ess-explorer")
+
+
+def test_folder_identity_follows_config_and_weights(tmp_path, monkeypatch):
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "x", "hidden_size": 8}))
+    (folder / "model.safetensors").write_bytes(b"weights-1")
+    first = folder_identity(folder)
+    assert model_identity(str(folder)) == {"source": str(folder.resolve()), **first}
+    (folder / "model.safetensors").write_bytes(b"weights-2")
+    second = folder_identity(folder)
+    assert second != first
+    (folder / "config.json").write_text(json.dumps({"model_type": "x", "hidden_size": 16}))
+    assert folder_identity(folder) != second
+    monkeypatch.setattr(cache_mod, "HASH_BYTES_UP_TO", 0)  # big files: size + mtime
+    assert "size=" in folder_identity(folder)["weights"]["model.safetensors"]
+    with pytest.raises(ValueError, match="no config.json"):
+        folder_identity(tmp_path)
+
+
+def test_hub_identity_uses_the_loaded_commit():
+    class Config:
+        _commit_hash = "0123abcd"
+
+    class Model:
+        config = Config()
+
+    assert model_identity("org/name", Model()) == {"kind": "hub", "source": "org/name", "revision": "0123abcd"}
+    assert model_identity("org/name", Model(), revision="v2")["revision"] == "v2"
+    assert model_identity("org/name")["revision"] is None

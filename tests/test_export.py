@@ -1,0 +1,161 @@
+"""Data export (CSV, Parquet), result directories, and the standalone report's contents
+(self-contained, data and metadata embedded, safe against hostile tokens)."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import io
+import json
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from ess_explorer.export import (
+    REQUIRED_META,
+    export_table,
+    read_result,
+    report_html,
+    result_metadata,
+    summary_table,
+    write_report,
+    write_result_dir,
+)
+from ess_explorer.result import ESSResult
+from ess_explorer.synthetic import reference_result
+
+
+@pytest.fixture(scope="module")
+def ref():
+    res = reference_result()
+    res.meta["prompt"] = "k0 v3 k4 ... | a prompt"
+    return res
+
+
+def expected_rows(res: ESSResult) -> int:
+    return sum(lay.tolerance_ess.size for lay in res.layers.values())
+
+
+def test_csv_and_parquet_round_trip(ref, tmp_path):
+    csv = pd.read_csv(export_table(ref, tmp_path / "t.csv"), keep_default_na=False)
+    assert len(csv) == expected_rows(ref)
+    assert list(csv.columns) == ["layer", "unit", "t", "token", "family", "unit_kind", "tolerance_ess",
+                                 "entropy_ess", "tss", "utilisation"]
+    lay = ref.layer(2)
+    rows = csv[(csv.layer == 2) & (csv.unit == 1)].sort_values("t")
+    assert np.array_equal(rows["tolerance_ess"].to_numpy(), lay.tolerance_ess[1])
+    assert np.allclose(rows["entropy_ess"].to_numpy(), lay.entropy_ess[1])
+    assert list(rows["token"]) == [ref.tokens[t] for t in lay.positions]
+
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(export_table(ref, tmp_path / "t.parquet"))
+    assert table.num_rows == expected_rows(ref)
+    meta = json.loads(table.schema.metadata[b"ess_explorer"])
+    assert meta["model_id"] == "synthetic:reference" and meta["tol"] == ref.meta["tol"]
+    back = table.to_pandas()
+    assert np.allclose(back["utilisation"], csv["utilisation"])
+
+
+def test_table_suffix_is_checked(ref, tmp_path):
+    with pytest.raises(ValueError, match=r"\.csv or \.parquet"):
+        export_table(ref, tmp_path / "t.xlsx")
+
+
+def test_result_dir_layout_and_metadata(ref, tmp_path):
+    out = write_result_dir(ref, tmp_path / "run")
+    assert sorted(p.name for p in out.iterdir()) == ["meta.json", "result.npz", "table.csv"]
+    back = read_result(out)
+    assert back.tokens == ref.tokens and sorted(back.layers) == sorted(ref.layers)
+    for i, lay in ref.layers.items():
+        assert np.array_equal(back.layer(i).tolerance_ess, lay.tolerance_ess)
+        assert np.array_equal(back.layer(i).singular_values, lay.singular_values)
+    meta = json.loads((out / "meta.json").read_text())
+    for key in REQUIRED_META:  # everything needed to regenerate a figure
+        assert key in meta["meta"], key
+    assert meta["meta"]["package_version"] and "H_t = T[t:, :t]" in meta["meta"]["convention"]
+    assert meta["length"] == ref.length and len(meta["summary"]) == len(ref.layers)
+    assert meta["layers"]["0"]["units"] == ref.layer(0).n_units
+    assert len(pd.read_csv(out / "table.csv")) == expected_rows(ref)
+    # no temporary files left behind
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]
+
+
+def test_missing_meta_keys_are_present_as_null(ref):
+    bare = copy.deepcopy(ref)
+    bare.meta = {"tol": 1e-3}
+    meta = result_metadata(bare)["meta"]
+    assert meta["model_id"] is None and meta["revision"] is None and meta["tol"] == 1e-3
+
+
+def test_read_result_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no ESS result"):
+        read_result(tmp_path / "nothing")
+    broken = tmp_path / "broken.npz"
+    broken.write_bytes(b"PK\x03\x04 this is not a zip archive")
+    with pytest.raises(ValueError, match="not a readable ESS result"):
+        read_result(broken)
+
+
+def test_summary_table_matches_the_layers(ref):
+    table = summary_table(ref)
+    assert list(table["layer"]) == sorted(ref.layers)
+    conv = table.set_index("layer").loc[1]
+    assert conv["family"] == "short_conv" and conv["max_ess"] == pytest.approx(3.0)  # k - 1, k = 4
+    assert conv["mean_tss"] == pytest.approx(3.0)
+    assert table.set_index("layer").loc[0, "max_ess"] == pytest.approx(ref.length // 2)  # min(t, L - t)
+
+
+@pytest.fixture(scope="module")
+def page(ref):
+    return report_html(ref)
+
+
+def test_report_is_self_contained(page):
+    assert page.startswith("<!DOCTYPE html>")
+    assert not re.search(r"<script[^>]+src=", page), "an external script"
+    assert not re.search(r"<link[^>]+href=", page), "an external stylesheet"
+    assert "vegaEmbed(" in page and len(page) > 500_000  # the JS bundle is inline
+    spec = json.loads(re.search(r"const spec = (\{.*?\});\n", page, re.S).group(1))
+    assert "vconcat" in spec and spec.get("datasets")  # the linked views, data inline
+    assert not any("url" in (v.get("data") or {}) for v in spec.get("vconcat", []))
+
+
+def test_report_embeds_metadata_and_data(ref, page):
+    meta = json.loads(re.search(r"<script type='application/json' id='ess-meta'>(.*?)</script>", page, re.S).group(1))
+    assert meta["meta"]["model_id"] == "synthetic:reference" and meta["length"] == ref.length
+    links = dict(re.findall(r'<a download="([^"]+)" href="data:[^;]+;base64,([^"]+)"', page))
+    assert set(links) == {"table.csv", "result.npz", "meta.json"}
+    table = pd.read_csv(io.BytesIO(base64.b64decode(links["table.csv"])))
+    assert len(table) == expected_rows(ref)
+    blob = base64.b64decode(links["result.npz"])
+    path = __import__("tempfile").mkstemp(suffix=".npz")[1]
+    open(path, "wb").write(blob)
+    back = ESSResult.load(path)
+    assert np.array_equal(back.layer(3).tolerance_ess, ref.layer(3).tolerance_ess)
+    assert "Per-layer summary" in page and "short_conv" in page
+
+
+def test_hostile_tokens_cannot_break_the_page(ref, tmp_path):
+    evil = copy.deepcopy(ref)
+    evil.tokens[5] = "</script><script>alert(1)</script>"
+    evil.meta["prompt"] = "<b>bold</b></script>"
+    html = write_report(evil, tmp_path / "r.html", embed_data=False).read_text()
+    # Every </script> closes a <script> the page itself opened: none comes from the data.
+    assert html.count("</script>") == len(re.findall(r"<script[ >]", html))
+    assert "alert(1)</script>" not in html and "&lt;b&gt;bold" in html
+
+
+def test_report_options_and_errors(ref, tmp_path):
+    small = report_html(ref, layer=2, embed_data=False, max_embed_bytes=10)
+    assert "Data not embedded" in small
+    tiny = report_html(ref, max_embed_bytes=1000)
+    assert "above the 0 MB limit" in tiny or "Data not embedded" in tiny
+    with pytest.raises(ValueError, match="layer 7 was not analysed"):
+        report_html(ref, layer=7)
+    with pytest.raises(ValueError, match=r"\.html"):
+        write_report(ref, tmp_path / "r.pdf")
+    with pytest.raises(ValueError, match="needs an ESSResult"):
+        write_report("result.npz", tmp_path / "r.html")
