@@ -15,6 +15,7 @@ No torch.nn and no UI here: tensors in, tensors out.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable
 
 import numpy as np
@@ -22,7 +23,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ._checks import as_tensor, require
-from .realizations import DiagonalSSM, batched_svdvals, factored_hankel_singular_values
+from .realizations import DiagonalSSM, single_threaded_torch, factored_hankel_singular_values
 
 __all__ = [
     "DEFAULT_TOL",
@@ -125,12 +126,27 @@ def hankel_singular_values(
     max_rank = length // 2
     k_out = max_rank if top_k is None else min(int(top_k), max_rank)
     out = torch.zeros(flat.shape[0], len(pos), k_out, dtype=dtype, device=dense.device)
-    for row, t in enumerate(tqdm(pos.tolist(), disable=not progress, desc="cuts", leave=False)):
-        if t == 0:
-            continue
-        sigma = _cut_singular_values(flat[:, t:, :t], method)
-        width = min(k_out, sigma.shape[-1])
-        out[:, row, :width] = sigma[:, :width]
+    bar = tqdm(total=len(pos), disable=not progress, desc="cuts", leave=False)
+
+    def fill(rows: list[int]) -> None:
+        for row in rows:
+            t = int(pos[row])
+            if t > 0:
+                sigma = _cut_singular_values(flat[:, t:, :t], method)
+                width = min(k_out, sigma.shape[-1])
+                out[:, row, :width] = sigma[:, :width]
+            bar.update()
+
+    # Cuts are independent LAPACK calls of different shapes that torch cannot batch, and
+    # one call barely uses a second core; on CPU, interleaved halves run in two threads.
+    workers = torch.get_num_threads() if dense.device.type == "cpu" else 1
+    rows = list(range(len(pos)))
+    if workers > 1 and len(rows) > 1:
+        with single_threaded_torch(), ThreadPoolExecutor(workers) as pool:
+            list(pool.map(fill, [rows[i::workers] for i in range(workers)]))
+    else:
+        fill(rows)
+    bar.close()
     return out.reshape(*batch_shape, len(pos), k_out)
 
 
