@@ -466,7 +466,7 @@ def _ess_over_time_view(result, layer, unit, names, t0, width=760, height=190):
         x=alt.value(width), y=alt.value(-8), text="variant:N")
     stride = result.meta.get("stride")
     subtitle = (f"layer {layer} ({lay.family}), {_unit_label(lay, unit)} · click to select t · hover for the token · "
-                "orange: separators" + (f" · computed every {stride}th position" if stride and stride > 1 else ""))
+                "orange: separators" + (f" · computed at stride {stride}" if stride and stride > 1 else ""))
     return alt.layer(lines, seps, hover_rule, selected_rule, points, hover_text, selected_text, variant).properties(
         width=width, height=height, title=alt.Title("ESS over time", subtitle=subtitle, anchor="start", offset=14)
     )
@@ -595,10 +595,13 @@ def _overview_view(result, layer, unit, metric, names, width=520):
     stride = _overview_stride(result, MAX_OVERVIEW_CELLS)
     notes = ["click a row to select a layer"]
     if stride > 1:
-        notes.append(f"every {stride}th position shown")
+        notes.append(f"shown at stride {stride}")
+    overview_stride = result.meta.get("overview_stride")
     analysis_stride = result.meta.get("stride")
-    if analysis_stride and analysis_stride > 1:
-        notes.append(f"computed every {analysis_stride}th position")
+    if overview_stride and overview_stride > 1:
+        notes.append(f"layers computed at stride {overview_stride}, the selected layer exactly")
+    elif analysis_stride and analysis_stride > 1:
+        notes.append(f"computed at stride {analysis_stride}")
     return (
         alt.Chart(_named("overview"))
         .mark_rect()

@@ -216,11 +216,11 @@ class ESSExplorer(W.VBox):
         self.chart: alt.JupyterChart | None = None
         self._chart_box = W.Box(layout=W.Layout(width="100%"))
 
-        row1 = W.HBox([self.model_w, self.source_w, self.analyze_w], layout=W.Layout(align_items="center", gap="8px"))
-        row2 = W.HBox([self.prompt_w, W.VBox([self.example_w, self.mqar_w])], layout=W.Layout(gap="8px"))
+        row1 = W.HBox([self.model_w, self.source_w, self.analyze_w], layout=W.Layout(align_items="center"))
+        row2 = W.HBox([self.prompt_w, W.VBox([self.example_w, self.mqar_w])], layout=W.Layout(align_items="flex-start"))
         row3 = W.HBox([self.layer_w, self.unit_w, self.variant_w, self.tol_w, self.relative_w, self.metric_w],
-                      layout=W.Layout(align_items="center", gap="10px", flex_flow="row wrap"))
-        row4 = W.HBox([self.progress_w, self.status_w], layout=W.Layout(align_items="center", gap="10px"))
+                      layout=W.Layout(align_items="center", flex_flow="row wrap"))
+        row4 = W.HBox([self.progress_w, self.status_w], layout=W.Layout(align_items="center"))
         super().__init__([row1, row2, row3, row4, self._chart_box], layout=W.Layout(width="100%"))
         self.add_class("ess-explorer")
         self._sync_source_widgets()
@@ -230,6 +230,7 @@ class ESSExplorer(W.VBox):
         self.example_w.on_click(lambda _: self._set_prompt(example_prompt(self.source)))
         self.mqar_w.on_click(lambda _: self._random_mqar())
         self.model_w.observe(lambda _: self._sync_source_widgets(), "value")
+        self.source_w.observe(lambda _: self._sync_source_widgets(), "value")
         self.layer_w.observe(self._on_layer, "value")
         self.unit_w.observe(lambda _: self._guarded(self.refresh), "value")
         self.metric_w.observe(lambda _: self._guarded(self.refresh), "value")
