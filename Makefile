@@ -1,0 +1,41 @@
+# Two entry points for a fresh machine (Python 3.11, registries only, no GPU needed):
+#   make run    set up, then analyse the built-in default model and write ess-report.html
+#   make test   set up (plus Debian chromium for the browser tests), then run the test suite
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+PROMPT ?=
+
+.PHONY: setup run test test-fast bench lab browser clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# torch is pinned in pyproject.toml (2.13.0: the CPU build on this kind of machine);
+# installing it first keeps the resolver from looking at CUDA wheels.
+setup: $(BIN)/python
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e ".[test]"
+
+run: setup
+	HF_HUB_OFFLINE=1 $(BIN)/ess-explorer report --out ess-report.html $(if $(PROMPT),--prompt "$(PROMPT)",)
+
+browser:
+	@test -x /usr/bin/chromium || (apt-get update -qq && apt-get install -y -qq chromium)
+
+test: setup browser
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
+
+test-fast: setup
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m "not slow and not browser"
+
+bench: setup
+	$(BIN)/python benchmarks/bench_core.py
+	$(BIN)/python benchmarks/bench_analyze.py
+
+lab: setup
+	$(BIN)/jupyter lab notebooks/
+
+clean:
+	rm -rf $(VENV) .pytest_cache test-artifacts
