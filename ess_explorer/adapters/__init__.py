@@ -191,6 +191,14 @@ def eager_attention(model: nn.Module, needed: bool = True):
             model.set_attn_implementation(previous)
 
 
+class _StopForward(Exception):
+    """Raised by a hook once the last analysed mixer has run (caught in `capture`)."""
+
+
+def _stop_forward(_module, _args, _output):
+    raise _StopForward
+
+
 def capture(model: nn.Module, input_ids: torch.Tensor, slots: list[LayerSlot]) -> dict[int, CapturedLayer]:
     """One forward pass of ``model`` on ``input_ids`` (1, L); the CapturedLayer of every slot.
 
@@ -204,8 +212,15 @@ def capture(model: nn.Module, input_ids: torch.Tensor, slots: list[LayerSlot]) -
             model.eval()
             for slot in slots:
                 ADAPTERS[slot.adapter].install(session, slot)
+            # Nothing after the last analysed mixer matters: stop the pass there (saves the
+            # later layers and the LM head, e.g. most of the time for a single early layer).
+            last = max(slots, key=lambda slot: slot.index).module
+            session.hook(last.register_forward_hook(_stop_forward))
             with torch.no_grad():
-                model(input_ids=input_ids, use_cache=False)
+                try:
+                    model(input_ids=input_ids, use_cache=False)
+                except _StopForward:
+                    pass
     finally:
         session.close()
         model.train(was_training)

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..realizations import batched_svdvals
+from ..realizations import DiagonalSSM  # noqa: F401  (see the module docstring: not applicable here)
 from .base import CaptureSession, LayerSlot, ShortConvCapture
 
 __all__ = ["ShortConvAdapter", "short_conv_operator", "short_conv_hankel_singular_values"]
@@ -83,7 +83,7 @@ def short_conv_hankel_singular_values(
     r, s = offsets[:, None], offsets[None, :]
     taps = weight[:, (s - r).clamp(min=0)] * (s >= r)  # (U, m, m): w[s - r] on and above the diagonal
     blocks = rows[..., :, None] * taps[:, None] * cols[..., None, :]  # (U, P, m, m)
-    sigma = batched_svdvals(blocks)
+    sigma = torch.linalg.svdvals(blocks)  # tiny (k-1) x (k-1) blocks, one batched call
     return torch.where(pos[None, :, None] == 0, torch.zeros_like(sigma), sigma)
 
 
