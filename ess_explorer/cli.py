@@ -12,12 +12,14 @@ Results are cached on disk (cache.py; $ESS_EXPLORER_CACHE or ~/.cache/ess-explor
 --no-cache computes afresh and leaves the cache alone.
 
 Exit status: 0 success, 1 a failure (unknown model, unreadable file, bad data), 2 a bad
-command line. Every error is one line on stderr: ``ess-explorer: error: ...``.
+command line. Every error is one line on stderr: ``ess-explorer: error: ...``
+(ESS_EXPLORER_DEBUG=1 re-raises unexpected errors with their traceback).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -403,6 +405,12 @@ def main(argv=None) -> int:
         if isinstance(error, KeyError):  # KeyError's str() is the quoted key
             message = message.strip("'\"")
         print(f"{PROG}: error: {message}", file=sys.stderr)
+        return 1
+    except Exception as error:  # a bug, not a user error: still one line, traceback on request
+        if os.environ.get("ESS_EXPLORER_DEBUG"):
+            raise
+        print(f"{PROG}: error: internal error ({type(error).__name__}: {error}); "
+              "set ESS_EXPLORER_DEBUG=1 for the traceback", file=sys.stderr)
         return 1
 
 
