@@ -165,19 +165,22 @@ def _cut_singular_values(cut: torch.Tensor, method: str) -> torch.Tensor:
     return sigma
 
 
-def _spectra(op_or_singular_values, **kwargs) -> torch.Tensor:
-    """Accept singular values (*batch, L, K) as they are; compute them from an operator.
+def _spectra(op_or_singular_values, spectra: bool | None, **kwargs) -> torch.Tensor:
+    """Singular values as given, or computed from an operator.
 
-    A square trailing block (L x L) is an operator: spectra never are square, since
-    rank(H_t) <= min(t, L - t) caps K at L // 2 on both paths.
+    ``spectra=None`` infers: a DiagonalSSM or a square trailing block (L x L) is an
+    operator, anything else singular values (*batch, P, K). Strided spectra can be square
+    (P == K), so callers holding spectra pass ``spectra=True``.
     """
     if isinstance(op_or_singular_values, DiagonalSSM):
+        require(spectra is not True, "spectra=True, but a DiagonalSSM is an operator")
         return hankel_singular_values(op_or_singular_values, **kwargs)
     tensor = as_tensor(op_or_singular_values, "op_or_singular_values")
-    if tensor.ndim >= 2 and tensor.shape[-1] == tensor.shape[-2]:
+    is_operator = tensor.ndim >= 2 and tensor.shape[-1] == tensor.shape[-2] if spectra is None else not spectra
+    if is_operator:
         return hankel_singular_values(tensor, **kwargs)
     require(tensor.is_floating_point(), f"singular values must be floating point, got {tensor.dtype}")
-    require(tensor.ndim >= 2, f"singular values must have shape (*batch, L, K), got {tuple(tensor.shape)}")
+    require(tensor.ndim >= 2, f"singular values must have shape (*batch, P, K), got {tuple(tensor.shape)}")
     require(bool(torch.isfinite(tensor).all()), "singular values contain NaN or infinite values")
     require(bool((tensor >= 0).all()), "singular values must be non-negative")
     return tensor
@@ -187,22 +190,26 @@ def tolerance_ess(
     op_or_singular_values,
     tol: float = DEFAULT_TOL,
     relative: bool = DEFAULT_RELATIVE,
+    *,
+    spectra: bool | None = None,
     **kwargs,
 ) -> torch.Tensor:
     """tolerance-ESS: #{k : sigma_k(H_t) > tau}, shape (*batch, L), int64.
 
     tau = tol * sigma_1(H_t) when relative (default) else tol. A cut with sigma_1 = 0 has
-    ESS 0 either way. ``kwargs`` pass to `hankel_singular_values` when given an operator.
+    ESS 0 either way. Input: an operator, a DiagonalSSM or singular values (see
+    ``spectra``); ``kwargs`` pass to `hankel_singular_values` when given an operator.
     """
     require(np.isfinite(tol) and tol >= 0, f"tol must be a finite non-negative number, got {tol}")
-    sigma = _spectra(op_or_singular_values, **kwargs)
+    sigma = _spectra(op_or_singular_values, spectra, **kwargs)
     threshold = tol * sigma[..., :1] if relative else torch.full_like(sigma[..., :1], tol)
     return (sigma > threshold).sum(-1)
 
 
-def entropy_ess(op_or_singular_values, **kwargs) -> torch.Tensor:
-    """entropy-ESS: exp(-sum p_k log p_k), p = sigma / sum(sigma); 0 for an all-zero cut."""
-    sigma = _spectra(op_or_singular_values, **kwargs)
+def entropy_ess(op_or_singular_values, *, spectra: bool | None = None, **kwargs) -> torch.Tensor:
+    """entropy-ESS: exp(-sum p_k log p_k), p = sigma / sum(sigma); 0 for an all-zero cut.
+    Input as for `tolerance_ess`."""
+    sigma = _spectra(op_or_singular_values, spectra, **kwargs)
     total = sigma.sum(-1, keepdim=True)
     p = sigma / torch.where(total > 0, total, torch.ones_like(total))
     plogp = torch.where(p > 0, p * torch.log(torch.where(p > 0, p, torch.ones_like(p))), torch.zeros_like(p))

@@ -111,8 +111,8 @@ class LayerESS:
         length = operator.length if isinstance(operator, DiagonalSSM) else int(operator.shape[-1])
         positions = np.arange(length) if positions is None else np.asarray(positions)
         sigma = hankel_singular_values(operator, positions=positions, device=device, progress=progress)
-        tol_ess = tolerance_ess(sigma, tol=tol, relative=relative)
-        ent_ess = entropy_ess(sigma)
+        tol_ess = tolerance_ess(sigma, tol=tol, relative=relative, spectra=True)
+        ent_ess = entropy_ess(sigma, spectra=True)
         keep = sigma if top_k is None else sigma[..., :top_k]
         units = sigma.shape[0]
         rank_bound = np.minimum(positions, length - positions)

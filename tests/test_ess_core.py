@@ -247,3 +247,14 @@ def test_bad_ssm_and_options_raise_clear_errors():
         hankel_singular_values(op, method="eig")
     with pytest.raises(ValueError, match="non-negative"):
         entropy_ess(-torch.ones(4, 2, dtype=torch.float64))
+
+
+def test_square_spectra_are_read_as_spectra_when_said_so():
+    # 16 strided cuts of an N = 16 model give a 16 x 16 spectra array: not an operator.
+    ssm = diagonal_ssm(64, 16, seed=2)
+    sigma = hankel_singular_values(ssm, stride=4)[0]
+    assert sigma.shape == (16, 16)
+    expected = tolerance_ess(ssm, tol=TIGHT)[0, ::4]
+    torch.testing.assert_close(tolerance_ess(sigma, tol=TIGHT, spectra=True), expected)
+    with pytest.raises(ValueError, match="not lower triangular"):
+        tolerance_ess(sigma, tol=TIGHT)  # inferred as an operator, and rejected as one
