@@ -185,6 +185,13 @@ def compute_result(args):
     prompt = _read_prompt(args)
     source = _resolve_source(args.model)
     _say(args, f"loading {source} ...")
+    if args.quiet:  # transformers draws its own bar while loading weights
+        try:
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.disable_progress_bar()
+        except ImportError:
+            pass
     model, tokenizer = _load_model(source, args.revision)
     ids = _tokenize(tokenizer, prompt)
     relative = not args.absolute
@@ -212,7 +219,7 @@ def format_summary(result, *, cache_hit: bool | None = None) -> str:
 
     table = summary_table(result)
     meta = result.meta
-    head = (f"{meta.get('model_id', 'model')} · {result.length} tokens · tol {meta.get('tol')} "
+    head = (f"{meta.get('source') or meta.get('model_id', 'model')} · {result.length} tokens · tol {meta.get('tol')} "
             f"({'relative' if meta.get('relative', True) else 'absolute'})")
     if cache_hit is not None:
         head += " · cache " + ("hit" if cache_hit else "miss (computed)")

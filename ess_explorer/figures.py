@@ -266,10 +266,17 @@ def _series(result_or_results) -> list[tuple[str, ESSResult]]:
             raise ValueError(f"every item must be an ESSResult, got {type(res).__name__}")
         if not res.layers:
             raise ValueError("the result has no analysed layers; analyse at least one layer")
-        label = str(label) if label is not None else str(res.meta.get("model_id") or "model")
+        label = str(label) if label is not None else _default_label(res)
         seen[label] = seen.get(label, 0) + 1
         out.append((label if seen[label] == 1 else f"{label} ({seen[label]})", res))
     return out
+
+
+def _default_label(result: ESSResult) -> str:
+    """A short series name: the CLI's source ("zoo:mamba2_n16") or the model id, a local
+    folder by its name rather than its full path."""
+    name = str(result.meta.get("source") or result.meta.get("model_id") or "model")
+    return Path(name).name if name.startswith(("/", "./", "../", "~")) else name
 
 
 def _layers(result: ESSResult, layers) -> list[int]:

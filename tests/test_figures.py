@@ -237,3 +237,12 @@ def test_result_figure_method_delegates(ref, tmp_path):
         pytest.skip("ESSResult.figure not added yet")
     chart = ref.figure("overview", width="double")
     assert chart.to_dict()["width"] == PAPER_WIDTHS["double"]
+
+
+def test_default_series_labels_are_short(ref):
+    a, b = copy.deepcopy(ref), copy.deepcopy(ref)
+    a.meta["model_id"], a.meta["source"] = "/abs/path/to/zoo/mamba2_n16", "zoo:mamba2_n16"
+    b.meta["model_id"] = "/abs/path/to/lfm2"
+    b.meta.pop("source", None)
+    frame = figures.ess_over_time_frame([a, b], layers=[0])
+    assert set(frame["model"]) == {"zoo:mamba2_n16", "lfm2"}
