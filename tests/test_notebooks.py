@@ -1,0 +1,174 @@
+"""The three notebooks run top to bottom, headless and offline, and show what they claim.
+
+Each notebook is executed once per session (nbclient, a kernel running this interpreter,
+i.e. the .venv's ipykernel) in a temporary copy of notebooks/ as the working directory,
+with HF_HUB_OFFLINE=1, exactly as a newcomer on a fresh machine with no network would
+run it. The checks read the executed outputs: no error, static PNG copies of the charts
+(so an executed notebook reads on GitHub / nbconvert), the computed claims printed, and
+for the paper-figures notebook the PDF / SVG files it wrote.
+
+Run: HF_HUB_OFFLINE=1 .venv/bin/python -m pytest tests/test_notebooks.py -q
+(about a minute per notebook on 2 shared cores; marked slow).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("ipykernel")
+
+pytestmark = pytest.mark.slow
+
+NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
+NOTEBOOKS = ["01_what_is_ess.ipynb", "02_inspect_a_model.ipynb", "03_paper_figures.ipynb"]
+CELL_TIMEOUT_S = 300
+# The target is under two minutes per notebook on this 2-core machine; the bound here is
+# looser because the cores are shared with other jobs while the suite runs.
+MAX_SECONDS = 300
+KERNEL_NAME = "ess-explorer-test"
+
+
+@pytest.fixture(scope="session")
+def kernel_env(tmp_path_factory):
+    """A kernelspec that runs *this* interpreter (the .venv's ipykernel), found via JUPYTER_PATH."""
+    from ipykernel.kernelspec import install
+
+    prefix = tmp_path_factory.mktemp("kernel")
+    install(kernel_name=KERNEL_NAME, prefix=str(prefix))
+    spec = json.loads((prefix / "share" / "jupyter" / "kernels" / KERNEL_NAME / "kernel.json").read_text())
+    assert Path(spec["argv"][0]).resolve() == Path(sys.executable).resolve()
+    old = {k: os.environ.get(k) for k in ("JUPYTER_PATH", "HF_HUB_OFFLINE", "MPLBACKEND")}
+    os.environ["JUPYTER_PATH"] = str(prefix / "share" / "jupyter")
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    yield
+    for key, value in old.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+_executed: dict[str, tuple] = {}
+
+
+def execute(name: str, tmp_path_factory) -> tuple:
+    """(executed notebook, working dir, seconds); each notebook runs once per session."""
+    if name not in _executed:
+        work = tmp_path_factory.mktemp(Path(name).stem) / "notebooks"
+        shutil.copytree(NOTEBOOK_DIR, work, ignore=shutil.ignore_patterns("figures", ".ipynb_checkpoints", "*.html"))
+        nb = nbformat.read(work / name, as_version=4)
+        client = nbclient.NotebookClient(
+            nb, timeout=CELL_TIMEOUT_S, kernel_name=KERNEL_NAME, resources={"metadata": {"path": str(work)}}
+        )
+        started = time.perf_counter()
+        client.execute()
+        seconds = time.perf_counter() - started
+        print(f"\n{name}: executed in {seconds:.1f} s")
+        _executed[name] = (nb, work, seconds)
+    return _executed[name]
+
+
+def outputs(nb, cell_type="code"):
+    for cell in nb.cells:
+        if cell.cell_type == cell_type:
+            yield from cell.get("outputs", [])
+
+
+def texts(nb) -> str:
+    parts = []
+    for out in outputs(nb):
+        if out.output_type == "stream":
+            parts.append(out.text)
+        elif "text/plain" in out.get("data", {}):
+            parts.append(out.data["text/plain"])
+        elif "text/html" in out.get("data", {}):
+            parts.append(out.data["text/html"])
+    return "\n".join(parts)
+
+
+def png_count(nb) -> int:
+    return sum("image/png" in out.get("data", {}) for out in outputs(nb))
+
+
+def assert_clean_run(nb, seconds):
+    errors = [out for out in outputs(nb) if out.output_type == "error"]
+    assert not errors, f"error outputs: {[e.get('ename') + ': ' + e.get('evalue') for e in errors]}"
+    stderr = "\n".join(out.text for out in outputs(nb) if out.output_type == "stream" and out.name == "stderr")
+    assert "Traceback" not in stderr, stderr[-2000:]
+    assert seconds < MAX_SECONDS, f"took {seconds:.0f} s (target: under 120 s)"
+
+
+# ---- stored form -------------------------------------------------------------------------
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_notebook_is_stored_without_outputs(name):
+    nb = nbformat.read(NOTEBOOK_DIR / name, as_version=4)
+    nbformat.validate(nb)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert code, "a notebook with no code"
+    dirty = [i for i, c in enumerate(code) if c.get("outputs") or c.get("execution_count") is not None]
+    assert not dirty, f"code cells {dirty} carry outputs: clear them before committing"
+    assert nb.metadata.get("kernelspec", {}).get("language") == "python"
+
+
+def test_readme_lists_every_notebook():
+    readme = (NOTEBOOK_DIR / "README.md").read_text()
+    on_disk = sorted(p.name for p in NOTEBOOK_DIR.glob("*.ipynb"))
+    assert on_disk == sorted(NOTEBOOKS)
+    for name in NOTEBOOKS:
+        assert name in readme, f"notebooks/README.md does not list {name}"
+
+
+# ---- executed --------------------------------------------------------------------------
+def test_teaching_notebook(kernel_env, tmp_path_factory):
+    nb, _, seconds = execute("01_what_is_ess.ipynb", tmp_path_factory)
+    assert_clean_run(nb, seconds)
+    text = texts(nb)
+    # the computed claims are printed (each also asserted inside the notebook)
+    assert "ESS(t) = k - 1 = 3" in text
+    assert "y = T u holds" in text and text.count("y = T u holds") == 4
+    assert "reproduces the future exactly" in text
+    assert "every operator has rank(T) = L = 32" in text
+    assert "modulation" in text
+    # every chart cell carries a static image (operators, spectra, two control panels, whole-T spectra,
+    # tolerance sweep, two ESS-over-time views)
+    assert png_count(nb) >= 8
+    # the control panels are live widgets with a static copy in the same output
+    panels = [o for o in outputs(nb) if "application/vnd.jupyter.widget-view+json" in o.get("data", {}) and "image/png" in o.get("data", {})]
+    assert len(panels) >= 2
+
+
+def test_inspect_notebook(kernel_env, tmp_path_factory):
+    nb, _, seconds = execute("02_inspect_a_model.ipynb", tmp_path_factory)
+    assert_clean_run(nb, seconds)
+    text = texts(nb)
+    assert "offline: skipped" in text  # the hub cells skip cleanly with HF_HUB_OFFLINE=1
+    assert "saturated" in text and "collapsed" in text
+    # the explorer's output: the widget and a PNG of its views
+    explorer = [o for o in outputs(nb) if "application/vnd.jupyter.widget-view+json" in o.get("data", {}) and "image/png" in o.get("data", {})]
+    assert explorer, "the explorer output has no static PNG"
+    assert png_count(nb) >= 3
+
+
+def test_paper_figures_notebook(kernel_env, tmp_path_factory):
+    nb, work, seconds = execute("03_paper_figures.ipynb", tmp_path_factory)
+    assert_clean_run(nb, seconds)
+    figures = work / "figures"
+    pdfs, svgs = sorted(figures.glob("*.pdf")), sorted(figures.glob("*.svg"))
+    assert len(pdfs) >= 3 and {p.stem for p in pdfs} == {p.stem for p in svgs}, (pdfs, svgs)
+    for pdf in pdfs:
+        data = pdf.read_bytes()
+        assert data.startswith(b"%PDF") and len(data) > 1000, pdf
+    for svg in svgs:
+        head = svg.read_text()[:2000]
+        assert "<svg" in head, svg
+    assert png_count(nb) >= 3
+    assert "figures/" in texts(nb)
