@@ -279,12 +279,13 @@ def cmd_figure(args) -> int:
     if Path(args.out).suffix.lower() not in (".pdf", ".svg", ".png"):
         raise UsageError(f"--out must end in .pdf, .svg or .png, got {args.out!r}")
     results = [read_result(path) for path in args.result]
-    if len(results) > 1:
-        labels = {}
+    if len(results) > 1:  # series named by model (the CLI's source, e.g. zoo:lfm2), told apart by folder
+        from .figures import _default_label
+
+        data = {}
         for path, res in zip(args.result, results):
-            label = str(res.meta.get("model_id") or Path(path).stem)
-            labels[label if label not in labels else f"{label} ({Path(path).name})"] = res
-        data = labels
+            label = _default_label(res)
+            data[label if label not in data else f"{label} ({Path(path).name})"] = res
     else:
         data = results[0]
     start = time.perf_counter()

@@ -546,10 +546,12 @@ def _utilisation(results, *, layers=None, variant="tolerance", reduce="max", sat
         names = list(dict.fromkeys(per_layer["model"]))
         colour = alt.Color("model:N", title=None, scale=alt.Scale(domain=names, range=OKABE_ITO[: len(names)]),
                            legend=alt.Legend(orient=legend, direction="horizontal", columns=3))
-        bars = alt.Chart(per_layer).mark_bar(opacity=0.8).encode(color=colour, xOffset="model:N",
+        # Same offset order as the legend in both layers, so each unit's dot sits on its model's bar.
+        offset = alt.XOffset("model:N", sort=names, scale=alt.Scale(domain=names))
+        bars = alt.Chart(per_layer).mark_bar(opacity=0.8).encode(color=colour, xOffset=offset,
                                                                  tooltip=["model:N"] + tips, **enc)
         dots = alt.Chart(per_unit).mark_point(size=8, color="#222222", filled=True, opacity=0.7).encode(
-            xOffset="model:N", **enc)
+            xOffset=offset, **enc)
     else:  # colour says the family: a hybrid model's layers differ in kind
         families = list(dict.fromkeys(per_layer["family"].str.replace("_", " ")))
         per_layer = per_layer.assign(family=per_layer["family"].str.replace("_", " "))

@@ -246,3 +246,14 @@ def test_default_series_labels_are_short(ref):
     b.meta.pop("source", None)
     frame = figures.ess_over_time_frame([a, b], layers=[0])
     assert set(frame["model"]) == {"zoo:mamba2_n16", "lfm2"}
+
+
+def test_utilisation_bars_and_dots_share_the_legend_order(ref, other):
+    spec = figure({"zeta": ref, "alpha": other}, "utilisation").to_dict()
+    offsets = [layer["encoding"]["xOffset"] for layer in spec["layer"] if "xOffset" in layer.get("encoding", {})]
+    assert len(offsets) == 2 and all(o["scale"]["domain"] == ["zeta", "alpha"] for o in offsets)
+    per_layer, per_unit = figures.layer_summary_frame({"zeta": ref}, reduce="mean")
+    assert len(per_unit) == sum(lay.n_units for lay in ref.layers.values())
+    for i, lay in ref.layers.items():  # the bar is the mean of its units' dots
+        units = per_unit[per_unit.layer == i]["utilisation"]
+        assert per_layer.set_index("layer").loc[i, "utilisation"] == pytest.approx(units.mean())
