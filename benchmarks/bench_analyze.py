@@ -12,6 +12,7 @@ so it includes torch, transformers and the model's weights).
 
     .venv/bin/python benchmarks/bench_analyze.py                  # all four cases
     .venv/bin/python benchmarks/bench_analyze.py --length 256 --cases gpt2:1 mamba:1
+    python benchmarks/bench_analyze.py --device cuda               # model and spectra on a GPU
 Target: one layer of either model under 10 s on 2 cores.
 """
 
@@ -29,7 +30,7 @@ import json, os, resource, sys, time
 os.environ["HF_HUB_OFFLINE"] = "1"
 import torch, transformers as tf
 from ess_explorer.analysis import analyze
-kind, scope, length, threads = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+kind, scope, length, threads, device = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 torch.set_num_threads(threads)
 tf.logging.set_verbosity_error()
 torch.manual_seed(0)
@@ -38,16 +39,19 @@ if kind == "gpt2":
     config = tf.GPT2Config(n_layer=12, n_head=12, n_embd=768, n_positions=1024)
 else:
     config = tf.MambaConfig(hidden_size=768, num_hidden_layers=24, state_size=16, expand=2, vocab_size=50280)
-model = tf.AutoModelForCausalLM.from_config(config).eval()
+model = tf.AutoModelForCausalLM.from_config(config).eval().to(device)
 build = time.perf_counter() - start
 ids = torch.randint(0, config.vocab_size, (1, length), generator=torch.Generator().manual_seed(1))
 layers = [0] if scope == "1" else None
 start = time.perf_counter()
-result = analyze(model, ids, layers=layers, progress=False)
+result = analyze(model, ids, layers=layers, progress=False, device=device)
+if device.startswith("cuda"):
+    torch.cuda.synchronize()
 seconds = time.perf_counter() - start
 lay = result.layers[0]
 print(json.dumps({
-    "case": kind, "layers": len(result.layers), "L": length, "threads": threads,
+    "case": kind, "layers": len(result.layers), "L": length, "threads": threads, "device": device,
+    "gpu_peak_mb": round(torch.cuda.max_memory_allocated() / 2**20, 1) if device.startswith("cuda") else None,
     "analyze_s": round(seconds, 2), "build_s": round(build, 2),
     "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
     "units_per_layer": lay.n_units, "kept_K": lay.singular_values.shape[-1],
@@ -60,6 +64,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--length", type=int, default=512)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu", help="torch device for the model and the spectra (cpu, cuda)")
     parser.add_argument("--cases", nargs="*", default=["gpt2:1", "mamba:1", "gpt2:all", "mamba:all"],
                         help="KIND:SCOPE with KIND gpt2|mamba and SCOPE 1 (layer 0) or all")
     args = parser.parse_args()
@@ -68,7 +73,7 @@ def main() -> None:
         kind, scope = case.split(":")
         start = time.perf_counter()
         proc = subprocess.run(
-            [sys.executable, "-c", CHILD, kind, scope, str(args.length), str(args.threads)],
+            [sys.executable, "-c", CHILD, kind, scope, str(args.length), str(args.threads), args.device],
             capture_output=True, text=True,
         )
         if proc.returncode != 0:
