@@ -146,3 +146,55 @@ def test_stepwise_mamba_scan_matches_the_stock_scan():
     from transformers.models.mamba import modeling_mamba
 
     assert modeling_mamba.mamba_selective_scan.__name__ == "mamba_selective_scan"
+
+
+# ---- the shipped zoo ----------------------------------------------------------------------
+
+import json  # noqa: E402
+import math  # noqa: E402
+import time  # noqa: E402
+
+from ess_explorer import zoo  # noqa: E402
+
+SHIPPED = zoo.list_models()
+FAMILIES = {"softmax_attention", "hybrid", "mamba", "mamba2", "linear_attention", "gated_linear_attention"}
+
+
+def test_the_zoo_has_every_family_two_state_sizes_a_saturated_and_a_collapsed_model():
+    cards = {name: zoo.card(name) for name in SHIPPED}
+    assert FAMILIES <= {c["family"] for c in cards.values()}
+    for family in ("mamba", "mamba2", "linear_attention", "gated_linear_attention"):
+        tss = {c["ess"]["tss"] for c in cards.values() if c["family"] == family}
+        assert len(tss) >= 2, f"{family} is shipped at a single state size"
+    states = [c["ess"]["state"] for c in cards.values()]
+    assert "saturated" in states and "collapsed" in states, states
+    for c in cards.values():  # the label follows the documented thresholds
+        u = c["ess"]["utilisation"]
+        assert (c["ess"]["state"] == "saturated") == (u >= 0.9) and (c["ess"]["state"] == "collapsed") == (u <= 0.1)
+    assert any(c["task"]["num_segments"] > 1 and "separator_drop" in c for c in cards.values())
+    assert zoo.DEFAULT_MODEL in SHIPPED
+
+
+def test_total_weights_are_under_25_mb():
+    total = sum(p.stat().st_size for p in zoo.ZOO_DIR.rglob("*") if p.is_file())
+    assert 0 < total < 25e6, f"assets/zoo holds {total / 1e6:.1f} MB"
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_model_loads_offline_fast_and_reproduces_its_card(name):
+    folder = zoo.model_dir(name)
+    for f in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "card.json", "README.md"):
+        assert (folder / f).is_file(), f
+    assert not list(folder.glob("*.bin")) and not list(folder.glob("*.pt"))  # no pickles
+    start = time.perf_counter()
+    model, tokenizer = zoo.load(name)
+    assert time.perf_counter() - start < 2.0
+    card = zoo.card(name)
+    task = zoo.task_of(name)
+    assert tokenizer(card["example_prompt"])["input_ids"] == task.sample(1, seed=30_000).input_ids[0].tolist()
+    got = zoo.evaluate(name, n_samples=128)  # a different, smaller held-out sample than the card's
+    p, n = card["heldout"]["accuracy"], got["n_queries"]
+    # 4 standard errors, doubled for queries of one sequence being correlated, + 1% slack
+    tolerance = 4 * math.sqrt(2 * p * (1 - p) / n) + 0.01
+    assert abs(got["accuracy"] - p) <= tolerance, (got["accuracy"], p, tolerance)
+    json.dumps(card)  # machine-readable

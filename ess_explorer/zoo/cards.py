@@ -96,6 +96,7 @@ def measure_ess(model, task: MQARTask, n_prompts: int = ESS_PROMPTS, seed: int =
         "entropy_ess": layers[main]["total_entropy_ess"],
         "tss": tss,
         "ess_per_kv": ess / k,
+        "entropy_ess_per_kv": layers[main]["total_entropy_ess"] / k,
         "tss_per_kv": tss / k,
         "utilisation": layers[main]["utilisation"],
         "state": layers[main]["state"],

@@ -41,6 +41,7 @@ def claim_table(names=None, recompute: bool = False) -> list[dict]:
                 "ess": ess["ess"],
                 "tss": ess["tss"],
                 "ess_per_kv": ess["ess_per_kv"],
+                "entropy_ess_per_kv": ess["entropy_ess_per_kv"],
                 "tss_per_kv": ess["tss_per_kv"],
                 "utilisation": ess["utilisation"],
                 "state": ess["state"],
@@ -51,11 +52,12 @@ def claim_table(names=None, recompute: bool = False) -> list[dict]:
 
 
 def correlations(rows: list[dict]) -> dict:
-    """Pearson / Spearman of accuracy with ESS/kv and TSS/kv (and Pearson with log10 TSS/kv)."""
+    """Pearson / Spearman of accuracy with ESS/kv (tolerance and entropy), TSS/kv, and their log10."""
     if len(rows) < 3:
         raise ValueError(f"need at least 3 models to correlate, got {len(rows)}")
     acc = np.array([r["accuracy"] for r in rows])
     ess = np.array([r["ess_per_kv"] for r in rows])
+    ent = np.array([r["entropy_ess_per_kv"] for r in rows])
     tss = np.array([r["tss_per_kv"] for r in rows])
 
     def both(x):
@@ -66,6 +68,7 @@ def correlations(rows: list[dict]) -> dict:
     return {
         "n_models": len(rows),
         "ess_per_kv": both(ess),
+        "entropy_ess_per_kv": both(ent),
         "tss_per_kv": both(tss),
         "log_tss_per_kv": both(np.log10(tss)),
         "log_ess_per_kv": both(np.log10(np.maximum(ess, 1e-9))),
@@ -73,20 +76,20 @@ def correlations(rows: list[dict]) -> dict:
 
 
 def _format(rows: list[dict]) -> str:
-    head = f"{'model':<16}{'family':<24}{'seg':>4}{'kv':>4}{'acc':>8}{'ESS':>8}{'TSS':>8}{'ESS/kv':>8}{'TSS/kv':>8}{'util':>7}  state"
+    head = f"{'model':<16}{'family':<24}{'seg':>4}{'kv':>4}{'acc':>8}{'ESS':>8}{'TSS':>8}{'ESS/kv':>8}{'eESS/kv':>8}{'TSS/kv':>8}{'util':>7}  state"
     out = [head, "-" * len(head)]
     for r in rows:
         out.append(
             f"{r['name']:<16}{r['family']:<24}{r['segments']:>4}{r['kv']:>4}{r['accuracy']:>8.3f}{r['ess']:>8.1f}{r['tss']:>8.0f}"
-            f"{r['ess_per_kv']:>8.2f}{r['tss_per_kv']:>8.2f}{r['utilisation']:>7.3f}  {r['state']}"
+            f"{r['ess_per_kv']:>8.2f}{r['entropy_ess_per_kv']:>8.2f}{r['tss_per_kv']:>8.2f}{r['utilisation']:>7.3f}  {r['state']}"
         )
     return "\n".join(out)
 
 
 def _format_corr(label: str, corr: dict) -> str:
     lines = [f"{label} (n = {corr['n_models']} models):"]
-    for key, name in (("ess_per_kv", "ESS/kv"), ("tss_per_kv", "TSS/kv"), ("log_tss_per_kv", "log10 TSS/kv"), ("log_ess_per_kv", "log10 ESS/kv")):
-        lines.append(f"  accuracy vs {name:<13} Pearson {corr[key]['pearson']:+.3f}   Spearman {corr[key]['spearman']:+.3f}")
+    for key, name in (("ess_per_kv", "ESS/kv"), ("entropy_ess_per_kv", "entropy-ESS/kv"), ("tss_per_kv", "TSS/kv"), ("log_tss_per_kv", "log10 TSS/kv"), ("log_ess_per_kv", "log10 ESS/kv")):
+        lines.append(f"  accuracy vs {name:<15} Pearson {corr[key]['pearson']:+.3f}   Spearman {corr[key]['spearman']:+.3f}")
     return "\n".join(lines)
 
 

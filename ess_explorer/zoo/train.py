@@ -79,6 +79,9 @@ ZOO: dict[str, ZooSpec] = {
                 description="Mamba2 (SSD), 8 heads x 16 channels, state 16 per head."),
         ZooSpec("mamba2_n2", "mamba2", "mamba2", dict(state_size=2), steps=800,
                 description="Mamba2 with a tiny state: 2 per head, 16 per layer for 8 pairs."),
+        ZooSpec("mamba2_n128", "mamba2", "mamba2", dict(state_size=128), steps=600,
+                description="Mamba2 with an over-provisioned state: 128 per head, while no cut of a 32-token prompt "
+                "can have rank above 16 (the 'collapsed' example: capacity left unused)."),
         ZooSpec("mamba_n16", "mamba", "mamba", dict(state_size=16), steps=1000,
                 description="Mamba (S6), 128 channels, state 16 per channel."),
         ZooSpec("mamba_n2", "mamba", "mamba", dict(state_size=2), steps=600,
