@@ -1,13 +1,18 @@
 """ess-explorer: the Effective State-Size of sequence-model layers, exact and explorable.
 
-Data flow: model -> adapters (operators per unit) -> spectra of H_t -> ESS result ->
-charts, widget, export, CLI. This module re-exports the public API.
+Data flow: model -> adapters (operators per unit) -> spectra of H_t -> ESSResult ->
+charts, widget, export, CLI. This module re-exports the public API; the Jupyter side
+(explore, the %ess magic) is imported on first use so that the core loads without it.
 """
 
 __version__ = "0.1.0"
 
+from .analysis import analyze
+from .diagnostics import layer_diagnostics, modulation_at, theoretical_state_size
 from .ess import DEFAULT_RELATIVE, DEFAULT_TOL, aggregate_units, entropy_ess, hankel_singular_values, tolerance_ess
+from .models import load_model
 from .realizations import DiagonalSSM
+from .result import ESSResult, LayerESS
 
 __all__ = [
     "__version__",
@@ -18,4 +23,25 @@ __all__ = [
     "tolerance_ess",
     "entropy_ess",
     "aggregate_units",
+    "theoretical_state_size",
+    "layer_diagnostics",
+    "modulation_at",
+    "ESSResult",
+    "LayerESS",
+    "load_model",
+    "analyze",
+    "explore",
+    "load_ipython_extension",
 ]
+
+
+def __getattr__(name):
+    if name == "explore":
+        from .widget import explore
+
+        return explore
+    if name == "load_ipython_extension":
+        from .magic import load_ipython_extension
+
+        return load_ipython_extension
+    raise AttributeError(f"module 'ess_explorer' has no attribute {name!r}")
