@@ -173,6 +173,38 @@ _SELECTION_CHANNELS = ("color", "fill", "stroke", "strokeWidth", "size", "shape"
 _MAX_MARK = {"size": 14.0, "strokeWidth": 1.4}
 
 
+def _seamless_heatmap(mark, encoding: dict) -> None:
+    """A heatmap cell (a rect coloured by a field, spanning x..x2 / y..y2) overlaps its
+    neighbour by half a point: adjacent anti-aliased rects otherwise leave faint white seams
+    in PDF viewers and PNGs. (A same-colour stroke would also do, but turns the gradient
+    legend into a symbol legend.)"""
+    if not isinstance(mark, dict) or mark.get("type") != "rect":
+        return
+    colour = encoding.get("color")
+    if not isinstance(colour, dict) or "field" not in colour:
+        return
+    if "x2" in encoding:
+        mark.setdefault("x2Offset", 0.5)
+    if "y2" in encoding:
+        reverse = bool(((encoding.get("y") or {}).get("scale") or {}).get("reverse"))
+        # pixel y grows downwards: y2 (the larger value) lies below y on a reversed scale
+        mark.setdefault("y2Offset", 0.5 if reverse else -0.5)
+
+
+def _quiet_log_axis(channel) -> None:
+    """A log axis: decade ticks only, no grid (Vega's default draws a line at every 2, 5)."""
+    if not isinstance(channel, dict) or (channel.get("scale") or {}).get("type") != "log":
+        return
+    axis = channel.get("axis")
+    if axis is None and "axis" in channel:
+        return  # the axis is hidden on purpose
+    axis = dict(axis or {})
+    axis.setdefault("grid", False)
+    axis.setdefault("tickCount", 4)
+    axis.setdefault("format", "~g")
+    channel["axis"] = axis
+
+
 def _pixel_text(view) -> bool:
     """A text mark placed by pixel values on both axes (an in-plot caption of the widget)."""
     mark = view.get("mark") if isinstance(view, dict) else None
@@ -227,6 +259,9 @@ def _paperise_node(node, size: float):
         text = encoding.get("text")
         if isinstance(text, dict) and isinstance(mark, dict):
             mark["fontSize"] = min(float(mark.get("fontSize", size - 1)), size - 1)
+        _seamless_heatmap(mark, encoding)
+        for channel in ("x", "y"):
+            _quiet_log_axis(encoding.get(channel))
     for key, value in node.items():
         if key not in ("data", "datasets", "encoding", "mark"):
             _paperise_node(value, size)
@@ -461,7 +496,8 @@ def _spectrum(results, *, layer=None, unit=0, positions=None, t=None, normalise=
     colour, dash = _series_scales(frame["series"])
     legend_spec = alt.Legend(orient=legend, symbolType="stroke")
     y_title = "σₖ / σ₁" if normalise else "σₖ"
-    chart = alt.Chart(frame).mark_line(point=alt.OverlayMarkDef(size=10, filled=True)).encode(
+    few = frame.groupby("series").size().max() <= 24  # dots help read a short spectrum, clutter a long one
+    chart = alt.Chart(frame).mark_line(point=alt.OverlayMarkDef(size=10, filled=True) if few else False).encode(
         x=alt.X("k:Q", title="index k", scale=alt.Scale(nice=False, zero=False, domainMin=1)),
         y=alt.Y("sigma:Q", title=y_title, scale=alt.Scale(type="log")),
         color=colour.legend(legend_spec), strokeDash=dash.legend(legend_spec),

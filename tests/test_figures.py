@@ -257,3 +257,16 @@ def test_utilisation_bars_and_dots_share_the_legend_order(ref, other):
     for i, lay in ref.layers.items():  # the bar is the mean of its units' dots
         units = per_unit[per_unit.layer == i]["utilisation"]
         assert per_layer.set_index("layer").loc[i, "utilisation"] == pytest.approx(units.mean())
+
+
+def test_paperise_resolves_widget_highlights(ref):
+    spec = figure(ref, "overview").to_dict()
+    enc, mark = spec["encoding"], spec["mark"]
+    assert "condition" not in json.dumps(enc)  # the selected layer's red outline is gone
+    assert mark["x2Offset"] == 0.5  # cells overlap: no white seams between them
+    spectrum = figure(ref, "spectrum", layer=0, t=20).to_dict()
+    log_axes = [layer["encoding"]["y"].get("axis", {}) for layer in spectrum["layer"]
+                if (layer.get("encoding", {}).get("y", {}).get("scale") or {}).get("type") == "log"]
+    assert log_axes and all(axis.get("grid") is False for axis in log_axes)
+    texts = [layer for layer in spectrum["layer"] if (layer.get("mark") or {}).get("type") == "text"]
+    assert all(float(t["mark"].get("fontSize", 0)) <= 8 for t in texts)
