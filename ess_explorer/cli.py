@@ -7,7 +7,9 @@
     ess-explorer report [--model M] --prompt P --out report.html     (or --result result-dir)
     ess-explorer models                                              (the built-in zoo)
 
-With no --model, the built-in default model (zoo.DEFAULT_MODEL) is used: offline.
+With no --model, the built-in default model (zoo.DEFAULT_MODEL) is used: offline; with no
+prompt either (none given, nothing piped), a zoo model's example prompt (one sequence of the
+MQAR task it was trained on), so `ess-explorer report --out r.html` alone works.
 Results are cached on disk (cache.py; $ESS_EXPLORER_CACHE or ~/.cache/ess-explorer);
 --no-cache computes afresh and leaves the cache alone.
 
@@ -62,6 +64,19 @@ def _resolve_source(model: str | None) -> str:
         except ImportError:
             pass
     return model
+
+
+def _example_prompt(source: str) -> str | None:
+    """A zoo model's example prompt (one held-out sequence of its own MQAR task, seed 0),
+    used when no prompt is given; None for any other model."""
+    if not source.startswith("zoo:"):
+        return None
+    try:
+        from . import zoo
+
+        return zoo.task_of(source[4:]).prompt(seed=0)
+    except Exception:  # noqa: BLE001 (no task file: then the user must give a prompt)
+        return None
 
 
 def _load_model(source: str, revision: str | None):
@@ -143,8 +158,9 @@ def _width(text: str):
         raise argparse.ArgumentTypeError(f"--width is single, double or a number of points, got {text!r}") from None
 
 
-def _read_prompt(args) -> str:
-    """--prompt, --prompt-file (a path, or - for stdin), or stdin when it is piped."""
+def _read_prompt(args, source: str) -> str:
+    """--prompt, --prompt-file (a path, or - for stdin), stdin when it is piped, else the
+    example prompt of a zoo model (so `ess-explorer analyze` alone works offline)."""
     if args.prompt is not None and args.prompt_file is not None:
         raise UsageError("give --prompt or --prompt-file, not both")
     if args.prompt == "-" or args.prompt_file == "-":
@@ -162,7 +178,11 @@ def _read_prompt(args) -> str:
     else:
         text = "" if sys.stdin is None or sys.stdin.isatty() else sys.stdin.read()
         if not text.strip():  # nothing given and nothing piped
-            raise UsageError("give a prompt: --prompt TEXT, --prompt-file FILE, or pipe it on stdin")
+            example = _example_prompt(source)
+            if example is None:
+                raise UsageError("give a prompt: --prompt TEXT, --prompt-file FILE, or pipe it on stdin")
+            _say(args, f"no prompt given: using the example prompt of {source}")
+            return example
     if text.endswith("\n"):  # the newline an editor or `echo` adds is not part of the prompt
         text = text[:-1]
     if not text.strip():
@@ -182,8 +202,8 @@ def compute_result(args):
     from .cache import ResultCache, cache_key
 
     layers = parse_layers(args.layers)  # usage errors first, before reading stdin or loading
-    prompt = _read_prompt(args)
     source = _resolve_source(args.model)
+    prompt = _read_prompt(args, source)
     _say(args, f"loading {source} ...")
     if args.quiet:  # transformers draws its own bar while loading weights
         try:

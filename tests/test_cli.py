@@ -143,6 +143,14 @@ def test_prompt_from_stdin_and_file(fake, capsys, tmp_path, monkeypatch):
     assert len(fake["analyze"][-1]["ids"]) == len("a longer prompt\nover two lines")
 
 
+def test_no_prompt_uses_the_zoo_example(fake, capsys, monkeypatch):
+    monkeypatch.setattr(cli, "_example_prompt", lambda source: "k1 v1 k1" if source.startswith("zoo:") else None)
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    code, _, err = run(capsys, "analyze")
+    assert code == 0, err
+    assert "example prompt" in err and fake["analyze"][-1]["ids"] == [ord(c) % 64 for c in "k1 v1 k1"]
+
+
 def test_errors_are_one_line_and_non_zero(fake, capsys, tmp_path, monkeypatch):
     code, _, err = run(capsys, "analyze", "--model", "org/missing-model", "-p", "x y")
     assert code == 1 and "missing-model" in one_line_error(err)
@@ -157,7 +165,7 @@ def test_errors_are_one_line_and_non_zero(fake, capsys, tmp_path, monkeypatch):
     code, _, err = run(capsys, "frobnicate")
     assert code == 2 and "frobnicate" in one_line_error(err)
     monkeypatch.setattr("sys.stdin", io.StringIO(""))
-    code, _, err = run(capsys, "analyze")
+    code, _, err = run(capsys, "analyze", "--model", "org/some-model")  # not a zoo model: no example prompt
     assert code == 2 and "give a prompt" in one_line_error(err)
     code, _, err = run(capsys, "analyze", "-p", "x", "--prompt-file", "y")
     assert code == 2 and "not both" in one_line_error(err)
@@ -230,6 +238,12 @@ def test_real_default_model_analyze_figure_offline(capsys, tmp_path, monkeypatch
     assert result.length >= 2 and result.layers and "cache miss" in out
     code, out, err = run(capsys, "analyze", "--prompt", "k1 v2 k3 v4 k1", "-q")
     assert code == 0 and "cache hit" in out  # the folder-hash identity is stable across runs
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))  # `make run`: no prompt, nothing piped
+    code, out, err = run(capsys, "report", "-q", "--out", str(tmp_path / "r.html"))
+    assert code == 0, err
+    from ess_explorer import zoo
+
+    assert zoo.task_of(default).prompt(seed=0) in (tmp_path / "r.html").read_text()
     code, _, err = run(capsys, "figure", str(tmp_path / "d"), "--kind", "overview", "--out", str(tmp_path / "o.pdf"))
     assert code == 0, err
 
