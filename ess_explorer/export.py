@@ -22,6 +22,7 @@ import functools
 import html
 import json
 import os
+import secrets
 import tempfile
 from pathlib import Path
 
@@ -52,16 +53,17 @@ MAX_EMBED_BYTES = 20_000_000  # above this the report links no data (the page wo
 
 
 def _atomic_write(path: Path, data: bytes) -> Path:
-    """Write bytes to ``path`` via a unique temporary file in the same folder + os.replace,
-    so a reader (or a crash) never sees half a file."""
+    """Write bytes to ``path`` via a uniquely named temporary file in the same folder +
+    os.replace, so a reader (or a crash) never sees half a file. The file gets the usual
+    permissions (umask), unlike a mkstemp file (0600)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
-        with os.fdopen(handle, "wb") as out:
+        with open(tmp, "xb") as out:
             out.write(data)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
     return path
 

@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import os
-import tempfile
 from pathlib import Path
 
 import altair as alt
@@ -726,13 +724,7 @@ def save_figure(chart, path, *, scale: float | None = None, ppi: float = 300) ->
     if scale is not None and (not np.isfinite(scale) or scale <= 0):
         raise ValueError(f"scale must be a positive number, got {scale}")
     data = figure_bytes(chart, suffix[1:], scale=scale, ppi=ppi)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(data)
-        os.replace(tmp, path)  # a reader never sees half a figure
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    from .export import _atomic_write  # a reader never sees half a figure
+
+    _atomic_write(path, data)
     return path

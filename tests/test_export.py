@@ -159,3 +159,19 @@ def test_report_options_and_errors(ref, tmp_path):
         write_report(ref, tmp_path / "r.pdf")
     with pytest.raises(ValueError, match="needs an ESSResult"):
         write_report("result.npz", tmp_path / "r.html")
+
+
+def test_written_files_get_normal_permissions(ref, tmp_path):
+    import os
+
+    from ess_explorer.figures import figure, save_figure
+
+    umask = os.umask(0o022)
+    try:
+        paths = [export_table(ref, tmp_path / "t.csv"), write_report(ref, tmp_path / "r.html", embed_data=False),
+                 save_figure(figure(ref, "overview"), tmp_path / "f.svg"),
+                 *(write_result_dir(ref, tmp_path / "d").iterdir())]
+    finally:
+        os.umask(umask)
+    for path in paths:  # readable by others, like any file a command writes (not mkstemp's 0600)
+        assert path.stat().st_mode & 0o777 == 0o644, path
