@@ -12,13 +12,21 @@ Paper theme
     stroke dash per series (readable in greyscale and for colour-blind readers), heatmaps
     use viridis; no chart borders, no titles (the caption is the paper's), a faint y grid.
 
-Figure kinds (``figure(result_or_results, kind, **kw)``)
-    "ess_time"     ESS over time, several layers and/or models overlaid
-    "spectrum"     singular values of H_t of one unit at chosen positions t (log scale)
-    "operator"     |T| of one kept unit as a heatmap, the cut H_t = T[t:, :t] outlined
-    "overview"     layer x position heatmap of ESS (or utilisation) over units
-    "utilisation"  ESS/TSS per layer (bar = mean over units, dots = units), thresholds
+Figure kinds (``figure(result_or_results, kind, **kw)``); [w] = the widget's own view
+(charts.py) made print-ready by ``paperise``, so figure and widget are the same spec:
+    "ess_time"     ESS over time, several layers and/or models overlaid (TSS optional)
+    "spectrum"     singular values of H_t of one unit: one t [w], or several t overlaid
+    "operator"     log10|T| of one kept unit, the cut H_t = T[t:, :t] outlined [w]
+    "overview"     layer x position heatmap of ESS/TSS or ESS [w]
+    "utilisation"  ESS/TSS per layer (bar = mean over units, dots = units), thresholds;
+                   several models side by side
+    "diagnostics"  utilisation per layer by state, and modulation at separators [w]
     "compare"      several models on one prompt: ESS over time and ESS per layer
+
+``paperise`` turns a widget view into a print figure: titles dropped (the caption is the
+paper's), text and marks at print size, selection highlights resolved to their unselected
+look, pixel-placed captions dropped, heatmap cells overlapped (no seams), log axes with
+decade ticks and no grid.
 
 Conventions are the project's (0-based t, H_t = T[t:, :t], ESS(0) = 0): see result.py.
 """
@@ -42,6 +50,7 @@ __all__ = [
     "FONTS",
     "paper_config",
     "apply_paper_theme",
+    "paperise",
     "figure",
     "save_figure",
     "ess_over_time_frame",
