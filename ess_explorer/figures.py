@@ -190,6 +190,10 @@ def _seamless_heatmap(mark, encoding: dict) -> None:
     colour = encoding.get("color")
     if not isinstance(colour, dict) or "field" not in colour:
         return
+    for channel in ("x", "y"):  # grid lines over a heatmap's empty cells are junk
+        spec = encoding.get(channel)
+        if isinstance(spec, dict) and spec.get("axis", {}) is not None:
+            spec["axis"] = {**(spec.get("axis") or {}), "grid": False}
     if "x2" in encoding:
         mark.setdefault("x2Offset", 0.5)
     if "y2" in encoding:
