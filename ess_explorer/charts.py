@@ -60,6 +60,8 @@ VARIANTS = ("tolerance", "entropy")
 MAX_SPECTRUM_K = 64
 MAX_OPERATOR_SIDE = 64
 MAX_OVERVIEW_CELLS = 4000
+# Singular values below this fraction of sigma_1 are float64 round-off, not signal: not drawn.
+ROUNDOFF = 1e-13
 # Token strings treated as separators / EOS when the result's meta does not list them.
 SEPARATOR_TOKENS = frozenset({"|", "<eos>", "</s>", "<|endoftext|>", "<|im_end|>", "<sep>", "[SEP]", "\n", "Ċ"})
 
@@ -251,7 +253,7 @@ def time_data(result: ESSResult, *, layer: int, unit="mean", variant="tolerance"
     records = []
     for row, t in enumerate(series["t"].tolist()):
         s = sigma[row]
-        nonzero = int((s > 0).sum())
+        nonzero = int((s > ROUNDOFF * s[0]).sum()) if s[0] > 0 else 0
         records.append(
             {
                 "t": t,
@@ -422,7 +424,7 @@ def _start_t(result, layer, unit, variant, tol, relative, t) -> int:
 
 
 # ---------------------------------------------------------------- view 1 --------------
-def _ess_over_time_view(result, layer, unit, names, t0, width=760, height=190):
+def _ess_over_time_view(result, layer, unit, names, t0, width=720, height=190):
     lay = result.layer(layer)
     sel_t, hover = _t_selection(names, t0), _hover_selection(names)
     x = alt.X("t:Q", title="position t", scale=alt.Scale(domain=[0, max(result.length - 1, 1)], nice=False))
@@ -435,7 +437,7 @@ def _ess_over_time_view(result, layer, unit, names, t0, width=760, height=190):
         x=x,
         y=alt.Y("value:Q", title="state size"),
         color=alt.Color("series:N", scale=alt.Scale(domain=domain, range=[ESS_COLOR, TSS_COLOR]),
-                        legend=alt.Legend(orient="top-left", title=None, direction="horizontal")),
+                        legend=alt.Legend(orient="none", legendX=0, legendY=-20, title=None, direction="horizontal")),
         strokeDash=alt.StrokeDash("series:N", scale=alt.Scale(domain=domain, range=[[1, 0], [5, 3]]), legend=None),
     )
     points = (
@@ -446,9 +448,10 @@ def _ess_over_time_view(result, layer, unit, names, t0, width=760, height=190):
             color=alt.condition(sel_t, alt.value(SELECT_COLOR), alt.value(ESS_COLOR)),
             opacity=alt.condition("datum.exact", alt.value(0.9), alt.value(0.35)),  # faint: a lower bound
             size=alt.condition(sel_t, alt.value(110), alt.value(22)),
-            tooltip=[alt.Tooltip("t:Q", title="t"), alt.Tooltip("token:N", title="token"),
-                     alt.Tooltip("ess:Q", title="ESS", format=".3~f"), alt.Tooltip("tss:Q", title="TSS", format=".3~f"),
-                     alt.Tooltip("exact:N", title="exact (not a lower bound)")],
+            # numbers only: Vega-Lite's nearest (voronoi) layer drops nominal tooltip fields; the
+            # hovered token is drawn as text at the top of the plot instead
+            tooltip=[alt.Tooltip("t:Q", title="t"), alt.Tooltip("ess:Q", title="ESS", format=".3~f"),
+                     alt.Tooltip("tss:Q", title="TSS", format=".3~f")],
         )
         .add_params(sel_t, hover)
     )
@@ -468,7 +471,7 @@ def _ess_over_time_view(result, layer, unit, names, t0, width=760, height=190):
     subtitle = (f"layer {layer} ({lay.family}), {_unit_label(lay, unit)} · click to select t · hover for the token · "
                 "orange: separators" + (f" · computed at stride {stride}" if stride and stride > 1 else ""))
     return alt.layer(lines, seps, hover_rule, selected_rule, points, hover_text, selected_text, variant).properties(
-        width=width, height=height, title=alt.Title("ESS over time", subtitle=subtitle, anchor="start", offset=14)
+        width=width, height=height, title=alt.Title("ESS over time", subtitle=subtitle, anchor="start", offset=28)
     )
 
 
@@ -487,7 +490,7 @@ def ess_over_time(result: ESSResult, *, layer: int, unit="mean", variant: str = 
 
 
 # ---------------------------------------------------------------- view 2 --------------
-def _spectrum_view(result, layer, unit, names, t0, width=380, height=230):
+def _spectrum_view(result, layer, unit, names, t0, width=360, height=230):
     lay = result.layer(layer)
     sel_t = _t_selection(names, t0)
     base = alt.Chart(_named("time")).transform_filter(sel_t)
@@ -495,7 +498,8 @@ def _spectrum_view(result, layer, unit, names, t0, width=380, height=230):
         above="datum.thr != null && datum.sigma > datum.thr ? 'above τ' : 'below τ'"
     )
     kmax = max(1, min(MAX_SPECTRUM_K, int(lay.singular_values.shape[-1])))
-    x = alt.X("k:Q", title="k (σ in descending order)", scale=alt.Scale(domain=[0.5, kmax + 0.5], nice=False))
+    x = alt.X("k:Q", title="k (σ in descending order)", scale=alt.Scale(domain=[0.5, kmax + 0.5], nice=False),
+              axis=alt.Axis(tickMinStep=1, format="d"))
     y = alt.Y("sigma:Q", title="σₖ(Hₜ)", scale=alt.Scale(type="log"))
     line = flat.mark_line(strokeWidth=1.2, color="#9aa3ad").encode(x=x, y=y, order="k:Q")
     dots = flat.mark_circle(size=48, opacity=1).encode(
@@ -587,7 +591,7 @@ def operator_heatmap(result: ESSResult, *, layer: int, unit="mean", variant: str
 
 
 # ---------------------------------------------------------------- view 4 --------------
-def _overview_view(result, layer, unit, metric, names, width=520):
+def _overview_view(result, layer, unit, metric, names, width=360):
     sel_layer = _layer_selection(names, layer)
     agg = unit if isinstance(unit, str) else "mean"
     what = "ESS/TSS" if metric == "utilisation" else "ESS"
@@ -655,20 +659,28 @@ def _diagnostics_view(layer, names):
     )
     thresholds = alt.Chart(_named("thresholds"))
     rules = thresholds.mark_rule(strokeDash=[4, 3], color="#444").encode(x="x:Q")
-    rule_text = thresholds.mark_text(align="center", dy=-4, fontSize=10, color="#444", baseline="bottom").encode(
-        x="x:Q", y=alt.value(0), text="name:N")
-    util = alt.layer(bars, rules, rule_text).properties(
-        width=230, height=alt.Step(22),
+    # the upper threshold's name to its left, the lower one's to its right: both stay inside
+    upper = thresholds.transform_filter("datum.x >= 0.5").mark_text(
+        align="right", dx=-3, dy=-4, fontSize=10, color="#444", baseline="bottom").encode(x="x:Q", y=alt.value(0), text="name:N")
+    lower = thresholds.transform_filter("datum.x < 0.5").mark_text(
+        align="left", dx=3, dy=-4, fontSize=10, color="#444", baseline="bottom").encode(x="x:Q", y=alt.value(0), text="name:N")
+    util = alt.layer(bars, rules, upper, lower).properties(
+        width=220, height=alt.Step(22),
         title=alt.Title("Utilisation per layer", subtitle="peak over t, mean over units; thresholds dashed", anchor="start",
                         offset=16))
+    y_mod = alt.Y("label:N", title=None, sort=alt.EncodingSortField("layer", order="ascending"), axis=alt.Axis(labels=False))
     mod = data.transform_filter("datum.modulation != null").mark_bar(height={"band": 0.72}, color=SEP_COLOR).encode(
         x=alt.X("modulation:Q", title="modulation at separators", scale=alt.Scale(domain=[-0.5, 1], clamp=True)),
-        y=alt.Y("label:N", title=None, sort=alt.EncodingSortField("layer", order="ascending"), axis=alt.Axis(labels=False)),
+        y=y_mod,
         opacity=alt.condition(highlight, alt.value(1.0), alt.value(0.45)),
         tooltip=[alt.Tooltip("label:N", title="layer"), alt.Tooltip("modulation:Q", format=".3f"),
                  alt.Tooltip("n_separators:Q", title="separators")],
-    ).properties(width=150, height=alt.Step(22),
-                 title=alt.Title("Modulation", subtitle="1 − ESS(sep) / ESS before", anchor="start", offset=16))
+    )
+    none = data.transform_filter("datum.n_separators == 0").mark_text(align="left", fontSize=10, color="#777").encode(
+        x=alt.value(4), y=y_mod, text=alt.value("no separator in the prompt"))
+    mod = alt.layer(mod, none).properties(
+        width=130, height=alt.Step(22),
+        title=alt.Title("Modulation", subtitle="1 − ESS(sep) / ESS before", anchor="start", offset=16))
     return alt.hconcat(util, mod, spacing=8)
 
 
@@ -709,11 +721,11 @@ def linked_structure(result: ESSResult, *, layer: int, unit="mean", t: int, name
     op = _operator_view(result, layer, unit, names, t)
     ov = _overview_view(result, layer, unit, overview_metric, names)
     diag = _diagnostics_view(layer, names)
-    model = result.meta.get("model_id") or ""
+    model = result.meta.get("source") or result.meta.get("model_id") or ""
     return alt.vconcat(
         top,
         alt.hconcat(spec, op, spacing=50),
-        alt.hconcat(ov, diag, spacing=30),
+        alt.hconcat(ov, diag, spacing=24),
         spacing=26,
     ).properties(
         title=alt.Title(f"Effective state size · {model}" if model else "Effective state size",

@@ -26,6 +26,7 @@ saved) and untrusted notebooks still show the figure.
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
 import html
 import math
@@ -67,16 +68,38 @@ def _zoo_models() -> list[str]:
         return []
 
 
+@contextlib.contextmanager
+def _quiet_transformers():
+    """transformers' weight-loading bar and kernel-fallback notices would land in the
+    notebook cell above the widget; the status line reports instead."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        yield
+        return
+    level, bar = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+        if bar:
+            hf_logging.enable_progress_bar()
+
+
 def _default_load(source: str):
     from .models import load_model
 
-    return load_model(source)
+    with _quiet_transformers():
+        return load_model(source)
 
 
 def _default_analyze(model, **kwargs) -> ESSResult:
     from .analysis import analyze
 
-    return analyze(model, **kwargs)
+    with _quiet_transformers():
+        return analyze(model, **kwargs)
 
 
 def _zoo_name(source: str | None) -> str | None:
@@ -200,13 +223,13 @@ class ESSExplorer(W.VBox):
         self.layer_w = W.Dropdown(description="layer", options=[], style=style, layout=W.Layout(width="210px"))
         self.unit_w = W.Dropdown(description="unit", options=[], style=style, layout=W.Layout(width="170px"))
         self.variant_w = W.ToggleButtons(options=[("tolerance", "tolerance"), ("entropy", "entropy")], value=variant,
-                                         description="ESS", style={"button_width": "78px", "description_width": "initial"})
-        self.tol_w = W.FloatLogSlider(value=1e-3 if tol is None else tol, base=10, min=-10, max=0, step=0.1,
+                                         description="ESS", style={"button_width": "86px", "description_width": "initial"})
+        self.tol_w = W.FloatLogSlider(value=1e-3 if tol is None else tol, base=10, min=-12, max=0, step=0.1,
                                       description="τ", readout_format=".1e", continuous_update=False, style=style,
                                       layout=W.Layout(width="260px"))
         self.relative_w = W.ToggleButtons(options=[("× σ₁", True), ("absolute", False)],
                                           value=True if relative is None else bool(relative),
-                                          style={"button_width": "70px"})
+                                          style={"button_width": "78px"})
         self.metric_w = W.Dropdown(options=[("ESS/TSS", "utilisation"), ("ESS", "ess")], value=overview_metric,
                                    description="overview", style=style, layout=W.Layout(width="160px"))
         self.progress_w = W.FloatProgress(value=0.0, min=0.0, max=1.0, bar_style="info", layout=W.Layout(width="180px"))
@@ -387,6 +410,7 @@ class ESSExplorer(W.VBox):
             self.progress_w.value = 0.05 + 0.85 * index / n_layers
             result = _merge(result, self._call_analyze(model, tokenizer, prompt, [index], stride))
         meta = dict(result.meta)
+        meta["source"] = self.source  # "zoo:NAME" reads better than the folder it resolved to
         meta["stride"] = None
         meta["overview_stride"] = stride if stride and stride > 1 else None
         result = ESSResult(result.tokens, result.input_ids, result.layers, meta)

@@ -261,3 +261,17 @@ def test_extension_is_reachable_from_the_package():
     if not hasattr(ess_explorer, "load_ipython_extension"):
         pytest.skip("ess_explorer/__init__.py does not re-export load_ipython_extension yet (lead)")
     assert ess_explorer.load_ipython_extension is magic.load_ipython_extension
+
+
+def test_static_png_survives_nbconvert_html_without_widget_state():
+    """The output as a kernel stores it (the widget's mimebundle), saved without widget
+    state (JupyterLab's default): nbconvert's HTML shows the PNG, not an empty widget."""
+    nbformat = pytest.importorskip("nbformat")
+    nbconvert = pytest.importorskip("nbconvert")
+    ex = widget.explore(result=reference_result(24))
+    cell = nbformat.v4.new_code_cell("explore()")
+    cell.outputs = [nbformat.v4.new_output("display_data", data=ex._repr_mimebundle_())]
+    notebook = nbformat.v4.new_notebook(cells=[cell])
+    page, _ = nbconvert.HTMLExporter().from_notebook_node(notebook)
+    assert '<img src="data:image/png;base64,' in page
+    assert "application/vnd.jupyter.widget-view+json" not in page

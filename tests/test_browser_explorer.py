@@ -1,0 +1,146 @@
+"""The explorer in a real browser: JupyterLab on 127.0.0.1 (a random free port), a
+notebook that calls explore(), headless Debian Chromium driven by Playwright.
+
+Checks: the linked views render (offline: the widget JS comes from vl-convert); a click on
+ESS over time changes the spectrum view (in the browser); choosing another layer in the
+dropdown redraws the views. A screenshot goes to test-artifacts/explorer.png.
+Run: .venv/bin/python -m pytest tests/test_browser_explorer.py -m browser -q
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(170)]
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+NOTEBOOK = Path(__file__).parent / "notebooks" / "explorer.ipynb"
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def lab(tmp_path):
+    """A JupyterLab server on a free port serving a copy of the fixture notebook; the
+    server's process group is ended afterwards."""
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is not installed (apt-get install -y chromium)")
+    pytest.importorskip("playwright.sync_api")
+    shutil.copy(NOTEBOOK, tmp_path / "explorer.ipynb")
+    port = _free_port()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
+           "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}
+    cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}", "--allow-root",
+           "--ServerApp.token=", "--ServerApp.password=", "--ServerApp.disable_check_xsrf=True",
+           "--LabApp.expose_app_in_browser=True", f"--ServerApp.root_dir={tmp_path}", "--ServerApp.port_retries=0"]
+    log = open(tmp_path / "lab.log", "wb")
+    server = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/api/status", timeout=2)
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("JupyterLab did not start:\n" + (tmp_path / "lab.log").read_text()[-3000:])
+                time.sleep(0.5)
+        yield url, tmp_path
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)  # the server and its kernels: the group we started
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait(timeout=5)
+        log.close()
+
+
+def _svg_texts(page) -> list[str]:
+    return page.eval_on_selector_all(".vega-embed svg text", "els => els.map(e => e.textContent)")
+
+
+def _spectrum_label(page) -> str:
+    labels = [t for t in _svg_texts(page) if " σ above " in t]
+    return labels[0] if labels else ""
+
+
+def test_explorer_in_jupyterlab(lab):
+    from playwright.sync_api import sync_playwright
+
+    url, workdir = lab
+    started = time.monotonic()
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        context = p.chromium.launch_persistent_context(
+            str(workdir / "chromium-profile"), executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS,
+            viewport={"width": 1400, "height": 1700})
+        try:
+            page = context.new_page()
+            page.goto(f"{url}/lab/tree/explorer.ipynb", wait_until="domcontentloaded")
+            page.wait_for_function("window.jupyterapp && document.querySelector('.jp-Notebook')", timeout=60_000)
+            page.wait_for_function(
+                "() => { const w = window.jupyterapp.shell.currentWidget;"
+                " return w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel"
+                " && w.sessionContext.session.kernel.status === 'idle'; }", timeout=60_000)
+            page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+            # the linked views are drawn (SVG renderer) with the spectrum's stated count
+            page.wait_for_function("[...document.querySelectorAll('.vega-embed svg text')]"
+                                   ".some(e => e.textContent.includes(' σ above '))", timeout=90_000)
+            before = _spectrum_label(page)
+            assert before.startswith("t = "), before
+            assert page.locator(".jp-OutputArea-output img").count() == 0, "the live widget, not the static PNG"
+
+            # 1. a click on ESS over time selects another t: the spectrum follows, in the browser
+            points = page.locator(".vega-embed svg g.mark-symbol").first
+            box = points.bounding_box()
+            page.mouse.click(box["x"] + 0.2 * box["width"], box["y"] + box["height"] / 2)
+            page.wait_for_function(
+                "(before) => [...document.querySelectorAll('.vega-embed svg text')]"
+                ".some(e => e.textContent.includes(' σ above ') && e.textContent !== before)", arg=before, timeout=10_000)
+            after = _spectrum_label(page)
+            assert after != before and after.startswith("t = ")
+
+            # 2. another layer from the dropdown: Python redraws the views
+            select = page.locator(".widget-dropdown", has=page.locator("label", has_text="layer")).locator("select")
+            options = select.locator("option").all_inner_texts()
+            assert len(options) >= 2, options
+            current = select.evaluate("el => el.options[el.selectedIndex].text")
+            target = next(i for i, text in enumerate(options) if text != current)
+            select.select_option(index=target)
+            wanted = options[target].split()[0]  # option texts use non-breaking spaces
+            deadline = time.monotonic() + 60
+            while not any(t.startswith(f"layer {wanted} (") for t in _svg_texts(page)):
+                assert time.monotonic() < deadline, f"the views did not switch to layer {wanted!r}"
+                page.wait_for_timeout(250)
+            page.wait_for_timeout(500)
+            status = page.locator(".ess-explorer .widget-html-content").first.inner_text()
+            assert "⚠" not in status, status
+            page.screenshot(path=str(ARTIFACTS / "explorer.png"), full_page=True)
+        except Exception:
+            page.screenshot(path=str(ARTIFACTS / "explorer-failure.png"), full_page=True)
+            print("status:", page.locator(".ess-explorer .widget-html-content").all_inner_texts())
+            print("svg texts:", _svg_texts(page)[:40])
+            raise
+        finally:
+            context.close()
+    assert time.monotonic() - started < 150
