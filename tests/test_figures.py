@@ -77,10 +77,17 @@ def png_pixels(data: bytes) -> tuple[int, int, np.ndarray]:
     return width, height, out.reshape(height, width, channels).astype(np.uint8)
 
 
-def check_pdf(data: bytes) -> tuple[float, float, float]:
-    """(width pt, height pt, fraction of non-white pixels) of a one-page PDF."""
+def check_pdf(data: bytes) -> tuple[float, float, float | None]:
+    """(width pt, height pt, fraction of non-white pixels) of a one-page PDF. The page is
+    opened and rendered with pdfium when pypdfium2 is installed (a test dependency);
+    without it only the structure is checked and the fraction is None."""
     assert data.startswith(b"%PDF-") and data.rstrip().endswith(b"%%EOF")
-    pdfium = pytest.importorskip("pypdfium2")
+    try:
+        import pypdfium2 as pdfium
+    except ImportError:
+        boxes = re.findall(rb"/MediaBox\s*\[\s*0 0 ([0-9.]+) ([0-9.]+)\s*\]", data)
+        assert len(boxes) == 1, "expected one page"
+        return float(boxes[0][0]), float(boxes[0][1]), None
     doc = pdfium.PdfDocument(data)
     assert len(doc) == 1
     page = doc[0]
@@ -129,7 +136,7 @@ def test_kind_exports_valid_pdf_svg_png(kind, charts_by_kind, tmp_path):
     # Single views fit exactly; concatenated panels are padded to about the target.
     assert (abs(width - target) < 1) if kind not in ("compare", "diagnostics") else (0.7 * target < width < 1.25 * target)
     assert 60 < height < width * 1.2
-    assert 0.02 < inked < 0.9, f"{kind}: a blank or solid page ({inked:.3f} inked)"
+    assert inked is None or 0.02 < inked < 0.9, f"{kind}: a blank or solid page ({inked:.3f} inked)"
 
     root = check_svg(save_figure(chart, tmp_path / f"{kind}.svg").read_bytes())
     assert abs(float(root.get("width")) - width) < 1
