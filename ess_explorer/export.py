@@ -235,6 +235,10 @@ def _data_links(result: ESSResult, meta_json: str, embed_data: bool, max_bytes: 
         return "<p>Data not embedded (embed_data=False).</p>"
     import io
 
+    rows = sum(lay.tolerance_ess.size for lay in result.layers.values())
+    if rows * 40 > max_bytes:  # a CSV row takes 40-80 bytes: do not even build a table that big
+        return (f"<p>Data not embedded: the table has {rows:,} rows (over {max_bytes / 1e6:.0f} MB). "
+                "Use <code>ess-explorer analyze --out DIR</code> for result.npz, table.csv and meta.json.</p>")
     buffer = io.BytesIO()
     with tempfile.TemporaryDirectory() as tmp:
         buffer.write(Path(result.save(Path(tmp) / RESULT_FILE)).read_bytes())
@@ -243,7 +247,7 @@ def _data_links(result: ESSResult, meta_json: str, embed_data: bool, max_bytes: 
              (META_FILE, "application/json", meta_json.encode("utf-8"))]
     total = sum(len(data) for _, _, data in files)
     if total > max_bytes:
-        return (f"<p>Data not embedded: {total / 1e6:.1f} MB is above the {max_bytes / 1e6:.0f} MB limit. "
+        return (f"<p>Data not embedded: {total / 1e6:.1f} MB is above the {max_bytes / 1e6:g} MB limit. "
                 "Use <code>ess-explorer analyze --out DIR</code> for result.npz, table.csv and meta.json.</p>")
     items = "".join(
         f'<li><a download="{name}" href="data:{mime};base64,{base64.b64encode(data).decode("ascii")}">{name}</a>'

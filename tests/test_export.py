@@ -151,8 +151,11 @@ def test_hostile_tokens_cannot_break_the_page(ref, tmp_path):
 def test_report_options_and_errors(ref, tmp_path):
     small = report_html(ref, layer=2, embed_data=False, max_embed_bytes=10)
     assert "Data not embedded" in small
-    tiny = report_html(ref, max_embed_bytes=1000)
-    assert "above the 0 MB limit" in tiny or "Data not embedded" in tiny
+    tiny = report_html(ref, max_embed_bytes=1000)  # the table alone would be bigger: not built
+    assert "Data not embedded: the table has" in tiny and "a download=" not in tiny
+    rows = sum(lay.tolerance_ess.size for lay in ref.layers.values())
+    medium = report_html(ref, max_embed_bytes=rows * 41)  # the estimate passes, the real size does not
+    assert "MB limit" in medium and "a download=" not in medium
     with pytest.raises(ValueError, match="layer 7 was not analysed"):
         report_html(ref, layer=7)
     with pytest.raises(ValueError, match=r"\.html"):
