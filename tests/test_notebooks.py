@@ -152,10 +152,9 @@ def test_inspect_notebook(kernel_env, tmp_path_factory):
     text = texts(nb)
     assert "offline: skipped" in text  # the hub cells skip cleanly with HF_HUB_OFFLINE=1
     assert "saturated" in text and "collapsed" in text
-    # the explorer's output: the widget and a PNG of its views
+    # both explorers (default model, repeated-token result) output the widget and a PNG of its views
     explorer = [o for o in outputs(nb) if "application/vnd.jupyter.widget-view+json" in o.get("data", {}) and "image/png" in o.get("data", {})]
-    assert explorer, "the explorer output has no static PNG"
-    assert png_count(nb) >= 3
+    assert len(explorer) >= 2, "an explorer output has no static PNG"
 
 
 def test_paper_figures_notebook(kernel_env, tmp_path_factory):
