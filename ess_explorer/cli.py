@@ -21,6 +21,7 @@ command line. Every error is one line on stderr: ``ess-explorer: error: ...``
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import sys
 import time
@@ -308,8 +309,16 @@ def cmd_figure(args) -> int:
             data[label if label not in data else f"{label} ({Path(path).name})"] = res
     else:
         data = results[0]
+    options = _figure_options(args)
+    from .figures import KIND_DOCS, KINDS
+
+    taken = set(inspect.signature(KINDS[args.kind]).parameters)
+    unknown = sorted(set(options) - taken)
+    if unknown:  # e.g. --variant for the operator view: a command-line mistake
+        flags = ", ".join("--" + ("layers" if name == "layer" else name) for name in unknown)
+        raise UsageError(f"--kind {args.kind} takes no {flags}; it takes: {KIND_DOCS[args.kind]}")
     start = time.perf_counter()
-    chart = figure(data, args.kind, width=args.width, height=args.height, font=args.font, **_figure_options(args))
+    chart = figure(data, args.kind, width=args.width, height=args.height, font=args.font, **options)
     path = save_figure(chart, args.out, ppi=args.ppi)
     print(f"wrote {path} ({args.kind}, {time.perf_counter() - start:.2f} s)")
     return 0

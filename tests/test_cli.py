@@ -193,6 +193,9 @@ def test_figure_and_report_round_trips(fake, capsys, tmp_path):
     code, _, err = run(capsys, "figure", str(tmp_path / "a" / "result.npz"), "--kind", "utilisation",
                        "--out", str(tmp_path / "u.svg"), "--font", "sans", "--width", "double")
     assert code == 0 and "Liberation Sans" in (tmp_path / "u.svg").read_text()
+    code, _, err = run(capsys, "figure", str(tmp_path / "a"), "--kind", "compare", "--t", "3",
+                       "--out", str(tmp_path / "x.png"))
+    assert code == 2 and "--kind compare takes no --t" in one_line_error(err)
     code, _, err = run(capsys, "figure", str(tmp_path / "a"), "--kind", "spectrum", "--layers", "0,1",
                        "--out", str(tmp_path / "s.png"))
     assert code == 2 and "give --layers N" in one_line_error(err)
