@@ -12,18 +12,23 @@ an adapter module with a reconstruction test in tests/test_adapters.py).
 
 Supported (tested with transformers 5.24.0, tiny random models, tests/test_adapters.py):
 
-    model_type            layers                      family per layer
+    model_type            layers                      family per layer (config layer types for hybrids)
     gpt2                  transformer.h[i].attn       softmax attention
-    llama, qwen2          model.layers[i].self_attn   softmax attention (GQA: one T per query head;
+    llama, qwen2,         model.layers[i].self_attn   softmax attention (GQA: one T per query head;
     mistral                                           sliding window from config.sliding_window /
                                                       layer_types "sliding_attention")
     mamba, falcon_mamba   backbone.layers[i].mixer    mamba (one T per channel)
     mamba2                backbone.layers[i].mixer    mamba2 (one T per head)
-    lfm2                  model.layers[i]             "conv" -> short_conv, else attention
-    jamba                 model.layers[i]             "mamba" -> mamba, "attention" -> attention
-    bamba                 model.layers[i]             "mamba" -> mamba2, attention -> attention
-    zamba2                model.layers[i]             "mamba" -> mamba2; "hybrid" -> its mamba2
-                                                      mixer (the shared attention block is not analysed)
+    lfm2                  model.layers[i]             layer_types "conv" -> .conv, short_conv;
+                                                      "full_attention" -> .self_attn, attention
+    jamba                 model.layers[i]             layers_block_type "mamba" -> .mamba, mamba;
+                                                      "attention" -> .self_attn, attention
+    bamba                 model.layers[i]             "linear_attention" -> .mamba, mamba2;
+                                                      "full_attention" -> .self_attn, attention
+    zamba2                model.layers[i]             "mamba" / "linear_attention" -> .mamba, mamba2;
+                                                      "hybrid" -> .mamba_decoder.mamba, mamba2 (the
+                                                      shared attention block of a hybrid layer is
+                                                      not analysed: one family per layer)
     ess_linear_attention  model.layers[i].mixer       linear_attention / gated_linear_attention
 """
 

@@ -29,7 +29,6 @@ Capture (hooks on public modules only, nothing patched):
 
 from __future__ import annotations
 
-import torch
 
 from .base import CaptureSession, DenseCapture, LayerSlot
 

@@ -33,7 +33,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..realizations import DiagonalSSM  # noqa: F401  (see the module docstring: not applicable here)
 from .base import CaptureSession, LayerSlot, ShortConvCapture
 
 __all__ = ["ShortConvAdapter", "short_conv_operator", "short_conv_hankel_singular_values"]
