@@ -29,7 +29,6 @@ Capture (hooks on public modules only, nothing patched):
 
 from __future__ import annotations
 
-
 from .base import CaptureSession, DenseCapture, LayerSlot
 
 __all__ = ["AttentionAdapter"]
