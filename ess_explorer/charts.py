@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import uuid
+import weakref
 from dataclasses import dataclass
 
 import altair as alt
@@ -236,42 +237,74 @@ def _named(key: str) -> alt.NamedData:
 def time_data(result: ESSResult, *, layer: int, unit="mean", variant="tolerance", tol=None, relative=None) -> list[dict]:
     """Rows of the "time" dataset, one per computed t: ``t``, ``token``, the shown
     ``ess``/``tss`` (unit or aggregate), ``exact``, ``sep`` (separator flag) and the focus
-    unit's kept spectrum: ``sigma``/``k`` arrays (flattened in the browser, at most
-    MAX_SPECTRUM_K), its threshold ``thr``, ``unit_tol_ess``, ``unit_entropy_ess`` and
-    ``complete`` (False when more values exist than were kept, so counts are lower bounds)."""
+    unit's kept spectrum: ``sigma`` (descending, at most MAX_SPECTRUM_K, round-off
+    dropped; flattened in the browser), its threshold ``thr``, ``unit_tol_ess``,
+    ``unit_entropy_ess`` and ``complete`` (False when more values exist than were kept,
+    so counts are lower bounds)."""
     _check_options(result, layer, unit, variant)
     tol, relative = _tol_options(result, tol, relative)
     series = unit_series(result, layer, unit, variant, tol, relative)
-    lay = result.layer(layer)
     at = layer_at_tolerance(result, layer, tol, relative)
     focus = focus_unit(result, layer, unit)
-    sigma = np.asarray(lay.singular_values[focus], dtype=np.float64)[:, :MAX_SPECTRUM_K]  # (P, K')
-    complete = np.asarray(lay.rank_bound[focus]) <= sigma.shape[-1]
-    thr = tol * sigma[:, 0] if relative else np.full(sigma.shape[0], tol)
-    seps = set(separator_positions(result))
+    static = _cached(result, ("time", layer, focus), lambda: _static_time_rows(result, layer, focus))
+    sigma1 = np.asarray(result.layer(layer).singular_values[focus, :, 0], dtype=np.float64)
+    thr = tol * sigma1 if relative else np.full(sigma1.shape, tol)
     tol_text = _tol_label(tol, relative)
-    records = []
-    for row, t in enumerate(series["t"].tolist()):
+    ess, tss, exact = series["ess"].tolist(), series["tss"].tolist(), series["exact"].tolist()
+    unit_ess = at.tolerance_ess[focus].tolist()
+    return [
+        {
+            **row,
+            "ess": _sig(ess[i]),
+            "tss": _sig(tss[i]),
+            "exact": bool(exact[i]),
+            "thr": _sig(thr[i]) if thr[i] > 0 else None,
+            "tol_label": tol_text,
+            "unit_tol_ess": int(unit_ess[i]),
+        }
+        for i, row in enumerate(static)
+    ]
+
+
+def _static_time_rows(result: ESSResult, layer: int, focus: int) -> list[dict]:
+    """The parts of the time rows that no tolerance, variant or unit aggregate changes."""
+    lay = result.layer(layer)
+    sigma = np.asarray(lay.singular_values[focus], dtype=np.float64)[:, :MAX_SPECTRUM_K]  # (P, K')
+    complete = (np.asarray(lay.rank_bound[focus]) <= sigma.shape[-1]).tolist()
+    seps = set(separator_positions(result))
+    rows = []
+    for row, t in enumerate(np.asarray(lay.positions).tolist()):
         s = sigma[row]
         nonzero = int((s > ROUNDOFF * s[0]).sum()) if s[0] > 0 else 0
-        records.append(
+        rows.append(
             {
                 "t": t,
                 "token": _token(result, t),
-                "ess": _sig(series["ess"][row]),
-                "tss": _sig(series["tss"][row]),
-                "exact": bool(series["exact"][row]),
                 "sep": t in seps,
+                # flattened in the browser; k = its position, numbered there (row_number)
                 "sigma": [float(f"{v:.4g}") for v in s[:nonzero].tolist()],
-                "k": list(range(1, nonzero + 1)),
-                "thr": _sig(thr[row]) if thr[row] > 0 else None,
-                "tol_label": tol_text,
-                "unit_tol_ess": int(at.tolerance_ess[focus, row]),
                 "unit_entropy_ess": _sig(lay.entropy_ess[focus, row], 3),
                 "complete": bool(complete[row]),
             }
         )
-    return records
+    return rows
+
+
+# Per-result caches of what a tolerance change cannot alter (spectra rows, operator blocks),
+# keyed by the result's id and checked through a weak reference (ids are reused).
+_CACHE: dict = {}
+
+
+def _cached(result: ESSResult, key: tuple, compute):
+    full = (id(result),) + key
+    hit = _CACHE.get(full)
+    if hit is not None and hit[0]() is result:
+        return hit[1]
+    value = compute()
+    if len(_CACHE) > 64:
+        _CACHE.clear()
+    _CACHE[full] = (weakref.ref(result), value)
+    return value
 
 
 def operator_data(result: ESSResult, *, layer: int, unit="mean", max_side: int = MAX_OPERATOR_SIDE) -> tuple[list[dict], int]:
@@ -382,7 +415,8 @@ def linked_data(result: ESSResult, *, layer: int, unit="mean", variant="toleranc
         raise ValueError(f"need 0 <= collapsed < saturated, got collapsed={collapsed}, saturated={saturated}")
     return {
         DATASETS["time"]: time_data(result, layer=layer, unit=unit, variant=variant, tol=tol, relative=relative),
-        DATASETS["operator"]: operator_data(result, layer=layer, unit=unit)[0],
+        DATASETS["operator"]: _cached(result, ("operator", layer, focus_unit(result, layer, unit)),
+                                      lambda: operator_data(result, layer=layer, unit=unit)[0]),
         DATASETS["overview"]: overview_data(result, unit=unit, variant=variant, tol=tol, relative=relative, metric=overview_metric),
         DATASETS["diagnostics"]: diagnostics_data(result, variant=variant, tol=tol, relative=relative, saturated=saturated,
                                                   collapsed=collapsed),
@@ -494,7 +528,8 @@ def _spectrum_view(result, layer, unit, names, t0, width=360, height=230):
     lay = result.layer(layer)
     sel_t = _t_selection(names, t0)
     base = alt.Chart(_named("time")).transform_filter(sel_t)
-    flat = base.transform_flatten(["sigma", "k"]).transform_filter("datum.sigma > 0").transform_calculate(
+    flat = base.transform_flatten(["sigma"]).transform_window(k="row_number()").transform_filter(
+        "datum.sigma > 0").transform_calculate(
         above="datum.thr != null && datum.sigma > datum.thr ? 'above τ' : 'below τ'"
     )
     kmax = max(1, min(MAX_SPECTRUM_K, int(lay.singular_values.shape[-1])))

@@ -133,8 +133,9 @@ def test_spectrum_and_outline_follow_the_t_selection(spec):
     nodes = list(_walk(spec))
     filters = [n for n in nodes if n.get("filter") == {"param": "q_t"}]
     assert len(filters) >= 4  # selected rule + label on view 1, spectrum, outline
-    flattens = [n for n in nodes if n.get("flatten") == ["sigma", "k"]]
+    flattens = [n for n in nodes if n.get("flatten") == ["sigma"]]
     assert flattens, "the spectrum flattens the per-t arrays in the browser"
+    assert any(w.get("op") == "row_number" and w.get("as") == "k" for n in nodes for w in n.get("window", []))
     log_scales = [n for n in nodes if n.get("field") == "sigma" and n.get("scale", {}).get("type") == "log"]
     assert log_scales
     # tolerance rule on thr; H_t box from (0, t) to (t, L)
