@@ -2,7 +2,8 @@
 
 Conventions (also written into every card):
 - ESS is measured by ``ess_explorer.analyze`` (tolerance-ESS, relative tol 1e-3, the
-  project default) on ``ESS_PROMPTS`` held-out prompts of the model's task, and averaged.
+  project default; entropy-ESS alongside) on 4 held-out prompts of the model's task
+  (seeds 30000..30003), and averaged.
 - The *memory cut* is t* = 2K, right after the K key-value pairs of the first segment:
   H_{t*} maps the stored pairs to every later output, so its rank is the state the model
   actually carries from the pairs to the queries.
@@ -177,6 +178,10 @@ def write_card(name: str, folder: Path | None = None, n_samples: int = TEST_SAMP
         }
         if task.num_segments > 1:
             card["separator_drop"] = separator_drop(model, task)
+        else:  # control: the same measurement on segmented prompts this model was never trained on
+            from .train import SEGMENTED_TASK
+
+            card["separator_control"] = {**separator_drop(model, SEGMENTED_TASK), "task": SEGMENTED_TASK.to_dict()}
     if name in ZOO and ZOO[name].description:
         card["description"] = ZOO[name].description
     (folder / "card.json").write_text(json.dumps(card, indent=2))
@@ -212,9 +217,10 @@ def render_readme(card: dict) -> str:
         "",
         "## Training",
         "",
-        f"- {tr['steps_run']} of {tr['steps_planned']} planned steps (stops at 99.5% validation accuracy), batch {tr['batch_size']}, "
+        f"- {tr['steps_run']} of {tr['steps_planned']} planned steps (stops early at {100 * tr.get('target_accuracy', 0.99):.0f}% "
+        f"validation accuracy), batch {tr['batch_size']}, "
         f"peak lr {tr['lr']}, {tr['optimizer']}, weight decay {tr['weight_decay']}, seed {tr['seed']}.",
-        f"- {tr['wall_seconds']} s on {tr['threads']} shared CPU threads. Reproduce: "
+        f"- {tr['wall_seconds']} s with {tr['threads']} torch thread(s) on a shared 2-core CPU. Reproduce: "
         f"`python -m ess_explorer.zoo.train --only {card['name']}`.",
         "",
         "## Results",
@@ -236,6 +242,15 @@ def render_readme(card: dict) -> str:
     if "separator_drop" in card:
         drop = card["separator_drop"]
         lines += ["", f"Separator drop (total ESS, mean over {drop['n_prompts']} prompts, separators at {drop['separators']}):", ""]
+        for index, lay in drop["layers"].items():
+            lines.append(
+                f"- layer {index}: ESS {lay['ess_before']:.1f} in the {drop['window']} cuts before `|`, {lay['ess_at']:.1f} at it "
+                f"(modulation {lay['modulation']:.2f})"
+            )
+    if "separator_control" in card:
+        drop = card["separator_control"]
+        lines += ["", f"Control: on segmented prompts it was not trained on ({drop['task']['num_segments']} segments of "
+                  f"{drop['task']['num_pairs']} pairs, separators at {drop['separators']}):", ""]
         for index, lay in drop["layers"].items():
             lines.append(
                 f"- layer {index}: ESS {lay['ess_before']:.1f} in the {drop['window']} cuts before `|`, {lay['ess_at']:.1f} at it "

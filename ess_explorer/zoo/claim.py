@@ -46,6 +46,7 @@ def claim_table(names=None, recompute: bool = False) -> list[dict]:
                 "utilisation": ess["utilisation"],
                 "state": ess["state"],
                 "separator_drop": info.get("separator_drop"),
+                "separator_control": info.get("separator_control"),
             }
         )
     return rows
@@ -97,34 +98,74 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(prog="python -m ess_explorer.zoo.claim", description=__doc__.split("\n")[0])
     parser.add_argument("--recompute", action="store_true", help="re-measure accuracy and ESS (rewrites the cards)")
     parser.add_argument("--json", action="store_true", help="print the numbers as JSON instead of tables")
+    parser.add_argument("--write", action="store_true", help="also write the output into assets/zoo/README.md (the zoo index)")
     args = parser.parse_args(argv)
     rows = claim_table(recompute=args.recompute)
     single = [r for r in rows if r["segments"] == 1]
-    summary = {"rows": [{k: v for k, v in r.items() if k != "separator_drop"} for r in rows]}
+    summary = {"rows": [{k: v for k, v in r.items() if not k.startswith("separator")} for r in rows]}
     summary["main_task"] = correlations(single) if len(single) >= 3 else None
     summary["all_models"] = correlations(rows) if len(rows) >= 3 else None
     drops = {r["name"]: r["separator_drop"] for r in rows if r["separator_drop"]}
-    summary["separator_drop"] = {
-        name: {i: {k: v for k, v in lay.items() if k != "ess_over_time"} for i, lay in d["layers"].items()} for name, d in drops.items()
-    }
+    trained_families = {r["family"] for r in rows if r["separator_drop"]}
+    controls = {r["name"]: r["separator_control"] for r in rows if r["separator_control"] and r["family"] in trained_families}
+    strip = lambda d: {i: {k: v for k, v in lay.items() if k != "ess_over_time"} for i, lay in d["layers"].items()}  # noqa: E731
+    summary["separator_drop"] = {name: strip(d) for name, d in drops.items()}
+    summary["separator_control"] = {name: strip(d) for name, d in controls.items()}
     if args.json:
         print(json.dumps(summary, indent=2))
         return summary
-    print(_format(rows))
-    print()
+    text = [_format(rows), ""]
     if summary["main_task"]:
-        print(_format_corr("Main task (one segment, K = 16)", summary["main_task"]))
+        kv = sorted({r["kv"] for r in single})
+        text.append(_format_corr(f"Main task (one segment, K = {', '.join(map(str, kv))})", summary["main_task"]))
     if summary["all_models"]:
-        print(_format_corr("All models (kv = pairs per segment)", summary["all_models"]))
-    print()
-    for name, d in drops.items():
-        print(f"ESS at the separators {d['separators']} of {name} (total over units, mean of {d['n_prompts']} prompts):")
+        text.append(_format_corr("All models (kv = pairs per segment)", summary["all_models"]))
+    text.append("")
+    labelled = [(name, d, "trained on segments") for name, d in drops.items()]
+    labelled += [(name, d, "control: never saw '|'") for name, d in controls.items()]
+    for name, d, label in labelled:
+        text.append(f"ESS at the separators {d['separators']} of {name} ({label}; total over units, mean of {d['n_prompts']} prompts):")
         for i, lay in d["layers"].items():
-            print(
+            text.append(
                 f"  layer {i} ({lay['family']}): {lay['ess_before']:.1f} in the {d['window']} cuts before '|' -> {lay['ess_at']:.1f} at it"
                 f"   modulation {lay['modulation']:+.2f}"
             )
+    output = "\n".join(text)
+    print(output)
+    if args.write:
+        from . import ZOO_DIR
+
+        path = ZOO_DIR / "README.md"
+        path.write_text(_index(output))
+        print(f"\nwrote {path}")
     return summary
+
+
+def _index(output: str) -> str:
+    from .cards import __doc__ as conventions
+
+    return "\n".join(
+        [
+            "# The ess-explorer zoo",
+            "",
+            "Tiny models (2 layers, 64 wide, float32) trained from scratch on multi-query associative recall (MQAR) with",
+            "readable tokens (keys are syllables, values two-digit strings). Each folder is a standard Hugging Face model",
+            "(config.json, model.safetensors, tokenizer.json) with a model card (README.md, card.json) and its training record",
+            "(training.json). Load one with `ess_explorer.zoo.load(name)` or `load_model(\"zoo:NAME\")`; retrain with",
+            "`python -m ess_explorer.zoo.train --only NAME`; recompute this page with `python -m ess_explorer.zoo.claim --write`.",
+            "",
+            "## The MQAR claim in miniature (`python -m ess_explorer.zoo.claim`)",
+            "",
+            "```",
+            output,
+            "```",
+            "",
+            "## How ESS, TSS and the states are measured",
+            "",
+            conventions.split("Conventions (also written into every card):\n", 1)[1].strip(),
+            "",
+        ]
+    )
 
 
 if __name__ == "__main__":

@@ -240,7 +240,8 @@ def train_model(spec: ZooSpec, out_dir: Path, steps: int | None = None, eval_eve
         "arch": spec.arch,
         "task": spec.task.to_dict(),
         "training": {
-            "steps_planned": steps, "steps_run": done, "lr": spec.lr, "batch_size": spec.batch_size,
+            "steps_planned": steps, "steps_run": done, "target_accuracy": spec.target_accuracy, "lr": spec.lr,
+            "batch_size": spec.batch_size,
             "optimizer": "AdamW(betas=(0.9, 0.98)), linear warmup then cosine to 10%", "warmup": spec.warmup,
             "weight_decay": spec.weight_decay, "grad_clip": 1.0, "seed": spec.seed,
             "data_seeds": "batch at step s: task.sample(batch_size, seed=[seed, s])",
