@@ -420,11 +420,14 @@ def _series_scales(names) -> tuple[alt.Color, alt.StrokeDash]:
 
 
 def _separator_positions(result: ESSResult, separators) -> list[int]:
-    """Separators to mark: explicit positions, token strings, or meta["separators"]."""
+    """Separators to mark: explicit positions, token strings, or (None) the widget's rule,
+    charts.separator_positions: meta["separators"], else separator / EOS tokens."""
     if separators is False:
         return []
     if separators is None:
-        return [int(t) for t in result.meta.get("separators") or []]
+        from .charts import separator_positions
+
+        return separator_positions(result)
     if isinstance(separators, str):
         separators = [separators]
     out = []

@@ -277,3 +277,15 @@ def test_paperise_resolves_widget_highlights(ref):
     assert log_axes and all(axis.get("grid") is False for axis in log_axes)
     texts = [layer for layer in spectrum["layer"] if (layer.get("mark") or {}).get("type") == "text"]
     assert all(float(t["mark"].get("fontSize", 0)) <= 8 for t in texts)
+
+
+def test_ess_time_marks_separators(ref):
+    spec = figure(ref, "ess_time", layers=[2]).to_dict()
+    rules = [v["t"] for data in spec["datasets"].values() for v in data if set(v) == {"t"}]
+    assert rules == ref.meta["separators"]
+    bare = copy.deepcopy(ref)
+    bare.meta.pop("separators")  # found from the tokens ("|") instead
+    spec = figure(bare, "ess_time", layers=[2], separators="|").to_dict()
+    assert [v["t"] for data in spec["datasets"].values() for v in data if set(v) == {"t"}] == ref.meta["separators"]
+    spec = figure(ref, "ess_time", layers=[2], separators=False).to_dict()
+    assert not [v for data in spec["datasets"].values() for v in data if set(v) == {"t"}]
