@@ -39,6 +39,9 @@ def _configs():
         "mamba2": tf.Mamba2Config(
             num_hidden_layers=2, hidden_size=16, state_size=4, num_heads=4, head_dim=8, n_groups=1, chunk_size=8, **IDS
         ),
+        "mamba2_groups": tf.Mamba2Config(  # two groups of B, C: heads 0-1 read group 0, heads 2-3 group 1
+            num_hidden_layers=1, hidden_size=16, state_size=4, num_heads=4, head_dim=8, n_groups=2, chunk_size=8, **IDS
+        ),
         "lfm2": tf.Lfm2Config(num_hidden_layers=2, layer_types=["conv", "full_attention"], conv_bias=True, **ATTN, **IDS),
         "jamba": tf.JambaConfig(
             num_hidden_layers=2, attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=1,
@@ -66,6 +69,7 @@ EXPECTED_FAMILIES = {
     "mamba": ["mamba"] * 2,
     "falcon_mamba": ["mamba"] * 2,
     "mamba2": ["mamba2"] * 2,
+    "mamba2_groups": ["mamba2"],
     "lfm2": ["short_conv", "softmax_attention"],
     "jamba": ["mamba", "softmax_attention"],
     "bamba": ["mamba2", "softmax_attention"],
@@ -201,6 +205,15 @@ def test_la_mix_is_restored():
     mixer = model.model.layers[0].mixer
     capture(model, ids, layer_slots(model))
     assert "mix" not in vars(mixer)
+
+
+def test_missing_attention_probabilities_are_an_error_not_an_empty_operator():
+    from ess_explorer.adapters import ADAPTERS
+
+    model, _ = build("llama")
+    slot = layer_slots(model)[0]
+    with pytest.raises(RuntimeError, match="attn_implementation='eager'"):
+        ADAPTERS["attention"].build(slot, {"probs": None})
 
 
 def test_unsupported_model_type_names_the_registry():
