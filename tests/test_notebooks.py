@@ -8,7 +8,8 @@ run it. The checks read the executed outputs: no error, static PNG copies of the
 for the paper-figures notebook the PDF / SVG files it wrote.
 
 Run: HF_HUB_OFFLINE=1 .venv/bin/python -m pytest tests/test_notebooks.py -q
-(about a minute per notebook on 2 shared cores; marked slow).
+(about a minute per notebook on 2 shared cores; the executing tests are marked slow, the
+checks of the stored notebooks are not).
 """
 
 from __future__ import annotations
@@ -25,8 +26,6 @@ import pytest
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
-
-pytestmark = pytest.mark.slow
 
 NOTEBOOK_DIR = Path(__file__).resolve().parents[1] / "notebooks"
 NOTEBOOKS = ["01_what_is_ess.ipynb", "02_inspect_a_model.ipynb", "03_paper_figures.ipynb"]
@@ -127,7 +126,8 @@ def test_readme_lists_every_notebook():
         assert name in readme, f"notebooks/README.md does not list {name}"
 
 
-# ---- executed --------------------------------------------------------------------------
+# ---- executed (slow: about a minute each) -------------------------------------------------
+@pytest.mark.slow
 def test_teaching_notebook(kernel_env, tmp_path_factory):
     nb, _, seconds = execute("01_what_is_ess.ipynb", tmp_path_factory)
     assert_clean_run(nb, seconds)
@@ -146,6 +146,7 @@ def test_teaching_notebook(kernel_env, tmp_path_factory):
     assert len(panels) >= 2
 
 
+@pytest.mark.slow
 def test_inspect_notebook(kernel_env, tmp_path_factory):
     nb, _, seconds = execute("02_inspect_a_model.ipynb", tmp_path_factory)
     assert_clean_run(nb, seconds)
@@ -157,6 +158,7 @@ def test_inspect_notebook(kernel_env, tmp_path_factory):
     assert len(explorer) >= 2, "an explorer output has no static PNG"
 
 
+@pytest.mark.slow
 def test_paper_figures_notebook(kernel_env, tmp_path_factory):
     nb, work, seconds = execute("03_paper_figures.ipynb", tmp_path_factory)
     assert_clean_run(nb, seconds)
