@@ -151,11 +151,14 @@ def test_hostile_tokens_cannot_break_the_page(ref, tmp_path):
 def test_report_options_and_errors(ref, tmp_path):
     small = report_html(ref, layer=2, embed_data=False, max_embed_bytes=10)
     assert "Data not embedded" in small
-    tiny = report_html(ref, max_embed_bytes=1000)  # the table alone would be bigger: not built
-    assert "Data not embedded: the table has" in tiny and "a download=" not in tiny
+    from ess_explorer.export import _data_links  # the data section alone: no chart to build
+
+    tiny = _data_links(ref, "{}", True, 1000)  # the table alone would be bigger: not even built
+    assert "Data not embedded: the table has" in tiny and "download=" not in tiny
     rows = sum(lay.tolerance_ess.size for lay in ref.layers.values())
-    medium = report_html(ref, max_embed_bytes=rows * 41)  # the estimate passes, the real size does not
-    assert "MB limit" in medium and "a download=" not in medium
+    medium = _data_links(ref, "{}", True, rows * 41)  # the estimate passes, the real size does not
+    assert "MB limit" in medium and "download=" not in medium
+    assert "download=" in _data_links(ref, "{}", True, 10**8)
     with pytest.raises(ValueError, match="layer 7 was not analysed"):
         report_html(ref, layer=7)
     with pytest.raises(ValueError, match=r"\.html"):
