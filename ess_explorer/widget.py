@@ -489,9 +489,13 @@ class ESSExplorer(W.VBox):
             t0 = charts.default_position(self.result, **self._options())
             chart = charts.linked_structure(self.result, layer=self.layer, unit=self.unit, t=t0, names=self.names,
                                             overview_metric=self.metric_w.value)
-            self._spec_cache[key] = chart.to_dict()
             if self.chart is None:
-                self._make_chart(chart)
+                self._make_chart(chart)  # JupyterChart validates the spec once
+                self._spec_cache[key] = self.chart.spec
+            else:
+                # same builders, already validated by the first spec and the chart tests: skip
+                # the schema walk (about a second) on every new layer or unit
+                self._spec_cache[key] = chart.to_dict(validate=False)
         return self._spec_cache[key]
 
     def _make_chart(self, chart) -> None:
