@@ -3,9 +3,11 @@
 The paper gives no numeric thresholds; ours are parameters with documented defaults:
 a unit is *saturated* when its utilisation ESS / TSS >= 0.9 (it uses all the memory it
 has and may need more) and *collapsed* when it is <= 0.1 (capacity left unused).
-Utilisation of a unit over a prompt is taken at its peak over time (max over t of
-ESS(t) / TSS(t)), since a state is "full" if it is full at any moment; pass
-``reduce="mean"`` for the time-average instead.
+Utilisation of a unit over a prompt is the ratio of its peaks over time,
+max_t ESS(t) / max_t TSS(t): the most memory it needed at any cut against the most it
+had (``reduce="mean"``: mean ESS over mean TSS). Not the peak of the ratio: at t = 1 every
+generic softmax head has ESS = TSS = 1, so max_t ESS(t)/TSS(t) would call all attention
+saturated; by the ratio of peaks a full-rank head scores about (L/2) / (L-1) = 0.5.
 
 Modulation at separators: how far ESS falls at a separator relative to the ESS just
 before it, 1 - ESS(sep) / mean(ESS over the `window` positions before sep). 0 means no
@@ -87,15 +89,15 @@ def classify_utilisation(value, saturated: float = SATURATED_AT, collapsed: floa
     return labels.item() if labels.ndim == 0 else labels
 
 
-def _reduce_time(per_unit_t: np.ndarray, reduce: str, valid: np.ndarray) -> np.ndarray:
-    masked = np.where(valid, per_unit_t, np.nan)
-    with np.errstate(all="ignore"):
-        if reduce == "max":
-            out = np.nanmax(np.where(valid, per_unit_t, -np.inf), axis=-1)
-            return np.where(np.isfinite(out), out, 0.0)
-        if reduce == "mean":
-            return np.nan_to_num(np.nanmean(masked, axis=-1))
-    raise ValueError(f"reduce must be 'max' or 'mean', got {reduce!r}")
+def _reduce_time(values: np.ndarray, reduce: str, valid: np.ndarray) -> np.ndarray:
+    """max or mean over t (the last axis) of the valid cuts; 0 for a unit with none."""
+    if reduce not in ("max", "mean"):
+        raise ValueError(f"reduce must be 'max' or 'mean', got {reduce!r}")
+    kept = np.where(valid, values, 0.0)  # ESS and TSS are >= 0, so 0 never wins a max
+    if reduce == "max":
+        return kept.max(-1, initial=0.0)
+    count = valid.sum(-1)
+    return np.divide(kept.sum(-1), count, out=np.zeros(values.shape[:-1]), where=count > 0)
 
 
 def layer_diagnostics(
@@ -119,7 +121,7 @@ def layer_diagnostics(
     ess = np.asarray(ess, dtype=np.float64)
     tss = np.asarray(layer.tss, dtype=np.float64)
     valid = tss > 0
-    unit_util = _reduce_time(utilisation(ess, tss), reduce, valid)
+    unit_util = utilisation(_reduce_time(ess, reduce, valid), _reduce_time(tss, reduce, valid))
     states = classify_utilisation(unit_util, saturated, collapsed)
     layer_util = float(unit_util.mean()) if unit_util.size else 0.0
     total_ess = ess.sum(0)

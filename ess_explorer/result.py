@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -251,6 +252,6 @@ class ESSResult:
                     }
                     operators = {int(u): data[f"L{i}/operator/{u}"] for u in info["operators"]}
                     layers[i] = LayerESS(i, info["family"], info["unit_kind"], operators=operators, **fields)
-        except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile) as error:
+        except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as error:
             raise ValueError(f"{path} is not a readable ESS result ({error}); recompute it") from error
         return cls(header["tokens"], header["input_ids"], layers, header["meta"])

@@ -133,3 +133,11 @@ def test_corrupt_or_missing_result_files(tmp_path, result):
         ESSResult.load(tmp_path / "absent.npz")
     with pytest.raises(KeyError, match="analysed layers"):
         result.layer(99)
+
+
+def test_full_rank_attention_is_not_called_saturated(result):
+    # ESS(t) = min(t, L - t) against TSS(t) = t: the ratio of peaks is (L/2) / (L-1).
+    attention = layer_diagnostics(result.layer(0))
+    length = len(result.tokens)
+    np.testing.assert_allclose(attention["unit_utilisation"], (length // 2) / (length - 1))
+    assert attention["state"] == "normal"
