@@ -32,16 +32,32 @@ __all__ = [
     "analyze",
     "explore",
     "load_ipython_extension",
+    "figure",
+    "save_figure",
+    "write_report",
+    "export_table",
+    "write_result_dir",
+    "read_result",
+    "ResultCache",
 ]
+
+# name -> module, imported on first use: these pull in Altair / ipywidgets.
+_LAZY = {
+    "explore": "widget",
+    "load_ipython_extension": "magic",
+    "figure": "figures",
+    "save_figure": "figures",
+    "write_report": "export",
+    "export_table": "export",
+    "write_result_dir": "export",
+    "read_result": "export",
+    "ResultCache": "cache",
+}
 
 
 def __getattr__(name):
-    if name == "explore":
-        from .widget import explore
+    if name in _LAZY:
+        import importlib
 
-        return explore
-    if name == "load_ipython_extension":
-        from .magic import load_ipython_extension
-
-        return load_ipython_extension
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(f"module 'ess_explorer' has no attribute {name!r}")
