@@ -106,7 +106,16 @@ def test_bad_config_is_a_value_error():
 
 # ---- training (smoke) ---------------------------------------------------------------------
 
-def test_a_few_training_steps_save_a_model_that_reloads_identically(tmp_path):
+@pytest.fixture
+def one_thread():
+    """Tiny models train fastest on one thread (and do not fight other jobs for the cores)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_a_few_training_steps_save_a_model_that_reloads_identically(tmp_path, one_thread):
     from dataclasses import replace
 
     from transformers import AutoTokenizer
@@ -115,7 +124,7 @@ def test_a_few_training_steps_save_a_model_that_reloads_identically(tmp_path):
     from ess_explorer.zoo.train import ZOO, train_model
 
     spec = replace(ZOO["la_k2"], task=MQARTask(num_pairs=4), batch_size=8, lr=1e-2)
-    record, trained = train_model(spec, tmp_path, steps=12, eval_every=6, log=lambda *_: None)
+    record, trained = train_model(spec, tmp_path, steps=12, eval_every=6, log=lambda *_: None, val_samples=16)
     losses = [p["loss"] for p in record["training"]["curve"]]
     assert len(losses) == 2 and all(map(torch.isfinite, torch.tensor(losses)))
     assert losses[-1] < losses[0]  # 12 steps at lr 1e-2 move the loss down from ~log(123)
@@ -130,7 +139,7 @@ def test_a_few_training_steps_save_a_model_that_reloads_identically(tmp_path):
         torch.testing.assert_close(loaded(ids).logits, trained(ids).logits, rtol=0, atol=0)
 
 
-def test_stepwise_mamba_scan_matches_the_stock_scan():
+def test_stepwise_mamba_scan_matches_the_stock_scan(one_thread):
     from ess_explorer.zoo.train import ZOO, build_model, fast_mamba_training
 
     spec = ZOO["mamba_n2"]
@@ -181,7 +190,7 @@ def test_total_weights_are_under_25_mb():
 
 
 @pytest.mark.parametrize("name", SHIPPED)
-def test_shipped_model_loads_offline_fast_and_reproduces_its_card(name):
+def test_shipped_model_loads_offline_fast_and_reproduces_its_card(name, one_thread):
     folder = zoo.model_dir(name)
     for f in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "card.json", "README.md"):
         assert (folder / f).is_file(), f

@@ -108,10 +108,17 @@ def measure_ess(model, task: MQARTask, n_prompts: int = ESS_PROMPTS, seed: int =
 def separator_drop(model, task: MQARTask, n_prompts: int = ESS_PROMPTS, seed: int = ESS_SEED, window: int = 4) -> dict:
     """ESS over time around the separators of a segmented task, per memory layer.
 
-    Returns {"separators": [...], "layers": {i: {"ess_before", "ess_at", "modulation"}}} where
-    ess_before is the mean total ESS over the ``window`` cuts before each separator, ess_at
-    the total ESS at the separator (both averaged over separators and prompts) and
-    modulation = diagnostics.modulation_at (mean over separators and prompts).
+    Returns {"separators": [...], "layers": {i: {"ess_before", "ess_at", "ess_after",
+    "modulation", "modulation_after"}}} where ess_before is the mean total ESS over the
+    ``window`` cuts before each separator, ess_at the total ESS at the cut t = separator and
+    ess_after at t = separator + 1 (all averaged over separators and prompts);
+    modulation(_after) = diagnostics.modulation_at at those cuts (mean over separators, prompts).
+
+    Why both cuts: every path from the past into H_sep passes the state update at the
+    separator, so a reset there (decay -> 0) scales H_sep as a whole (exactly so for a
+    scalar decay per unit) and a *relative* tolerance does not see it; at t = sep + 1 the
+    separator's own input is undecayed while everything older is scaled down, so a reset
+    shows as a drop there.
     """
     seps = task.separator_positions()
     if not seps:
@@ -131,13 +138,17 @@ def separator_drop(model, task: MQARTask, n_prompts: int = ESS_PROMPTS, seed: in
     for index, rows in curves.items():
         mean_curve = np.mean(rows, axis=0)
         mods = np.stack([modulation_at(r, positions, seps, window=window) for r in rows])
+        after = [s + 1 for s in seps]
+        mods_after = np.stack([modulation_at(r, positions, after, window=window) for r in rows])
         col = {int(t): c for c, t in enumerate(positions)}
         before = [mean_curve[[col[t] for t in range(s - window, s)]].mean() for s in seps]
         out[str(index)] = {
             "family": families[index],
             "ess_before": float(np.mean(before)),
             "ess_at": float(np.mean([mean_curve[col[s]] for s in seps])),
+            "ess_after": float(np.mean([mean_curve[col[s]] for s in after])),
             "modulation": float(np.nanmean(mods)),
+            "modulation_after": float(np.nanmean(mods_after)),
             "ess_over_time": [round(float(x), 3) for x in mean_curve],
         }
     return {"separators": seps, "window": window, "n_prompts": n_prompts, "layers": out}
@@ -244,8 +255,8 @@ def render_readme(card: dict) -> str:
         lines += ["", f"Separator drop (total ESS, mean over {drop['n_prompts']} prompts, separators at {drop['separators']}):", ""]
         for index, lay in drop["layers"].items():
             lines.append(
-                f"- layer {index}: ESS {lay['ess_before']:.1f} in the {drop['window']} cuts before `|`, {lay['ess_at']:.1f} at it "
-                f"(modulation {lay['modulation']:.2f})"
+                f"- layer {index}: ESS {lay['ess_before']:.1f} in the {drop['window']} cuts before `|`, {lay['ess_at']:.1f} at it, "
+                f"{lay['ess_after']:.1f} one step after (modulation {lay['modulation']:.2f} at `|`, {lay['modulation_after']:.2f} after)"
             )
     if "separator_control" in card:
         drop = card["separator_control"]
@@ -253,8 +264,8 @@ def render_readme(card: dict) -> str:
                   f"{drop['task']['num_pairs']} pairs, separators at {drop['separators']}):", ""]
         for index, lay in drop["layers"].items():
             lines.append(
-                f"- layer {index}: ESS {lay['ess_before']:.1f} in the {drop['window']} cuts before `|`, {lay['ess_at']:.1f} at it "
-                f"(modulation {lay['modulation']:.2f})"
+                f"- layer {index}: ESS {lay['ess_before']:.1f} in the {drop['window']} cuts before `|`, {lay['ess_at']:.1f} at it, "
+                f"{lay['ess_after']:.1f} one step after (modulation {lay['modulation']:.2f} at `|`, {lay['modulation_after']:.2f} after)"
             )
     lines += ["", "## Conventions", "", card["conventions"], ""]
     return "\n".join(lines)

@@ -127,8 +127,8 @@ def main(argv=None) -> dict:
         text.append(f"ESS at the separators {d['separators']} of {name} ({label}; total over units, mean of {d['n_prompts']} prompts):")
         for i, lay in d["layers"].items():
             text.append(
-                f"  layer {i} ({lay['family']}): {lay['ess_before']:.1f} in the {d['window']} cuts before '|' -> {lay['ess_at']:.1f} at it"
-                f"   modulation {lay['modulation']:+.2f}"
+                f"  layer {i} ({lay['family']}): {lay['ess_before']:.1f} before '|' (mean of {d['window']} cuts) -> {lay['ess_at']:.1f} at t = '|'"
+                f" -> {lay['ess_after']:.1f} at t = '|' + 1   modulation {lay['modulation']:+.2f} / {lay['modulation_after']:+.2f}"
             )
     output = "\n".join(text)
     print(output)

@@ -184,12 +184,12 @@ def _lr_at(step: int, spec: ZooSpec, steps: int) -> float:
     return spec.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
-def train_model(spec: ZooSpec, out_dir: Path, steps: int | None = None, eval_every: int = 100, log=print):
+def train_model(spec: ZooSpec, out_dir: Path, steps: int | None = None, eval_every: int = 100, log=print, val_samples: int = 256):
     """Train ``spec`` and save it to ``out_dir``. Returns (record, model): the training record
     (also written to training.json) and the trained model in eval mode.
 
     ``steps`` overrides spec.steps (a smoke run). Validation every ``eval_every`` steps on
-    256 sequences; stops early at spec.target_accuracy.
+    ``val_samples`` sequences; stops early at spec.target_accuracy.
     """
     steps = spec.steps if steps is None else steps
     if steps < 1:
@@ -222,7 +222,7 @@ def train_model(spec: ZooSpec, out_dir: Path, steps: int | None = None, eval_eve
             losses.append(loss.item())
             done = step + 1
             if done % eval_every == 0 or done == steps:
-                val = evaluate_model(model, spec.task, n_samples=256, seed=VALIDATION_SEED)
+                val = evaluate_model(model, spec.task, n_samples=val_samples, seed=VALIDATION_SEED)
                 point = {"step": done, "loss": sum(losses[-50:]) / len(losses[-50:]), "val_accuracy": val["accuracy"],
                          "seconds": round(time.time() - start, 1)}
                 curve.append(point)
