@@ -276,3 +276,26 @@ def test_static_png_survives_nbconvert_html_without_widget_state():
     page, _ = nbconvert.HTMLExporter().from_notebook_node(notebook)
     assert re.search(r'<img[^>]*src="data:image/png;base64,', page)
     assert "application/vnd.jupyter.widget-view+json" not in page
+
+
+def test_real_default_model_and_analyze():
+    """explore() with no arguments: the zoo's default model, its example prompt, the real
+    load_model and analyze (the wiring the injected tests stand in for)."""
+    from ess_explorer import zoo
+
+    if zoo.DEFAULT_MODEL not in zoo.list_models():
+        pytest.skip(f"the zoo's default model {zoo.DEFAULT_MODEL} is not built on this machine")
+    ex = widget.explore(static=False)
+    assert ex.source == f"zoo:{zoo.DEFAULT_MODEL}" and "✓" in ex.status_w.value, ex.status_w.value
+    assert ex.prompt_w.value == zoo.task_of(zoo.DEFAULT_MODEL).prompt(seed=0)
+    assert ex.result.meta["source"] == ex.source and len(ex.result.layers) >= 1
+    lay = ex.result.layers[ex.layer]
+    assert ex.result.length == len(ex.prompt_w.value.split()) == len(lay.positions)
+    ex.tol_w.value = 1e-1  # a coarser tolerance can only lower the counts
+    coarse = [r["ess"] for r in _rows(ex)]
+    ex.tol_w.value = 1e-6
+    fine = [r["ess"] for r in _rows(ex)]
+    assert all(c <= f for c, f in zip(coarse, fine)) and sum(fine) > sum(coarse)
+    assert not ex.mqar_w.disabled
+    ex._random_mqar()
+    assert ex.run() and ex.result.length == len(ex.prompt_w.value.split())
