@@ -375,7 +375,7 @@ def overview_data(result: ESSResult, *, unit="mean", variant="tolerance", tol=No
 def diagnostics_data(result: ESSResult, *, variant="tolerance", tol=None, relative=None, saturated: float = SATURATED_AT,
                      collapsed: float = COLLAPSED_AT) -> list[dict]:
     """Rows of the "diagnostics" dataset, one per layer: ``utilisation`` and ``state`` from
-    diagnostics.layer_diagnostics (peak over t, mean over units), unit counts, and
+    diagnostics.layer_diagnostics (ratio of peaks per unit, mean over units), unit counts, and
     ``modulation``: mean over separators of diagnostics.modulation_at on the unit-mean ESS
     (None when the prompt has no computed separator)."""
     tol, relative = _tol_options(result, tol, relative)
@@ -683,7 +683,7 @@ def _diagnostics_view(layer, names):
     data = alt.Chart(_named("diagnostics"))
     y = alt.Y("label:N", title=None, sort=alt.EncodingSortField("layer", order="ascending"))
     bars = data.mark_bar(height={"band": 0.72}).encode(
-        x=alt.X("utilisation:Q", title="utilisation (peak ESS/TSS)", scale=alt.Scale(domain=[0, 1])),
+        x=alt.X("utilisation:Q", title="utilisation (max ESS / max TSS)", scale=alt.Scale(domain=[0, 1])),
         y=y,
         color=alt.Color("state:N", scale=alt.Scale(domain=list(STATE_COLORS), range=list(STATE_COLORS.values())),
                         legend=alt.Legend(orient="bottom", title=None)),
@@ -701,7 +701,7 @@ def _diagnostics_view(layer, names):
         align="left", dx=3, dy=-4, fontSize=10, color="#444", baseline="bottom").encode(x="x:Q", y=alt.value(0), text="name:N")
     util = alt.layer(bars, rules, upper, lower).properties(
         width=220, height=alt.Step(22),
-        title=alt.Title("Utilisation per layer", subtitle="peak over t, mean over units; thresholds dashed", anchor="start",
+        title=alt.Title("Utilisation per layer", subtitle="peak ESS / peak TSS per unit, mean over units", anchor="start",
                         offset=16))
     y_mod = alt.Y("label:N", title=None, sort=alt.EncodingSortField("layer", order="ascending"), axis=alt.Axis(labels=False))
     mod = data.transform_filter("datum.modulation != null").mark_bar(height={"band": 0.72}, color=SEP_COLOR).encode(
@@ -722,8 +722,8 @@ def _diagnostics_view(layer, names):
 def diagnostics_chart(result: ESSResult, *, layer: int | None = None, variant: str = "tolerance", tol=None, relative=None,
                       saturated: float = SATURATED_AT, collapsed: float = COLLAPSED_AT,
                       names: ViewNames | None = None) -> alt.HConcatChart:
-    """Per layer: utilisation (diagnostics.layer_diagnostics: peak ESS/TSS over t, mean over
-    units) coloured saturated / normal / collapsed with both thresholds drawn and named, and
+    """Per layer: utilisation (diagnostics.layer_diagnostics: per unit the ratio of the
+    peaks over t, max ESS / max TSS; mean over units) coloured saturated / normal / collapsed with both thresholds drawn and named, and
     the mean modulation at separators (diagnostics.modulation_at). Standalone, the layer
     ``layer`` is highlighted with a fixed selection of the same name as the overview's."""
     if variant not in VARIANTS:

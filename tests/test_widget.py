@@ -299,3 +299,14 @@ def test_real_default_model_and_analyze():
     assert not ex.mqar_w.disabled
     ex._random_mqar()
     assert ex.run() and ex.result.length == len(ex.prompt_w.value.split())
+
+
+def test_load_ext_and_ess_magic_in_ipython(tmp_path):
+    """%load_ext ess_explorer registers %ess in a real IPython shell."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "ess_explorer")
+    path = reference_result(20).save(tmp_path / "r.npz")
+    ex = shell.run_line_magic("ess", f"--result {path} --layer 1 --variant entropy")
+    assert isinstance(ex, widget.ESSExplorer) and ex.layer == 1 and ex.variant == "entropy"
