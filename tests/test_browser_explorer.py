@@ -1,7 +1,8 @@
 """The explorer in a real browser: JupyterLab on 127.0.0.1 (a random free port), a
 notebook that calls explore(), headless Debian Chromium driven by Playwright.
 
-Checks: the linked views render (offline: the widget JS comes from vl-convert); a click on
+Checks: the linked views render, with no request leaving 127.0.0.1 (the widget JS comes
+from vl-convert, not a CDN); a click on
 ESS over time changes the spectrum view (in the browser); choosing another layer in the
 dropdown redraws the views. A screenshot goes to test-artifacts/explorer.png.
 Run: .venv/bin/python -m pytest tests/test_browser_explorer.py -m browser -q
@@ -96,6 +97,9 @@ def test_explorer_in_jupyterlab(lab):
             viewport={"width": 1400, "height": 1700})
         try:
             page = context.new_page()
+            outside = []  # offline: nothing may be fetched from anywhere but the local server
+            page.on("request", lambda r: outside.append(r.url) if r.url.startswith("http")
+                    and not r.url.startswith(url) else None)
             page.goto(f"{url}/lab/tree/explorer.ipynb", wait_until="domcontentloaded")
             page.wait_for_function("window.jupyterapp && document.querySelector('.jp-Notebook')", timeout=60_000)
             page.wait_for_function(
@@ -136,6 +140,7 @@ def test_explorer_in_jupyterlab(lab):
             status = page.locator(".ess-explorer .widget-html-content").first.inner_text()
             assert "⚠" not in status, status
             page.screenshot(path=str(ARTIFACTS / "explorer.png"), full_page=True)
+            assert not outside, f"requests left the machine (a CDN script?): {outside[:5]}"
         except Exception:
             page.screenshot(path=str(ARTIFACTS / "explorer-failure.png"), full_page=True)
             print("status:", page.locator(".ess-explorer .widget-html-content").all_inner_texts())
