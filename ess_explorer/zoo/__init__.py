@@ -24,8 +24,10 @@ __all__ = ["ZOO_DIR", "DEFAULT_MODEL", "list_models", "model_dir", "card", "load
 
 ZOO_DIR = Path(os.environ.get("ESS_EXPLORER_ZOO_DIR", Path(__file__).resolve().parents[2] / "assets" / "zoo"))
 
-# The explorer's default: Mamba2 loads in well under a second, and its ESS over time rises
-# through the key-value pairs and falls during the queries (one operator per head: 8 lines).
+# The explorer's default: Mamba2 (2 layers x 8 heads, state 16 per head) loads in ~0.4 s and
+# analyses a 32-token prompt in ~0.1 s; its heads use their state differently (ESS at the
+# memory cut ranges from 2 to 12 of 16), rising through the pairs and falling in the queries.
+# Held-out accuracy 0.65: it answers most typed queries, not all. lfm2 (0.99) is the accurate one.
 DEFAULT_MODEL = "mamba2_n16"
 
 
