@@ -141,13 +141,17 @@ def layer_diagnostics(
     }
 
 
-def modulation_at(ess_over_time, positions, separators, window: int = 4) -> np.ndarray:
-    """Modulation score at each separator: 1 - ESS(sep) / mean(ESS over the window before).
+def modulation_at(ess_over_time, positions, separators, window: int = 4, lag: int = 0) -> np.ndarray:
+    """Modulation score at each separator: 1 - ESS(after) / mean(ESS over the window before),
+    where ESS(after) is the lowest ESS at sep..sep+lag (a trained model may drop its state a
+    token or two after the separator itself; lag = 0 looks at the separator only).
 
     ess_over_time: (..., P) ESS aligned with ``positions`` (the t of each column).
     separators: iterable of t. Returns (..., S); NaN where no earlier position exists or
     the ESS before the separator is 0 (nothing to drop).
     """
+    if lag < 0:
+        raise ValueError(f"lag must be >= 0, got {lag}")
     ess = np.asarray(ess_over_time, dtype=np.float64)
     positions = np.asarray(positions)
     column = {int(t): i for i, t in enumerate(positions)}
@@ -164,5 +168,6 @@ def modulation_at(ess_over_time, positions, separators, window: int = 4) -> np.n
             continue
         ref = ess[..., before].mean(-1)
         with np.errstate(all="ignore"):
-            scores.append(np.where(ref > 0, 1.0 - ess[..., column[sep]] / ref, np.nan))
+            after = ess[..., [column[t] for t in range(sep, sep + lag + 1) if t in column]].min(-1)
+            scores.append(np.where(ref > 0, 1.0 - after / ref, np.nan))
     return np.stack(scores, axis=-1) if scores else np.zeros(ess.shape[:-1] + (0,))

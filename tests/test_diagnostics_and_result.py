@@ -141,3 +141,10 @@ def test_full_rank_attention_is_not_called_saturated(result):
     length = len(result.tokens)
     np.testing.assert_allclose(attention["unit_utilisation"], (length // 2) / (length - 1))
     assert attention["state"] == "normal"
+
+
+def test_modulation_lag_finds_a_drop_after_the_separator():
+    ess = np.array([4.0, 4.0, 4.0, 4.0, 4.0, 1.0, 4.0])  # drops one token after t = 4
+    positions = np.arange(7)
+    assert modulation_at(ess, positions, [4], window=2)[0] == 0.0
+    assert modulation_at(ess, positions, [4], window=2, lag=1)[0] == pytest.approx(0.75)
