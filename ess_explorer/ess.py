@@ -129,6 +129,10 @@ def hankel_singular_values(
     bar = tqdm(total=len(pos), disable=not progress, desc="cuts", leave=False)
 
     def fill(rows: list[int]) -> None:
+        with single_threaded_torch():
+            fill_rows(rows)
+
+    def fill_rows(rows: list[int]) -> None:
         for row in rows:
             t = int(pos[row])
             if t > 0:
@@ -142,10 +146,10 @@ def hankel_singular_values(
     workers = torch.get_num_threads() if dense.device.type == "cpu" else 1
     rows = list(range(len(pos)))
     if workers > 1 and len(rows) > 1:
-        with single_threaded_torch(), ThreadPoolExecutor(workers) as pool:
+        with ThreadPoolExecutor(workers) as pool:
             list(pool.map(fill, [rows[i::workers] for i in range(workers)]))
     else:
-        fill(rows)
+        fill_rows(rows)
     bar.close()
     return out.reshape(*batch_shape, len(pos), k_out)
 

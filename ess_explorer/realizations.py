@@ -134,24 +134,26 @@ class DiagonalSSM:
         return y if self.d is None else y + self.d * u
 
 
-_QR_BELOW = 2048  # batch x N below which a batched QR is faster than Givens (measured, 2 cores)
 
 
-def _rank_one_update_upper(r: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+def _rank_one_update_upper(r: torch.Tensor, x: torch.Tensor, rotations: bool | None = None) -> torch.Tensor:
     """Upper-triangular R' with R'^T R' = R^T R + x x^T, batched over the first dim.
 
     The LINPACK ``dchud`` scheme: N Givens rotations fold x into R row by row, so no
     square of R is formed and R's small singular values keep their relative accuracy.
     A rotation of the pair (row_k of R, x) is a multiplication of z = row_k + i x by
     conj(z_k) / |z_k|; complex arithmetic does it in a few vectorised ops per row.
+    ``rotations``: Givens (True) or a batched QR (False); default by device (see below).
     r: (B, N, N) upper triangular (diagonal of any sign), updated IN PLACE and returned;
     x: (B, N), overwritten (it ends as zeros). In place because fresh large tensors on
     every step cost more in page faults than the arithmetic.
     """
-    batch, n = r.shape[0], r.shape[-1]
-    if batch * n <= _QR_BELOW:
-        # Few units: one LAPACK QR of the stacked [R; x^T] beats N vectorised rotations,
-        # whose cost is the count of torch ops rather than their size.
+    n = r.shape[-1]
+    if not (r.device.type != "cpu" if rotations is None else rotations):
+        # On CPU one batched LAPACK QR of the stacked [R; x^T] is as fast as N vectorised
+        # rotations for a large batch, much faster for a small one (the rotations cost
+        # torch-op overhead, not flops), and one call releases the GIL, so chunks of
+        # units run in parallel threads. On a GPU the rotations avoid per-matrix solvers.
         r.copy_(torch.linalg.qr(torch.cat([r, x[:, None, :]], dim=1), mode="r").R)
         return r
     for k in range(n):
@@ -205,9 +207,13 @@ def factored_hankel_singular_values(
         sigma = _sweep_chunk(ac, bc, cc, wanted)  # (chunk, W, N)
         out[sl, inside] = sigma[:, row_of_wanted, :k_out]
 
+    def run_single_threaded(sl: slice) -> None:
+        with single_threaded_torch():
+            run(sl)
+
     if workers > 1 and len(chunks) > 1:
-        with single_threaded_torch(), ThreadPoolExecutor(min(workers, len(chunks))) as pool:
-            list(pool.map(run, chunks))
+        with ThreadPoolExecutor(min(workers, len(chunks))) as pool:
+            list(pool.map(run_single_threaded, chunks))
     else:
         for sl in chunks:
             run(sl)
@@ -215,7 +221,11 @@ def factored_hankel_singular_values(
 
 
 class single_threaded_torch:
-    """Run torch ops single-threaded inside, restoring the thread count after."""
+    """Run torch ops single-threaded inside, restoring the thread count after.
+
+    Use it inside each worker thread: OpenMP's thread count is per thread, so setting it
+    in the thread that starts a pool leaves every worker with a full team of its own
+    (oversubscribed cores, and slower than no threads at all)."""
 
     def __enter__(self):
         self.saved = torch.get_num_threads()
@@ -225,7 +235,9 @@ class single_threaded_torch:
         torch.set_num_threads(self.saved)
 
 
-def _sweep_chunk(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, wanted: torch.Tensor) -> torch.Tensor:
+def _sweep_chunk(
+    a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, wanted: torch.Tensor, rotations: bool | None = None
+) -> torch.Tensor:
     """Square-root sweeps for a chunk of units. a, b, c: (B, L, N); wanted: sorted t's.
     Returns (B, len(wanted), N).
 
@@ -257,7 +269,7 @@ def _sweep_chunk(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, wanted: torc
     for step in range(last_step + 1):
         state.mul_(scales[step][:, None, :])
         vector.copy_(vectors[step])
-        _rank_one_update_upper(state, vector)
+        _rank_one_update_upper(state, vector, rotations)
         reach, observe = state[:units], state[units:]
         forward_t, backward_t = step + 1, length - 1 - step
         if forward_t == backward_t and forward_t in slot:

@@ -258,3 +258,28 @@ def test_square_spectra_are_read_as_spectra_when_said_so():
     torch.testing.assert_close(tolerance_ess(sigma, tol=TIGHT, spectra=True), expected)
     with pytest.raises(ValueError, match="not lower triangular"):
         tolerance_ess(sigma, tol=TIGHT)  # inferred as an operator, and rejected as one
+
+
+@pytest.mark.parametrize("rotations", [False, True])
+def test_rank_one_update_of_a_triangular_factor(rotations):
+    from ess_explorer.realizations import _rank_one_update_upper
+
+    g = torch.Generator().manual_seed(0)
+    r = torch.randn(5, 6, 6, generator=g, dtype=torch.float64).triu()
+    r[0, 2, :] = 0.0  # a zero row (a decay of exactly 0 zeroes a column, then a row pivot)
+    x = torch.randn(5, 6, generator=g, dtype=torch.float64)
+    expected = r.mT @ r + x[:, :, None] * x[:, None, :]
+    updated = _rank_one_update_upper(r.clone(), x.clone(), rotations)
+    torch.testing.assert_close(updated.mT @ updated, expected)
+    assert (updated.tril(-1) == 0).all()
+
+
+def test_rotation_sweep_equals_qr_sweep():
+    # The GPU uses Givens rotations, the CPU a batched QR: both must give the same spectra.
+    from ess_explorer.realizations import _sweep_chunk
+
+    ssm = random_ssm(40, 5, units=3, seed=3, decay_low=0.0, decay_high=1.0)
+    wanted = torch.arange(1, 40)
+    by_qr = _sweep_chunk(ssm.a, ssm.b, ssm.c, wanted, rotations=False)
+    by_rotations = _sweep_chunk(ssm.a, ssm.b, ssm.c, wanted, rotations=True)
+    torch.testing.assert_close(by_rotations, by_qr, rtol=1e-9, atol=1e-12 * by_qr.max().item())
