@@ -35,6 +35,7 @@ from tqdm.auto import tqdm
 from .adapters import capture, layer_slots
 from .adapters.base import CapturedLayer, DenseCapture, SSMCapture
 from .ess import DEFAULT_RELATIVE, DEFAULT_TOL, entropy_ess, tolerance_ess
+from .diagnostics import unit_kind
 from .result import ESSResult, LayerESS
 
 __all__ = ["analyze", "SPECTRA_BUDGET", "OPERATOR_BUDGET", "OPERATOR_CHANNELS"]
@@ -167,9 +168,8 @@ def _layer_ess(
     for start in range(0, n_units, chunk):
         rows = slice(start, min(n_units, start + chunk))
         sigma = layer.spectra(unit_ids[rows], positions, device=device, dtype=torch.float64)
-        t_ess, e_ess = _ess_from_spectra(sigma, tol, relative)
-        tol_ess[rows] = t_ess.cpu().numpy()
-        ent_ess[rows] = e_ess.cpu().numpy()
+        tol_ess[rows] = tolerance_ess(sigma, tol=tol, relative=relative, spectra=True).cpu().numpy()
+        ent_ess[rows] = entropy_ess(sigma, spectra=True).cpu().numpy()
         width = min(keep, sigma.shape[-1])
         kept[rows, :, :width] = sigma[..., :width].cpu().numpy()
 
@@ -179,7 +179,7 @@ def _layer_ess(
     return LayerESS(
         layer=layer.layer,
         family=layer.family,
-        unit_kind=_unit_kind(layer.family),
+        unit_kind=unit_kind(layer.family),
         positions=positions.copy(),
         tolerance_ess=tol_ess,
         entropy_ess=ent_ess,
@@ -188,25 +188,6 @@ def _layer_ess(
         rank_bound=np.broadcast_to(rank_bound, (n_units, n_pos)).astype(np.int64),
         operators=operators,
     )
-
-
-def _ess_from_spectra(sigma: torch.Tensor, tol, relative) -> tuple[torch.Tensor, torch.Tensor]:
-    """Both ESS from spectra (U, P, K) with the core's functions.
-
-    The core treats a tensor whose last two dimensions are equal as an operator; spectra
-    (U, P, K) can have P == K with a stride, so they go in as (U, P, 1, K'), K' >= 2
-    (a zero column changes neither ESS).
-    """
-    values = sigma.unsqueeze(-2)
-    if values.shape[-1] < 2:
-        values = torch.nn.functional.pad(values, (0, 2 - values.shape[-1]))
-    return tolerance_ess(values, tol=tol, relative=relative)[..., 0], entropy_ess(values)[..., 0]
-
-
-def _unit_kind(family: str) -> str:
-    from .diagnostics import FAMILIES
-
-    return FAMILIES[family][0] if family in FAMILIES else "unit"
 
 
 # ---- validation ---------------------------------------------------------------------------
@@ -308,7 +289,7 @@ def _operator_rows(keep, layer: CapturedLayer, n_units: int) -> list[int]:
         if keep != "auto":
             raise ValueError(f"keep_operators must be 'auto', an int, a sequence of unit rows or None; got {keep!r}")
         fit = OPERATOR_BUDGET // max(1, cells)
-        wanted = n_units if _unit_kind(layer.family) == "head" else OPERATOR_CHANNELS
+        wanted = n_units if unit_kind(layer.family) == "head" else OPERATOR_CHANNELS
         return list(range(min(n_units, wanted, fit)))
     if isinstance(keep, (int, np.integer)) and not isinstance(keep, bool):
         if keep < 0:

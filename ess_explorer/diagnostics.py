@@ -24,6 +24,7 @@ __all__ = [
     "FAMILIES",
     "SATURATED_AT",
     "COLLAPSED_AT",
+    "unit_kind",
     "theoretical_state_size",
     "utilisation",
     "classify_utilisation",
@@ -44,6 +45,11 @@ FAMILIES = {
     "lti_ssm": ("channel", "N: the state size"),
     "short_conv": ("channel", "k - 1: kernel length minus one"),
 }
+
+
+def unit_kind(family: str) -> str:
+    """What one unit of a family is: "head" or "channel" ("unit" for an unknown family)."""
+    return FAMILIES[family][0] if family in FAMILIES else "unit"
 
 
 def theoretical_state_size(

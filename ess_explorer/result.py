@@ -106,6 +106,7 @@ class LayerESS:
         """
         import torch
 
+        from .diagnostics import unit_kind
         from .ess import entropy_ess, hankel_singular_values, tolerance_ess
         from .realizations import DiagonalSSM
 
@@ -127,7 +128,7 @@ class LayerESS:
         return cls(
             layer=layer,
             family=family,
-            unit_kind=_unit_kind(family),
+            unit_kind=unit_kind(family),
             positions=positions,
             tolerance_ess=tol_ess.cpu().numpy(),
             entropy_ess=ent_ess.cpu().numpy(),
@@ -142,12 +143,6 @@ class LayerESS:
         ess = self.tolerance_ess if variant == "tolerance" else self.entropy_ess
         tss = self.tss.astype(np.float64)
         return np.divide(ess, tss, out=np.zeros_like(tss), where=tss > 0)
-
-
-def _unit_kind(family: str) -> str:
-    from .diagnostics import FAMILIES
-
-    return FAMILIES[family][0] if family in FAMILIES else "unit"
 
 
 @dataclass

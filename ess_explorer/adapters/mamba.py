@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from ..realizations import DiagonalSSM
 from .base import CaptureSession, LayerSlot, SSMCapture
 
-__all__ = ["MambaAdapter", "wrap_scan"]
+__all__ = ["MambaAdapter", "ScanAdapter", "wrap_scan"]
 
 
 def wrap_scan(session: CaptureSession, original):
@@ -58,21 +58,32 @@ def wrap_scan(session: CaptureSession, original):
     return wrapper
 
 
-class MambaAdapter:
-    family = "mamba"
-    function = "mamba_selective_scan"
+class ScanAdapter:
+    """A family whose mixer calls a module-level scan ``function``: wrap it for one pass."""
+
+    family: str
+    function: str
 
     def install(self, session: CaptureSession, slot: LayerSlot) -> None:
         session.track(slot.index, slot.module)
         session.patch_function(type(slot.module).__module__, self.function, lambda f: wrap_scan(session, f))
 
-    def build(self, slot: LayerSlot, raw: dict) -> SSMCapture:
+    def scan_call(self, slot: LayerSlot, raw: dict) -> tuple[dict, torch.Tensor]:
+        """The recorded (arguments, output) of the layer's scan call."""
         if "scan" not in raw:
             raise RuntimeError(
                 f"layer {slot.index}: {type(slot.module).__name__} did not call {self.function} during the forward "
                 "pass (a fused kernel path?); run the model in eval mode on the pure-torch path"
             )
-        args, result = raw["scan"]
+        return raw["scan"]
+
+
+class MambaAdapter(ScanAdapter):
+    family = "mamba"
+    function = "mamba_selective_scan"
+
+    def build(self, slot: LayerSlot, raw: dict) -> SSMCapture:
+        args, result = self.scan_call(slot, raw)
         u = args["hidden_states"][0].to(torch.float64)  # (D, L)
         dt = args["dt"][0].to(torch.float64)  # (D, L)
         if args.get("delta_bias") is not None:

@@ -27,27 +27,18 @@ import torch
 import torch.nn.functional as F
 
 from ..realizations import DiagonalSSM
-from .base import CaptureSession, LayerSlot, SSMCapture
-from .mamba import wrap_scan
+from .base import LayerSlot, SSMCapture
+from .mamba import ScanAdapter
 
 __all__ = ["Mamba2Adapter"]
 
 
-class Mamba2Adapter:
+class Mamba2Adapter(ScanAdapter):
     family = "mamba2"
     function = "mamba2_chunk_scan"
 
-    def install(self, session: CaptureSession, slot: LayerSlot) -> None:
-        session.track(slot.index, slot.module)
-        session.patch_function(type(slot.module).__module__, self.function, lambda f: wrap_scan(session, f))
-
     def build(self, slot: LayerSlot, raw: dict) -> SSMCapture:
-        if "scan" not in raw:
-            raise RuntimeError(
-                f"layer {slot.index}: {type(slot.module).__name__} did not call {self.function} during the forward "
-                "pass (a fused kernel path?); run the model in eval mode on the pure-torch path"
-            )
-        args, result = raw["scan"]
+        args, result = self.scan_call(slot, raw)
         if args.get("initial_states") is not None:
             raise RuntimeError(f"layer {slot.index}: the scan started from a cached state; run without a cache")
         x = args["hidden_states"][0].to(torch.float64)  # (L, H, P)
