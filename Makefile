@@ -19,7 +19,7 @@ setup: $(BIN)/python
 	$(BIN)/pip install -q -e ".[test]"
 
 run: setup
-	HF_HUB_OFFLINE=1 $(BIN)/ess-explorer report --out ess-report.html $(if $(PROMPT),--prompt "$(PROMPT)",)
+	HF_HUB_OFFLINE=1 $(BIN)/ess-explorer report --out ess-report.html $(if $(PROMPT),--prompt "$(PROMPT)",) < /dev/null
 
 browser:
 	@test -x /usr/bin/chromium || (apt-get update -qq && apt-get install -y -qq chromium)
