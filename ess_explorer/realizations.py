@@ -29,9 +29,9 @@ sqrt(eps) * sigma_1):
     forward:   Lc_{t+1} Lc_{t+1}^T = diag(a_t) Lc_t Lc_t^T diag(a_t) + b_t b_t^T
     backward:  Lo_t^T Lo_t         = diag(a_t) (Lo_{t+1}^T Lo_{t+1} + c_t c_t^T) diag(a_t)
 
-Each step is a rank-one update of a triangular factor, done with N Givens rotations
-(O(N^2)) vectorised over every unit in the batch. Cost: O(L N^2) for the sweeps and
-one N x N SVD per cut, O(L N^3) per unit, against O(L^4) for the dense path.
+Each step is a rank-one update of a triangular factor: a batched (N+1) x N QR on CPU,
+N Givens rotations vectorised over the units on a GPU. Cost: O(L N^3) per unit for the
+sweeps and one N x N SVD per cut, against O(L^4) for the dense path.
 """
 
 from __future__ import annotations
