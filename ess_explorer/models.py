@@ -71,6 +71,10 @@ def load_model(
             "environment, or pick a repository that ships *.safetensors"
         ) from error
     model.eval()
+    if label.startswith("zoo:"):
+        # Results and reports name the model by what the user asked for, not by a path
+        # into this installation (analyze reads it as meta["model_id"]).
+        model.config._name_or_path = label
     if device is not None:
         model.to(device)
     return model, _tokenizer(path, revision, trust_remote_code)

@@ -77,5 +77,9 @@ def test_zoo_model_loads_when_present():
     names = zoo.list_models()
     if not names:
         pytest.skip("no zoo models on disk yet")
-    model, _ = load_model(f"zoo:{names[0]}")
+    model, tokenizer = load_model(f"zoo:{names[0]}")
     assert not model.training and next(model.parameters()).dtype == torch.float32
+    from ess_explorer import analyze
+
+    result = analyze(model, input_ids=[3, 4, 5, 6], progress=False)
+    assert result.meta["model_id"] == f"zoo:{names[0]}"  # not a path on this machine
