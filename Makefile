@@ -33,6 +33,7 @@ test-fast: setup
 bench: setup
 	$(BIN)/python benchmarks/bench_core.py
 	$(BIN)/python benchmarks/bench_analyze.py
+	$(BIN)/python benchmarks/bench_views.py
 
 lab: setup
 	$(BIN)/jupyter lab notebooks/

@@ -190,14 +190,12 @@ def test_total_weights_are_under_25_mb():
 
 
 @pytest.mark.parametrize("name", SHIPPED)
-def test_shipped_model_loads_offline_fast_and_reproduces_its_card(name, one_thread):
+def test_shipped_model_loads_offline_and_reproduces_its_card(name, one_thread):
     folder = zoo.model_dir(name)
     for f in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "card.json", "README.md"):
         assert (folder / f).is_file(), f
     assert not list(folder.glob("*.bin")) and not list(folder.glob("*.pt"))  # no pickles
-    start = time.perf_counter()
-    model, tokenizer = zoo.load(name)
-    assert time.perf_counter() - start < 2.0
+    model, tokenizer = zoo.load(name)  # its load time (target < 2 s) is in benchmarks/bench_views.py
     card = zoo.card(name)
     task = zoo.task_of(name)
     assert tokenizer(card["example_prompt"])["input_ids"] == task.sample(1, seed=30_000).input_ids[0].tolist()

@@ -1,0 +1,57 @@
+"""Timing goals of the views and the zoo, printed in one run (not asserted in tests).
+
+    python benchmarks/bench_views.py
+
+1. A tolerance change in the explorer at L = 512 (one layer, 12 heads, 64 kept values per
+   cut) recomputes from the kept singular values (charts.linked_data): target well under
+   200 ms. Baseline in the same run: recomputing that layer's spectra from its operators
+   with the core, which is what going back to the model would cost at the least.
+2. Every shipped zoo model loads offline (load_model("zoo:NAME")): target < 2 s each.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def best_of(fn, repeats: int = 3) -> float:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def main() -> None:
+    from ess_explorer import charts, hankel_singular_values, load_model, zoo
+    from ess_explorer.diagnostics import theoretical_state_size
+    from ess_explorer.result import ESSResult, LayerESS
+    from ess_explorer.synthetic import softmax_attention
+
+    length, heads = 512, 12
+    operators = softmax_attention(length, head_dim=64, units=heads, seed=0)
+    positions = np.arange(length)
+    layer = LayerESS.from_operator(0, "softmax_attention", operators, theoretical_state_size("softmax_attention", positions),
+                                   tol=1e-3, relative=True, top_k=64, keep_operators=[0])
+    result = ESSResult(["w"] * length, list(range(length)), {0: layer}, {"tol": 1e-3, "relative": True})
+    charts.linked_data(result, layer=0, tol=1e-2)  # warm the operator cache, as the widget has
+    rng = np.random.default_rng(0)
+    recount = best_of(lambda: charts.linked_data(result, layer=0, tol=10 ** rng.uniform(-6, -1)))
+    recompute = best_of(lambda: hankel_singular_values(operators), repeats=1)
+    print(f"1. tolerance change at L = {length}, {heads} heads: {recount * 1e3:.0f} ms from kept values "
+          f"(target < 200 ms); recomputing the spectra takes {recompute:.1f} s: {recompute / recount:.0f}x slower")
+
+    print("2. zoo load times (target < 2 s each)")
+    for name in zoo.list_models():
+        seconds = best_of(lambda: load_model(f"zoo:{name}"), repeats=1)
+        print(f"   {name:<16} {seconds:.2f} s")
+
+
+if __name__ == "__main__":
+    main()
