@@ -239,7 +239,9 @@ class ESSExplorer(W.VBox):
         self.chart: alt.JupyterChart | None = None
         self._chart_box = W.Box(layout=W.Layout(width="100%"))
 
-        row1 = W.HBox([self.model_w, self.source_w, self.analyze_w], layout=W.Layout(align_items="center"))
+        self.refine_w = W.Button(description="refine overview", icon="th", tooltip="compute every strided layer exactly",
+                                 layout=W.Layout(display="none"))  # shown while the overview is strided
+        row1 = W.HBox([self.model_w, self.source_w, self.analyze_w, self.refine_w], layout=W.Layout(align_items="center"))
         row2 = W.HBox([self.prompt_w, W.VBox([self.example_w, self.mqar_w])], layout=W.Layout(align_items="flex-start"))
         row3 = W.HBox([self.layer_w, self.unit_w, self.variant_w, self.tol_w, self.relative_w, self.metric_w],
                       layout=W.Layout(align_items="center", flex_flow="row wrap"))
@@ -250,6 +252,7 @@ class ESSExplorer(W.VBox):
 
         # ---- events
         self.analyze_w.on_click(lambda _: self.run())
+        self.refine_w.on_click(lambda _: self.refine())
         self.example_w.on_click(lambda _: self._set_prompt(example_prompt(self.source)))
         self.mqar_w.on_click(lambda _: self._random_mqar())
         self.model_w.observe(lambda _: self._sync_source_widgets(), "value")
@@ -417,6 +420,34 @@ class ESSExplorer(W.VBox):
         target = wanted if wanted in result.layers else min(result.layers)
         return self._exact(result, target, model, tokenizer, prompt)
 
+    def refine(self) -> bool:
+        """Compute every layer the overview holds at a stride exactly, one by one (the bar
+        moves), so the overview stops being a preview. True on success; on failure the
+        status line says why and the strided result stays."""
+        if self.result is None or not self.result.meta.get("overview_stride"):
+            return True
+        result = self.result
+        pending = [i for i in sorted(result.layers) if i not in result.meta.get("exact_layers", [])]
+        self._busy = True
+        self.refine_w.disabled = True
+        try:
+            for done, index in enumerate(pending):
+                self.progress_w.value = done / len(pending)
+                result = self._exact(result, index)
+        except Exception as error:  # noqa: BLE001  (the strided result stays on screen)
+            self.progress_w.bar_style = "danger"
+            self._say(f"refining layer {index}: {type(error).__name__}: {error}", "error")
+            return False
+        finally:
+            self._busy = False
+            self.refine_w.disabled = False
+        meta = {**result.meta, "overview_stride": None}
+        refined = ESSResult(result.tokens, result.input_ids, result.layers, meta)
+        self.progress_w.value, self.progress_w.bar_style = 1.0, "success"
+        self.show_result(refined, layer=self.layer_w.value, unit=self.unit_w.value)
+        self._say(f"every layer computed exactly ({len(pending)} refined)", "ok")
+        return True
+
     def _exact(self, result: ESSResult, layer: int, model=None, tokenizer=None, prompt=None) -> ESSResult:
         """The result with ``layer`` at every position (re-analysed if it was strided)."""
         if not result.meta.get("overview_stride") or layer in result.meta.get("exact_layers", []):
@@ -436,6 +467,7 @@ class ESSExplorer(W.VBox):
         if not isinstance(result, ESSResult) or not result.layers:
             raise ValueError("show_result needs an ESSResult with at least one layer")
         self.result = result
+        self.refine_w.layout.display = "" if result.meta.get("overview_stride") else "none"
         self._spec_cache.clear()
         self._t = None
         layer = layer if layer in result.layers else min(result.layers)

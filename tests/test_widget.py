@@ -186,6 +186,26 @@ def test_long_prompt_strided_overview_and_exact_selected_layer(fake):
     assert len(ex.result.layers[1].positions) == 200
     ex.layer_w.value = 2
     assert len(fake.calls) == calls + 1, "an exact layer is not recomputed"
+    assert ex.refine_w.layout.display != "none", "refining is offered while the overview is strided"
+    calls = len(fake.calls)
+    assert ex.refine() is True
+    assert sorted(c["layers"][0] for c in fake.calls[calls:]) == [0, 3], "only the still-strided layers run"
+    assert all(len(lay.positions) == 200 for lay in ex.result.layers.values())
+    assert not ex.result.meta["overview_stride"] and "computed at stride" not in str(ex.chart.spec)
+    assert ex.refine_w.layout.display == "none" and ex.layer_w.value == 2
+
+
+def test_failed_refinement_keeps_the_strided_result(fake):
+    prompt = " ".join(f"w{i}" for i in range(200))
+    ex = widget.explore("zoo:fake", prompt, layer=2, load_fn=fake.load, analyze_fn=fake.analyze, static=False)
+    before = ex.result
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("out of memory")
+
+    ex._analyze_fn = broken
+    assert ex.refine() is False
+    assert ex.result is before and "out of memory" in ex.status_w.value
 
 
 def test_two_explorers_do_not_share_params(fake):
