@@ -253,19 +253,20 @@ def render_readme(card: dict) -> str:
     if "separator_drop" in card:
         drop = card["separator_drop"]
         lines += ["", f"Separator drop (total ESS, mean over {drop['n_prompts']} prompts, separators at {drop['separators']}):", ""]
-        for index, lay in drop["layers"].items():
-            lines.append(
-                f"- layer {index}: ESS {lay['ess_before']:.1f} in the {drop['window']} cuts before `|`, {lay['ess_at']:.1f} at it, "
-                f"{lay['ess_after']:.1f} one step after (modulation {lay['modulation']:.2f} at `|`, {lay['modulation_after']:.2f} after)"
-            )
+        lines += _drop_lines(drop)
     if "separator_control" in card:
         drop = card["separator_control"]
         lines += ["", f"Control: on segmented prompts it was not trained on ({drop['task']['num_segments']} segments of "
                   f"{drop['task']['num_pairs']} pairs, separators at {drop['separators']}):", ""]
-        for index, lay in drop["layers"].items():
-            lines.append(
-                f"- layer {index}: ESS {lay['ess_before']:.1f} in the {drop['window']} cuts before `|`, {lay['ess_at']:.1f} at it, "
-                f"{lay['ess_after']:.1f} one step after (modulation {lay['modulation']:.2f} at `|`, {lay['modulation_after']:.2f} after)"
-            )
+        lines += _drop_lines(drop)
     lines += ["", "## Conventions", "", card["conventions"], ""]
     return "\n".join(lines)
+
+
+def _drop_lines(drop: dict) -> list[str]:
+    """One line per layer of a separator_drop record (trained-on or control prompts)."""
+    return [
+        f"- layer {index}: ESS {lay['ess_before']:.1f} in the {drop['window']} cuts before `|`, {lay['ess_at']:.1f} at it, "
+        f"{lay['ess_after']:.1f} one step after (modulation {lay['modulation']:.2f} at `|`, {lay['modulation_after']:.2f} after)"
+        for index, lay in drop["layers"].items()
+    ]
