@@ -9,9 +9,17 @@ Keys are consonant-vowel syllables ("ba", "be", ... "ta"), values are two-digit 
 that recalls well answers "31". Keys are distinct within a segment (sampled without
 replacement); values are drawn with replacement; each query asks a different stored key.
 
+More queries than pairs (``num_queries > num_pairs``) ask the stored keys again: the
+queried keys run through random permutations of the K keys, one after another. This keeps
+the sequence length fixed while K varies (``task.with_pairs(k)``), which the difficulty
+sweep uses.
+
 The segmented variant joins ``num_segments`` independent segments with the separator
-token "|": keys reset after it (the same key may come back with a new value), so a model
-that manages its memory well should drop its state at the separator.
+token "|": keys reset after it (the same key may come back with a new value). With
+``stale_queries = s`` every segment after the first replaces s of its queries by keys of an
+*earlier* segment that are absent from the current one; their answer is the token "--"
+("not in this segment"). Keeping old bindings across "|" then gives wrong answers, so a
+model has to drop its state at the separator (recency alone no longer answers).
 
 Targets follow the transformers convention: ``labels`` has the shape of ``input_ids``,
 holds the value id at every *query value* position and -100 elsewhere, and a causal LM
@@ -22,7 +30,7 @@ Exact-match accuracy is the fraction of queries whose arg-max prediction is the 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +40,7 @@ __all__ = [
     "PAD",
     "UNK",
     "SEP",
+    "NONE",
     "CONSONANTS",
     "VOWELS",
     "MQARTask",
@@ -42,7 +51,7 @@ __all__ = [
     "evaluate_model",
 ]
 
-PAD, UNK, SEP = "<pad>", "<unk>", "|"
+PAD, UNK, SEP, NONE = "<pad>", "<unk>", "|", "--"
 CONSONANTS = "bdfgklmnprstvz"
 VOWELS = "aeiou"
 IGNORE = -100
@@ -50,7 +59,8 @@ IGNORE = -100
 
 @dataclass(frozen=True)
 class Vocabulary:
-    """Token strings and ids: specials first (<pad>=0, <unk>=1, "|"=2), then keys, then values."""
+    """Token strings and ids: specials first (<pad>=0, <unk>=1, "|"=2), then keys, then values,
+    then "--" (the answer "not in this segment")."""
 
     num_keys: int = 60
     num_values: int = 60
@@ -73,11 +83,11 @@ class Vocabulary:
     @property
     def tokens(self) -> list[str]:
         """All token strings in id order."""
-        return [PAD, UNK, SEP] + self.keys + self.values
+        return [PAD, UNK, SEP] + self.keys + self.values + [NONE]
 
     @property
     def size(self) -> int:
-        return 3 + self.num_keys + self.num_values
+        return 4 + self.num_keys + self.num_values
 
     @property
     def key_offset(self) -> int:
@@ -90,6 +100,11 @@ class Vocabulary:
     @property
     def sep_id(self) -> int:
         return 2
+
+    @property
+    def none_id(self) -> int:
+        """Id of "--", the answer to a query whose key is not in the current segment."""
+        return 3 + self.num_keys + self.num_values
 
     def decode(self, ids) -> list[str]:
         """Token strings of a sequence of ids."""
@@ -125,7 +140,8 @@ class MQARBatch:
 
 @dataclass(frozen=True)
 class MQARTask:
-    """MQAR settings: pairs K, queries Q (default K), segments S, vocabulary sizes.
+    """MQAR settings: pairs K, queries Q (default K; may exceed K), segments S, stale
+    queries per later segment, vocabulary sizes.
 
     Sequence length = S * (2K + 2Q) + (S - 1).
     """
@@ -135,15 +151,22 @@ class MQARTask:
     num_segments: int = 1
     num_keys: int = 60
     num_values: int = 60
+    stale_queries: int = 0
 
     def __post_init__(self):
         Vocabulary(self.num_keys, self.num_values)  # validates the sizes
         if self.num_pairs < 1 or self.num_pairs > self.num_keys:
             raise ValueError(f"num_pairs must be in 1..num_keys={self.num_keys} (keys are distinct), got {self.num_pairs}")
-        if self.num_queries is not None and not 1 <= self.num_queries <= self.num_pairs:
-            raise ValueError(f"num_queries must be in 1..num_pairs={self.num_pairs}, got {self.num_queries}")
+        if self.num_queries is not None and self.num_queries < 1:
+            raise ValueError(f"num_queries must be >= 1, got {self.num_queries}")
         if self.num_segments < 1:
             raise ValueError(f"num_segments must be >= 1, got {self.num_segments}")
+        if not 0 <= self.stale_queries <= self.queries:
+            raise ValueError(f"stale_queries must be in 0..num_queries={self.queries}, got {self.stale_queries}")
+        if self.stale_queries and self.num_segments < 2:
+            raise ValueError("stale_queries ask keys of an earlier segment: they need num_segments >= 2")
+        if self.stale_queries and 2 * self.num_pairs > self.num_keys:
+            raise ValueError(f"stale_queries need keys absent from the current segment: num_pairs must be <= num_keys / 2 = {self.num_keys // 2}")
 
     @property
     def queries(self) -> int:
@@ -161,6 +184,16 @@ class MQARTask:
     def vocab(self) -> Vocabulary:
         return Vocabulary(self.num_keys, self.num_values)
 
+    def with_pairs(self, num_pairs: int) -> "MQARTask":
+        """The same task with ``num_pairs`` pairs and the same segment length (queries fill the rest).
+
+        The difficulty sweep's variants: only K changes, the sequence length stays.
+        """
+        queries = (self.segment_length - 2 * num_pairs) // 2
+        if num_pairs < 1 or queries < 1:
+            raise ValueError(f"num_pairs must be in 1..{self.segment_length // 2 - 1} for segments of {self.segment_length} tokens, got {num_pairs}")
+        return replace(self, num_pairs=num_pairs, num_queries=queries, stale_queries=min(self.stale_queries, queries))
+
     def separator_positions(self) -> list[int]:
         return [(s + 1) * (self.segment_length + 1) - 1 for s in range(self.num_segments - 1)]
 
@@ -173,7 +206,7 @@ class MQARTask:
 
     @classmethod
     def from_dict(cls, data: dict) -> "MQARTask":
-        names = ("num_pairs", "num_queries", "num_segments", "num_keys", "num_values")
+        names = ("num_pairs", "num_queries", "num_segments", "num_keys", "num_values", "stale_queries")
         return cls(**{k: data[k] for k in names if k in data})
 
     def sample(self, batch_size: int, seed: int) -> MQARBatch:
@@ -185,14 +218,22 @@ class MQARTask:
         k, q = self.num_pairs, self.queries
         ids, labels, queries = [], [], []
         offset = 0
+        earlier = np.zeros((batch_size, self.num_keys), dtype=bool)  # keys seen in earlier segments
         for s in range(self.num_segments):
             keys = np.argsort(rng.random((batch_size, self.num_keys)), axis=1)[:, :k]  # distinct per row
             values = rng.integers(0, self.num_values, size=(batch_size, k))
-            asked = np.argsort(rng.random((batch_size, k)), axis=1)[:, :q]  # which pairs are queried, in order
+            # which pairs are queried, in order: permutations of the K pairs, one after another
+            rounds = -(-q // k)
+            asked = np.concatenate([np.argsort(rng.random((batch_size, k)), axis=1) for _ in range(rounds)], axis=1)[:, :q]
             key_ids = keys + vocab.key_offset
             value_ids = values + vocab.value_offset
             q_keys = np.take_along_axis(key_ids, asked, axis=1)
             q_values = np.take_along_axis(value_ids, asked, axis=1)
+            if s > 0 and self.stale_queries:
+                q_keys, q_values = self._stale(rng, keys, earlier, q_keys, q_values)
+            present = np.zeros_like(earlier)
+            np.put_along_axis(present, keys, True, axis=1)
+            earlier |= present
             seg = np.empty((batch_size, self.segment_length), dtype=np.int64)
             seg[:, 0 : 2 * k : 2], seg[:, 1 : 2 * k : 2] = key_ids, value_ids
             seg[:, 2 * k :: 2], seg[:, 2 * k + 1 :: 2] = q_keys, q_values
@@ -213,6 +254,23 @@ class MQARTask:
             query_positions=torch.from_numpy(query_positions.copy()),
             separator_positions=torch.tensor(self.separator_positions(), dtype=torch.int64),
         )
+
+    def _stale(self, rng, keys, earlier, q_keys, q_values):
+        """Replace ``stale_queries`` random query slots per row by a key of an earlier segment
+        that is absent from this one (``keys`` (B, K) key indices, ``earlier`` (B, num_keys)
+        bool); their answer is "--". Returns new (q_keys, q_values) id arrays."""
+        vocab = self.vocab
+        q_keys, q_values = q_keys.copy(), q_values.copy()
+        present = np.zeros_like(earlier)
+        np.put_along_axis(present, keys, True, axis=1)
+        for row in range(q_keys.shape[0]):
+            pool = np.flatnonzero(earlier[row] & ~present[row])
+            if pool.size == 0:  # every earlier key came back: any absent key is still "not in this segment"
+                pool = np.flatnonzero(~present[row])
+            slots = rng.choice(q_keys.shape[1], size=self.stale_queries, replace=False)
+            q_keys[row, slots] = rng.choice(pool, size=self.stale_queries, replace=pool.size < self.stale_queries) + vocab.key_offset
+            q_values[row, slots] = vocab.none_id
+        return q_keys, q_values
 
     def prompt(self, seed: int = 0) -> str:
         """One readable sequence, e.g. for the explorer's text box."""

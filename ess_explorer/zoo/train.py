@@ -36,13 +36,19 @@ from tqdm.auto import tqdm
 from .mqar import MQARTask, build_tokenizer, evaluate_model
 from .modeling import EssLinearAttentionConfig, EssLinearAttentionForCausalLM
 
-__all__ = ["ZooSpec", "ZOO", "build_model", "train_model", "stepwise_mamba_scan", "main"]
+__all__ = ["ZooSpec", "ZOO", "RESET_CONTROLS", "build_model", "train_model", "plateau", "stepwise_mamba_scan", "main"]
 
 VALIDATION_SEED = 20_000
 TEST_SEED = 10_000
 
-MAIN_TASK = MQARTask(num_pairs=8)  # L = 32: 8 pairs, then 8 queries
-SEGMENTED_TASK = MQARTask(num_pairs=4, num_segments=3)  # L = 50: three segments of 4 pairs + 4 queries, "|" between
+# L = 128: K pairs, then 64 - K queries. The card's K is 16; training draws K from TRAIN_PAIRS
+# (one K per batch, in turn), so every K of the difficulty sweep is in the training distribution.
+MAIN_TASK = MQARTask(num_pairs=16, num_queries=48)
+TRAIN_PAIRS = (2, 4, 8, 16, 32)
+# L = 131: four segments of 8 pairs + 8 queries, "|" between; in segments 2-4, 3 of the 8 queries ask a
+# key of an earlier segment that is absent from the current one (answer "--"): old bindings give wrong answers.
+RESET_TASK = MQARTask(num_pairs=8, num_segments=4, stale_queries=3)
+SEGMENTED_TASK = RESET_TASK  # the prompts on which separator drops are measured (trained models and controls)
 
 
 @dataclass(frozen=True)
@@ -61,45 +67,60 @@ class ZooSpec:
     weight_decay: float = 0.1
     seed: int = 0
     target_accuracy: float = 0.99  # stop early once validation accuracy reaches this
+    train_pairs: tuple[int, ...] | None = None  # K per batch, in turn (task.with_pairs); None: the task's K
     description: str = ""
+
+    def task_at(self, step: int) -> MQARTask:
+        """The task of training batch ``step`` (the K mixture cycles through train_pairs)."""
+        if not self.train_pairs:
+            return self.task
+        return self.task.with_pairs(self.train_pairs[step % len(self.train_pairs)])
+
+    def validation_tasks(self) -> list[MQARTask]:
+        """Validation runs on every K the model trains on (the mean is the curve's accuracy)."""
+        return [self.task.with_pairs(k) for k in self.train_pairs] if self.train_pairs else [self.task]
 
 
 def _la(head_dim: int, gated: bool) -> dict:
     return dict(num_heads=4, head_dim=head_dim, value_dim=16, conv_size=4, gated=gated)
 
 
+MAIN_STEPS = 2000  # the equal budget of every main-task model (batch 32, L = 128)
+RESET_STEPS = 3000  # the equal budget of the reset-task models (batch 32, L = 131)
+
+
+def _main(name, family, arch, arch_kwargs, description, **kw) -> ZooSpec:
+    return ZooSpec(name, family, arch, arch_kwargs, task=MAIN_TASK, train_pairs=TRAIN_PAIRS, steps=MAIN_STEPS,
+                   description=description, **kw)
+
+
 ZOO: dict[str, ZooSpec] = {
     spec.name: spec
     for spec in [
-        ZooSpec("llama", "softmax_attention", "llama", dict(num_attention_heads=4), lr=1e-3, steps=1500,
-                description="Softmax attention (Llama class, 4 heads, RoPE): its KV cache grows with t."),
-        ZooSpec("lfm2", "hybrid", "lfm2", dict(layer_types=["conv", "full_attention"]), lr=3e-3, steps=800,
-                description="LFM2-style hybrid: a gated short-conv layer (kernel 3), then a softmax-attention layer."),
-        ZooSpec("mamba2_n16", "mamba2", "mamba2", dict(state_size=16), steps=1000,
-                description="Mamba2 (SSD), 8 heads x 16 channels, state 16 per head."),
-        ZooSpec("mamba2_n2", "mamba2", "mamba2", dict(state_size=2), steps=800,
-                description="Mamba2 with a tiny state: 2 per head, 16 per layer for 8 pairs."),
-        ZooSpec("mamba2_n128", "mamba2", "mamba2", dict(state_size=128), steps=600,
-                description="Mamba2 with an over-provisioned state: 128 per head, while no cut of a 32-token prompt "
-                "can have rank above 16 (the 'collapsed' example: capacity left unused)."),
-        ZooSpec("mamba_n16", "mamba", "mamba", dict(state_size=16), steps=1000,
-                description="Mamba (S6), 128 channels, state 16 per channel."),
-        ZooSpec("mamba_n2", "mamba", "mamba", dict(state_size=2), steps=600,
-                description="Mamba with a tiny state: 2 per channel (128 channels)."),
-        ZooSpec("la_k16", "linear_attention", "ess_linear_attention", _la(16, False), steps=1000,
-                description="Linear attention with a short conv, 4 heads, key size 16."),
-        ZooSpec("la_k2", "linear_attention", "ess_linear_attention", _la(2, False), steps=800,
-                description="Linear attention with key size 2 per head: 8 state dimensions per layer for 8 pairs."),
-        ZooSpec("gla_k16", "gated_linear_attention", "ess_linear_attention", _la(16, True), steps=1000,
-                description="Gated linear attention (per-key decay), 4 heads, key size 16."),
-        ZooSpec("gla_k2", "gated_linear_attention", "ess_linear_attention", _la(2, True), steps=800,
-                description="Gated linear attention with key size 2 per head."),
-        ZooSpec("gla_k16_seg", "gated_linear_attention", "ess_linear_attention", _la(16, True), task=SEGMENTED_TASK,
-                steps=1000, description="GLA trained on 3 segments separated by '|': keys reset after it."),
-        ZooSpec("mamba2_n16_seg", "mamba2", "mamba2", dict(state_size=16), task=SEGMENTED_TASK, steps=1000,
-                description="Mamba2 trained on 3 segments separated by '|': keys reset after it."),
+        _main("llama", "softmax_attention", "llama", dict(num_attention_heads=4), lr=1e-3,
+              description="Softmax attention (Llama class, 4 heads, RoPE): its KV cache grows with t."),
+        _main("lfm2", "hybrid", "lfm2", dict(layer_types=["conv", "full_attention"]),
+              description="LFM2-style hybrid: a gated short-conv layer (kernel 3), then a softmax-attention layer."),
+        _main("mamba2_n16", "mamba2", "mamba2", dict(state_size=16),
+              description="Mamba2 (SSD), 8 heads x 16 channels, state 16 per head (2,048 scalars per layer)."),
+        _main("mamba2_n4", "mamba2", "mamba2", dict(state_size=4),
+              description="Mamba2 with a small state: 4 per head (512 scalars per layer); it saturates as K grows."),
+        _main("la_k16", "linear_attention", "ess_linear_attention", _la(16, False),
+              description="Linear attention with a short conv, 4 heads, key size 16 (1,024 scalars per layer)."),
+        _main("gla_k16", "gated_linear_attention", "ess_linear_attention", _la(16, True),
+              description="Gated linear attention (per-key decay), 4 heads, key size 16 (1,024 scalars per layer)."),
+        _main("gla_k4", "gated_linear_attention", "ess_linear_attention", _la(4, True),
+              description="Gated linear attention with key size 4 per head (256 scalars per layer)."),
+        ZooSpec("mamba2_n16_reset", "mamba2", "mamba2", dict(state_size=16), task=RESET_TASK, steps=RESET_STEPS,
+                description="Mamba2 (as mamba2_n16) trained on the reset task: 4 segments separated by '|'; queries after '|' "
+                "may ask a key of an earlier segment, whose answer is '--'. Keeping old bindings gives wrong answers."),
+        ZooSpec("gla_k16_reset", "gated_linear_attention", "ess_linear_attention", _la(16, True), task=RESET_TASK,
+                steps=RESET_STEPS, description="Gated linear attention (as gla_k16) trained on the reset task."),
     ]
 }
+
+# The control of each reset model: the same architecture trained without separators.
+RESET_CONTROLS = {"mamba2_n16_reset": "mamba2_n16", "gla_k16_reset": "gla_k16"}
 
 
 def build_model(spec: ZooSpec, seed: int | None = None):
@@ -210,7 +231,7 @@ def train_model(spec: ZooSpec, out_dir: Path, steps: int | None = None, eval_eve
         for step in tqdm(range(steps), desc=spec.name, mininterval=10, disable=None):
             for group in opt.param_groups:
                 group["lr"] = _lr_at(step, spec, steps)
-            batch = spec.task.sample(spec.batch_size, seed=[spec.seed, step])
+            batch = spec.task_at(step).sample(spec.batch_size, seed=[spec.seed, step])
             out = model(input_ids=batch.input_ids, labels=batch.labels)
             loss = out.loss
             if not torch.isfinite(loss):
@@ -222,9 +243,13 @@ def train_model(spec: ZooSpec, out_dir: Path, steps: int | None = None, eval_eve
             losses.append(loss.item())
             done = step + 1
             if done % eval_every == 0 or done == steps:
-                val = evaluate_model(model, spec.task, n_samples=val_samples, seed=VALIDATION_SEED)
+                tasks = spec.validation_tasks()
+                per_k = [evaluate_model(model, t, n_samples=max(1, val_samples // len(tasks)), seed=VALIDATION_SEED)["accuracy"] for t in tasks]
+                val = {"accuracy": float(sum(per_k) / len(per_k))}
                 point = {"step": done, "loss": sum(losses[-50:]) / len(losses[-50:]), "val_accuracy": val["accuracy"],
                          "seconds": round(time.time() - start, 1)}
+                if spec.train_pairs:
+                    point["val_accuracy_per_k"] = {str(t.num_pairs): a for t, a in zip(tasks, per_k)}
                 curve.append(point)
                 log(f"{spec.name}: {json.dumps(point)}")
                 if val["accuracy"] >= spec.target_accuracy:
@@ -247,12 +272,30 @@ def train_model(spec: ZooSpec, out_dir: Path, steps: int | None = None, eval_eve
             "data_seeds": "batch at step s: task.sample(batch_size, seed=[seed, s])",
             "wall_seconds": round(seconds, 1), "threads": torch.get_num_threads(),
             "final_loss": curve[-1]["loss"] if curve else None, "curve": curve,
+            "train_pairs": list(spec.train_pairs) if spec.train_pairs else None,
+            "plateau": plateau(curve),
             "mamba_stepwise_scan": spec.arch == "mamba",
         },
         "description": spec.description,
     }
     (out_dir / "training.json").write_text(json.dumps(record, indent=2))
     return record, model
+
+
+def plateau(curve: list[dict], fraction: float = 0.2, points: float = 0.01) -> dict:
+    """Whether validation accuracy moved less than ``points`` over the last ``fraction`` of training.
+
+    Compares the last curve point with the latest point at or before (1 - fraction) of the steps
+    run; ``reached_target`` marks a run stopped early at its target accuracy (also converged).
+    """
+    if len(curve) < 2:
+        return {"plateau": False, "change": None, "from_step": None, "to_step": None}
+    last = curve[-1]
+    cutoff = (1 - fraction) * last["step"]
+    earlier = [p for p in curve if p["step"] <= cutoff] or curve[:1]
+    change = last["val_accuracy"] - earlier[-1]["val_accuracy"]
+    return {"plateau": bool(abs(change) < points), "change": round(float(change), 4), "from_step": earlier[-1]["step"],
+            "to_step": last["step"]}
 
 
 def main(argv=None) -> None:
