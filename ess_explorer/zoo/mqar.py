@@ -152,6 +152,7 @@ class MQARTask:
     num_keys: int = 60
     num_values: int = 60
     stale_queries: int = 0
+    separators: bool = True  # False: segments follow each other with no "|" (a stream of short recalls)
 
     def __post_init__(self):
         Vocabulary(self.num_keys, self.num_values)  # validates the sizes
@@ -163,7 +164,7 @@ class MQARTask:
             raise ValueError(f"num_segments must be >= 1, got {self.num_segments}")
         if not 0 <= self.stale_queries <= self.queries:
             raise ValueError(f"stale_queries must be in 0..num_queries={self.queries}, got {self.stale_queries}")
-        if self.stale_queries and self.num_segments < 2:
+        if self.stale_queries and (self.num_segments < 2 or not self.separators):
             raise ValueError("stale_queries ask keys of an earlier segment: they need num_segments >= 2")
         if self.stale_queries and 2 * self.num_pairs > self.num_keys:
             raise ValueError(f"stale_queries need keys absent from the current segment: num_pairs must be <= num_keys / 2 = {self.num_keys // 2}")
@@ -178,7 +179,12 @@ class MQARTask:
 
     @property
     def length(self) -> int:
-        return self.num_segments * self.segment_length + self.num_segments - 1
+        return self.num_segments * self.segment_length + self._gap * (self.num_segments - 1)
+
+    @property
+    def _gap(self) -> int:
+        """Tokens between segments: 1 ("|") or 0."""
+        return 1 if self.separators else 0
 
     @property
     def vocab(self) -> Vocabulary:
@@ -195,18 +201,20 @@ class MQARTask:
         return replace(self, num_pairs=num_pairs, num_queries=queries, stale_queries=min(self.stale_queries, queries))
 
     def separator_positions(self) -> list[int]:
+        if not self.separators:
+            return []
         return [(s + 1) * (self.segment_length + 1) - 1 for s in range(self.num_segments - 1)]
 
     def context_end(self, segment: int = 0) -> int:
         """The cut t right after the key-value pairs of a segment (first query position)."""
-        return segment * (self.segment_length + 1) + 2 * self.num_pairs
+        return segment * (self.segment_length + self._gap) + 2 * self.num_pairs
 
     def to_dict(self) -> dict:
         return {**asdict(self), "num_queries": self.queries, "length": self.length, "vocab_size": self.vocab.size}
 
     @classmethod
     def from_dict(cls, data: dict) -> "MQARTask":
-        names = ("num_pairs", "num_queries", "num_segments", "num_keys", "num_values", "stale_queries")
+        names = ("num_pairs", "num_queries", "num_segments", "num_keys", "num_values", "stale_queries", "separators")
         return cls(**{k: data[k] for k in names if k in data})
 
     def sample(self, batch_size: int, seed: int) -> MQARBatch:
@@ -243,7 +251,7 @@ class MQARTask:
             labels.append(lab)
             queries.append(offset + 2 * k + 2 * np.arange(q))
             offset += self.segment_length
-            if s < self.num_segments - 1:
+            if s < self.num_segments - 1 and self.separators:
                 ids.append(np.full((batch_size, 1), vocab.sep_id, dtype=np.int64))
                 labels.append(np.full((batch_size, 1), IGNORE, dtype=np.int64))
                 offset += 1

@@ -48,6 +48,10 @@ TRAIN_PAIRS = (2, 4, 8, 16, 32)
 # L = 131: four segments of 8 pairs + 8 queries, "|" between; in segments 2-4, 3 of the 8 queries ask a
 # key of an earlier segment that is absent from the current one (answer "--"): old bindings give wrong answers.
 RESET_TASK = MQARTask(num_pairs=8, num_segments=4, stale_queries=3)
+# L = 130: 13 short recalls (3 pairs, then 2 queries) back to back with no separator, over only 6 keys, so a
+# key comes back every few tokens with a new value: the answer is its latest binding, and older bindings only
+# interfere. An easy task that needs the last ~10 tokens, for a model with a large state (learned collapse).
+RECENT_TASK = MQARTask(num_pairs=3, num_queries=2, num_segments=13, num_keys=6, separators=False)
 SEGMENTED_TASK = RESET_TASK  # the prompts on which separator drops are measured (trained models and controls)
 
 
@@ -111,6 +115,10 @@ ZOO: dict[str, ZooSpec] = {
               description="Gated linear attention (per-key decay), 4 heads, key size 16 (1,024 scalars per layer)."),
         _main("gla_k4", "gated_linear_attention", "ess_linear_attention", _la(4, True),
               description="Gated linear attention with key size 4 per head (256 scalars per layer)."),
+        ZooSpec("mamba2_n64_recent", "mamba2", "mamba2", dict(state_size=64), task=RECENT_TASK, steps=1500,
+                description="Mamba2 with a large state (64 per head, 8,192 scalars per layer) trained on recent recall: 13 short "
+                "recalls (3 pairs, 2 queries) back to back over 6 keys, so only the latest binding of a key is right and only "
+                "the last ~10 tokens matter. The learned-collapse example."),
         ZooSpec("mamba2_n16_reset", "mamba2", "mamba2", dict(state_size=16), task=RESET_TASK, steps=RESET_STEPS,
                 description="Mamba2 (as mamba2_n16) trained on the reset task: 4 segments separated by '|'; queries after '|' "
                 "may ask a key of an earlier segment, whose answer is '--'. Keeping old bindings gives wrong answers."),
