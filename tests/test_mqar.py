@@ -10,7 +10,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from ess_explorer.zoo.mqar import SEP, MQARTask, Vocabulary, accuracy_from_logits, build_tokenizer
+from ess_explorer.zoo.mqar import NONE, SEP, MQARTask, Vocabulary, accuracy_from_logits, build_tokenizer
 
 
 def _segments(task: MQARTask, row: torch.Tensor) -> list[list[str]]:
@@ -91,7 +91,7 @@ def test_bad_settings_are_value_errors():
     with pytest.raises(ValueError, match="num_pairs"):
         MQARTask(num_pairs=61)
     with pytest.raises(ValueError, match="num_queries"):
-        MQARTask(num_pairs=4, num_queries=5)
+        MQARTask(num_pairs=4, num_queries=0)
     with pytest.raises(ValueError, match="num_keys"):
         MQARTask(num_keys=100)
 
@@ -107,3 +107,83 @@ def test_accuracy_counts_exact_matches():
     pos = int(batch.query_positions[0, 0])
     logits[0, pos] = torch.roll(logits[0, pos], 1)
     assert accuracy_from_logits(logits, batch.labels) == (11, 12, 2, 3)
+
+
+def test_more_queries_than_pairs_ask_every_key_before_any_again():
+    task = MQARTask(num_pairs=3, num_queries=7)
+    batch = task.sample(8, seed=2)
+    for row in batch.input_ids:
+        words = task.vocab.decode(row)
+        stored = dict(zip(words[0:6:2], words[1:6:2]))
+        asked = words[6::2]
+        assert len(asked) == 7 and set(asked[:3]) == set(stored) and set(asked[3:6]) == set(stored)
+        assert all(stored[k] == v for k, v in zip(words[6::2], words[7::2]))
+
+
+def test_with_pairs_keeps_the_length_and_fills_with_queries():
+    task = MQARTask(num_pairs=16, num_queries=48)
+    for k in (2, 4, 8, 16, 32):
+        variant = task.with_pairs(k)
+        assert variant.length == 128 and variant.num_pairs == k and variant.queries == 64 - k
+        assert variant.context_end(0) == 2 * k
+    with pytest.raises(ValueError, match="num_pairs"):
+        task.with_pairs(64)  # no room for a query
+
+
+def test_stale_queries_ask_an_earlier_segments_absent_key_and_expect_none():
+    task = MQARTask(num_pairs=8, num_segments=4, stale_queries=3)
+    batch = task.sample(16, seed=4)
+    n_stale = 0
+    for b in range(16):
+        segs = _segments(task, batch.input_ids[b])
+        seen: set[str] = set()
+        for s, seg in enumerate(segs):
+            pairs, queries = seg[:16], seg[16:]
+            stored = dict(zip(pairs[0::2], pairs[1::2]))
+            answers = list(zip(queries[0::2], queries[1::2]))
+            stale = [(k, v) for k, v in answers if v == NONE]
+            assert len(stale) == (0 if s == 0 else 3)
+            for key, _ in stale:  # absent now, present in an earlier segment
+                assert key not in stored and key in seen
+            for key, value in answers:
+                if value != NONE:
+                    assert stored[key] == value
+            seen |= set(stored)
+            n_stale += len(stale)
+    assert n_stale == 16 * 3 * 3
+    labels = batch.labels[batch.labels != -100]
+    assert int((labels == task.vocab.none_id).sum()) == n_stale
+
+
+def test_stale_queries_need_separators_and_room():
+    with pytest.raises(ValueError, match="stale_queries"):
+        MQARTask(num_pairs=4, stale_queries=1)  # one segment: nothing earlier to ask
+    with pytest.raises(ValueError, match="stale_queries"):
+        MQARTask(num_pairs=4, num_segments=2, stale_queries=5)
+    with pytest.raises(ValueError, match="stale_queries"):
+        MQARTask(num_pairs=4, num_segments=2, stale_queries=1, separators=False)
+
+
+def test_segments_without_separators_follow_each_other():
+    task = MQARTask(num_pairs=3, num_queries=2, num_segments=13, num_keys=6, separators=False)
+    batch = task.sample(4, seed=0)
+    assert task.length == 130 == batch.input_ids.shape[1]
+    assert task.separator_positions() == [] and not (batch.input_ids == task.vocab.sep_id).any()
+    assert task.context_end(1) == 10 + 6
+    assert MQARTask.from_dict(task.to_dict()) == task
+
+
+def test_evaluate_splits_stale_and_recall_accuracy():
+    from ess_explorer.zoo.mqar import evaluate_model
+
+    task = MQARTask(num_pairs=4, num_segments=3, stale_queries=2)
+
+    class AlwaysNone(torch.nn.Module):  # answers "--" to everything
+        def forward(self, input_ids):
+            logits = torch.zeros(*input_ids.shape, task.vocab.size)
+            logits[..., task.vocab.none_id] = 1.0
+            return type("Out", (), {"logits": logits})()
+
+    got = evaluate_model(AlwaysNone(), task, n_samples=8)
+    assert got["stale_accuracy"] == 1.0 and got["recall_accuracy"] == 0.0
+    assert got["n_stale"] == 8 * 2 * 2 and got["accuracy"] == got["n_stale"] / got["n_queries"]

@@ -5,6 +5,7 @@
     zoo.model_dir("mamba2_n16")       # Path of its Hugging Face folder (config, safetensors, tokenizer)
     zoo.card("mamba2_n16")            # its card.json: task, training, held-out accuracy, TSS, ESS, ESS/kv
     zoo.evaluate("mamba2_n16", n_samples=256)   # recompute held-out accuracy
+    zoo.sweep_difficulty("mamba2_n16")          # accuracy and ESS/kv at K = 2..32 (the card's rows)
 
 Weights live in ``assets/zoo/NAME/`` at the repository root (override with the
 ESS_EXPLORER_ZOO_DIR environment variable). Importing this package registers the
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from . import modeling  # noqa: F401  (registers model_type "ess_linear_attention")
 
-__all__ = ["ZOO_DIR", "DEFAULT_MODEL", "list_models", "model_dir", "card", "load", "task_of", "evaluate"]
+__all__ = ["ZOO_DIR", "DEFAULT_MODEL", "list_models", "model_dir", "card", "load", "task_of", "evaluate", "sweep_difficulty"]
 
 ZOO_DIR = Path(os.environ.get("ESS_EXPLORER_ZOO_DIR", Path(__file__).resolve().parents[2] / "assets" / "zoo"))
 
@@ -84,3 +85,33 @@ def evaluate(name: str, n_samples: int = 1024, seed: int | None = None) -> dict:
 
     model, _ = load(name)
     return evaluate_model(model, task_of(name), n_samples=n_samples, seed=TEST_SEED if seed is None else seed)
+
+
+def sweep_difficulty(name: str, ks=None, *, n_samples: int | None = None, n_prompts: int | None = None,
+                     untrained: bool = False, cached: bool = True) -> list[dict]:
+    """Accuracy and state at the memory cut of zoo model ``name`` as the number of pairs K grows.
+
+    Each K runs ``task_of(name).with_pairs(K)`` (same length, queries fill the rest) on held-out
+    prompts: one dict per K with pairs, accuracy, ess, entropy_ess, tss (totals in scalars at the
+    memory cut t* = 2K), ess_per_kv, entropy_ess_per_kv, tss_per_kv, utilisation, cut, length.
+    ks: default the card's (cards.sweep_pairs: 2..32 at 128 tokens). ``untrained=True`` measures the
+    untrained copy (same architecture and seed). With ``cached`` and the card's settings, the
+    card's rows come back at once; otherwise they are measured (seconds per K).
+    Draw them with ``ess_explorer.views.difficulty_figure({name: rows})``.
+    """
+    from .cards import SWEEP_SAMPLES, _untrained, sweep_pairs
+    from .measure import ESS_PROMPTS, sweep
+
+    task = task_of(name)
+    ks = tuple(int(k) for k in (ks if ks is not None else sweep_pairs(task)))
+    n_samples = SWEEP_SAMPLES if n_samples is None else int(n_samples)
+    n_prompts = ESS_PROMPTS if n_prompts is None else int(n_prompts)
+    info = card(name) if (model_dir(name) / "card.json").is_file() else {}
+    stored = (info.get("untrained", {}).get("sweep") if untrained else info.get("sweep", {}).get("rows")) or []
+    by_k = {r["pairs"]: r for r in stored}
+    if cached and n_samples == SWEEP_SAMPLES and n_prompts == ESS_PROMPTS and all(k in by_k for k in ks):
+        return [dict(by_k[k]) for k in ks]
+    model = _untrained(name) if untrained else load(name)[0]
+    if model is None:
+        raise ValueError(f"{name!r} has no zoo spec to rebuild an untrained copy from")
+    return sweep(model, task, ks, n_samples=n_samples, n_prompts=n_prompts)

@@ -1,14 +1,20 @@
-"""The paper's central MQAR claim, in miniature, on the zoo.
+"""The paper's central MQAR claim, in miniature, with its uncertainty, on the zoo.
 
-    python -m ess_explorer.zoo.claim            # from the model cards (seconds)
-    python -m ess_explorer.zoo.claim --recompute   # re-measure accuracy and ESS first (minutes)
+    python -m ess_explorer.zoo.claim              # from the model cards (seconds)
+    python -m ess_explorer.zoo.claim --write      # ... and write the zoo README (assets)
+    python -m ess_explorer.zoo.claim --recompute  # re-measure every card first (minutes)
 
-Claim (Parnichkun et al. 2025): across models and task settings, ESS normalised by the
-number of key-value pairs (ESS/kv) predicts MQAR accuracy better than the theoretical
-state size normalised the same way (TSS/kv). Here: the Pearson and Spearman correlation of
-held-out accuracy with ESS/kv and with TSS/kv across the zoo (Pearson also with log TSS/kv,
-since TSS spans orders of magnitude), and the ESS drop at the separators of the segmented
-models. What the numbers show is printed as is: a small zoo gives a noisy estimate.
+Claim (Parnichkun et al. 2025): across models and task settings, ESS normalised by the number
+of key-value pairs (ESS/kv) predicts MQAR accuracy better than the theoretical state size
+normalised the same way (TSS/kv). Here every model's difficulty sweep gives points
+(model, K); over all points: Spearman and Pearson of held-out accuracy with ESS/kv,
+entropy-ESS/kv and TSS/kv (Pearson also on log10, since TSS/kv spans decades), each with a
+95% bootstrap interval that resamples *models* (a model's points move together), and the
+bootstrap interval of Spearman(ESS/kv) - Spearman(TSS/kv). Control: the same statistics with
+the ESS/kv of each architecture's *untrained* copy as the predictor of the trained accuracy
+(if it does as well, ESS/kv is reading the architecture, not what training did).
+Also printed: the learned resets (modulation at "|", trained vs controls) and the utilisation
+of the learned-collapse model against its untrained copy.
 """
 
 from __future__ import annotations
@@ -19,153 +25,214 @@ import json
 import numpy as np
 from scipy import stats
 
-__all__ = ["claim_table", "correlations", "main"]
+__all__ = ["PREDICTORS", "points", "correlations", "bootstrap", "claim", "main"]
+
+PREDICTORS = {"ess_per_kv": "ESS/kv", "entropy_ess_per_kv": "entropy-ESS/kv", "tss_per_kv": "TSS/kv"}
+N_BOOT = 2000
+BOOT_SEED = 0
 
 
-def claim_table(names=None, recompute: bool = False) -> list[dict]:
-    """One row per zoo model: name, family, segments, kv, accuracy, ESS, TSS, ESS/kv, TSS/kv, utilisation, state."""
-    from . import card, list_models, model_dir
-    from .cards import write_card
+def points(cards: dict[str, dict], untrained: bool = False) -> list[dict]:
+    """One dict per (model, K) of the cards' sweeps: model, family, pairs, accuracy (trained)
+    and the predictors; ``untrained=True`` takes the predictors from the untrained copy."""
+    out = []
+    for name, info in cards.items():
+        base = {r["pairs"]: r for r in info.get("untrained", {}).get("sweep", [])}
+        for row in info.get("sweep", {}).get("rows", []):
+            source = base.get(row["pairs"]) if untrained else row
+            if source is None:
+                continue
+            out.append({"model": name, "family": info["family"], "pairs": row["pairs"], "accuracy": row["accuracy"],
+                        "untrained_accuracy": base[row["pairs"]]["accuracy"] if row["pairs"] in base else None,
+                        **{k: source[k] for k in PREDICTORS}})
+    return out
 
-    rows = []
-    for name in names or list_models():
-        info = write_card(name, model_dir(name)) if recompute else card(name)
-        ess = info["ess"]
-        rows.append(
-            {
-                "name": name,
-                "family": info["family"],
-                "segments": info["task"]["num_segments"],
-                "kv": info["task"]["num_pairs"],
-                "accuracy": info["heldout"]["accuracy"],
-                "ess": ess["ess"],
-                "tss": ess["tss"],
-                "ess_per_kv": ess["ess_per_kv"],
-                "entropy_ess_per_kv": ess["entropy_ess_per_kv"],
-                "tss_per_kv": ess["tss_per_kv"],
-                "utilisation": ess["utilisation"],
-                "state": ess["state"],
-                "separator_drop": info.get("separator_drop"),
-                "separator_control": info.get("separator_control"),
-            }
-        )
-    return rows
+
+def _stats(acc: np.ndarray, x: np.ndarray) -> dict:
+    if len(acc) < 3 or np.ptp(x) == 0 or np.ptp(acc) == 0:
+        return {"spearman": float("nan"), "pearson": float("nan"), "pearson_log10": float("nan")}
+    return {"spearman": float(stats.spearmanr(x, acc)[0]), "pearson": float(stats.pearsonr(x, acc)[0]),
+            "pearson_log10": float(stats.pearsonr(np.log10(np.maximum(x, 1e-12)), acc)[0])}
 
 
 def correlations(rows: list[dict]) -> dict:
-    """Pearson / Spearman of accuracy with ESS/kv (tolerance and entropy), TSS/kv, and their log10."""
-    if len(rows) < 3:
-        raise ValueError(f"need at least 3 models to correlate, got {len(rows)}")
-    acc = np.array([r["accuracy"] for r in rows])
-    ess = np.array([r["ess_per_kv"] for r in rows])
-    ent = np.array([r["entropy_ess_per_kv"] for r in rows])
-    tss = np.array([r["tss_per_kv"] for r in rows])
-
-    def both(x):
-        if np.ptp(x) == 0 or np.ptp(acc) == 0:
-            return {"pearson": float("nan"), "spearman": float("nan")}
-        return {"pearson": float(stats.pearsonr(x, acc)[0]), "spearman": float(stats.spearmanr(x, acc)[0])}
-
-    return {
-        "n_models": len(rows),
-        "ess_per_kv": both(ess),
-        "entropy_ess_per_kv": both(ent),
-        "tss_per_kv": both(tss),
-        "log_tss_per_kv": both(np.log10(tss)),
-        "log_ess_per_kv": both(np.log10(np.maximum(ess, 1e-9))),
-    }
+    """{predictor: {spearman, pearson, pearson_log10}} over the given points."""
+    acc = np.array([r["accuracy"] for r in rows], dtype=np.float64)
+    return {key: _stats(acc, np.array([r[key] for r in rows], dtype=np.float64)) for key in PREDICTORS}
 
 
-def _format(rows: list[dict]) -> str:
-    head = f"{'model':<16}{'family':<24}{'seg':>4}{'kv':>4}{'acc':>8}{'ESS':>8}{'TSS':>8}{'ESS/kv':>8}{'eESS/kv':>8}{'TSS/kv':>8}{'util':>7}  state"
-    out = [head, "-" * len(head)]
-    for r in rows:
-        out.append(
-            f"{r['name']:<16}{r['family']:<24}{r['segments']:>4}{r['kv']:>4}{r['accuracy']:>8.3f}{r['ess']:>8.1f}{r['tss']:>8.0f}"
-            f"{r['ess_per_kv']:>8.2f}{r['entropy_ess_per_kv']:>8.2f}{r['tss_per_kv']:>8.2f}{r['utilisation']:>7.3f}  {r['state']}"
-        )
-    return "\n".join(out)
+def bootstrap(rows: list[dict], n_boot: int = N_BOOT, seed: int = BOOT_SEED, level: float = 0.95) -> dict:
+    """Percentile intervals of ``correlations`` resampling models with replacement.
+
+    Returns {predictor: {stat: [lo, hi]}, "spearman_ess_minus_tss": [lo, hi], "n_boot": ...};
+    resamples whose statistic is undefined (a constant column) are left out and counted.
+    """
+    models = sorted({r["model"] for r in rows})
+    by_model = {m: [r for r in rows if r["model"] == m] for m in models}
+    rng = np.random.default_rng(seed)
+    draws: dict[str, dict[str, list]] = {k: {"spearman": [], "pearson": [], "pearson_log10": []} for k in PREDICTORS}
+    diff = []
+    for _ in range(n_boot):
+        pick = rng.integers(0, len(models), size=len(models))
+        sample = [r for i in pick for r in by_model[models[i]]]
+        corr = correlations(sample)
+        for key, values in corr.items():
+            for stat, v in values.items():
+                if np.isfinite(v):
+                    draws[key][stat].append(v)
+        d = corr["ess_per_kv"]["spearman"] - corr["tss_per_kv"]["spearman"]
+        if np.isfinite(d):
+            diff.append(d)
+    q = [(1 - level) / 2 * 100, (1 + level) / 2 * 100]
+    interval = lambda v: [float(x) for x in np.percentile(v, q)] if v else [float("nan")] * 2  # noqa: E731
+    out = {key: {stat: interval(v) for stat, v in d.items()} for key, d in draws.items()}
+    out["spearman_ess_minus_tss"] = interval(diff)
+    out.update(n_boot=n_boot, seed=seed, level=level, resampled="models", n_defined=len(diff))
+    return out
 
 
-def _format_corr(label: str, corr: dict) -> str:
-    lines = [f"{label} (n = {corr['n_models']} models):"]
-    for key, name in (("ess_per_kv", "ESS/kv"), ("entropy_ess_per_kv", "entropy-ESS/kv"), ("tss_per_kv", "TSS/kv"), ("log_tss_per_kv", "log10 TSS/kv"), ("log_ess_per_kv", "log10 ESS/kv")):
-        lines.append(f"  accuracy vs {name:<15} Pearson {corr[key]['pearson']:+.3f}   Spearman {corr[key]['spearman']:+.3f}")
+def claim(cards: dict[str, dict], n_boot: int = N_BOOT) -> dict:
+    """The whole claim record: groups (all models, main task) x (trained, untrained-ESS control)."""
+    groups = {"all": cards, "main_task": {n: c for n, c in cards.items() if c["training"].get("train_pairs")}}
+    out = {"groups": {}}
+    for group, members in groups.items():
+        for variant, untrained in (("trained", False), ("untrained_control", True)):
+            rows = points(members, untrained=untrained)
+            if len({r["model"] for r in rows}) < 2:
+                continue
+            out["groups"].setdefault(group, {})[variant] = {
+                "n_models": len({r["model"] for r in rows}), "n_points": len(rows),
+                "correlations": correlations(rows), "bootstrap": bootstrap(rows, n_boot=n_boot),
+            }
+    out["untrained_accuracy"] = [p["untrained_accuracy"] for p in points(cards) if p["untrained_accuracy"] is not None]
+    out["resets"] = _resets(cards)
+    out["collapse"] = _collapse(cards)
+    return out
+
+
+def _resets(cards: dict) -> list[dict]:
+    rows = []
+    for name, info in cards.items():
+        for key, role in (("separator_drop", "trained on '|'"), ("separator_control", "control: no '|' in training")):
+            if key in info:
+                d = info[key]
+                rows.append({"model": name, "role": role, "modulation": d["modulation"], "layer": d["layer"],
+                             "per_layer": {i: lay["modulation"] for i, lay in d["layers"].items()},
+                             "accuracy": info["heldout"]["accuracy"], "stale_accuracy": info["heldout"].get("stale_accuracy")})
+    return rows
+
+
+def _collapse(cards: dict) -> list[dict]:
+    rows = []
+    for name, info in cards.items():
+        util = info.get("utilisation")
+        if not util:
+            continue
+        base = info.get("untrained", {}).get("utilisation", {}).get("layers", {})
+        for i, lay in util["layers"].items():
+            rows.append({"model": name, "layer": i, "utilisation": lay["utilisation"], "rank_cap_allows": lay["rank_cap_allows"],
+                         "untrained": base.get(i, {}).get("utilisation"), "length": util["length"]})
+    return rows
+
+
+def _fmt_ci(value: float, ci: list) -> str:
+    return f"{value:+.2f} [{ci[0]:+.2f}, {ci[1]:+.2f}]"
+
+
+def format_claim(record: dict, cards: dict) -> str:
+    """The claim as text tables (what --write puts into the zoo README)."""
+    lines = [f"{'model':<20}{'family':<24}{'K':>4}{'acc':>7}{'ESS/kv':>9}{'eESS/kv':>9}{'TSS/kv':>9}{'untr. ESS/kv':>13}"]
+    lines.append("-" * len(lines[0]))
+    base = {(p["model"], p["pairs"]): p for p in points(cards, untrained=True)}
+    for p in points(cards):
+        u = base.get((p["model"], p["pairs"]))
+        lines.append(f"{p['model']:<20}{p['family']:<24}{p['pairs']:>4}{p['accuracy']:>7.3f}{p['ess_per_kv']:>9.1f}"
+                     f"{p['entropy_ess_per_kv']:>9.1f}{p['tss_per_kv']:>9.1f}{(u['ess_per_kv'] if u else float('nan')):>13.1f}")
+    for group, variants in record["groups"].items():
+        for variant, rec in variants.items():
+            title = {"trained": "accuracy vs the trained model's state", "untrained_control": "control: accuracy vs the UNTRAINED copy's state"}[variant]
+            lines += ["", f"[{group}] {title} ({rec['n_models']} models, {rec['n_points']} (model, K) points; "
+                      f"95% bootstrap over models, {rec['bootstrap']['n_boot']} resamples)"]
+            for key, label in PREDICTORS.items():
+                c, b = rec["correlations"][key], rec["bootstrap"][key]
+                lines.append(f"  {label:<15} Spearman {_fmt_ci(c['spearman'], b['spearman'])}   Pearson {_fmt_ci(c['pearson'], b['pearson'])}"
+                             f"   Pearson(log10) {_fmt_ci(c['pearson_log10'], b['pearson_log10'])}")
+            d = rec["correlations"]["ess_per_kv"]["spearman"] - rec["correlations"]["tss_per_kv"]["spearman"]
+            lines.append(f"  Spearman(ESS/kv) - Spearman(TSS/kv) = {_fmt_ci(d, rec['bootstrap']['spearman_ess_minus_tss'])}")
+    ua = record["untrained_accuracy"]
+    if ua:
+        lines += ["", f"Untrained copies answer at chance: accuracy {min(ua):.3f} to {max(ua):.3f} over all (model, K)."]
+    if record["resets"]:
+        lines += ["", "Learned resets: modulation at '|' (unit-scope tolerance; best memory layer; 1 = state emptied)"]
+        for r in record["resets"]:
+            per = ", ".join(f"layer {i} {v:+.2f}" for i, v in r["per_layer"].items())
+            stale = f", stale-query accuracy {r['stale_accuracy']:.3f}" if r["stale_accuracy"] is not None else ""
+            lines.append(f"  {r['model']:<20} {r['role']:<30} modulation {r['modulation']:+.2f} ({per}); accuracy {r['accuracy']:.3f}{stale}")
+    if record["collapse"]:
+        lines += ["", "Utilisation over whole prompts (ratio of peaks; what the rank cap min(t, L - t) allows; the untrained copy)"]
+        for r in record["collapse"]:
+            u = f"{r['untrained']:.3f}" if r["untrained"] is not None else "-"
+            lines.append(f"  {r['model']:<20} layer {r['layer']}  {r['utilisation']:.3f}   cap allows {r['rank_cap_allows']:.3f}   untrained {u}   (L = {r['length']})")
     return "\n".join(lines)
+
+
+def verdict(record: dict) -> list[str]:
+    """Plain sentences about what the numbers show (written into the README)."""
+    out = []
+    for group, variants in record["groups"].items():
+        rec = variants.get("trained")
+        if not rec:
+            continue
+        c, b = rec["correlations"], rec["bootstrap"]
+        e, t = c["ess_per_kv"]["spearman"], c["tss_per_kv"]["spearman"]
+        lo, hi = b["spearman_ess_minus_tss"]
+        if lo > 0:
+            comp = "ESS/kv ranks accuracy better than TSS/kv, and the bootstrap interval of the difference excludes 0"
+        elif hi < 0:
+            comp = "TSS/kv ranks accuracy better than ESS/kv, and the bootstrap interval of the difference excludes 0"
+        else:
+            comp = "the interval of the difference includes 0: on these models ESS/kv does not demonstrably beat TSS/kv"
+        out.append(f"- [{group}] Spearman with accuracy: ESS/kv {e:+.2f}, TSS/kv {t:+.2f} ({rec['n_models']} models); {comp} "
+                   f"(difference {e - t:+.2f}, 95% interval [{lo:+.2f}, {hi:+.2f}]).")
+        ctrl = variants.get("untrained_control")
+        if ctrl:
+            u = ctrl["correlations"]["ess_per_kv"]["spearman"]
+            ulo, uhi = ctrl["bootstrap"]["ess_per_kv"]["spearman"]
+            out.append(f"- [{group}] Control: the untrained copies' ESS/kv gives Spearman {u:+.2f} [{ulo:+.2f}, {uhi:+.2f}] against the "
+                       f"trained accuracy (trained ESS/kv: {e:+.2f}); " + (
+                           "about as good, so much of the signal is the architecture and K, not what training did."
+                           if abs(u - e) < 0.1 else "training changes the ranking."))
+    return out
 
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(prog="python -m ess_explorer.zoo.claim", description=__doc__.split("\n")[0])
-    parser.add_argument("--recompute", action="store_true", help="re-measure accuracy and ESS (rewrites the cards)")
-    parser.add_argument("--json", action="store_true", help="print the numbers as JSON instead of tables")
-    parser.add_argument("--write", action="store_true", help="also write the output into assets/zoo/README.md (the zoo index)")
+    parser.add_argument("--recompute", action="store_true", help="re-measure every card first (rewrites them)")
+    parser.add_argument("--json", action="store_true", help="print the record as JSON instead of tables")
+    parser.add_argument("--write", action="store_true", help="also write the zoo README (the zoo index) with these results")
+    parser.add_argument("--only", nargs="*", help="models to include (default: every shipped model)")
+    parser.add_argument("--boot", type=int, default=N_BOOT, help=f"bootstrap resamples (default {N_BOOT})")
     args = parser.parse_args(argv)
-    rows = claim_table(recompute=args.recompute)
-    single = [r for r in rows if r["segments"] == 1]
-    summary = {"rows": [{k: v for k, v in r.items() if not k.startswith("separator")} for r in rows]}
-    summary["main_task"] = correlations(single) if len(single) >= 3 else None
-    summary["all_models"] = correlations(rows) if len(rows) >= 3 else None
-    drops = {r["name"]: r["separator_drop"] for r in rows if r["separator_drop"]}
-    trained_families = {r["family"] for r in rows if r["separator_drop"]}
-    controls = {r["name"]: r["separator_control"] for r in rows if r["separator_control"] and r["family"] in trained_families}
-    strip = lambda d: {i: {k: v for k, v in lay.items() if k != "ess_over_time"} for i, lay in d["layers"].items()}  # noqa: E731
-    summary["separator_drop"] = {name: strip(d) for name, d in drops.items()}
-    summary["separator_control"] = {name: strip(d) for name, d in controls.items()}
+    from . import card, list_models, model_dir
+    from .cards import write_card
+
+    names = args.only or list_models()
+    cards = {n: (write_card(n, model_dir(n)) if args.recompute else card(n)) for n in names}
+    record = claim(cards, n_boot=args.boot)
     if args.json:
-        print(json.dumps(summary, indent=2))
-        return summary
-    text = [_format(rows), ""]
-    if summary["main_task"]:
-        kv = sorted({r["kv"] for r in single})
-        text.append(_format_corr(f"Main task (one segment, K = {', '.join(map(str, kv))})", summary["main_task"]))
-    if summary["all_models"]:
-        text.append(_format_corr("All models (kv = pairs per segment)", summary["all_models"]))
-    text.append("")
-    labelled = [(name, d, "trained on segments") for name, d in drops.items()]
-    labelled += [(name, d, "control: never saw '|'") for name, d in controls.items()]
-    for name, d, label in labelled:
-        text.append(f"ESS at the separators {d['separators']} of {name} ({label}; total over units, mean of {d['n_prompts']} prompts):")
-        for i, lay in d["layers"].items():
-            text.append(
-                f"  layer {i} ({lay['family']}): {lay['ess_before']:.1f} before '|' (mean of {d['window']} cuts) -> {lay['ess_at']:.1f} at t = '|'"
-                f" -> {lay['ess_after']:.1f} at t = '|' + 1   modulation {lay['modulation']:+.2f} / {lay['modulation_after']:+.2f}"
-            )
-    output = "\n".join(text)
-    print(output)
+        print(json.dumps(record, indent=2))
+        return record
+    text = format_claim(record, cards)
+    print(text)
+    print("\n".join(["", *verdict(record)]))
     if args.write:
         from . import ZOO_DIR
+        from .readme import zoo_readme
 
         path = ZOO_DIR / "README.md"
-        path.write_text(_index(output))
+        path.write_text(zoo_readme(text, verdict(record), cards))
         print(f"\nwrote {path}")
-    return summary
-
-
-def _index(output: str) -> str:
-    from .cards import __doc__ as conventions
-
-    return "\n".join(
-        [
-            "# The ess-explorer zoo",
-            "",
-            "Tiny models (2 layers, 64 wide, float32) trained from scratch on multi-query associative recall (MQAR) with",
-            "readable tokens (keys are syllables, values two-digit strings). Each folder is a standard Hugging Face model",
-            "(config.json, model.safetensors, tokenizer.json) with a model card (README.md, card.json) and its training record",
-            "(training.json). Load one with `ess_explorer.zoo.load(name)` or `load_model(\"zoo:NAME\")`; retrain with",
-            "`python -m ess_explorer.zoo.train --only NAME`; recompute this page with `python -m ess_explorer.zoo.claim --write`.",
-            "",
-            "## The MQAR claim in miniature (`python -m ess_explorer.zoo.claim`)",
-            "",
-            "```",
-            output,
-            "```",
-            "",
-            "## How ESS, TSS and the states are measured",
-            "",
-            conventions.split("Conventions (also written into every card):\n", 1)[1].strip(),
-            "",
-        ]
-    )
+    return record
 
 
 if __name__ == "__main__":

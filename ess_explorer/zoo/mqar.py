@@ -322,14 +322,17 @@ def accuracy_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> tuple[in
 def evaluate_model(model, task: MQARTask, n_samples: int = 1024, seed: int = 10_000, batch_size: int = 256) -> dict:
     """Held-out exact-match accuracy of ``model`` (any causal LM returning ``.logits``).
 
-    Returns dict(accuracy = correct queries / queries, sequence_accuracy, n_samples, seed).
-    Use a seed the training never drew (training seeds are below 10_000 by convention).
+    Returns dict(accuracy = correct queries / queries, sequence_accuracy, n_samples, n_queries,
+    seed); a task with stale queries adds stale_accuracy (queries answered "--") and
+    recall_accuracy (the others). Use a seed the training never drew (training seeds are
+    below 10_000 by convention).
     """
     if n_samples < 1:
         raise ValueError(f"n_samples must be >= 1, got {n_samples}")
     was_training = model.training
     model.eval()
-    correct = asked = seq_ok = seqs = 0
+    correct = asked = seq_ok = seqs = stale_ok = stale = 0
+    none_id = task.vocab.none_id
     try:
         for start in range(0, n_samples, batch_size):
             size = min(batch_size, n_samples - start)
@@ -337,15 +340,21 @@ def evaluate_model(model, task: MQARTask, n_samples: int = 1024, seed: int = 10_
             logits = model(input_ids=batch.input_ids).logits
             c, a, s, n = accuracy_from_logits(logits, batch.labels)
             correct, asked, seq_ok, seqs = correct + c, asked + a, seq_ok + s, seqs + n
+            is_stale = batch.labels[:, 1:] == none_id
+            stale_ok += int(((logits[:, :-1].argmax(-1) == none_id) & is_stale).sum())
+            stale += int(is_stale.sum())
     finally:
         model.train(was_training)
-    return {
+    out = {
         "accuracy": correct / asked,
         "sequence_accuracy": seq_ok / seqs,
         "n_samples": n_samples,
         "n_queries": asked,
         "seed": seed,
     }
+    if stale:
+        out.update(stale_accuracy=stale_ok / stale, recall_accuracy=(correct - stale_ok) / (asked - stale), n_stale=stale)
+    return out
 
 
 def save_task(task: MQARTask, path) -> Path:
