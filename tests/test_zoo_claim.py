@@ -1,0 +1,122 @@
+"""The zoo's measurements (state in scalars, unit-scope drop at separators), the claim's
+statistics with bootstrap intervals, and the difficulty-sweep figure."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from ess_explorer.result import LayerESS
+from ess_explorer.synthetic import diagonal_ssm
+from ess_explorer.zoo import claim as claim_mod
+from ess_explorer.zoo.measure import unit_multiplicity, unit_scope_ess
+
+
+def _layer_with_near_reset(sep: int, length: int = 24, factor: float = 1.0) -> LayerESS:
+    """x_{t+1} = a_t x_t + b_t u_t: scaling a and b at sep - 1 scales the state x_sep, so every
+    past contribution to outputs from sep on (the whole cut H_sep) is multiplied by ``factor``
+    (a model whose state includes the current input, reset by the separator's decay)."""
+    ssm = diagonal_ssm(length, 4, units=2, seed=1)
+    a, b = ssm.a.clone(), ssm.b.clone()
+    a[:, sep - 1, :] *= factor
+    b[:, sep - 1, :] *= factor
+    return LayerESS.from_operator(0, "mamba", type(ssm)(a, b, ssm.c, ssm.d), np.full(length, 4.0), tol=1e-3, relative=True)
+
+
+def test_unit_scope_tolerance_sees_a_near_reset_that_the_per_cut_tolerance_misses():
+    sep = 12
+    plain = _layer_with_near_reset(sep)
+    lay = _layer_with_near_reset(sep, factor=1e-5)
+    per_cut = lay.tolerance_ess
+    scoped = unit_scope_ess(lay)
+    # the cut at the separator is the whole past scaled by 1e-5: per-cut relative ESS is unchanged ...
+    assert (per_cut[:, sep] == plain.tolerance_ess[:, sep]).all() and (per_cut[:, sep] == 4).all()
+    # ... while against the unit's largest sigma_1 it is empty there (not before it, nor without the reset)
+    assert (scoped[:, sep] == 0).all() and (scoped[:, sep - 2] >= 1).all()
+    assert (unit_scope_ess(plain)[:, sep] >= 1).all()
+    # scoped <= per-cut everywhere (the unit-scope threshold is never lower than the cut's own)
+    assert (scoped <= per_cut).all()
+
+
+def test_unit_scope_needs_complete_spectra():
+    lay = _layer_with_near_reset(8)
+    lay.singular_values = lay.singular_values[..., :1]  # only the top value kept
+    with pytest.raises(ValueError, match="every singular value"):
+        unit_scope_ess(lay)
+
+
+def test_multiplicity_counts_value_channels_per_unit():
+    from types import SimpleNamespace as C
+
+    assert unit_multiplicity(C(head_dim=16), "mamba2") == 16
+    assert unit_multiplicity(C(value_dim=8), "gated_linear_attention") == 8
+    assert unit_multiplicity(C(hidden_size=64, num_attention_heads=4, head_dim=None), "softmax_attention") == 16
+    assert unit_multiplicity(C(), "mamba") == 1
+    with pytest.raises(ValueError, match="multiplicity"):
+        unit_multiplicity(C(), "something_else")
+
+
+def _card(name, rows, untrained_rows, family="mamba2", main=True):
+    def row(k, acc, ess, tss):
+        return {"pairs": k, "accuracy": acc, "ess_per_kv": ess, "entropy_ess_per_kv": ess / 2, "tss_per_kv": tss}
+
+    return {"family": family, "training": {"train_pairs": [2, 4] if main else None},
+            "sweep": {"rows": [row(*r) for r in rows]}, "untrained": {"sweep": [row(*r) for r in untrained_rows]},
+            "heldout": {"accuracy": rows[0][1]}}
+
+
+def test_claim_statistics_and_bootstrap_over_models():
+    # accuracy rises with ESS/kv exactly (Spearman 1 over all points) while TSS/kv ranks it backwards
+    cards = {
+        "a": _card("a", [(2, 0.1, 1.0, 40.0), (4, 0.2, 2.0, 30.0)], [(2, 0.01, 5.0, 40.0), (4, 0.01, 5.5, 30.0)]),
+        "b": _card("b", [(2, 0.3, 3.0, 20.0), (4, 0.4, 4.0, 10.0)], [(2, 0.01, 5.2, 20.0), (4, 0.01, 5.1, 10.0)]),
+        "c": _card("c", [(2, 0.5, 5.0, 8.0), (4, 0.6, 6.0, 4.0)], [(2, 0.01, 5.3, 8.0), (4, 0.01, 5.4, 4.0)]),
+    }
+    points = claim_mod.points(cards)
+    assert len(points) == 6
+    corr = claim_mod.correlations(points)
+    assert corr["ess_per_kv"]["spearman"] == pytest.approx(1.0)
+    assert corr["tss_per_kv"]["spearman"] == pytest.approx(-1.0)
+    boot = claim_mod.bootstrap(points, n_boot=200, seed=1)
+    lo, hi = boot["ess_per_kv"]["spearman"]
+    assert lo == pytest.approx(1.0) and hi == pytest.approx(1.0)  # every resample is still monotone
+    assert boot["spearman_ess_minus_tss"] == pytest.approx([2.0, 2.0])
+    assert boot["resampled"] == "models"
+    # the control takes the predictors from the untrained copies, the accuracy from the trained models
+    control = claim_mod.points(cards, untrained=True)
+    assert [p["accuracy"] for p in control] == [p["accuracy"] for p in points]
+    assert [p["ess_per_kv"] for p in control] == [5.0, 5.5, 5.2, 5.1, 5.3, 5.4]
+    record = claim_mod.claim(cards, n_boot=100)
+    assert set(record["groups"]) == {"all", "main_task"}
+    assert record["untrained_accuracy"] == [0.01] * 6
+    text = "\n".join(claim_mod.verdict(record))
+    assert "excludes 0" in text
+
+
+def test_bootstrap_interval_is_wide_when_models_disagree():
+    # two models with opposite trends: pooled Spearman is weak and its interval spans zero
+    cards = {
+        "up": _card("up", [(2, 0.1, 1.0, 9.0), (4, 0.9, 9.0, 9.0)], []),
+        "down": _card("down", [(2, 0.9, 2.0, 8.0), (4, 0.1, 8.0, 8.0)], []),
+        "flat": _card("flat", [(2, 0.5, 3.0, 7.0), (4, 0.5, 7.0, 7.0)], []),
+    }
+    boot = claim_mod.bootstrap(claim_mod.points(cards), n_boot=300, seed=0)
+    lo, hi = boot["ess_per_kv"]["spearman"]
+    assert lo < 0 < hi
+
+
+def test_difficulty_figure_draws_accuracy_and_state_per_pair():
+    from ess_explorer.difficulty_figure import difficulty_figure, difficulty_frame
+
+    rows = [{"pairs": k, "accuracy": 1 / k, "ess_per_kv": 64 / k, "tss_per_kv": 128 / k} for k in (2, 4, 8)]
+    frame = difficulty_frame({"m": rows}, untrained={"m": rows})
+    assert sorted(set(frame["quantity"])) == ["ESS/kv", "TSS/kv", "untrained ESS/kv"]
+    assert len(frame) == 9
+    spec = difficulty_figure({"m": rows}, untrained={"m": rows}).to_dict()
+    assert len(spec["hconcat"]) == 2
+    assert spec["hconcat"][1]["layer"][1]["encoding"]["y"]["scale"]["type"] == "log"
+    with pytest.raises(ValueError, match="lacks"):
+        difficulty_frame({"m": [{"pairs": 2}]})
