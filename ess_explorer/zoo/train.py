@@ -89,7 +89,7 @@ def _la(head_dim: int, gated: bool) -> dict:
     return dict(num_heads=4, head_dim=head_dim, value_dim=16, conv_size=4, gated=gated)
 
 
-MAIN_STEPS = 2000  # the equal budget of every main-task model (batch 32, L = 128)
+MAIN_STEPS = 1200  # the equal budget of every main-task model (batch 32, L = 128)
 RESET_STEPS = 3000  # the equal budget of the reset-task models (batch 32, L = 131)
 
 
