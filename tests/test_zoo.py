@@ -123,7 +123,7 @@ def test_a_few_training_steps_save_a_model_that_reloads_identically(tmp_path, on
     from ess_explorer.zoo.mqar import MQARTask
     from ess_explorer.zoo.train import ZOO, train_model
 
-    spec = replace(ZOO["la_k2"], task=MQARTask(num_pairs=4), batch_size=8, lr=1e-2)
+    spec = replace(ZOO["la_k16"], task=MQARTask(num_pairs=4), train_pairs=None, batch_size=8, lr=1e-2)
     record, trained = train_model(spec, tmp_path, steps=12, eval_every=6, log=lambda *_: None, val_samples=16)
     losses = [p["loss"] for p in record["training"]["curve"]]
     assert len(losses) == 2 and all(map(torch.isfinite, torch.tensor(losses)))
@@ -139,10 +139,34 @@ def test_a_few_training_steps_save_a_model_that_reloads_identically(tmp_path, on
         torch.testing.assert_close(loaded(ids).logits, trained(ids).logits, rtol=0, atol=0)
 
 
-def test_stepwise_mamba_scan_matches_the_stock_scan(one_thread):
-    from ess_explorer.zoo.train import ZOO, build_model, fast_mamba_training
+def test_plateau_compares_the_last_fifth_of_training():
+    from ess_explorer.zoo.train import plateau
 
-    spec = ZOO["mamba_n2"]
+    def curve(end_value):
+        return [{"step": 100 * i, "val_accuracy": 0.5 if i < 10 else end_value} for i in range(1, 11)]
+
+    flat, moving = plateau(curve(0.505)), plateau(curve(0.52))
+    assert flat["plateau"] and flat["from_step"] == 800 and flat["to_step"] == 1000
+    assert not moving["plateau"] and moving["change"] == pytest.approx(0.02)
+    assert not plateau(curve(0.5)[:1])["plateau"]  # one point says nothing
+
+
+def test_main_task_models_train_on_every_k_of_the_sweep_at_one_length():
+    from ess_explorer.zoo.cards import sweep_pairs
+    from ess_explorer.zoo.train import ZOO
+
+    spec = ZOO["mamba2_n16"]
+    ks = [spec.task_at(step).num_pairs for step in range(6)]
+    assert ks == [2, 4, 8, 16, 32, 2]
+    assert {spec.task_at(step).length for step in range(5)} == {128}
+    assert set(sweep_pairs(spec.task)) <= set(spec.train_pairs)
+    assert [t.num_pairs for t in spec.validation_tasks()] == list(spec.train_pairs)
+
+
+def test_stepwise_mamba_scan_matches_the_stock_scan(one_thread):
+    from ess_explorer.zoo.train import ZooSpec, build_model, fast_mamba_training
+
+    spec = ZooSpec("mamba_n2", "mamba", "mamba", dict(state_size=2))
     model = build_model(spec).eval()
     ids = spec.task.sample(2, seed=0).input_ids
     with torch.no_grad():
