@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..diagnostics import COLLAPSED_AT, SATURATED_AT, classify_utilisation, layer_diagnostics, modulation_at
+from ..core.diagnostics import COLLAPSED_AT, SATURATED_AT, classify_utilisation, layer_diagnostics, modulation_at
 from .mqar import MQARTask, evaluate_model
 
 __all__ = ["ESS_SEED", "ESS_PROMPTS", "measure_ess", "separator_drop", "write_card", "render_readme"]
