@@ -69,7 +69,7 @@ def layer_case(channels, length, state, device_name) -> dict:
     device = torch.device(device_name)
     ssm = mamba_like_layer(channels, length, state, device)
     (sigma, tol, ent), seconds = timed(
-        lambda: (lambda s: (s, tolerance_ess(s), entropy_ess(s)))(hankel_singular_values(ssm, device=device)), device
+        lambda: (lambda s: (s, tolerance_ess(spectra=s), entropy_ess(spectra=s)))(hankel_singular_values(ssm, device=device)), device
     )
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
     gpu_peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None

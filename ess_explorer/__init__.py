@@ -1,18 +1,21 @@
 """ess-explorer: the Effective State-Size of sequence-model layers, exact and explorable.
 
-Data flow: model -> adapters (operators per unit) -> spectra of H_t -> ESSResult ->
-charts, widget, export, CLI. This module re-exports the public API; the Jupyter side
-(explore, the %ess magic) is imported on first use so that the core loads without it.
+Data flow: model (sources) -> capture (operators per unit) -> core (spectra of H_t, ESS)
+-> ESSResult -> io / views -> app (explorer, magic, CLI, report). This module only
+re-exports the public API (docs/architecture.md). The Jupyter and chart parts are
+imported on first use, so that the numerical API loads without Altair or ipywidgets.
 """
 
-__version__ = "0.1.0"
-
+from ._version import __version__
 from .analysis import analyze
-from .diagnostics import layer_diagnostics, modulation_at, theoretical_state_size
-from .ess import DEFAULT_RELATIVE, DEFAULT_TOL, aggregate_units, entropy_ess, hankel_singular_values, tolerance_ess
-from .models import load_model
-from .realizations import DiagonalSSM
+from .core.diagnostics import layer_diagnostics, modulation_at, theoretical_state_size
+from .core.ess import DEFAULT_RELATIVE, DEFAULT_TOL, aggregate_units, entropy_ess, tolerance_ess
+from .core.operators import DiagonalSSM
+from .core.spectra import hankel_singular_values
+from .io import ResultCache, export_table, read_result, write_result_dir
 from .result import ESSResult, LayerESS
+from .sources import load_model
+from . import zoo
 
 __all__ = [
     "__version__",
@@ -30,6 +33,7 @@ __all__ = [
     "LayerESS",
     "load_model",
     "analyze",
+    "zoo",
     "explore",
     "load_ipython_extension",
     "figure",
@@ -41,17 +45,14 @@ __all__ = [
     "ResultCache",
 ]
 
-# name -> module, imported on first use: these pull in Altair / ipywidgets.
+# Public names whose modules pull in Altair / ipywidgets: imported when first used. These
+# modules sit above this package's other layers and import nothing from here.
 _LAZY = {
-    "explore": "widget",
-    "load_ipython_extension": "magic",
-    "figure": "figures",
-    "save_figure": "figures",
-    "write_report": "export",
-    "export_table": "export",
-    "write_result_dir": "export",
-    "read_result": "export",
-    "ResultCache": "cache",
+    "explore": "app.widget",
+    "load_ipython_extension": "app.magic",
+    "figure": "views.figures",
+    "save_figure": "views.render",
+    "write_report": "app.report",
 }
 
 

@@ -6,20 +6,12 @@ per layer, the spectra of every cut H_t of every unit by the core (float64, on
 ``device``), tolerance- and entropy-ESS from the full spectra, TSS from
 diagnostics.theoretical_state_size -> ESSResult.
 
-Memory budgets (per layer; module constants, documented in the README):
-- SPECTRA_BUDGET = 8M values: the kept singular values (U, P, K) use
-  K = min(structural rank bound, SPECTRA_BUDGET // (U * P)) (and ``top_k`` when given),
-  at least 1. Both ESS variants always come from the *full* spectra; only the stored
-  values are cut. E.g. Mamba-130m (1536 channels, N = 16) at L = 512 keeps K = 10.
-  LayerESS.spectra_complete says where the kept values are the whole spectrum.
+Memory budgets: the spectra's are in core/layer.py (the one LayerESS builder);
+LayerESS.spectra_complete says where the kept values are the whole spectrum.
 - OPERATOR_BUDGET = 4M cells: ``keep_operators="auto"`` keeps the dense T of every
   attention head when H * L^2 fits (GPT-2 small: 12 x 512^2 = 3.1M), else as many heads
   as fit; for channel families (Mamba, short conv) the first OPERATOR_CHANNELS = 4
   channels when they fit. Kept operators are stored float32 (for the operator view).
-- Spectra are computed in chunks of units (UNIT_CHUNK_VALUES full-spectrum values,
-  DENSE_CHUNK_CELLS dense cells or FACTORED_CHUNK_BYTES of sweep buffer per chunk), so a
-  Mamba layer never holds a dense L x L per channel, and the factored path sweeps a whole
-  chunk of channels (one batched DiagonalSSM) at once.
 """
 
 from __future__ import annotations
@@ -32,23 +24,17 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .adapters import capture, layer_slots
-from .adapters.base import CapturedLayer, DenseCapture, SSMCapture
-from .ess import DEFAULT_RELATIVE, DEFAULT_TOL, entropy_ess, tolerance_ess
-from .diagnostics import unit_kind
+from .capture import capture, layer_slots
+from .core.diagnostics import unit_kind
+from .core.ess import DEFAULT_RELATIVE, DEFAULT_TOL
+from .core.layer import SPECTRA_BUDGET
+from .core.units import CapturedLayer
 from .result import ESSResult, LayerESS
 
-__all__ = ["analyze", "SPECTRA_BUDGET", "OPERATOR_BUDGET", "OPERATOR_CHANNELS"]
+__all__ = ["analyze", "OPERATOR_BUDGET", "OPERATOR_CHANNELS"]
 
-SPECTRA_BUDGET = 8_000_000
 OPERATOR_BUDGET = 4_000_000
 OPERATOR_CHANNELS = 4
-UNIT_CHUNK_VALUES = 64_000_000  # full-spectrum float64 values per chunk of units (~512 MB)
-DENSE_CHUNK_CELLS = 32_000_000  # dense T cells per chunk of heads (~256 MB in float64)
-# Units per call of the factored core: its sweep buffer (units, P, N, N) float64 stays near
-# this size (measured: chunks of 256 Mamba channels cost the same per channel as the whole
-# layer in one call, and peak memory falls from 3.4 GB to ~1.4 GB at L = 512).
-FACTORED_CHUNK_BYTES = 256 << 20
 
 
 def analyze(
@@ -121,7 +107,11 @@ def analyze(
     result_layers: dict[int, LayerESS] = {}
     for index in tqdm(chosen, desc="layers", disable=not progress):
         layer = captured.pop(index)  # free each layer's tensors once done
-        result_layers[index] = _layer_ess(layer, positions, tol, relative, spectra_device, top_k, keep_operators, unit_rows)
+        unit_ids = _select(unit_rows, layer)
+        result_layers[index] = LayerESS.from_units(
+            layer, positions, tol=tol, relative=relative, unit_ids=unit_ids, top_k=top_k, device=spectra_device,
+            operator_rows=_operator_rows(keep_operators, layer, len(unit_ids)),
+        )
 
     config = model.config
     meta = {
@@ -141,53 +131,6 @@ def analyze(
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
     return ESSResult(tokens=_tokens(ids, tokenizer), input_ids=list(ids), layers=result_layers, meta=meta)
-
-
-# ---- per layer --------------------------------------------------------------------------
-
-
-def _layer_ess(
-    layer: CapturedLayer, positions: np.ndarray, tol, relative, device, top_k, keep_operators, unit_rows
-) -> LayerESS:
-    unit_ids = _select(unit_rows, layer)
-    n_units, n_pos = len(unit_ids), len(positions)
-    rank_bound = layer.rank_bound(positions)  # (P,)
-    most = max(int(rank_bound.max()) if n_pos else 0, 1)
-    keep = max(1, min(most, SPECTRA_BUDGET // max(1, n_units * n_pos)))
-    keep = keep if top_k is None else min(keep, top_k)
-
-    per_unit_values = n_pos * max(most, 1)
-    chunk = max(1, UNIT_CHUNK_VALUES // max(1, per_unit_values))
-    if isinstance(layer, DenseCapture):  # the dense stack of a chunk is materialised in float64
-        chunk = min(chunk, max(1, DENSE_CHUNK_CELLS // max(1, layer.length**2)))
-    elif isinstance(layer, SSMCapture):  # the core's sweep buffer is (units, P, N, N) float64
-        chunk = min(chunk, max(1, FACTORED_CHUNK_BYTES // max(1, 8 * n_pos * layer.state_size**2)))
-    tol_ess = np.zeros((n_units, n_pos), dtype=np.int64)
-    ent_ess = np.zeros((n_units, n_pos), dtype=np.float64)
-    kept = np.zeros((n_units, n_pos, keep), dtype=np.float64)
-    for start in range(0, n_units, chunk):
-        rows = slice(start, min(n_units, start + chunk))
-        sigma = layer.spectra(unit_ids[rows], positions, device=device, dtype=torch.float64)
-        tol_ess[rows] = tolerance_ess(sigma, tol=tol, relative=relative, spectra=True).cpu().numpy()
-        ent_ess[rows] = entropy_ess(sigma, spectra=True).cpu().numpy()
-        width = min(keep, sigma.shape[-1])
-        kept[rows, :, :width] = sigma[..., :width].cpu().numpy()
-
-    operators = {}
-    for row in _operator_rows(keep_operators, layer, n_units):
-        operators[row] = layer.dense([unit_ids[row]])[0].to(torch.float32).cpu().numpy()
-    return LayerESS(
-        layer=layer.layer,
-        family=layer.family,
-        unit_kind=unit_kind(layer.family),
-        positions=positions.copy(),
-        tolerance_ess=tol_ess,
-        entropy_ess=ent_ess,
-        tss=np.broadcast_to(layer.tss(positions), (n_units, n_pos)).astype(np.float64),
-        singular_values=kept,
-        rank_bound=np.broadcast_to(rank_bound, (n_units, n_pos)).astype(np.int64),
-        operators=operators,
-    )
 
 
 # ---- validation ---------------------------------------------------------------------------

@@ -35,7 +35,13 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__
+from ._version import __version__
+from .atomic import atomic_write_with
+from .core.diagnostics import utilisation
+from .core.ess import check_variant
+from .core.layer import layer_arrays
+from .core.operators import DiagonalSSM
+from .core.units import CapturedLayer, DenseCapture, SSMCapture
 
 FORMAT_VERSION = 1
 CONVENTION = (
@@ -82,12 +88,19 @@ class LayerESS:
         return ess, exact
 
     @classmethod
+    def from_units(cls, units: CapturedLayer, positions=None, *, tol: float, relative: bool, **options) -> "LayerESS":
+        """Spectra and both ESS of every unit of one layer's operators (core/layer.py:
+        `layer_arrays` takes unit_ids, operator_rows, top_k, device)."""
+        positions = np.arange(units.length) if positions is None else np.asarray(positions)
+        return cls(**layer_arrays(units, positions, tol=tol, relative=relative, **options))
+
+    @classmethod
     def from_operator(
         cls,
         layer: int,
         family: str,
         operator,
-        tss,
+        tss=None,
         *,
         tol: float,
         relative: bool,
@@ -95,54 +108,43 @@ class LayerESS:
         top_k: int | None = None,
         keep_operators=(),
         device=None,
-        progress: bool = False,
+        state_size: int | None = None,
+        window: int | None = None,
+        kernel_size: int | None = None,
     ) -> "LayerESS":
-        """Spectra and both ESS of every unit of one layer, computed by the core.
+        """The LayerESS of a layer given directly by its operators, built like `analyze`'s.
 
-        operator: a dense stack (U, L, L) or a DiagonalSSM with batch shape (U,).
-        tss: (P,) or (U, P) capacity. The full spectrum of each cut is computed; ESS comes
-        from it, and only the top ``top_k`` values are kept (all when None). Units listed in
-        ``keep_operators`` keep their dense T (materialised if factored).
+        operator: a dense stack (U, L, L) or a DiagonalSSM with batch shape (U,). The
+        capacity (TSS) follows ``family`` (core/diagnostics.py) with ``state_size`` (taken
+        from a DiagonalSSM when not given), ``window`` or ``kernel_size``, unless ``tss``
+        ((P,) or (U, P)) gives it. Units listed in ``keep_operators`` keep their dense T.
         """
         import torch
 
-        from .diagnostics import unit_kind
-        from .ess import entropy_ess, hankel_singular_values, tolerance_ess
-        from .realizations import DiagonalSSM
-
-        length = operator.length if isinstance(operator, DiagonalSSM) else int(operator.shape[-1])
-        positions = np.arange(length) if positions is None else np.asarray(positions)
-        sigma = hankel_singular_values(operator, positions=positions, device=device, progress=progress)
-        tol_ess = tolerance_ess(sigma, tol=tol, relative=relative, spectra=True)
-        ent_ess = entropy_ess(sigma, spectra=True)
-        keep = sigma if top_k is None else sigma[..., :top_k]
-        units = sigma.shape[0]
-        rank_bound = np.minimum(positions, length - positions)
         if isinstance(operator, DiagonalSSM):
-            rank_bound = np.minimum(rank_bound, operator.state_size)
-        operators = {}
-        for unit in keep_operators:
-            dense = operator[unit].materialize() if isinstance(operator, DiagonalSSM) else operator[unit]
-            operators[int(unit)] = torch.as_tensor(dense).detach().cpu().numpy()
-        tss = np.broadcast_to(np.asarray(tss, dtype=np.float64), (units, len(positions))).copy()
-        return cls(
-            layer=layer,
-            family=family,
-            unit_kind=unit_kind(family),
-            positions=positions,
-            tolerance_ess=tol_ess.cpu().numpy(),
-            entropy_ess=ent_ess.cpu().numpy(),
-            tss=tss,
-            singular_values=keep.cpu().numpy(),
-            rank_bound=np.broadcast_to(rank_bound, (units, len(positions))).copy(),
-            operators=operators,
-        )
+            units = SSMCapture(
+                layer=layer,
+                family=family,
+                state_size=state_size or operator.state_size,
+                realize=lambda index: operator[index],
+                shape=(int(operator.batch_shape.numel()), operator.length),
+            )
+        else:
+            stack = torch.as_tensor(operator)
+            if stack.ndim != 3 or stack.shape[-1] != stack.shape[-2]:
+                raise ValueError(f"operator must be a stack (U, L, L) or a DiagonalSSM, got shape {tuple(stack.shape)}")
+            units = DenseCapture(layer=layer, family=family, operator=stack, state_size=state_size, window=window,
+                                 kernel_size=kernel_size)
+        return cls.from_units(units, positions, tol=tol, relative=relative, operator_rows=list(keep_operators),
+                              top_k=top_k, device=device, tss=tss, operator_dtype=torch.float64)
+
+    def ess(self, variant: str = "tolerance") -> np.ndarray:
+        """(U, P) ESS of the named variant (core/ess.py: check_variant refuses unknown names)."""
+        return {"tolerance": self.tolerance_ess, "entropy": self.entropy_ess}[check_variant(variant)]
 
     def utilisation(self, variant: str = "tolerance") -> np.ndarray:
         """ESS / TSS per unit and position (0 where TSS is 0)."""
-        ess = self.tolerance_ess if variant == "tolerance" else self.entropy_ess
-        tss = self.tss.astype(np.float64)
-        return np.divide(ess, tss, out=np.zeros_like(tss), where=tss > 0)
+        return utilisation(self.ess(variant), self.tss)
 
 
 @dataclass
@@ -193,13 +195,6 @@ class ESSResult:
         columns = ["layer", "unit", "t", "token", "family", "unit_kind", "tolerance_ess", "entropy_ess", "tss", "utilisation"]
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
 
-    def figure(self, kind: str, **kw):
-        """A publication figure of this result (figures.figure: kinds, paper theme, sizes);
-        save it with figures.save_figure(chart, "fig.pdf")."""
-        from .figures import figure
-
-        return figure(self, kind, **kw)
-
     # ---- persistence: one .npz, JSON header, no pickle -------------------------------
     def save(self, path) -> Path:
         path = Path(path)
@@ -221,12 +216,7 @@ class ESSResult:
                 arrays[f"L{i}/{name}"] = np.asarray(getattr(lay, name))
             for unit, op in lay.operators.items():
                 arrays[f"L{i}/operator/{unit}"] = np.asarray(op)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "wb") as handle:
-            np.savez_compressed(handle, **arrays)
-        tmp.replace(path)  # atomic: a reader never sees half a file
-        return path
+        return atomic_write_with(path, lambda handle: np.savez_compressed(handle, **arrays))
 
     @classmethod
     def load(cls, path) -> "ESSResult":

@@ -14,9 +14,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .diagnostics import theoretical_state_size
-from .ess import DEFAULT_RELATIVE, DEFAULT_TOL
-from .realizations import DiagonalSSM
+from .core.ess import DEFAULT_RELATIVE, DEFAULT_TOL
+from .core.operators import DiagonalSSM
 from .result import ESSResult, LayerESS
 
 __all__ = [
@@ -92,7 +91,6 @@ def reference_result(length: int = 48, *, seed: int = 0, tol: float = DEFAULT_TO
     """
     tokens = reference_tokens(length)
     separators = [t for t, tok in enumerate(tokens) if tok == "|"]
-    positions = np.arange(length)
     specs = [
         ("softmax_attention", softmax_attention(length, units=2, seed=seed), {}),
         ("short_conv", convolution(length, 4, units=4, seed=seed + 1), {"kernel_size": 4}),
@@ -103,13 +101,7 @@ def reference_result(length: int = 48, *, seed: int = 0, tol: float = DEFAULT_TO
     for index, (family, operator, sizes) in enumerate(specs):
         units = operator.batch_shape[0] if isinstance(operator, DiagonalSSM) else operator.shape[0]
         layers[index] = LayerESS.from_operator(
-            index,
-            family,
-            operator,
-            theoretical_state_size(family, positions, **sizes),
-            tol=tol,
-            relative=relative,
-            keep_operators=range(units),
+            index, family, operator, tol=tol, relative=relative, keep_operators=range(units), **sizes
         )
     meta = {
         "model_id": "synthetic:reference",

@@ -15,9 +15,9 @@ import pytest
 import torch
 import transformers as tf
 
-from ess_explorer.adapters import MODEL_TYPES, capture, layer_slots
-from ess_explorer.adapters.short_conv import short_conv_hankel_singular_values, short_conv_operator
-from ess_explorer.ess import hankel_singular_values
+from ess_explorer.capture import MODEL_TYPES, capture, layer_slots
+from ess_explorer.core.short_conv import short_conv_hankel_singular_values, short_conv_operator
+from ess_explorer import hankel_singular_values
 
 VOCAB = 64
 LENGTH = 24
@@ -26,7 +26,7 @@ ATTN = dict(hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key
 
 
 def _configs():
-    from ess_explorer.zoo import modeling as zoo_modeling
+    from ess_explorer import architectures as zoo_modeling
 
     zoo = dict(vocab_size=VOCAB, hidden_size=32, num_heads=2, head_dim=8, value_dim=8)
     return {
@@ -208,7 +208,7 @@ def test_la_mix_is_restored():
 
 
 def test_missing_attention_probabilities_are_an_error_not_an_empty_operator():
-    from ess_explorer.adapters import ADAPTERS
+    from ess_explorer.capture import ADAPTERS
 
     model, _ = build("llama")
     slot = layer_slots(model)[0]

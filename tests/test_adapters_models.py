@@ -11,7 +11,7 @@ import pytest
 import torch
 import transformers as tf
 
-from ess_explorer.models import load_model
+from ess_explorer.sources import load_model
 
 
 @pytest.fixture(scope="module")

@@ -15,10 +15,10 @@ import pytest
 import torch
 import transformers as tf
 
-from ess_explorer.adapters import capture, layer_slots
+from ess_explorer.capture import capture, layer_slots
 from ess_explorer.analysis import analyze
-from ess_explorer.ess import entropy_ess, hankel_singular_values, tolerance_ess
-from ess_explorer.realizations import DiagonalSSM
+from ess_explorer import entropy_ess, hankel_singular_values, tolerance_ess
+from ess_explorer.core.operators import DiagonalSSM
 from ess_explorer.result import ESSResult
 from test_adapters import CONFIGS, IDS, LENGTH, VOCAB, build
 
@@ -29,7 +29,7 @@ def _dense_reference(model, ids, layer, unit, relative=True):
     """ESS of one unit from its materialised T by the dense core (one SVD per cut)."""
     op = capture(model, ids, layer_slots(model))[layer].dense([unit])[0]
     sigma = hankel_singular_values(op, method="svd")
-    return sigma, tolerance_ess(sigma, tol=TOL, relative=relative), entropy_ess(sigma)
+    return sigma, tolerance_ess(spectra=sigma, tol=TOL, relative=relative), entropy_ess(spectra=sigma)
 
 
 @pytest.mark.parametrize(

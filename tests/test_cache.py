@@ -9,8 +9,10 @@ import json
 import numpy as np
 import pytest
 
-from ess_explorer import cache as cache_mod
-from ess_explorer.cache import ResultCache, cache_key, default_cache_dir, folder_identity, model_identity
+from ess_explorer import io as cache_mod
+from ess_explorer import sources as sources_mod
+from ess_explorer.io import ResultCache, cache_key, default_cache_dir
+from ess_explorer.sources import folder_identity, model_identity
 from ess_explorer.result import ESSResult
 from ess_explorer.synthetic import reference_result
 
@@ -103,12 +105,11 @@ def test_a_failed_write_leaves_the_old_entry(ref, tmp_path, monkeypatch):
     good = store.put(k, copy.deepcopy(ref))
     before = good.read_bytes()
 
-    def broken_save(self, path):
-        with open(str(path) + ".tmp", "wb") as handle:
-            handle.write(b"half a file")
+    def broken_savez(handle, **arrays):
+        handle.write(b"half a file")
         raise OSError("disk full")
 
-    monkeypatch.setattr(ESSResult, "save", broken_save)
+    monkeypatch.setattr(np, "savez_compressed", broken_savez)
     with pytest.raises(OSError, match="disk full"):
         store.put(k, copy.deepcopy(ref))
     assert good.read_bytes() == before
@@ -139,7 +140,7 @@ def test_folder_identity_follows_config_and_weights(tmp_path, monkeypatch):
     assert second != first
     (folder / "config.json").write_text(json.dumps({"model_type": "x", "hidden_size": 16}))
     assert folder_identity(folder) != second
-    monkeypatch.setattr(cache_mod, "HASH_BYTES_UP_TO", 0)  # big files: size + mtime
+    monkeypatch.setattr(sources_mod, "HASH_BYTES_UP_TO", 0)  # big files: size + mtime
     assert "size=" in folder_identity(folder)["weights"]["model.safetensors"]
     with pytest.raises(ValueError, match="no config.json"):
         folder_identity(tmp_path)

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from ess_explorer import charts
-from ess_explorer.diagnostics import layer_diagnostics
-from ess_explorer.ess import entropy_ess, hankel_singular_values, tolerance_ess
+from ess_explorer.views import charts, render
+from ess_explorer.core.diagnostics import layer_diagnostics
+from ess_explorer import entropy_ess, hankel_singular_values, tolerance_ess
 from ess_explorer.result import ESSResult, LayerESS
 from ess_explorer.synthetic import convolution, reference_result
 
@@ -242,7 +242,7 @@ def test_bad_options_raise_clear_errors(result, kwargs, message):
 
 
 def test_png_and_single_views_are_complete_specs(result, spec):
-    png = charts.to_png(spec)
+    png = render.to_png(spec)
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
     for build in (charts.ess_over_time, charts.spectrum, charts.operator_heatmap):
         spec = build(result, layer=1, unit=0).to_dict()

@@ -15,7 +15,8 @@ import os
 import numpy as np
 import pytest
 
-from ess_explorer import cli, figures
+from ess_explorer.app import cli
+from ess_explorer.views import figures
 from ess_explorer.result import ESSResult
 from ess_explorer.synthetic import reference_result
 

@@ -8,14 +8,14 @@ import pytest
 import torch
 
 from ess_explorer import hankel_singular_values, tolerance_ess
-from ess_explorer.diagnostics import (
+from ess_explorer.core.diagnostics import (
     classify_utilisation,
     layer_diagnostics,
     modulation_at,
     theoretical_state_size,
     utilisation,
 )
-from ess_explorer.realizations import DiagonalSSM
+from ess_explorer.core.operators import DiagonalSSM
 from ess_explorer.result import ESSResult, LayerESS
 from ess_explorer.synthetic import diagonal_ssm, reference_result
 

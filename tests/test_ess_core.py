@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ess_explorer import DiagonalSSM, entropy_ess, hankel_singular_values, tolerance_ess
-from ess_explorer.ess import aggregate_units
+from ess_explorer import aggregate_units
 from ess_explorer.synthetic import convolution, diagonal_ssm, linear_attention, softmax_attention
 
 TIGHT = 1e-9  # relative tolerance far above float64 noise, far below any generic singular value
@@ -70,14 +70,14 @@ def test_softmax_attention_is_generically_full_rank():
 
 def test_entropy_ess_of_equal_singular_values_is_their_count():
     sigma = torch.tensor([[0.0, 0.0, 0.0], [2.0, 2.0, 0.0], [1.0, 1.0, 1.0], [5.0, 0.0, 0.0]], dtype=torch.float64)
-    np.testing.assert_allclose(entropy_ess(sigma[None]).numpy()[0], [0.0, 2.0, 3.0, 1.0])
+    np.testing.assert_allclose(entropy_ess(spectra=sigma[None]).numpy()[0], [0.0, 2.0, 3.0, 1.0])
 
 
 def test_relative_and_absolute_tolerance():
     sigma = torch.tensor([[[10.0, 1.0, 0.05]]], dtype=torch.float64)
-    assert tolerance_ess(sigma, tol=0.01, relative=True).item() == 2  # threshold 0.1
-    assert tolerance_ess(sigma, tol=0.01, relative=False).item() == 3  # threshold 0.01
-    assert tolerance_ess(sigma, tol=1.0, relative=False).item() == 1  # strictly above
+    assert tolerance_ess(spectra=sigma, tol=0.01, relative=True).item() == 2  # threshold 0.1
+    assert tolerance_ess(spectra=sigma, tol=0.01, relative=False).item() == 3  # threshold 0.01
+    assert tolerance_ess(spectra=sigma, tol=1.0, relative=False).item() == 1  # strictly above
 
 
 # ---- factored path == dense path ------------------------------------------------------
@@ -246,7 +246,7 @@ def test_bad_ssm_and_options_raise_clear_errors():
     with pytest.raises(ValueError, match="method must be"):
         hankel_singular_values(op, method="eig")
     with pytest.raises(ValueError, match="non-negative"):
-        entropy_ess(-torch.ones(4, 2, dtype=torch.float64))
+        entropy_ess(spectra=-torch.ones(4, 2, dtype=torch.float64))
 
 
 def test_square_spectra_are_read_as_spectra_when_said_so():
@@ -255,14 +255,14 @@ def test_square_spectra_are_read_as_spectra_when_said_so():
     sigma = hankel_singular_values(ssm, stride=4)[0]
     assert sigma.shape == (16, 16)
     expected = tolerance_ess(ssm, tol=TIGHT)[0, ::4]
-    torch.testing.assert_close(tolerance_ess(sigma, tol=TIGHT, spectra=True), expected)
+    torch.testing.assert_close(tolerance_ess(spectra=sigma, tol=TIGHT), expected)
     with pytest.raises(ValueError, match="not lower triangular"):
         tolerance_ess(sigma, tol=TIGHT)  # inferred as an operator, and rejected as one
 
 
 @pytest.mark.parametrize("rotations", [False, True])
 def test_rank_one_update_of_a_triangular_factor(rotations):
-    from ess_explorer.realizations import _rank_one_update_upper
+    from ess_explorer.core.sweeps import _rank_one_update_upper
 
     g = torch.Generator().manual_seed(0)
     r = torch.randn(5, 6, 6, generator=g, dtype=torch.float64).triu()
@@ -276,7 +276,7 @@ def test_rank_one_update_of_a_triangular_factor(rotations):
 
 def test_rotation_sweep_equals_qr_sweep():
     # The GPU uses Givens rotations, the CPU a batched QR: both must give the same spectra.
-    from ess_explorer.realizations import _sweep_chunk
+    from ess_explorer.core.sweeps import _sweep_chunk
 
     ssm = random_ssm(40, 5, units=3, seed=3, decay_low=0.0, decay_high=1.0)
     wanted = torch.arange(1, 40)

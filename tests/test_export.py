@@ -13,16 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from ess_explorer.export import (
-    REQUIRED_META,
-    export_table,
-    read_result,
-    report_html,
-    result_metadata,
-    summary_table,
-    write_report,
-    write_result_dir,
-)
+from ess_explorer.app.report import report_html, write_report
+from ess_explorer.io import REQUIRED_META, export_table, read_result, result_metadata, summary_table, write_result_dir
 from ess_explorer.result import ESSResult
 from ess_explorer.synthetic import reference_result
 
@@ -151,7 +143,7 @@ def test_hostile_tokens_cannot_break_the_page(ref, tmp_path):
 def test_report_options_and_errors(ref, tmp_path):
     small = report_html(ref, layer=2, embed_data=False, max_embed_bytes=10)
     assert "Data not embedded" in small
-    from ess_explorer.export import _data_links  # the data section alone: no chart to build
+    from ess_explorer.app.report import _data_links  # the data section alone: no chart to build
 
     tiny = _data_links(ref, "{}", True, 1000)  # the table alone would be bigger: not even built
     assert "Data not embedded: the table has" in tiny and "download=" not in tiny
@@ -170,7 +162,7 @@ def test_report_options_and_errors(ref, tmp_path):
 def test_written_files_get_normal_permissions(ref, tmp_path):
     import os
 
-    from ess_explorer.figures import figure, save_figure
+    from ess_explorer import figure, save_figure
 
     umask = os.umask(0o022)
     try:

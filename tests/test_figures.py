@@ -13,8 +13,9 @@ import zlib
 import numpy as np
 import pytest
 
-from ess_explorer import figures
-from ess_explorer.figures import OKABE_ITO, PAPER_WIDTHS, figure, save_figure
+from ess_explorer.views import figures
+from ess_explorer.views.figures import OKABE_ITO, PAPER_WIDTHS, figure
+from ess_explorer.views.render import save_figure
 from ess_explorer.synthetic import reference_result
 
 
@@ -237,13 +238,6 @@ def test_bad_input_gives_clear_errors(ref, tmp_path):
         figure([ref_copy, different], "compare")
     with pytest.raises(ValueError, match="needs an ESSResult"):
         figure("result.npz", "overview")
-
-
-def test_result_figure_method_delegates(ref, tmp_path):
-    if not hasattr(type(ref), "figure"):
-        pytest.skip("ESSResult.figure not added yet")
-    chart = ref.figure("overview", width="double")
-    assert chart.to_dict()["width"] == PAPER_WIDTHS["double"]
 
 
 def test_default_series_labels_are_short(ref):

@@ -26,7 +26,7 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
-    from ess_explorer.export import write_report
+    from ess_explorer.app.report import write_report
     from ess_explorer.synthetic import reference_result
 
     result = reference_result()
@@ -137,7 +137,7 @@ def test_pdf_figure_screenshot(tmp_path):
     without pypdfium2 the 300 ppi PNG export stands in."""
     import numpy as np
 
-    from ess_explorer.figures import figure, save_figure
+    from ess_explorer import figure, save_figure
     from ess_explorer.synthetic import reference_result
 
     result = reference_result()

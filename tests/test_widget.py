@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-from ess_explorer import charts, magic, widget
-from ess_explorer.ess import tolerance_ess
+from ess_explorer.app import magic, widget
+from ess_explorer.views import charts
+from ess_explorer import tolerance_ess
 from ess_explorer.result import ESSResult, LayerESS
 from ess_explorer.synthetic import reference_result
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from ess_explorer.realizations import DiagonalSSM
-from ess_explorer.zoo.modeling import (
+from ess_explorer.core.operators import DiagonalSSM
+from ess_explorer.architectures import (
     EssLinearAttentionConfig,
     EssLinearAttentionForCausalLM,
     LinearAttentionMixer,

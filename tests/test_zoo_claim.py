@@ -109,7 +109,7 @@ def test_bootstrap_interval_is_wide_when_models_disagree():
 
 
 def test_difficulty_figure_draws_accuracy_and_state_per_pair():
-    from ess_explorer.difficulty_figure import difficulty_figure, difficulty_frame
+    from ess_explorer.views.difficulty import difficulty_figure, difficulty_frame
 
     rows = [{"pairs": k, "accuracy": 1 / k, "ess_per_kv": 64 / k, "tss_per_kv": 128 / k} for k in (2, 4, 8)]
     frame = difficulty_frame({"m": rows}, untrained={"m": rows})

@@ -7,52 +7,19 @@
     zoo.evaluate("mamba2_n16", n_samples=256)   # recompute held-out accuracy
     zoo.sweep_difficulty("mamba2_n16")          # accuracy and ESS/kv at K = 2..32 (the card's rows)
 
-Weights live in ``assets/zoo/NAME/`` at the repository root (override with the
-ESS_EXPLORER_ZOO_DIR environment variable). Importing this package registers the
-project's own linear-attention family (``model_type = "ess_linear_attention"``) with
-transformers' Auto classes, so every folder loads with ``AutoModelForCausalLM``.
+Weights ship inside the package, in ``ess_explorer/zoo/assets/NAME/`` (override with the
+ESS_EXPLORER_ZOO_DIR environment variable); the catalogue functions live in sources.py
+(the one place that resolves "zoo:NAME"). The project's own linear-attention family
+(``model_type = "ess_linear_attention"``) is registered by architectures.py.
 """
 
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
-from . import modeling  # noqa: F401  (registers model_type "ess_linear_attention")
+from ..sources import DEFAULT_MODEL, ZOO_DIR, card, list_models, load_model, model_dir
 
 __all__ = ["ZOO_DIR", "DEFAULT_MODEL", "list_models", "model_dir", "card", "load", "task_of", "evaluate", "sweep_difficulty"]
-
-ZOO_DIR = Path(os.environ.get("ESS_EXPLORER_ZOO_DIR", Path(__file__).resolve().parents[2] / "assets" / "zoo"))
-
-# The explorer's default: Mamba2 (2 layers x 8 heads, state 16 per head) loads in ~0.4 s and
-# analyses a 32-token prompt in ~0.1 s; its heads use their state differently (ESS at the
-# memory cut ranges from 2 to 12 of 16), rising through the pairs and falling in the queries.
-# Held-out accuracy 0.65: it answers most typed queries, not all. lfm2 (0.99) is the accurate one.
-DEFAULT_MODEL = "mamba2_n16"
-
-
-def list_models() -> list[str]:
-    """Names of the zoo models present on disk (folders with a config.json), sorted."""
-    if not ZOO_DIR.is_dir():
-        return []
-    return sorted(p.name for p in ZOO_DIR.iterdir() if (p / "config.json").is_file())
-
-
-def model_dir(name: str) -> Path:
-    """The folder of zoo model ``name`` (loadable with from_pretrained, offline)."""
-    folder = ZOO_DIR / str(name)
-    if not (folder / "config.json").is_file():
-        raise ValueError(f"no zoo model named {name!r} in {ZOO_DIR}; available: {', '.join(list_models()) or 'none'}")
-    return folder
-
-
-def card(name: str) -> dict:
-    """The model card (card.json) of a zoo model."""
-    path = model_dir(name) / "card.json"
-    if not path.is_file():
-        raise ValueError(f"zoo model {name!r} has no card.json yet; write it with `python -m ess_explorer.zoo.train --cards-only --only {name}`")
-    return json.loads(path.read_text())
 
 
 def task_of(name: str):
@@ -64,13 +31,9 @@ def task_of(name: str):
 
 
 def load(name: str):
-    """(model, tokenizer) of a zoo model, in eval mode, float32, loaded offline."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    folder = model_dir(name)
-    model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True).eval()
-    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-    return model, tokenizer
+    """(model, tokenizer) of a zoo model, in eval mode, float32, offline; through
+    `load_model` (safetensors only, like every other source)."""
+    return load_model(f"zoo:{name}")
 
 
 def evaluate(name: str, n_samples: int = 1024, seed: int | None = None) -> dict:
@@ -97,7 +60,7 @@ def sweep_difficulty(name: str, ks=None, *, n_samples: int | None = None, n_prom
     ks: default the card's (cards.sweep_pairs: 2..32 at 128 tokens). ``untrained=True`` measures the
     untrained copy (same architecture and seed). With ``cached`` and the card's settings, the
     card's rows come back at once; otherwise they are measured (seconds per K).
-    Draw them with ``ess_explorer.views.difficulty_figure({name: rows})``.
+    Draw them with ``ess_explorer.views.difficulty.difficulty_figure({name: rows})``.
     """
     from .cards import SWEEP_SAMPLES, _untrained, sweep_pairs
     from .measure import ESS_PROMPTS, sweep

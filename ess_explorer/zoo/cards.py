@@ -102,7 +102,7 @@ def _strip(drop: dict) -> dict:
 
 
 def _state(utilisation: float) -> str:
-    from ..diagnostics import classify_utilisation
+    from ..core.diagnostics import classify_utilisation
 
     return str(classify_utilisation(utilisation))
 

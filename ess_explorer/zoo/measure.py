@@ -197,7 +197,7 @@ def separator_drop(model, task: MQARTask, n_prompts: int = ESS_PROMPTS, seed: in
 def prompt_utilisation(model, task: MQARTask, n_prompts: int = ESS_PROMPTS, seed: int = ESS_SEED) -> dict:
     """Utilisation over whole prompts (ratio of peaks, per unit, averaged) per memory layer,
     next to the most the rank cap allows: mean over units of min(max_t min(t, L - t), TSS) / TSS."""
-    from ..diagnostics import layer_diagnostics
+    from ..core.diagnostics import layer_diagnostics
 
     per_layer: dict[int, list] = {}
     caps = {}

@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from .mqar import MQARTask, build_tokenizer, evaluate_model
-from .modeling import EssLinearAttentionConfig, EssLinearAttentionForCausalLM
+from ..architectures import EssLinearAttentionConfig, EssLinearAttentionForCausalLM
 
 __all__ = ["ZooSpec", "ZOO", "RESET_CONTROLS", "build_model", "train_model", "plateau", "stepwise_mamba_scan", "main"]
 

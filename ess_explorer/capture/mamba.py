@@ -32,8 +32,9 @@ import inspect
 import torch
 import torch.nn.functional as F
 
-from ..realizations import DiagonalSSM
-from .base import CaptureSession, LayerSlot, SSMCapture
+from ..core.operators import DiagonalSSM
+from ..core.units import SSMCapture
+from .base import CaptureSession, LayerSlot
 
 __all__ = ["MambaAdapter", "ScanAdapter", "wrap_scan"]
 

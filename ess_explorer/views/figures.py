@@ -41,7 +41,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from .result import ESSResult
+from ..result import ESSResult
 
 __all__ = [
     "KINDS",
@@ -52,7 +52,6 @@ __all__ = [
     "apply_paper_theme",
     "paperise",
     "figure",
-    "save_figure",
     "ess_over_time_frame",
     "layer_summary_frame",
 ]
@@ -66,7 +65,6 @@ FONTS = {
     "serif": "Liberation Serif, Times New Roman, Times, serif",
     "sans": "Liberation Sans, Helvetica, Arial, sans-serif",
 }
-SUFFIXES = (".pdf", ".svg", ".png")
 UNIT_AGGREGATES = ("mean", "sum", "max")
 VARIANTS = ("tolerance", "entropy")
 
@@ -391,7 +389,7 @@ def layer_summary_frame(result_or_results, *, layers=None, variant="tolerance", 
     per_unit: model, layer, label, unit, utilisation, state. ``reduce`` over time: "max"
     (peak, the diagnostics default) or "mean".
     """
-    from .diagnostics import COLLAPSED_AT, SATURATED_AT, layer_diagnostics
+    from ..core.diagnostics import COLLAPSED_AT, SATURATED_AT, layer_diagnostics
 
     saturated = SATURATED_AT if saturated is None else saturated
     collapsed = COLLAPSED_AT if collapsed is None else collapsed
@@ -572,7 +570,7 @@ def _diagnostics(results, *, variant="tolerance", saturated=None, collapsed=None
     """The widget's diagnostics view (charts.diagnostics_chart): utilisation per layer,
     coloured saturated / normal / collapsed, and the modulation at separators."""
     from . import charts
-    from .diagnostics import COLLAPSED_AT, SATURATED_AT
+    from ..core.diagnostics import COLLAPSED_AT, SATURATED_AT
 
     (label, res), = _one(results, "diagnostics")
     return charts.diagnostics_chart(res, variant=variant, saturated=SATURATED_AT if saturated is None else saturated,
@@ -581,7 +579,7 @@ def _diagnostics(results, *, variant="tolerance", saturated=None, collapsed=None
 
 def _utilisation(results, *, layers=None, variant="tolerance", reduce="max", saturated=None, collapsed=None,
                  legend="top"):
-    from .diagnostics import COLLAPSED_AT, SATURATED_AT
+    from ..core.diagnostics import COLLAPSED_AT, SATURATED_AT
 
     saturated = SATURATED_AT if saturated is None else saturated
     collapsed = COLLAPSED_AT if collapsed is None else collapsed
@@ -698,49 +696,3 @@ def figure(result_or_results, kind: str, *, width="single", height=None, font: s
         raise ValueError(f"figure kind {kind!r} takes no option {', '.join(unknown)}; it takes: {KIND_DOCS[kind]}")
     spec = _paperise_spec(_spec(builder(result_or_results, **kw)), size)
     return _chart(_theme_spec(spec, width=width, height=height, font=font, size=size))
-
-
-# ---- export -----------------------------------------------------------------------------
-def _vl_version() -> str:
-    from altair.utils._importers import vl_version_for_vl_convert
-
-    return vl_version_for_vl_convert()
-
-
-def figure_bytes(chart, fmt: str, *, scale: float | None = None, ppi: float = 300) -> bytes:
-    """The chart as PDF / SVG / PNG bytes via vl-convert; no network access is allowed
-    (allowed_base_urls=[]), so a figure with remote data fails instead of fetching."""
-    import vl_convert as vlc
-
-    spec = chart if isinstance(chart, dict) else chart.to_dict()
-    version = _vl_version()
-    if fmt == "pdf":
-        return vlc.vegalite_to_pdf(spec, vl_version=version, scale=scale or 1.0, allowed_base_urls=[])
-    if fmt == "svg":
-        return vlc.vegalite_to_svg(spec, vl_version=version, allowed_base_urls=[]).encode("utf-8")
-    if fmt == "png":
-        # vl-convert draws W points as W * ppi / 72 * scale pixels and records ppi in the file,
-        # so ppi alone gives print resolution at the figure's physical size.
-        return vlc.vegalite_to_png(spec, vl_version=version, scale=scale or 1.0, ppi=ppi, allowed_base_urls=[])
-    raise ValueError(f"unknown figure format {fmt!r}; use one of pdf, svg, png")
-
-
-def save_figure(chart, path, *, scale: float | None = None, ppi: float = 300) -> Path:
-    """Write ``chart`` to ``path`` by suffix (.pdf, .svg, .png), atomically.
-
-    PDF and SVG are vector, 1 pt per Vega-Lite pixel; ``scale`` multiplies the PDF size
-    (rarely wanted: size the figure with ``width`` instead). A PNG is W * ppi / 72 * scale
-    pixels wide for a W-point figure (default 300 ppi, scale 1: print resolution at the
-    figure's physical size). Returns the path.
-    """
-    path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix not in SUFFIXES:
-        raise ValueError(f"cannot tell the figure format from {path.name!r}; use a name ending in .pdf, .svg or .png")
-    if scale is not None and (not np.isfinite(scale) or scale <= 0):
-        raise ValueError(f"scale must be a positive number, got {scale}")
-    data = figure_bytes(chart, suffix[1:], scale=scale, ppi=ppi)
-    from .export import _atomic_write  # a reader never sees half a figure
-
-    _atomic_write(path, data)
-    return path

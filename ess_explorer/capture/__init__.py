@@ -40,7 +40,8 @@ import torch
 from torch import nn
 
 from .attention import AttentionAdapter
-from .base import Adapter, CapturedLayer, CaptureSession, DenseCapture, LayerSlot, ShortConvCapture, SSMCapture
+from ..core.units import CapturedLayer, DenseCapture, ShortConvCapture, SSMCapture
+from .base import Adapter, CaptureSession, LayerSlot
 from .linear_attention import LinearAttentionAdapter
 from .mamba import MambaAdapter
 from .mamba2 import Mamba2Adapter

@@ -1,14 +1,11 @@
-"""Spectra of the cuts H_t = T[t:, :t] and the two ESS variants built on them.
+"""Spectra of the cuts H_t = T[t:, :t]: the dense path, and the dispatch to the factored one.
 
-Conventions (ESS.md section 2; also in the README):
+Conventions (docs/conventions.md):
 - 0-based time. H_t = T[t:, :t] maps the past inputs u_0..u_{t-1} to the present and
   future outputs y_t..y_{L-1}; the diagonal (direct feed-through) is excluded.
   Row t = 0 has no past: its singular values and both ESS are 0.
-- tolerance-ESS(t) = #{k : sigma_k(H_t) > tau}, with tau = tol * sigma_1(H_t) when
-  ``relative=True`` (the default, so the count does not depend on the scale of T) and
-  tau = tol otherwise. Default tol = 1e-3 (relative).
-- entropy-ESS(t) = exp(H(p)), p_k = sigma_k / sum_m sigma_m (singular values, not their
-  squares), 0 log 0 = 0; an all-zero cut gives 0.
+- Spectra come back as (*batch, P, K): row p holds sigma(H_t) for t = positions[p], descending,
+  zero padded to K = the largest rank any computed cut can have.
 
 No torch.nn and no UI here: tensors in, tensors out.
 """
@@ -22,21 +19,11 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ._checks import as_tensor, require
-from .realizations import DiagonalSSM, single_threaded_torch, factored_hankel_singular_values
+from .checks import as_tensor, require
+from .operators import DiagonalSSM
+from .sweeps import factored_hankel_singular_values, single_threaded_torch
 
-__all__ = [
-    "DEFAULT_TOL",
-    "DEFAULT_RELATIVE",
-    "hankel_singular_values",
-    "tolerance_ess",
-    "entropy_ess",
-    "aggregate_units",
-    "validate_operator",
-]
-
-DEFAULT_TOL = 1e-3
-DEFAULT_RELATIVE = True
+__all__ = ["hankel_singular_values", "validate_operator", "GRAM_GUARD"]
 
 # The Gram route (eigvalsh of H^T H or H H^T) squares the spectrum: a singular value
 # sigma_k carries an absolute error of about eps * sigma_1^2 / sigma_k. A cut whose
@@ -167,64 +154,3 @@ def _cut_singular_values(cut: torch.Tensor, method: str) -> torch.Tensor:
     if bool(unsafe.any()):
         sigma[unsafe] = torch.linalg.svdvals(cut[unsafe])
     return sigma
-
-
-def _spectra(op_or_singular_values, spectra: bool | None, **kwargs) -> torch.Tensor:
-    """Singular values as given, or computed from an operator.
-
-    ``spectra=None`` infers: a DiagonalSSM or a square trailing block (L x L) is an
-    operator, anything else singular values (*batch, P, K). Strided spectra can be square
-    (P == K), so callers holding spectra pass ``spectra=True``.
-    """
-    if isinstance(op_or_singular_values, DiagonalSSM):
-        require(spectra is not True, "spectra=True, but a DiagonalSSM is an operator")
-        return hankel_singular_values(op_or_singular_values, **kwargs)
-    tensor = as_tensor(op_or_singular_values, "op_or_singular_values")
-    is_operator = tensor.ndim >= 2 and tensor.shape[-1] == tensor.shape[-2] if spectra is None else not spectra
-    if is_operator:
-        return hankel_singular_values(tensor, **kwargs)
-    require(tensor.is_floating_point(), f"singular values must be floating point, got {tensor.dtype}")
-    require(tensor.ndim >= 2, f"singular values must have shape (*batch, P, K), got {tuple(tensor.shape)}")
-    require(bool(torch.isfinite(tensor).all()), "singular values contain NaN or infinite values")
-    require(bool((tensor >= 0).all()), "singular values must be non-negative")
-    return tensor
-
-
-def tolerance_ess(
-    op_or_singular_values,
-    tol: float = DEFAULT_TOL,
-    relative: bool = DEFAULT_RELATIVE,
-    *,
-    spectra: bool | None = None,
-    **kwargs,
-) -> torch.Tensor:
-    """tolerance-ESS: #{k : sigma_k(H_t) > tau}, shape (*batch, L), int64.
-
-    tau = tol * sigma_1(H_t) when relative (default) else tol. A cut with sigma_1 = 0 has
-    ESS 0 either way. Input: an operator, a DiagonalSSM or singular values (see
-    ``spectra``); ``kwargs`` pass to `hankel_singular_values` when given an operator.
-    """
-    require(np.isfinite(tol) and tol >= 0, f"tol must be a finite non-negative number, got {tol}")
-    sigma = _spectra(op_or_singular_values, spectra, **kwargs)
-    threshold = tol * sigma[..., :1] if relative else torch.full_like(sigma[..., :1], tol)
-    return (sigma > threshold).sum(-1)
-
-
-def entropy_ess(op_or_singular_values, *, spectra: bool | None = None, **kwargs) -> torch.Tensor:
-    """entropy-ESS: exp(-sum p_k log p_k), p = sigma / sum(sigma); 0 for an all-zero cut.
-    Input as for `tolerance_ess`."""
-    sigma = _spectra(op_or_singular_values, spectra, **kwargs)
-    total = sigma.sum(-1, keepdim=True)
-    p = sigma / torch.where(total > 0, total, torch.ones_like(total))
-    plogp = torch.where(p > 0, p * torch.log(torch.where(p > 0, p, torch.ones_like(p))), torch.zeros_like(p))
-    return torch.where(total[..., 0] > 0, torch.exp(-plogp.sum(-1)), torch.zeros_like(total[..., 0]))
-
-
-def aggregate_units(ess: torch.Tensor, how: str = "mean", unit_dim: int = -2) -> torch.Tensor:
-    """Combine ESS over units (heads or channels): "mean" (average ESS), "sum" (total ESS,
-    comparable with total TSS), "max" or "min". ess has shape (..., U, L) by default."""
-    ess = as_tensor(ess, "ess").to(torch.float64)
-    reducers = {"mean": torch.mean, "sum": torch.sum, "max": lambda x, dim: x.max(dim).values,
-                "min": lambda x, dim: x.min(dim).values}
-    require(how in reducers, f"how must be one of {sorted(reducers)}, got {how!r}")
-    return reducers[how](ess, dim=unit_dim)

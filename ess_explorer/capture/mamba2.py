@@ -26,8 +26,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..realizations import DiagonalSSM
-from .base import LayerSlot, SSMCapture
+from ..core.operators import DiagonalSSM
+from ..core.units import SSMCapture
+from .base import LayerSlot
 from .mamba import ScanAdapter
 
 __all__ = ["Mamba2Adapter"]

@@ -29,7 +29,8 @@ Capture (hooks on public modules only, nothing patched):
 
 from __future__ import annotations
 
-from .base import CaptureSession, DenseCapture, LayerSlot
+from ..core.units import DenseCapture
+from .base import CaptureSession, LayerSlot
 
 __all__ = ["AttentionAdapter"]
 

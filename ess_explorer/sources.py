@@ -1,4 +1,10 @@
-"""load_model: a causal LM and its tokenizer from a hub id, a local folder or the zoo.
+"""Where models come from: a hub id, a local folder or "zoo:NAME" -> model, tokenizer, identity.
+
+The one place that parses a model source. It also holds the zoo's catalogue (the shipped
+model folders are package data under ``ess_explorer/zoo/assets/``; the zoo package itself,
+with its task, training and cards, sits above the analysis and re-exports these names).
+
+load_model:
 
 Rules (README "Loading models"):
 - ``source`` is a hub id ("state-spaces/mamba-130m-hf"), a local folder in the standard
@@ -16,13 +22,37 @@ The tokenizer is None when the source ships none (pass input_ids to analyze then
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import warnings
 from pathlib import Path
 
 import torch
 
-__all__ = ["load_model"]
+__all__ = [
+    "ZOO_DIR",
+    "ZOO_PREFIX",
+    "DEFAULT_MODEL",
+    "list_models",
+    "model_dir",
+    "card",
+    "parse_source",
+    "load_model",
+    "folder_identity",
+    "model_identity",
+]
+
+ZOO_PREFIX = "zoo:"
+ZOO_DIR = Path(os.environ.get("ESS_EXPLORER_ZOO_DIR", Path(__file__).resolve().parent / "zoo" / "assets"))
+
+# The explorer's default model (its card says why).
+DEFAULT_MODEL = "mamba2_n16"
+
+# Weight files up to this size are hashed byte by byte; larger ones by size + mtime (a
+# multi-GB checkpoint would otherwise cost seconds to minutes on every run).
+HASH_BYTES_UP_TO = 256 * 1024 * 1024
+_WEIGHT_PATTERNS = ("*.safetensors", "model.safetensors.index.json")
 
 _PICKLE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5", "flax_model.msgpack")
 
@@ -40,13 +70,12 @@ def load_model(
     ``AutoModelForCausalLM.from_pretrained`` (dtype and use_safetensors are fixed)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    if not isinstance(source, (str, os.PathLike)) or not str(source).strip():
-        raise ValueError("source must be a hub id, a local folder, or 'zoo:NAME'")
+    from . import architectures  # noqa: F401  (registers model_type "ess_linear_attention"; imports transformers)
+
     for fixed in ("use_safetensors", "dtype", "torch_dtype"):
         if fixed in kwargs:
             raise ValueError(f"load_model fixes {fixed} (safetensors, float32); do not pass it")
-    _register_project_models()
-    path, label = _resolve(str(source))
+    path, label = _resolve(source)
     common = {"revision": revision, "trust_remote_code": trust_remote_code}
     try:
         config = AutoConfig.from_pretrained(path, **common)
@@ -71,7 +100,7 @@ def load_model(
             "environment, or pick a repository that ships *.safetensors"
         ) from error
     model.eval()
-    if label.startswith("zoo:"):
+    if label.startswith(ZOO_PREFIX):
         # Results and reports name the model by what the user asked for, not by a path
         # into this installation (analyze reads it as meta["model_id"]).
         model.config._name_or_path = label
@@ -80,33 +109,54 @@ def load_model(
     return model, _tokenizer(path, revision, trust_remote_code)
 
 
-def _register_project_models() -> None:
-    """Importing the zoo's modeling registers model_type "ess_linear_attention"."""
-    try:
-        from .zoo import modeling  # noqa: F401
-    except ImportError:
-        pass
+# ---- the zoo's catalogue ------------------------------------------------------------------
+
+
+def list_models() -> list[str]:
+    """Names of the zoo models present on disk (folders with a config.json), sorted."""
+    if not ZOO_DIR.is_dir():
+        return []
+    return sorted(p.name for p in ZOO_DIR.iterdir() if (p / "config.json").is_file())
+
+
+def model_dir(name: str) -> Path:
+    """The folder of zoo model ``name`` (loadable with from_pretrained, offline)."""
+    folder = ZOO_DIR / str(name)
+    if not (folder / "config.json").is_file():
+        raise ValueError(f"no zoo model named {name!r}; available: {', '.join(list_models()) or 'none'}")
+    return folder
+
+
+def card(name: str) -> dict:
+    """The model card (card.json) of a zoo model."""
+    path = model_dir(name) / "card.json"
+    if not path.is_file():
+        raise ValueError(f"zoo model {name!r} has no card.json yet; write it with `python -m ess_explorer.zoo.train --cards-only --only {name}`")
+    return json.loads(path.read_text())
+
+
+def parse_source(source) -> tuple[str, str]:
+    """("zoo", NAME) for "zoo:NAME", ("folder", path) for an existing folder or a path-like
+    string, else ("hub", id). The one parser of model sources."""
+    if not isinstance(source, (str, os.PathLike)) or not str(source).strip():
+        raise ValueError(f"a model source must be a hub id, a local folder, or 'zoo:NAME'; got {source!r}")
+    text = str(source).strip()
+    if text.startswith(ZOO_PREFIX):
+        return "zoo", text[len(ZOO_PREFIX):]
+    if isinstance(source, os.PathLike) or Path(text).expanduser().exists() or text.startswith((".", "/", "~")):
+        return "folder", text
+    return "hub", text
 
 
 def _resolve(source: str) -> tuple[str, str]:
     """(what to pass to from_pretrained, a label for messages); checks local folders."""
-    if source.startswith("zoo:"):
-        name = source[4:]
-        from . import zoo
-
-        model_dir = getattr(zoo, "model_dir", None)
-        if model_dir is None:
-            raise ValueError("this installation has no built-in zoo models (ess_explorer.zoo.model_dir is missing)")
-        try:
-            folder = Path(model_dir(name))
-        except (KeyError, FileNotFoundError, ValueError) as error:
-            names = getattr(zoo, "list_models", lambda: [])()
-            raise ValueError(f"no zoo model {name!r}; available: {', '.join(map(str, names)) or 'none'} ({error})") from error
-        return _check_folder(folder), source
-    folder = Path(source).expanduser()
-    if folder.exists() or source.startswith((".", "/", "~")):
+    kind, value = parse_source(source)
+    if kind == "zoo":
+        return _check_folder(model_dir(value)), ZOO_PREFIX + value
+    if kind == "folder":
+        folder = Path(value).expanduser()
         return _check_folder(folder), str(folder)
-    return source, f"hub id {source!r}"
+    return value, f"hub id {value!r}"
 
 
 def _check_folder(folder: Path) -> str:
@@ -144,3 +194,49 @@ def _tokenizer(path: str, revision, trust_remote_code):
     except (OSError, ValueError, TypeError) as error:
         warnings.warn(f"no tokenizer for {path} ({error}); pass input_ids to analyze", stacklevel=3)
         return None
+
+
+# ---- identity (what the cache keys a model by) -------------------------------------------
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def folder_identity(folder) -> dict:
+    """Identity of a local model folder: sha256 of config.json and of each weight file
+    (size + mtime for files above HASH_BYTES_UP_TO). Tokenizer files are not hashed: the
+    cache key holds the token ids themselves."""
+    folder = Path(folder)
+    config = folder / "config.json"
+    if not config.is_file():
+        raise ValueError(f"{folder} has no config.json: not a model folder")
+    weights = {}
+    for pattern in _WEIGHT_PATTERNS:
+        for path in sorted(folder.glob(pattern)):
+            stat = path.stat()
+            weights[path.name] = (
+                _sha256_file(path) if stat.st_size <= HASH_BYTES_UP_TO else f"size={stat.st_size},mtime_ns={stat.st_mtime_ns}"
+            )
+    return {"kind": "folder", "config_sha256": _sha256_file(config), "weights": weights}
+
+
+def model_identity(source, model=None, *, revision: str | None = None) -> dict:
+    """What identifies the model behind ``source`` for the cache.
+
+    A local folder, or "zoo:NAME": folder_identity of its files. A hub id: the id and
+    the revision (the one asked for, else the commit the loaded model came from,
+    ``model.config._commit_hash``; None when unknown).
+    """
+    kind, value = parse_source(source)
+    if kind == "zoo":
+        return {"source": ZOO_PREFIX + value, **folder_identity(model_dir(value))}
+    if kind == "folder":
+        folder = Path(value).expanduser()
+        return {"source": str(folder.resolve()), **folder_identity(folder)}
+    commit = getattr(getattr(model, "config", None), "_commit_hash", None) if model is not None else None
+    return {"kind": "hub", "source": value, "revision": revision or commit}

@@ -1,139 +1,20 @@
-"""Factored operators and their Hankel singular values by square-root sweeps.
+"""Hankel singular values of factored operators by square-root sweeps.
 
-A `DiagonalSSM` is one (or a batch of) causal operators given by a diagonal
-recurrence with N modes, per unit:
-
-    h_t = a_t * h_{t-1} + b_t u_t          h_{-1} = 0,  a_t, b_t, c_t in R^N
-    y_t = c_t . h_t + d_t u_t
-
-so that, for j <= i,
-
-    T[i, j] = c_i . (prod_{k=j+1..i} a_k) * b_j  (+ d_i when i == j).
-
-It covers linear attention (a = 1, b = key, c = query), gated linear attention
-(a = per-key decay), Mamba channels, Mamba2 heads (a scalar decay broadcast over
-N) and LTI diagonal SSMs (a, b, c constant in t).
-
-Why the factored path: H_t = T[t:, :t] = O_t R_t, where the reachability matrix
-R_t (N x t, columns (prod_{k=j+1..t-1} a_k) b_j) takes the past inputs to the state
-h_{t-1}, and the observability matrix O_t ((L-t) x N, rows c_i * prod_{k=t..i} a_k)
-takes that state to the present and future outputs. With triangular square roots
-
-    R_t R_t^T = Lc_t Lc_t^T,   O_t^T O_t = Lo_t^T Lo_t   (Lc_t, Lo_t^T lower, N x N)
-
-the singular values of H_t are those of the N x N product Lo_t Lc_t. Both roots obey
-rank-one recursions that never form products of decays (which underflow) nor
-Gramians (which square the condition number and lose every singular value below
-sqrt(eps) * sigma_1):
-
-    forward:   Lc_{t+1} Lc_{t+1}^T = diag(a_t) Lc_t Lc_t^T diag(a_t) + b_t b_t^T
-    backward:  Lo_t^T Lo_t         = diag(a_t) (Lo_{t+1}^T Lo_{t+1} + c_t c_t^T) diag(a_t)
-
-Each step is a rank-one update of a triangular factor: a batched (N+1) x N QR on CPU,
-N Givens rotations vectorised over the units on a GPU. Cost: O(L N^3) per unit for the
-sweeps and one N x N SVD per cut, against O(L^4) for the dense path.
+The math (why H_t = O_t R_t, the triangular square roots, the rank-one recursions and why
+no Gramian or product of decays is formed) is in docs/spectra.md and in the docstring of
+`core/operators.py`.
 """
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 
 import torch
 
-from ._checks import as_tensor, require
+from .checks import require
+from .operators import DiagonalSSM
 
-__all__ = ["DiagonalSSM", "factored_hankel_singular_values", "single_threaded_torch"]
-
-
-@dataclass
-class DiagonalSSM:
-    """A batch of diagonal state-space operators (see the module docstring).
-
-    Shapes: a, b, c are ``(*batch, L, N)``; d is ``(*batch, L)`` or None (zero).
-    A Mamba2 head or another scalar-decay model passes ``a`` expanded to N modes
-    (``a[..., None].expand(..., N)`` costs no memory).
-    """
-
-    a: torch.Tensor
-    b: torch.Tensor
-    c: torch.Tensor
-    d: torch.Tensor | None = None
-
-    def __post_init__(self):
-        self.a = as_tensor(self.a, "a")
-        self.b = as_tensor(self.b, "b")
-        self.c = as_tensor(self.c, "c")
-        shapes = {"a": tuple(self.a.shape), "b": tuple(self.b.shape), "c": tuple(self.c.shape)}
-        require(self.a.ndim >= 2, f"DiagonalSSM: a must have shape (*batch, L, N), got {shapes['a']}")
-        require(
-            len(set(shapes.values())) == 1,
-            f"DiagonalSSM: a, b and c must share one shape (*batch, L, N); got {shapes}",
-        )
-        if self.d is not None:
-            self.d = as_tensor(self.d, "d")
-            require(
-                tuple(self.d.shape) == shapes["a"][:-1],
-                f"DiagonalSSM: d must have shape (*batch, L) = {shapes['a'][:-1]}, got {tuple(self.d.shape)}",
-            )
-        for name in ("a", "b", "c", "d"):
-            value = getattr(self, name)
-            if value is not None:
-                require(bool(torch.isfinite(value).all()), f"DiagonalSSM: {name} contains NaN or infinite values")
-
-    @property
-    def batch_shape(self) -> torch.Size:
-        return self.a.shape[:-2]
-
-    @property
-    def length(self) -> int:
-        return self.a.shape[-2]
-
-    @property
-    def state_size(self) -> int:
-        return self.a.shape[-1]
-
-    def to(self, *args, **kwargs) -> "DiagonalSSM":
-        d = None if self.d is None else self.d.to(*args, **kwargs)
-        return DiagonalSSM(self.a.to(*args, **kwargs), self.b.to(*args, **kwargs), self.c.to(*args, **kwargs), d)
-
-    def __getitem__(self, index) -> "DiagonalSSM":
-        """Select units along the batch dimensions, e.g. ``ssm[3]`` or ``ssm[:, 0]``."""
-        index = index if isinstance(index, tuple) else (index,)
-        pick = lambda x: x[index + (Ellipsis,)]  # noqa: E731
-        return DiagonalSSM(pick(self.a), pick(self.b), pick(self.c), None if self.d is None else pick(self.d))
-
-    def materialize(self) -> torch.Tensor:
-        """The dense operator T, shape ``(*batch, L, L)``, lower triangular.
-
-        Computed by running the recurrence on the identity (column j is the response
-        to an impulse at j), so no product of decays is formed and nothing
-        underflows. Memory O(L^2 N) per unit: for tests and small units.
-        """
-        a, b, c = self.a, self.b, self.c
-        length = self.length
-        h = torch.zeros(*self.batch_shape, length, self.state_size, dtype=a.dtype, device=a.device)  # (..., j, N)
-        rows = []
-        for i in range(length):
-            h = a[..., i : i + 1, :] * h  # decay every column's state
-            h[..., i, :] = h[..., i, :] + b[..., i, :]  # impulse at column i enters
-            rows.append(torch.einsum("...n,...jn->...j", c[..., i, :], h))
-        dense = torch.stack(rows, dim=-2)
-        if self.d is not None:
-            dense = dense + torch.diag_embed(self.d)
-        return dense
-
-    def apply(self, u: torch.Tensor) -> torch.Tensor:
-        """y = T u by the recurrence, u of shape ``(*batch, L)``: a reference for tests."""
-        h = torch.zeros(*self.batch_shape, self.state_size, dtype=self.a.dtype, device=self.a.device)
-        ys = []
-        for i in range(self.length):
-            h = self.a[..., i, :] * h + self.b[..., i, :] * u[..., i, None]
-            ys.append((self.c[..., i, :] * h).sum(-1))
-        y = torch.stack(ys, dim=-1)
-        return y if self.d is None else y + self.d * u
-
-
+__all__ = ["factored_hankel_singular_values", "single_threaded_torch"]
 
 
 def _rank_one_update_upper(r: torch.Tensor, x: torch.Tensor, rotations: bool | None = None) -> torch.Tensor:

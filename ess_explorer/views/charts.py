@@ -35,8 +35,8 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from .diagnostics import COLLAPSED_AT, SATURATED_AT, layer_diagnostics, modulation_at
-from .result import ESSResult, LayerESS
+from ..core.diagnostics import COLLAPSED_AT, SATURATED_AT, layer_diagnostics, modulation_at
+from ..result import ESSResult, LayerESS
 
 __all__ = [
     "AGGREGATES",
@@ -53,7 +53,6 @@ __all__ = [
     "separator_positions",
     "focus_unit",
     "default_position",
-    "to_png",
 ]
 
 AGGREGATES = ("mean", "max", "sum")
@@ -803,12 +802,3 @@ def linked_views(
                        collapsed=collapsed, overview_metric=overview_metric)
     return linked_structure(result, layer=layer, unit=unit, t=t0, names=names, overview_metric=overview_metric).properties(
         datasets=data)
-
-
-def to_png(chart_or_spec, scale: float = 1.0) -> bytes:
-    """A static PNG of a chart or a Vega-Lite dict (vl-convert: no browser, no network):
-    what a notebook keeps for GitHub, nbconvert and a lost widget state."""
-    import vl_convert as vlc
-
-    spec = chart_or_spec if isinstance(chart_or_spec, dict) else chart_or_spec.to_dict()
-    return vlc.vegalite_to_png(spec, scale=scale)

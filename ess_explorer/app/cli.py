@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import __version__
+from .._version import __version__
 
 __all__ = ["main", "build_parser", "parse_layers"]
 
@@ -46,7 +46,7 @@ class _Parser(argparse.ArgumentParser):
 
 # ---- seams: the model-dependent steps, replaceable in tests ------------------------------
 def _default_source() -> str:
-    from . import zoo
+    from .. import zoo
 
     return f"zoo:{zoo.DEFAULT_MODEL}"
 
@@ -58,7 +58,7 @@ def _resolve_source(model: str | None) -> str:
         return _default_source()
     if not model.startswith("zoo:") and not Path(model).expanduser().exists():
         try:
-            from . import zoo
+            from .. import zoo
 
             if model in zoo.list_models():
                 return f"zoo:{model}"
@@ -73,7 +73,7 @@ def _example_prompt(source: str) -> str | None:
     if not source.startswith("zoo:"):
         return None
     try:
-        from . import zoo
+        from .. import zoo
 
         return zoo.task_of(source[4:]).prompt(seed=0)
     except Exception:  # noqa: BLE001 (no task file: then the user must give a prompt)
@@ -81,7 +81,7 @@ def _example_prompt(source: str) -> str | None:
 
 
 def _load_model(source: str, revision: str | None):
-    from .models import load_model
+    from ..sources import load_model
 
     return load_model(source, revision=revision)
 
@@ -94,14 +94,14 @@ def _tokenize(tokenizer, prompt: str) -> list[int]:
 
 
 def _analyze(model, input_ids, tokenizer, *, layers, tol, relative, stride, device, progress):
-    from .analysis import analyze
+    from ..analysis import analyze
 
     return analyze(model, input_ids, tokenizer=tokenizer, layers=layers, tol=tol, relative=relative,
                    stride=stride, device=device, progress=progress)
 
 
 def _identity(source: str, model, revision):
-    from .cache import model_identity
+    from ..sources import model_identity
 
     return model_identity(source, model, revision=revision)
 
@@ -200,7 +200,7 @@ def _say(args, message: str) -> None:
 def compute_result(args):
     """Load the model, tokenise, and analyse through the cache (unless --no-cache).
     Returns (result, cache_hit)."""
-    from .cache import ResultCache, cache_key
+    from ..io import ResultCache, cache_key
 
     layers = parse_layers(args.layers)  # usage errors first, before reading stdin or loading
     source = _resolve_source(args.model)
@@ -236,7 +236,7 @@ def compute_result(args):
 
 def format_summary(result, *, cache_hit: bool | None = None) -> str:
     """The terminal summary: a header line and a fixed-width table of ESS per layer."""
-    from .export import summary_table
+    from ..io import summary_table
 
     table = summary_table(result)
     meta = result.meta
@@ -259,7 +259,7 @@ def format_summary(result, *, cache_hit: bool | None = None) -> str:
 
 
 def cmd_analyze(args) -> int:
-    from .export import write_result_dir
+    from ..io import write_result_dir
 
     result, hit = compute_result(args)
     print(format_summary(result, cache_hit=None if args.no_cache else hit))
@@ -294,14 +294,15 @@ def _figure_options(args) -> dict:
 def cmd_figure(args) -> int:
     if args.kind not in FIGURE_KINDS:
         raise UsageError(f"unknown --kind {args.kind!r}; kinds: {', '.join(FIGURE_KINDS)}")
-    from .export import read_result
-    from .figures import figure, save_figure
+    from ..io import read_result
+    from ..views.figures import figure
+    from ..views.render import save_figure
 
     if Path(args.out).suffix.lower() not in (".pdf", ".svg", ".png"):
         raise UsageError(f"--out must end in .pdf, .svg or .png, got {args.out!r}")
     results = [read_result(path) for path in args.result]
     if len(results) > 1:  # series named by model (the CLI's source, e.g. zoo:lfm2), told apart by folder
-        from .figures import _default_label
+        from ..views.figures import _default_label
 
         data = {}
         for path, res in zip(args.result, results):
@@ -310,7 +311,7 @@ def cmd_figure(args) -> int:
     else:
         data = results[0]
     options = _figure_options(args)
-    from .figures import KIND_DOCS, KINDS
+    from ..views.figures import KIND_DOCS, KINDS
 
     taken = set(inspect.signature(KINDS[args.kind]).parameters)
     unknown = sorted(set(options) - taken)
@@ -325,7 +326,8 @@ def cmd_figure(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from .export import read_result, write_report
+    from ..io import read_result
+    from .report import write_report
 
     if not args.out.lower().endswith((".html", ".htm")):
         raise UsageError(f"--out must end in .html, got {args.out!r}")
@@ -346,7 +348,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_models(args) -> int:
-    from . import zoo
+    from .. import zoo
 
     names = zoo.list_models()
     if not names:
@@ -425,7 +427,7 @@ def main(argv=None) -> int:
             parser.print_help()
             return 2
         if getattr(args, "tol", None) is None and hasattr(args, "tol"):
-            from .ess import DEFAULT_TOL
+            from ..core.ess import DEFAULT_TOL
 
             args.tol = DEFAULT_TOL
         return int(args.func(args) or 0)
@@ -451,5 +453,5 @@ def main(argv=None) -> int:
         return 1
 
 
-if __name__ == "__main__":  # python -m ess_explorer.cli
+if __name__ == "__main__":  # python -m ess_explorer.app.cli
     sys.exit(main())

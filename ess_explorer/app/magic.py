@@ -62,7 +62,7 @@ def parse_ess_args(line: str) -> tuple[str | None, str | None, dict]:
             raise ValueError("%ess: --stride must be a positive integer")
         options["stride"] = args.stride
     if args.result is not None:
-        from .result import ESSResult
+        from ..result import ESSResult
 
         options["result"] = ESSResult.load(args.result)
     prompt = " ".join(args.prompt) if args.prompt else None

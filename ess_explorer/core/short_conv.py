@@ -1,14 +1,9 @@
-"""Gated short convolution (LFM2 ``conv`` layers; Hyena of order 2 has the same form).
+"""The gated short convolution (LFM2 conv layers, Hyena of order 2) as an operator.
 
-Math. LFM2's ``Lfm2ShortConv``: ``B, C, x = in_proj(h)`` (three chunks of the hidden
-size), ``y = C * causal_depthwise_conv(B * x)`` with a kernel of length k
-(``config.conv_L_cache``), then ``out_proj``. Per channel c, in torch's Conv1d layout
-(w[k-1] multiplies the current token),
+Per channel, with B = gate_in (L,), C = gate_out (L,) and a depthwise kernel w (k,) in
+torch's Conv1d layout (w[k-1] multiplies the current token):
 
-    T_c[i, j] = C_i w_c[k-1-(i-j)] B_j      for 0 <= i - j < k, 0 otherwise
-
-acting on u = x[:, c]. A conv bias b adds C_i b (token-wise, outside T; kept as the
-capture's ``out_offset``). Unit = channel, U = hidden_size. TSS per channel: k - 1.
+    T[i, j] = C_i w[k-1-(i-j)] B_j      for 0 <= i - j < k, 0 otherwise.
 
 Spectra: T_c is a banded (shift-register) operator, not a diagonal SSM, so the factored
 DiagonalSSM path does not apply. But every cut H_t = T[t:, :t] is zero outside rows
@@ -21,10 +16,6 @@ t..t+k-2 and columns t-k+1..t-1, so its non-zero singular values are exactly tho
 all (channel, t) blocks: O(L k^3) per channel, exact, no L x L matrix. Dense T is
 materialised only for the channels kept for the operator view and for the tests, which
 check these spectra against the dense core (hankel_singular_values(T, method="svd")).
-
-Capture (hooks on public modules): forward hook on ``in_proj`` (B, C, x) and a pre-hook
-on ``out_proj`` (y, the mixer output before the projection); the kernel is
-``conv.weight``.
 """
 
 from __future__ import annotations
@@ -33,9 +24,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .base import CaptureSession, LayerSlot, ShortConvCapture
-
-__all__ = ["ShortConvAdapter", "short_conv_operator", "short_conv_hankel_singular_values"]
+__all__ = ["short_conv_operator", "short_conv_hankel_singular_values"]
 
 
 def short_conv_operator(gate_in: torch.Tensor, gate_out: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -84,35 +73,3 @@ def short_conv_hankel_singular_values(
     blocks = rows[..., :, None] * taps[:, None] * cols[..., None, :]  # (U, P, m, m)
     sigma = torch.linalg.svdvals(blocks)  # tiny (k-1) x (k-1) blocks, one batched call
     return torch.where(pos[None, :, None] == 0, torch.zeros_like(sigma), sigma)
-
-
-class ShortConvAdapter:
-    family = "short_conv"
-
-    def install(self, session: CaptureSession, slot: LayerSlot) -> None:
-        module = slot.module
-        raw = session.store(slot.index)
-        session.hook(module.in_proj.register_forward_hook(lambda _m, _a, out: raw.__setitem__("bcx", out.detach())))
-        session.hook(module.out_proj.register_forward_pre_hook(lambda _m, args: raw.__setitem__("y", args[0].detach())))
-
-    def build(self, slot: LayerSlot, raw: dict) -> ShortConvCapture:
-        if "bcx" not in raw or "y" not in raw:
-            raise RuntimeError(f"layer {slot.index}: the short conv's in_proj / out_proj did not run")
-        gate_in, gate_out, x = raw["bcx"][0].to(torch.float64).chunk(3, dim=-1)  # each (L, D)
-        conv = slot.module.conv
-        weight = conv.weight.detach()[:, 0, :].to(torch.float64)  # (D, k)
-        offset = None
-        if conv.bias is not None:
-            offset = (gate_out * conv.bias.detach().to(torch.float64)).T[..., None]
-        return ShortConvCapture(
-            layer=slot.index,
-            family=self.family,
-            inputs=x.T[..., None],  # (D, L, 1)
-            outputs=raw["y"][0].to(torch.float64).T[..., None],
-            out_offset=offset,
-            kernel_size=int(weight.shape[-1]),
-            info={"hidden_size": int(weight.shape[0]), "kernel_size": int(weight.shape[-1])},
-            gate_in=gate_in.T.contiguous(),
-            gate_out=gate_out.T.contiguous(),
-            weight=weight,
-        )

@@ -1,7 +1,7 @@
 """The difficulty-sweep figure: accuracy and state per pair as the number of pairs K grows.
 
     from ess_explorer import zoo
-    from ess_explorer.difficulty_figure import difficulty_figure
+    from ess_explorer.views.difficulty import difficulty_figure
     sweeps = {name: zoo.sweep_difficulty(name) for name in ("mamba2_n4", "mamba2_n16", "llama")}
     difficulty_figure(sweeps, untrained={n: zoo.sweep_difficulty(n, untrained=True) for n in sweeps})
 

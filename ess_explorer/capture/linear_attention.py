@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import torch
 
-from ..realizations import DiagonalSSM
-from .base import CaptureSession, LayerSlot, SSMCapture
+from ..core.operators import DiagonalSSM
+from ..core.units import SSMCapture
+from .base import CaptureSession, LayerSlot
 
 __all__ = ["LinearAttentionAdapter"]
 

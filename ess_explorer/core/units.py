@@ -1,9 +1,8 @@
-"""What an adapter produces: the operators one layer applied to one prompt.
+"""The operators of one layer for one prompt, per unit: what capture produces and the core consumes.
 
-An adapter turns a layer's captured tensors (one forward pass, batch 1) into a
-`CapturedLayer`: the layer's units (query heads or channels), each owning one causal
-operator T (L x L, lower triangular, T[i, j] = weight of input j in output i), in one of
-three forms chosen per family:
+A layer's units (query heads or channels) each own one causal operator T (L x L, lower
+triangular, T[i, j] = weight of input j in output i), held in one of three forms chosen per
+family:
 
     DenseCapture      T stored as a stack (U, L, L)            softmax attention
     SSMCapture        T as a DiagonalSSM built on demand       Mamba, Mamba2, LA, GLA
@@ -11,7 +10,7 @@ three forms chosen per family:
     ShortConvCapture  T[i, j] = C_i w[k-1-(i-j)] B_j           LFM2 gated short conv
                       stored as B, C (U, L) and w (U, k)
 
-Every capture also keeps what the reconstruction test needs, per unit:
+A capture from a model also keeps what the reconstruction test needs, per unit:
 
     inputs    (U, L, Cu)  the mixer input the unit's T acts on (Cu channels share one T:
                           the head's value channels for attention / LA / Mamba2, 1 for a
@@ -21,130 +20,24 @@ Every capture also keeps what the reconstruction test needs, per unit:
     out_offset(U, L, Cu)  token-wise additive term (a conv bias times C), or None
 
 so that ``outputs == out_gate * (T @ inputs) + out_offset`` per unit (see `reconstruct`).
-Token-wise maps (projections, gates, norms) stay outside T, as in ESS.md section 1.
-
-The adapter protocol itself (how a family attaches to a model for one forward pass) is
-`Adapter` below; `CaptureSession` is the bookkeeping shared by all adapters of one pass
-(hooks to remove, module functions to restore, the layer now running).
+Operators that did not come from a model (synthetic ones, `LayerESS.from_operator`) leave
+them None. Token-wise maps (projections, norms) stay outside T (docs/families.md).
 """
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Callable
 
 import numpy as np
 import torch
-from torch import nn
 
-from ..diagnostics import theoretical_state_size
-from ..ess import hankel_singular_values
-from ..realizations import DiagonalSSM
+from .diagnostics import theoretical_state_size
+from .operators import DiagonalSSM
+from .short_conv import short_conv_hankel_singular_values, short_conv_operator
+from .spectra import hankel_singular_values
 
-__all__ = [
-    "LayerSlot",
-    "Adapter",
-    "CaptureSession",
-    "CapturedLayer",
-    "DenseCapture",
-    "SSMCapture",
-    "ShortConvCapture",
-]
-
-
-@dataclass(frozen=True)
-class LayerSlot:
-    """Where one analysed layer's sequence mixer lives.
-
-    index: 0-based layer index (the key of ESSResult.layers); adapter: the family key of
-    `ADAPTERS` (adapters/__init__.py); module: the mixer module hooks attach to;
-    window: sliding-window length for attention layers (None = full causal).
-    """
-
-    index: int
-    adapter: str
-    module: nn.Module
-    window: int | None = None
-
-
-class Adapter(Protocol):
-    """One family of sequence mixers.
-
-    install(session, slot): attach whatever captures the layer's tensors during the one
-        forward pass (forward hooks, or a wrapped module-level function); everything must
-        be registered through `session` so that it is undone in a ``finally``.
-    build(slot, raw): turn the captured tensors (the dict `session.raw[slot.index]`) into
-        a CapturedLayer; raise RuntimeError when something expected was not captured.
-    """
-
-    def install(self, session: "CaptureSession", slot: LayerSlot) -> None: ...
-
-    def build(self, slot: LayerSlot, raw: dict) -> "CapturedLayer": ...
-
-
-class CaptureSession:
-    """Hooks, patches and captured tensors of one forward pass.
-
-    raw[layer] is a dict each adapter fills; `current` is the index of the layer whose
-    mixer is running (set by `track`), so that a wrapped module-level function shared by
-    all layers knows whose call it sees.
-    """
-
-    def __init__(self) -> None:
-        self.raw: dict[int, dict[str, Any]] = {}
-        self.current: int | None = None
-        self._handles: list = []
-        self._patches: dict[tuple[str, str], Callable] = {}
-        self._instance_patches: list[tuple[object, str]] = []
-
-    def store(self, layer: int) -> dict:
-        return self.raw.setdefault(layer, {})
-
-    def hook(self, handle) -> None:
-        self._handles.append(handle)
-
-    def track(self, layer: int, module: nn.Module) -> None:
-        """Mark `layer` as current while `module` runs (pre and post forward hooks)."""
-
-        def enter(_module, _args):
-            self.current = layer
-
-        def leave(_module, _args, _output):
-            self.current = None
-
-        self.hook(module.register_forward_pre_hook(enter))
-        self.hook(module.register_forward_hook(leave))
-
-    def patch_function(self, module_name: str, name: str, make_wrapper: Callable[[Callable], Callable]) -> None:
-        """Replace ``module_name.name`` by ``make_wrapper(original)`` once per session."""
-        key = (module_name, name)
-        if key in self._patches:
-            return
-        module = sys.modules[module_name]
-        original = getattr(module, name)
-        self._patches[key] = original
-        setattr(module, name, make_wrapper(original))
-
-    def patch_method(self, instance: object, name: str, make_wrapper: Callable[[Callable], Callable]) -> None:
-        """Shadow a bound method on one instance (removed again by `close`)."""
-        if name in vars(instance):
-            raise RuntimeError(f"{type(instance).__name__}.{name} is already patched on this instance")
-        setattr(instance, name, make_wrapper(getattr(instance, name)))
-        self._instance_patches.append((instance, name))
-
-    def close(self) -> None:
-        """Remove every hook and restore every patched function (call in a finally)."""
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
-        for (module_name, name), original in self._patches.items():
-            setattr(sys.modules[module_name], name, original)
-        self._patches.clear()
-        for instance, name in self._instance_patches:
-            vars(instance).pop(name, None)
-        self._instance_patches.clear()
-        self.current = None
+__all__ = ["CapturedLayer", "DenseCapture", "SSMCapture", "ShortConvCapture"]
 
 
 def _index(units) -> torch.Tensor:
@@ -162,8 +55,8 @@ class CapturedLayer:
 
     layer: int
     family: str
-    inputs: torch.Tensor
-    outputs: torch.Tensor
+    inputs: torch.Tensor | None = None
+    outputs: torch.Tensor | None = None
     out_gate: torch.Tensor | None = None
     out_offset: torch.Tensor | None = None
     state_size: int | None = None
@@ -173,11 +66,17 @@ class CapturedLayer:
 
     @property
     def n_units(self) -> int:
-        return int(self.inputs.shape[0])
+        return int(self._shape()[0])
 
     @property
     def length(self) -> int:
-        return int(self.inputs.shape[1])
+        return int(self._shape()[1])
+
+    def _shape(self) -> tuple[int, int]:
+        """(units, L), from the captured inputs when there are some."""
+        if self.inputs is None:
+            raise NotImplementedError
+        return tuple(self.inputs.shape[:2])
 
     def dense(self, units) -> torch.Tensor:
         """T of the given units, (len(units), L, L) float64, lower triangular."""
@@ -207,6 +106,8 @@ class CapturedLayer:
     def reconstruct(self, units=None) -> tuple[torch.Tensor, torch.Tensor]:
         """(predicted, observed), each (u, L, Cu) float64: out_gate * (T @ inputs) + out_offset
         from the materialised T, against the mixer output the model computed."""
+        if self.inputs is None or self.outputs is None:
+            raise ValueError("this operator was not captured from a model: there is no input/output to reconstruct")
         index = _index(range(self.n_units) if units is None else units)
         op = self.dense(index)
         predicted = op @ self.inputs[index].to(torch.float64)
@@ -222,6 +123,9 @@ class DenseCapture(CapturedLayer):
     """T stored whole: ``operator`` (U, L, L). Spectra by the dense core path."""
 
     operator: torch.Tensor | None = None
+
+    def _shape(self) -> tuple[int, int]:
+        return (self.operator.shape[0], self.operator.shape[-1])
 
     def dense(self, units) -> torch.Tensor:
         return self.operator[_index(units)].to(torch.float64)
@@ -242,6 +146,10 @@ class SSMCapture(CapturedLayer):
     with batch shape (len(index),), so a whole layer never needs (U, L, L)."""
 
     realize: Callable[[torch.Tensor], DiagonalSSM] | None = None
+    shape: tuple[int, int] | None = None  # (units, L) when there are no captured inputs
+
+    def _shape(self) -> tuple[int, int]:
+        return self.shape if self.inputs is None else tuple(self.inputs.shape[:2])
 
     def ssm(self, units) -> DiagonalSSM:
         return self.realize(_index(units))
@@ -270,19 +178,18 @@ class ShortConvCapture(CapturedLayer):
     gate_out: torch.Tensor | None = None
     weight: torch.Tensor | None = None
 
+    def _shape(self) -> tuple[int, int]:
+        return tuple(self.gate_in.shape)
+
     @property
     def max_rank(self) -> int | None:
         return self.kernel_size - 1
 
     def dense(self, units) -> torch.Tensor:
-        from .short_conv import short_conv_operator
-
         index = _index(units)
         return short_conv_operator(self.gate_in[index], self.gate_out[index], self.weight[index])
 
     def spectra(self, units, positions, *, device=None, dtype=torch.float64) -> torch.Tensor:
-        from .short_conv import short_conv_hankel_singular_values
-
         index = _index(units)
         return short_conv_hankel_singular_values(
             self.gate_in[index], self.gate_out[index], self.weight[index], positions, device=device, dtype=dtype

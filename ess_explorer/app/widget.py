@@ -38,9 +38,10 @@ import altair as alt
 import ipywidgets as W
 import numpy as np
 
-from . import charts
-from .diagnostics import COLLAPSED_AT, SATURATED_AT
-from .result import ESSResult
+from ..views import charts
+from ..views.render import to_png
+from ..core.diagnostics import COLLAPSED_AT, SATURATED_AT
+from ..result import ESSResult
 
 __all__ = ["explore", "ESSExplorer", "EXAMPLE_PROMPT", "CUSTOM"]
 
@@ -53,7 +54,7 @@ OVERVIEW_POSITIONS = 128
 
 def _zoo():
     try:
-        from . import zoo
+        from .. import zoo
 
         return zoo
     except Exception:  # the zoo is optional: a broken install must not break the explorer
@@ -89,14 +90,14 @@ def _quiet_transformers():
 
 
 def _default_load(source: str):
-    from .models import load_model
+    from ..sources import load_model
 
     with _quiet_transformers():
         return load_model(source)
 
 
 def _default_analyze(model, **kwargs) -> ESSResult:
-    from .analysis import analyze
+    from ..analysis import analyze
 
     with _quiet_transformers():
         return analyze(model, **kwargs)
@@ -319,7 +320,7 @@ class ESSExplorer(W.VBox):
     def _fallback(self, reason: str) -> None:
         """No model result: open on the synthetic reference so the tool is never blank;
         the reason (e.g. the load error) stays in the status line."""
-        from .synthetic import reference_result
+        from ..synthetic import reference_result
 
         self.show_result(reference_result(), layer=self._initial["layer"], unit=self._initial["unit"])
         self._say(f"{self.last_error or reason} — showing the synthetic reference result instead",
@@ -590,7 +591,7 @@ class ESSExplorer(W.VBox):
         """PNG of the views as they are now (vl-convert, no browser)."""
         if self.chart is None or self.chart.spec is None:
             raise ValueError("nothing to draw yet: analyse a prompt first")
-        return charts.to_png(copy.deepcopy(self.chart.spec), scale=scale)
+        return to_png(copy.deepcopy(self.chart.spec), scale=scale)
 
     def _repr_mimebundle_(self, **kwargs):
         bundle = super()._repr_mimebundle_(**kwargs)

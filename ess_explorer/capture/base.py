@@ -1,0 +1,115 @@
+"""How a family attaches to a model for one forward pass.
+
+`Adapter` is the protocol of one family (capture/<family>.py): install hooks for one
+forward pass, then build the layer's unit operators (core/units.py) from what they saw.
+`CaptureSession` is the bookkeeping shared by all adapters of one pass (hooks to remove,
+module functions to restore, the layer now running). `LayerSlot` says where one analysed
+layer's mixer lives.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+from torch import nn
+
+from ..core.units import CapturedLayer
+
+
+__all__ = ["LayerSlot", "Adapter", "CaptureSession"]
+
+
+@dataclass(frozen=True)
+class LayerSlot:
+    """Where one analysed layer's sequence mixer lives.
+
+    index: 0-based layer index (the key of ESSResult.layers); adapter: the family key of
+    `ADAPTERS` (adapters/__init__.py); module: the mixer module hooks attach to;
+    window: sliding-window length for attention layers (None = full causal).
+    """
+
+    index: int
+    adapter: str
+    module: nn.Module
+    window: int | None = None
+
+
+class Adapter(Protocol):
+    """One family of sequence mixers.
+
+    install(session, slot): attach whatever captures the layer's tensors during the one
+        forward pass (forward hooks, or a wrapped module-level function); everything must
+        be registered through `session` so that it is undone in a ``finally``.
+    build(slot, raw): turn the captured tensors (the dict `session.raw[slot.index]`) into
+        a CapturedLayer; raise RuntimeError when something expected was not captured.
+    """
+
+    def install(self, session: "CaptureSession", slot: LayerSlot) -> None: ...
+
+    def build(self, slot: LayerSlot, raw: dict) -> "CapturedLayer": ...
+
+
+class CaptureSession:
+    """Hooks, patches and captured tensors of one forward pass.
+
+    raw[layer] is a dict each adapter fills; `current` is the index of the layer whose
+    mixer is running (set by `track`), so that a wrapped module-level function shared by
+    all layers knows whose call it sees.
+    """
+
+    def __init__(self) -> None:
+        self.raw: dict[int, dict[str, Any]] = {}
+        self.current: int | None = None
+        self._handles: list = []
+        self._patches: dict[tuple[str, str], Callable] = {}
+        self._instance_patches: list[tuple[object, str]] = []
+
+    def store(self, layer: int) -> dict:
+        return self.raw.setdefault(layer, {})
+
+    def hook(self, handle) -> None:
+        self._handles.append(handle)
+
+    def track(self, layer: int, module: nn.Module) -> None:
+        """Mark `layer` as current while `module` runs (pre and post forward hooks)."""
+
+        def enter(_module, _args):
+            self.current = layer
+
+        def leave(_module, _args, _output):
+            self.current = None
+
+        self.hook(module.register_forward_pre_hook(enter))
+        self.hook(module.register_forward_hook(leave))
+
+    def patch_function(self, module_name: str, name: str, make_wrapper: Callable[[Callable], Callable]) -> None:
+        """Replace ``module_name.name`` by ``make_wrapper(original)`` once per session."""
+        key = (module_name, name)
+        if key in self._patches:
+            return
+        module = sys.modules[module_name]
+        original = getattr(module, name)
+        self._patches[key] = original
+        setattr(module, name, make_wrapper(original))
+
+    def patch_method(self, instance: object, name: str, make_wrapper: Callable[[Callable], Callable]) -> None:
+        """Shadow a bound method on one instance (removed again by `close`)."""
+        if name in vars(instance):
+            raise RuntimeError(f"{type(instance).__name__}.{name} is already patched on this instance")
+        setattr(instance, name, make_wrapper(getattr(instance, name)))
+        self._instance_patches.append((instance, name))
+
+    def close(self) -> None:
+        """Remove every hook and restore every patched function (call in a finally)."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        for (module_name, name), original in self._patches.items():
+            setattr(sys.modules[module_name], name, original)
+        self._patches.clear()
+        for instance, name in self._instance_patches:
+            vars(instance).pop(name, None)
+        self._instance_patches.clear()
+        self.current = None

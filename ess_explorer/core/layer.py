@@ -1,0 +1,101 @@
+"""The one builder of a layer's ESS arrays: unit operators (core/units.py) -> spectra -> ESS.
+
+`layer_arrays` computes the full spectrum of every cut of every unit (in chunks, so a
+Mamba layer never holds an L x L matrix per channel), both ESS variants from the full
+spectra, the capacity (TSS) and the top singular values kept for the views. It is used by
+`analyze`, by the synthetic reference results and by `LayerESS.from_operator`, so every
+LayerESS is built the same way.
+
+Memory budgets (per layer):
+- SPECTRA_BUDGET = 8M values: the kept singular values (U, P, K) use
+  K = min(structural rank bound, SPECTRA_BUDGET // (U * P)) (and ``top_k`` when given),
+  at least 1. Both ESS variants always come from the *full* spectra; only the stored
+  values are cut. E.g. Mamba-130m (1536 channels, N = 16) at L = 512 keeps K = 10.
+- Spectra are computed in chunks of units (UNIT_CHUNK_VALUES full-spectrum values,
+  DENSE_CHUNK_CELLS dense cells or FACTORED_CHUNK_BYTES of sweep buffer per chunk).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .diagnostics import unit_kind
+from .ess import entropy_ess, tolerance_ess
+from .units import CapturedLayer, DenseCapture, SSMCapture
+
+__all__ = ["layer_arrays", "SPECTRA_BUDGET"]
+
+SPECTRA_BUDGET = 8_000_000
+UNIT_CHUNK_VALUES = 64_000_000  # full-spectrum float64 values per chunk of units (~512 MB)
+DENSE_CHUNK_CELLS = 32_000_000  # dense T cells per chunk of heads (~256 MB in float64)
+# Units per call of the factored core: its sweep buffer (units, P, N, N) float64 stays near
+# this size (measured: chunks of 256 Mamba channels cost the same per channel as the whole
+# layer in one call, and peak memory falls from 3.4 GB to ~1.4 GB at L = 512).
+FACTORED_CHUNK_BYTES = 256 << 20
+
+
+def _chunk_size(layer: CapturedLayer, n_pos: int, most: int) -> int:
+    chunk = max(1, UNIT_CHUNK_VALUES // max(1, n_pos * most))
+    if isinstance(layer, DenseCapture):  # the dense stack of a chunk is materialised in float64
+        chunk = min(chunk, max(1, DENSE_CHUNK_CELLS // max(1, layer.length**2)))
+    elif isinstance(layer, SSMCapture):  # the core's sweep buffer is (units, P, N, N) float64
+        chunk = min(chunk, max(1, FACTORED_CHUNK_BYTES // max(1, 8 * n_pos * layer.state_size**2)))
+    return chunk
+
+
+def layer_arrays(
+    layer: CapturedLayer,
+    positions: np.ndarray,
+    *,
+    tol: float,
+    relative: bool,
+    unit_ids: list[int] | None = None,
+    operator_rows=(),
+    top_k: int | None = None,
+    device=None,
+    tss=None,
+    operator_dtype=torch.float32,
+) -> dict:
+    """The fields of a LayerESS for the units ``unit_ids`` (default all) of ``layer``.
+
+    positions (P,): the cuts t to compute. operator_rows: rows (into unit_ids) whose dense T
+    is kept, in ``operator_dtype`` (float32 by default: the operator view needs no more). tss: (P,) or (U, P) capacity overriding the
+    family's (`CapturedLayer.tss`).
+    """
+    unit_ids = list(range(layer.n_units)) if unit_ids is None else list(unit_ids)
+    positions = np.asarray(positions, dtype=np.int64)
+    n_units, n_pos = len(unit_ids), len(positions)
+    rank_bound = layer.rank_bound(positions)  # (P,)
+    most = max(int(rank_bound.max()) if n_pos else 0, 1)
+    keep = max(1, min(most, SPECTRA_BUDGET // max(1, n_units * n_pos)))
+    keep = keep if top_k is None else min(keep, top_k)
+
+    chunk = _chunk_size(layer, n_pos, most)
+    tol_ess = np.zeros((n_units, n_pos), dtype=np.int64)
+    ent_ess = np.zeros((n_units, n_pos), dtype=np.float64)
+    kept = np.zeros((n_units, n_pos, keep), dtype=np.float64)
+    for start in range(0, n_units, chunk):
+        rows = slice(start, min(n_units, start + chunk))
+        sigma = layer.spectra(unit_ids[rows], positions, device=device, dtype=torch.float64)
+        tol_ess[rows] = tolerance_ess(spectra=sigma, tol=tol, relative=relative).cpu().numpy()
+        ent_ess[rows] = entropy_ess(spectra=sigma).cpu().numpy()
+        width = min(keep, sigma.shape[-1])
+        kept[rows, :, :width] = sigma[..., :width].cpu().numpy()
+
+    operators = {
+        int(row): layer.dense([unit_ids[row]])[0].to(operator_dtype).cpu().numpy() for row in operator_rows
+    }
+    return dict(
+        layer=layer.layer,
+        family=layer.family,
+        unit_kind=unit_kind(layer.family),
+        positions=positions.copy(),
+        tolerance_ess=tol_ess,
+        entropy_ess=ent_ess,
+        tss=np.broadcast_to(layer.tss(positions) if tss is None else np.asarray(tss, dtype=np.float64),
+                            (n_units, n_pos)).astype(np.float64),
+        singular_values=kept,
+        rank_bound=np.broadcast_to(rank_bound, (n_units, n_pos)).astype(np.int64),
+        operators=operators,
+    )

@@ -1,0 +1,272 @@
+"""Files: result folders, tidy tables and the disk cache; all written through atomic.py.
+
+Result directory (what ``ess-explorer analyze --out DIR`` writes, and what
+``ess-explorer figure DIR`` reads):
+
+    DIR/result.npz   the ESSResult (ESSResult.save: arrays + JSON header, no pickle)
+    DIR/table.csv    the tidy table, one row per (layer, unit, t) (ESSResult.to_frame)
+    DIR/meta.json    the metadata needed to regenerate a figure: model id and revision,
+                     dtype, device, tolerance (tol, relative), convention, package version,
+                     prompt and token count, and a per-layer summary
+
+The cache of ESSResults is keyed by everything that determines the numbers.
+
+Key = sha256 of a canonical JSON of: the model's identity (a hub id and its revision, or
+for a local folder / zoo model a hash of its config.json and weight files), the token
+ids (and the prompt text), the analysed layers, the model dtype, tol / relative / stride
+and any other analysis option, and the package version (a new version may compute
+differently, so it never reuses an old entry).
+
+Entries are ESSResult ``.npz`` files (no pickle), written to a unique temporary file in
+the cache folder and moved into place with os.replace, so a reader never sees half an
+entry and two writers never clobber each other's temporary file. Every read is validated:
+an entry that does not load (truncated, corrupt, another format) or whose recorded key
+differs is treated as a miss, deleted, recomputed and overwritten; never trusted.
+
+Location: $ESS_EXPLORER_CACHE, else ~/.cache/ess-explorer (results under ``results/``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import warnings
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from ._version import __version__
+from .atomic import atomic_write
+from .core.diagnostics import COLLAPSED_AT, SATURATED_AT, layer_diagnostics
+from .result import ESSResult
+
+__all__ = [
+    "RESULT_FILE",
+    "TABLE_FILE",
+    "META_FILE",
+    "REQUIRED_META",
+    "result_metadata",
+    "summary_table",
+    "export_table",
+    "write_result_dir",
+    "read_result",
+    "jsonable",
+    "table_bytes",
+    "CACHE_ENV",
+    "default_cache_dir",
+    "cache_key",
+    "ResultCache",
+]
+
+RESULT_FILE, TABLE_FILE, META_FILE = "result.npz", "table.csv", "meta.json"
+# What a reader needs to regenerate a figure or re-run the analysis (ESSResult docstring).
+REQUIRED_META = ("model_id", "revision", "dtype", "device", "tol", "relative", "convention", "package_version")
+TABLE_SUFFIXES = (".csv", ".parquet")
+
+
+def jsonable(value):
+    """numpy scalars / arrays -> plain JSON values (meta may hold them)."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return jsonable(value.tolist())
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, float) and not np.isfinite(value):
+        return None
+    return value
+
+
+def summary_table(result: ESSResult, *, variant: str = "tolerance", saturated: float | None = None,
+                  collapsed: float | None = None) -> pd.DataFrame:
+    """One row per analysed layer: layer, family, units (count and kind), mean ESS and max
+    ESS (mean over units, then mean / max over t), mean TSS, utilisation (peak ESS/TSS over
+    t, mean over units; diagnostics.layer_diagnostics) and its state."""
+    saturated = SATURATED_AT if saturated is None else saturated
+    collapsed = COLLAPSED_AT if collapsed is None else collapsed
+    rows = []
+    for index in sorted(result.layers):
+        lay = result.layers[index]
+        ess = np.asarray(lay.ess(variant), dtype=np.float64)
+        diag = layer_diagnostics(lay, variant=variant, saturated=saturated, collapsed=collapsed)
+        over_units = ess.mean(0) if ess.size else np.zeros(0)
+        rows.append({
+            "layer": int(index), "family": lay.family, "units": f"{lay.n_units} {lay.unit_kind}s",
+            "mean_ess": float(over_units.mean()) if over_units.size else 0.0,
+            "max_ess": float(over_units.max()) if over_units.size else 0.0,
+            "mean_tss": float(np.asarray(lay.tss, dtype=np.float64).mean()) if lay.tss.size else 0.0,
+            "utilisation": float(diag["utilisation"]), "state": str(diag["state"]),
+        })
+    return pd.DataFrame(rows, columns=["layer", "family", "units", "mean_ess", "max_ess", "mean_tss", "utilisation", "state"])
+
+
+def result_metadata(result: ESSResult) -> dict:
+    """meta.json: the result's meta (every REQUIRED_META key present, None when unknown),
+    the shape of what was analysed, and the per-layer summary."""
+    meta = jsonable(dict(result.meta))
+    for key in REQUIRED_META:
+        meta.setdefault(key, None)
+    return {
+        "meta": meta,
+        "length": result.length,
+        "layers": {
+            str(i): {"family": lay.family, "unit_kind": lay.unit_kind, "units": lay.n_units,
+                     "positions": int(len(lay.positions)), "kept_singular_values": int(lay.singular_values.shape[-1]),
+                     "operators_kept": sorted(int(u) for u in lay.operators)}
+            for i, lay in sorted(result.layers.items())
+        },
+        "summary": jsonable(summary_table(result).to_dict(orient="records")),
+        "files": {"result": RESULT_FILE, "table": TABLE_FILE, "meta": META_FILE},
+        "how_to_reload": "ESSResult.load('result.npz'); ess-explorer figure DIR --kind KIND --out fig.pdf",
+    }
+
+
+def table_bytes(result: ESSResult, fmt: str) -> bytes:
+    frame = result.to_frame()
+    if fmt == "csv":
+        return frame.to_csv(index=False).encode("utf-8")
+    import io  # the standard library's; this module is ess_explorer.io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    # The metadata travels inside the Parquet file, so the table alone is self-describing.
+    schema_meta = dict(table.schema.metadata or {})
+    schema_meta[b"ess_explorer"] = json.dumps(result_metadata(result)["meta"]).encode("utf-8")
+    table = table.replace_schema_metadata(schema_meta)
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer)
+    return buffer.getvalue()
+
+
+def export_table(result: ESSResult, path) -> Path:
+    """The tidy table (ESSResult.to_frame) as .csv or .parquet, by suffix; written atomically.
+    A Parquet file also carries the metadata under the schema key ``ess_explorer``."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in TABLE_SUFFIXES:
+        raise ValueError(f"cannot tell the table format from {path.name!r}; use a name ending in .csv or .parquet")
+    return atomic_write(path, table_bytes(result, suffix[1:]))
+
+
+def write_result_dir(result: ESSResult, out_dir) -> Path:
+    """Write result.npz, table.csv and meta.json into ``out_dir`` (created); returns it."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"{out_dir} exists and is not a directory; give a directory for the result")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    result.save(out_dir / RESULT_FILE)  # atomic
+    export_table(result, out_dir / TABLE_FILE)
+    atomic_write(out_dir / META_FILE, json.dumps(result_metadata(result), indent=2).encode("utf-8"))
+    return out_dir
+
+
+def read_result(path) -> ESSResult:
+    """An ESSResult from a result directory (its result.npz) or an .npz file.
+    FileNotFoundError when nothing is there; ValueError when the file is not a result."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / RESULT_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"no ESS result at {path} (give a directory written by `ess-explorer analyze` or a .npz)")
+    try:
+        return ESSResult.load(path)
+    except ValueError:
+        raise
+    except Exception as error:  # a truncated zip raises BadZipFile, zlib.error, EOFError ...
+        raise ValueError(f"{path} is not a readable ESS result ({type(error).__name__}: {error}); recompute it") from error
+
+
+# ---- the cache ------------------------------------------------------------------------------
+
+CACHE_ENV = "ESS_EXPLORER_CACHE"
+
+
+def default_cache_dir() -> Path:
+    """$ESS_EXPLORER_CACHE, else ~/.cache/ess-explorer."""
+    env = os.environ.get(CACHE_ENV)
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "ess-explorer"
+
+
+def cache_key(identity: dict, input_ids, *, layers, dtype: str, tol: float, relative: bool, stride=None,
+              prompt: str | None = None, version: str = __version__, **options) -> str:
+    """sha256 hex of the canonical JSON of everything that determines a result."""
+    record = {
+        "identity": identity,
+        "input_ids": [int(i) for i in input_ids],
+        "prompt": prompt,
+        "layers": None if layers is None else sorted(int(i) for i in layers),
+        "dtype": str(dtype),
+        "tol": float(tol),
+        "relative": bool(relative),
+        "stride": None if stride is None else int(stride),
+        "version": str(version),
+        "options": {k: options[k] for k in sorted(options)},
+    }
+    text = json.dumps(record, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class ResultCache:
+    """ESSResults on disk under ``root/results/<key[:2]>/<key>.npz``.
+
+    get(key) -> ESSResult or None (a miss, also for an unreadable entry); put(key, result);
+    get_or_compute(key, compute) -> (result, hit).
+    """
+
+    def __init__(self, root=None):
+        self.root = Path(root).expanduser() if root is not None else default_cache_dir()
+
+    def path(self, key: str) -> Path:
+        if not isinstance(key, str) or len(key) < 8 or not all(c in "0123456789abcdef" for c in key):
+            raise ValueError(f"a cache key is a lowercase hex digest, got {key!r}")
+        return self.root / "results" / key[:2] / f"{key}.npz"
+
+    def get(self, key: str) -> ESSResult | None:
+        path = self.path(key)
+        if not path.is_file():
+            return None
+        try:
+            result = ESSResult.load(path)
+        # ESSResult.load turns most damage into ValueError, but a truncated zip raises
+        # zipfile.BadZipFile, corrupt data zlib.error or EOFError: every failure is a miss.
+        except Exception as error:  # noqa: BLE001
+            warnings.warn(f"ignoring an unreadable cache entry {path.name} ({type(error).__name__}); recomputing",
+                          stacklevel=2)
+            path.unlink(missing_ok=True)
+            return None
+        if result.meta.get("cache_key") != key or not result.layers:
+            warnings.warn(f"ignoring cache entry {path.name}: it records another key; recomputing", stacklevel=2)
+            path.unlink(missing_ok=True)
+            return None
+        return result
+
+    def put(self, key: str, result: ESSResult) -> Path:
+        """Store ``result`` (its meta gains "cache_key"); atomic via a unique temp file."""
+        if not isinstance(result, ESSResult):
+            raise ValueError(f"the cache stores ESSResults, got {type(result).__name__}")
+        result.meta["cache_key"] = key
+        return result.save(self.path(key))  # atomic (atomic.py)
+
+    def get_or_compute(self, key: str, compute: Callable[[], ESSResult]) -> tuple[ESSResult, bool]:
+        """(result, True) from the cache, or (compute(), False) after storing it."""
+        cached = self.get(key)
+        if cached is not None:
+            return cached, True
+        result = compute()
+        self.put(key, result)
+        return result, False
+
+    def clear(self) -> int:
+        """Delete every cached result; returns how many files were removed."""
+        removed = 0
+        for path in (self.root / "results").glob("*/*.npz"):
+            path.unlink(missing_ok=True)
+            removed += 1
+        return removed
