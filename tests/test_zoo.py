@@ -10,13 +10,13 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from ess_explorer.core.operators import DiagonalSSM
 from ess_explorer.architectures import (
     EssLinearAttentionConfig,
     EssLinearAttentionForCausalLM,
     LinearAttentionMixer,
     linear_attention_reference,
 )
+from ess_explorer.core.operators import DiagonalSSM
 
 
 def _random_qkv(gated: bool, length: int = 37, seed: int = 0, decay_scale: float = 1.0):
@@ -185,7 +185,6 @@ def test_stepwise_mamba_scan_matches_the_stock_scan(one_thread):
 
 import json  # noqa: E402
 import math  # noqa: E402
-import time  # noqa: E402
 
 from ess_explorer import zoo  # noqa: E402
 

@@ -3,11 +3,8 @@ statistics with bootstrap intervals, and the difficulty-sweep figure."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
-import torch
 
 from ess_explorer.result import LayerESS
 from ess_explorer.synthetic import diagonal_ssm

@@ -44,7 +44,7 @@ def evaluate(name: str, n_samples: int = 1024, seed: int | None = None) -> dict:
     (smaller) held-out sample, so it agrees within sampling error.
     """
     from .mqar import evaluate_model
-    from .train import TEST_SEED
+    from .specs import TEST_SEED
 
     model, _ = load(name)
     return evaluate_model(model, task_of(name), n_samples=n_samples, seed=TEST_SEED if seed is None else seed)

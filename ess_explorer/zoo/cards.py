@@ -13,7 +13,8 @@ from pathlib import Path
 
 import torch
 
-from . import measure
+from .measure import ESS_SEED, memory_cut, prompt_utilisation, separator_drop, sweep
+from .measure import __doc__ as _MEASURE_DOC
 from .mqar import MQARTask, evaluate_model
 
 __all__ = ["CARD_VERSION", "TEST_SAMPLES", "SWEEP_SAMPLES", "sweep_pairs", "write_card", "render_readme"]
@@ -35,7 +36,7 @@ def sweep_pairs(task: MQARTask) -> tuple[int, ...]:
 
 
 def _untrained(name: str):
-    from .train import ZOO, build_model
+    from .specs import ZOO, build_model
 
     if name not in ZOO:
         return None
@@ -46,8 +47,8 @@ def write_card(name: str, folder: Path | None = None, n_samples: int = TEST_SAMP
     """Measure a saved zoo model (and its untrained copy) and write card.json and README.md."""
     from transformers import AutoModelForCausalLM
 
-    from . import model_dir
-    from .train import RESET_CONTROLS, SEGMENTED_TASK, TEST_SEED, ZOO
+    from ..sources import model_dir
+    from .specs import RESET_CONTROLS, SEGMENTED_TASK, TEST_SEED, ZOO
 
     folder = Path(folder) if folder is not None else model_dir(name)
     record = json.loads((folder / "training.json").read_text())
@@ -57,7 +58,7 @@ def write_card(name: str, folder: Path | None = None, n_samples: int = TEST_SAMP
     ks = sweep_pairs(task)
     torch.manual_seed(0)
     with torch.no_grad():
-        ess = measure.memory_cut(model, task)
+        ess = memory_cut(model, task)
         card = {
             "card_version": CARD_VERSION,
             "name": name,
@@ -68,28 +69,28 @@ def write_card(name: str, folder: Path | None = None, n_samples: int = TEST_SAMP
             "parameters": int(sum(p.numel() for p in model.parameters())),
             "state_size": _state_size(model.config),
             "task": record["task"],
-            "example_prompt": task.prompt(seed=measure.ESS_SEED),
+            "example_prompt": task.prompt(seed=ESS_SEED),
             "training": {k: v for k, v in record["training"].items() if k != "curve"},
             "training_curve": record["training"].get("curve", []),
             "heldout": evaluate_model(model, task, n_samples=n_samples, seed=TEST_SEED),
             "ess": {**ess, "state": _state(ess["utilisation"])},
-            "sweep": {"pairs": list(ks), "n_samples": SWEEP_SAMPLES, "rows": measure.sweep(model, task, ks, n_samples=SWEEP_SAMPLES)},
-            "utilisation": measure.prompt_utilisation(model, task),
-            "conventions": measure.__doc__.split("Conventions (written into every card):\n", 1)[1].strip(),
+            "sweep": {"pairs": list(ks), "n_samples": SWEEP_SAMPLES, "rows": sweep(model, task, ks, n_samples=SWEEP_SAMPLES)},
+            "utilisation": prompt_utilisation(model, task),
+            "conventions": _MEASURE_DOC.split("Conventions (written into every card):\n", 1)[1].strip(),
         }
         if untrained is not None:
             card["untrained"] = {
                 "seed": ZOO[name].seed,
-                "ess": measure.memory_cut(untrained, task),
-                "sweep": measure.sweep(untrained, task, ks, n_samples=SWEEP_SAMPLES),
-                "utilisation": measure.prompt_utilisation(untrained, task),
+                "ess": memory_cut(untrained, task),
+                "sweep": sweep(untrained, task, ks, n_samples=SWEEP_SAMPLES),
+                "utilisation": prompt_utilisation(untrained, task),
             }
         if task.separator_positions():
-            card["separator_drop"] = measure.separator_drop(model, task)
+            card["separator_drop"] = separator_drop(model, task)
             if untrained is not None:
-                card["untrained"]["separator_drop"] = _strip(measure.separator_drop(untrained, task))
+                card["untrained"]["separator_drop"] = _strip(separator_drop(untrained, task))
         if name in RESET_CONTROLS.values():  # control: separators it was never trained on
-            card["separator_control"] = {**measure.separator_drop(model, SEGMENTED_TASK), "task": SEGMENTED_TASK.to_dict(),
+            card["separator_control"] = {**separator_drop(model, SEGMENTED_TASK), "task": SEGMENTED_TASK.to_dict(),
                                          "control_of": [k for k, v in RESET_CONTROLS.items() if v == name]}
     (folder / "card.json").write_text(json.dumps(card, indent=2))
     (folder / "README.md").write_text(render_readme(card))

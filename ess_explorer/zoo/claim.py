@@ -213,7 +213,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--only", nargs="*", help="models to include (default: every shipped model)")
     parser.add_argument("--boot", type=int, default=N_BOOT, help=f"bootstrap resamples (default {N_BOOT})")
     args = parser.parse_args(argv)
-    from . import card, list_models, model_dir
+    from ..sources import card, list_models, model_dir
     from .cards import write_card
 
     names = args.only or list_models()
@@ -226,7 +226,7 @@ def main(argv=None) -> dict:
     print(text)
     print("\n".join(["", *verdict(record)]))
     if args.write:
-        from . import ZOO_DIR
+        from ..sources import ZOO_DIR
         from .readme import zoo_readme
 
         path = ZOO_DIR / "README.md"

@@ -30,7 +30,7 @@ Exact-match accuracy is the fraction of queries whose arg-max prediction is the 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np

@@ -8,7 +8,7 @@ __all__ = ["zoo_readme", "model_table"]
 
 def model_table(cards: dict[str, dict]) -> list[str]:
     """One Markdown row per model: task, training, plateau, accuracy, ESS and TSS in scalars."""
-    from . import DEFAULT_MODEL
+    from ..sources import DEFAULT_MODEL
 
     lines = ["| model | family | task (L) | steps | plateau | held-out accuracy | ESS(t*) / TSS (scalars) | state at t* | utilisation over prompts (untrained) |",
              "|---|---|---|---|---|---|---|---|---|"]
