@@ -94,7 +94,7 @@ ZOO: dict[str, ZooSpec] = {
               description="Gated linear attention (per-key decay), 4 heads, key size 16 (1,024 scalars per layer)."),
         _main("gla_k4", "gated_linear_attention", "ess_linear_attention", _la(4, True),
               description="Gated linear attention with key size 4 per head (256 scalars per layer)."),
-        ZooSpec("mamba2_n64_recent", "mamba2", "mamba2", dict(state_size=64), task=RECENT_TASK, steps=1500,
+        ZooSpec("mamba2_n64_recent", "mamba2", "mamba2", dict(state_size=64), task=RECENT_TASK, steps=800,
                 description="Mamba2 with a large state (64 per head, 8,192 scalars per layer) trained on recent recall: 13 short "
                 "recalls (3 pairs, 2 queries) back to back over 6 keys, so only the latest binding of a key is right and only "
                 "the last ~10 tokens matter. The learned-collapse example."),
