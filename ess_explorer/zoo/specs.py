@@ -101,13 +101,16 @@ ZOO: dict[str, ZooSpec] = {
         ZooSpec("mamba2_n16_reset", "mamba2", "mamba2", dict(state_size=16), task=RESET_TASK, steps=RESET_STEPS,
                 description="Mamba2 (as mamba2_n16) trained on the reset task: 4 segments separated by '|'; queries after '|' "
                 "may ask a key of an earlier segment, whose answer is '--'. Keeping old bindings gives wrong answers."),
+        ZooSpec("llama_reset", "softmax_attention", "llama", dict(num_attention_heads=4), task=RESET_TASK, steps=RESET_STEPS,
+                lr=1e-3, description="Softmax attention (as llama) trained on the reset task: to answer '--' it has to tell the "
+                "current segment's keys from earlier ones."),
         ZooSpec("gla_k16_reset", "gated_linear_attention", "ess_linear_attention", _la(16, True), task=RESET_TASK,
                 steps=RESET_STEPS, description="Gated linear attention (as gla_k16) trained on the reset task."),
     ]
 }
 
 # The control of each reset model: the same architecture trained without separators.
-RESET_CONTROLS = {"mamba2_n16_reset": "mamba2_n16", "gla_k16_reset": "gla_k16"}
+RESET_CONTROLS = {"mamba2_n16_reset": "mamba2_n16", "llama_reset": "llama", "gla_k16_reset": "gla_k16"}
 
 
 def build_model(spec: ZooSpec, seed: int | None = None):
