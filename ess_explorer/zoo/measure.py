@@ -24,7 +24,9 @@ Conventions (written into every card):
   tolerance, tau = 1e-3 x the largest sigma_1 over all cuts of the unit (a per-cut relative tolerance
   is blind to a uniform scaling of a cut, so it cannot see a reset at the separator itself);
   modulation = 1 - min(ESS(sep), ESS(sep + 1)) / mean ESS over the 4 cuts before the separator
-  (diagnostics.modulation_at with lag 1; 1 = the state is emptied).
+  (diagnostics.modulation_at with lag 1; 1 = the state is emptied). Past scale: the median over
+  units of sigma_1(H_sep) / sigma_1 before it (how far "|" scales the whole past down; a partial
+  reset that keeps every singular value above the tolerance shows here, not in the count).
 """
 
 from __future__ import annotations
@@ -148,6 +150,19 @@ def sweep(model, task: MQARTask, ks, n_samples: int = 512, n_prompts: int = ESS_
     return rows
 
 
+def _sigma1_ratio(layer, seps, window: int) -> np.ndarray:
+    """sigma_1(H_sep) / mean sigma_1 over the ``window`` cuts before, per separator and unit,
+    flattened: how far the separator scales the whole past down (1 = not at all). A partial
+    reset (every old contribution times 0.1, say) keeps every singular value above a 1e-3
+    tolerance, so it shows here and not in a rank count."""
+    top = layer.singular_values[:, :, 0]  # (U, P)
+    out = []
+    for s in seps:
+        ref = top[:, s - window : s].mean(1)
+        out.append(np.divide(top[:, s], ref, out=np.ones_like(ref), where=ref > 0))
+    return np.concatenate(out)
+
+
 def _total_over_time(model, result, index, tol) -> np.ndarray:
     lay = result.layer(index)
     return (_scalars(model, lay) * unit_scope_ess(lay, tol)).sum(0)
@@ -158,7 +173,9 @@ def separator_drop(model, task: MQARTask, n_prompts: int = ESS_PROMPTS, seed: in
                    tol: float = UNIT_SCOPE_TOL, window: int = MODULATION_WINDOW) -> dict:
     """Total ESS (scalars, unit-scope tolerance) around the separators, per memory layer.
 
-    Per layer: ess_before (mean over the ``window`` cuts before each "|"), ess_at (t = "|"),
+    Per layer: past_scale (median over separators, prompts and units of sigma_1(H_sep) / mean
+    sigma_1 before, see _sigma1_ratio) and the fraction of units scaled below 0.1;
+    ess_before (mean over the ``window`` cuts before each "|"), ess_at (t = "|"),
     ess_after (t = "|" + 1), modulation = 1 - min(ess_at, ess_after) / ess_before (as
     diagnostics.modulation_at with lag = 1) and modulation_at_sep = 1 - ess_at / ess_before
     (means over separators and prompts), and the mean curve.
@@ -167,14 +184,17 @@ def separator_drop(model, task: MQARTask, n_prompts: int = ESS_PROMPTS, seed: in
     if not seps:
         raise ValueError("separator_drop needs a task with separators (num_segments >= 2)")
     curves: dict[int, list[np.ndarray]] = {}
+    ratios: dict[int, list[np.ndarray]] = {}
     families = {}
     for p in range(n_prompts):
         result = _analyze(model, task.sample(1, seed=seed + p).input_ids[0])
         for index in _memory_layers(result):
             curves.setdefault(index, []).append(_total_over_time(model, result, index, tol))
+            ratios.setdefault(index, []).append(_sigma1_ratio(result.layer(index), seps, window))
             families[index] = result.layer(index).family
     out = {}
     for index, rows in curves.items():
+        ratio = np.concatenate(ratios[index])  # (prompts x separators x units,)
         rows = np.stack(rows)  # (prompts, P); positions are 0..L-1
         before = np.stack([rows[:, s - window : s].mean(1) for s in seps], 1)  # (prompts, S)
         at = rows[:, seps]
@@ -186,6 +206,7 @@ def separator_drop(model, task: MQARTask, n_prompts: int = ESS_PROMPTS, seed: in
             "family": families[index],
             "ess_before": float(before.mean()), "ess_at": float(at.mean()), "ess_after": float(after.mean()),
             "modulation": float(np.nanmean(mod)), "modulation_at_sep": float(np.nanmean(mod_sep)),
+            "past_scale": float(np.median(ratio)), "units_scaled_below_0.1": float(np.mean(ratio < 0.1)),
             "ess_over_time": [round(float(x), 2) for x in rows.mean(0)],
         }
     best = max(out, key=lambda i: out[i]["modulation"])
