@@ -14,7 +14,7 @@ import torch
 from ..architectures import EssLinearAttentionConfig, EssLinearAttentionForCausalLM
 from .mqar import MQARTask
 
-__all__ = ["VALIDATION_SEED", "TEST_SEED", "MAIN_TASK", "TRAIN_PAIRS", "RESET_TASK", "RECENT_TASK", "SEGMENTED_TASK",
+__all__ = ["VALIDATION_SEED", "TEST_SEED", "MAIN_TASK", "TRAIN_PAIRS", "RESET_TASK", "RECENT_TASK", "REBIND_TASK", "SEGMENTED_TASK",
            "MAIN_STEPS", "RESET_STEPS", "ZooSpec", "ZOO", "RESET_CONTROLS", "build_model"]
 
 VALIDATION_SEED = 20_000
@@ -31,6 +31,9 @@ RESET_TASK = MQARTask(num_pairs=8, num_segments=4, stale_queries=3)
 # key comes back every few tokens with a new value: the answer is its latest binding, and older bindings only
 # interfere. An easy task that needs the last ~10 tokens, for a model with a large state (learned collapse).
 RECENT_TASK = MQARTask(num_pairs=3, num_queries=2, num_segments=13, num_keys=6, separators=False)
+# The same with only 4 keys: 3 of the 4 are rebound in every segment, so old bindings interfere at once and
+# the model gains by forgetting fast. For the model with the largest state (128 per head).
+REBIND_TASK = MQARTask(num_pairs=3, num_queries=2, num_segments=13, num_keys=4, separators=False)
 SEGMENTED_TASK = RESET_TASK  # the prompts on which separator drops are measured (trained models and controls)
 
 
@@ -98,6 +101,10 @@ ZOO: dict[str, ZooSpec] = {
                 description="Mamba2 with a large state (64 per head, 8,192 scalars per layer) trained on recent recall: 13 short "
                 "recalls (3 pairs, 2 queries) back to back over 6 keys, so only the latest binding of a key is right and only "
                 "the last ~10 tokens matter. The learned-collapse example."),
+        ZooSpec("mamba2_n128_rebind", "mamba2", "mamba2", dict(state_size=128), task=REBIND_TASK, steps=800,
+                description="Mamba2 with a state of 128 per head (16,384 scalars per layer) trained on fast rebinding: 13 "
+                "short recalls (3 pairs, 2 queries) back to back over only 4 keys, so every key is rebound every few tokens "
+                "and only the last ~10 tokens matter. The learned-collapse example."),
         ZooSpec("mamba2_n16_reset", "mamba2", "mamba2", dict(state_size=16), task=RESET_TASK, steps=RESET_STEPS,
                 description="Mamba2 (as mamba2_n16) trained on the reset task: 4 segments separated by '|'; queries after '|' "
                 "may ask a key of an earlier segment, whose answer is '--'. Keeping old bindings gives wrong answers."),
