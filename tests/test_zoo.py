@@ -260,3 +260,26 @@ def test_gated_mix_gradients_match_the_recurrence():
     for got, want in zip(grads, ref):
         assert torch.isfinite(got).all()
         torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9)
+
+
+def test_shipped_weights_reproduce_one_cards_ess_and_accuracy(one_thread):
+    """Re-measure from the shipped weights: the default model's held-out accuracy on the card's
+    exact sample and its ESS at the memory cut (same prompts, same tolerance)."""
+    from ess_explorer.zoo.measure import memory_cut
+
+    name = zoo.DEFAULT_MODEL
+    card = zoo.card(name)
+    model, _ = zoo.load(name)
+    got = zoo.evaluate(name, n_samples=card["heldout"]["n_samples"])
+    assert got["accuracy"] == card["heldout"]["accuracy"] and got["n_queries"] == card["heldout"]["n_queries"]
+    ess = memory_cut(model, zoo.task_of(name), n_prompts=card["ess"]["n_prompts"], seed=card["ess"]["seed"])
+    for key in ("ess", "entropy_ess", "tss", "ess_per_kv", "utilisation"):
+        assert ess[key] == pytest.approx(card["ess"][key], rel=1e-6), key
+
+
+def test_a_sweep_row_reproduces_from_the_weights(one_thread):
+    name = zoo.DEFAULT_MODEL
+    row = zoo.sweep_difficulty(name)[0]
+    fresh = zoo.sweep_difficulty(name, ks=[row["pairs"]], cached=False)[0]
+    assert fresh["accuracy"] == row["accuracy"]
+    assert fresh["ess"] == pytest.approx(row["ess"], rel=1e-6) and fresh["tss"] == row["tss"]

@@ -118,6 +118,7 @@ def _resets(cards: dict) -> list[dict]:
                 d = info[key]
                 rows.append({"model": name, "role": role, "modulation": d["modulation"], "layer": d["layer"],
                              "per_layer": {i: lay["modulation"] for i, lay in d["layers"].items()},
+                             "past_scale": min(lay.get("past_scale", 1.0) for lay in d["layers"].values()),
                              "accuracy": info["heldout"]["accuracy"], "stale_accuracy": info["heldout"].get("stale_accuracy")})
     return rows
 
@@ -163,11 +164,13 @@ def format_claim(record: dict, cards: dict) -> str:
     if ua:
         lines += ["", f"Untrained copies answer at chance: accuracy {min(ua):.3f} to {max(ua):.3f} over all (model, K)."]
     if record["resets"]:
-        lines += ["", "Learned resets: modulation at '|' (unit-scope tolerance; best memory layer; 1 = state emptied)"]
+        lines += ["", "Learned resets: modulation at '|' (unit-scope tolerance; best memory layer; 1 = state emptied) and the",
+                  "median factor by which '|' scales the past (sigma_1 of H_sep over sigma_1 before it; smallest over memory layers)"]
         for r in record["resets"]:
             per = ", ".join(f"layer {i} {v:+.2f}" for i, v in r["per_layer"].items())
             stale = f", stale-query accuracy {r['stale_accuracy']:.3f}" if r["stale_accuracy"] is not None else ""
-            lines.append(f"  {r['model']:<20} {r['role']:<30} modulation {r['modulation']:+.2f} ({per}); accuracy {r['accuracy']:.3f}{stale}")
+            lines.append(f"  {r['model']:<20} {r['role']:<30} modulation {r['modulation']:+.2f} ({per}); past scaled by "
+                         f"{r['past_scale']:.2f}; accuracy {r['accuracy']:.3f}{stale}")
     if record["collapse"]:
         lines += ["", "Utilisation over whole prompts (ratio of peaks; what the rank cap min(t, L - t) allows; the untrained copy)"]
         for r in record["collapse"]:
@@ -202,6 +205,27 @@ def verdict(record: dict) -> list[str]:
                        f"trained accuracy (trained ESS/kv: {e:+.2f}); " + (
                            "about as good, so much of the signal is the architecture and K, not what training did."
                            if abs(u - e) < 0.1 else "training changes the ranking."))
+    from .specs import RESET_CONTROLS
+
+    resets = {r["model"]: r for r in record["resets"]}
+    for model, control in RESET_CONTROLS.items():
+        r, c = resets.get(model), resets.get(control)
+        if r is None or c is None or r["role"] == c["role"]:
+            continue
+        strong = r["modulation"] >= 0.5 and c["modulation"] <= 0.2
+        out.append(f"- Reset, {model} (control {control}): modulation at '|' {r['modulation']:+.2f} vs {c['modulation']:+.2f}; "
+                   f"'|' scales the past by {r['past_scale']:.2f} vs {c['past_scale']:.2f}. " + (
+                       "A learned reset that empties the state." if strong else
+                       "The rank count does not drop by half (modulation < 0.5): " + (
+                           "the separator scales the old state down instead of emptying it (a partial reset, seen in sigma_1)."
+                           if r["past_scale"] < 0.5 * c["past_scale"] else "no learned reset is visible.")))
+    low = [c for c in record["collapse"] if c["rank_cap_allows"] >= 0.5 and c["untrained"] is not None]
+    if low:
+        best = min(low, key=lambda c: c["utilisation"])
+        out.append(f"- Collapse: {best['model']} layer {best['layer']} uses {best['utilisation']:.3f} of its state over whole prompts "
+                   f"(L = {best['length']}, where the rank cap allows {best['rank_cap_allows']:.2f}); its untrained copy "
+                   f"{best['untrained']:.3f}. " + ("Collapsed by training (<= 0.1)." if best["utilisation"] <= 0.1 else
+                                                    "Training lowered it, but not to the collapsed threshold 0.1."))
     return out
 
 
