@@ -29,7 +29,7 @@ def sweep_pairs(task: MQARTask) -> tuple[int, ...]:
     (2 to 32 at 128 tokens), filled up to four values when segments are short."""
     top = task.segment_length // 2 - 1  # with_pairs needs at least one query
     ks = [k for k in (2, 4, 8, 16, 32) if k <= task.segment_length // 4]
-    extra = [k for k in (1, 3, 6, 12, 24) if k <= top and k not in ks]
+    extra = [k for k in (1, 3, 4, 6, 12, 24) if k <= top and k not in ks]
     while len(ks) < 4 and extra:
         ks.append(extra.pop(0))
     return tuple(sorted(ks))
@@ -146,7 +146,8 @@ def _drop_lines(drop: dict) -> list[str]:
     return [
         f"- layer {i} ({lay['family']}): total ESS {lay['ess_before']:.0f} over the {drop['window']} cuts before `|`, "
         f"{lay['ess_at']:.0f} at it, {lay['ess_after']:.0f} one step after: modulation **{lay['modulation']:.2f}** "
-        f"({lay['modulation_at_sep']:.2f} at `|` itself)"
+        f"({lay['modulation_at_sep']:.2f} at `|` itself); `|` scales the past by {lay.get('past_scale', float('nan')):.2f} "
+        f"(median over units; {100 * lay.get('units_scaled_below_0.1', float('nan')):.0f}% of units below 0.1)"
         for i, lay in drop["layers"].items()
     ]
 
@@ -187,7 +188,8 @@ def render_readme(card: dict) -> str:
     lines += ["", "## Results", "", held_text,
               f"- Memory cut t* = {ess['cut']} (after the pairs of the first segment); memory layer {ess['memory_layer']}: "
               f"ESS = {ess['ess']:.0f}, TSS = {ess['tss']:.0f} scalars; ESS/kv = {ess['ess_per_kv']:.1f}, TSS/kv = "
-              f"{ess['tss_per_kv']:.1f}; utilisation at t* {ess['utilisation']:.3f} (**{ess['state']}**)."]
+              f"{ess['tss_per_kv']:.1f}; utilisation at t* {ess['utilisation']:.3f} (**{ess['state']}**; the rank cap "
+              f"min(t*, L - t*) allows at most {ess.get('rank_cap_allows', float('nan')):.3f} at this cut)."]
     if "untrained" in card:
         u = card["untrained"]["ess"]
         lines.append(f"- Untrained copy (same architecture and seed): ESS = {u['ess']:.0f} scalars (ESS/kv {u['ess_per_kv']:.1f}), "

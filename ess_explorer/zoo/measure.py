@@ -114,6 +114,8 @@ def memory_cut(model, task: MQARTask, n_prompts: int = ESS_PROMPTS, seed: int = 
                 "entropy_ess": float((m * ent).sum()),
                 "tss": float((m * tss).sum()),
                 "utilisation": float(np.mean(np.divide(ess, tss, out=np.zeros_like(ess), where=tss > 0))),
+                "rank_cap_allows": float(np.mean(np.divide(np.minimum(lay.rank_bound[:, col], tss), tss,
+                                                           out=np.zeros_like(tss), where=tss > 0))),
             })
     layers = {}
     for index, rec in per_layer.items():
@@ -129,7 +131,7 @@ def memory_cut(model, task: MQARTask, n_prompts: int = ESS_PROMPTS, seed: int = 
         "pairs": k, "cut": t_star, "length": task.length, "n_prompts": n_prompts, "seed": seed,
         "memory_layer": main, "ess": ess, "entropy_ess": ent, "tss": tss,
         "ess_per_kv": ess / k, "entropy_ess_per_kv": ent / k, "tss_per_kv": tss / k,
-        "utilisation": layers[main]["utilisation"],
+        "utilisation": layers[main]["utilisation"], "rank_cap_allows": layers[main]["rank_cap_allows"],
         "layers": {str(i): layers[i] for i in sorted(layers)},
     }
 
