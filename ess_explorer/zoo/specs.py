@@ -111,13 +111,15 @@ ZOO: dict[str, ZooSpec] = {
         ZooSpec("llama_reset", "softmax_attention", "llama", dict(num_attention_heads=4), task=RESET_TASK, steps=RESET_STEPS,
                 lr=1e-3, description="Softmax attention (as llama) trained on the reset task: to answer '--' it has to tell the "
                 "current segment's keys from earlier ones."),
+        ZooSpec("lfm2_reset", "hybrid", "lfm2", dict(layer_types=["conv", "full_attention"]), task=RESET_TASK,
+                steps=RESET_STEPS, description="LFM2-style hybrid (as lfm2) trained on the reset task."),
         ZooSpec("gla_k16_reset", "gated_linear_attention", "ess_linear_attention", _la(16, True), task=RESET_TASK,
                 steps=RESET_STEPS, description="Gated linear attention (as gla_k16) trained on the reset task."),
     ]
 }
 
 # The control of each reset model: the same architecture trained without separators.
-RESET_CONTROLS = {"mamba2_n16_reset": "mamba2_n16", "llama_reset": "llama", "gla_k16_reset": "gla_k16"}
+RESET_CONTROLS = {"mamba2_n16_reset": "mamba2_n16", "llama_reset": "llama", "lfm2_reset": "lfm2", "gla_k16_reset": "gla_k16"}
 
 
 def build_model(spec: ZooSpec, seed: int | None = None):
