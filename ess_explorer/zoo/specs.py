@@ -108,9 +108,6 @@ ZOO: dict[str, ZooSpec] = {
         ZooSpec("mamba2_n16_reset", "mamba2", "mamba2", dict(state_size=16), task=RESET_TASK, steps=RESET_STEPS,
                 description="Mamba2 (as mamba2_n16) trained on the reset task: 4 segments separated by '|'; queries after '|' "
                 "may ask a key of an earlier segment, whose answer is '--'. Keeping old bindings gives wrong answers."),
-        ZooSpec("llama_reset", "softmax_attention", "llama", dict(num_attention_heads=4), task=RESET_TASK, steps=RESET_STEPS,
-                lr=1e-3, description="Softmax attention (as llama) trained on the reset task: to answer '--' it has to tell the "
-                "current segment's keys from earlier ones."),
         ZooSpec("lfm2_reset", "hybrid", "lfm2", dict(layer_types=["conv", "full_attention"]), task=RESET_TASK,
                 steps=RESET_STEPS, description="LFM2-style hybrid (as lfm2) trained on the reset task."),
         ZooSpec("gla_k16_reset", "gated_linear_attention", "ess_linear_attention", _la(16, True), task=RESET_TASK,
@@ -119,7 +116,7 @@ ZOO: dict[str, ZooSpec] = {
 }
 
 # The control of each reset model: the same architecture trained without separators.
-RESET_CONTROLS = {"mamba2_n16_reset": "mamba2_n16", "llama_reset": "llama", "lfm2_reset": "lfm2", "gla_k16_reset": "gla_k16"}
+RESET_CONTROLS = {"mamba2_n16_reset": "mamba2_n16", "lfm2_reset": "lfm2", "gla_k16_reset": "gla_k16"}
 
 
 def build_model(spec: ZooSpec, seed: int | None = None):
