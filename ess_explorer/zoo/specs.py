@@ -14,7 +14,7 @@ import torch
 from ..architectures import EssLinearAttentionConfig, EssLinearAttentionForCausalLM
 from .mqar import MQARTask
 
-__all__ = ["VALIDATION_SEED", "TEST_SEED", "MAIN_TASK", "TRAIN_PAIRS", "RESET_TASK", "RECENT_TASK", "REBIND_TASK", "SEGMENTED_TASK",
+__all__ = ["VALIDATION_SEED", "TEST_SEED", "MAIN_TASK", "TRAIN_PAIRS", "RESET_TASK", "RECENT_TASK", "REBIND_TASK", "SEPARATED_TASK", "SEGMENTED_TASK",
            "MAIN_STEPS", "RESET_STEPS", "ZooSpec", "ZOO", "RESET_CONTROLS", "build_model"]
 
 VALIDATION_SEED = 20_000
@@ -34,6 +34,9 @@ RECENT_TASK = MQARTask(num_pairs=3, num_queries=2, num_segments=13, num_keys=6, 
 # The same with only 4 keys: 3 of the 4 are rebound in every segment, so old bindings interfere at once and
 # the model gains by forgetting fast. For the model with the largest state (128 per head).
 REBIND_TASK = MQARTask(num_pairs=3, num_queries=2, num_segments=13, num_keys=4, separators=False)
+# The recent-recall task with "|" between the short recalls (L = 142): everything before the last "|" is
+# noise, so the natural solution is to empty the state at "|" (a learned reset on an easy task).
+SEPARATED_TASK = MQARTask(num_pairs=3, num_queries=2, num_segments=13, num_keys=6)
 SEGMENTED_TASK = RESET_TASK  # the prompts on which separator drops are measured (trained models and controls)
 
 
@@ -105,6 +108,12 @@ ZOO: dict[str, ZooSpec] = {
                 description="Mamba2 with a state of 128 per head (16,384 scalars per layer) trained on fast rebinding: 13 "
                 "short recalls (3 pairs, 2 queries) back to back over only 4 keys, so every key is rebound every few tokens "
                 "and only the last ~10 tokens matter. The learned-collapse example."),
+        ZooSpec("mamba2_n16_sep", "mamba2", "mamba2", dict(state_size=16), task=SEPARATED_TASK, steps=800,
+                description="Mamba2 (as mamba2_n16) trained on recent recall with '|' between the short recalls (13 recalls "
+                "of 3 pairs + 2 queries over 6 keys): everything before the last '|' is noise, so the state can be emptied there."),
+        ZooSpec("mamba2_n16_recent", "mamba2", "mamba2", dict(state_size=16), task=RECENT_TASK, steps=800,
+                description="Mamba2 (as mamba2_n16) trained on the same recent recall with no separator: the control of "
+                "mamba2_n16_sep."),
         ZooSpec("mamba2_n16_reset", "mamba2", "mamba2", dict(state_size=16), task=RESET_TASK, steps=RESET_STEPS,
                 description="Mamba2 (as mamba2_n16) trained on the reset task: 4 segments separated by '|'; queries after '|' "
                 "may ask a key of an earlier segment, whose answer is '--'. Keeping old bindings gives wrong answers."),
@@ -114,7 +123,7 @@ ZOO: dict[str, ZooSpec] = {
 }
 
 # The control of each reset model: the same architecture trained without separators.
-RESET_CONTROLS = {"mamba2_n16_reset": "mamba2_n16", "gla_k16_reset": "gla_k16"}
+RESET_CONTROLS = {"mamba2_n16_reset": "mamba2_n16", "gla_k16_reset": "gla_k16", "mamba2_n16_sep": "mamba2_n16_recent"}
 
 
 def build_model(spec: ZooSpec, seed: int | None = None):
