@@ -89,9 +89,10 @@ def write_card(name: str, folder: Path | None = None, n_samples: int = TEST_SAMP
             card["separator_drop"] = separator_drop(model, task)
             if untrained is not None:
                 card["untrained"]["separator_drop"] = _strip(separator_drop(untrained, task))
-        if name in RESET_CONTROLS.values():  # control: separators it was never trained on
-            card["separator_control"] = {**separator_drop(model, SEGMENTED_TASK), "task": SEGMENTED_TASK.to_dict(),
-                                         "control_of": [k for k, v in RESET_CONTROLS.items() if v == name]}
+        controlled = [k for k, v in RESET_CONTROLS.items() if v == name]
+        if controlled:  # control: the prompts of the model it controls, with separators it was never trained on
+            twin = ZOO[controlled[0]].task if controlled[0] in ZOO else SEGMENTED_TASK
+            card["separator_control"] = {**separator_drop(model, twin), "task": twin.to_dict(), "control_of": controlled}
     (folder / "card.json").write_text(json.dumps(card, indent=2))
     (folder / "README.md").write_text(render_readme(card))
     return card
@@ -218,7 +219,7 @@ def render_readme(card: dict) -> str:
     if "separator_control" in card:
         drop = card["separator_control"]
         lines += ["", f"### Control: separators it was never trained on (for {', '.join(drop['control_of'])})", "",
-                  f"The reset task's prompts ({drop['task']['num_segments']} segments of {drop['task']['num_pairs']} pairs, "
+                  f"Its prompts ({drop['task']['num_segments']} segments of {drop['task']['num_pairs']} pairs, "
                   f"separators at {drop['separators']}), same measurement:", ""]
         lines += _drop_lines(drop)
     lines += ["", "## Conventions", "", card["conventions"], ""]
