@@ -283,3 +283,40 @@ def test_a_sweep_row_reproduces_from_the_weights(one_thread):
     fresh = zoo.sweep_difficulty(name, ks=[row["pairs"]], cached=False)[0]
     assert fresh["accuracy"] == row["accuracy"]
     assert fresh["ess"] == pytest.approx(row["ess"], rel=1e-6) and fresh["tss"] == row["tss"]
+
+
+def test_learned_resets_against_their_controls():
+    """Each model trained with separators drops or scales its state at '|' more than the same
+    architecture trained without them, measured on the same prompts (reset-aware tolerance)."""
+    from ess_explorer.zoo.specs import RESET_CONTROLS
+
+    pairs = [(m, c) for m, c in RESET_CONTROLS.items() if m in SHIPPED and c in SHIPPED]
+    assert len({zoo.card(m)["family"] for m, _ in pairs}) >= 2, pairs  # two families trained on separators
+    for model, control in pairs:
+        drop, ctrl = zoo.card(model)["separator_drop"], zoo.card(control)["separator_control"]
+        assert ctrl["task"] == zoo.card(model)["task"] and ctrl["separators"] == drop["separators"]
+        assert ctrl["modulation"] <= 0.2, (control, ctrl["modulation"])
+        scale = min(lay["past_scale"] for lay in drop["layers"].values())
+        assert scale < min(lay["past_scale"] for lay in ctrl["layers"].values()), (model, scale)
+    strong = [m for m, c in pairs if zoo.card(m)["separator_drop"]["modulation"] >= 0.5]
+    assert strong, "no model empties its state at '|'"
+
+
+def test_learned_collapse_with_room_to_spare():
+    """A model whose state is collapsed (utilisation <= 0.1) over whole prompts where the rank cap
+    allows >= 0.5, while its untrained copy is not: the collapse is learned, not built in."""
+    found = []
+    for name in SHIPPED:
+        card = zoo.card(name)
+        base = card["untrained"]["utilisation"]["layers"]
+        for i, lay in card["utilisation"]["layers"].items():
+            if lay["utilisation"] <= 0.1 and lay["rank_cap_allows"] >= 0.5 and base[i]["utilisation"] > 0.1:
+                found.append((name, i))
+    assert found
+
+
+def test_the_default_model_is_accurate_long_and_segmented():
+    card = zoo.card(zoo.DEFAULT_MODEL)
+    prompt = zoo.task_of(zoo.DEFAULT_MODEL).prompt(seed=0)  # what the explorer opens on
+    assert card["heldout"]["accuracy"] >= 0.95
+    assert len(prompt.split()) >= 128 and "|" in prompt.split()
