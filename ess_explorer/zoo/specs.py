@@ -92,14 +92,10 @@ ZOO: dict[str, ZooSpec] = {
               description="LFM2-style hybrid: a gated short-conv layer (kernel 3), then a softmax-attention layer."),
         _main("mamba2_n16", "mamba2", "mamba2", dict(state_size=16),
               description="Mamba2 (SSD), 8 heads x 16 channels, state 16 per head (2,048 scalars per layer)."),
-        _main("mamba2_n4", "mamba2", "mamba2", dict(state_size=4),
-              description="Mamba2 with a small state: 4 per head (512 scalars per layer); it saturates as K grows."),
         _main("la_k16", "linear_attention", "ess_linear_attention", _la(16, False),
               description="Linear attention with a short conv, 4 heads, key size 16 (1,024 scalars per layer)."),
         _main("gla_k16", "gated_linear_attention", "ess_linear_attention", _la(16, True),
               description="Gated linear attention (per-key decay), 4 heads, key size 16 (1,024 scalars per layer)."),
-        _main("gla_k4", "gated_linear_attention", "ess_linear_attention", _la(4, True),
-              description="Gated linear attention with key size 4 per head (256 scalars per layer)."),
         ZooSpec("mamba2_n64_recent", "mamba2", "mamba2", dict(state_size=64), task=RECENT_TASK, steps=800,
                 description="Mamba2 with a large state (64 per head, 8,192 scalars per layer) trained on recent recall: 13 short "
                 "recalls (3 pairs, 2 queries) back to back over 6 keys, so only the latest binding of a key is right and only "
