@@ -123,10 +123,16 @@ def _curve_lines(card: dict) -> list[str]:
     step = max(1, len(curve) // 10)  # about ten rows, always the last
     for point in curve[::step] + ([curve[-1]] if curve and (len(curve) - 1) % step else []):
         lines.append(f"| {point['step']} | {point['loss']:.3f} | {point['val_accuracy']:.3f} |")
+    target = card["training"].get("target_accuracy", 0.99)
     if plateau.get("change") is not None:
+        if plateau["plateau"]:
+            verdict = "**plateau** (< 1 point)."
+        elif curve[-1]["val_accuracy"] >= target:
+            verdict = f"still moving, but stopped at its target validation accuracy ({100 * target:.0f}%): converged."
+        else:
+            verdict = "**still moving** (>= 1 point): trained to its stated budget, not to a plateau."
         lines += ["", f"Plateau check: validation accuracy changed by {100 * plateau['change']:+.1f} points from step "
-                  f"{plateau['from_step']} to {plateau['to_step']} (the last 20% of training): "
-                  + ("**plateau** (< 1 point)." if plateau["plateau"] else "**still moving** (>= 1 point): trained to the family's equal budget, not to a plateau.")]
+                  f"{plateau['from_step']} to {plateau['to_step']} (the last 20% of training): " + verdict]
     return lines
 
 

@@ -20,7 +20,10 @@ def model_table(cards: dict[str, dict]) -> list[str]:
         elif task["num_segments"] > 1:
             kind += f", {task['num_segments']} segments" + ("" if task.get("separators", True) else " without '|'")
         plateau = tr.get("plateau") or {}
-        pl = "yes" if plateau.get("plateau") else f"no ({100 * plateau['change']:+.1f} pts)" if plateau.get("change") is not None else "-"
+        curve = c["training_curve"]
+        at_target = bool(curve) and curve[-1]["val_accuracy"] >= tr.get("target_accuracy", 0.99)
+        pl = ("yes" if plateau.get("plateau") else "target reached" if at_target
+              else f"no ({100 * plateau['change']:+.1f} pts)" if plateau.get("change") is not None else "-")
         util = max(c["utilisation"]["layers"].values(), key=lambda v: v["utilisation"])["utilisation"]
         base = c.get("untrained", {}).get("utilisation", {}).get("layers", {})
         ub = max((v["utilisation"] for v in base.values()), default=float("nan"))
