@@ -17,7 +17,7 @@ from .measure import ESS_SEED, memory_cut, prompt_utilisation, separator_drop, s
 from .measure import __doc__ as _MEASURE_DOC
 from .mqar import MQARTask, evaluate_model
 
-__all__ = ["CARD_VERSION", "TEST_SAMPLES", "SWEEP_SAMPLES", "sweep_pairs", "write_card", "render_readme"]
+__all__ = ["CARD_VERSION", "TEST_SAMPLES", "SWEEP_SAMPLES", "sweep_pairs", "measure_ess", "write_card", "render_readme"]
 
 CARD_VERSION = 2
 TEST_SAMPLES = 1024
@@ -33,6 +33,14 @@ def sweep_pairs(task: MQARTask) -> tuple[int, ...]:
     while len(ks) < 4 and extra:
         ks.append(extra.pop(0))
     return tuple(sorted(ks))
+
+
+def measure_ess(model, task: MQARTask, n_prompts: int | None = None, seed: int = ESS_SEED) -> dict:
+    """The card's ``ess`` record: ``measure.memory_cut`` (totals in scalars) plus the state label."""
+    from .measure import ESS_PROMPTS
+
+    record = memory_cut(model, task, n_prompts=ESS_PROMPTS if n_prompts is None else n_prompts, seed=seed)
+    return {**record, "state": _state(record["utilisation"])}
 
 
 def _untrained(name: str):
@@ -58,7 +66,7 @@ def write_card(name: str, folder: Path | None = None, n_samples: int = TEST_SAMP
     ks = sweep_pairs(task)
     torch.manual_seed(0)
     with torch.no_grad():
-        ess = memory_cut(model, task)
+        ess = measure_ess(model, task)
         card = {
             "card_version": CARD_VERSION,
             "name": name,
@@ -73,7 +81,7 @@ def write_card(name: str, folder: Path | None = None, n_samples: int = TEST_SAMP
             "training": {k: v for k, v in record["training"].items() if k != "curve"},
             "training_curve": record["training"].get("curve", []),
             "heldout": evaluate_model(model, task, n_samples=n_samples, seed=TEST_SEED),
-            "ess": {**ess, "state": _state(ess["utilisation"])},
+            "ess": ess,
             "sweep": {"pairs": list(ks), "n_samples": SWEEP_SAMPLES, "rows": sweep(model, task, ks, n_samples=SWEEP_SAMPLES)},
             "utilisation": prompt_utilisation(model, task),
             "conventions": _MEASURE_DOC.split("Conventions (written into every card):\n", 1)[1].strip(),
