@@ -114,7 +114,7 @@ ZOO: dict[str, ZooSpec] = {
                 description="Mamba2 (as mamba2_n16) trained on the reset task: 4 segments separated by '|'; queries after '|' "
                 "may ask a key of an earlier segment, whose answer is '--'. Keeping old bindings gives wrong answers."),
         ZooSpec("gla_k16_reset", "gated_linear_attention", "ess_linear_attention", _la(16, True), task=RESET_TASK,
-                steps=RESET_STEPS // 2, description="Gated linear attention (as gla_k16) trained on the reset task."),
+                steps=RESET_STEPS, description="Gated linear attention (as gla_k16) trained on the reset task."),
     ]
 }
 
