@@ -62,7 +62,7 @@ def sweep_difficulty(name: str, ks=None, *, n_samples: int | None = None, n_prom
     card's rows come back at once; otherwise they are measured (seconds per K).
     Draw them with ``ess_explorer.views.difficulty.difficulty_figure({name: rows})``.
     """
-    from .cards import SWEEP_SAMPLES, _untrained, sweep_pairs
+    from .cards import SWEEP_SAMPLES, sweep_pairs, untrained_copy
     from .measure import ESS_PROMPTS, sweep
 
     task = task_of(name)
@@ -74,7 +74,7 @@ def sweep_difficulty(name: str, ks=None, *, n_samples: int | None = None, n_prom
     by_k = {r["pairs"]: r for r in stored}
     if cached and n_samples == SWEEP_SAMPLES and n_prompts == ESS_PROMPTS and all(k in by_k for k in ks):
         return [dict(by_k[k]) for k in ks]
-    model = _untrained(name) if untrained else load(name)[0]
+    model = untrained_copy(name) if untrained else load(name)[0]
     if model is None:
         raise ValueError(f"{name!r} has no zoo spec to rebuild an untrained copy from")
     return sweep(model, task, ks, n_samples=n_samples, n_prompts=n_prompts)

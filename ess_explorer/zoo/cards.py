@@ -17,7 +17,7 @@ from .measure import ESS_SEED, memory_cut, prompt_utilisation, separator_drop, s
 from .measure import __doc__ as _MEASURE_DOC
 from .mqar import MQARTask, evaluate_model
 
-__all__ = ["CARD_VERSION", "TEST_SAMPLES", "SWEEP_SAMPLES", "sweep_pairs", "measure_ess", "write_card", "render_readme"]
+__all__ = ["CARD_VERSION", "TEST_SAMPLES", "SWEEP_SAMPLES", "sweep_pairs", "untrained_copy", "measure_ess", "write_card", "render_readme"]
 
 CARD_VERSION = 2
 TEST_SAMPLES = 1024
@@ -43,7 +43,9 @@ def measure_ess(model, task: MQARTask, n_prompts: int | None = None, seed: int =
     return {**record, "state": _state(record["utilisation"])}
 
 
-def _untrained(name: str):
+def untrained_copy(name: str):
+    """The untrained copy of zoo model ``name``: its spec's architecture, freshly initialised with the
+    spec's seed (None for a name without a spec)."""
     from .specs import ZOO, build_model
 
     if name not in ZOO:
@@ -62,7 +64,7 @@ def write_card(name: str, folder: Path | None = None, n_samples: int = TEST_SAMP
     record = json.loads((folder / "training.json").read_text())
     task = MQARTask.from_dict(record["task"])
     model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True).eval()
-    untrained = _untrained(name)
+    untrained = untrained_copy(name)
     ks = sweep_pairs(task)
     torch.manual_seed(0)
     with torch.no_grad():
