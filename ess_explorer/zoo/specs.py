@@ -92,6 +92,8 @@ ZOO: dict[str, ZooSpec] = {
               description="LFM2-style hybrid: a gated short-conv layer (kernel 3), then a softmax-attention layer."),
         _main("mamba2_n16", "mamba2", "mamba2", dict(state_size=16),
               description="Mamba2 (SSD), 8 heads x 16 channels, state 16 per head (2,048 scalars per layer)."),
+        _main("mamba2_n4", "mamba2", "mamba2", dict(state_size=4),
+              description="Mamba2 with a small state: 4 per head (512 scalars per layer); it saturates as K grows."),
         _main("la_k16", "linear_attention", "ess_linear_attention", _la(16, False),
               description="Linear attention with a short conv, 4 heads, key size 16 (1,024 scalars per layer)."),
         _main("gla_k16", "gated_linear_attention", "ess_linear_attention", _la(16, True),
