@@ -20,7 +20,9 @@ def _layer_with_near_reset(sep: int, length: int = 24, factor: float = 1.0) -> L
     a, b = ssm.a.clone(), ssm.b.clone()
     a[:, sep - 1, :] *= factor
     b[:, sep - 1, :] *= factor
-    return LayerESS.from_operator(0, "mamba", type(ssm)(a, b, ssm.c, ssm.d), np.full(length, 4.0), tol=1e-3, relative=True)
+    return LayerESS.from_operator(
+        0, "mamba", type(ssm)(a, b, ssm.c, ssm.d), np.full(length, 4.0), tol=1e-3, relative=True
+    )
 
 
 def test_unit_scope_tolerance_sees_a_near_reset_that_the_per_cut_tolerance_misses():
@@ -60,9 +62,13 @@ def _card(name, rows, untrained_rows, family="mamba2", main=True):
     def row(k, acc, ess, tss):
         return {"pairs": k, "accuracy": acc, "ess_per_kv": ess, "entropy_ess_per_kv": ess / 2, "tss_per_kv": tss}
 
-    return {"family": family, "training": {"train_pairs": [2, 4] if main else None},
-            "sweep": {"rows": [row(*r) for r in rows]}, "untrained": {"sweep": [row(*r) for r in untrained_rows]},
-            "heldout": {"accuracy": rows[0][1]}}
+    return {
+        "family": family,
+        "training": {"train_pairs": [2, 4] if main else None},
+        "sweep": {"rows": [row(*r) for r in rows]},
+        "untrained": {"sweep": [row(*r) for r in untrained_rows]},
+        "heldout": {"accuracy": rows[0][1]},
+    }
 
 
 def test_claim_statistics_and_bootstrap_over_models():

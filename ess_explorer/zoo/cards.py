@@ -17,7 +17,16 @@ from .measure import ESS_SEED, memory_cut, prompt_utilisation, separator_drop, s
 from .measure import __doc__ as _MEASURE_DOC
 from .mqar import MQARTask, evaluate_model
 
-__all__ = ["CARD_VERSION", "TEST_SAMPLES", "SWEEP_SAMPLES", "sweep_pairs", "untrained_copy", "measure_ess", "write_card", "render_readme"]
+__all__ = [
+    "CARD_VERSION",
+    "TEST_SAMPLES",
+    "SWEEP_SAMPLES",
+    "sweep_pairs",
+    "untrained_copy",
+    "measure_ess",
+    "write_card",
+    "render_readme",
+]
 
 CARD_VERSION = 2
 TEST_SAMPLES = 1024
@@ -84,7 +93,11 @@ def write_card(name: str, folder: Path | None = None, n_samples: int = TEST_SAMP
             "training_curve": record["training"].get("curve", []),
             "heldout": evaluate_model(model, task, n_samples=n_samples, seed=TEST_SEED),
             "ess": ess,
-            "sweep": {"pairs": list(ks), "n_samples": SWEEP_SAMPLES, "rows": sweep(model, task, ks, n_samples=SWEEP_SAMPLES)},
+            "sweep": {
+                "pairs": list(ks),
+                "n_samples": SWEEP_SAMPLES,
+                "rows": sweep(model, task, ks, n_samples=SWEEP_SAMPLES),
+            },
             "utilisation": prompt_utilisation(model, task),
             "conventions": _MEASURE_DOC.split("Conventions (written into every card):\n", 1)[1].strip(),
         }
@@ -102,7 +115,11 @@ def write_card(name: str, folder: Path | None = None, n_samples: int = TEST_SAMP
         controlled = [k for k, v in RESET_CONTROLS.items() if v == name]
         if controlled:  # control: the prompts of the model it controls, with separators it was never trained on
             twin = ZOO[controlled[0]].task if controlled[0] in ZOO else SEGMENTED_TASK
-            card["separator_control"] = {**separator_drop(model, twin), "task": twin.to_dict(), "control_of": controlled}
+            card["separator_control"] = {
+                **separator_drop(model, twin),
+                "task": twin.to_dict(),
+                "control_of": controlled,
+            }
     (folder / "card.json").write_text(json.dumps(card, indent=2))
     (folder / "README.md").write_text(render_readme(card))
     return card
@@ -110,7 +127,10 @@ def write_card(name: str, folder: Path | None = None, n_samples: int = TEST_SAMP
 
 def _strip(drop: dict) -> dict:
     """A separator_drop record without its curves (for the untrained copy)."""
-    return {**drop, "layers": {i: {k: v for k, v in lay.items() if k != "ess_over_time"} for i, lay in drop["layers"].items()}}
+    return {
+        **drop,
+        "layers": {i: {k: v for k, v in lay.items() if k != "ess_over_time"} for i, lay in drop["layers"].items()},
+    }
 
 
 def _state(utilisation: float) -> str:
@@ -121,8 +141,18 @@ def _state(utilisation: float) -> str:
 
 def _state_size(config) -> dict:
     """The architecture's state sizes, as named in its config."""
-    keys = ("state_size", "head_dim", "value_dim", "num_heads", "num_attention_heads", "conv_L_cache", "layer_types",
-            "gated", "expand", "hidden_size")
+    keys = (
+        "state_size",
+        "head_dim",
+        "value_dim",
+        "num_heads",
+        "num_attention_heads",
+        "conv_L_cache",
+        "layer_types",
+        "gated",
+        "expand",
+        "hidden_size",
+    )
     return {k: getattr(config, k) for k in keys if getattr(config, k, None) is not None}
 
 
@@ -141,21 +171,28 @@ def _curve_lines(card: dict) -> list[str]:
             verdict = f"still moving, but stopped at its target validation accuracy ({100 * target:.0f}%): converged."
         else:
             verdict = "**still moving** (>= 1 point): trained to its stated budget, not to a plateau."
-        lines += ["", f"Plateau check: validation accuracy changed by {100 * plateau['change']:+.1f} points from step "
-                  f"{plateau['from_step']} to {plateau['to_step']} (the last 20% of training): " + verdict]
+        lines += [
+            "",
+            f"Plateau check: validation accuracy changed by {100 * plateau['change']:+.1f} points from step "
+            f"{plateau['from_step']} to {plateau['to_step']} (the last 20% of training): " + verdict,
+        ]
     return lines
 
 
 def _sweep_lines(card: dict) -> list[str]:
     rows = card["sweep"]["rows"]
     base = {r["pairs"]: r for r in card.get("untrained", {}).get("sweep", [])}
-    lines = ["| K | accuracy | ESS (scalars) | TSS (scalars) | ESS/kv | entropy-ESS/kv | TSS/kv | utilisation(t*) | untrained ESS/kv |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| K | accuracy | ESS (scalars) | TSS (scalars) | ESS/kv | entropy-ESS/kv | TSS/kv | utilisation(t*) | untrained ESS/kv |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         u = base.get(r["pairs"])
-        lines.append(f"| {r['pairs']} | {r['accuracy']:.3f} | {r['ess']:.0f} | {r['tss']:.0f} | {r['ess_per_kv']:.1f} | "
-                     f"{r['entropy_ess_per_kv']:.1f} | {r['tss_per_kv']:.1f} | {r['utilisation']:.3f} | "
-                     + (f"{u['ess_per_kv']:.1f} |" if u else "- |"))
+        lines.append(
+            f"| {r['pairs']} | {r['accuracy']:.3f} | {r['ess']:.0f} | {r['tss']:.0f} | {r['ess_per_kv']:.1f} | "
+            f"{r['entropy_ess_per_kv']:.1f} | {r['tss_per_kv']:.1f} | {r['utilisation']:.3f} | "
+            + (f"{u['ess_per_kv']:.1f} |" if u else "- |")
+        )
     return lines
 
 
@@ -174,69 +211,127 @@ def render_readme(card: dict) -> str:
     ess, task, tr, held = card["ess"], card["task"], card["training"], card["heldout"]
     name = card["name"]
     seg = task["num_segments"]
-    sep_text = " separated by `|`" if seg > 1 and task.get("separators", True) else " back to back (no separator)" if seg > 1 else ""
+    sep_text = (
+        " separated by `|`"
+        if seg > 1 and task.get("separators", True)
+        else " back to back (no separator)"
+        if seg > 1
+        else ""
+    )
     stale = task.get("stale_queries", 0)
     lines = [
-        f"# {name}", "", card["description"], "",
+        f"# {name}",
+        "",
+        card["description"],
+        "",
         f"A tiny `{card['architecture']}` (model_type `{card['model_type']}`, {card['parameters']:,} parameters, float32) "
         "trained from scratch on multi-query associative recall (MQAR) for the ess-explorer zoo. Load it offline with "
-        f"`ess_explorer.zoo.load(\"{name}\")` or `load_model(\"zoo:{name}\")`.", "",
-        "## Task", "",
+        f'`ess_explorer.zoo.load("{name}")` or `load_model("zoo:{name}")`.',
+        "",
+        "## Task",
+        "",
         f"- {task['num_pairs']} key-value pairs then {task['num_queries']} queries per segment, {seg} segment(s){sep_text}; "
         f"sequence length {task['length']}; {task['num_keys']} keys (syllables), {task['num_values']} values (two-digit strings).",
     ]
     if stale:
-        lines.append(f"- In every segment after the first, {stale} of the queries ask a key of an earlier segment that is absent "
-                     "from the current one; the right answer is `--` (not in this segment), so old bindings must be dropped at `|`.")
+        lines.append(
+            f"- In every segment after the first, {stale} of the queries ask a key of an earlier segment that is absent "
+            "from the current one; the right answer is `--` (not in this segment), so old bindings must be dropped at `|`."
+        )
     if tr.get("train_pairs"):
-        lines.append(f"- Training draws K from {tr['train_pairs']} (one K per batch, in turn) at the same length; the card's K is "
-                     f"{task['num_pairs']}.")
-    lines += [f"- Example: `{' '.join(card['example_prompt'].split()[:16])} ...`", "",
-              "## Training", "",
-              f"- {tr['steps_run']} of {tr['steps_planned']} planned steps (stops early at {100 * tr.get('target_accuracy', 0.99):.0f}% "
-              f"validation accuracy), batch {tr['batch_size']}, peak lr {tr['lr']}, {tr['optimizer']}, weight decay "
-              f"{tr['weight_decay']}, seed {tr['seed']}; {tr['wall_seconds']} s on {tr['threads']} CPU thread(s) of a shared machine.",
-              f"- Reproduce: `python -m ess_explorer.zoo.train --only {name}` (CPU, one thread, fixed seeds).", ""]
+        lines.append(
+            f"- Training draws K from {tr['train_pairs']} (one K per batch, in turn) at the same length; the card's K is "
+            f"{task['num_pairs']}."
+        )
+    lines += [
+        f"- Example: `{' '.join(card['example_prompt'].split()[:16])} ...`",
+        "",
+        "## Training",
+        "",
+        f"- {tr['steps_run']} of {tr['steps_planned']} planned steps (stops early at {100 * tr.get('target_accuracy', 0.99):.0f}% "
+        f"validation accuracy), batch {tr['batch_size']}, peak lr {tr['lr']}, {tr['optimizer']}, weight decay "
+        f"{tr['weight_decay']}, seed {tr['seed']}; {tr['wall_seconds']} s on {tr['threads']} CPU thread(s) of a shared machine.",
+        f"- Reproduce: `python -m ess_explorer.zoo.train --only {name}` (CPU, one thread, fixed seeds).",
+        "",
+    ]
     lines += _curve_lines(card)
-    held_text = (f"- Held-out exact-match accuracy: **{held['accuracy']:.4f}** per query ({held['n_queries']} queries, "
-                 f"{held['n_samples']} sequences, seed {held['seed']}); whole-sequence exact match {held['sequence_accuracy']:.4f}.")
+    held_text = (
+        f"- Held-out exact-match accuracy: **{held['accuracy']:.4f}** per query ({held['n_queries']} queries, "
+        f"{held['n_samples']} sequences, seed {held['seed']}); whole-sequence exact match {held['sequence_accuracy']:.4f}."
+    )
     if "stale_accuracy" in held:
-        held_text += f" Stale queries (answer `--`): {held['stale_accuracy']:.4f}; the others: {held['recall_accuracy']:.4f}."
-    lines += ["", "## Results", "", held_text,
-              f"- Memory cut t* = {ess['cut']} (after the pairs of the first segment); memory layer {ess['memory_layer']}: "
-              f"ESS = {ess['ess']:.0f}, TSS = {ess['tss']:.0f} scalars; ESS/kv = {ess['ess_per_kv']:.1f}, TSS/kv = "
-              f"{ess['tss_per_kv']:.1f}; utilisation at t* {ess['utilisation']:.3f} (**{ess['state']}**; the rank cap "
-              f"min(t*, L - t*) allows at most {ess.get('rank_cap_allows', float('nan')):.3f} at this cut)."]
+        held_text += (
+            f" Stale queries (answer `--`): {held['stale_accuracy']:.4f}; the others: {held['recall_accuracy']:.4f}."
+        )
+    lines += [
+        "",
+        "## Results",
+        "",
+        held_text,
+        f"- Memory cut t* = {ess['cut']} (after the pairs of the first segment); memory layer {ess['memory_layer']}: "
+        f"ESS = {ess['ess']:.0f}, TSS = {ess['tss']:.0f} scalars; ESS/kv = {ess['ess_per_kv']:.1f}, TSS/kv = "
+        f"{ess['tss_per_kv']:.1f}; utilisation at t* {ess['utilisation']:.3f} (**{ess['state']}**; the rank cap "
+        f"min(t*, L - t*) allows at most {ess.get('rank_cap_allows', float('nan')):.3f} at this cut).",
+    ]
     if "untrained" in card:
         u = card["untrained"]["ess"]
-        lines.append(f"- Untrained copy (same architecture and seed): ESS = {u['ess']:.0f} scalars (ESS/kv {u['ess_per_kv']:.1f}), "
-                     f"utilisation at t* {u['utilisation']:.3f}. "
-                     + ("Training *lowered* ESS: at this size the untrained architecture already fills most of what the prompt "
-                        "allows, and training prunes it." if u["ess"] > ess["ess"] else "Training raised ESS."))
+        lines.append(
+            f"- Untrained copy (same architecture and seed): ESS = {u['ess']:.0f} scalars (ESS/kv {u['ess_per_kv']:.1f}), "
+            f"utilisation at t* {u['utilisation']:.3f}. "
+            + (
+                "Training *lowered* ESS: at this size the untrained architecture already fills most of what the prompt "
+                "allows, and training prunes it."
+                if u["ess"] > ess["ess"]
+                else "Training raised ESS."
+            )
+        )
     util = card["utilisation"]
-    lines += ["", "### Utilisation over whole prompts", "",
-              "| layer | utilisation (ratio of peaks) | the rank cap allows | untrained copy |", "|---|---|---|---|"]
+    lines += [
+        "",
+        "### Utilisation over whole prompts",
+        "",
+        "| layer | utilisation (ratio of peaks) | the rank cap allows | untrained copy |",
+        "|---|---|---|---|",
+    ]
     base = card.get("untrained", {}).get("utilisation", {}).get("layers", {})
     for i, lay in util["layers"].items():
         b = base.get(i)
-        lines.append(f"| {i} | {lay['utilisation']:.3f} | {lay['rank_cap_allows']:.3f} | " + (f"{b['utilisation']:.3f} |" if b else "- |"))
-    lines += ["", "### Difficulty sweep (held-out, not retrained)", "",
-              f"Accuracy and state at the memory cut as the number of pairs K grows at a fixed length "
-              f"({card['sweep']['n_samples']} sequences per K). Redraw: `zoo.sweep_difficulty(\"{name}\")`.", ""]
+        lines.append(
+            f"| {i} | {lay['utilisation']:.3f} | {lay['rank_cap_allows']:.3f} | "
+            + (f"{b['utilisation']:.3f} |" if b else "- |")
+        )
+    lines += [
+        "",
+        "### Difficulty sweep (held-out, not retrained)",
+        "",
+        f"Accuracy and state at the memory cut as the number of pairs K grows at a fixed length "
+        f'({card["sweep"]["n_samples"]} sequences per K). Redraw: `zoo.sweep_difficulty("{name}")`.',
+        "",
+    ]
     lines += _sweep_lines(card)
     if "separator_drop" in card:
         drop = card["separator_drop"]
-        lines += ["", "### Drop at the separators", "",
-                  f"Total ESS (scalars, unit-scope tolerance 1e-3 x the unit's largest sigma_1), mean over {drop['n_prompts']} "
-                  f"prompts, separators at {drop['separators']}:", ""]
+        lines += [
+            "",
+            "### Drop at the separators",
+            "",
+            f"Total ESS (scalars, unit-scope tolerance 1e-3 x the unit's largest sigma_1), mean over {drop['n_prompts']} "
+            f"prompts, separators at {drop['separators']}:",
+            "",
+        ]
         lines += _drop_lines(drop)
         if "untrained" in card and "separator_drop" in card["untrained"]:
             lines += ["", "Untrained copy:", ""] + _drop_lines(card["untrained"]["separator_drop"])
     if "separator_control" in card:
         drop = card["separator_control"]
-        lines += ["", f"### Control: separators it was never trained on (for {', '.join(drop['control_of'])})", "",
-                  f"Its prompts ({drop['task']['num_segments']} segments of {drop['task']['num_pairs']} pairs, "
-                  f"separators at {drop['separators']}), same measurement:", ""]
+        lines += [
+            "",
+            f"### Control: separators it was never trained on (for {', '.join(drop['control_of'])})",
+            "",
+            f"Its prompts ({drop['task']['num_segments']} segments of {drop['task']['num_pairs']} pairs, "
+            f"separators at {drop['separators']}), same measurement:",
+            "",
+        ]
         lines += _drop_lines(drop)
     lines += ["", "## Conventions", "", card["conventions"], ""]
     return "\n".join(lines)

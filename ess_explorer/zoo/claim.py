@@ -42,17 +42,27 @@ def points(cards: dict[str, dict], untrained: bool = False) -> list[dict]:
             source = base.get(row["pairs"]) if untrained else row
             if source is None:
                 continue
-            out.append({"model": name, "family": info["family"], "pairs": row["pairs"], "accuracy": row["accuracy"],
-                        "untrained_accuracy": base[row["pairs"]]["accuracy"] if row["pairs"] in base else None,
-                        **{k: source[k] for k in PREDICTORS}})
+            out.append(
+                {
+                    "model": name,
+                    "family": info["family"],
+                    "pairs": row["pairs"],
+                    "accuracy": row["accuracy"],
+                    "untrained_accuracy": base[row["pairs"]]["accuracy"] if row["pairs"] in base else None,
+                    **{k: source[k] for k in PREDICTORS},
+                }
+            )
     return out
 
 
 def _stats(acc: np.ndarray, x: np.ndarray) -> dict:
     if len(acc) < 3 or np.ptp(x) == 0 or np.ptp(acc) == 0:
         return {"spearman": float("nan"), "pearson": float("nan"), "pearson_log10": float("nan")}
-    return {"spearman": float(stats.spearmanr(x, acc)[0]), "pearson": float(stats.pearsonr(x, acc)[0]),
-            "pearson_log10": float(stats.pearsonr(np.log10(np.maximum(x, 1e-12)), acc)[0])}
+    return {
+        "spearman": float(stats.spearmanr(x, acc)[0]),
+        "pearson": float(stats.pearsonr(x, acc)[0]),
+        "pearson_log10": float(stats.pearsonr(np.log10(np.maximum(x, 1e-12)), acc)[0]),
+    }
 
 
 def correlations(rows: list[dict]) -> dict:
@@ -101,8 +111,10 @@ def claim(cards: dict[str, dict], n_boot: int = N_BOOT) -> dict:
             if len({r["model"] for r in rows}) < 2:
                 continue
             out["groups"].setdefault(group, {})[variant] = {
-                "n_models": len({r["model"] for r in rows}), "n_points": len(rows),
-                "correlations": correlations(rows), "bootstrap": bootstrap(rows, n_boot=n_boot),
+                "n_models": len({r["model"] for r in rows}),
+                "n_points": len(rows),
+                "correlations": correlations(rows),
+                "bootstrap": bootstrap(rows, n_boot=n_boot),
             }
     out["untrained_accuracy"] = [p["untrained_accuracy"] for p in points(cards) if p["untrained_accuracy"] is not None]
     out["resets"] = _resets(cards)
@@ -116,10 +128,18 @@ def _resets(cards: dict) -> list[dict]:
         for key, role in (("separator_drop", "trained on '|'"), ("separator_control", "control: no '|' in training")):
             if key in info:
                 d = info[key]
-                rows.append({"model": name, "role": role, "modulation": d["modulation"], "layer": d["layer"],
-                             "per_layer": {i: lay["modulation"] for i, lay in d["layers"].items()},
-                             "past_scale": min(lay.get("past_scale", 1.0) for lay in d["layers"].values()),
-                             "accuracy": info["heldout"]["accuracy"], "stale_accuracy": info["heldout"].get("stale_accuracy")})
+                rows.append(
+                    {
+                        "model": name,
+                        "role": role,
+                        "modulation": d["modulation"],
+                        "layer": d["layer"],
+                        "per_layer": {i: lay["modulation"] for i, lay in d["layers"].items()},
+                        "past_scale": min(lay.get("past_scale", 1.0) for lay in d["layers"].values()),
+                        "accuracy": info["heldout"]["accuracy"],
+                        "stale_accuracy": info["heldout"].get("stale_accuracy"),
+                    }
+                )
     return rows
 
 
@@ -131,8 +151,16 @@ def _collapse(cards: dict) -> list[dict]:
             continue
         base = info.get("untrained", {}).get("utilisation", {}).get("layers", {})
         for i, lay in util["layers"].items():
-            rows.append({"model": name, "layer": i, "utilisation": lay["utilisation"], "rank_cap_allows": lay["rank_cap_allows"],
-                         "untrained": base.get(i, {}).get("utilisation"), "length": util["length"]})
+            rows.append(
+                {
+                    "model": name,
+                    "layer": i,
+                    "utilisation": lay["utilisation"],
+                    "rank_cap_allows": lay["rank_cap_allows"],
+                    "untrained": base.get(i, {}).get("utilisation"),
+                    "length": util["length"],
+                }
+            )
     return rows
 
 
@@ -142,40 +170,67 @@ def _fmt_ci(value: float, ci: list) -> str:
 
 def format_claim(record: dict, cards: dict) -> str:
     """The claim as text tables (what --write puts into the zoo README)."""
-    lines = [f"{'model':<20}{'family':<24}{'K':>4}{'acc':>7}{'ESS/kv':>9}{'eESS/kv':>9}{'TSS/kv':>9}{'untr. ESS/kv':>13}"]
+    lines = [
+        f"{'model':<20}{'family':<24}{'K':>4}{'acc':>7}{'ESS/kv':>9}{'eESS/kv':>9}{'TSS/kv':>9}{'untr. ESS/kv':>13}"
+    ]
     lines.append("-" * len(lines[0]))
     base = {(p["model"], p["pairs"]): p for p in points(cards, untrained=True)}
     for p in points(cards):
         u = base.get((p["model"], p["pairs"]))
-        lines.append(f"{p['model']:<20}{p['family']:<24}{p['pairs']:>4}{p['accuracy']:>7.3f}{p['ess_per_kv']:>9.1f}"
-                     f"{p['entropy_ess_per_kv']:>9.1f}{p['tss_per_kv']:>9.1f}{(u['ess_per_kv'] if u else float('nan')):>13.1f}")
+        lines.append(
+            f"{p['model']:<20}{p['family']:<24}{p['pairs']:>4}{p['accuracy']:>7.3f}{p['ess_per_kv']:>9.1f}"
+            f"{p['entropy_ess_per_kv']:>9.1f}{p['tss_per_kv']:>9.1f}{(u['ess_per_kv'] if u else float('nan')):>13.1f}"
+        )
     for group, variants in record["groups"].items():
         for variant, rec in variants.items():
-            title = {"trained": "accuracy vs the trained model's state", "untrained_control": "control: accuracy vs the UNTRAINED copy's state"}[variant]
-            lines += ["", f"[{group}] {title} ({rec['n_models']} models, {rec['n_points']} (model, K) points; "
-                      f"95% bootstrap over models, {rec['bootstrap']['n_boot']} resamples)"]
+            title = {
+                "trained": "accuracy vs the trained model's state",
+                "untrained_control": "control: accuracy vs the UNTRAINED copy's state",
+            }[variant]
+            lines += [
+                "",
+                f"[{group}] {title} ({rec['n_models']} models, {rec['n_points']} (model, K) points; "
+                f"95% bootstrap over models, {rec['bootstrap']['n_boot']} resamples)",
+            ]
             for key, label in PREDICTORS.items():
                 c, b = rec["correlations"][key], rec["bootstrap"][key]
-                lines.append(f"  {label:<15} Spearman {_fmt_ci(c['spearman'], b['spearman'])}   Pearson {_fmt_ci(c['pearson'], b['pearson'])}"
-                             f"   Pearson(log10) {_fmt_ci(c['pearson_log10'], b['pearson_log10'])}")
+                lines.append(
+                    f"  {label:<15} Spearman {_fmt_ci(c['spearman'], b['spearman'])}   Pearson {_fmt_ci(c['pearson'], b['pearson'])}"
+                    f"   Pearson(log10) {_fmt_ci(c['pearson_log10'], b['pearson_log10'])}"
+                )
             d = rec["correlations"]["ess_per_kv"]["spearman"] - rec["correlations"]["tss_per_kv"]["spearman"]
-            lines.append(f"  Spearman(ESS/kv) - Spearman(TSS/kv) = {_fmt_ci(d, rec['bootstrap']['spearman_ess_minus_tss'])}")
+            lines.append(
+                f"  Spearman(ESS/kv) - Spearman(TSS/kv) = {_fmt_ci(d, rec['bootstrap']['spearman_ess_minus_tss'])}"
+            )
     ua = record["untrained_accuracy"]
     if ua:
-        lines += ["", f"Untrained copies answer at chance: accuracy {min(ua):.3f} to {max(ua):.3f} over all (model, K)."]
+        lines += [
+            "",
+            f"Untrained copies answer at chance: accuracy {min(ua):.3f} to {max(ua):.3f} over all (model, K).",
+        ]
     if record["resets"]:
-        lines += ["", "Learned resets: modulation at '|' (unit-scope tolerance; best memory layer; 1 = state emptied) and the",
-                  "median factor by which '|' scales the past (sigma_1 of H_sep over sigma_1 before it; smallest over memory layers)"]
+        lines += [
+            "",
+            "Learned resets: modulation at '|' (unit-scope tolerance; best memory layer; 1 = state emptied) and the",
+            "median factor by which '|' scales the past (sigma_1 of H_sep over sigma_1 before it; smallest over memory layers)",
+        ]
         for r in record["resets"]:
             per = ", ".join(f"layer {i} {v:+.2f}" for i, v in r["per_layer"].items())
             stale = f", stale-query accuracy {r['stale_accuracy']:.3f}" if r["stale_accuracy"] is not None else ""
-            lines.append(f"  {r['model']:<20} {r['role']:<30} modulation {r['modulation']:+.2f} ({per}); past scaled by "
-                         f"{r['past_scale']:.2f}; accuracy {r['accuracy']:.3f}{stale}")
+            lines.append(
+                f"  {r['model']:<20} {r['role']:<30} modulation {r['modulation']:+.2f} ({per}); past scaled by "
+                f"{r['past_scale']:.2f}; accuracy {r['accuracy']:.3f}{stale}"
+            )
     if record["collapse"]:
-        lines += ["", "Utilisation over whole prompts (ratio of peaks; what the rank cap min(t, L - t) allows; the untrained copy)"]
+        lines += [
+            "",
+            "Utilisation over whole prompts (ratio of peaks; what the rank cap min(t, L - t) allows; the untrained copy)",
+        ]
         for r in record["collapse"]:
             u = f"{r['untrained']:.3f}" if r["untrained"] is not None else "-"
-            lines.append(f"  {r['model']:<20} layer {r['layer']}  {r['utilisation']:.3f}   cap allows {r['rank_cap_allows']:.3f}   untrained {u}   (L = {r['length']})")
+            lines.append(
+                f"  {r['model']:<20} layer {r['layer']}  {r['utilisation']:.3f}   cap allows {r['rank_cap_allows']:.3f}   untrained {u}   (L = {r['length']})"
+            )
     return "\n".join(lines)
 
 
@@ -195,16 +250,23 @@ def verdict(record: dict) -> list[str]:
             comp = "TSS/kv ranks accuracy better than ESS/kv, and the bootstrap interval of the difference excludes 0"
         else:
             comp = "the interval of the difference includes 0: on these models ESS/kv does not demonstrably beat TSS/kv"
-        out.append(f"- [{group}] Spearman with accuracy: ESS/kv {e:+.2f}, TSS/kv {t:+.2f} ({rec['n_models']} models); {comp} "
-                   f"(difference {e - t:+.2f}, 95% interval [{lo:+.2f}, {hi:+.2f}]).")
+        out.append(
+            f"- [{group}] Spearman with accuracy: ESS/kv {e:+.2f}, TSS/kv {t:+.2f} ({rec['n_models']} models); {comp} "
+            f"(difference {e - t:+.2f}, 95% interval [{lo:+.2f}, {hi:+.2f}])."
+        )
         ctrl = variants.get("untrained_control")
         if ctrl:
             u = ctrl["correlations"]["ess_per_kv"]["spearman"]
             ulo, uhi = ctrl["bootstrap"]["ess_per_kv"]["spearman"]
-            out.append(f"- [{group}] Control: the untrained copies' ESS/kv gives Spearman {u:+.2f} [{ulo:+.2f}, {uhi:+.2f}] against the "
-                       f"trained accuracy (trained ESS/kv: {e:+.2f}); " + (
-                           "about as good, so much of the signal is the architecture and K, not what training did."
-                           if abs(u - e) < 0.1 else "training changes the ranking."))
+            out.append(
+                f"- [{group}] Control: the untrained copies' ESS/kv gives Spearman {u:+.2f} [{ulo:+.2f}, {uhi:+.2f}] against the "
+                f"trained accuracy (trained ESS/kv: {e:+.2f}); "
+                + (
+                    "about as good, so much of the signal is the architecture and K, not what training did."
+                    if abs(u - e) < 0.1
+                    else "training changes the ranking."
+                )
+            )
     from .specs import RESET_CONTROLS
 
     resets = {r["model"]: r for r in record["resets"]}
@@ -213,19 +275,33 @@ def verdict(record: dict) -> list[str]:
         if r is None or c is None or r["role"] == c["role"]:
             continue
         strong = r["modulation"] >= 0.5 and c["modulation"] <= 0.2
-        out.append(f"- Reset, {model} (control {control}): modulation at '|' {r['modulation']:+.2f} vs {c['modulation']:+.2f}; "
-                   f"'|' scales the past by {r['past_scale']:.2f} vs {c['past_scale']:.2f}. " + (
-                       "A learned reset that empties the state." if strong else
-                       "The rank count does not drop by half (modulation < 0.5): " + (
-                           "the separator scales the old state down instead of emptying it (a partial reset, seen in sigma_1)."
-                           if r["past_scale"] < 0.5 * c["past_scale"] else "no learned reset is visible.")))
+        out.append(
+            f"- Reset, {model} (control {control}): modulation at '|' {r['modulation']:+.2f} vs {c['modulation']:+.2f}; "
+            f"'|' scales the past by {r['past_scale']:.2f} vs {c['past_scale']:.2f}. "
+            + (
+                "A learned reset that empties the state."
+                if strong
+                else "The rank count does not drop by half (modulation < 0.5): "
+                + (
+                    "the separator scales the old state down instead of emptying it (a partial reset, seen in sigma_1)."
+                    if r["past_scale"] < 0.5 * c["past_scale"]
+                    else "no learned reset is visible."
+                )
+            )
+        )
     low = [c for c in record["collapse"] if c["rank_cap_allows"] >= 0.5 and c["untrained"] is not None]
     if low:
         best = min(low, key=lambda c: c["utilisation"])
-        out.append(f"- Collapse: {best['model']} layer {best['layer']} uses {best['utilisation']:.3f} of its state over whole prompts "
-                   f"(L = {best['length']}, where the rank cap allows {best['rank_cap_allows']:.2f}); its untrained copy "
-                   f"{best['untrained']:.3f}. " + ("Collapsed by training (<= 0.1)." if best["utilisation"] <= 0.1 else
-                                                    "Training lowered it, but not to the collapsed threshold 0.1."))
+        out.append(
+            f"- Collapse: {best['model']} layer {best['layer']} uses {best['utilisation']:.3f} of its state over whole prompts "
+            f"(L = {best['length']}, where the rank cap allows {best['rank_cap_allows']:.2f}); its untrained copy "
+            f"{best['untrained']:.3f}. "
+            + (
+                "Collapsed by training (<= 0.1)."
+                if best["utilisation"] <= 0.1
+                else "Training lowered it, but not to the collapsed threshold 0.1."
+            )
+        )
     return out
 
 
@@ -233,7 +309,9 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(prog="python -m ess_explorer.zoo.claim", description=__doc__.split("\n")[0])
     parser.add_argument("--recompute", action="store_true", help="re-measure every card first (rewrites them)")
     parser.add_argument("--json", action="store_true", help="print the record as JSON instead of tables")
-    parser.add_argument("--write", action="store_true", help="also write the zoo README (the zoo index) with these results")
+    parser.add_argument(
+        "--write", action="store_true", help="also write the zoo README (the zoo index) with these results"
+    )
     parser.add_argument("--only", nargs="*", help="models to include (default: every shipped model)")
     parser.add_argument("--boot", type=int, default=N_BOOT, help=f"bootstrap resamples (default {N_BOOT})")
     args = parser.parse_args(argv)

@@ -107,16 +107,31 @@ def memory_cut(model, task: MQARTask, n_prompts: int = ESS_PROMPTS, seed: int = 
             col = int(np.flatnonzero(lay.positions == t_star)[0])
             m = _scalars(model, lay)[:, 0]
             ess, ent, tss = lay.tolerance_ess[:, col].astype(np.float64), lay.entropy_ess[:, col], lay.tss[:, col]
-            rec = per_layer.setdefault(index, {"family": lay.family, "unit_kind": lay.unit_kind, "n_units": lay.n_units,
-                                               "multiplicity": int(m[0]), "rows": []})
-            rec["rows"].append({
-                "ess": float((m * ess).sum()),
-                "entropy_ess": float((m * ent).sum()),
-                "tss": float((m * tss).sum()),
-                "utilisation": float(np.mean(np.divide(ess, tss, out=np.zeros_like(ess), where=tss > 0))),
-                "rank_cap_allows": float(np.mean(np.divide(np.minimum(lay.rank_bound[:, col], tss), tss,
-                                                           out=np.zeros_like(tss), where=tss > 0))),
-            })
+            rec = per_layer.setdefault(
+                index,
+                {
+                    "family": lay.family,
+                    "unit_kind": lay.unit_kind,
+                    "n_units": lay.n_units,
+                    "multiplicity": int(m[0]),
+                    "rows": [],
+                },
+            )
+            rec["rows"].append(
+                {
+                    "ess": float((m * ess).sum()),
+                    "entropy_ess": float((m * ent).sum()),
+                    "tss": float((m * tss).sum()),
+                    "utilisation": float(np.mean(np.divide(ess, tss, out=np.zeros_like(ess), where=tss > 0))),
+                    "rank_cap_allows": float(
+                        np.mean(
+                            np.divide(
+                                np.minimum(lay.rank_bound[:, col], tss), tss, out=np.zeros_like(tss), where=tss > 0
+                            )
+                        )
+                    ),
+                }
+            )
     layers = {}
     for index, rec in per_layer.items():
         rows = rec.pop("rows")
@@ -128,15 +143,27 @@ def memory_cut(model, task: MQARTask, n_prompts: int = ESS_PROMPTS, seed: int = 
     ess, ent = layers[main]["ess"], layers[main]["entropy_ess"]
     tss = max(lay["tss"] for lay in layers.values())
     return {
-        "pairs": k, "cut": t_star, "length": task.length, "n_prompts": n_prompts, "seed": seed,
-        "memory_layer": main, "ess": ess, "entropy_ess": ent, "tss": tss,
-        "ess_per_kv": ess / k, "entropy_ess_per_kv": ent / k, "tss_per_kv": tss / k,
-        "utilisation": layers[main]["utilisation"], "rank_cap_allows": layers[main]["rank_cap_allows"],
+        "pairs": k,
+        "cut": t_star,
+        "length": task.length,
+        "n_prompts": n_prompts,
+        "seed": seed,
+        "memory_layer": main,
+        "ess": ess,
+        "entropy_ess": ent,
+        "tss": tss,
+        "ess_per_kv": ess / k,
+        "entropy_ess_per_kv": ent / k,
+        "tss_per_kv": tss / k,
+        "utilisation": layers[main]["utilisation"],
+        "rank_cap_allows": layers[main]["rank_cap_allows"],
         "layers": {str(i): layers[i] for i in sorted(layers)},
     }
 
 
-def sweep(model, task: MQARTask, ks, n_samples: int = 512, n_prompts: int = ESS_PROMPTS, test_seed: int = 10_000) -> list[dict]:
+def sweep(
+    model, task: MQARTask, ks, n_samples: int = 512, n_prompts: int = ESS_PROMPTS, test_seed: int = 10_000
+) -> list[dict]:
     """Accuracy and ESS/kv at each number of pairs K in ``ks`` (``task.with_pairs(k)``: same length).
 
     One row per K: pairs, accuracy (``n_samples`` held-out sequences from ``test_seed``),
@@ -171,8 +198,14 @@ def _total_over_time(model, result, index, tol) -> np.ndarray:
 
 
 @torch.no_grad()
-def separator_drop(model, task: MQARTask, n_prompts: int = ESS_PROMPTS, seed: int = ESS_SEED,
-                   tol: float = UNIT_SCOPE_TOL, window: int = MODULATION_WINDOW) -> dict:
+def separator_drop(
+    model,
+    task: MQARTask,
+    n_prompts: int = ESS_PROMPTS,
+    seed: int = ESS_SEED,
+    tol: float = UNIT_SCOPE_TOL,
+    window: int = MODULATION_WINDOW,
+) -> dict:
     """Total ESS (scalars, unit-scope tolerance) around the separators, per memory layer.
 
     Per layer: past_scale (median over separators, prompts and units of sigma_1(H_sep) / mean
@@ -206,14 +239,25 @@ def separator_drop(model, task: MQARTask, n_prompts: int = ESS_PROMPTS, seed: in
             mod_sep = np.where(before > 0, 1 - at / before, np.nan)
         out[str(index)] = {
             "family": families[index],
-            "ess_before": float(before.mean()), "ess_at": float(at.mean()), "ess_after": float(after.mean()),
-            "modulation": float(np.nanmean(mod)), "modulation_at_sep": float(np.nanmean(mod_sep)),
-            "past_scale": float(np.median(ratio)), "units_scaled_below_0.1": float(np.mean(ratio < 0.1)),
+            "ess_before": float(before.mean()),
+            "ess_at": float(at.mean()),
+            "ess_after": float(after.mean()),
+            "modulation": float(np.nanmean(mod)),
+            "modulation_at_sep": float(np.nanmean(mod_sep)),
+            "past_scale": float(np.median(ratio)),
+            "units_scaled_below_0.1": float(np.mean(ratio < 0.1)),
             "ess_over_time": [round(float(x), 2) for x in rows.mean(0)],
         }
     best = max(out, key=lambda i: out[i]["modulation"])
-    return {"separators": seps, "window": window, "n_prompts": n_prompts, "tolerance": {"tol": tol, "scope": "unit"},
-            "modulation": out[best]["modulation"], "layer": int(best), "layers": out}
+    return {
+        "separators": seps,
+        "window": window,
+        "n_prompts": n_prompts,
+        "tolerance": {"tol": tol, "scope": "unit"},
+        "modulation": out[best]["modulation"],
+        "layer": int(best),
+        "layers": out,
+    }
 
 
 @torch.no_grad()
@@ -232,6 +276,13 @@ def prompt_utilisation(model, task: MQARTask, n_prompts: int = ESS_PROMPTS, seed
             tss_peak = lay.tss.max(1)
             cap = np.minimum(lay.rank_bound.max(1), tss_peak)
             caps[index] = float(np.mean(np.divide(cap, tss_peak, out=np.zeros_like(tss_peak), where=tss_peak > 0)))
-    layers = {str(i): {"utilisation": float(np.mean(v)), "rank_cap_allows": caps[i]} for i, v in sorted(per_layer.items())}
-    return {"length": task.length, "n_prompts": n_prompts, "seed": seed, "layers": layers,
-            "utilisation": max(v["utilisation"] for v in layers.values())}
+    layers = {
+        str(i): {"utilisation": float(np.mean(v)), "rank_cap_allows": caps[i]} for i, v in sorted(per_layer.items())
+    }
+    return {
+        "length": task.length,
+        "n_prompts": n_prompts,
+        "seed": seed,
+        "layers": layers,
+        "utilisation": max(v["utilisation"] for v in layers.values()),
+    }

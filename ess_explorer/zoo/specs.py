@@ -14,8 +14,23 @@ import torch
 from ..architectures import EssLinearAttentionConfig, EssLinearAttentionForCausalLM
 from .mqar import MQARTask
 
-__all__ = ["VALIDATION_SEED", "TEST_SEED", "MAIN_TASK", "TRAIN_PAIRS", "RESET_TASK", "RECENT_TASK", "REBIND_TASK", "SEPARATED_TASK", "SEGMENTED_TASK",
-           "MAIN_STEPS", "RESET_STEPS", "ZooSpec", "ZOO", "RESET_CONTROLS", "build_model"]
+__all__ = [
+    "VALIDATION_SEED",
+    "TEST_SEED",
+    "MAIN_TASK",
+    "TRAIN_PAIRS",
+    "RESET_TASK",
+    "RECENT_TASK",
+    "REBIND_TASK",
+    "SEPARATED_TASK",
+    "SEGMENTED_TASK",
+    "MAIN_STEPS",
+    "RESET_STEPS",
+    "ZooSpec",
+    "ZOO",
+    "RESET_CONTROLS",
+    "build_model",
+]
 
 VALIDATION_SEED = 20_000
 TEST_SEED = 10_000
@@ -79,44 +94,126 @@ RESET_STEPS = 3000  # the equal budget of the reset-task models (batch 32, L = 1
 
 
 def _main(name, family, arch, arch_kwargs, description, **kw) -> ZooSpec:
-    return ZooSpec(name, family, arch, arch_kwargs, task=MAIN_TASK, train_pairs=TRAIN_PAIRS, steps=MAIN_STEPS,
-                   description=description, **kw)
+    return ZooSpec(
+        name,
+        family,
+        arch,
+        arch_kwargs,
+        task=MAIN_TASK,
+        train_pairs=TRAIN_PAIRS,
+        steps=MAIN_STEPS,
+        description=description,
+        **kw,
+    )
 
 
 ZOO: dict[str, ZooSpec] = {
     spec.name: spec
     for spec in [
-        _main("llama", "softmax_attention", "llama", dict(num_attention_heads=4), lr=1e-3,
-              description="Softmax attention (Llama class, 4 heads, RoPE): its KV cache grows with t."),
-        _main("lfm2", "hybrid", "lfm2", dict(layer_types=["conv", "full_attention"]),
-              description="LFM2-style hybrid: a gated short-conv layer (kernel 3), then a softmax-attention layer."),
-        _main("mamba2_n16", "mamba2", "mamba2", dict(state_size=16),
-              description="Mamba2 (SSD), 8 heads x 16 channels, state 16 per head (2,048 scalars per layer)."),
-        _main("mamba2_n4", "mamba2", "mamba2", dict(state_size=4),
-              description="Mamba2 with a small state: 4 per head (512 scalars per layer); it saturates as K grows."),
-        _main("la_k16", "linear_attention", "ess_linear_attention", _la(16, False),
-              description="Linear attention with a short conv, 4 heads, key size 16 (1,024 scalars per layer)."),
-        _main("gla_k16", "gated_linear_attention", "ess_linear_attention", _la(16, True),
-              description="Gated linear attention (per-key decay), 4 heads, key size 16 (1,024 scalars per layer)."),
-        ZooSpec("mamba2_n64_recent", "mamba2", "mamba2", dict(state_size=64), task=RECENT_TASK, steps=800,
-                description="Mamba2 with a large state (64 per head, 8,192 scalars per layer) trained on recent recall: 13 short "
-                "recalls (3 pairs, 2 queries) back to back over 6 keys, so only the latest binding of a key is right and only "
-                "the last ~10 tokens matter. The learned-collapse example."),
-        ZooSpec("mamba2_n128_rebind", "mamba2", "mamba2", dict(state_size=128), task=REBIND_TASK, steps=800,
-                description="Mamba2 with a state of 128 per head (16,384 scalars per layer) trained on fast rebinding: 13 "
-                "short recalls (3 pairs, 2 queries) back to back over only 4 keys, so every key is rebound every few tokens "
-                "and only the last ~10 tokens matter. The learned-collapse example."),
-        ZooSpec("mamba2_n16_sep", "mamba2", "mamba2", dict(state_size=16), task=SEPARATED_TASK, steps=800,
-                description="Mamba2 (as mamba2_n16) trained on recent recall with '|' between the short recalls (13 recalls "
-                "of 3 pairs + 2 queries over 6 keys): everything before the last '|' is noise, so the state can be emptied there."),
-        ZooSpec("mamba2_n16_recent", "mamba2", "mamba2", dict(state_size=16), task=RECENT_TASK, steps=800,
-                description="Mamba2 (as mamba2_n16) trained on the same recent recall with no separator: the control of "
-                "mamba2_n16_sep."),
-        ZooSpec("mamba2_n16_reset", "mamba2", "mamba2", dict(state_size=16), task=RESET_TASK, steps=RESET_STEPS,
-                description="Mamba2 (as mamba2_n16) trained on the reset task: 4 segments separated by '|'; queries after '|' "
-                "may ask a key of an earlier segment, whose answer is '--'. Keeping old bindings gives wrong answers."),
-        ZooSpec("gla_k16_reset", "gated_linear_attention", "ess_linear_attention", _la(16, True), task=RESET_TASK,
-                steps=RESET_STEPS, description="Gated linear attention (as gla_k16) trained on the reset task."),
+        _main(
+            "llama",
+            "softmax_attention",
+            "llama",
+            dict(num_attention_heads=4),
+            lr=1e-3,
+            description="Softmax attention (Llama class, 4 heads, RoPE): its KV cache grows with t.",
+        ),
+        _main(
+            "lfm2",
+            "hybrid",
+            "lfm2",
+            dict(layer_types=["conv", "full_attention"]),
+            description="LFM2-style hybrid: a gated short-conv layer (kernel 3), then a softmax-attention layer.",
+        ),
+        _main(
+            "mamba2_n16",
+            "mamba2",
+            "mamba2",
+            dict(state_size=16),
+            description="Mamba2 (SSD), 8 heads x 16 channels, state 16 per head (2,048 scalars per layer).",
+        ),
+        _main(
+            "mamba2_n4",
+            "mamba2",
+            "mamba2",
+            dict(state_size=4),
+            description="Mamba2 with a small state: 4 per head (512 scalars per layer); it saturates as K grows.",
+        ),
+        _main(
+            "la_k16",
+            "linear_attention",
+            "ess_linear_attention",
+            _la(16, False),
+            description="Linear attention with a short conv, 4 heads, key size 16 (1,024 scalars per layer).",
+        ),
+        _main(
+            "gla_k16",
+            "gated_linear_attention",
+            "ess_linear_attention",
+            _la(16, True),
+            description="Gated linear attention (per-key decay), 4 heads, key size 16 (1,024 scalars per layer).",
+        ),
+        ZooSpec(
+            "mamba2_n64_recent",
+            "mamba2",
+            "mamba2",
+            dict(state_size=64),
+            task=RECENT_TASK,
+            steps=800,
+            description="Mamba2 with a large state (64 per head, 8,192 scalars per layer) trained on recent recall: 13 short "
+            "recalls (3 pairs, 2 queries) back to back over 6 keys, so only the latest binding of a key is right and only "
+            "the last ~10 tokens matter. The learned-collapse example.",
+        ),
+        ZooSpec(
+            "mamba2_n128_rebind",
+            "mamba2",
+            "mamba2",
+            dict(state_size=128),
+            task=REBIND_TASK,
+            steps=800,
+            description="Mamba2 with a state of 128 per head (16,384 scalars per layer) trained on fast rebinding: 13 "
+            "short recalls (3 pairs, 2 queries) back to back over only 4 keys, so every key is rebound every few tokens "
+            "and only the last ~10 tokens matter. The learned-collapse example.",
+        ),
+        ZooSpec(
+            "mamba2_n16_sep",
+            "mamba2",
+            "mamba2",
+            dict(state_size=16),
+            task=SEPARATED_TASK,
+            steps=800,
+            description="Mamba2 (as mamba2_n16) trained on recent recall with '|' between the short recalls (13 recalls "
+            "of 3 pairs + 2 queries over 6 keys): everything before the last '|' is noise, so the state can be emptied there.",
+        ),
+        ZooSpec(
+            "mamba2_n16_recent",
+            "mamba2",
+            "mamba2",
+            dict(state_size=16),
+            task=RECENT_TASK,
+            steps=800,
+            description="Mamba2 (as mamba2_n16) trained on the same recent recall with no separator: the control of "
+            "mamba2_n16_sep.",
+        ),
+        ZooSpec(
+            "mamba2_n16_reset",
+            "mamba2",
+            "mamba2",
+            dict(state_size=16),
+            task=RESET_TASK,
+            steps=RESET_STEPS,
+            description="Mamba2 (as mamba2_n16) trained on the reset task: 4 segments separated by '|'; queries after '|' "
+            "may ask a key of an earlier segment, whose answer is '--'. Keeping old bindings gives wrong answers.",
+        ),
+        ZooSpec(
+            "gla_k16_reset",
+            "gated_linear_attention",
+            "ess_linear_attention",
+            _la(16, True),
+            task=RESET_TASK,
+            steps=RESET_STEPS,
+            description="Gated linear attention (as gla_k16) trained on the reset task.",
+        ),
     ]
 }
 
@@ -139,15 +236,31 @@ def build_model(spec: ZooSpec, seed: int | None = None):
 
     torch.manual_seed(spec.seed if seed is None else seed)
     vocab = spec.task.vocab.size
-    common = dict(vocab_size=vocab, hidden_size=64, num_hidden_layers=2, pad_token_id=0, bos_token_id=None, eos_token_id=None)
+    common = dict(
+        vocab_size=vocab, hidden_size=64, num_hidden_layers=2, pad_token_id=0, bos_token_id=None, eos_token_id=None
+    )
     kw = dict(spec.arch_kwargs)
     if spec.arch == "llama":
-        cfg = LlamaConfig(**common, intermediate_size=128, num_key_value_heads=kw["num_attention_heads"],
-                          max_position_embeddings=256, tie_word_embeddings=False, **kw)
+        cfg = LlamaConfig(
+            **common,
+            intermediate_size=128,
+            num_key_value_heads=kw["num_attention_heads"],
+            max_position_embeddings=256,
+            tie_word_embeddings=False,
+            **kw,
+        )
         return LlamaForCausalLM(cfg)
     if spec.arch == "lfm2":
-        cfg = Lfm2Config(**common, intermediate_size=128, num_attention_heads=4, num_key_value_heads=4,
-                         max_position_embeddings=256, block_auto_adjust_ff_dim=False, conv_L_cache=3, **kw)
+        cfg = Lfm2Config(
+            **common,
+            intermediate_size=128,
+            num_attention_heads=4,
+            num_key_value_heads=4,
+            max_position_embeddings=256,
+            block_auto_adjust_ff_dim=False,
+            conv_L_cache=3,
+            **kw,
+        )
         return Lfm2ForCausalLM(cfg)
     if spec.arch == "mamba2":
         # d_inner = expand * hidden = 128 = num_heads * head_dim; n_groups=1 for tiny head counts.
@@ -157,7 +270,14 @@ def build_model(spec: ZooSpec, seed: int | None = None):
         cfg = MambaConfig(**common, expand=2, conv_kernel=4, tie_word_embeddings=False, **kw)
         return MambaForCausalLM(cfg)
     if spec.arch == "ess_linear_attention":
-        cfg = EssLinearAttentionConfig(vocab_size=vocab, hidden_size=64, num_hidden_layers=2, intermediate_size=128,
-                                       max_position_embeddings=256, pad_token_id=0, **kw)
+        cfg = EssLinearAttentionConfig(
+            vocab_size=vocab,
+            hidden_size=64,
+            num_hidden_layers=2,
+            intermediate_size=128,
+            max_position_embeddings=256,
+            pad_token_id=0,
+            **kw,
+        )
         return EssLinearAttentionForCausalLM(cfg)
     raise ValueError(f"unknown arch {spec.arch!r}; known: llama, lfm2, mamba, mamba2, ess_linear_attention")
