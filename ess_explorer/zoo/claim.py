@@ -10,7 +10,7 @@ normalised the same way (TSS/kv). Here every model's difficulty sweep gives poin
 (model, K); over all points: Spearman and Pearson of held-out accuracy with ESS/kv,
 entropy-ESS/kv and TSS/kv (Pearson also on log10, since TSS/kv spans decades), each with a
 95% bootstrap interval that resamples *models* (a model's points move together), and the
-bootstrap interval of Spearman(ESS/kv) - Spearman(TSS/kv). Control: the same statistics with
+bootstrap interval of Spearman(ESS/kv) - Spearman(TSS/kv) (likewise for entropy-ESS/kv). Control: the same statistics with
 the ESS/kv of each architecture's *untrained* copy as the predictor of the trained accuracy
 (if it does as well, ESS/kv is reading the architecture, not what training did).
 Also printed: the learned resets (modulation at "|", trained vs controls) and the utilisation
@@ -81,7 +81,7 @@ def bootstrap(rows: list[dict], n_boot: int = N_BOOT, seed: int = BOOT_SEED, lev
     by_model = {m: [r for r in rows if r["model"] == m] for m in models}
     rng = np.random.default_rng(seed)
     draws: dict[str, dict[str, list]] = {k: {"spearman": [], "pearson": [], "pearson_log10": []} for k in PREDICTORS}
-    diff = []
+    diff, diff_entropy = [], []
     for _ in range(n_boot):
         pick = rng.integers(0, len(models), size=len(models))
         sample = [r for i in pick for r in by_model[models[i]]]
@@ -93,10 +93,14 @@ def bootstrap(rows: list[dict], n_boot: int = N_BOOT, seed: int = BOOT_SEED, lev
         d = corr["ess_per_kv"]["spearman"] - corr["tss_per_kv"]["spearman"]
         if np.isfinite(d):
             diff.append(d)
+        d = corr["entropy_ess_per_kv"]["spearman"] - corr["tss_per_kv"]["spearman"]
+        if np.isfinite(d):
+            diff_entropy.append(d)
     q = [(1 - level) / 2 * 100, (1 + level) / 2 * 100]
     interval = lambda v: [float(x) for x in np.percentile(v, q)] if v else [float("nan")] * 2  # noqa: E731
     out = {key: {stat: interval(v) for stat, v in d.items()} for key, d in draws.items()}
     out["spearman_ess_minus_tss"] = interval(diff)
+    out["spearman_entropy_ess_minus_tss"] = interval(diff_entropy)
     out.update(n_boot=n_boot, seed=seed, level=level, resampled="models", n_defined=len(diff))
     return out
 
@@ -198,10 +202,12 @@ def format_claim(record: dict, cards: dict) -> str:
                     f"  {label:<15} Spearman {_fmt_ci(c['spearman'], b['spearman'])}   Pearson {_fmt_ci(c['pearson'], b['pearson'])}"
                     f"   Pearson(log10) {_fmt_ci(c['pearson_log10'], b['pearson_log10'])}"
                 )
-            d = rec["correlations"]["ess_per_kv"]["spearman"] - rec["correlations"]["tss_per_kv"]["spearman"]
-            lines.append(
-                f"  Spearman(ESS/kv) - Spearman(TSS/kv) = {_fmt_ci(d, rec['bootstrap']['spearman_ess_minus_tss'])}"
-            )
+            for key, label, dkey in (
+                ("ess_per_kv", "ESS/kv", "spearman_ess_minus_tss"),
+                ("entropy_ess_per_kv", "entropy-ESS/kv", "spearman_entropy_ess_minus_tss"),
+            ):
+                d = rec["correlations"][key]["spearman"] - rec["correlations"]["tss_per_kv"]["spearman"]
+                lines.append(f"  Spearman({label}) - Spearman(TSS/kv) = {_fmt_ci(d, rec['bootstrap'][dkey])}")
     ua = record["untrained_accuracy"]
     if ua:
         lines += [
@@ -234,6 +240,10 @@ def format_claim(record: dict, cards: dict) -> str:
     return "\n".join(lines)
 
 
+def _ci(interval: list) -> str:
+    return f"[{interval[0]:+.2f}, {interval[1]:+.2f}]"
+
+
 def verdict(record: dict) -> list[str]:
     """Plain sentences about what the numbers show (written into the README)."""
     out = []
@@ -242,31 +252,40 @@ def verdict(record: dict) -> list[str]:
         if not rec:
             continue
         c, b = rec["correlations"], rec["bootstrap"]
-        e, t = c["ess_per_kv"]["spearman"], c["tss_per_kv"]["spearman"]
-        lo, hi = b["spearman_ess_minus_tss"]
-        if lo > 0:
-            comp = "ESS/kv ranks accuracy better than TSS/kv, and the bootstrap interval of the difference excludes 0"
-        elif hi < 0:
-            comp = "TSS/kv ranks accuracy better than ESS/kv, and the bootstrap interval of the difference excludes 0"
-        else:
-            comp = "the interval of the difference includes 0: on these models ESS/kv does not demonstrably beat TSS/kv"
-        out.append(
-            f"- [{group}] Spearman with accuracy: ESS/kv {e:+.2f}, TSS/kv {t:+.2f} ({rec['n_models']} models); {comp} "
-            f"(difference {e - t:+.2f}, 95% interval [{lo:+.2f}, {hi:+.2f}])."
-        )
+        t = c["tss_per_kv"]["spearman"]
+        for key, label, dkey in (
+            ("ess_per_kv", "ESS/kv", "spearman_ess_minus_tss"),
+            ("entropy_ess_per_kv", "entropy-ESS/kv", "spearman_entropy_ess_minus_tss"),
+        ):
+            e = c[key]["spearman"]
+            lo, hi = b[dkey]
+            if lo > 0:
+                comp = f"{label} ranks accuracy better than TSS/kv, and the bootstrap interval of the difference excludes 0"
+            elif hi < 0:
+                comp = f"TSS/kv ranks accuracy better than {label}, and the bootstrap interval of the difference excludes 0"
+            else:
+                comp = f"the interval of the difference includes 0: on these models {label} does not demonstrably beat TSS/kv"
+            out.append(
+                f"- [{group}] Spearman with accuracy: {label} {e:+.2f} {_ci(b[key]['spearman'])}, TSS/kv {t:+.2f} "
+                f"{_ci(b['tss_per_kv']['spearman'])} ({rec['n_models']} models, {rec['n_points']} points); {comp} "
+                f"(difference {e - t:+.2f}, 95% interval [{lo:+.2f}, {hi:+.2f}])."
+            )
+        e = c["ess_per_kv"]["spearman"]
         ctrl = variants.get("untrained_control")
         if ctrl:
-            u = ctrl["correlations"]["ess_per_kv"]["spearman"]
-            ulo, uhi = ctrl["bootstrap"]["ess_per_kv"]["spearman"]
-            out.append(
-                f"- [{group}] Control: the untrained copies' ESS/kv gives Spearman {u:+.2f} [{ulo:+.2f}, {uhi:+.2f}] against the "
-                f"trained accuracy (trained ESS/kv: {e:+.2f}); "
-                + (
-                    "about as good, so much of the signal is the architecture and K, not what training did."
-                    if abs(u - e) < 0.1
-                    else "training changes the ranking."
+            for key, label in (("ess_per_kv", "ESS/kv"), ("entropy_ess_per_kv", "entropy-ESS/kv")):
+                u, e = ctrl["correlations"][key]["spearman"], c[key]["spearman"]
+                out.append(
+                    f"- [{group}] Control: the untrained copies' {label} gives Spearman {u:+.2f} "
+                    f"{_ci(ctrl['bootstrap'][key]['spearman'])} against the trained accuracy (trained {label}: {e:+.2f}); "
+                    + (
+                        "about as good, so that signal is the architecture and K, not what training did."
+                        if abs(u - e) < 0.1
+                        else "the trained state ranks accuracy better: training changed it."
+                        if e > u
+                        else "the untrained state ranks accuracy better."
+                    )
                 )
-            )
     from .specs import RESET_CONTROLS
 
     resets = {r["model"]: r for r in record["resets"]}
