@@ -63,17 +63,19 @@ def difficulty_chart(sweeps: dict, untrained: dict | None = None):
     """The two-panel Altair chart (no theme); see the module docstring."""
     frame = difficulty_frame(sweeps, untrained)
     names = list(dict.fromkeys(frame["series"]))
+    legend = alt.Legend(orient="right", title=None, symbolType="stroke")
     colour = alt.Color(
         "series:N",
         title=None,
         sort=names,
+        legend=legend,
         scale=alt.Scale(domain=names, range=[OKABE_ITO[k % len(OKABE_ITO)] for k in range(len(names))]),
     )
     dash = alt.StrokeDash(
         "series:N",
         title=None,
         sort=names,
-        legend=None,
+        legend=legend,
         scale=alt.Scale(domain=names, range=[DASHES[k % len(DASHES)] for k in range(len(names))]),
     )
     x = alt.X(
@@ -106,7 +108,7 @@ def difficulty_chart(sweeps: dict, untrained: dict | None = None):
             .mark_line(point=alt.OverlayMarkDef(filled=False), strokeDash=[1, 2], strokeWidth=0.8)
             .encode(x=x, y=y, color=colour, tooltip=["series:N", "pairs:Q", "value:Q"])
         )
-    return alt.hconcat(accuracy, alt.layer(*layers)).resolve_scale(color="shared")
+    return alt.hconcat(accuracy, alt.layer(*layers)).resolve_scale(color="shared", strokeDash="shared")
 
 
 def difficulty_figure(
