@@ -235,18 +235,18 @@ def test_empty_prompt_is_refused_in_words(ex, fake):
 
 
 def test_long_prompt_strided_overview_then_refined_each_layer_once(fake):
-    prompt = " ".join(f"w{i}" for i in range(200))  # > OVERVIEW_POSITIONS: stride 2
-    ex = _open(fake, "zoo:fake", prompt, layer=2)
+    prompt = " ".join(f"w{i}" for i in range(40))  # stride 4 (the auto stride is tested in test_session.py)
+    ex = _open(fake, "zoo:fake", prompt, layer=2, stride=4)
     assert len(fake.captures) == 1
     assert [(c["layer"], c["stride"]) for c in fake.calls] == [
-        (2, None), (0, 2), (1, 2), (3, 2), (0, None), (1, None), (3, None)]
-    assert all(len(lay.positions) == 200 for lay in ex.result.layers.values())
+        (2, None), (0, 4), (1, 4), (3, 4), (0, None), (1, None), (3, None)]
+    assert all(len(lay.positions) == 40 for lay in ex.result.layers.values())
     assert not ex.result.meta["overview_stride"] and "computed at stride" not in str(ex.chart.spec)
     assert ex.layer == 2 and ex.refine_w.layout.display == "none"
 
 
 def test_a_failed_refinement_keeps_the_strided_result_and_can_continue(fake):
-    prompt = " ".join(f"w{i}" for i in range(200))
+    prompt = " ".join(f"w{i}" for i in range(40))
     original = fake.layer
 
     def flaky(captured, layer, **kw):
@@ -255,10 +255,10 @@ def test_a_failed_refinement_keeps_the_strided_result_and_can_continue(fake):
             raise RuntimeError("out of memory")
         return original(captured, layer, **kw)
 
-    ex = widget.explore("zoo:fake", prompt, layer=2, **{**fake.options(), "layer_fn": flaky})
+    ex = widget.explore("zoo:fake", prompt, layer=2, stride=4, **{**fake.options(), "layer_fn": flaky})
     assert ex.wait(60) is False
-    assert ex.result.meta["overview_stride"] == 2 and ex.result.meta["exact_layers"] == [2]
-    assert "out of memory" in ex.status_w.value and "layers computed at stride 2" in str(ex.chart.spec)
+    assert ex.result.meta["overview_stride"] == 4 and ex.result.meta["exact_layers"] == [2]
+    assert "out of memory" in ex.status_w.value and "layers computed at stride 4" in str(ex.chart.spec)
     assert ex.refine_w.layout.display != "none"
     ex.layer = 1  # a strided layer: computed next, exactly
     assert ex.wait(60) is True

@@ -386,8 +386,7 @@ class ESSExplorer(W.VBox):
                 wanted = self.layer if self.layer in result.layers else info.get("layer")
                 self.show_result(result, layer=wanted, unit=self.unit, keep_t=not new_prompt)
             else:
-                self.result = result
-                self._spec_cache.clear()  # the overview (and maybe the shown layer) changed
+                self.result = result  # same prompt: the cached structures stay valid (see _structure)
                 self._guarded(self.refresh)
 
     # ------------------------------------------------------------------ views
@@ -423,8 +422,12 @@ class ESSExplorer(W.VBox):
         return dict(layer=self.layer, unit=self.unit, variant=self.variant, tol=self.tol, relative=self.relative)
 
     def _structure(self) -> dict:
-        """The spec without data for the current (result, layer, unit, metric): cached."""
-        key = (self.layer, self.unit, self.overview_metric)
+        """The spec without data for the current (result, layer, unit, metric): cached. The
+        key holds what of a progressing result the structure reads (its overview stride,
+        how many layers, whether the shown layer is exact yet); the rest is the prompt's."""
+        meta = self.result.meta
+        key = (self.layer, self.unit, self.overview_metric, meta.get("overview_stride"), meta.get("stride"),
+               len(self.result.layers), len(self.result.layer(self.layer).positions))
         if key not in self._spec_cache:
             t0 = charts.default_position(self.result, **self._options())
             chart = charts.linked_structure(self.result, layer=self.layer, unit=self.unit, t=t0, names=self.names,
