@@ -211,6 +211,11 @@ class ESSExplorer(W.VBox):
             else:
                 self.run()
 
+    @property
+    def source(self) -> str | None:
+        """The model source (the ``model`` traitlet; the name of earlier releases)."""
+        return self.model
+
     # ------------------------------------------------------------------ trait observers
     @T.validate("layer")
     def _check_layer(self, proposal):
