@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from ess_explorer.sources import DEFAULT_MODEL
+
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,6 +79,4 @@ def test_ess_explorer_analyze_with_no_arguments_offline(installed):
     done = _run([str(installed["venv"] / "bin" / "ess-explorer"), "analyze"], env=installed["env"],
                 cwd=installed["cwd"])
     text = done.stdout + done.stderr
-    from ess_explorer.sources import DEFAULT_MODEL
-
     assert f"zoo:{DEFAULT_MODEL}" in text, text[-2000:]
