@@ -18,7 +18,8 @@ A run, in order (each step moves the progress bar; its ETA is tqdm's):
    (`prioritise`) is computed next.
 7. the whole exact result goes into the cache and the captured operators are released.
 Each (layer, stride) is computed once from the one capture. ``on_result(result, info)`` is
-called after steps 4 and 5 and after every refined layer, with info = {"phase": "selected"
+called after steps 4 and 5, during refinement for a layer asked for, at the end and at
+most every REFRESH_EVERY_S seconds otherwise, with info = {"phase": "selected"
 | "overview" | "refined", "layer", "exact_layers", "final"}; `cancel` stops a run between
 steps, and `resume` continues one that was cancelled or failed.
 
@@ -39,6 +40,9 @@ from ..result import ESSResult, LayerESS
 
 __all__ = ["ExplorerSession", "Cancelled", "plan", "overview_stride", "OVERVIEW_POSITIONS"]
 
+# During refinement the views are updated at most this often (each update recomputes the
+# overview's data), and at once for a layer asked for and at the end.
+REFRESH_EVERY_S = 2.0
 # Prompts longer than this get the other layers at every ceil(L / OVERVIEW_POSITIONS)-th
 # cut first; the selected layer is always exact.
 OVERVIEW_POSITIONS = 128
@@ -273,6 +277,7 @@ class ExplorerSession:
         with self._lock:
             total = sum(len(range(0, len(captured.input_ids), s or 1)) for _, s in self._tasks)
         bar = self.progress(total=total, desc="analysing", unit="cut")
+        last_report = time.perf_counter()
         try:
             while True:
                 with self._lock:
@@ -300,10 +305,11 @@ class ExplorerSession:
                     phase = "selected"
                 elif missing_before and not missing:
                     phase = "overview"
-                elif not missing or asked:
+                elif asked or (not missing and (final or time.perf_counter() - last_report >= REFRESH_EVERY_S)):
                     phase = "refined"
                 else:
-                    continue  # the overview is still filling: one redraw when it is complete
+                    continue  # the overview is filling (one update when complete) or refining (throttled)
+                last_report = time.perf_counter()
                 if on_result is not None:
                     on_result(self.result, {"phase": phase, "layer": index, "exact_layers": self.exact_layers(),
                                             "final": final})
