@@ -20,7 +20,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .checks import as_tensor, require
-from .operators import DiagonalSSM
+from .operators import FACTORED_OPERATORS
 from .sweeps import factored_hankel_singular_values, single_threaded_torch
 
 __all__ = ["hankel_singular_values", "validate_operator", "GRAM_GUARD"]
@@ -86,7 +86,7 @@ def hankel_singular_values(
 
     Parameters
     ----------
-    op : array (*batch, L, L) lower triangular, or a DiagonalSSM.
+    op : array (*batch, L, L) lower triangular, or a DiagonalSSM / DPLRSSM.
     top_k : keep the K largest values per cut (default: all, K = L // 2 dense, N factored).
     dtype : computation and output dtype (float64 by default; float32 is ~1e-6 relative).
     device : torch device to compute on (default: the operator's own).
@@ -100,7 +100,7 @@ def hankel_singular_values(
     -------
     tensor (*batch, P, K), descending and zero-padded; P = L unless positions/stride given.
     """
-    if isinstance(op, DiagonalSSM):
+    if isinstance(op, FACTORED_OPERATORS):
         pos = _positions(op.length, positions, stride)
         return factored_hankel_singular_values(op, positions=pos, top_k=top_k, dtype=dtype, device=device)
     require(method in ("auto", "svd", "gram"), f"method must be 'auto', 'svd' or 'gram', got {method!r}")
