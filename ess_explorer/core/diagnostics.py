@@ -44,6 +44,8 @@ FAMILIES = {
     "mamba2": ("head", "N: d_state (shared by the head's channels)"),
     "lti_ssm": ("channel", "N: the state size"),
     "short_conv": ("channel", "k - 1: kernel length minus one"),
+    "gated_deltanet": ("head", "d_k: the key size (per value channel; the head's d_v channels share T)"),
+    "kda": ("head", "d_k: the key size (per value channel; the head's d_v channels share T)"),
 }
 
 
