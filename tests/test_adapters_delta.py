@@ -10,11 +10,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np
 import pytest
 import torch
+from test_adapters import LENGTH, build
+from test_dplr import assert_spectra_match
 
 from ess_explorer import DPLRSSM, analyze, entropy_ess, hankel_singular_values, tolerance_ess
 from ess_explorer.capture import capture, layer_slots
-from test_adapters import LENGTH, build
-from test_dplr import assert_spectra_match
 
 DELTA_MODELS = ["qwen3_next", "qwen3_5_text", "olmo_hybrid", "kimi_linear"]
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from ess_explorer import DiagonalSSM, DPLRSSM, entropy_ess, hankel_singular_values, tolerance_ess
+from ess_explorer import DPLRSSM, DiagonalSSM, entropy_ess, hankel_singular_values, tolerance_ess
 
 
 def assert_spectra_match(factored, dense):

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 from .checks import require
-from .operators import DiagonalSSM, DPLRSSM
+from .operators import DPLRSSM, DiagonalSSM
 
 __all__ = ["factored_hankel_singular_values", "single_threaded_torch"]
 
