@@ -194,7 +194,7 @@ def layer_slots(model: nn.Module) -> list[LayerSlot]:
         raise ValueError(
             f"model type {model_type!r} ({type(model).__name__}) is not supported. Supported model types: "
             f"{', '.join(supported_model_types())} (families: softmax attention, mamba, mamba2, short conv, "
-            "linear / gated linear attention). Adapters are registered in one place, "
+            "linear / gated linear attention, delta rule). Adapters are registered in one place, "
             "ess_explorer/adapters/__init__.py (MODEL_TYPES): add the model type there."
         )
     return MODEL_TYPES[model_type](model)
