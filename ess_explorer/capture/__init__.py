@@ -104,18 +104,29 @@ def _sliding_window(config, index: int) -> int | None:
     return window if config.model_type == "mistral" else None
 
 
+def _chunk(config, index: int) -> int | None:
+    """Chunk length of attention layer ``index``: layer_types "chunked_attention" (Llama 4)."""
+    kinds = getattr(config, "layer_types", None)
+    if kinds is not None and index < len(kinds) and kinds[index] == "chunked_attention":
+        return int(config.attention_chunk_size)
+    return None
+
+
+def _slot(config, index: int, adapter: str, module: nn.Module) -> LayerSlot:
+    if adapter != "attention":
+        return LayerSlot(index, adapter, module)
+    return LayerSlot(index, adapter, module, _sliding_window(config, index), _chunk(config, index))
+
+
 def _uniform(path: str, attribute: str, adapter: str):
     def slots(model):
         layers = _find(model, path)
-        return [
-            LayerSlot(i, adapter, getattr(layer, attribute), _sliding_window(model.config, i) if adapter == "attention" else None)
-            for i, layer in enumerate(layers)
-        ]
+        return [_slot(model.config, i, adapter, getattr(layer, attribute)) for i, layer in enumerate(layers)]
 
     return slots
 
 
-_ATTENTION_KINDS = ("attention", "full_attention", "sliding_attention")
+_ATTENTION_KINDS = ("attention", "full_attention", "sliding_attention", "chunked_attention")
 
 
 def _hybrid(path: str, table: dict[str, tuple[str, str]]):
@@ -132,8 +143,7 @@ def _hybrid(path: str, table: dict[str, tuple[str, str]]):
             module = layer
             for name in attribute.split("."):
                 module = getattr(module, name)
-            window = _sliding_window(model.config, i) if adapter == "attention" else None
-            out.append(LayerSlot(i, adapter, module, window))
+            out.append(_slot(model.config, i, adapter, module))
         return out
 
     return slots
@@ -161,6 +171,17 @@ MODEL_TYPES = {
         },
     ),
     "ess_linear_attention": _uniform("model.layers", "mixer", "linear_attention"),
+    # softmax attention: the eager probabilities include soft-capping, windows and chunks
+    "qwen3": _uniform("model.layers", "self_attn", "attention"),
+    "qwen3_moe": _uniform("model.layers", "self_attn", "attention"),
+    "gemma2": _uniform("model.layers", "self_attn", "attention"),
+    "gemma3_text": _uniform("model.layers", "self_attn", "attention"),
+    "phi3": _uniform("model.layers", "self_attn", "attention"),
+    "olmo2": _uniform("model.layers", "self_attn", "attention"),
+    "granite": _uniform("model.layers", "self_attn", "attention"),
+    "llama4_text": _uniform("model.layers", "self_attn", "attention"),
+    "falcon": _uniform("transformer.h", "self_attention", "attention"),
+    "lfm2_moe": _hybrid("model.layers", {"conv": ("conv", "short_conv"), **_ATTN}),
 }
 
 
@@ -188,12 +209,20 @@ def eager_attention(model: nn.Module, needed: bool = True):
     config = getattr(model, "config", None)
     previous = getattr(config, "_attn_implementation", None)
     switch = needed and previous != "eager" and hasattr(model, "set_attn_implementation")
+    forced = False
     if switch:
         model.set_attn_implementation("eager")
+        if config._attn_implementation != "eager":
+            # Falcon refuses the dynamic switch (it reads the config at each call, not an
+            # attention interface): set the config's implementation for the pass instead.
+            config._attn_implementation = "eager"
+            forced = True
     try:
         yield
     finally:
-        if switch and isinstance(previous, str):
+        if forced:
+            config._attn_implementation = previous
+        elif switch and isinstance(previous, str):
             model.set_attn_implementation(previous)
 
 
