@@ -49,6 +49,24 @@ def _configs():
             num_hidden_layers=2, layer_types=["conv", "full_attention"], num_dense_layers=1, num_experts=2,
             num_experts_per_tok=1, moe_intermediate_size=32, **ATTN, **IDS,
         ),
+        "falcon_h1": tf.FalconH1Config(
+            num_hidden_layers=2, mamba_d_ssm=64, mamba_n_heads=4, mamba_d_state=4, mamba_chunk_size=8,
+            mamba_expand=2, **ATTN, **IDS,
+        ),
+        "granitemoehybrid": tf.GraniteMoeHybridConfig(
+            num_hidden_layers=2, layer_types=["mamba", "attention"], mamba_n_heads=4, mamba_d_head=16,
+            mamba_n_groups=1, mamba_d_state=4, mamba_chunk_size=8, num_local_experts=2, num_experts_per_tok=1,
+            **ATTN, **IDS,
+        ),
+        "nemotron_h": tf.NemotronHConfig(
+            layers_block_type=["mamba", "mlp", "attention", "moe"], mamba_num_heads=4, mamba_head_dim=16,
+            n_groups=1, ssm_state_size=4, chunk_size=8, n_routed_experts=2, num_experts_per_tok=1,
+            moe_intermediate_size=32, moe_shared_expert_intermediate_size=32, **ATTN, **IDS,
+        ),
+        "zamba": tf.ZambaConfig(
+            num_hidden_layers=3, hidden_size=32, num_attention_heads=4, num_key_value_heads=4, mamba_d_state=4,
+            n_mamba_heads=2, layers_block_type=["mamba", "hybrid", "hybrid"], **IDS,
+        ),
     }
 
 
@@ -65,6 +83,10 @@ EXPECTED_FAMILIES = {
     "llama4_text": ["chunked_attention", ATT],
     "falcon": [ATT] * 2,
     "lfm2_moe": ["short_conv", ATT],
+    "falcon_h1": ["mamba2", ATT] * 2,
+    "granitemoehybrid": ["mamba2", ATT],
+    "nemotron_h": ["mamba2", ATT],
+    "zamba": ["mamba"] * 3,
 }
 
 
@@ -73,6 +95,13 @@ def build(name: str, seed: int = 0):
     torch.manual_seed(seed)
     config = CONFIGS[name].__class__.from_dict(CONFIGS[name].to_dict())
     model = tf.AutoModelForCausalLM.from_config(config).eval()
+    if name == "zamba":  # its init makes B, C ~ 1e-2 and D = 1: every channel's T ~ identity
+        with torch.no_grad():
+            for key, param in model.named_parameters():
+                if key.endswith("x_proj_weight"):
+                    param.normal_(0.0, 0.3)
+                elif key.endswith("mamba.D"):
+                    param.uniform_(-1.0, 1.0)
     ids = torch.randint(1, VOCAB, (1, LENGTH), generator=torch.Generator().manual_seed(seed + 1))
     return model, ids
 
@@ -142,3 +171,26 @@ def test_llama4_chunked_layer_is_block_diagonal_and_its_tss_resets_per_chunk():
     for cut in range(1, LENGTH):
         rank = torch.linalg.matrix_rank(op[cut:, :cut]).item()
         assert rank <= cut % 6
+
+
+def test_falcon_h1_analyses_both_parallel_mixers_as_labelled_slots():
+    model, ids = build("falcon_h1")
+    result = analyze(model, ids, progress=False)
+    assert sorted(result.layers) == [0, 1, 2, 3]
+    assert result.meta["slots"] == {
+        "0": "layer 0 mamba2", "1": "layer 0 attention", "2": "layer 1 mamba2", "3": "layer 1 attention",
+    }
+    assert result.layers[0].family == "mamba2" and result.layers[1].family == ATT
+    # one mixer alone: its key, not a layer index
+    only = analyze(model, ids, layers=[3], progress=False)
+    assert sorted(only.layers) == [3] and only.layers[3].family == ATT
+
+
+def test_nemotron_mlp_blocks_are_skipped_with_a_reason_not_silently():
+    model, ids = build("nemotron_h")
+    result = analyze(model, ids, progress=False)
+    assert sorted(result.layers) == [0, 2]
+    assert set(result.meta["skipped_layers"]) == {"1", "3"}
+    assert "no sequence mixer" in result.meta["skipped_layers"]["1"]
+    with pytest.raises(ValueError, match="layer index 1 is out of range.*0, 2"):
+        analyze(model, ids, layers=[1], progress=False)

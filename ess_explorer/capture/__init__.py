@@ -51,6 +51,7 @@ __all__ = [
     "ADAPTERS",
     "MODEL_TYPES",
     "supported_model_types",
+    "skipped_layers",
     "layer_slots",
     "capture",
     "eager_attention",
@@ -151,6 +152,40 @@ def _hybrid(path: str, table: dict[str, tuple[str, str]]):
 
 _ATTN = {kind: ("self_attn", "attention") for kind in _ATTENTION_KINDS}
 
+
+def _falcon_h1(model):
+    """Falcon-H1: every layer runs Mamba2 (``.mamba``) and attention (``.self_attn``) in
+    parallel on the same input. Both are analysed as two slots per layer: key 2 i is layer
+    i's Mamba2 mixer, key 2 i + 1 its attention (the order they run in); each slot's label
+    says which (ESSResult.meta["slots"])."""
+    out = []
+    for i, layer in enumerate(_find(model, "model.layers")):
+        out.append(LayerSlot(2 * i, "mamba2", layer.mamba, label=f"layer {i} mamba2"))
+        attention = _slot(model.config, i, "attention", layer.self_attn)
+        out.append(LayerSlot(2 * i + 1, "attention", layer.self_attn, attention.window, attention.chunk, f"layer {i} attention"))
+    return out
+
+
+def _mixers(path: str, attribute: str, table: dict[str, str], skip: dict[str, str]):
+    """Layers that each hold one block at ``attribute`` whose kind comes from the config's
+    layer types (Nemotron-H): kind -> adapter; kinds in ``skip`` hold no sequence mixer
+    (MLP / MoE blocks) and get no slot (their reason is in `skipped_layers`)."""
+
+    def slots(model):
+        out = []
+        for i, (layer, kind) in enumerate(zip(_find(model, path), _layer_types(model))):
+            if kind in skip:
+                continue
+            if kind not in table:
+                raise ValueError(f"{model.config.model_type} layer {i} has layer type {kind!r}, which no adapter handles")
+            out.append(_slot(model.config, i, table[kind], getattr(layer, attribute)))
+        return out
+
+    return slots
+
+
+_NEMOTRON_SKIP = {"mlp": "an MLP block: no sequence mixer", "moe": "a mixture-of-experts MLP block: no sequence mixer"}
+
 MODEL_TYPES = {
     "gpt2": _uniform("transformer.h", "attn", "attention"),
     "llama": _uniform("model.layers", "self_attn", "attention"),
@@ -182,7 +217,29 @@ MODEL_TYPES = {
     "llama4_text": _uniform("model.layers", "self_attn", "attention"),
     "falcon": _uniform("transformer.h", "self_attention", "attention"),
     "lfm2_moe": _hybrid("model.layers", {"conv": ("conv", "short_conv"), **_ATTN}),
+    # Mamba / Mamba2 hybrids
+    "falcon_h1": _falcon_h1,
+    "granitemoehybrid": _hybrid("model.layers", {"mamba": ("mamba", "mamba2"), "linear_attention": ("mamba", "mamba2"), **_ATTN}),
+    "nemotron_h": _mixers(
+        "model.layers", "mixer", {"mamba": "mamba2", "linear_attention": "mamba2", **{k: "attention" for k in _ATTENTION_KINDS}},
+        _NEMOTRON_SKIP,
+    ),
+    "zamba": _hybrid("model.layers", {"mamba": ("mamba", "mamba"), "linear_attention": ("mamba", "mamba"), "hybrid": ("mamba_decoder.mamba", "mamba")}),
 }
+
+# model_type -> function(model) -> {layer index: reason} for layers deliberately not analysed
+SKIPPED = {
+    "nemotron_h": lambda model: {
+        i: _NEMOTRON_SKIP[kind] for i, kind in enumerate(_layer_types(model)) if kind in _NEMOTRON_SKIP
+    },
+}
+
+
+def skipped_layers(model: nn.Module) -> dict[int, str]:
+    """Layers of ``model`` that get no LayerSlot, with the reason (recorded in
+    ESSResult.meta["skipped_layers"]; never skipped silently)."""
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    return SKIPPED[model_type](model) if model_type in SKIPPED else {}
 
 
 def supported_model_types() -> list[str]:
