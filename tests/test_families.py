@@ -67,6 +67,19 @@ def _configs():
             num_hidden_layers=3, hidden_size=32, num_attention_heads=4, num_key_value_heads=4, mamba_d_state=4,
             n_mamba_heads=2, layers_block_type=["mamba", "hybrid", "hybrid"], **IDS,
         ),
+        "recurrent_gemma": tf.RecurrentGemmaConfig(
+            num_hidden_layers=2, hidden_size=32, lru_width=32, num_attention_heads=4, num_key_value_heads=1,
+            intermediate_size=64, attention_window_size=5, block_types=["recurrent", "attention"], **IDS,
+        ),
+        "minimax": tf.MiniMaxConfig(
+            num_hidden_layers=2, layer_types=["linear_attention", "full_attention"], head_dim=8, block_size=6,
+            num_local_experts=2, num_experts_per_tok=1, **ATTN, **IDS,
+        ),
+        "rwkv": tf.RwkvConfig(num_hidden_layers=2, hidden_size=32, attention_hidden_size=32, intermediate_size=64, **IDS),
+        "xlstm": tf.xLSTMConfig(
+            num_hidden_layers=2, hidden_size=64, num_heads=2, qk_dim_factor=1.0, v_dim_factor=1.0, chunk_size=64,
+            vocab_size=VOCAB, bos_token_id=0, eos_token_id=0, pad_token_id=0,
+        ),
     }
 
 
@@ -87,6 +100,10 @@ EXPECTED_FAMILIES = {
     "granitemoehybrid": ["mamba2", ATT],
     "nemotron_h": ["mamba2", ATT],
     "zamba": ["mamba"] * 3,
+    "recurrent_gemma": ["rg_lru", ATT],
+    "minimax": ["lightning_attention", ATT],
+    "rwkv": ["rwkv"] * 2,
+    "xlstm": ["mlstm"] * 2,
 }
 
 
@@ -194,3 +211,25 @@ def test_nemotron_mlp_blocks_are_skipped_with_a_reason_not_silently():
     assert "no sequence mixer" in result.meta["skipped_layers"]["1"]
     with pytest.raises(ValueError, match="layer index 1 is out of range.*0, 2"):
         analyze(model, ids, layers=[1], progress=False)
+
+
+def test_rwkv_operator_is_a_causal_weighted_average():
+    # T = diag(1 / den) N with den = N 1: every row of every channel's T sums to 1
+    model, ids = build("rwkv")
+    layer = capture(model, ids, layer_slots(model))[0]
+    op = layer.dense(range(layer.n_units))
+    torch.testing.assert_close(op.sum(-1), torch.ones(layer.n_units, LENGTH, dtype=torch.float64))
+    assert torch.all(op >= 0)
+
+
+def test_recurrent_gemma_local_attention_window_and_one_state_per_channel():
+    model, ids = build("recurrent_gemma")
+    layers = capture(model, ids, layer_slots(model))
+    op = layers[1].dense([0])[0]
+    i, j = torch.tril_indices(LENGTH, LENGTH)
+    far = (i - j) >= 5
+    assert layers[1].window == 5 and torch.all(op[i[far], j[far]] == 0)
+    np.testing.assert_array_equal(layers[0].tss(np.arange(1, LENGTH)), np.ones(LENGTH - 1))
+    lru = layers[0].dense(range(4))
+    for cut in range(1, LENGTH):  # a diagonal recurrence with one state: every cut has rank <= 1
+        assert all(torch.linalg.matrix_rank(t[cut:, :cut]).item() <= 1 for t in lru)

@@ -42,9 +42,13 @@ from torch import nn
 from .attention import AttentionAdapter
 from ..core.units import CapturedLayer, DenseCapture, ShortConvCapture, SSMCapture
 from .base import Adapter, CaptureSession, LayerSlot
+from .lightning import LightningAttentionAdapter
 from .linear_attention import LinearAttentionAdapter
 from .mamba import MambaAdapter
 from .mamba2 import Mamba2Adapter
+from .mlstm import MLSTMAdapter
+from .rg_lru import RGLRUAdapter
+from .rwkv import RWKVAdapter
 from .short_conv import ShortConvAdapter
 
 __all__ = [
@@ -70,6 +74,10 @@ ADAPTERS: dict[str, Adapter] = {
     "mamba2": Mamba2Adapter(),
     "short_conv": ShortConvAdapter(),
     "linear_attention": LinearAttentionAdapter(),
+    "rg_lru": RGLRUAdapter(),
+    "lightning_attention": LightningAttentionAdapter(),
+    "rwkv": RWKVAdapter(),
+    "mlstm": MLSTMAdapter(),
 }
 
 
@@ -184,6 +192,20 @@ def _mixers(path: str, attribute: str, table: dict[str, str], skip: dict[str, st
     return slots
 
 
+def _recurrent_gemma(model):
+    """RecurrentGemma: ``temporal_block`` is an RG-LRU block ("recurrent") or local
+    attention with window config.attention_window_size (every layer's block type from
+    config.block_types, repeated)."""
+    config = model.config
+    out = []
+    for i, (layer, kind) in enumerate(zip(_find(model, "model.layers"), config.layers_block_type)):
+        if kind == "linear_attention":
+            out.append(LayerSlot(i, "rg_lru", layer.temporal_block))
+        else:
+            out.append(LayerSlot(i, "attention", layer.temporal_block, window=int(config.attention_window_size)))
+    return out
+
+
 _NEMOTRON_SKIP = {"mlp": "an MLP block: no sequence mixer", "moe": "a mixture-of-experts MLP block: no sequence mixer"}
 
 MODEL_TYPES = {
@@ -224,6 +246,13 @@ MODEL_TYPES = {
         "model.layers", "mixer", {"mamba": "mamba2", "linear_attention": "mamba2", **{k: "attention" for k in _ATTENTION_KINDS}},
         _NEMOTRON_SKIP,
     ),
+    # diagonal recurrences
+    "recurrent_gemma": _recurrent_gemma,
+    "minimax": _hybrid(
+        "model.layers", {"linear_attention": ("self_attn", "lightning_attention"), **_ATTN},
+    ),
+    "rwkv": _uniform("rwkv.blocks", "attention", "rwkv"),
+    "xlstm": _uniform("backbone.blocks", "mlstm_layer", "mlstm"),
     "zamba": _hybrid("model.layers", {"mamba": ("mamba", "mamba"), "linear_attention": ("mamba", "mamba"), "hybrid": ("mamba_decoder.mamba", "mamba")}),
 }
 
