@@ -17,7 +17,7 @@ import torch
 import transformers as tf
 
 from ess_explorer import analyze
-from ess_explorer.capture import MODEL_TYPES, capture, layer_slots
+from ess_explorer.capture import MODEL_FAMILIES, MODEL_TYPES, capture, layer_slots
 
 VOCAB = 64
 LENGTH = 16
@@ -133,6 +133,7 @@ def test_reconstruction(built):
     name, model, _ids, layers = built
     assert model.config.model_type in MODEL_TYPES
     assert [layers[i].family for i in sorted(layers)] == EXPECTED_FAMILIES[name]
+    assert set(EXPECTED_FAMILIES[name]) <= set(MODEL_FAMILIES[model.config.model_type])
     for index, layer in layers.items():
         predicted, observed = layer.reconstruct()
         assert predicted.shape == observed.shape
@@ -233,3 +234,28 @@ def test_recurrent_gemma_local_attention_window_and_one_state_per_channel():
     lru = layers[0].dense(range(4))
     for cut in range(1, LENGTH):  # a diagonal recurrence with one state: every cut has rank <= 1
         assert all(torch.linalg.matrix_rank(t[cut:, :cut]).item() <= 1 for t in lru)
+
+
+def test_every_model_type_lists_its_families():
+    from ess_explorer.core.diagnostics import FAMILIES
+
+    assert set(MODEL_FAMILIES) == set(MODEL_TYPES)
+    assert all(family in FAMILIES for families in MODEL_FAMILIES.values() for family in families)
+
+
+def test_cli_models_families_lists_every_supported_type(capsys):
+    from ess_explorer.app import cli
+
+    assert cli.main(["models", "--families"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    listed = {line.split()[0]: line.split(None, 1)[1] for line in lines}
+    assert set(listed) == set(MODEL_TYPES)
+    assert "rg_lru" in listed["recurrent_gemma"] and "softmax_attention" in listed["recurrent_gemma"]
+
+
+def test_unsupported_model_type_names_the_closest_supported_ones():
+    config = tf.Qwen3Config(num_hidden_layers=1, head_dim=8, **ATTN, **IDS)
+    model = tf.AutoModelForCausalLM.from_config(config)
+    model.config.model_type = "qwen4"  # an unknown type, one edit away from qwen2 / qwen3
+    with pytest.raises(ValueError, match=r"'qwen4'.*not supported\. Closest supported: qwen[23], qwen[23]"):
+        layer_slots(model)

@@ -35,6 +35,7 @@ Supported (tested with transformers 5.24.0, tiny random models, tests/test_adapt
 from __future__ import annotations
 
 import contextlib
+import difflib
 
 import torch
 from torch import nn
@@ -55,6 +56,8 @@ __all__ = [
     "ADAPTERS",
     "MODEL_TYPES",
     "supported_model_types",
+    "supported_families",
+    "MODEL_FAMILIES",
     "skipped_layers",
     "layer_slots",
     "capture",
@@ -271,19 +274,54 @@ def skipped_layers(model: nn.Module) -> dict[int, str]:
     return SKIPPED[model_type](model) if model_type in SKIPPED else {}
 
 
+_ATT = "softmax_attention"
+
+# model_type -> the families (core/diagnostics.py FAMILIES) its layers can have; the CLI's
+# `models --families` prints it, tests check every captured layer's family is listed.
+MODEL_FAMILIES: dict[str, tuple[str, ...]] = {
+    **{t: (_ATT,) for t in ("gpt2", "llama", "qwen2", "mistral", "qwen3", "qwen3_moe", "gemma2", "gemma3_text",
+                            "phi3", "olmo2", "granite", "falcon")},
+    "llama4_text": (_ATT, "chunked_attention"),
+    "mamba": ("mamba",),
+    "falcon_mamba": ("mamba",),
+    "mamba2": ("mamba2",),
+    "lfm2": ("short_conv", _ATT),
+    "lfm2_moe": ("short_conv", _ATT),
+    "jamba": ("mamba", _ATT),
+    "bamba": ("mamba2", _ATT),
+    "zamba2": ("mamba2",),
+    "zamba": ("mamba",),
+    "falcon_h1": ("mamba2", _ATT),
+    "granitemoehybrid": ("mamba2", _ATT),
+    "nemotron_h": ("mamba2", _ATT),
+    "recurrent_gemma": ("rg_lru", _ATT),
+    "minimax": ("lightning_attention", _ATT),
+    "rwkv": ("rwkv",),
+    "xlstm": ("mlstm",),
+    "ess_linear_attention": ("linear_attention", "gated_linear_attention"),
+}
+
+
 def supported_model_types() -> list[str]:
     return sorted(MODEL_TYPES)
+
+
+def supported_families() -> dict[str, tuple[str, ...]]:
+    """Every supported model type -> the families its analysed layers can have (sorted by type)."""
+    return {name: MODEL_FAMILIES[name] for name in supported_model_types()}
 
 
 def layer_slots(model: nn.Module) -> list[LayerSlot]:
     """Every layer of ``model`` as a LayerSlot; ValueError for an unsupported model type."""
     model_type = getattr(getattr(model, "config", None), "model_type", None)
     if model_type not in MODEL_TYPES:
+        close = difflib.get_close_matches(str(model_type), supported_model_types(), n=3, cutoff=0.5)
+        hint = f" Closest supported: {', '.join(close)}." if close else ""
         raise ValueError(
-            f"model type {model_type!r} ({type(model).__name__}) is not supported. Supported model types: "
-            f"{', '.join(supported_model_types())} (families: softmax attention, mamba, mamba2, short conv, "
-            "linear / gated linear attention). Adapters are registered in one place, "
-            "ess_explorer/adapters/__init__.py (MODEL_TYPES): add the model type there."
+            f"model type {model_type!r} ({type(model).__name__}) is not supported.{hint} Supported model types: "
+            f"{', '.join(supported_model_types())} (`ess-explorer models --families` lists their families). "
+            "Adapters are registered in one place, ess_explorer/capture/__init__.py (MODEL_TYPES): add the "
+            "model type there."
         )
     return MODEL_TYPES[model_type](model)
 
