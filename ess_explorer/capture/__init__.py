@@ -30,6 +30,23 @@ Supported (tested with transformers 5.24.0, tiny random models, tests/test_adapt
                                                       shared attention block of a hybrid layer is
                                                       not analysed: one family per layer)
     ess_linear_attention  model.layers[i].mixer       linear_attention / gated_linear_attention
+
+Today's families (tests/test_families.py; docs/families.md says what T is for each):
+
+    qwen3, qwen3_moe, gemma2, gemma3_text, phi3,     softmax attention (sliding / global layers by
+    olmo2, granite, falcon                           layer_types; soft-capping inside the probabilities)
+    llama4_text                                      "chunked_attention" layers: chunked_attention (TSS t mod C)
+    lfm2_moe                                         as lfm2
+    falcon_h1             model.layers[i]            .mamba (mamba2) AND .self_attn (attention): two
+                                                     slots per layer, keys 2 i and 2 i + 1, labelled
+    granitemoehybrid      model.layers[i]            "mamba" -> .mamba, mamba2; "attention" -> .self_attn
+    nemotron_h            model.layers[i].mixer      "mamba" -> mamba2; "attention"; "mlp" / "moe": no
+                                                     slot, listed by skipped_layers with the reason
+    zamba                 model.layers[i]            "mamba" -> .mamba, "hybrid" -> .mamba_decoder.mamba (mamba)
+    recurrent_gemma       model.layers[i].temporal_block   "recurrent": rg_lru; "attention": local attention
+    minimax               model.layers[i].self_attn  "linear_attention": lightning_attention; "full_attention"
+    rwkv                  rwkv.blocks[i].attention   rwkv (WKV, normaliser as T's row scale)
+    xlstm                 backbone.blocks[i].mlstm_layer   mlstm
 """
 
 from __future__ import annotations
