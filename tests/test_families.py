@@ -191,9 +191,12 @@ def test_llama4_chunked_layer_is_block_diagonal_and_its_tss_resets_per_chunk():
         assert rank <= cut % 6
 
 
-def test_falcon_h1_analyses_both_parallel_mixers_as_labelled_slots():
+def test_falcon_h1_analyses_both_parallel_mixers_as_labelled_slots(tmp_path):
+    from ess_explorer.result import ESSResult
+
     model, ids = build("falcon_h1")
     result = analyze(model, ids, progress=False)
+    assert ESSResult.load(result.save(tmp_path / "r.npz")).meta["slots"] == result.meta["slots"]
     assert sorted(result.layers) == [0, 1, 2, 3]
     assert result.meta["slots"] == {
         "0": "layer 0 mamba2", "1": "layer 0 attention", "2": "layer 1 mamba2", "3": "layer 1 attention",
