@@ -23,7 +23,7 @@ from .checks import as_tensor, require
 from .operators import DiagonalSSM
 from .sweeps import factored_hankel_singular_values, single_threaded_torch
 
-__all__ = ["hankel_singular_values", "validate_operator", "GRAM_GUARD"]
+__all__ = ["hankel_singular_values", "validate_operator", "GRAM_GUARD", "choose_ssm_path"]
 
 # The Gram route (eigvalsh of H^T H or H H^T) squares the spectrum: a singular value
 # sigma_k carries an absolute error of about eps * sigma_1^2 / sigma_k. A cut whose
@@ -69,6 +69,36 @@ def _positions(length: int, positions, stride: int | None) -> torch.Tensor:
     stride = 1 if stride is None else int(stride)
     require(stride >= 1, f"stride must be a positive integer, got {stride}")
     return torch.arange(0, length, stride)
+
+
+def choose_ssm_path(length: int, state_size: int, positions, device=None) -> dict:
+    """The cheaper exact path for one DiagonalSSM unit: ``{"method", "reason"}``.
+
+    "dense" (materialise T, then the dense path) where the state is large against L, else
+    the factored path ("sweep" on CPU, "scan" elsewhere; see `factored_hankel_singular_values`).
+    Both are exact; the choice only moves the cost. Rough flop counts per unit:
+
+        factored  4 L N^3 (the two sweeps, QR of (N+1) x N per step)
+                  + 12 N^3 per wanted cut (the N x N product and its SVD)
+        dense     2 L^2 N (materialising) + per cut t, with g = min(t, L - t):
+                  2 (L - t) t g (its Gram) + 6 g^3 (eigvalsh / SVD)
+
+    Where N >= L / 2 no cut has rank above N, so the N x N factors are no smaller than the
+    cuts themselves and dense always wins.
+    """
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    factored_method = "sweep" if device.type == "cpu" else "scan"
+    n, length = int(state_size), int(length)
+    if 2 * n >= length:
+        return {"method": "dense", "reason": f"N={n} >= L/2={length // 2}"}
+    t = torch.as_tensor(positions, dtype=torch.float64).flatten()
+    t = t[(t > 0) & (t < length)]
+    g = torch.minimum(t, length - t)
+    dense = 2.0 * length**2 * n + float((2 * (length - t) * t * g + 6 * g**3).sum())
+    factored = 4.0 * length * n**3 + 12.0 * n**3 * len(t)
+    if dense < factored:
+        return {"method": "dense", "reason": f"N={n}, L={length}: estimated flops dense {dense:.2g} < factored {factored:.2g}"}
+    return {"method": factored_method, "reason": f"N={n}, L={length}: estimated flops factored {factored:.2g} <= dense {dense:.2g}"}
 
 
 def hankel_singular_values(
