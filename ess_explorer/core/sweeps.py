@@ -57,14 +57,14 @@ def factored_hankel_singular_values(
     top_k: int | None = None,
     dtype: torch.dtype = torch.float64,
     device: torch.device | str | None = None,
-    chunk_bytes: int = 512 << 20,
+    chunk_bytes: int | None = None,
     method: str = "auto",
 ) -> torch.Tensor:
     """Singular values of H_t for every unit of ``ssm`` at the given positions.
 
     Returns ``(*batch, P, K)`` with K = min(top_k, N, L // 2), descending, row 0 (t = 0)
     all zeros. Units are processed in chunks whose stored square roots take about
-    ``chunk_bytes``; on CPU the chunks run in parallel threads (one per torch thread),
+    ``chunk_bytes`` (default 512 MiB; on CUDA a quarter of the free memory, at most 8 GiB); on CPU the chunks run in parallel threads (one per torch thread),
     each with single-threaded torch ops, since the work is many small ops and small
     LAPACK calls that torch would not spread over cores by itself.
 
@@ -87,6 +87,8 @@ def factored_hankel_singular_values(
         return out.reshape(*batch_shape, len(positions), k_out)
     if method == "auto":
         method = "sweep" if device.type == "cpu" else "scan"
+    if chunk_bytes is None:  # a GPU is fed larger chunks: fewer, larger launches
+        chunk_bytes = 512 << 20 if device.type != "cuda" else min(8 << 30, torch.cuda.mem_get_info(device)[0] // 4)
     bytes_per_unit = len(wanted) * n * n * torch.finfo(dtype).bits // 8
     if method == "scan":  # the local roots of both halves at every step, plus the stacked fix-up
         bytes_per_unit = (2 * length + 4 * len(wanted)) * n * n * torch.finfo(dtype).bits // 8
