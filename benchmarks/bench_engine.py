@@ -146,6 +146,10 @@ def child(name: str, params: dict, device: str) -> dict:
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
+def _get(case: dict, key: str) -> float:
+    return case.get(key, float("nan"))
+
+
 def show(label: str, case: dict, extra: str = "") -> None:
     if "error" in case:
         print(f"  {label:<44} failed: {case['error']}", flush=True)
@@ -182,11 +186,12 @@ def engine_cases(args, dev: str) -> None:
     for method in ("sweep", "scan"):
         case = child(method, {"units": units, "L": length}, dev)
         times[method] = case.get("seconds")
-        show(f"{method:<5} {units} channels", case, f"max err/sigma_1 vs CPU sweep {case.get('max_err_vs_sweep', float('nan')):.1e}")
+        error = _get(case, "max_err_vs_sweep")
+        show(f"{method:<5} {units} channels", case, f"max err/sigma_1 vs CPU sweep {error:.1e}")
     if times["sweep"] and times["scan"]:
         print(f"  scan / sweep time: {times['scan'] / times['sweep']:.2f}")
     case = child("dense_unit", {"units": 1, "L": length}, dev)
-    show("dense, 1 channel materialised", case, f"max err/sigma_1 vs CPU sweep {case.get('max_err_vs_sweep', float('nan')):.1e}")
+    show("dense, 1 channel materialised", case, f"max err/sigma_1 vs CPU sweep {_get(case, 'max_err_vs_sweep'):.1e}")
     if "error" not in case and times["sweep"]:
         print(f"  dense per channel / sweep per channel: {case['seconds'] / (times['sweep'] / units):.0f}x")
 
@@ -194,7 +199,8 @@ def engine_cases(args, dev: str) -> None:
     print(f"\n2. dense, softmax heads (head_dim 64), L = {length}, {heads} heads, all cuts, float64")
     batched = child("batched", {"units": heads, "L": length}, dev)
     loop = child("per_cut", {"units": heads, "L": length}, dev)
-    show("batched (cuts grouped by size)", batched, f"max err/sigma_1 vs per-cut {batched.get('max_err_vs_per_cut', float('nan')):.1e}")
+    error = _get(batched, "max_err_vs_per_cut")
+    show("batched (cuts grouped by size)", batched, f"max err/sigma_1 vs per-cut {error:.1e}")
     show("per-cut loop", loop)
     if "error" not in batched and "error" not in loop:
         print(f"  per-cut / batched time: {loop['seconds'] / batched['seconds']:.2f}")

@@ -241,7 +241,8 @@ class ESSResult:
                     operators = {int(u): data[f"L{i}/operator/{u}"] for u in info["operators"]}
                     path = info.get("path", {})
                     path = {str(k): str(v) for k, v in path.items()} if isinstance(path, dict) else {}
-                    layers[i] = LayerESS(i, info["family"], info["unit_kind"], operators=operators, path=path, **fields)
+                    layers[i] = LayerESS(i, info["family"], info["unit_kind"], operators=operators, path=path,
+                                         **fields)
         except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as error:
             raise ValueError(f"{path} is not a readable ESS result ({error}); recompute it") from error
         return cls(header["tokens"], header["input_ids"], layers, header["meta"])

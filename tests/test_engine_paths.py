@@ -4,14 +4,13 @@ dense == per-cut dense, the per-unit cost choice is exact and recorded; CUDA == 
 import numpy as np
 import pytest
 import torch
+from test_ess_core import assert_spectra_match, random_ssm
 
 from ess_explorer import DiagonalSSM, hankel_singular_values
 from ess_explorer.core.spectra import choose_ssm_path
 from ess_explorer.core.units import SSMCapture
 from ess_explorer.result import ESSResult, LayerESS
 from ess_explorer.synthetic import diagonal_ssm, softmax_attention
-
-from test_ess_core import assert_spectra_match, random_ssm
 
 CASES = [
     (64, 4, 0.3, 0.99, False),

@@ -37,7 +37,8 @@ FACTORED_CHUNK_BYTES = 256 << 20
 
 def _chunk_size(layer: CapturedLayer, n_pos: int, most: int, path: dict) -> int:
     chunk = max(1, UNIT_CHUNK_VALUES // max(1, n_pos * most))
-    if isinstance(layer, DenseCapture) or path.get("method") == "dense":  # the dense stack of a chunk is materialised in float64
+    # the dense stack of a chunk is materialised in float64 (also an SSM chosen dense)
+    if isinstance(layer, DenseCapture) or path.get("method") == "dense":
         chunk = min(chunk, max(1, DENSE_CHUNK_CELLS // max(1, layer.length**2)))
     elif isinstance(layer, SSMCapture):  # the core's sweep buffer is (units, P, N, N) float64
         chunk = min(chunk, max(1, FACTORED_CHUNK_BYTES // max(1, 8 * n_pos * layer.state_size**2)))

@@ -37,7 +37,9 @@ def _qr_r(stacked: torch.Tensor) -> torch.Tensor:
     return torch.linalg.qr(stacked, mode="r").R
 
 
-def scan_roots(scales: torch.Tensor, vectors: torch.Tensor, steps: torch.Tensor, block: int | None = None) -> torch.Tensor:
+def scan_roots(
+    scales: torch.Tensor, vectors: torch.Tensor, steps: torch.Tensor, block: int | None = None
+) -> torch.Tensor:
     """Roots X_s (upper triangular, rows of any sign) of X_s^T X_s = D_s X_{s-1}^T X_{s-1} D_s + v_s v_s^T.
 
     scales, vectors: (S, M, N) (D_s = diag(scales[s]), v_s = vectors[s]), X_{-1} = 0.
@@ -80,7 +82,9 @@ def scan_roots(scales: torch.Tensor, vectors: torch.Tensor, steps: torch.Tensor,
     return _qr_r(torch.cat([base, local[j, k, column]], dim=-2))
 
 
-def scan_chunk(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, wanted: torch.Tensor, block: int | None = None) -> torch.Tensor:
+def scan_chunk(
+    a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, wanted: torch.Tensor, block: int | None = None
+) -> torch.Tensor:
     """The scan counterpart of core/sweeps.py ``_sweep_chunk``: a, b, c (B, L, N); wanted:
     sorted cut positions t in [1, L - 1]. Returns (B, len(wanted), N), descending.
 
@@ -93,7 +97,8 @@ def scan_chunk(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, wanted: torch.
     scales = torch.cat([a, shifted.flip(1)]).transpose(0, 1)  # (L, 2B, N)
     vectors = torch.cat([b, c.flip(1)]).transpose(0, 1)
     wanted = wanted.to(device=a.device, dtype=torch.long)
-    steps = torch.cat([(wanted - 1)[:, None].expand(-1, units), (length - 1 - wanted)[:, None].expand(-1, units)], 1)
+    forward, backward = (wanted - 1)[:, None], (length - 1 - wanted)[:, None]
+    steps = torch.cat([forward.expand(-1, units), backward.expand(-1, units)], 1)
     roots = scan_roots(scales, vectors, steps, block)  # (W, 2B, N, N)
     reach, observe = roots[:, :units], roots[:, units:]
     observe = observe * a[:, wanted].transpose(0, 1)[:, :, None, :]  # U_o(t) = W_t diag(a_t)

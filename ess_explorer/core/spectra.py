@@ -15,7 +15,6 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable
 
-import numpy as np
 import torch
 from tqdm.auto import tqdm
 
@@ -97,8 +96,10 @@ def choose_ssm_path(length: int, state_size: int, positions, device=None) -> dic
     dense = 2.0 * length**2 * n + float((2 * (length - t) * t * g + 6 * g**3).sum())
     factored = 4.0 * length * n**3 + 12.0 * n**3 * len(t)
     if dense < factored:
-        return {"method": "dense", "reason": f"N={n}, L={length}: estimated flops dense {dense:.2g} < factored {factored:.2g}"}
-    return {"method": factored_method, "reason": f"N={n}, L={length}: estimated flops factored {factored:.2g} <= dense {dense:.2g}"}
+        return {"method": "dense",
+                "reason": f"N={n}, L={length}: est. flops dense {dense:.2g} < factored {factored:.2g}"}
+    return {"method": factored_method,
+            "reason": f"N={n}, L={length}: est. flops factored {factored:.2g} <= dense {dense:.2g}"}
 
 
 def hankel_singular_values(
@@ -153,7 +154,8 @@ def hankel_singular_values(
     k_out = max_rank if top_k is None else min(int(top_k), max_rank)
     out = torch.zeros(flat.shape[0], len(pos), k_out, dtype=dtype, device=dense.device)
     if batched if batched is not None else dense.device.type != "cpu":
-        for rows in tqdm(_size_groups(pos, length, flat.shape[0]), disable=not progress, desc="cut groups", leave=False):
+        groups = _size_groups(pos, length, flat.shape[0])
+        for rows in tqdm(groups, disable=not progress, desc="cut groups", leave=False):
             sigma = _group_singular_values(flat, pos[rows], method)  # (B, len(rows), g)
             width = min(k_out, sigma.shape[-1])
             out[:, rows, :width] = sigma[..., :width]

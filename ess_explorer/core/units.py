@@ -88,7 +88,7 @@ class CapturedLayer:
 
     def spectra_path(self, positions, device=None) -> dict:
         """How `spectra` computes these cuts: ``{"method", "reason"}`` (recorded per layer)."""
-        raise NotImplementedError
+        return {"method": self.family, "reason": "the family's own path"}
 
     @property
     def max_rank(self) -> int | None:
@@ -173,14 +173,16 @@ class SSMCapture(CapturedLayer):
     def spectra_path(self, positions, device=None) -> dict:
         """Dense on the materialised T where N is large against L, else factored
         (core/spectra.py `choose_ssm_path`); exact either way."""
-        return choose_ssm_path(self.length, self.state_size, positions, device)
+        state_size = self.state_size if self.state_size is not None else self.ssm([0]).state_size
+        return choose_ssm_path(self.length, state_size, positions, device)
 
     def spectra(self, units, positions, *, device=None, dtype=torch.float64) -> torch.Tensor:
         positions = torch.as_tensor(positions)
         ssm = self.ssm(units)
         if self.spectra_path(positions, device)["method"] == "dense":
             # the dense path returns L // 2 values per cut; rank(H_t) <= N keeps the first N
-            sigma = hankel_singular_values(ssm.to(torch.float64).materialize(), positions=positions, dtype=dtype, device=device)
+            dense = ssm.to(torch.float64).materialize()
+            sigma = hankel_singular_values(dense, positions=positions, dtype=dtype, device=device)
             return sigma[..., : min(sigma.shape[-1], ssm.state_size)]
         return hankel_singular_values(ssm, positions=positions, dtype=dtype, device=device)
 
@@ -210,7 +212,8 @@ class ShortConvCapture(CapturedLayer):
         return short_conv_operator(self.gate_in[index], self.gate_out[index], self.weight[index])
 
     def spectra_path(self, positions, device=None) -> dict:
-        return {"method": "short_conv", "reason": f"exact from the {self.kernel_size - 1} x {self.kernel_size - 1} block of each cut"}
+        size = self.kernel_size - 1
+        return {"method": "short_conv", "reason": f"exact from the {size} x {size} block of each cut"}
 
     def spectra(self, units, positions, *, device=None, dtype=torch.float64) -> torch.Tensor:
         index = _index(units)
