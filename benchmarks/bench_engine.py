@@ -7,6 +7,8 @@
 
 Every case runs in a fresh subprocess, so that its peak memory is its own: peak RSS
 (ru_maxrss, whole process: torch included) on CPU, torch.cuda.max_memory_allocated on a GPU.
+Each time is printed as wall seconds and as the process's CPU seconds (all threads), which
+is the steadier figure on a shared machine.
 Cases:
 1. factored: scan vs sweep on a batch of Mamba-shaped channels (N = 16), and the dense
    path on the materialised operator of one channel; max |dsigma| / sigma_1 against the sweep.
@@ -98,10 +100,11 @@ def run_case(name: str, params: dict, device_name: str) -> dict:
     else:
         raise ValueError(f"unknown case {name}")
     _sync(device)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     value = fn()
     _sync(device)
     out["seconds"] = time.perf_counter() - start
+    out["cpu_seconds"] = time.process_time() - cpu_start  # all threads: the honest figure on a shared machine
     out["peak_gb"] = _peak_gb(device)
     if name == "mamba_layer":
         out["mean_tolerance_ess"] = value[1].double().mean().item()
@@ -128,11 +131,12 @@ def run_model(params: dict, device: torch.device) -> dict:
     model = tf.AutoModelForCausalLM.from_config(config).eval().to(device)
     ids = torch.randint(0, config.vocab_size, (1, params["L"]), generator=torch.Generator().manual_seed(1))
     _sync(device)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     result = analyze(model, ids, progress=False, device=device)
     _sync(device)
     lay = result.layers[min(result.layers)]
-    return {"seconds": time.perf_counter() - start, "peak_gb": _peak_gb(device), "layers": len(result.layers),
+    return {"seconds": time.perf_counter() - start, "cpu_seconds": time.process_time() - cpu_start,
+            "peak_gb": _peak_gb(device), "layers": len(result.layers),
             "path": lay.path, "mean_tolerance_ess_layer0": float(lay.tolerance_ess.mean())}
 
 
@@ -154,7 +158,8 @@ def show(label: str, case: dict, extra: str = "") -> None:
     if "error" in case:
         print(f"  {label:<44} failed: {case['error']}", flush=True)
         return
-    print(f"  {label:<44} {case['seconds']:8.2f} s   peak {case['peak_gb']:6.2f} GB {extra}", flush=True)
+    print(f"  {label:<36} {case['seconds']:8.2f} s wall {case['cpu_seconds']:8.2f} s CPU   "
+          f"peak {case['peak_gb']:6.2f} GB  {extra}", flush=True)
 
 
 def main() -> None:
@@ -163,6 +168,7 @@ def main() -> None:
     parser.add_argument("--full", action="store_true", help="the real-scale cases")
     parser.add_argument("--models", action="store_true", help="whole random GPT-2-small / Mamba-130m models")
     parser.add_argument("--models-only", action="store_true", help="only the whole-model cases")
+    parser.add_argument("--only", choices=["factored", "dense", "layer"], help="one engine section alone")
     parser.add_argument("--case", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.case:
@@ -172,13 +178,18 @@ def main() -> None:
     memory = "torch.cuda.max_memory_allocated" if dev.startswith("cuda") else "ru_maxrss (whole process)"
     print(f"device {dev}, torch {torch.__version__}, {torch.get_num_threads()} threads; peak memory = {memory}")
     if not args.models_only:
-        engine_cases(args, dev)
+        sections = [args.only] if args.only else ["factored", "dense", "layer"]
+        if "factored" in sections:
+            factored_cases(args, dev)
+        if "dense" in sections:
+            dense_cases(args, dev)
+        if "layer" in sections:
+            layer_case(args, dev)
     if args.models or args.models_only:
         model_cases(dev)
 
 
-def engine_cases(args, dev: str) -> None:
-
+def factored_cases(args, dev: str) -> None:
     length = 1024 if args.full else 256
     units = 256 if args.full else 32
     print(f"\n1. factored, Mamba-shaped channels (N = 16), L = {length}, all cuts")
@@ -195,6 +206,8 @@ def engine_cases(args, dev: str) -> None:
     if "error" not in case and times["sweep"]:
         print(f"  dense per channel / sweep per channel: {case['seconds'] / (times['sweep'] / units):.0f}x")
 
+
+def dense_cases(args, dev: str) -> None:
     length, heads = (1024, 12) if args.full else (256, 2)
     print(f"\n2. dense, softmax heads (head_dim 64), L = {length}, {heads} heads, all cuts, float64")
     batched = child("batched", {"units": heads, "L": length}, dev)
@@ -205,12 +218,13 @@ def engine_cases(args, dev: str) -> None:
     if "error" not in batched and "error" not in loop:
         print(f"  per-cut / batched time: {loop['seconds'] / batched['seconds']:.2f}")
 
+
+def layer_case(args, dev: str) -> None:
     channels, length = (1536, 1024) if args.full else (192, 512)
     print(f"\n3. Mamba-130m-shaped layer: {channels} channels, N = 16, L = {length}, all cuts, both variants")
     case = child("mamba_layer", {"units": channels, "L": length}, dev)
     show("method auto", case, f"mean tol-ESS {case.get('mean_tolerance_ess', float('nan')):.2f}, "
          f"mean entropy-ESS {case.get('mean_entropy_ess', float('nan')):.2f}")
-
 
 
 def model_cases(dev: str) -> None:

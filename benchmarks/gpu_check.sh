@@ -1,38 +1,41 @@
 #!/usr/bin/env bash
-# GPU check of the spectra engine, for one run on a CUDA machine (about 8 minutes at most).
-# Installs nothing: needs python3 with a CUDA build of torch, numpy, pytest (and transformers
-# for the whole-model cases, skipped without it). Run from the repository root:
-#     bash benchmarks/gpu_check.sh            # logs go to $OUT when set, else ./gpu_check_logs
-# 1. the gpu-marked tests: CUDA results equal to the CPU's within the accuracy bound;
-# 2. the engine benchmark with --device cuda --full --models (each step under a time limit).
+# GPU check of the spectra engine: one run on a CUDA machine, under 8 minutes in all.
+# Installs nothing: needs python3 with a CUDA build of torch, numpy and pytest (transformers
+# for the whole-model cases, which are skipped without it). From the repository root:
+#     bash benchmarks/gpu_check.sh        # logs in $OUT when set, else ./gpu_check_logs
+# Steps, each under its own time limit (a step that runs out is reported, the next runs):
+#   1. the gpu-marked tests: CUDA results equal to the CPU's within the accuracy bound
+#   2. a Mamba-130m-shaped layer (1536 channels, N = 16, L = 1024, all cuts, both variants)
+#   3. factored scan vs sweep vs dense; 4. dense batched vs per-cut (GPT-2 heads, L = 1024)
+#   5. whole GPT-2-small and Mamba-130m shaped models at L = 512 and 1024 through analyze
 set -u
 cd "$(dirname "$0")/.."
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 LOGS="${OUT:-$PWD/gpu_check_logs}"
 mkdir -p "$LOGS"
 PY="${PYTHON:-python3}"
 start=$(date +%s)
-stamp() { echo "[$(( $(date +%s) - start )) s] $*" | tee -a "$LOGS/summary.txt"; }
+say() { echo "[$(( $(date +%s) - start )) s] $*" | tee -a "$LOGS/summary.txt"; }
+step() {  # step NAME SECONDS COMMAND...: run under a limit, log to $LOGS/NAME.log, echo the log
+  local name=$1 limit=$2; shift 2
+  say "$name (limit ${limit} s)"
+  timeout "$limit" "$@" > "$LOGS/$name.log" 2>&1
+  local rc=$?
+  cat "$LOGS/$name.log"
+  say "$name: exit $rc$( [ $rc = 124 ] && echo ' (time limit)')"
+}
 
-stamp "device: $($PY -c 'import torch; print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0) if torch.cuda.is_available() else "NO CUDA")' 2>&1)"
 date -u | tee -a "$LOGS/summary.txt"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$LOGS/nvidia_smi.txt" 2>&1 || true
+say "torch: $($PY -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0) if torch.cuda.is_available() else "NO CUDA")' 2>&1)"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >> "$LOGS/summary.txt" 2>&1 || true
 
-stamp "1. gpu tests"
-timeout 150 $PY -m pytest -q -m gpu tests/test_engine_paths.py -p no:cacheprovider > "$LOGS/gpu_tests.log" 2>&1
-stamp "   exit $? ; $(tail -n 1 "$LOGS/gpu_tests.log")"
-
-stamp "2. engine benchmark: factored, dense, Mamba layer (--device cuda --full)"
-timeout 200 $PY benchmarks/bench_engine.py --device cuda --full > "$LOGS/bench_engine.log" 2>&1
-stamp "   exit $?"
-cat "$LOGS/bench_engine.log"
-
+step gpu_tests 80 $PY -m pytest -q -m gpu tests/test_engine_paths.py -p no:cacheprovider
+step layer 80 $PY benchmarks/bench_engine.py --device cuda --full --only layer
+step factored 70 $PY benchmarks/bench_engine.py --device cuda --full --only factored
+step dense 80 $PY benchmarks/bench_engine.py --device cuda --full --only dense
 if $PY -c "import transformers" 2>/dev/null; then
-  stamp "3. whole models (GPT-2-small, Mamba-130m shaped) at L = 512, 1024"
-  timeout 180 $PY benchmarks/bench_engine.py --device cuda --models-only > "$LOGS/bench_models.log" 2>&1
-  stamp "   exit $?"
-  cat "$LOGS/bench_models.log"
+  step models 150 $PY benchmarks/bench_engine.py --device cuda --models-only
 else
-  stamp "3. whole models: skipped (transformers is not installed)"
+  say "models: skipped (transformers is not installed)"
 fi
-stamp "done; logs in $LOGS"
+say "done; logs in $LOGS"
