@@ -139,7 +139,7 @@ class DenseCapture(CapturedLayer):
         return None if self.window is None else max(self.window - 1, 0)
 
     def spectra_path(self, positions, device=None) -> dict:
-        batched = device is not None and torch.device(device).type != "cpu"
+        batched = torch.device(device if device is not None else self.operator.device).type != "cpu"
         return {"method": "dense", "reason": "the operator is stored dense"
                 + ("; cuts batched by size" if batched else "; one call per cut")}
 
@@ -173,7 +173,12 @@ class SSMCapture(CapturedLayer):
     def spectra_path(self, positions, device=None) -> dict:
         """Dense on the materialised T where N is large against L, else factored
         (core/spectra.py `choose_ssm_path`); exact either way."""
-        state_size = self.state_size if self.state_size is not None else self.ssm([0]).state_size
+        if self.state_size is None or device is None:  # both from the operator itself
+            probe = self.ssm([0])
+            state_size = self.state_size if self.state_size is not None else probe.state_size
+            device = device if device is not None else probe.a.device
+        else:
+            state_size = self.state_size
         return choose_ssm_path(self.length, state_size, positions, device)
 
     def spectra(self, units, positions, *, device=None, dtype=torch.float64) -> torch.Tensor:
