@@ -235,7 +235,8 @@ def model_cases(dev: str) -> None:
         return
     print("\n4. whole models through analyze (random weights, built from configs)")
     for kind in ("gpt2", "mamba"):
-        for length in (512, 1024):
+        lengths = (512, 1024, 2048) if kind == "mamba" and dev != "cpu" else (512, 1024)
+        for length in lengths:
             case = child("model", {"kind": kind, "L": length}, dev)
             label = f"{'GPT-2-small' if kind == 'gpt2' else 'Mamba-130m'} shaped, L = {length}"
             show(label, case, f"{case.get('layers', '?')} layers, layer-0 path {case.get('path', {}).get('method')}")

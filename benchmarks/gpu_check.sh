@@ -7,7 +7,7 @@
 #   1. the gpu-marked tests: CUDA results equal to the CPU's within the accuracy bound
 #   2. a Mamba-130m-shaped layer (1536 channels, N = 16, L = 1024, all cuts, both variants)
 #   3. factored scan vs sweep vs dense; 4. dense batched vs per-cut (GPT-2 heads, L = 1024)
-#   5. whole GPT-2-small and Mamba-130m shaped models at L = 512 and 1024 through analyze
+#   5. whole GPT-2-small and Mamba-130m shaped models at L = 512 and 1024 (Mamba also 2048) through analyze
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
@@ -29,12 +29,12 @@ date -u | tee -a "$LOGS/summary.txt"
 say "torch: $($PY -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0) if torch.cuda.is_available() else "NO CUDA")' 2>&1)"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >> "$LOGS/summary.txt" 2>&1 || true
 
-step gpu_tests 80 $PY -m pytest -q -m gpu tests/test_engine_paths.py -p no:cacheprovider
+step gpu_tests 80 $PY -m pytest -q -m gpu tests/test_engine_paths.py tests/test_dplr.py -p no:cacheprovider
 step layer 80 $PY benchmarks/bench_engine.py --device cuda --full --only layer
 step factored 70 $PY benchmarks/bench_engine.py --device cuda --full --only factored
 step dense 80 $PY benchmarks/bench_engine.py --device cuda --full --only dense
 if $PY -c "import transformers" 2>/dev/null; then
-  step models 150 $PY benchmarks/bench_engine.py --device cuda --models-only
+  step models 170 $PY benchmarks/bench_engine.py --device cuda --models-only
 else
   say "models: skipped (transformers is not installed)"
 fi

@@ -146,3 +146,11 @@ def test_bad_inputs_are_clear_value_errors():
         DPLRSSM(a.to(torch.complex128), pq, pq, a, a)
     with pytest.raises(ValueError, match="real floating-point"):
         DPLRSSM(torch.ones(2, 10, 4, dtype=torch.long), pq, pq, a, a)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_sweep_of_a_delta_rule_matches_the_cpu():
+    ssm = gated_delta(256, 16, units=4, seed=13, alpha=(0.9, 1.0), beta=(0.0, 1.0))
+    cpu = hankel_singular_values(ssm)
+    assert_spectra_match(hankel_singular_values(ssm, device="cuda").cpu(), cpu)
