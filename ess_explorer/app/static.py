@@ -22,7 +22,7 @@ import altair as alt
 from ..views.render import to_png
 
 __all__ = ["EXAMPLE_PROMPT", "STATIC_CLASS", "HIDE_STATIC_CSS", "example_prompt", "random_mqar_prompt",
-           "static_bundle", "png_size", "sync_only"]
+           "static_bundle", "png_size", "sync_only", "enable_offline"]
 
 EXAMPLE_PROMPT = "The key to the red box is 42. The key to the blue box is 17. | What is the key to the red box? 42"
 STATIC_CLASS = "ess-explorer-static"
@@ -89,6 +89,40 @@ def _altair_major() -> int:
         return int(alt.__version__.split(".")[0])
     except ValueError:
         return 0
+
+
+def enable_offline() -> None:
+    """``alt.JupyterChart.enable_offline()`` (the widget's JavaScript from vl-convert, never
+    a CDN), with the bundle kept on disk: building it holds the interpreter for ~5 s on
+    this CPU (vl-convert keeps the GIL), which would hold back the explorer's first
+    appearance in every new kernel. The file is keyed by the Altair, vl-convert and
+    Vega-Lite versions; setting it uses Altair's private ``_is_offline`` flag, for the
+    Altair majors where it is known (else the plain call)."""
+    chart = alt.JupyterChart
+    if getattr(chart, "_is_offline", False):
+        return
+    if _altair_major() not in (5, 6) or not hasattr(chart, "_is_offline"):
+        chart.enable_offline()
+        return
+    import vl_convert as vlc
+
+    from ..atomic import atomic_write
+    from ..io import default_cache_dir
+    from ..views.render import vl_version
+
+    path = default_cache_dir() / "js" / f"jupyterchart-{alt.__version__}-{vlc.__version__}-{vl_version()}.js"
+    try:
+        bundle = path.read_text(encoding="utf-8")
+    except OSError:
+        bundle = None
+    if bundle:
+        chart._esm, chart._is_offline = bundle, True
+        return
+    chart.enable_offline()
+    try:
+        atomic_write(path, chart._esm)
+    except OSError:  # a read-only home: the next kernel builds it again
+        pass
 
 
 def sync_only(chart: alt.JupyterChart, names: set[str]) -> bool:

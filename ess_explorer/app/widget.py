@@ -38,7 +38,7 @@ from ..io import ResultCache
 from ..result import ESSResult
 from ..views import charts
 from .session import Cancelled, ExplorerSession
-from .static import HIDE_STATIC_CSS, example_prompt, random_mqar_prompt, static_bundle, sync_only
+from .static import HIDE_STATIC_CSS, enable_offline, example_prompt, random_mqar_prompt, static_bundle, sync_only
 from .static import EXAMPLE_PROMPT  # noqa: F401  (public name of this module since the first release)
 
 __all__ = ["explore", "ESSExplorer", "EXAMPLE_PROMPT", "CUSTOM", "example_prompt", "random_mqar_prompt"]
@@ -127,7 +127,7 @@ class ESSExplorer(W.VBox):
             raise ValueError(f"need 0 <= collapsed < saturated, got collapsed={collapsed}, saturated={saturated}")
         if result is not None and not isinstance(result, ESSResult):
             raise ValueError(f"result must be an ESSResult, got {type(result).__name__}")
-        alt.JupyterChart.enable_offline()  # the widget's JS from vl-convert, never a CDN
+        enable_offline()  # the widget's JS from vl-convert, never a CDN (kept on disk: app/static.py)
         cache = ResultCache() if cache is True else (cache or None)
         self.session = ExplorerSession(load_fn=load_fn, capture_fn=capture_fn, layer_fn=layer_fn, cache=cache,
                                        stride=stride, progress=lambda **kw: _Bar(self, **kw))
