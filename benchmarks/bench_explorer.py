@@ -43,8 +43,13 @@ def measure(source: str, prompt: str, **options) -> dict:
         time.sleep(0.01)
     first = time.perf_counter() - started
     assert ex.wait() is True, ex.status_w.value
-    return {"visible": visible, "first_chart": first, "all_exact": time.perf_counter() - started,
-            "layers": len(ex.result.layers), "length": ex.result.length}
+    return {
+        "visible": visible,
+        "first_chart": first,
+        "all_exact": time.perf_counter() - started,
+        "layers": len(ex.result.layers),
+        "length": ex.result.length,
+    }
 
 
 def whole_model(model, ids) -> float:
@@ -66,8 +71,10 @@ def main() -> None:
     print(f"torch threads {torch.get_num_threads()}; times in s (a shared machine varies by ~2x)")
     default = f"zoo:{zoo.DEFAULT_MODEL}"
     row = measure(default, zoo.task_of(zoo.DEFAULT_MODEL).prompt(seed=0))
-    print(f"{default:22s} L={row['length']:4d}  widget {row['visible']:.2f}  first chart {row['first_chart']:.2f}"
-          f"  all exact {row['all_exact']:.2f}")
+    print(
+        f"{default:22s} L={row['length']:4d}  widget {row['visible']:.2f}  first chart {row['first_chart']:.2f}"
+        f"  all exact {row['all_exact']:.2f}"
+    )
     for kind in args.models:
         model = random_model(kind)
         vocab = model.get_input_embeddings().num_embeddings
@@ -78,12 +85,13 @@ def main() -> None:
             def capture(model_, tokenizer, text):
                 return capture_layers(model_, [int(w) for w in text.split()])
 
-            row = measure(f"random {kind}", prompt, load_fn=lambda source: (model, None), capture_fn=capture,
-                          layer=1)
+            row = measure(f"random {kind}", prompt, load_fn=lambda source: (model, None), capture_fn=capture, layer=1)
             whole = whole_model(model, ids)
-            print(f"{'random ' + kind:22s} L={length:4d}  widget {row['visible']:.2f}  first chart "
-                  f"{row['first_chart']:.2f}  all exact {row['all_exact']:.2f}  | analyze(whole model) {whole:.2f}"
-                  f"  first chart / whole = {row['first_chart'] / whole:.2f}")
+            print(
+                f"{'random ' + kind:22s} L={length:4d}  widget {row['visible']:.2f}  first chart "
+                f"{row['first_chart']:.2f}  all exact {row['all_exact']:.2f}  | analyze(whole model) {whole:.2f}"
+                f"  first chart / whole = {row['first_chart'] / whole:.2f}"
+            )
 
 
 if __name__ == "__main__":

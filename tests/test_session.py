@@ -74,9 +74,16 @@ def test_one_forward_pass_each_layer_once_and_equal_to_analyze(loaded):
     Bar.made.clear()
     session = S.ExplorerSession(load_fn=lambda source: loaded, layer_fn=layer_fn, stride=2, progress=Bar)
     try:
-        result = session.run(MODEL, PROMPT, layer=1, tol=1e-3, relative=True,
-                             on_result=lambda r, info: updates.append((info["phase"], sorted(r.layers),
-                                                                       len(r.layers[info["layer"]].positions))))
+        result = session.run(
+            MODEL,
+            PROMPT,
+            layer=1,
+            tol=1e-3,
+            relative=True,
+            on_result=lambda r, info: updates.append(
+                (info["phase"], sorted(r.layers), len(r.layers[info["layer"]].positions))
+            ),
+        )
     finally:
         hook.remove()
     assert len(forwards) == 1 and session.forward_passes == 1
@@ -98,14 +105,20 @@ def test_one_forward_pass_each_layer_once_and_equal_to_analyze(loaded):
 
 def _fake_captured(n_layers=4, length=40):
     full = reference_result(length)
-    captured = CapturedPrompt(input_ids=list(full.input_ids), tokens=list(full.tokens),
-                              layers={i: None for i in range(n_layers)}, meta={"n_layers": n_layers})
+    captured = CapturedPrompt(
+        input_ids=list(full.input_ids),
+        tokens=list(full.tokens),
+        layers={i: None for i in range(n_layers)},
+        meta={"n_layers": n_layers},
+    )
     return full, captured
 
 
 def _strided(lay, stride):
     cols = np.arange(0, len(lay.positions), stride or 1)
-    fields = {k: getattr(lay, k)[:, cols] for k in ("tolerance_ess", "entropy_ess", "tss", "singular_values", "rank_bound")}
+    fields = {
+        k: getattr(lay, k)[:, cols] for k in ("tolerance_ess", "entropy_ess", "tss", "singular_values", "rank_bound")
+    }
     return type(lay)(lay.layer, lay.family, lay.unit_kind, lay.positions[cols], operators=lay.operators, **fields)
 
 
@@ -117,8 +130,12 @@ def _fake_session(**kw):
         calls.append((layer, stride))
         return _strided(full.layers[layer], stride)
 
-    session = S.ExplorerSession(load_fn=lambda s: ("model", "tok"), capture_fn=lambda m, t, p: captured,
-                                layer_fn=kw.pop("layer_fn", layer_fn), **kw)
+    session = S.ExplorerSession(
+        load_fn=lambda s: ("model", "tok"),
+        capture_fn=lambda m, t, p: captured,
+        layer_fn=kw.pop("layer_fn", layer_fn),
+        **kw,
+    )
     return session, calls
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import nbformat
 import pytest
-
 from _browser import ARGS, require_browser
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]

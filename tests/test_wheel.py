@@ -24,8 +24,21 @@ from ess_explorer.sources import DEFAULT_MODEL
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
-SKIP = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", "test-artifacts",
-                              ".pytest_cache", ".hypothesis", ".ess-cache", "notebooks", "tests", "benchmarks")
+SKIP = shutil.ignore_patterns(
+    ".git",
+    ".venv",
+    "build",
+    "dist",
+    "*.egg-info",
+    "__pycache__",
+    "test-artifacts",
+    ".pytest_cache",
+    ".hypothesis",
+    ".ess-cache",
+    "notebooks",
+    "tests",
+    "benchmarks",
+)
 
 
 def _run(cmd, **kw):
@@ -39,8 +52,20 @@ def installed(tmp_path_factory):
     work = tmp_path_factory.mktemp("wheel")
     source = work / "source"
     shutil.copytree(ROOT, source, ignore=SKIP)  # building writes build/ and *.egg-info: never in the checkout
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(work / "dist"),
-          str(source)], cwd=work)
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(work / "dist"),
+            str(source),
+        ],
+        cwd=work,
+    )
     wheel = next((work / "dist").glob("ess_explorer-*.whl"))
     venv = work / "venv"
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
@@ -49,8 +74,13 @@ def installed(tmp_path_factory):
     (site / "test-dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     _run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", str(wheel)])
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
-    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
-               ESS_EXPLORER_CACHE=str(work / "cache"))
+    env.update(
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        ESS_EXPLORER_CACHE=str(work / "cache"),
+    )
     env.pop("ESS_EXPLORER_ZOO_DIR", None)
     elsewhere = work / "elsewhere"
     elsewhere.mkdir()
@@ -67,8 +97,10 @@ def test_the_wheel_ships_the_zoo(installed):
 
 
 def test_import_then_zoo_list_models_from_the_installed_wheel(installed):
-    code = ("import ess_explorer, pathlib; print(pathlib.Path(ess_explorer.__file__).resolve());"
-            " print(','.join(ess_explorer.zoo.list_models())); print(ess_explorer.zoo.DEFAULT_MODEL)")
+    code = (
+        "import ess_explorer, pathlib; print(pathlib.Path(ess_explorer.__file__).resolve());"
+        " print(','.join(ess_explorer.zoo.list_models())); print(ess_explorer.zoo.DEFAULT_MODEL)"
+    )
     out = _run([str(installed["python"]), "-c", code], env=installed["env"], cwd=installed["cwd"]).stdout.split()
     location, models, default = Path(out[0]), out[1].split(","), out[2]
     assert installed["site"].resolve() in location.parents, f"imported {location}, not the installed wheel"
@@ -76,7 +108,8 @@ def test_import_then_zoo_list_models_from_the_installed_wheel(installed):
 
 
 def test_ess_explorer_analyze_with_no_arguments_offline(installed):
-    done = _run([str(installed["venv"] / "bin" / "ess-explorer"), "analyze"], env=installed["env"],
-                cwd=installed["cwd"])
+    done = _run(
+        [str(installed["venv"] / "bin" / "ess-explorer"), "analyze"], env=installed["env"], cwd=installed["cwd"]
+    )
     text = done.stdout + done.stderr
     assert f"zoo:{DEFAULT_MODEL}" in text, text[-2000:]

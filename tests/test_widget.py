@@ -18,19 +18,22 @@ import numpy as np
 import pytest
 import torch
 
+from ess_explorer import tolerance_ess
 from ess_explorer.analysis import CapturedPrompt
 from ess_explorer.app import magic, widget
-from ess_explorer.views import charts
-from ess_explorer import tolerance_ess
-from ess_explorer.result import ESSResult, LayerESS
+from ess_explorer.result import LayerESS
 from ess_explorer.synthetic import reference_result
+from ess_explorer.views import charts
 
 PROMPT = " ".join(f"w{i}" for i in range(32))
 
 
 def _strided(lay: LayerESS, stride) -> LayerESS:
     cols = np.arange(0, len(lay.positions), stride or 1)
-    fields = {name: getattr(lay, name)[:, cols] for name in ("tolerance_ess", "entropy_ess", "tss", "singular_values", "rank_bound")}
+    fields = {
+        name: getattr(lay, name)[:, cols]
+        for name in ("tolerance_ess", "entropy_ess", "tss", "singular_values", "rank_bound")
+    }
     return LayerESS(lay.layer, lay.family, lay.unit_kind, lay.positions[cols], operators=lay.operators, **fields)
 
 
@@ -57,9 +60,12 @@ class FakePipeline:
         if length not in self._cache:
             self._cache[length] = reference_result(length)
         full = self._cache[length]
-        return CapturedPrompt(input_ids=list(full.input_ids), tokens=list(full.tokens),
-                              layers={i: full.layers[i] for i in range(4)},
-                              meta={**full.meta, "model_id": model, "n_layers": 4})
+        return CapturedPrompt(
+            input_ids=list(full.input_ids),
+            tokens=list(full.tokens),
+            layers={i: full.layers[i] for i in range(4)},
+            meta={**full.meta, "model_id": model, "n_layers": 4},
+        )
 
     def layer(self, captured, layer, *, stride, tol, relative):
         self.calls.append({"layer": layer, "stride": stride, "tol": tol, "relative": relative})
@@ -239,7 +245,14 @@ def test_long_prompt_strided_overview_then_refined_each_layer_once(fake):
     ex = _open(fake, "zoo:fake", prompt, layer=2, stride=4)
     assert len(fake.captures) == 1
     assert [(c["layer"], c["stride"]) for c in fake.calls] == [
-        (2, None), (0, 4), (1, 4), (3, 4), (0, None), (1, None), (3, None)]
+        (2, None),
+        (0, 4),
+        (1, 4),
+        (3, 4),
+        (0, None),
+        (1, None),
+        (3, None),
+    ]
     assert all(len(lay.positions) == 40 for lay in ex.result.layers.values())
     assert not ex.result.meta["overview_stride"] and "computed at stride" not in str(ex.chart.spec)
     assert ex.layer == 2 and ex.refine_w.layout.display == "none"
@@ -321,8 +334,15 @@ def test_magic_parses_the_issue_example():
     assert options == {"layer": None, "unit": 3, "variant": "entropy", "tol": 1e-2, "relative": False, "stride": 4}
 
 
-@pytest.mark.parametrize("line, message", [("--layer one x", "invalid int"), ("--unit median x", "unit must be"),
-                                           ('"unbalanced', "quote"), ("--bogus 1", "unrecognized")])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("--layer one x", "invalid int"),
+        ("--unit median x", "unit must be"),
+        ('"unbalanced', "quote"),
+        ("--bogus 1", "unrecognized"),
+    ],
+)
 def test_magic_bad_lines_print_usage_not_a_traceback(line, message, capsys):
     assert magic.ess_magic(line) is None
     assert message in capsys.readouterr().out

@@ -171,8 +171,16 @@ class ExplorerSession:
     `prioritise` and `cancel` may be called from any thread.
     """
 
-    def __init__(self, *, load_fn: Callable | None = None, capture_fn: Callable | None = None,
-                 layer_fn: Callable | None = None, cache=None, stride="auto", progress: Callable | None = None):
+    def __init__(
+        self,
+        *,
+        load_fn: Callable | None = None,
+        capture_fn: Callable | None = None,
+        layer_fn: Callable | None = None,
+        cache=None,
+        stride="auto",
+        progress: Callable | None = None,
+    ):
         overview_stride(OVERVIEW_POSITIONS + 1, stride)  # validates stride
         self.load_fn = load_fn or default_load
         self.capture_fn = capture_fn or default_capture
@@ -215,8 +223,16 @@ class ExplorerSession:
         return sorted(self.result.meta.get("exact_layers", [])) if self.result is not None else []
 
     # ---------------------------------------------------------------- run
-    def run(self, source: str, prompt: str, *, layer: int | None = None, tol: float = 1e-3, relative: bool = True,
-            on_result: Callable | None = None) -> ESSResult:
+    def run(
+        self,
+        source: str,
+        prompt: str,
+        *,
+        layer: int | None = None,
+        tol: float = 1e-3,
+        relative: bool = True,
+        on_result: Callable | None = None,
+    ) -> ESSResult:
         """Analyse ``prompt`` on ``source`` progressively (module docstring); returns the
         whole exact result. Raises what the pipeline raises (ValueError in words for bad
         input); ``self.result`` then holds the last partial result."""
@@ -245,8 +261,10 @@ class ExplorerSession:
                 self.result = self._finish_meta(hit)
                 bar.update(max(0, (getattr(bar, "total", None) or 1) - bar.n))
                 if on_result is not None:
-                    on_result(self.result, {"phase": "cached", "layer": layer, "exact_layers": sorted(hit.layers),
-                                            "final": True})
+                    on_result(
+                        self.result,
+                        {"phase": "cached", "layer": layer, "exact_layers": sorted(hit.layers), "final": True},
+                    )
                 return self.result
             self.cache_hit = False if key is not None else None
             self._key = key
@@ -311,8 +329,10 @@ class ExplorerSession:
                     continue  # the overview is filling (one update when complete) or refining (throttled)
                 last_report = time.perf_counter()
                 if on_result is not None:
-                    on_result(self.result, {"phase": phase, "layer": index, "exact_layers": self.exact_layers(),
-                                            "final": final})
+                    on_result(
+                        self.result,
+                        {"phase": phase, "layer": index, "exact_layers": self.exact_layers(), "final": final},
+                    )
         finally:
             bar.close()
         self._captured = None  # every layer is exact: free the operators
@@ -349,8 +369,16 @@ class ExplorerSession:
                 return None, None
             ids = [int(i) for i in tokenizer(prompt, add_special_tokens=False)["input_ids"]]
             # the same key as `ess-explorer analyze` (float32 weights, every layer, exact)
-            key = cache_key(model_identity(source, model), ids, layers=None, dtype="float32", tol=float(tol),
-                            relative=bool(relative), stride=None, prompt=prompt)
+            key = cache_key(
+                model_identity(source, model),
+                ids,
+                layers=None,
+                dtype="float32",
+                tol=float(tol),
+                relative=bool(relative),
+                stride=None,
+                prompt=prompt,
+            )
         except ValueError:
             return None, None
         return key, self.cache.get(key)

@@ -21,8 +21,17 @@ import altair as alt
 
 from ..views.render import to_png
 
-__all__ = ["EXAMPLE_PROMPT", "STATIC_CLASS", "HIDE_STATIC_CSS", "example_prompt", "random_mqar_prompt",
-           "static_bundle", "png_size", "sync_only", "enable_offline"]
+__all__ = [
+    "EXAMPLE_PROMPT",
+    "STATIC_CLASS",
+    "HIDE_STATIC_CSS",
+    "example_prompt",
+    "random_mqar_prompt",
+    "static_bundle",
+    "png_size",
+    "sync_only",
+    "enable_offline",
+]
 
 EXAMPLE_PROMPT = "The key to the red box is 42. The key to the blue box is 17. | What is the key to the red box? 42"
 STATIC_CLASS = "ess-explorer-static"
@@ -78,10 +87,15 @@ def static_bundle(spec: dict | None) -> dict:
     png = to_png(copy.deepcopy(spec), scale=STATIC_SCALE)
     width, height = png_size(png)
     data = base64.b64encode(png).decode("ascii")
-    img = (f'<img src="data:image/png;base64,{data}" width="{width // STATIC_SCALE}" '
-           f'height="{height // STATIC_SCALE}" alt="ESS explorer views (static copy)">')
-    return {"text/plain": "ESS explorer views (static copy)", "image/png": data,
-            "text/html": f'<div class="{STATIC_CLASS}">{img}</div>'}
+    img = (
+        f'<img src="data:image/png;base64,{data}" width="{width // STATIC_SCALE}" '
+        f'height="{height // STATIC_SCALE}" alt="ESS explorer views (static copy)">'
+    )
+    return {
+        "text/plain": "ESS explorer views (static copy)",
+        "image/png": data,
+        "text/html": f'<div class="{STATIC_CLASS}">{img}</div>',
+    }
 
 
 def _altair_major() -> int:

@@ -38,8 +38,15 @@ from ..io import ResultCache
 from ..result import ESSResult
 from ..views import charts
 from .session import Cancelled, ExplorerSession
-from .static import HIDE_STATIC_CSS, enable_offline, example_prompt, random_mqar_prompt, static_bundle, sync_only
-from .static import EXAMPLE_PROMPT  # noqa: F401  (public name of this module since the first release)
+from .static import (
+    EXAMPLE_PROMPT,  # noqa: F401  (public name of this module since the first release)
+    HIDE_STATIC_CSS,
+    enable_offline,
+    example_prompt,
+    random_mqar_prompt,
+    static_bundle,
+    sync_only,
+)
 
 __all__ = ["explore", "ESSExplorer", "EXAMPLE_PROMPT", "CUSTOM", "example_prompt", "random_mqar_prompt"]
 
@@ -82,8 +89,10 @@ class _Bar:
         fraction = self.n / self.total if self.total else 0.0
         eta = self.eta_s()
         self.owner.progress_w.value = min(1.0, fraction)
-        self.owner._say(f"{self.desc} · {self.n}/{self.total} {self.unit}s"
-                        + (f" · ETA {eta:.0f} s" if eta is not None else ""), "busy")
+        self.owner._say(
+            f"{self.desc} · {self.n}/{self.total} {self.unit}s" + (f" · ETA {eta:.0f} s" if eta is not None else ""),
+            "busy",
+        )
 
 
 class ESSExplorer(W.VBox):
@@ -113,12 +122,29 @@ class ESSExplorer(W.VBox):
     busy = T.Bool(False, read_only=True)
     last_error = T.Unicode(None, allow_none=True, read_only=True)
 
-    def __init__(self, model: str | None = None, prompt: str | None = None, *, result: ESSResult | None = None,
-                 layer: int | None = None, unit="mean", variant: str = "tolerance", tol: float | None = None,
-                 relative: bool | None = None, saturated: float = SATURATED_AT, collapsed: float = COLLAPSED_AT,
-                 overview_metric: str = "utilisation", stride="auto", load_fn: Callable | None = None,
-                 capture_fn: Callable | None = None, layer_fn: Callable | None = None, cache=True,
-                 static: bool = True, background: bool = True, auto_analyze: bool = True):
+    def __init__(
+        self,
+        model: str | None = None,
+        prompt: str | None = None,
+        *,
+        result: ESSResult | None = None,
+        layer: int | None = None,
+        unit="mean",
+        variant: str = "tolerance",
+        tol: float | None = None,
+        relative: bool | None = None,
+        saturated: float = SATURATED_AT,
+        collapsed: float = COLLAPSED_AT,
+        overview_metric: str = "utilisation",
+        stride="auto",
+        load_fn: Callable | None = None,
+        capture_fn: Callable | None = None,
+        layer_fn: Callable | None = None,
+        cache=True,
+        static: bool = True,
+        background: bool = True,
+        auto_analyze: bool = True,
+    ):
         if variant not in charts.VARIANTS:
             raise ValueError(f"variant must be one of {charts.VARIANTS}, got {variant!r}")
         if overview_metric not in ("utilisation", "ess"):
@@ -129,8 +155,14 @@ class ESSExplorer(W.VBox):
             raise ValueError(f"result must be an ESSResult, got {type(result).__name__}")
         enable_offline()  # the widget's JS from vl-convert, never a CDN (kept on disk: app/static.py)
         cache = ResultCache() if cache is True else (cache or None)
-        self.session = ExplorerSession(load_fn=load_fn, capture_fn=capture_fn, layer_fn=layer_fn, cache=cache,
-                                       stride=stride, progress=lambda **kw: _Bar(self, **kw))
+        self.session = ExplorerSession(
+            load_fn=load_fn,
+            capture_fn=capture_fn,
+            layer_fn=layer_fn,
+            cache=cache,
+            stride=stride,
+            progress=lambda **kw: _Bar(self, **kw),
+        )
         self.saturated, self.collapsed = float(saturated), float(collapsed)
         self._static, self._background = static, background
         self.names = charts.ViewNames.fresh()  # unique params: explorers in one notebook never interfere
@@ -148,44 +180,77 @@ class ESSExplorer(W.VBox):
         options = [(f"{name} (built-in)", f"zoo:{name}") for name in zoo_models] + [("hub id or folder →", CUSTOM)]
         source = model if model is not None else (f"zoo:{default}" if zoo_models else None)
         style = {"description_width": "initial"}
-        self.model_w = W.Dropdown(options=options, value=CUSTOM, description="model", style=style,
-                                  layout=W.Layout(width="260px"))
+        self.model_w = W.Dropdown(
+            options=options, value=CUSTOM, description="model", style=style, layout=W.Layout(width="260px")
+        )
         self.source_w = W.Text(placeholder="hub id (gpt2) or /path/to/folder", layout=W.Layout(width="300px"))
-        self.analyze_w = W.Button(description="Analyze", button_style="primary", icon="play",
-                                  tooltip="run the model on the prompt")
+        self.analyze_w = W.Button(
+            description="Analyze", button_style="primary", icon="play", tooltip="run the model on the prompt"
+        )
         self.prompt_w = W.Textarea(placeholder="prompt text", layout=W.Layout(width="100%", height="64px"))
-        self.example_w = W.Button(description="example", tooltip="the model's example prompt",
-                                  layout=W.Layout(width="120px"))
-        self.mqar_w = W.Button(description="random MQAR", tooltip="a fresh sequence of the built-in model's task",
-                               layout=W.Layout(width="120px"))
+        self.example_w = W.Button(
+            description="example", tooltip="the model's example prompt", layout=W.Layout(width="120px")
+        )
+        self.mqar_w = W.Button(
+            description="random MQAR",
+            tooltip="a fresh sequence of the built-in model's task",
+            layout=W.Layout(width="120px"),
+        )
         self.layer_w = W.Dropdown(description="layer", options=[], style=style, layout=W.Layout(width="210px"))
         self.unit_w = W.Dropdown(description="unit", options=[], style=style, layout=W.Layout(width="170px"))
-        self.variant_w = W.ToggleButtons(options=[("tolerance", "tolerance"), ("entropy", "entropy")],
-                                         description="ESS", style={"button_width": "86px", "description_width": "initial"})
-        self.tol_w = W.FloatLogSlider(base=10, min=-12, max=0, step=0.1, description="τ", readout_format=".1e",
-                                      continuous_update=False, style=style, layout=W.Layout(width="260px"))
+        self.variant_w = W.ToggleButtons(
+            options=[("tolerance", "tolerance"), ("entropy", "entropy")],
+            description="ESS",
+            style={"button_width": "86px", "description_width": "initial"},
+        )
+        self.tol_w = W.FloatLogSlider(
+            base=10,
+            min=-12,
+            max=0,
+            step=0.1,
+            description="τ",
+            readout_format=".1e",
+            continuous_update=False,
+            style=style,
+            layout=W.Layout(width="260px"),
+        )
         self.relative_w = W.ToggleButtons(options=[("× σ₁", True), ("absolute", False)], style={"button_width": "78px"})
-        self.metric_w = W.Dropdown(options=[("ESS/TSS", "utilisation"), ("ESS", "ess")], description="overview",
-                                   style=style, layout=W.Layout(width="160px"))
+        self.metric_w = W.Dropdown(
+            options=[("ESS/TSS", "utilisation"), ("ESS", "ess")],
+            description="overview",
+            style=style,
+            layout=W.Layout(width="160px"),
+        )
         self.progress_w = W.FloatProgress(value=0.0, min=0.0, max=1.0, bar_style="info", layout=W.Layout(width="180px"))
         self.status_w = W.HTML(value="")
-        self.refine_w = W.Button(description="continue", icon="th", tooltip="compute the layers still strided",
-                                 layout=W.Layout(display="none"))  # shown when a run stopped half way
+        self.refine_w = W.Button(
+            description="continue",
+            icon="th",
+            tooltip="compute the layers still strided",
+            layout=W.Layout(display="none"),
+        )  # shown when a run stopped half way
         self._chart_box = W.Box(layout=W.Layout(width="100%"))
         hide_static = W.HTML(HIDE_STATIC_CSS, layout=W.Layout(display="none"))  # live: hide the static copy
         rows = [
             W.HBox([self.model_w, self.source_w, self.analyze_w, self.refine_w], layout=W.Layout(align_items="center")),
             W.HBox([self.prompt_w, W.VBox([self.example_w, self.mqar_w])], layout=W.Layout(align_items="flex-start")),
-            W.HBox([self.layer_w, self.unit_w, self.variant_w, self.tol_w, self.relative_w, self.metric_w],
-                   layout=W.Layout(align_items="center", flex_flow="row wrap")),
+            W.HBox(
+                [self.layer_w, self.unit_w, self.variant_w, self.tol_w, self.relative_w, self.metric_w],
+                layout=W.Layout(align_items="center", flex_flow="row wrap"),
+            ),
             W.HBox([self.progress_w, self.status_w], layout=W.Layout(align_items="center")),
         ]
         super().__init__(rows + [self._chart_box, hide_static], layout=W.Layout(width="100%"))
         self.add_class("ess-explorer")
 
         # ---- state <-> controls
-        for name, control in (("prompt", self.prompt_w), ("variant", self.variant_w), ("tol", self.tol_w),
-                              ("relative", self.relative_w), ("overview_metric", self.metric_w)):
+        for name, control in (
+            ("prompt", self.prompt_w),
+            ("variant", self.variant_w),
+            ("tol", self.tol_w),
+            ("relative", self.relative_w),
+            ("overview_metric", self.metric_w),
+        ):
             W.link((self, name), (control, "value"))
         self.model_w.observe(self._on_model_controls, "value")
         self.source_w.observe(self._on_model_controls, "value")
@@ -200,8 +265,9 @@ class ESSExplorer(W.VBox):
         self.prompt = prompt if prompt is not None else example_prompt(source)
         self.variant, self.overview_metric = variant, overview_metric
         self.tol = float(tol if tol is not None else (result.meta.get("tol", 1e-3) if result is not None else 1e-3))
-        self.relative = bool(relative if relative is not None else
-                             (result.meta.get("relative", True) if result is not None else True))
+        self.relative = bool(
+            relative if relative is not None else (result.meta.get("relative", True) if result is not None else True)
+        )
         self._initial = {"layer": layer, "unit": unit}
         if result is not None:
             self.show_result(result, layer=layer, unit=unit)
@@ -286,8 +352,10 @@ class ESSExplorer(W.VBox):
         from ..synthetic import reference_result
 
         self.show_result(reference_result(), layer=self._initial["layer"], unit=self._initial["unit"])
-        self._say(f"{self.last_error or reason} — showing the synthetic reference result instead",
-                  "error" if self.last_error else "info")
+        self._say(
+            f"{self.last_error or reason} — showing the synthetic reference result instead",
+            "error" if self.last_error else "info",
+        )
 
     def _guarded(self, fn) -> None:
         """Run a view update; an error goes to the status line, never to a traceback."""
@@ -318,8 +386,12 @@ class ESSExplorer(W.VBox):
             self._say("the prompt is empty: type one or press “example”", "error")
             return False
         layer = self.layer if self.result is not None else self._initial["layer"]
-        return self._start(lambda: self.session.run(source, prompt, layer=layer, tol=self.tol,
-                                                    relative=self.relative, on_result=self._on_result), wait)
+        return self._start(
+            lambda: self.session.run(
+                source, prompt, layer=layer, tol=self.tol, relative=self.relative, on_result=self._on_result
+            ),
+            wait,
+        )
 
     def refine(self, wait: bool = False) -> bool:
         """Continue a run that stopped (failed or cancelled) with layers still strided."""
@@ -385,8 +457,11 @@ class ESSExplorer(W.VBox):
     def _on_result(self, result: ESSResult, info: dict) -> None:
         """The session's progress: show the first result, then update the views."""
         with self._lock:
-            new_prompt = self.result is None or self.result.input_ids != result.input_ids or \
-                self.result.meta.get("source") != result.meta.get("source")
+            new_prompt = (
+                self.result is None
+                or self.result.input_ids != result.input_ids
+                or self.result.meta.get("source") != result.meta.get("source")
+            )
             if new_prompt or sorted(result.layers) != [v for _, v in self.layer_w.options]:
                 wanted = self.layer if self.layer in result.layers else info.get("layer")
                 self.show_result(result, layer=wanted, unit=self.unit, keep_t=not new_prompt)
@@ -431,12 +506,25 @@ class ESSExplorer(W.VBox):
         key holds what of a progressing result the structure reads (its overview stride,
         how many layers, whether the shown layer is exact yet); the rest is the prompt's."""
         meta = self.result.meta
-        key = (self.layer, self.unit, self.overview_metric, meta.get("overview_stride"), meta.get("stride"),
-               len(self.result.layers), len(self.result.layer(self.layer).positions))
+        key = (
+            self.layer,
+            self.unit,
+            self.overview_metric,
+            meta.get("overview_stride"),
+            meta.get("stride"),
+            len(self.result.layers),
+            len(self.result.layer(self.layer).positions),
+        )
         if key not in self._spec_cache:
             t0 = charts.default_position(self.result, **self._options())
-            chart = charts.linked_structure(self.result, layer=self.layer, unit=self.unit, t=t0, names=self.names,
-                                            overview_metric=self.overview_metric)
+            chart = charts.linked_structure(
+                self.result,
+                layer=self.layer,
+                unit=self.unit,
+                t=t0,
+                names=self.names,
+                overview_metric=self.overview_metric,
+            )
             if self.chart is None:
                 self._make_chart(chart)  # JupyterChart validates the spec once
                 self._spec_cache[key] = self.chart.spec
@@ -445,8 +533,13 @@ class ESSExplorer(W.VBox):
         return self._spec_cache[key]
 
     def _make_chart(self, chart) -> None:
-        self.chart = alt.JupyterChart(chart, embed_options={"renderer": "svg", "actions": {
-            "export": True, "source": False, "compiled": False, "editor": False}})
+        self.chart = alt.JupyterChart(
+            chart,
+            embed_options={
+                "renderer": "svg",
+                "actions": {"export": True, "source": False, "compiled": False, "editor": False},
+            },
+        )
         sync_only(self.chart, {self.names.t, self.names.layer})
         self.chart.selections.observe(self._on_selection, names=[self.names.t, self.names.layer])
         self._chart_box.children = [self.chart]
@@ -473,8 +566,13 @@ class ESSExplorer(W.VBox):
         if self.result is None:
             return
         started = time.perf_counter()
-        data = charts.linked_data(self.result, saturated=self.saturated, collapsed=self.collapsed,
-                                  overview_metric=self.overview_metric, **self._options())
+        data = charts.linked_data(
+            self.result,
+            saturated=self.saturated,
+            collapsed=self.collapsed,
+            overview_metric=self.overview_metric,
+            **self._options(),
+        )
         self.chart.spec = self._spec(data)
         self.last_update_s = time.perf_counter() - started
 
