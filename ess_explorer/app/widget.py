@@ -37,6 +37,7 @@ from ..core.diagnostics import COLLAPSED_AT, SATURATED_AT
 from ..io import ResultCache
 from ..result import ESSResult
 from ..views import charts
+from .controls import CUSTOM, ProgressBar, layout_rows, make_controls, with_selection, zoo_models
 from .session import Cancelled, ExplorerSession
 from .static import (
     EXAMPLE_PROMPT,  # noqa: F401  (public name of this module since the first release)
@@ -49,50 +50,6 @@ from .static import (
 )
 
 __all__ = ["explore", "ESSExplorer", "EXAMPLE_PROMPT", "CUSTOM", "example_prompt", "random_mqar_prompt"]
-
-CUSTOM = "__custom__"  # model dropdown value: use the text field (hub id or local folder)
-
-
-def _zoo_models() -> tuple[list[str], str | None]:
-    try:
-        from .. import sources
-
-        return list(sources.list_models()), sources.DEFAULT_MODEL
-    except Exception:  # noqa: BLE001  (no zoo: the explorer still opens hub ids and folders)
-        return [], None
-
-
-class _Bar:
-    """A tqdm-compatible progress bar drawn in the widget: fraction, step and ETA."""
-
-    def __init__(self, owner: "ESSExplorer", total=None, desc="", unit="it", **_):
-        self.owner, self.total, self.n, self.desc, self.unit = owner, total or 0, 0, desc, unit
-        self.started = time.perf_counter()
-        self._draw()
-
-    def update(self, n=1):
-        self.n += n
-        self._draw()
-
-    def set_description(self, desc=None, refresh=True):
-        self.desc = desc or ""
-        self._draw()
-
-    def close(self):
-        pass
-
-    def eta_s(self) -> float | None:
-        elapsed = time.perf_counter() - self.started
-        return elapsed / self.n * (self.total - self.n) if self.n and self.total else None
-
-    def _draw(self):
-        fraction = self.n / self.total if self.total else 0.0
-        eta = self.eta_s()
-        self.owner.progress_w.value = min(1.0, fraction)
-        self.owner._say(
-            f"{self.desc} · {self.n}/{self.total} {self.unit}s" + (f" · ETA {eta:.0f} s" if eta is not None else ""),
-            "busy",
-        )
 
 
 class ESSExplorer(W.VBox):
@@ -161,7 +118,7 @@ class ESSExplorer(W.VBox):
             layer_fn=layer_fn,
             cache=cache,
             stride=stride,
-            progress=lambda **kw: _Bar(self, **kw),
+            progress=lambda **kw: ProgressBar(self.progress_w, self._say, **kw),
         )
         self.saturated, self.collapsed = float(saturated), float(collapsed)
         self._static, self._background = static, background
@@ -176,70 +133,14 @@ class ESSExplorer(W.VBox):
         self._ok: bool | None = None
         self._static_handle = None
 
-        zoo_models, default = _zoo_models()
-        options = [(f"{name} (built-in)", f"zoo:{name}") for name in zoo_models] + [("hub id or folder →", CUSTOM)]
-        source = model if model is not None else (f"zoo:{default}" if zoo_models else None)
-        style = {"description_width": "initial"}
-        self.model_w = W.Dropdown(
-            options=options, value=CUSTOM, description="model", style=style, layout=W.Layout(width="260px")
-        )
-        self.source_w = W.Text(placeholder="hub id (gpt2) or /path/to/folder", layout=W.Layout(width="300px"))
-        self.analyze_w = W.Button(
-            description="Analyze", button_style="primary", icon="play", tooltip="run the model on the prompt"
-        )
-        self.prompt_w = W.Textarea(placeholder="prompt text", layout=W.Layout(width="100%", height="64px"))
-        self.example_w = W.Button(
-            description="example", tooltip="the model's example prompt", layout=W.Layout(width="120px")
-        )
-        self.mqar_w = W.Button(
-            description="random MQAR",
-            tooltip="a fresh sequence of the built-in model's task",
-            layout=W.Layout(width="120px"),
-        )
-        self.layer_w = W.Dropdown(description="layer", options=[], style=style, layout=W.Layout(width="210px"))
-        self.unit_w = W.Dropdown(description="unit", options=[], style=style, layout=W.Layout(width="170px"))
-        self.variant_w = W.ToggleButtons(
-            options=[("tolerance", "tolerance"), ("entropy", "entropy")],
-            description="ESS",
-            style={"button_width": "86px", "description_width": "initial"},
-        )
-        self.tol_w = W.FloatLogSlider(
-            base=10,
-            min=-12,
-            max=0,
-            step=0.1,
-            description="τ",
-            readout_format=".1e",
-            continuous_update=False,
-            style=style,
-            layout=W.Layout(width="260px"),
-        )
-        self.relative_w = W.ToggleButtons(options=[("× σ₁", True), ("absolute", False)], style={"button_width": "78px"})
-        self.metric_w = W.Dropdown(
-            options=[("ESS/TSS", "utilisation"), ("ESS", "ess")],
-            description="overview",
-            style=style,
-            layout=W.Layout(width="160px"),
-        )
-        self.progress_w = W.FloatProgress(value=0.0, min=0.0, max=1.0, bar_style="info", layout=W.Layout(width="180px"))
-        self.status_w = W.HTML(value="")
-        self.refine_w = W.Button(
-            description="continue",
-            icon="th",
-            tooltip="compute the layers still strided",
-            layout=W.Layout(display="none"),
-        )  # shown when a run stopped half way
+        names, default = zoo_models()
+        options = [(f"{name} (built-in)", f"zoo:{name}") for name in names] + [("hub id or folder →", CUSTOM)]
+        source = model if model is not None else (f"zoo:{default}" if names else None)
+        for name, control in make_controls(options).items():
+            setattr(self, name, control)
         self._chart_box = W.Box(layout=W.Layout(width="100%"))
         hide_static = W.HTML(HIDE_STATIC_CSS, layout=W.Layout(display="none"))  # live: hide the static copy
-        rows = [
-            W.HBox([self.model_w, self.source_w, self.analyze_w, self.refine_w], layout=W.Layout(align_items="center")),
-            W.HBox([self.prompt_w, W.VBox([self.example_w, self.mqar_w])], layout=W.Layout(align_items="flex-start")),
-            W.HBox(
-                [self.layer_w, self.unit_w, self.variant_w, self.tol_w, self.relative_w, self.metric_w],
-                layout=W.Layout(align_items="center", flex_flow="row wrap"),
-            ),
-            W.HBox([self.progress_w, self.status_w], layout=W.Layout(align_items="center")),
-        ]
+        rows = layout_rows(self)
         super().__init__(rows + [self._chart_box, hide_static], layout=W.Layout(width="100%"))
         self.add_class("ess-explorer")
 
@@ -545,21 +446,10 @@ class ESSExplorer(W.VBox):
         self._chart_box.children = [self.chart]
 
     def _spec(self, data: dict) -> dict:
-        spec = dict(self._structure())  # shallow: only the top-level keys below are replaced
         t = self.selected_t if self.selected_t is not None else charts.default_position(self.result, **self._options())
         positions = np.asarray(self.result.layer(self.layer).positions)
-        t = int(positions[int(np.argmin(np.abs(positions - t)))])
-        params = []
-        for param in spec.get("params", []):
-            param = dict(param)
-            if param.get("name") == self.names.t:
-                param["value"] = [{"t": t}]
-            elif param.get("name") == self.names.layer:
-                param["value"] = [{"layer": int(self.layer)}]
-            params.append(param)
-        spec["params"] = params
-        spec["datasets"] = data
-        return spec
+        t = int(positions[int(np.argmin(np.abs(positions - t)))])  # the nearest computed cut
+        return with_selection(self._structure(), data, self.names, t=t, layer=int(self.layer))
 
     def refresh(self) -> None:
         """Redraw for the current state (spec structure from the cache when possible)."""
