@@ -20,6 +20,9 @@ singular values per cut):
       singular_values  (U, P, K) float top-K of sigma(H_t), descending, zero padded
       rank_bound       (U, P)    int   how many values the full spectrum has (min(t, L-t), or <= N)
       operators        dict[int, (L, L) float array]  T of the units kept for the operator view
+      multiplicity     (U,)      int   scalar channels sharing each unit's T (1 in files
+                                       written before it existed); layer totals in scalars
+                                       are sum_u multiplicity[u] * value[u] (`total`, `total_tss`)
 
 Saved as one ``.npz`` file (numpy arrays + a JSON header), loaded with
 ``allow_pickle=False``: no code is ever unpickled from a result file.
@@ -44,6 +47,7 @@ from .core.operators import DiagonalSSM
 from .core.units import CapturedLayer, DenseCapture, SSMCapture
 
 FORMAT_VERSION = 1
+OPTIONAL_ARRAYS = ("multiplicity",)  # per-layer arrays a file may lack (older files)
 CONVENTION = (
     "0-based t; H_t = T[t:, :t] (past inputs u_0..u_{t-1} -> outputs y_t..y_{L-1}, diagonal excluded); "
     "ESS(0) = 0; tolerance-ESS counts sigma_k > tol (absolute) or > tol * sigma_1 (relative); "
@@ -63,10 +67,30 @@ class LayerESS:
     singular_values: np.ndarray
     rank_bound: np.ndarray
     operators: dict[int, np.ndarray] = field(default_factory=dict)
+    multiplicity: np.ndarray | None = None
+
+    def __post_init__(self):
+        units = int(np.shape(self.tolerance_ess)[0])
+        if self.multiplicity is None:
+            self.multiplicity = np.ones(units, dtype=np.int64)
+        self.multiplicity = np.asarray(self.multiplicity, dtype=np.int64).reshape(-1)
+        if self.multiplicity.shape != (units,) or (self.multiplicity < 1).any():
+            raise ValueError(f"multiplicity must hold one positive channel count per unit ({units}), "
+                             f"got shape {self.multiplicity.shape}")
 
     @property
     def n_units(self) -> int:
         return int(self.tolerance_ess.shape[0])
+
+    def total(self, variant: str = "tolerance") -> np.ndarray:
+        """(P,) layer total of an ESS variant in scalars: sum over units of
+        multiplicity x ESS (docs/conventions.md), comparable across families."""
+        ess = np.asarray(self.ess(variant), dtype=np.float64)
+        return (self.multiplicity[:, None] * ess).sum(0)
+
+    def total_tss(self) -> np.ndarray:
+        """(P,) layer capacity in scalars: sum over units of multiplicity x TSS."""
+        return (self.multiplicity[:, None] * np.asarray(self.tss, dtype=np.float64)).sum(0)
 
     @property
     def spectra_complete(self) -> np.ndarray:
@@ -111,6 +135,7 @@ class LayerESS:
         state_size: int | None = None,
         window: int | None = None,
         kernel_size: int | None = None,
+        multiplicity: int | None = None,
     ) -> "LayerESS":
         """The LayerESS of a layer given directly by its operators, built like `analyze`'s.
 
@@ -118,6 +143,7 @@ class LayerESS:
         capacity (TSS) follows ``family`` (core/diagnostics.py) with ``state_size`` (taken
         from a DiagonalSSM when not given), ``window`` or ``kernel_size``, unless ``tss``
         ((P,) or (U, P)) gives it. Units listed in ``keep_operators`` keep their dense T.
+        multiplicity: scalar channels sharing each unit's T (default 1).
         """
         import torch
 
@@ -126,6 +152,7 @@ class LayerESS:
                 layer=layer,
                 family=family,
                 state_size=state_size or operator.state_size,
+                multiplicity=multiplicity,
                 realize=lambda index: operator[index],
                 shape=(int(operator.batch_shape.numel()), operator.length),
             )
@@ -134,7 +161,7 @@ class LayerESS:
             if stack.ndim != 3 or stack.shape[-1] != stack.shape[-2]:
                 raise ValueError(f"operator must be a stack (U, L, L) or a DiagonalSSM, got shape {tuple(stack.shape)}")
             units = DenseCapture(layer=layer, family=family, operator=stack, state_size=state_size, window=window,
-                                 kernel_size=kernel_size)
+                                 kernel_size=kernel_size, multiplicity=multiplicity)
         return cls.from_units(units, positions, tol=tol, relative=relative, operator_rows=list(keep_operators),
                               top_k=top_k, device=device, tss=tss, operator_dtype=torch.float64)
 
@@ -169,7 +196,9 @@ class ESSResult:
 
     def to_frame(self):
         """Tidy table: one row per (layer, unit, t) with the columns layer, unit, t, token,
-        family, unit_kind, tolerance_ess, entropy_ess, tss, utilisation."""
+        family, unit_kind, multiplicity (scalar channels sharing the unit's T), tolerance_ess,
+        entropy_ess, tss, utilisation. Per-unit values; a layer total in scalars weights each
+        row by its multiplicity."""
         import pandas as pd
 
         frames = []
@@ -185,6 +214,7 @@ class ESSResult:
                         "token": np.asarray(self.tokens, dtype=object)[t] if self.tokens else "",
                         "family": lay.family,
                         "unit_kind": lay.unit_kind,
+                        "multiplicity": np.repeat(lay.multiplicity, n_pos),
                         "tolerance_ess": lay.tolerance_ess.reshape(-1),
                         "entropy_ess": lay.entropy_ess.reshape(-1),
                         "tss": lay.tss.reshape(-1),
@@ -192,7 +222,7 @@ class ESSResult:
                     }
                 )
             )
-        columns = ["layer", "unit", "t", "token", "family", "unit_kind", "tolerance_ess", "entropy_ess", "tss", "utilisation"]
+        columns = ["layer", "unit", "t", "token", "family", "unit_kind", "multiplicity", "tolerance_ess", "entropy_ess", "tss", "utilisation"]
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
 
     # ---- persistence: one .npz, JSON header, no pickle -------------------------------
@@ -212,7 +242,8 @@ class ESSResult:
         }
         arrays = {"__header__": np.frombuffer(json.dumps(header).encode("utf-8"), dtype=np.uint8)}
         for i, lay in self.layers.items():
-            for name in ("positions", "tolerance_ess", "entropy_ess", "tss", "singular_values", "rank_bound"):
+            for name in ("positions", "tolerance_ess", "entropy_ess", "tss", "singular_values", "rank_bound",
+                         "multiplicity"):
                 arrays[f"L{i}/{name}"] = np.asarray(getattr(lay, name))
             for unit, op in lay.operators.items():
                 arrays[f"L{i}/operator/{unit}"] = np.asarray(op)
@@ -235,6 +266,11 @@ class ESSResult:
                         name: data[f"L{i}/{name}"]
                         for name in ("positions", "tolerance_ess", "entropy_ess", "tss", "singular_values", "rank_bound")
                     }
+                    # Optional arrays: files written before they existed load with the defaults
+                    # (multiplicity 1 per unit).
+                    for name in OPTIONAL_ARRAYS:
+                        if f"L{i}/{name}" in data.files:
+                            fields[name] = data[f"L{i}/{name}"]
                     operators = {int(u): data[f"L{i}/operator/{u}"] for u in info["operators"]}
                     layers[i] = LayerESS(i, info["family"], info["unit_kind"], operators=operators, **fields)
         except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as error:

@@ -244,15 +244,18 @@ def format_summary(result, *, cache_hit: bool | None = None) -> str:
             f"({'relative' if meta.get('relative', True) else 'absolute'})")
     if cache_hit is not None:
         head += " · cache " + ("hit" if cache_hit else "miss (computed)")
+    # Per-unit means, then the layer totals in scalars (sum over units of channels x value).
     columns = [("layer", "layer", "{}"), ("family", "family", "{}"), ("units", "units", "{}"),
+               ("multiplicity", "ch/unit", "{}"),
                ("mean_ess", "mean ESS", "{:.2f}"), ("max_ess", "max ESS", "{:.2f}"), ("mean_tss", "mean TSS", "{:.2f}"),
+               ("total_ess", "total ESS", "{:.0f}"), ("total_tss", "total TSS", "{:.0f}"),
                ("utilisation", "ESS/TSS", "{:.2f}"), ("state", "state", "{}")]
     cells = [[title for _, title, _ in columns]]
     for row in table.itertuples(index=False):
         record = row._asdict()
         cells.append([fmt.format(record[name]) for name, _, fmt in columns])
     widths = [max(len(r[c]) for r in cells) for c in range(len(columns))]
-    lines = ["  ".join(cell.ljust(w) if c < 3 or c == 7 else cell.rjust(w) for c, (cell, w) in enumerate(zip(r, widths)))
+    lines = ["  ".join(cell.ljust(w) if c < 3 or c == len(columns) - 1 else cell.rjust(w) for c, (cell, w) in enumerate(zip(r, widths)))
              for r in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return head + "\n" + "\n".join(line.rstrip() for line in lines)

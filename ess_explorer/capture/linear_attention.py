@@ -68,6 +68,7 @@ class LinearAttentionAdapter:
             inputs=v,  # (H, L, dv)
             outputs=out,
             state_size=dk,
+            multiplicity=int(v.shape[-1]),  # dv value channels share T_h
             info={"num_heads": heads, "head_dim": dk, "value_dim": int(v.shape[-1])},
             realize=realize,
         )

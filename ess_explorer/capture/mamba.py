@@ -117,6 +117,7 @@ class MambaAdapter(ScanAdapter):
             outputs=result[0].to(torch.float64)[..., None],
             out_gate=gate,
             state_size=n,
+            multiplicity=1,  # one channel per unit
             info={"d_inner": channels, "d_state": n},
             realize=realize,
         )

@@ -77,6 +77,7 @@ class Mamba2Adapter(ScanAdapter):
             inputs=x.transpose(0, 1),  # (H, L, P)
             outputs=result[0].reshape(length, heads, head_dim).to(torch.float64).transpose(0, 1),
             state_size=n,
+            multiplicity=head_dim,  # the head's P value channels share T_h
             info={"num_heads": heads, "head_dim": head_dim, "d_state": n, "n_groups": groups},
             realize=realize,
         )

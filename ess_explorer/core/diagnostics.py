@@ -120,6 +120,8 @@ def layer_diagnostics(
     ``unit_utilisation`` (U,), ``unit_state`` (U,) labels, and layer summaries
     ``utilisation`` (mean over units), ``state`` (its label), ``n_saturated``,
     ``n_collapsed``, ``mean_ess``, ``total_ess`` and ``total_tss`` (at the peak cut).
+    Totals count scalars: each unit weighs its ``multiplicity`` (the channels that share its
+    T; 1 when the layer has none), so totals compare across families (docs/conventions.md).
     """
     if variant not in ("tolerance", "entropy"):
         raise ValueError(f"variant must be 'tolerance' or 'entropy', got {variant!r}")
@@ -130,7 +132,9 @@ def layer_diagnostics(
     unit_util = utilisation(_reduce_time(ess, reduce, valid), _reduce_time(tss, reduce, valid))
     states = classify_utilisation(unit_util, saturated, collapsed)
     layer_util = float(unit_util.mean()) if unit_util.size else 0.0
-    total_ess = ess.sum(0)
+    weight = np.asarray(getattr(layer, "multiplicity", None) if getattr(layer, "multiplicity", None) is not None
+                        else np.ones(ess.shape[0]), dtype=np.float64)[:, None]
+    total_ess = (weight * ess).sum(0)
     return {
         "variant": variant,
         "reduce": reduce,
@@ -143,7 +147,7 @@ def layer_diagnostics(
         "n_collapsed": int(np.sum(np.atleast_1d(states) == "collapsed")),
         "mean_ess": float(ess[:, valid.any(0)].mean()) if valid.any() else 0.0,
         "total_ess": float(total_ess.max()) if total_ess.size else 0.0,
-        "total_tss": float(tss.sum(0).max()) if tss.size else 0.0,
+        "total_tss": float((weight * tss).sum(0).max()) if tss.size else 0.0,
     }
 
 

@@ -98,4 +98,5 @@ def layer_arrays(
         singular_values=kept,
         rank_bound=np.broadcast_to(rank_bound, (n_units, n_pos)).astype(np.int64),
         operators=operators,
+        multiplicity=np.full(n_units, layer.unit_multiplicity(), dtype=np.int64),
     )

@@ -20,6 +20,12 @@ A capture from a model also keeps what the reconstruction test needs, per unit:
     out_offset(U, L, Cu)  token-wise additive term (a conv bias times C), or None
 
 so that ``outputs == out_gate * (T @ inputs) + out_offset`` per unit (see `reconstruct`).
+
+Multiplicity: the number of scalar channels that share one unit's T (``multiplicity``,
+docs/conventions.md): the value channels of a head (head_dim of V for softmax attention,
+Mamba2, LA, GLA), 1 for a Mamba or short-conv channel. Layer totals count scalars:
+sum over units of multiplicity x (ESS or TSS). An adapter sets it; otherwise it is Cu, the
+last dimension of the captured inputs, and 1 for operators with no captured input.
 Operators that did not come from a model (synthetic ones, `LayerESS.from_operator`) leave
 them None. Token-wise maps (projections, norms) stay outside T (docs/families.md).
 """
@@ -62,6 +68,7 @@ class CapturedLayer:
     state_size: int | None = None
     window: int | None = None
     kernel_size: int | None = None
+    multiplicity: int | None = None
     info: dict = field(default_factory=dict)
 
     @property
@@ -71,6 +78,14 @@ class CapturedLayer:
     @property
     def length(self) -> int:
         return int(self._shape()[1])
+
+    def unit_multiplicity(self) -> int:
+        """Scalar channels per unit that share its T (see the module docstring)."""
+        if self.multiplicity is not None:
+            if int(self.multiplicity) < 1:
+                raise ValueError(f"multiplicity must be a positive channel count, got {self.multiplicity!r}")
+            return int(self.multiplicity)
+        return 1 if self.inputs is None else int(self.inputs.shape[-1])
 
     def _shape(self) -> tuple[int, int]:
         """(units, L), from the captured inputs when there are some."""
