@@ -209,8 +209,9 @@ def default_cache_dir() -> Path:
 
 
 def cache_key(identity: dict, input_ids, *, layers, dtype: str, tol: float, relative: bool, stride=None,
-              prompt: str | None = None, version: str = __version__, **options) -> str:
-    """sha256 hex of the canonical JSON of everything that determines a result."""
+              prompt: str | None = None, version: str = __version__, scope: str = "cut", **options) -> str:
+    """sha256 hex of the canonical JSON of everything that determines a result (the tolerance
+    scope included; other analysis options such as gates go in ``options``)."""
     record = {
         "identity": identity,
         "input_ids": [int(i) for i in input_ids],
@@ -219,6 +220,7 @@ def cache_key(identity: dict, input_ids, *, layers, dtype: str, tol: float, rela
         "dtype": str(dtype),
         "tol": float(tol),
         "relative": bool(relative),
+        "scope": str(scope),
         "stride": None if stride is None else int(stride),
         "version": str(version),
         "options": {k: options[k] for k in sorted(options)},

@@ -38,6 +38,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from .causal import reachability_singular_values, shift_register_singular_values
 from .diagnostics import theoretical_state_size
 from .operators import DiagonalSSM
 from .short_conv import short_conv_hankel_singular_values, short_conv_operator
@@ -106,6 +107,15 @@ class CapturedLayer:
         """An upper bound on rank(H_t) from the structure (N, d_k, k - 1, w - 1), or None."""
         return None
 
+    def causal_spectra(self, units, positions, *, device=None, dtype=torch.float64) -> torch.Tensor | None:
+        """sigma(R_t), the reachability factor of each cut, (len(units), P, K) descending, for a
+        family with a known realisation; None otherwise (core/causal.py)."""
+        return None
+
+    def causal_count(self, positions) -> np.ndarray | None:
+        """(P,) causal ESS fixed by the structure (softmax attention: its KV cache), or None."""
+        return None
+
     def rank_bound(self, positions) -> np.ndarray:
         """(P,) how many singular values the full spectrum of H_t has at most."""
         t = np.asarray(positions, dtype=np.int64)
@@ -154,6 +164,11 @@ class DenseCapture(CapturedLayer):
             self.operator[_index(units)], positions=torch.as_tensor(positions), dtype=dtype, device=device
         )
 
+    def causal_count(self, positions) -> np.ndarray | None:
+        # Softmax attention keeps every past token (t, or w - 1 with a window); any other
+        # dense operator has no known realisation, so no causal ESS (NaN).
+        return self.tss(positions) if self.family == "softmax_attention" else None
+
 
 @dataclass
 class SSMCapture(CapturedLayer):
@@ -178,6 +193,9 @@ class SSMCapture(CapturedLayer):
 
     def spectra(self, units, positions, *, device=None, dtype=torch.float64) -> torch.Tensor:
         return hankel_singular_values(self.ssm(units), positions=torch.as_tensor(positions), dtype=dtype, device=device)
+
+    def causal_spectra(self, units, positions, *, device=None, dtype=torch.float64) -> torch.Tensor:
+        return reachability_singular_values(self.ssm(units), positions, dtype=dtype, device=device)
 
 
 @dataclass
@@ -209,3 +227,7 @@ class ShortConvCapture(CapturedLayer):
         return short_conv_hankel_singular_values(
             self.gate_in[index], self.gate_out[index], self.weight[index], positions, device=device, dtype=dtype
         )
+
+    def causal_spectra(self, units, positions, *, device=None, dtype=torch.float64) -> torch.Tensor:
+        gate_in = self.gate_in[_index(units)].to(device=device, dtype=dtype)
+        return shift_register_singular_values(gate_in, self.kernel_size, positions)
