@@ -93,11 +93,12 @@ def _tokenize(tokenizer, prompt: str) -> list[int]:
     return [int(i) for i in tokenizer(prompt, add_special_tokens=False)["input_ids"]]
 
 
-def _analyze(model, input_ids, tokenizer, *, layers, tol, relative, stride, device, progress, scope="cut"):
+def _analyze(model, input_ids, tokenizer, *, layers, tol, relative, stride, device, progress, scope="cut",
+             gates="inside"):
     from ..analysis import analyze
 
     return analyze(model, input_ids, tokenizer=tokenizer, layers=layers, tol=tol, relative=relative,
-                   scope=scope, stride=stride, device=device, progress=progress)
+                   scope=scope, gates=gates, stride=stride, device=device, progress=progress)
 
 
 def _identity(source: str, model, revision):
@@ -221,7 +222,7 @@ def compute_result(args):
 
     def run():
         _say(args, f"analysing {len(ids)} tokens ...")
-        result = _analyze(model, ids, tokenizer, layers=layers, tol=args.tol, relative=relative, scope=args.scope,
+        result = _analyze(model, ids, tokenizer, layers=layers, tol=args.tol, relative=relative, scope=args.scope, gates=args.gates,
                           stride=args.stride, device=args.device, progress=not args.quiet)
         result.meta["prompt"] = prompt
         result.meta["source"] = source
@@ -231,7 +232,8 @@ def compute_result(args):
         return run(), False
     dtype = str(next(iter(model.parameters())).dtype).replace("torch.", "") if hasattr(model, "parameters") else "unknown"
     key = cache_key(_identity(source, model, args.revision), ids, layers=layers, dtype=dtype, tol=args.tol,
-                    relative=relative, stride=args.stride, prompt=prompt, scope=args.scope)
+                    relative=relative, stride=args.stride, prompt=prompt, scope=args.scope,
+                    gates=args.gates)
     cache = ResultCache(args.cache_dir)
     return cache.get_or_compute(key, run)
 
@@ -243,7 +245,7 @@ def format_summary(result, *, cache_hit: bool | None = None) -> str:
     table = summary_table(result)
     meta = result.meta
     head = (f"{meta.get('source') or meta.get('model_id', 'model')} · {result.length} tokens · tol {meta.get('tol')} "
-            f"({'relative' if meta.get('relative', True) else 'absolute'}, scope {meta.get('scope', 'cut')})")
+            f"({'relative' if meta.get('relative', True) else 'absolute'}, scope {meta.get('scope', 'cut')}, gates {meta.get('gates', 'outside')})")
     if cache_hit is not None:
         head += " · cache " + ("hit" if cache_hit else "miss (computed)")
     # Per-unit means, then the layer totals in scalars (sum over units of channels x value).
@@ -376,6 +378,9 @@ def _analysis_options(parser) -> None:
     parser.add_argument("--scope", choices=["cut", "unit", "layer"], default="cut",
                         help="which sigma_1 a relative tolerance refers to: the cut's (default), the largest of the "
                              "unit's cuts (reset-aware) or of the layer's")
+    parser.add_argument("--gates", choices=["inside", "outside"], default="inside",
+                        help="per-token gates around the sequence mixing (silu(z), gated norms) are part of T "
+                             "(inside, default) or not (outside)")
     parser.add_argument("--stride", type=_positive_int, help="compute every STRIDE-th cut only (a quick preview)")
     parser.add_argument("--device", help="torch device for the spectra (default: the model's)")
     parser.add_argument("--no-cache", action="store_true", help="compute afresh; neither read nor write the cache")

@@ -122,7 +122,7 @@ def layer_arrays(
     return dict(
         layer=layer.layer,
         family=layer.family,
-        unit_kind=unit_kind(layer.family),
+        unit_kind=layer.info.get("unit_kind", unit_kind(layer.family)),  # "channel" once gates split a head
         positions=positions.copy(),
         tolerance_ess=tol_ess,
         entropy_ess=ent_ess,
