@@ -181,8 +181,10 @@ class LayerESS:
                               top_k=top_k, device=device, tss=tss, operator_dtype=torch.float64, scope=scope)
 
     def ess(self, variant: str = "tolerance") -> np.ndarray:
-        """(U, P) ESS of the named variant (core/ess.py: check_variant refuses unknown names)."""
-        return {"tolerance": self.tolerance_ess, "entropy": self.entropy_ess}[check_variant(variant)]
+        """(U, P) ESS of the named variant: "tolerance", "entropy" or "causal" (NaN where a unit
+        has no known realisation; core/ess.py: check_variant refuses unknown names)."""
+        fields = {"tolerance": self.tolerance_ess, "entropy": self.entropy_ess, "causal": self.causal_ess}
+        return fields[check_variant(variant)]
 
     def utilisation(self, variant: str = "tolerance") -> np.ndarray:
         """ESS / TSS per unit and position (0 where TSS is 0)."""

@@ -243,3 +243,27 @@ def test_causal_ess_is_saved_and_old_files_read_nan(tmp_path):
             if "causal_ess" not in item.filename:
                 dst.writestr(item, src.read(item.filename))
     assert np.isnan(ESSResult.load(old).layer(0).causal_ess).all()
+
+
+# ---- the causal variant in the views ------------------------------------------------------
+
+
+def test_causal_variant_and_totals_in_scalars_in_figures():
+    from ess_explorer.core.diagnostics import layer_diagnostics
+    from ess_explorer.views.figures import ess_over_time_frame, figure
+
+    lay = _layer(diagonal_ssm(12, 3, units=2, seed=14), multiplicity=6, family="mamba2")
+    result = ESSResult([str(i) for i in range(12)], list(range(12)), {0: lay}, {"tol": 1e-3, "relative": True})
+    assert np.array_equal(lay.ess("causal"), lay.causal_ess)
+    frame = ess_over_time_frame(result, variant="causal", unit="sum")
+    assert np.allclose(frame["ess"], 6 * 2 * np.minimum(np.arange(12), 3))  # 2 heads x 6 channels x min(t, N)
+    assert np.allclose(frame["tss"], 6 * 2 * 3)
+    spec = figure(result, "ess_time", variant="causal", unit="sum").to_dict()
+    assert "causal-ESS (total in scalars" in json_dumps(spec)
+    assert layer_diagnostics(lay, variant="causal")["total_ess"] == pytest.approx(6 * 2 * 3)
+
+
+def json_dumps(spec) -> str:
+    import json
+
+    return json.dumps(spec)

@@ -411,7 +411,7 @@ def build_parser() -> argparse.ArgumentParser:
     fig.add_argument("--t", type=int, help="position t of the cut (spectrum, operator)")
     fig.add_argument("--positions", help="several positions for the spectrum, e.g. 8,16,32")
     fig.add_argument("--unit", type=int, help="unit (head or channel) for spectrum / operator")
-    fig.add_argument("--variant", choices=["tolerance", "entropy"], help="ESS variant (default tolerance)")
+    fig.add_argument("--variant", choices=["tolerance", "entropy", "causal"], help="ESS variant (default tolerance)")
     fig.add_argument("--width", type=_width, default="single", help="single (3.33 in), double (7 in) or points")
     fig.add_argument("--height", type=float, help="height in points (default: from the width)")
     fig.add_argument("--font", choices=["serif", "sans"], default="serif")

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .ess import DEFAULT_TOL, MODULATION_SCOPE, check_scope
+from .ess import DEFAULT_TOL, MODULATION_SCOPE, check_scope, check_variant
 
 __all__ = [
     "FAMILIES",
@@ -131,12 +131,16 @@ def layer_diagnostics(
     ``unit_utilisation`` (U,), ``unit_state`` (U,) labels, and layer summaries
     ``utilisation`` (mean over units), ``state`` (its label), ``n_saturated``,
     ``n_collapsed``, ``mean_ess``, ``total_ess`` and ``total_tss`` (at the peak cut).
+    ``variant`` "causal" reads the stored causal ESS (NaN for units without a realisation,
+    which then give NaN summaries).
     Totals count scalars: each unit weighs its ``multiplicity`` (the channels that share its
     T; 1 when the layer has none), so totals compare across families (docs/conventions.md).
     """
-    if variant not in ("tolerance", "entropy"):
-        raise ValueError(f"variant must be 'tolerance' or 'entropy', got {variant!r}")
-    ess = layer.tolerance_ess if variant == "tolerance" else layer.entropy_ess
+    check_variant(variant)
+    ess = {"tolerance": layer.tolerance_ess, "entropy": layer.entropy_ess,
+           "causal": getattr(layer, "causal_ess", None)}[variant]
+    if ess is None:
+        raise ValueError("this layer has no causal ESS")
     ess = np.asarray(ess, dtype=np.float64)
     tss = np.asarray(layer.tss, dtype=np.float64)
     valid = tss > 0

@@ -54,7 +54,7 @@ DEFAULT_RELATIVE = True
 SCOPES = ("cut", "unit", "layer")
 DEFAULT_SCOPE = "cut"  # the per-cut ESS the results report (scale-free per cut)
 MODULATION_SCOPE = "unit"  # modulation at separators: reset-aware (docs/conventions.md)
-VARIANTS = ("tolerance", "entropy")
+VARIANTS = ("tolerance", "entropy", "causal")  # causal: core/causal.py (stored, not recounted here)
 
 
 def check_variant(variant: str) -> str:
