@@ -267,3 +267,15 @@ def json_dumps(spec) -> str:
     import json
 
     return json.dumps(spec)
+
+
+def test_views_recount_at_the_results_scope():
+    from ess_explorer.views.charts import layer_at_tolerance
+
+    plain, reset = _near_reset()
+    lay = LayerESS.from_operator(0, "lti_ssm", reset, tol=1e-3, relative=True, scope="unit")
+    result = ESSResult([str(i) for i in range(16)], list(range(16)), {0: lay},
+                       {"tol": 1e-3, "relative": True, "scope": "unit"})
+    recount = layer_at_tolerance(result, 0, tol=1e-2, relative=True)
+    assert np.array_equal(recount.tolerance_ess, lay.tolerance_ess_at(1e-2, True, "unit")[0])
+    assert not np.array_equal(recount.tolerance_ess, lay.tolerance_ess_at(1e-2, True, "cut")[0])

@@ -135,15 +135,20 @@ def layer_at_tolerance(result: ESSResult, layer: int, tol: float | None = None, 
     )
     if same:
         return lay
-    ess, _ = lay.tolerance_ess_at(tol, relative)
+    ess, _ = lay.tolerance_ess_at(tol, relative, _scope(result, relative))
     return dataclasses.replace(lay, tolerance_ess=ess)
+
+
+def _scope(result: ESSResult, relative: bool) -> str:
+    """The analysis' tolerance scope for a recount (an absolute tolerance has none)."""
+    return str(result.meta.get("scope", "cut")) if relative else "cut"
 
 
 def _exact_mask(result: ESSResult, lay: LayerESS, tol: float, relative: bool) -> np.ndarray:
     """(U, P) bool: False where the tolerance count is only a lower bound (K values kept)."""
     if math.isclose(tol, float(result.meta.get("tol", math.nan)), rel_tol=1e-12) and relative == bool(result.meta.get("relative", True)):
         return np.ones(lay.tolerance_ess.shape, dtype=bool)
-    return lay.tolerance_ess_at(tol, relative)[1]
+    return lay.tolerance_ess_at(tol, relative, _scope(result, relative))[1]
 
 
 def _reduce(values: np.ndarray, unit) -> np.ndarray:
