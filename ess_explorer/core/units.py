@@ -165,9 +165,10 @@ class DenseCapture(CapturedLayer):
         )
 
     def causal_count(self, positions) -> np.ndarray | None:
-        # Softmax attention keeps every past token (t, or w - 1 with a window); any other
-        # dense operator has no known realisation, so no causal ESS (NaN).
-        return self.tss(positions) if self.family == "softmax_attention" else None
+        # Softmax attention keeps every past token (t, or w - 1 with a window; chunked: the
+        # tokens of the current chunk); any other dense operator has no known realisation,
+        # so no causal ESS (NaN).
+        return self.tss(positions) if self.family in ("softmax_attention", "chunked_attention") else None
 
 
 @dataclass
