@@ -84,9 +84,11 @@ def jsonable(value):
 
 def summary_table(result: ESSResult, *, variant: str = "tolerance", saturated: float | None = None,
                   collapsed: float | None = None) -> pd.DataFrame:
-    """One row per analysed layer: layer, family, units (count and kind), mean ESS and max
-    ESS (mean over units, then mean / max over t), mean TSS, utilisation (peak ESS/TSS over
-    t, mean over units; diagnostics.layer_diagnostics) and its state."""
+    """One row per analysed layer: layer, family, units (count and kind), scalars per unit
+    (multiplicity), mean ESS and max ESS (mean over units, then mean / max over t), mean TSS,
+    the layer totals in scalars at the peak cut (total_ess, total_tss: sum over units of
+    multiplicity x value, comparable across families; docs/conventions.md), utilisation (peak
+    ESS/TSS over t, mean over units; diagnostics.layer_diagnostics) and its state."""
     saturated = SATURATED_AT if saturated is None else saturated
     collapsed = COLLAPSED_AT if collapsed is None else collapsed
     rows = []
@@ -99,10 +101,22 @@ def summary_table(result: ESSResult, *, variant: str = "tolerance", saturated: f
             "layer": int(index), "family": lay.family, "units": f"{lay.n_units} {lay.unit_kind}s",
             "mean_ess": float(over_units.mean()) if over_units.size else 0.0,
             "max_ess": float(over_units.max()) if over_units.size else 0.0,
+            "multiplicity": _multiplicity_label(lay),
             "mean_tss": float(np.asarray(lay.tss, dtype=np.float64).mean()) if lay.tss.size else 0.0,
+            "total_ess": float(diag["total_ess"]), "total_tss": float(diag["total_tss"]),
             "utilisation": float(diag["utilisation"]), "state": str(diag["state"]),
         })
-    return pd.DataFrame(rows, columns=["layer", "family", "units", "mean_ess", "max_ess", "mean_tss", "utilisation", "state"])
+    return pd.DataFrame(rows, columns=["layer", "family", "units", "multiplicity", "mean_ess", "max_ess", "mean_tss",
+                                       "total_ess", "total_tss", "utilisation", "state"])
+
+
+def _multiplicity_label(lay) -> int | str:
+    """The layer's channels per unit: one int when every unit has the same, else 'a-b'."""
+    values = np.asarray(lay.multiplicity)
+    if values.size == 0:
+        return 1
+    low, high = int(values.min()), int(values.max())
+    return low if low == high else f"{low}-{high}"
 
 
 def result_metadata(result: ESSResult) -> dict:
@@ -195,8 +209,9 @@ def default_cache_dir() -> Path:
 
 
 def cache_key(identity: dict, input_ids, *, layers, dtype: str, tol: float, relative: bool, stride=None,
-              prompt: str | None = None, version: str = __version__, **options) -> str:
-    """sha256 hex of the canonical JSON of everything that determines a result."""
+              prompt: str | None = None, version: str = __version__, scope: str = "cut", **options) -> str:
+    """sha256 hex of the canonical JSON of everything that determines a result (the tolerance
+    scope included; other analysis options such as gates go in ``options``)."""
     record = {
         "identity": identity,
         "input_ids": [int(i) for i in input_ids],
@@ -205,6 +220,7 @@ def cache_key(identity: dict, input_ids, *, layers, dtype: str, tol: float, rela
         "dtype": str(dtype),
         "tol": float(tol),
         "relative": bool(relative),
+        "scope": str(scope),
         "stride": None if stride is None else int(stride),
         "version": str(version),
         "options": {k: options[k] for k in sorted(options)},

@@ -94,11 +94,12 @@ def _tokenize(tokenizer, prompt: str) -> list[int]:
     return [int(i) for i in tokenizer(prompt, add_special_tokens=False)["input_ids"]]
 
 
-def _analyze(model, input_ids, tokenizer, *, layers, tol, relative, stride, device, progress):
+def _analyze(model, input_ids, tokenizer, *, layers, tol, relative, stride, device, progress, scope="cut",
+             gates="inside"):
     from ..analysis import analyze
 
     return analyze(model, input_ids, tokenizer=tokenizer, layers=layers, tol=tol, relative=relative,
-                   stride=stride, device=device, progress=progress)
+                   scope=scope, gates=gates, stride=stride, device=device, progress=progress)
 
 
 def _identity(source: str, model, revision):
@@ -217,10 +218,12 @@ def compute_result(args):
     model, tokenizer = _load_model(source, args.revision)
     ids = _tokenize(tokenizer, prompt)
     relative = not args.absolute
+    if args.absolute and args.scope != "cut":
+        raise ValueError("--scope chooses which sigma_1 a relative tolerance refers to; drop it with --absolute")
 
     def run():
         _say(args, f"analysing {len(ids)} tokens ...")
-        result = _analyze(model, ids, tokenizer, layers=layers, tol=args.tol, relative=relative,
+        result = _analyze(model, ids, tokenizer, layers=layers, tol=args.tol, relative=relative, scope=args.scope, gates=args.gates,
                           stride=args.stride, device=args.device, progress=not args.quiet)
         result.meta["prompt"] = prompt
         result.meta["source"] = source
@@ -230,7 +233,8 @@ def compute_result(args):
         return run(), False
     dtype = str(next(iter(model.parameters())).dtype).replace("torch.", "") if hasattr(model, "parameters") else "unknown"
     key = cache_key(_identity(source, model, args.revision), ids, layers=layers, dtype=dtype, tol=args.tol,
-                    relative=relative, stride=args.stride, prompt=prompt)
+                    relative=relative, stride=args.stride, prompt=prompt, scope=args.scope,
+                    gates=args.gates)
     cache = ResultCache(args.cache_dir)
     return cache.get_or_compute(key, run)
 
@@ -242,18 +246,20 @@ def format_summary(result, *, cache_hit: bool | None = None) -> str:
     table = summary_table(result)
     meta = result.meta
     head = (f"{meta.get('source') or meta.get('model_id', 'model')} · {result.length} tokens · tol {meta.get('tol')} "
-            f"({'relative' if meta.get('relative', True) else 'absolute'})")
+            f"({'relative' if meta.get('relative', True) else 'absolute'}, scope {meta.get('scope', 'cut')}, gates {meta.get('gates', 'outside')})")
     if cache_hit is not None:
         head += " · cache " + ("hit" if cache_hit else "miss (computed)")
+    # Per-unit means, then the layer totals in scalars (sum over units of channels x value).
     columns = [("layer", "layer", "{}"), ("family", "family", "{}"), ("units", "units", "{}"),
                ("mean_ess", "mean ESS", "{:.2f}"), ("max_ess", "max ESS", "{:.2f}"), ("mean_tss", "mean TSS", "{:.2f}"),
+               ("multiplicity", "ch/unit", "{}"), ("total_ess", "total ESS", "{:.0f}"), ("total_tss", "total TSS", "{:.0f}"),
                ("utilisation", "ESS/TSS", "{:.2f}"), ("state", "state", "{}")]
     cells = [[title for _, title, _ in columns]]
     for row in table.itertuples(index=False):
         record = row._asdict()
         cells.append([fmt.format(record[name]) for name, _, fmt in columns])
     widths = [max(len(r[c]) for r in cells) for c in range(len(columns))]
-    lines = ["  ".join(cell.ljust(w) if c < 3 or c == 7 else cell.rjust(w) for c, (cell, w) in enumerate(zip(r, widths)))
+    lines = ["  ".join(cell.ljust(w) if c < 3 or c == len(columns) - 1 else cell.rjust(w) for c, (cell, w) in enumerate(zip(r, widths)))
              for r in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return head + "\n" + "\n".join(line.rstrip() for line in lines)
@@ -379,6 +385,12 @@ def _analysis_options(parser) -> None:
     parser.add_argument("--layers", "-l", help="layers to analyse, e.g. 0,2,5-7 (default: all)")
     parser.add_argument("--tol", type=_tolerance, default=None, help="tolerance-ESS threshold (default 1e-3)")
     parser.add_argument("--absolute", action="store_true", help="the tolerance is absolute (default: relative to sigma_1)")
+    parser.add_argument("--scope", choices=["cut", "unit", "layer"], default="cut",
+                        help="which sigma_1 a relative tolerance refers to: the cut's (default), the largest of the "
+                             "unit's cuts (reset-aware) or of the layer's")
+    parser.add_argument("--gates", choices=["inside", "outside"], default="inside",
+                        help="per-token gates around the sequence mixing (silu(z), gated norms) are part of T "
+                             "(inside, default) or not (outside)")
     parser.add_argument("--stride", type=_positive_int, help="compute every STRIDE-th cut only (a quick preview)")
     parser.add_argument("--device", help="torch device for the spectra (default: the model's)")
     parser.add_argument("--no-cache", action="store_true", help="compute afresh; neither read nor write the cache")
@@ -409,7 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
     fig.add_argument("--t", type=int, help="position t of the cut (spectrum, operator)")
     fig.add_argument("--positions", help="several positions for the spectrum, e.g. 8,16,32")
     fig.add_argument("--unit", type=int, help="unit (head or channel) for spectrum / operator")
-    fig.add_argument("--variant", choices=["tolerance", "entropy"], help="ESS variant (default tolerance)")
+    fig.add_argument("--variant", choices=["tolerance", "entropy", "causal"], help="ESS variant (default tolerance)")
     fig.add_argument("--width", type=_width, default="single", help="single (3.33 in), double (7 in) or points")
     fig.add_argument("--height", type=float, help="height in points (default: from the width)")
     fig.add_argument("--font", choices=["serif", "sans"], default="serif")

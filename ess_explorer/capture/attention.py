@@ -106,6 +106,7 @@ class AttentionAdapter:
             inputs=inputs,
             outputs=o,
             window=slot.chunk or slot.window,
+            multiplicity=head_dim,  # the head's value channels share its T
             info={"num_heads": heads, "num_key_value_heads": int(v.shape[0]), "head_dim": head_dim},
             operator=probs,
         )

@@ -121,6 +121,7 @@ class MambaAdapter(ScanAdapter):
             outputs=y[..., None],
             out_gate=gate,
             state_size=n,
+            multiplicity=1,  # one channel per unit
             info=info,
             realize=realize,
         )

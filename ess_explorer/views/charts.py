@@ -35,7 +35,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from ..core.diagnostics import COLLAPSED_AT, SATURATED_AT, layer_diagnostics, modulation_at
+from ..core.diagnostics import COLLAPSED_AT, SATURATED_AT, layer_diagnostics, layer_modulation
 from ..result import ESSResult, LayerESS
 
 __all__ = [
@@ -135,15 +135,20 @@ def layer_at_tolerance(result: ESSResult, layer: int, tol: float | None = None, 
     )
     if same:
         return lay
-    ess, _ = lay.tolerance_ess_at(tol, relative)
+    ess, _ = lay.tolerance_ess_at(tol, relative, _scope(result, relative))
     return dataclasses.replace(lay, tolerance_ess=ess)
+
+
+def _scope(result: ESSResult, relative: bool) -> str:
+    """The analysis' tolerance scope for a recount (an absolute tolerance has none)."""
+    return str(result.meta.get("scope", "cut")) if relative else "cut"
 
 
 def _exact_mask(result: ESSResult, lay: LayerESS, tol: float, relative: bool) -> np.ndarray:
     """(U, P) bool: False where the tolerance count is only a lower bound (K values kept)."""
     if math.isclose(tol, float(result.meta.get("tol", math.nan)), rel_tol=1e-12) and relative == bool(result.meta.get("relative", True)):
         return np.ones(lay.tolerance_ess.shape, dtype=bool)
-    return lay.tolerance_ess_at(tol, relative)[1]
+    return lay.tolerance_ess_at(tol, relative, _scope(result, relative))[1]
 
 
 def _reduce(values: np.ndarray, unit) -> np.ndarray:
@@ -375,17 +380,18 @@ def diagnostics_data(result: ESSResult, *, variant="tolerance", tol=None, relati
                      collapsed: float = COLLAPSED_AT) -> list[dict]:
     """Rows of the "diagnostics" dataset, one per layer: ``utilisation`` and ``state`` from
     diagnostics.layer_diagnostics (ratio of peaks per unit, mean over units), unit counts, and
-    ``modulation``: mean over separators of diagnostics.modulation_at on the unit-mean ESS
-    (None when the prompt has no computed separator)."""
+    ``modulation``: mean over separators of diagnostics.layer_modulation (tolerance-ESS at
+    the reset-aware scope "unit", layer total in scalars; None when the prompt has no
+    computed separator)."""
     tol, relative = _tol_options(result, tol, relative)
     seps = separator_positions(result)
     records = []
     for index in sorted(result.layers):
         lay = layer_at_tolerance(result, index, tol, relative)
         diag = layer_diagnostics(lay, variant=variant, saturated=saturated, collapsed=collapsed)
-        ess = lay.tolerance_ess if variant == "tolerance" else lay.entropy_ess
         computed = sorted(set(seps) & set(np.asarray(lay.positions).tolist()))
-        mod = modulation_at(np.asarray(ess, dtype=np.float64).mean(0), lay.positions, computed) if computed else np.zeros(0)
+        mod = (layer_modulation(result.layer(index), computed, tol=tol, relative=relative, variant=variant)
+               if computed else np.zeros(0))
         finite = mod[np.isfinite(mod)]
         records.append(
             {
@@ -723,7 +729,7 @@ def diagnostics_chart(result: ESSResult, *, layer: int | None = None, variant: s
                       names: ViewNames | None = None) -> alt.HConcatChart:
     """Per layer: utilisation (diagnostics.layer_diagnostics: per unit the ratio of the
     peaks over t, max ESS / max TSS; mean over units) coloured saturated / normal / collapsed with both thresholds drawn and named, and
-    the mean modulation at separators (diagnostics.modulation_at). Standalone, the layer
+    the mean modulation at separators (diagnostics.layer_modulation, reset-aware). Standalone, the layer
     ``layer`` is highlighted with a fixed selection of the same name as the overview's."""
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")

@@ -41,6 +41,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
+from ..core.ess import VARIANTS as ESS_VARIANTS
 from ..result import ESSResult
 
 __all__ = [
@@ -66,7 +67,7 @@ FONTS = {
     "sans": "Liberation Sans, Helvetica, Arial, sans-serif",
 }
 UNIT_AGGREGATES = ("mean", "sum", "max")
-VARIANTS = ("tolerance", "entropy")
+VARIANTS = ESS_VARIANTS  # tolerance, entropy, causal (core/ess.py)
 
 
 # ---- theme ------------------------------------------------------------------------------
@@ -338,8 +339,12 @@ def _check(value, allowed, name):
         raise ValueError(f"{name} must be one of {list(allowed)}, got {value!r}")
 
 
-def _reduce_units(values: np.ndarray, how: str) -> np.ndarray:
-    return {"mean": np.mean, "sum": np.sum, "max": np.max}[how](np.asarray(values, dtype=np.float64), axis=0)
+def _reduce_units(values: np.ndarray, how: str, multiplicity=None) -> np.ndarray:
+    """Over units (axis 0); "sum" is the layer total in scalars (multiplicity x value)."""
+    values = np.asarray(values, dtype=np.float64)
+    if how == "sum" and multiplicity is not None:
+        return (np.asarray(multiplicity, dtype=np.float64)[:, None] * values).sum(0)
+    return {"mean": np.mean, "sum": np.sum, "max": np.max}[how](values, axis=0)
 
 
 def _unit_word(result: ESSResult, layers) -> str:
@@ -348,13 +353,15 @@ def _unit_word(result: ESSResult, layers) -> str:
 
 
 def _y_title(variant: str, unit: str, units_word: str) -> str:
-    word = {"mean": "mean", "sum": "total", "max": "max"}[unit]
+    word = {"mean": "mean", "sum": "total in scalars", "max": "max"}[unit]
     return f"{variant}-ESS ({word} over {units_word})"
 
 
 def ess_over_time_frame(result_or_results, *, layers=None, variant="tolerance", unit="mean") -> pd.DataFrame:
     """Long table for ESS-over-time plots: columns model, layer, family, series, t, token,
-    ess, tss (ESS and TSS reduced over units by ``unit``: "mean", "sum" (total) or "max")."""
+    ess, tss (ESS and TSS reduced over units by ``unit``: "mean", "sum" (the total in scalars,
+    sum over units of multiplicity x value, docs/conventions.md) or "max"). variant "causal"
+    plots the causal ESS (core/causal.py)."""
     _check(variant, VARIANTS, "variant")
     _check(unit, UNIT_AGGREGATES, "unit")
     series = _series(result_or_results)
@@ -362,12 +369,12 @@ def ess_over_time_frame(result_or_results, *, layers=None, variant="tolerance", 
     for label, res in series:
         for i in _layers(res, layers):
             lay = res.layer(i)
-            ess = lay.tolerance_ess if variant == "tolerance" else lay.entropy_ess
+            ess = lay.ess(variant)
             t = np.asarray(lay.positions)
             rows.append(pd.DataFrame({
                 "model": label, "layer": i, "family": lay.family, "t": t,
                 "token": [res.tokens[k] if k < len(res.tokens) else "" for k in t],
-                "ess": _reduce_units(ess, unit), "tss": _reduce_units(lay.tss, unit),
+                "ess": _reduce_units(ess, unit, lay.multiplicity), "tss": _reduce_units(lay.tss, unit, lay.multiplicity),
             }))
     frame = pd.concat(rows, ignore_index=True)
     several_models = frame["model"].nunique() > 1
