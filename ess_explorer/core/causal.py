@@ -25,23 +25,28 @@ from __future__ import annotations
 
 import torch
 
-from .operators import DiagonalSSM
-from .sweeps import _rank_one_update_upper
+from .operators import DPLRSSM, DiagonalSSM
+from .sweeps import _rank_one_update_upper, _times_transition
 
 __all__ = ["reachability_singular_values", "shift_register_singular_values"]
 
 
 def reachability_singular_values(
-    ssm: DiagonalSSM, positions, *, dtype: torch.dtype = torch.float64, device=None
+    ssm: DiagonalSSM | DPLRSSM, positions, *, dtype: torch.dtype = torch.float64, device=None
 ) -> torch.Tensor:
     """sigma(R_t) for every unit of ``ssm`` at ``positions``: (*batch, P, N), descending.
 
-    Row t = 0 (no past) is all zeros. Cost: one forward sweep, O(L N^3) per unit.
+    Row t = 0 (no past) is all zeros. Cost: one forward sweep, O(L N^3) per unit. A DPLR
+    transition A_t = diag(a_t) + p_t q_t^T enters as U_c A_t^T = U_c (diag(a_t) + q_t p_t^T),
+    after which the factor is re-triangularised by QR.
     """
     device = torch.device(device) if device is not None else ssm.a.device
     positions = torch.as_tensor(positions, dtype=torch.long).flatten().cpu()
     length, n = ssm.length, ssm.state_size
     a, b = (x.reshape(-1, length, n).to(device=device, dtype=dtype) for x in (ssm.a, ssm.b))
+    low_rank = None
+    if isinstance(ssm, DPLRSSM) and ssm.rank > 0:
+        low_rank = [x.reshape(-1, length, n, ssm.rank).to(device=device, dtype=dtype) for x in (ssm.p, ssm.q)]
     units = a.shape[0]
     out = torch.zeros(units, len(positions), n, dtype=dtype, device=device)
     wanted = {}
@@ -52,9 +57,13 @@ def reachability_singular_values(
         state = torch.zeros(units, n, n, dtype=dtype, device=device)
         vector = torch.empty(units, n, dtype=dtype, device=device)
         for step in range(max(wanted)):
-            state.mul_(a[:, step, None, :])  # U_c diag(a_t): the past decays
+            if low_rank is None:
+                state.mul_(a[:, step, None, :])  # U_c diag(a_t): the past decays
+            else:  # U_c A_t^T, no longer triangular: the QR route below re-triangularises it
+                p, q = low_rank
+                _times_transition(state, a[:, step], q[:, step], p[:, step])
             vector.copy_(b[:, step])
-            _rank_one_update_upper(state, vector)  # ... and b_t u_t enters
+            _rank_one_update_upper(state, vector, rotations=False if low_rank is not None else None)  # b_t u_t enters
             rows = wanted.get(step + 1)  # the state now holds u_0..u_step: R_{step + 1}
             if rows:
                 out[:, rows] = torch.linalg.svdvals(state)[:, None, :]
