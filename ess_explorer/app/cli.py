@@ -212,7 +212,10 @@ def _read_prompt(args, source: str) -> str:
             text = path.read_text(encoding="utf-8")
         except FileNotFoundError:
             raise ValueError(f"cannot read the prompt file {path}: no such file") from None
-        except (OSError, UnicodeDecodeError) as error:
+        except UnicodeDecodeError as error:
+            raise ValueError(f"the prompt file {path} is not valid UTF-8 text (byte {error.object[error.start]:#04x} "
+                             f"at offset {error.start}); save it as UTF-8") from None
+        except OSError as error:
             raise ValueError(f"cannot read the prompt file {path}: {error}") from None
     elif args.prompt is not None:
         text = args.prompt

@@ -205,10 +205,14 @@ def _check_dense_budget(tensor: torch.Tensor, top_k, dtype, device, positions, s
     need += batch * length * length * tensor.element_size()  # validate_operator's triangle check
     if need > DENSE_BUDGET_BYTES:
         raise ValueError(
-            f"the dense path would allocate about {need / 1024**3:.1f} GiB for operators of shape {tuple(tensor.shape)} "
-            f"(budget {DENSE_BUDGET_BYTES / 1024**3:.0f} GiB, spectra.DENSE_BUDGET_BYTES); compute fewer cuts "
+            f"the dense path would allocate about {_size(need)} for operators of shape {tuple(tensor.shape)} "
+            f"(budget {_size(DENSE_BUDGET_BYTES)}, spectra.DENSE_BUDGET_BYTES); compute fewer cuts "
             "(stride= or positions=), keep fewer values (top_k=), or pass the operator factored (a DiagonalSSM)"
         )
+
+
+def _size(n_bytes: int) -> str:
+    return f"{n_bytes / 1024**3:.1f} GiB" if n_bytes >= 1024**3 else f"{n_bytes / 1024**2:.2f} MiB"
 
 
 def _cut_singular_values(cut: torch.Tensor, method: str) -> torch.Tensor:
