@@ -63,6 +63,8 @@ class LayerESS:
     singular_values: np.ndarray
     rank_bound: np.ndarray
     operators: dict[int, np.ndarray] = field(default_factory=dict)
+    # how the spectra were computed: {"method": "dense" | "sweep" | "scan" | "short_conv", "reason": ...}
+    path: dict = field(default_factory=dict)
 
     @property
     def n_units(self) -> int:
@@ -216,7 +218,8 @@ class ESSResult:
             "input_ids": [int(i) for i in self.input_ids],
             "meta": self.meta,
             "layers": {
-                str(i): {"family": lay.family, "unit_kind": lay.unit_kind, "operators": sorted(lay.operators)}
+                str(i): {"family": lay.family, "unit_kind": lay.unit_kind, "operators": sorted(lay.operators),
+                         "path": lay.path}
                 for i, lay in self.layers.items()
             },
         }
@@ -253,7 +256,10 @@ class ESSResult:
                             raise ValueError(f"field L{i}/operator/{u} is missing")
                         operators[int(u)] = data[f"L{i}/operator/{u}"]
                     _check_layer_arrays(i, fields, operators, len(header["input_ids"]))
-                    layers[i] = LayerESS(i, info["family"], info["unit_kind"], operators=operators, **fields)
+                    route = info.get("path", {})  # not `path`: the error below names the file
+                    route = {str(k): str(v) for k, v in route.items()} if isinstance(route, dict) else {}
+                    layers[i] = LayerESS(i, info["family"], info["unit_kind"], operators=operators, path=route,
+                                         **fields)
         except (OSError, KeyError, ValueError, TypeError, AttributeError, EOFError, zipfile.BadZipFile, zlib.error) as error:
             raise ValueError(f"{path} is not a readable ESS result ({error}); recompute it") from error
         return cls(header["tokens"], header["input_ids"], layers, header["meta"])
