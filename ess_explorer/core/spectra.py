@@ -15,6 +15,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable
 
+import numpy as np
 import torch
 from tqdm.auto import tqdm
 
@@ -164,7 +165,7 @@ def hankel_singular_values(
     require(top_k is None or (isinstance(top_k, (int, np.integer)) and not isinstance(top_k, bool) and top_k >= 1),
             f"top_k must be a positive integer or None, got {top_k!r}")
     try:
-        sigma = _hankel_singular_values(op, top_k, dtype, device, positions, stride, method, progress)
+        sigma = _hankel_singular_values(op, top_k, dtype, device, positions, stride, method, batched, progress)
     except torch.linalg.LinAlgError as error:
         raise _overflow(op) from error
     if not bool(torch.isfinite(sigma).all()):
@@ -184,7 +185,7 @@ def _overflow(op) -> ValueError:
     )
 
 
-def _hankel_singular_values(op, top_k, dtype, device, positions, stride, method, progress) -> torch.Tensor:
+def _hankel_singular_values(op, top_k, dtype, device, positions, stride, method, batched, progress) -> torch.Tensor:
     if isinstance(op, FACTORED_OPERATORS):
         pos = _positions(op.length, positions, stride)
         return factored_hankel_singular_values(
