@@ -109,7 +109,7 @@ def analyze(
     length = len(ids)
     positions = np.arange(0, length, stride or 1)
     model_device = _model_device(model)
-    spectra_device = torch.device(device) if device is not None else model_device
+    spectra_device = _check_device(device) if device is not None else model_device
 
     captured = capture(model, torch.tensor([ids], dtype=torch.long, device=model_device), [slots[i] for i in chosen])
     if gates == "inside":
@@ -159,6 +159,19 @@ def _check_number(name, value, minimum):
         raise ValueError(f"{name} must be a finite number >= {minimum}, got {value!r}")
 
 
+def _check_device(device) -> torch.device:
+    """The torch device ``device`` names, checked to exist before any work (a missing
+    CUDA would otherwise fail only after the forward pass)."""
+    try:
+        target = torch.device(device)
+        torch.empty(1, device=target)
+    except (RuntimeError, TypeError, ValueError, AssertionError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ValueError(f"device {device!r} is not usable here ({first}); pass device='cpu' or leave it out "
+                         "to compute where the model is") from None
+    return target
+
+
 def _model_device(model) -> torch.device:
     try:
         return next(model.parameters()).device
@@ -177,14 +190,17 @@ def _input_ids(model, input_ids, prompt, tokenizer) -> list[int]:
         if not prompt:
             raise ValueError("the prompt is empty: ESS needs at least 2 tokens")
         input_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    ids = torch.as_tensor(input_ids)
+    try:
+        ids = torch.as_tensor(input_ids)
+    except (TypeError, ValueError, RuntimeError):
+        raise ValueError(f"input_ids must be a list or tensor of integer token ids, got {type(input_ids).__name__}") from None
     if ids.ndim == 2:
         if ids.shape[0] != 1:
             raise ValueError(f"analyze takes one prompt (batch 1); got input_ids of shape {tuple(ids.shape)}")
         ids = ids[0]
     if ids.ndim != 1:
         raise ValueError(f"input_ids must be 1-D (L,) or (1, L); got shape {tuple(ids.shape)}")
-    if ids.numel() and (ids.is_floating_point() or ids.is_complex()):
+    if ids.numel() and (ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool):
         raise ValueError(f"input_ids must be integers, got {ids.dtype}")
     length = ids.numel()
     if length < 2:
@@ -219,15 +235,27 @@ def _layers(layers, keys: list[int]) -> list[int]:
     """The chosen slot keys (``keys``: every analysable key, sorted; 0..n-1 for most models)."""
     if layers is None:
         return list(keys)
-    chosen = [layers] if isinstance(layers, (int, np.integer)) else list(layers)
-    if not chosen:
-        raise ValueError("layers is empty; pass None for all layers")
+    if isinstance(layers, (str, bytes)):
+        raise ValueError(f"layers must be an int or a sequence of ints, got {layers!r}")
+    given = [layers] if isinstance(layers, (int, np.integer)) else layers
+    try:
+        items = iter(given)
+    except TypeError:
+        raise ValueError(f"layers must be an int or a sequence of ints, got {type(layers).__name__}") from None
     valid = set(keys)
-    for index in chosen:
+    chosen = []
+    # Checked one by one while iterating, so range(10**9) fails at its first bad index
+    # instead of being expanded into memory.
+    for index in items:
         if not isinstance(index, (int, np.integer)) or isinstance(index, bool) or int(index) not in valid:
             span = f"0..{keys[-1]}" if keys == list(range(len(keys))) else ", ".join(map(str, keys))
             raise ValueError(f"layer index {index!r} is out of range: the model has layers {span}")
-    return sorted(set(int(i) for i in chosen))
+        chosen.append(int(index))
+        if len(chosen) > 2 * len(keys) and len(set(chosen)) < len(chosen) // 2:
+            raise ValueError(f"layers repeats indices without end; give each of {sorted(valid)} at most once")
+    if not chosen:
+        raise ValueError("layers is empty; pass None for all layers")
+    return sorted(set(chosen))
 
 
 def _units(units):

@@ -140,10 +140,28 @@ def result_metadata(result: ESSResult) -> dict:
     }
 
 
+# A spreadsheet reads a cell that starts with one of these as a formula ("CSV injection").
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+
+
+def escape_formula_cells(frame: pd.DataFrame) -> pd.DataFrame:
+    """A copy of ``frame`` whose text cells that a spreadsheet would run as a formula
+    (starting with =, +, -, @, tab or CR) are prefixed with a single quote. Only text
+    (object / string) columns change: numbers stay numbers."""
+    frame = frame.copy()
+    for name in frame.columns:
+        column = frame[name]
+        if column.dtype == object or pd.api.types.is_string_dtype(column.dtype):
+            frame[name] = column.map(
+                lambda cell: "'" + cell if isinstance(cell, str) and cell.startswith(FORMULA_PREFIXES) else cell)
+    return frame
+
+
 def table_bytes(result: ESSResult, fmt: str) -> bytes:
+    """The tidy table as CSV (formula-like text cells escaped) or Parquet bytes."""
     frame = result.to_frame()
     if fmt == "csv":
-        return frame.to_csv(index=False).encode("utf-8")
+        return escape_formula_cells(frame).to_csv(index=False).encode("utf-8")
     import io  # the standard library's; this module is ess_explorer.io
 
     import pyarrow as pa
@@ -229,6 +247,14 @@ def cache_key(identity: dict, input_ids, *, layers, dtype: str, tol: float, rela
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def _forget(path: Path) -> None:
+    """Delete a bad cache entry; a read-only cache keeps it (the next put warns)."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
 class ResultCache:
     """ESSResults on disk under ``root/results/<key[:2]>/<key>.npz``.
 
@@ -246,7 +272,10 @@ class ResultCache:
 
     def get(self, key: str) -> ESSResult | None:
         path = self.path(key)
-        if not path.is_file():
+        try:
+            if not path.is_file():
+                return None
+        except OSError:  # an unreadable cache folder is a miss
             return None
         try:
             result = ESSResult.load(path)
@@ -255,20 +284,34 @@ class ResultCache:
         except Exception as error:  # noqa: BLE001
             warnings.warn(f"ignoring an unreadable cache entry {path.name} ({type(error).__name__}); recomputing",
                           stacklevel=2)
-            path.unlink(missing_ok=True)
+            _forget(path)
             return None
         if result.meta.get("cache_key") != key or not result.layers:
             warnings.warn(f"ignoring cache entry {path.name}: it records another key; recomputing", stacklevel=2)
-            path.unlink(missing_ok=True)
+            _forget(path)
             return None
         return result
 
-    def put(self, key: str, result: ESSResult) -> Path:
-        """Store ``result`` (its meta gains "cache_key"); atomic via a unique temp file."""
+    def put(self, key: str, result: ESSResult) -> Path | None:
+        """Store ``result`` (its meta gains "cache_key"); atomic via a unique temp file.
+
+        A cache that cannot be written (a read-only folder, a file where a folder should
+        be, a full disk) never costs the result: a warning says why, nothing half written
+        stays behind (atomic.py), and None is returned instead of the entry's path.
+        """
         if not isinstance(result, ESSResult):
             raise ValueError(f"the cache stores ESSResults, got {type(result).__name__}")
+        path = self.path(key)
         result.meta["cache_key"] = key
-        return result.save(self.path(key))  # atomic (atomic.py)
+        try:
+            return result.save(path)  # atomic (atomic.py)
+        except OSError as error:
+            result.meta.pop("cache_key", None)
+            warnings.warn(f"could not write the cache entry under {self.root} ({type(error).__name__}: "
+                          f"{error.strerror or error}); the result is kept but not cached. Free space, fix the "
+                          f"folder's permissions, set ${CACHE_ENV} to a writable folder, or use --no-cache",
+                          stacklevel=2)
+            return None
 
     def get_or_compute(self, key: str, compute: Callable[[], ESSResult]) -> tuple[ESSResult, bool]:
         """(result, True) from the cache, or (compute(), False) after storing it."""

@@ -248,9 +248,19 @@ class ESSResult:
 
     # ---- persistence: one .npz, JSON header, no pickle -------------------------------
     def save(self, path) -> Path:
+        """Write the result to ``path`` atomically (atomic.py) and return the path written.
+
+        A path ending in ".npz" is used as given; any other name gains ".npz" (as
+        numpy.savez does: "run" -> "run.npz"), and the returned path says so. A path that
+        exists and is not a regular file (a folder, a device such as /dev/full) is refused.
+        """
         path = Path(path)
+        if path.exists() and not path.is_file():
+            raise ValueError(f"{path} exists and is not a regular file; give a file name ending in .npz")
         if path.suffix != ".npz":
-            path = path.with_suffix(path.suffix + ".npz") if path.suffix else path.with_suffix(".npz")
+            path = path.with_name(path.name + ".npz")
+            if path.exists() and not path.is_file():
+                raise ValueError(f"{path} exists and is not a regular file; give a file name ending in .npz")
         header = {
             "format_version": FORMAT_VERSION,
             "tokens": list(self.tokens),
@@ -278,26 +288,85 @@ class ESSResult:
             raise FileNotFoundError(f"no ESS result at {path}")
         try:
             with np.load(path, allow_pickle=False) as data:
+                if not hasattr(data, "files") or "__header__" not in data.files:
+                    raise ValueError("it has no __header__ (not an ESS result)")
                 header = json.loads(bytes(data["__header__"]).decode("utf-8"))
-                if header.get("format_version") != FORMAT_VERSION:
-                    raise ValueError(f"unsupported result format {header.get('format_version')}")
+                _check_header(header)
                 layers = {}
                 for key, info in header["layers"].items():
                     i = int(key)
-                    fields = {
-                        name: data[f"L{i}/{name}"]
-                        for name in ("positions", "tolerance_ess", "entropy_ess", "tss", "singular_values", "rank_bound")
-                    }
+                    fields = {}
+                    for name in _ARRAY_FIELDS:
+                        if f"L{i}/{name}" not in data.files:
+                            raise ValueError(f"field L{i}/{name} is missing")
+                        fields[name] = data[f"L{i}/{name}"]
+                    operators = {}
+                    for u in info["operators"]:
+                        if f"L{i}/operator/{u}" not in data.files:
+                            raise ValueError(f"field L{i}/operator/{u} is missing")
+                        operators[int(u)] = data[f"L{i}/operator/{u}"]
+                    _check_layer_arrays(i, fields, operators, len(header["input_ids"]))
                     # Optional arrays: files written before they existed load with the defaults
-                    # (multiplicity 1 per unit, causal ESS NaN).
+                    # (multiplicity 1 per unit, causal ESS NaN); LayerESS checks their shapes.
                     for name in OPTIONAL_ARRAYS:
                         if f"L{i}/{name}" in data.files:
                             fields[name] = data[f"L{i}/{name}"]
-                    operators = {int(u): data[f"L{i}/operator/{u}"] for u in info["operators"]}
-                    path = info.get("path", {})
-                    path = {str(k): str(v) for k, v in path.items()} if isinstance(path, dict) else {}
-                    layers[i] = LayerESS(i, info["family"], info["unit_kind"], operators=operators, path=path,
+                    route = info.get("path", {})  # not `path`: the error below names the file
+                    route = {str(k): str(v) for k, v in route.items()} if isinstance(route, dict) else {}
+                    layers[i] = LayerESS(i, info["family"], info["unit_kind"], operators=operators, path=route,
                                          **fields)
-        except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as error:
+        except (OSError, KeyError, ValueError, TypeError, AttributeError, EOFError, zipfile.BadZipFile, zlib.error) as error:
             raise ValueError(f"{path} is not a readable ESS result ({error}); recompute it") from error
         return cls(header["tokens"], header["input_ids"], layers, header["meta"])
+
+
+_ARRAY_FIELDS = ("positions", "tolerance_ess", "entropy_ess", "tss", "singular_values", "rank_bound")
+
+
+def _check_header(header) -> None:
+    """ValueError naming the first header field of the wrong type or shape."""
+    if not isinstance(header, dict):
+        raise ValueError(f"the header is a {type(header).__name__}, not a JSON object")
+    if header.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"unsupported result format {header.get('format_version')!r} (this version reads {FORMAT_VERSION})")
+    tokens, ids = header.get("tokens"), header.get("input_ids")
+    if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+        raise ValueError("field tokens must be a list of strings")
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+        raise ValueError("field input_ids must be a list of non-negative integers")
+    if tokens and len(tokens) != len(ids):
+        raise ValueError(f"field tokens has {len(tokens)} entries but input_ids has {len(ids)}")
+    if not isinstance(header.get("meta"), dict):
+        raise ValueError("field meta must be a JSON object")
+    layers = header.get("layers")
+    if not isinstance(layers, dict):
+        raise ValueError("field layers must be a JSON object")
+    for key, info in layers.items():
+        if not key.isdigit():
+            raise ValueError(f"field layers has a key {key!r} that is not a layer index")
+        if not isinstance(info, dict) or not isinstance(info.get("family"), str) or not isinstance(info.get("unit_kind"), str):
+            raise ValueError(f"field layers.{key} must hold the strings family and unit_kind")
+        ops = info.get("operators")
+        if not isinstance(ops, list) or not all(isinstance(u, int) and not isinstance(u, bool) and u >= 0 for u in ops):
+            raise ValueError(f"field layers.{key}.operators must be a list of unit rows")
+
+
+def _check_layer_arrays(i: int, fields: dict, operators: dict, length: int) -> None:
+    """ValueError naming the first array of layer ``i`` whose dtype or shape is inconsistent."""
+    for name, array in fields.items():
+        if not (np.issubdtype(array.dtype, np.number) or array.dtype == np.bool_) or np.iscomplexobj(array):
+            raise ValueError(f"field L{i}/{name} has dtype {array.dtype}, not a real number type")
+    pos = fields["positions"]
+    if pos.ndim != 1 or not np.issubdtype(pos.dtype, np.integer) or (pos.size and (pos.min() < 0 or pos.max() >= length)):
+        raise ValueError(f"field L{i}/positions must be integers in [0, {length - 1}], shape (P,)")
+    units_positions = (fields["tolerance_ess"].shape[0] if fields["tolerance_ess"].ndim == 2 else -1, pos.size)
+    for name in ("tolerance_ess", "entropy_ess", "tss", "rank_bound"):
+        if fields[name].shape != units_positions:
+            raise ValueError(f"field L{i}/{name} has shape {fields[name].shape}, expected (U, P) = {units_positions}")
+    sigma = fields["singular_values"]
+    if sigma.ndim != 3 or sigma.shape[:2] != units_positions:
+        raise ValueError(f"field L{i}/singular_values has shape {sigma.shape}, expected (U, P, K) with (U, P) = {units_positions}")
+    for unit, op in operators.items():
+        if op.shape != (length, length) or not unit < units_positions[0]:
+            raise ValueError(f"field L{i}/operator/{unit} has shape {op.shape} for unit {unit}, "
+                             f"expected ({length}, {length}) for a unit below {units_positions[0]}")
