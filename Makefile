@@ -6,13 +6,13 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 PROMPT ?=
 
-.PHONY: setup run test test-fast bench lab browser clean
+.PHONY: setup run test test-fast lint bench lab browser clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# torch is pinned in pyproject.toml (2.13.0: the CPU build on this kind of machine);
-# installing it first keeps the resolver from looking at CUDA wheels.
+# pyproject.toml asks for a tested torch range; installing the CPU build 2.13.0 first keeps
+# the resolver from pulling multi-GB CUDA wheels on a machine without a GPU.
 setup: $(BIN)/python
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
@@ -24,8 +24,14 @@ run: setup
 browser:
 	@test -x /usr/bin/chromium || (apt-get update -qq && apt-get install -y -qq chromium)
 
-test: setup browser
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
+# The house rules: the import layers (import-linter contract in pyproject.toml), lint and format.
+lint: setup
+	$(BIN)/lint-imports
+	$(BIN)/ruff check ess_explorer tests benchmarks
+	$(BIN)/ruff format --check ess_explorer tests benchmarks
+
+test: setup browser lint
+	HF_HUB_OFFLINE=1 REQUIRE_BROWSER=1 $(BIN)/python -m pytest -q
 
 test-fast: setup
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m "not slow and not browser"

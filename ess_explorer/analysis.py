@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .capture import capture, layer_slots
+from .capture import capture, layer_slots, skipped_layers
 from .core.diagnostics import unit_kind
 from .core.ess import DEFAULT_RELATIVE, DEFAULT_TOL
 from .core.layer import SPECTRA_BUDGET
@@ -91,8 +91,8 @@ def analyze(
         raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
     if isinstance(keep_operators, str) and keep_operators != "auto":
         raise ValueError(f"keep_operators must be 'auto', an int, a sequence of unit rows or None; got {keep_operators!r}")
-    slots = layer_slots(model)
-    chosen = _layers(layers, len(slots))
+    slots = {slot.index: slot for slot in layer_slots(model)}  # key -> slot (keys need not be 0..n-1)
+    chosen = _layers(layers, sorted(slots))
     unit_rows = _units(units)
     length = len(ids)
     positions = np.arange(0, length, stride or 1)
@@ -119,6 +119,7 @@ def analyze(
         "revision": getattr(config, "_commit_hash", None),
         "model_type": config.model_type,
         "n_layers": len(slots),
+        **_slot_meta(slots, model),
         "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
         "device": str(spectra_device),
         "tol": float(tol),
@@ -184,15 +185,31 @@ def _input_ids(model, input_ids, prompt, tokenizer) -> list[int]:
     return [int(i) for i in ids.tolist()]
 
 
-def _layers(layers, n_layers: int) -> list[int]:
+def _slot_meta(slots: dict, model) -> dict:
+    """meta entries for models whose analysed slots are not one per layer: "slots" (key ->
+    label, e.g. Falcon-H1's two mixers per layer) and "skipped_layers" (index -> reason)."""
+    meta = {}
+    labels = {str(key): slot.label for key, slot in slots.items() if slot.label}
+    if labels:
+        meta["slots"] = labels
+    skipped = skipped_layers(model)
+    if skipped:
+        meta["skipped_layers"] = {str(key): reason for key, reason in skipped.items()}
+    return meta
+
+
+def _layers(layers, keys: list[int]) -> list[int]:
+    """The chosen slot keys (``keys``: every analysable key, sorted; 0..n-1 for most models)."""
     if layers is None:
-        return list(range(n_layers))
+        return list(keys)
     chosen = [layers] if isinstance(layers, (int, np.integer)) else list(layers)
     if not chosen:
         raise ValueError("layers is empty; pass None for all layers")
+    valid = set(keys)
     for index in chosen:
-        if not isinstance(index, (int, np.integer)) or isinstance(index, bool) or not 0 <= index < n_layers:
-            raise ValueError(f"layer index {index!r} is out of range: the model has layers 0..{n_layers - 1}")
+        if not isinstance(index, (int, np.integer)) or isinstance(index, bool) or int(index) not in valid:
+            span = f"0..{keys[-1]}" if keys == list(range(len(keys))) else ", ".join(map(str, keys))
+            raise ValueError(f"layer index {index!r} is out of range: the model has layers {span}")
     return sorted(set(int(i) for i in chosen))
 
 

@@ -30,8 +30,6 @@ from pathlib import Path
 
 import torch
 
-from . import architectures  # noqa: F401  (registers model_type "ess_linear_attention" with transformers)
-
 __all__ = [
     "ZOO_DIR",
     "ZOO_PREFIX",
@@ -71,6 +69,8 @@ def load_model(
     """(model, tokenizer) for ``source`` (see the module docstring). ``kwargs`` go to
     ``AutoModelForCausalLM.from_pretrained`` (dtype and use_safetensors are fixed)."""
     from transformers import AutoConfig, AutoModelForCausalLM
+
+    from . import architectures  # noqa: F401  (registers model_type "ess_linear_attention"; imports transformers)
 
     for fixed in ("use_safetensors", "dtype", "torch_dtype"):
         if fixed in kwargs:

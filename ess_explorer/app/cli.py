@@ -6,6 +6,7 @@
     ess-explorer figure a-dir b-dir --kind compare --width double --out cmp.pdf
     ess-explorer report [--model M] --prompt P --out report.html     (or --result result-dir)
     ess-explorer models                                              (the built-in zoo)
+    ess-explorer models --families                  (every supported model type and its families)
 
 With no --model, the built-in default model (zoo.DEFAULT_MODEL) is used: offline; with no
 prompt either (none given, nothing piped), a zoo model's example prompt (one sequence of the
@@ -350,6 +351,15 @@ def cmd_report(args) -> int:
 def cmd_models(args) -> int:
     from .. import zoo
 
+    if args.families:
+        from ..capture import supported_families
+
+        table = supported_families()
+        width = max(map(len, table))
+        for model_type, families in table.items():
+            print(f"{model_type:<{width}}  {', '.join(families)}")
+        return 0
+
     names = zoo.list_models()
     if not names:
         print(f"no zoo models found in {zoo.ZOO_DIR}")
@@ -413,7 +423,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--out", "-o", required=True, help="output .html file")
     report.set_defaults(func=cmd_report)
 
-    models = sub.add_parser("models", help="list the built-in zoo models")
+    models = sub.add_parser("models", help="list the built-in zoo models (--families: every supported model type)")
+    models.add_argument("--families", action="store_true", help="list every supported model type with its families")
     models.set_defaults(func=cmd_models)
     return parser
 

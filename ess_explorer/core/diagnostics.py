@@ -38,12 +38,17 @@ COLLAPSED_AT = 0.1
 # family -> (unit kind, what its capacity is); one line each so the table reads as docs.
 FAMILIES = {
     "softmax_attention": ("head", "t: the KV cache holds every past token (min(t, window - 1) with a sliding window)"),
+    "chunked_attention": ("head", "t mod C: the past tokens of the current chunk of length C"),
     "linear_attention": ("head", "d_k: the key size"),
     "gated_linear_attention": ("head", "d_k: the key size"),
     "mamba": ("channel", "N: d_state"),
     "mamba2": ("head", "N: d_state (shared by the head's channels)"),
     "lti_ssm": ("channel", "N: the state size"),
     "short_conv": ("channel", "k - 1: kernel length minus one"),
+    "rg_lru": ("channel", "1: one scalar state per channel (RG-LRU)"),
+    "lightning_attention": ("head", "d_k: the key size (linear attention with a per-head decay)"),
+    "rwkv": ("channel", "1: the WKV numerator state per channel (the denominator is T's row scale)"),
+    "mlstm": ("head", "d_k: the key size of the matrix memory (the normaliser is T's row scale)"),
 }
 
 
@@ -70,6 +75,10 @@ def theoretical_state_size(
     t = np.asarray(positions, dtype=np.float64)
     if family == "softmax_attention":
         return np.minimum(t, window - 1) if window else t.copy()
+    if family == "chunked_attention":
+        if not window or window < 1:
+            raise ValueError("chunked_attention needs window (the chunk length C)")
+        return np.mod(t, window)
     if family == "short_conv":
         if not kernel_size or kernel_size < 1:
             raise ValueError("short_conv needs kernel_size (the conv length, e.g. config.conv_L_cache)")
