@@ -37,10 +37,10 @@ def best_of(fn, repeats: int = 3) -> float:
 
 def main() -> None:
     from ess_explorer import hankel_singular_values, load_model, zoo
-    from ess_explorer.views import charts
     from ess_explorer.core.diagnostics import theoretical_state_size
     from ess_explorer.result import ESSResult, LayerESS
     from ess_explorer.synthetic import softmax_attention
+    from ess_explorer.views import charts
 
     length, heads = 512, 12
     operators = softmax_attention(length, head_dim=64, units=heads, seed=0)

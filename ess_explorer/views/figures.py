@@ -35,11 +35,17 @@ from ..result import ESSResult
 from . import specs
 from .data import (
     analysed_layers as _layers,
+)
+from .data import (
     default_label as _default_label,
+)
+from .data import (
     ess_over_time_frame,
     family_name,
     layer_summary_frame,
     separator_positions,
+)
+from .data import (
     series_of as _series,
 )
 from .theme import (
@@ -284,8 +290,8 @@ def _utilisation(results, *, layers=None, variant="tolerance", reduce="max", sat
         dots = alt.Chart(per_unit).mark_point(size=8, color="#222222", filled=True, opacity=0.7).encode(
             xOffset=offset, **enc)
     else:  # colour says the family: a hybrid model's layers differ in kind
-        families = list(dict.fromkeys(per_layer["family"].str.replace("_", " ")))
-        per_layer = per_layer.assign(family=per_layer["family"].str.replace("_", " "))
+        families = list(dict.fromkeys(per_layer["family"].map(family_name)))
+        per_layer = per_layer.assign(family=per_layer["family"].map(family_name))
         colour = alt.Color("family:N", title=None, scale=alt.Scale(domain=families, range=OKABE_ITO[: len(families)]),
                            legend=alt.Legend(orient=legend, direction="horizontal", columns=2) if len(families) > 1 else None)
         bars = alt.Chart(per_layer).mark_bar(opacity=0.6).encode(color=colour, tooltip=tips, **enc)
@@ -319,7 +325,6 @@ def _compare(results, *, layers=None, variant="tolerance", unit="mean", check_pr
     by_layer = pd.concat(per_layer, ignore_index=True).rename(columns={"model": "series"})
     colour, dash = _series_scales(over_time["series"])
     legend_spec = alt.Legend(orient=legend, direction="horizontal", symbolType="stroke")
-    y_title = _y_title(variant, unit, "units")
     left = alt.Chart(over_time).mark_line().encode(
         x=alt.X("t:Q", title="position t", scale=alt.Scale(nice=False)),
         y=alt.Y("ess:Q", title=f"{variant}-ESS, mean over layers"),
