@@ -1,8 +1,10 @@
-"""The explorer's charts under one name: view data (data.py) and Vega-Lite specs (specs.py).
+"""The explorer's charts under one name: view data (data.py) and Vega-Lite specs (specs.py,
+linked.py).
 
 A thin module kept so that callers (the widget, the report, notebooks) reach every view
 builder and its data as ``charts.<name>``; the code lives in state.py (options, validated
-once), data.py (records and tables) and specs.py (Vega-Lite).
+once), data.py (records), params.py (param names and colours), specs.py
+(the five views) and linked.py (the five in one linked spec).
 """
 
 from __future__ import annotations
@@ -25,22 +27,9 @@ from .data import (
     time_data,
     unit_series,
 )
-from .specs import (
-    CONVENTION_SHORT,
-    ESS_COLOR,
-    SELECT_COLOR,
-    SEP_COLOR,
-    STATE_COLORS,
-    TSS_COLOR,
-    ViewNames,
-    diagnostics_chart,
-    ess_over_time,
-    linked_structure,
-    linked_views,
-    operator_heatmap,
-    overview,
-    spectrum,
-)
+from .linked import linked_structure, linked_views
+from .params import CONVENTION_SHORT, ESS_COLOR, SELECT_COLOR, SEP_COLOR, STATE_COLORS, TSS_COLOR, ViewNames
+from .specs import diagnostics_chart, ess_over_time, operator_heatmap, overview, spectrum
 from .state import AGGREGATES, VARIANTS, ViewState
 
 __all__ = [

@@ -1,6 +1,7 @@
 """View data of an ESSResult: the records the Vega-Lite specs read, and the tables of figures.
 
-Pure functions of (result, `ViewState`); nothing here imports Altair. The linked views read
+Pure functions of (result, `ViewState`); nothing here imports Altair (the tables of figures
+are in frames.py). The linked views read
 named datasets (`DATASETS`), so a change of tolerance, variant or thresholds only replaces
 data: the widget recomputes `linked_data` and keeps the spec.
 
@@ -19,14 +20,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import weakref
-from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from ..core.diagnostics import layer_diagnostics, modulation_at
 from ..result import ESSResult, LayerESS
-from .state import VARIANTS, ViewState, check_result
+from .state import ViewState
 
 __all__ = [
     "DATASETS",
@@ -43,12 +42,11 @@ __all__ = [
     "operator_data",
     "overview_data",
     "diagnostics_data",
+    "family_name",
+    "reduce_units",
+    "ess_of",
     "thresholds_data",
     "linked_data",
-    "ess_over_time_frame",
-    "layer_summary_frame",
-    "series_of",
-    "analysed_layers",
 ]
 
 MAX_SPECTRUM_K = 64
@@ -71,7 +69,7 @@ DATASETS = {
 
 
 # ---------------------------------------------------------------- helpers ---------------
-def _reduce(values: np.ndarray, unit) -> np.ndarray:
+def reduce_units(values: np.ndarray, unit) -> np.ndarray:
     values = np.asarray(values, dtype=np.float64)
     if isinstance(unit, str):
         return {"mean": values.mean, "max": values.max, "sum": values.sum}[unit](axis=0)
@@ -85,6 +83,11 @@ def _token(result: ESSResult, t: int) -> str:
 def _sig(value: float, digits: int = 4) -> float | None:
     """A float with ``digits`` significant digits (smaller JSON, same picture)."""
     return float(f"{value:.{digits}g}") if np.isfinite(value) else None
+
+
+def family_name(family: str) -> str:
+    """A family's code name as words for labels and legends: "short_conv" -> "short conv"."""
+    return family.replace("_", " ")
 
 
 def tol_label(tol: float, relative: bool) -> str:
@@ -113,7 +116,9 @@ def _cached(result: ESSResult, key: tuple, compute):
 
 
 # ---------------------------------------------------------------- per layer --------------
-def layer_at_tolerance(result: ESSResult, layer: int, tol: float | None = None, relative: bool | None = None) -> LayerESS:
+def layer_at_tolerance(
+    result: ESSResult, layer: int, tol: float | None = None, relative: bool | None = None
+) -> LayerESS:
     """The LayerESS with ``tolerance_ess`` recomputed at (tol, relative) from the kept
     singular values (LayerESS.tolerance_ess_at); the layer itself when they are the
     analysis settings (whose counts come from the full spectrum, so are always exact)."""
@@ -128,27 +133,29 @@ def _at(result: ESSResult, state: ViewState, layer: int | None = None) -> LayerE
     return dataclasses.replace(lay, tolerance_ess=ess)
 
 
-def _ess(lay: LayerESS, variant: str) -> np.ndarray:
+def ess_of(lay: LayerESS, variant: str) -> np.ndarray:
     return lay.tolerance_ess if variant == "tolerance" else lay.entropy_ess
 
 
 def _series(result: ESSResult, state: ViewState) -> dict:
     lay = result.layer(state.layer)
     at = _at(result, state)
-    ess = _ess(at, state.variant)
+    ess = ess_of(at, state.variant)
     if state.variant == "tolerance" and not state.same_tolerance(result):
         exact = lay.tolerance_ess_at(state.tol, state.relative)[1]  # False: only a lower bound (K values kept)
     else:
         exact = np.ones(ess.shape, bool)
     return {
         "t": np.asarray(lay.positions, dtype=int),
-        "ess": _reduce(ess, state.unit),
-        "tss": _reduce(lay.tss, state.unit),
+        "ess": reduce_units(ess, state.unit),
+        "tss": reduce_units(lay.tss, state.unit),
         "exact": exact.all(0) if isinstance(state.unit, str) else exact[int(state.unit)],
     }
 
 
-def unit_series(result: ESSResult, layer: int, unit="mean", variant: str = "tolerance", tol=None, relative=None) -> dict:
+def unit_series(
+    result: ESSResult, layer: int, unit="mean", variant: str = "tolerance", tol=None, relative=None
+) -> dict:
     """ESS, TSS and exactness of one unit (or an aggregate over units) along t.
 
     Returns a dict of (P,) arrays: ``t`` (positions), ``ess``, ``tss``, ``exact`` (False
@@ -188,12 +195,15 @@ def start_position(result: ESSResult, state: ViewState) -> int:
 
 def default_position(result: ESSResult, layer: int, unit="mean", variant="tolerance", tol=None, relative=None) -> int:
     """The t a view opens on: where the shown ESS peaks (first such t)."""
-    return start_position(result, ViewState.of(result, layer=layer, unit=unit, variant=variant, tol=tol,
-                                               relative=relative))
+    return start_position(
+        result, ViewState.of(result, layer=layer, unit=unit, variant=variant, tol=tol, relative=relative)
+    )
 
 
 # ---------------------------------------------------------------- datasets --------------
-def time_data(result: ESSResult, *, layer: int, unit="mean", variant="tolerance", tol=None, relative=None) -> list[dict]:
+def time_data(
+    result: ESSResult, *, layer: int, unit="mean", variant="tolerance", tol=None, relative=None
+) -> list[dict]:
     """Rows of the "time" dataset, one per computed t: ``t``, ``token``, the shown
     ``ess``/``tss`` (unit or aggregate), ``exact``, ``sep`` (separator flag) and the focus
     unit's kept spectrum: ``sigma`` (descending, at most MAX_SPECTRUM_K, round-off
@@ -251,7 +261,9 @@ def _static_time_rows(result: ESSResult, layer: int, focus: int) -> list[dict]:
     return rows
 
 
-def operator_data(result: ESSResult, *, layer: int, unit="mean", max_side: int = MAX_OPERATOR_SIDE) -> tuple[list[dict], int]:
+def operator_data(
+    result: ESSResult, *, layer: int, unit="mean", max_side: int = MAX_OPERATOR_SIDE
+) -> tuple[list[dict], int]:
     """Rows of the "operator" dataset for the focus unit, and the block size b.
 
     T (L x L) is cut into b x b blocks, b = ceil(L / max_side); each lower-triangular block
@@ -276,8 +288,14 @@ def operator_data(result: ESSResult, *, layer: int, unit="mean", max_side: int =
     logabs = np.log10(blocks[bi, bj])
     top = float(np.log10(peak))
     records = [
-        {"i0": int(i) * size, "i1": min((int(i) + 1) * size, length), "j0": int(j) * size, "j1": min((int(j) + 1) * size, length),
-         "logabs": round(float(v), 3), "rel": round(float(v) - top, 3)}
+        {
+            "i0": int(i) * size,
+            "i1": min((int(i) + 1) * size, length),
+            "j0": int(j) * size,
+            "j1": min((int(j) + 1) * size, length),
+            "logabs": round(float(v), 3),
+            "rel": round(float(v) - top, 3),
+        }
         for i, j, v in zip(bi.tolist(), bj.tolist(), logabs.tolist())
     ]
     return records, size
@@ -292,8 +310,16 @@ def overview_stride(result: ESSResult, max_cells: int | None = None) -> int:
     return max(1, math.ceil(n_layers * longest / max_cells))
 
 
-def overview_data(result: ESSResult, *, unit="mean", variant="tolerance", tol=None, relative=None, metric="utilisation",
-                  max_cells: int | None = None) -> list[dict]:
+def overview_data(
+    result: ESSResult,
+    *,
+    unit="mean",
+    variant="tolerance",
+    tol=None,
+    relative=None,
+    metric="utilisation",
+    max_cells: int | None = None,
+) -> list[dict]:
     """Rows of the "overview" dataset: one per (layer, shown position), with ``layer``,
     ``label``, the cell span ``t0``..``t1``, ``value`` (aggregate ESS/TSS or ESS; an int
     unit means "mean" here, a single head means nothing across layers) and ``token``."""
@@ -308,21 +334,40 @@ def overview_rows(result: ESSResult, state: ViewState, max_cells: int | None = N
     records = []
     for index in sorted(result.layers):
         lay = _at(result, state, index)
-        ess_u, tss_u = _reduce(_ess(lay, state.variant), agg), _reduce(lay.tss, agg)
-        value = np.divide(ess_u, tss_u, out=np.zeros_like(ess_u), where=tss_u > 0) if state.metric == "utilisation" else ess_u
+        ess_u, tss_u = reduce_units(ess_of(lay, state.variant), agg), reduce_units(lay.tss, agg)
+        value = (
+            np.divide(ess_u, tss_u, out=np.zeros_like(ess_u), where=tss_u > 0)
+            if state.metric == "utilisation"
+            else ess_u
+        )
         pos = np.asarray(lay.positions)
         keep = np.arange(0, len(pos), stride)
         ends = np.append(pos[keep[1:]], result.length)
         label = f"{index} · {family_name(lay.family)}"
         for col, end in zip(keep.tolist(), ends.tolist()):
             t0 = int(pos[col])
-            records.append({"layer": int(index), "label": label, "t0": t0, "t1": int(end), "value": _sig(value[col]),
-                            "token": _token(result, t0)})
+            records.append(
+                {
+                    "layer": int(index),
+                    "label": label,
+                    "t0": t0,
+                    "t1": int(end),
+                    "value": _sig(value[col]),
+                    "token": _token(result, t0),
+                }
+            )
     return records
 
 
-def diagnostics_data(result: ESSResult, *, variant="tolerance", tol=None, relative=None, saturated: float | None = None,
-                     collapsed: float | None = None) -> list[dict]:
+def diagnostics_data(
+    result: ESSResult,
+    *,
+    variant="tolerance",
+    tol=None,
+    relative=None,
+    saturated: float | None = None,
+    collapsed: float | None = None,
+) -> list[dict]:
     """Rows of the "diagnostics" dataset, one per layer: ``utilisation`` and ``state`` from
     diagnostics.layer_diagnostics (ratio of peaks per unit, mean over units), unit counts, and
     ``modulation``: mean over separators of diagnostics.modulation_at on the unit-mean ESS
@@ -338,7 +383,7 @@ def diagnostics_rows(result: ESSResult, state: ViewState) -> list[dict]:
         lay = _at(result, state, index)
         diag = layer_diagnostics(lay, variant=state.variant, saturated=state.saturated, collapsed=state.collapsed)
         computed = sorted(set(seps) & set(np.asarray(lay.positions).tolist()))
-        ess = np.asarray(_ess(lay, state.variant), dtype=np.float64).mean(0)
+        ess = np.asarray(ess_of(lay, state.variant), dtype=np.float64).mean(0)
         mod = modulation_at(ess, lay.positions, computed) if computed else np.zeros(0)
         finite = mod[np.isfinite(mod)]
         records.append(
@@ -359,18 +404,30 @@ def diagnostics_rows(result: ESSResult, state: ViewState) -> list[dict]:
 
 def thresholds_data(state: ViewState) -> list[dict]:
     """Rows of the "thresholds" dataset: the two utilisation thresholds, named."""
-    return [{"x": state.saturated, "name": f"saturated ≥ {state.saturated:g}"},
-            {"x": state.collapsed, "name": f"collapsed ≤ {state.collapsed:g}"}]
+    return [
+        {"x": state.saturated, "name": f"saturated ≥ {state.saturated:g}"},
+        {"x": state.collapsed, "name": f"collapsed ≤ {state.collapsed:g}"},
+    ]
 
 
-def linked_data(result: ESSResult, *, layer: int, unit="mean", variant="tolerance", tol=None, relative=None,
-                saturated: float | None = None, collapsed: float | None = None,
-                overview_metric: str = "utilisation") -> dict:
+def linked_data(
+    result: ESSResult,
+    *,
+    layer: int,
+    unit="mean",
+    variant="tolerance",
+    tol=None,
+    relative=None,
+    saturated: float | None = None,
+    collapsed: float | None = None,
+    overview_metric: str = "utilisation",
+) -> dict:
     """Every named dataset of the linked views: {dataset name: list of records}. Cheap (no
     Altair): the widget recomputes only this when the tolerance, variant or thresholds change."""
     extra = {k: v for k, v in (("saturated", saturated), ("collapsed", collapsed)) if v is not None}
-    state = ViewState.of(result, layer=layer, unit=unit, variant=variant, tol=tol, relative=relative,
-                         metric=overview_metric, **extra)
+    state = ViewState.of(
+        result, layer=layer, unit=unit, variant=variant, tol=tol, relative=relative, metric=overview_metric, **extra
+    )
     return state_data(result, state)
 
 
@@ -379,115 +436,11 @@ def state_data(result: ESSResult, state: ViewState) -> dict:
     focus = focus_unit(result, state.layer, state.unit)
     return {
         DATASETS["time"]: _time_rows(result, state),
-        DATASETS["operator"]: _cached(result, ("operator", state.layer, focus),
-                                      lambda: operator_data(result, layer=state.layer, unit=focus)[0]),
+        DATASETS["operator"]: _cached(
+            result, ("operator", state.layer, focus), lambda: operator_data(result, layer=state.layer, unit=focus)[0]
+        ),
         DATASETS["overview"]: overview_rows(result, state),
         DATASETS["diagnostics"]: diagnostics_rows(result, state),
         DATASETS["thresholds"]: thresholds_data(state),
         DATASETS["labels"]: [{"variant": variant_label(state)}],
     }
-
-
-# ---------------------------------------------------------------- figure tables ---------
-def series_of(result_or_results) -> list[tuple[str, ESSResult]]:
-    """[(label, result)] from one ESSResult, a list of them, or a {label: result} dict;
-    repeated labels are numbered."""
-    if isinstance(result_or_results, ESSResult):
-        items = [(None, result_or_results)]
-    elif isinstance(result_or_results, dict):
-        items = list(result_or_results.items())
-    elif isinstance(result_or_results, (list, tuple)):
-        items = [(None, r) for r in result_or_results]
-    else:
-        raise ValueError(
-            f"figure needs an ESSResult, a list of them or a {{label: ESSResult}} dict, got {type(result_or_results).__name__}"
-        )
-    if not items:
-        raise ValueError("figure needs at least one ESSResult")
-    out, seen = [], {}
-    for label, res in items:
-        if not isinstance(res, ESSResult):
-            raise ValueError(f"every item must be an ESSResult, got {type(res).__name__}")
-        check_result(res)
-        label = str(label) if label is not None else default_label(res)
-        seen[label] = seen.get(label, 0) + 1
-        out.append((label if seen[label] == 1 else f"{label} ({seen[label]})", res))
-    return out
-
-
-def default_label(result: ESSResult) -> str:
-    """A short series name: the CLI's source ("zoo:mamba2_n16") or the model id, a local
-    folder by its name rather than its full path."""
-    name = str(result.meta.get("source") or result.meta.get("model_id") or "model")
-    return Path(name).name if name.startswith(("/", "./", "../", "~")) else name
-
-
-def analysed_layers(result: ESSResult, layers) -> list[int]:
-    """``layers`` (an int, a list, or None = all) checked against the analysed layers."""
-    if layers is None:
-        return sorted(result.layers)
-    layers = [layers] if isinstance(layers, (int, np.integer)) else list(layers)
-    missing = [i for i in layers if i not in result.layers]
-    if missing:
-        raise ValueError(f"layers {missing} were not analysed; analysed layers: {sorted(result.layers)}")
-    return [int(i) for i in layers]
-
-
-def family_name(family: str) -> str:
-    """A family's code name as words for a legend: "short_conv" -> "short conv"."""
-    return family.replace("_", " ")
-
-
-def ess_over_time_frame(result_or_results, *, layers=None, variant="tolerance", unit="mean") -> pd.DataFrame:
-    """Long table for ESS-over-time plots: columns model, layer, family, series, t, token,
-    ess, tss (ESS and TSS reduced over units by ``unit``: "mean", "sum" (total) or "max")."""
-    if variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {list(VARIANTS)}, got {variant!r}")
-    if unit not in ("mean", "sum", "max"):
-        raise ValueError(f"unit must be one of ['mean', 'sum', 'max'], got {unit!r}")
-    rows = []
-    for label, res in series_of(result_or_results):
-        for i in analysed_layers(res, layers):
-            lay = res.layer(i)
-            t = np.asarray(lay.positions)
-            rows.append(pd.DataFrame({
-                "model": label, "layer": i, "family": lay.family, "t": t,
-                "token": [res.tokens[k] if k < len(res.tokens) else "" for k in t],
-                "ess": _reduce(_ess(lay, variant), unit), "tss": _reduce(lay.tss, unit),
-            }))
-    frame = pd.concat(rows, ignore_index=True)
-    several_models = frame["model"].nunique() > 1
-    several_layers = frame.groupby("model")["layer"].nunique().max() > 1
-    if several_models and several_layers:
-        frame["series"] = frame["model"] + " · layer " + frame["layer"].astype(str)
-    elif several_models:
-        frame["series"] = frame["model"]
-    else:
-        frame["series"] = "layer " + frame["layer"].astype(str) + " (" + frame["family"].map(family_name) + ")"
-    return frame
-
-
-def layer_summary_frame(result_or_results, *, layers=None, variant="tolerance", reduce="max",
-                        saturated=None, collapsed=None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(per_layer, per_unit) utilisation tables from diagnostics.layer_diagnostics.
-
-    per_layer: model, layer, family, label, utilisation (mean over units), state, mean_ess.
-    per_unit: model, layer, label, unit, utilisation, state. ``reduce`` over time: "max"
-    (peak, the diagnostics default) or "mean".
-    """
-    per_layer, per_unit = [], []
-    for label, res in series_of(result_or_results):
-        state = ViewState.of(res, variant=variant, **{k: v for k, v in (("saturated", saturated),
-                                                                         ("collapsed", collapsed)) if v is not None})
-        for i in analysed_layers(res, layers):
-            lay = res.layer(i)
-            diag = layer_diagnostics(lay, variant=variant, reduce=reduce, saturated=state.saturated,
-                                     collapsed=state.collapsed)
-            name = f"{i} {family_name(lay.family)}"
-            per_layer.append({"model": label, "layer": i, "family": lay.family, "label": name,
-                              "utilisation": diag["utilisation"], "state": str(diag["state"]),
-                              "mean_ess": diag["mean_ess"], "units": lay.n_units})
-            for u, (value, st) in enumerate(zip(diag["unit_utilisation"], diag["unit_state"])):
-                per_unit.append({"model": label, "layer": i, "label": name, "unit": u,
-                                 "utilisation": float(value), "state": str(st)})
-    return pd.DataFrame(per_layer), pd.DataFrame(per_unit)

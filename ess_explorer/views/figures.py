@@ -33,21 +33,11 @@ import pandas as pd
 from ..core.diagnostics import COLLAPSED_AT, SATURATED_AT
 from ..result import ESSResult
 from . import specs
-from .data import (
-    analysed_layers as _layers,
-)
-from .data import (
-    default_label as _default_label,
-)
-from .data import (
-    ess_over_time_frame,
-    family_name,
-    layer_summary_frame,
-    separator_positions,
-)
-from .data import (
-    series_of as _series,
-)
+from .data import family_name, separator_positions
+from .frames import analysed_layers as _layers
+from .frames import default_label as _default_label
+from .frames import ess_over_time_frame, layer_summary_frame
+from .frames import series_of as _series
 from .theme import (
     DASHES,
     FONTS,
@@ -100,10 +90,18 @@ def _y_title(variant: str, unit: str, units_word: str) -> str:
 
 def _series_scales(names) -> tuple[alt.Color, alt.StrokeDash]:
     names = list(dict.fromkeys(names))
-    colour = alt.Color("series:N", title=None, sort=names,
-                       scale=alt.Scale(domain=names, range=[OKABE_ITO[k % len(OKABE_ITO)] for k in range(len(names))]))
-    dash = alt.StrokeDash("series:N", title=None, sort=names,
-                          scale=alt.Scale(domain=names, range=[DASHES[k % len(DASHES)] for k in range(len(names))]))
+    colour = alt.Color(
+        "series:N",
+        title=None,
+        sort=names,
+        scale=alt.Scale(domain=names, range=[OKABE_ITO[k % len(OKABE_ITO)] for k in range(len(names))]),
+    )
+    dash = alt.StrokeDash(
+        "series:N",
+        title=None,
+        sort=names,
+        scale=alt.Scale(domain=names, range=[DASHES[k % len(DASHES)] for k in range(len(names))]),
+    )
     return colour, dash
 
 
@@ -125,7 +123,6 @@ def _separator_positions(result: ESSResult, separators) -> list[int]:
     return sorted(set(out))
 
 
-
 # ---- kinds ------------------------------------------------------------------------------
 def _ess_time(results, *, layers=None, variant="tolerance", unit="mean", show_tss=False, separators=None, legend="top"):
     frame = ess_over_time_frame(results, layers=layers, variant=variant, unit=unit)
@@ -133,27 +130,40 @@ def _ess_time(results, *, layers=None, variant="tolerance", unit="mean", show_ts
     colour, dash = _series_scales(frame["series"])
     words = {_unit_word(r, _layers(r, layers)) for _, r in series}
     y_title = _y_title(variant, unit, words.pop() if len(words) == 1 else "units")
-    legend_spec = alt.Legend(orient=legend, direction="horizontal" if legend in ("top", "bottom") else "vertical",
-                             columns=2 if legend in ("top", "bottom") else 1, symbolType="stroke")
+    legend_spec = alt.Legend(
+        orient=legend,
+        direction="horizontal" if legend in ("top", "bottom") else "vertical",
+        columns=2 if legend in ("top", "bottom") else 1,
+        symbolType="stroke",
+    )
     base = alt.Chart(frame)
     lines = base.mark_line().encode(
         x=alt.X("t:Q", title="position t", scale=alt.Scale(nice=False, zero=True)),
         y=alt.Y("ess:Q", title=y_title, scale=alt.Scale(zero=True)),
-        color=colour.legend(legend_spec), strokeDash=dash.legend(legend_spec),
+        color=colour.legend(legend_spec),
+        strokeDash=dash.legend(legend_spec),
         detail="series:N",
         tooltip=["series:N", "t:Q", "token:N", alt.Tooltip("ess:Q", format=".2f")],
     )
     layers_ = []
     seps = _separator_positions(series[0][1], separators) if len(series) == 1 else []
     if seps:
-        layers_.append(alt.Chart(pd.DataFrame({"t": seps})).mark_rule(color="#999999", strokeDash=[2, 2]).encode(x="t:Q"))
+        layers_.append(
+            alt.Chart(pd.DataFrame({"t": seps})).mark_rule(color="#999999", strokeDash=[2, 2]).encode(x="t:Q")
+        )
         # the first rule says what the rules are (inside the plot, at its top)
         first = pd.DataFrame({"t": seps[:1], "label": ["separator"]})
-        layers_.append(alt.Chart(first).mark_text(align="left", baseline="top", dx=2, dy=1, color="#666666").encode(
-            x="t:Q", y=alt.value(0), text="label:N"))
+        layers_.append(
+            alt.Chart(first)
+            .mark_text(align="left", baseline="top", dx=2, dy=1, color="#666666")
+            .encode(x="t:Q", y=alt.value(0), text="label:N")
+        )
     if show_tss:
-        layers_.append(base.mark_line(color="#888888", strokeWidth=0.8, strokeDash=[1, 1.5]).encode(
-            x="t:Q", y="tss:Q", detail="series:N"))
+        layers_.append(
+            base.mark_line(color="#888888", strokeWidth=0.8, strokeDash=[1, 1.5]).encode(
+                x="t:Q", y="tss:Q", detail="series:N"
+            )
+        )
     layers_.append(lines)
     return alt.layer(*layers_) if len(layers_) > 1 else lines
 
@@ -161,13 +171,20 @@ def _ess_time(results, *, layers=None, variant="tolerance", unit="mean", show_ts
 def _spectrum(results, *, layer=None, unit=0, positions=None, t=None, normalise=True, tol=None, legend="right"):
     """Spectra of H_t. One position (``t=`` or a single ``positions``) is the widget's view
     (specs.spectrum: values above/below the tolerance); several overlay one line each."""
-    (label, res), = _one(results, "spectrum")
+    ((label, res),) = _one(results, "spectrum")
     layer = sorted(res.layers)[0] if layer is None else layer
     lay = res.layer(layer)
     if t is not None and positions is not None:
         raise ValueError("give t (one position) or positions (several), not both")
-    single = t if t is not None else (positions if isinstance(positions, (int, np.integer)) else
-                                      (positions[0] if positions is not None and len(positions) == 1 else None))
+    single = (
+        t
+        if t is not None
+        else (
+            positions
+            if isinstance(positions, (int, np.integer))
+            else (positions[0] if positions is not None and len(positions) == 1 else None)
+        )
+    )
     if single is not None:
         if not isinstance(unit, (int, np.integer)) or not 0 <= unit < lay.n_units:
             raise ValueError(f"unit must be an integer in [0, {lay.n_units - 1}] for layer {layer}, got {unit!r}")
@@ -184,8 +201,10 @@ def _spectrum(results, *, layer=None, unit=0, positions=None, t=None, normalise=
     for t in positions:
         hits = np.flatnonzero(pos == t)
         if not hits.size:
-            raise ValueError(f"position {t} was not computed for layer {layer}; computed positions {pos.min()}..{pos.max()}"
-                             f" (stride {int(pos[1] - pos[0]) if len(pos) > 1 else 1})")
+            raise ValueError(
+                f"position {t} was not computed for layer {layer}; computed positions {pos.min()}..{pos.max()}"
+                f" (stride {int(pos[1] - pos[0]) if len(pos) > 1 else 1})"
+            )
         stored = np.asarray(lay.singular_values[unit, hits[0]])
         sigma = stored.astype(np.float64)
         # Below eps * sigma_1 of the precision the values were computed in, a singular value is
@@ -195,11 +214,20 @@ def _spectrum(results, *, layer=None, unit=0, positions=None, t=None, normalise=
         if normalise and sigma.size and sigma[0] > 0:
             sigma = sigma / sigma[0]
         tok = res.tokens[t] if t < len(res.tokens) else ""
-        rows.append(pd.DataFrame({"k": np.arange(1, sigma.size + 1)[keep], "sigma": sigma[keep],
-                                  "series": f"t = {t} ({tok})" if tok else f"t = {t}"}))
+        rows.append(
+            pd.DataFrame(
+                {
+                    "k": np.arange(1, sigma.size + 1)[keep],
+                    "sigma": sigma[keep],
+                    "series": f"t = {t} ({tok})" if tok else f"t = {t}",
+                }
+            )
+        )
     frame = pd.concat(rows, ignore_index=True)
     if frame.empty:
-        raise ValueError(f"all chosen cuts of layer {layer}, unit {unit} have an all-zero spectrum; choose other positions")
+        raise ValueError(
+            f"all chosen cuts of layer {layer}, unit {unit} have an all-zero spectrum; choose other positions"
+        )
     colour, dash = _series_scales(frame["series"])
     legend_spec = alt.Legend(orient=legend, symbolType="stroke")
     y_title = "σk / σ1" if normalise else "σk"
@@ -207,16 +235,25 @@ def _spectrum(results, *, layer=None, unit=0, positions=None, t=None, normalise=
     low, high = frame["sigma"].min(), frame["sigma"].max()
     decades = [10.0 ** np.floor(np.log10(low)), 10.0 ** np.ceil(np.log10(high))]
     few = frame.groupby("series").size().max() <= 24  # dots help read a short spectrum, clutter a long one
-    chart = alt.Chart(frame).mark_line(point=alt.OverlayMarkDef(size=10, filled=True) if few else False).encode(
-        x=alt.X("k:Q", title="index k", scale=alt.Scale(nice=False, zero=False, domainMin=1)),
-        y=alt.Y("sigma:Q", title=y_title, scale=alt.Scale(type="log", domain=decades, nice=False)),
-        color=colour.legend(legend_spec), strokeDash=dash.legend(legend_spec),
-        tooltip=["series:N", "k:Q", alt.Tooltip("sigma:Q", format=".3e")],
+    chart = (
+        alt.Chart(frame)
+        .mark_line(point=alt.OverlayMarkDef(size=10, filled=True) if few else False)
+        .encode(
+            x=alt.X("k:Q", title="index k", scale=alt.Scale(nice=False, zero=False, domainMin=1)),
+            y=alt.Y("sigma:Q", title=y_title, scale=alt.Scale(type="log", domain=decades, nice=False)),
+            color=colour.legend(legend_spec),
+            strokeDash=dash.legend(legend_spec),
+            tooltip=["series:N", "k:Q", alt.Tooltip("sigma:Q", format=".3e")],
+        )
     )
     tol = res.meta.get("tol") if tol is None else tol
     relative = bool(res.meta.get("relative", True))
     if tol and (relative == normalise):  # the threshold is on the plotted scale
-        rule = alt.Chart(pd.DataFrame({"tol": [float(tol)]})).mark_rule(color="#666666", strokeDash=[3, 2]).encode(y="tol:Q")
+        rule = (
+            alt.Chart(pd.DataFrame({"tol": [float(tol)]}))
+            .mark_rule(color="#666666", strokeDash=[3, 2])
+            .encode(y="tol:Q")
+        )
         return alt.layer(rule, chart)
     return chart
 
@@ -232,7 +269,7 @@ def _subset(result: ESSResult, layers) -> ESSResult:
 def _operator(results, *, layer=None, unit=None, t=None, variant="tolerance", max_side=None):
     """The widget's operator view (specs.operator_heatmap): log10|T| of one kept unit with
     the cut H_t = T[t:, :t] outlined at ``t`` (default: where that unit's ESS peaks)."""
-    (label, res), = _one(results, "operator")
+    ((label, res),) = _one(results, "operator")
     if layer is None:
         kept = [i for i in sorted(res.layers) if res.layers[i].operators]
         if not kept:
@@ -240,8 +277,10 @@ def _operator(results, *, layer=None, unit=None, t=None, variant="tolerance", ma
         layer = kept[0]
     lay = res.layer(layer)
     if not lay.operators:
-        raise ValueError(f"layer {layer} kept no operator; layers with operators: "
-                         f"{[i for i in sorted(res.layers) if res.layers[i].operators]}")
+        raise ValueError(
+            f"layer {layer} kept no operator; layers with operators: "
+            f"{[i for i in sorted(res.layers) if res.layers[i].operators]}"
+        )
     unit = min(lay.operators) if unit is None else unit
     if unit not in lay.operators:
         raise ValueError(f"unit {unit} of layer {layer} kept no operator; kept units: {sorted(lay.operators)}")
@@ -254,7 +293,7 @@ def _operator(results, *, layer=None, unit=None, t=None, variant="tolerance", ma
 def _overview(results, *, layers=None, variant="tolerance", unit="mean", value="utilisation"):
     """The widget's overview (specs.overview): layer x position heatmap of ESS/TSS
     (value="utilisation") or ESS (value="ess"), reduced over units by ``unit``."""
-    (label, res), = _one(results, "overview")
+    ((label, res),) = _one(results, "overview")
     _check(value, ("ess", "utilisation"), "value")
     _check(unit, UNIT_AGGREGATES, "unit")
     return specs.overview(_subset(res, layers), unit=unit, variant=variant, metric=value)
@@ -263,17 +302,23 @@ def _overview(results, *, layers=None, variant="tolerance", unit="mean", value="
 def _diagnostics(results, *, variant="tolerance", saturated=None, collapsed=None):
     """The widget's diagnostics view (specs.diagnostics_chart): utilisation per layer,
     coloured saturated / normal / collapsed, and the modulation at separators."""
-    (label, res), = _one(results, "diagnostics")
-    return specs.diagnostics_chart(res, variant=variant, saturated=SATURATED_AT if saturated is None else saturated,
-                                    collapsed=COLLAPSED_AT if collapsed is None else collapsed)
+    ((label, res),) = _one(results, "diagnostics")
+    return specs.diagnostics_chart(
+        res,
+        variant=variant,
+        saturated=SATURATED_AT if saturated is None else saturated,
+        collapsed=COLLAPSED_AT if collapsed is None else collapsed,
+    )
 
 
-def _utilisation(results, *, layers=None, variant="tolerance", reduce="max", saturated=None, collapsed=None,
-                 legend="top"):
+def _utilisation(
+    results, *, layers=None, variant="tolerance", reduce="max", saturated=None, collapsed=None, legend="top"
+):
     saturated = SATURATED_AT if saturated is None else saturated
     collapsed = COLLAPSED_AT if collapsed is None else collapsed
-    per_layer, per_unit = layer_summary_frame(results, layers=layers, variant=variant, reduce=reduce,
-                                              saturated=saturated, collapsed=collapsed)
+    per_layer, per_unit = layer_summary_frame(
+        results, layers=layers, variant=variant, reduce=reduce, saturated=saturated, collapsed=collapsed
+    )
     several = per_layer["model"].nunique() > 1
     x = alt.X("layer:O", title="layer", axis=alt.Axis(labelAngle=0))
     y_title = f"ESS / TSS ({'peak' if reduce == 'max' else 'mean'} over t)"
@@ -281,28 +326,55 @@ def _utilisation(results, *, layers=None, variant="tolerance", reduce="max", sat
     tips = [alt.Tooltip("label:N", title="layer"), alt.Tooltip("utilisation:Q", format=".2f"), "state:N"]
     if several:  # one bar per model within each layer
         names = list(dict.fromkeys(per_layer["model"]))
-        colour = alt.Color("model:N", title=None, scale=alt.Scale(domain=names, range=OKABE_ITO[: len(names)]),
-                           legend=alt.Legend(orient=legend, direction="horizontal", columns=3))
+        colour = alt.Color(
+            "model:N",
+            title=None,
+            scale=alt.Scale(domain=names, range=OKABE_ITO[: len(names)]),
+            legend=alt.Legend(orient=legend, direction="horizontal", columns=3),
+        )
         # Same offset order as the legend in both layers, so each unit's dot sits on its model's bar.
         offset = alt.XOffset("model:N", sort=names, scale=alt.Scale(domain=names))
-        bars = alt.Chart(per_layer).mark_bar(opacity=0.8).encode(color=colour, xOffset=offset,
-                                                                 tooltip=["model:N"] + tips, **enc)
-        dots = alt.Chart(per_unit).mark_point(size=8, color="#222222", filled=True, opacity=0.7).encode(
-            xOffset=offset, **enc)
+        bars = (
+            alt.Chart(per_layer)
+            .mark_bar(opacity=0.8)
+            .encode(color=colour, xOffset=offset, tooltip=["model:N"] + tips, **enc)
+        )
+        dots = (
+            alt.Chart(per_unit)
+            .mark_point(size=8, color="#222222", filled=True, opacity=0.7)
+            .encode(xOffset=offset, **enc)
+        )
     else:  # colour says the family: a hybrid model's layers differ in kind
         families = list(dict.fromkeys(per_layer["family"].map(family_name)))
         per_layer = per_layer.assign(family=per_layer["family"].map(family_name))
-        colour = alt.Color("family:N", title=None, scale=alt.Scale(domain=families, range=OKABE_ITO[: len(families)]),
-                           legend=alt.Legend(orient=legend, direction="horizontal", columns=2) if len(families) > 1 else None)
+        colour = alt.Color(
+            "family:N",
+            title=None,
+            scale=alt.Scale(domain=families, range=OKABE_ITO[: len(families)]),
+            legend=alt.Legend(orient=legend, direction="horizontal", columns=2) if len(families) > 1 else None,
+        )
         bars = alt.Chart(per_layer).mark_bar(opacity=0.6).encode(color=colour, tooltip=tips, **enc)
-        dots = alt.Chart(per_unit).mark_point(size=9, color="#222222", filled=True, opacity=0.8).encode(
-            tooltip=[alt.Tooltip("label:N", title="layer"), "unit:Q", alt.Tooltip("utilisation:Q", format=".2f"), "state:N"],
-            **enc)
+        dots = (
+            alt.Chart(per_unit)
+            .mark_point(size=9, color="#222222", filled=True, opacity=0.8)
+            .encode(
+                tooltip=[
+                    alt.Tooltip("label:N", title="layer"),
+                    "unit:Q",
+                    alt.Tooltip("utilisation:Q", format=".2f"),
+                    "state:N",
+                ],
+                **enc,
+            )
+        )
     limits = pd.DataFrame({"y": [saturated, collapsed], "text": ["saturated", "collapsed"]})
     rules = alt.Chart(limits).mark_rule(color="#D55E00", strokeDash=[3, 2]).encode(y="y:Q")
     # Outside the plot, right of its edge: labels never sit on bars.
-    notes = alt.Chart(limits).mark_text(align="left", baseline="middle", dx=3, color="#D55E00").encode(
-        y="y:Q", text="text:N", x=alt.value("width"))
+    notes = (
+        alt.Chart(limits)
+        .mark_text(align="left", baseline="middle", dx=3, color="#D55E00")
+        .encode(y="y:Q", text="text:N", x=alt.value("width"))
+    )
     return alt.layer(bars, dots, rules, notes)
 
 
@@ -311,8 +383,10 @@ def _compare(results, *, layers=None, variant="tolerance", unit="mean", check_pr
     if check_prompt:
         prompts = {r.meta.get("prompt") for _, r in series if r.meta.get("prompt") is not None}
         if len(prompts) > 1:
-            raise ValueError("compare needs results of one prompt; these were analysed on different prompts "
-                             "(pass check_prompt=False to compare anyway)")
+            raise ValueError(
+                "compare needs results of one prompt; these were analysed on different prompts "
+                "(pass check_prompt=False to compare anyway)"
+            )
     rows, per_layer = [], []
     for label, res in series:
         lay_ids = _layers(res, layers) if layers is not None else sorted(res.layers)
@@ -325,17 +399,27 @@ def _compare(results, *, layers=None, variant="tolerance", unit="mean", check_pr
     by_layer = pd.concat(per_layer, ignore_index=True).rename(columns={"model": "series"})
     colour, dash = _series_scales(over_time["series"])
     legend_spec = alt.Legend(orient=legend, direction="horizontal", symbolType="stroke")
-    left = alt.Chart(over_time).mark_line().encode(
-        x=alt.X("t:Q", title="position t", scale=alt.Scale(nice=False)),
-        y=alt.Y("ess:Q", title=f"{variant}-ESS, mean over layers"),
-        color=colour.legend(legend_spec), strokeDash=dash.legend(legend_spec),
-        tooltip=["series:N", "t:Q", alt.Tooltip("ess:Q", format=".2f")],
+    left = (
+        alt.Chart(over_time)
+        .mark_line()
+        .encode(
+            x=alt.X("t:Q", title="position t", scale=alt.Scale(nice=False)),
+            y=alt.Y("ess:Q", title=f"{variant}-ESS, mean over layers"),
+            color=colour.legend(legend_spec),
+            strokeDash=dash.legend(legend_spec),
+            tooltip=["series:N", "t:Q", alt.Tooltip("ess:Q", format=".2f")],
+        )
     )
-    right = alt.Chart(by_layer).mark_line(point=alt.OverlayMarkDef(size=14, filled=True)).encode(
-        x=alt.X("layer:O", title="layer", axis=alt.Axis(labelAngle=0)),
-        y=alt.Y("ess:Q", title=f"{variant}-ESS, mean over t"),
-        color=colour.legend(None), strokeDash=dash.legend(None),
-        tooltip=["series:N", "layer:O", alt.Tooltip("ess:Q", format=".2f")],
+    right = (
+        alt.Chart(by_layer)
+        .mark_line(point=alt.OverlayMarkDef(size=14, filled=True))
+        .encode(
+            x=alt.X("layer:O", title="layer", axis=alt.Axis(labelAngle=0)),
+            y=alt.Y("ess:Q", title=f"{variant}-ESS, mean over t"),
+            color=colour.legend(None),
+            strokeDash=dash.legend(None),
+            tooltip=["series:N", "layer:O", alt.Tooltip("ess:Q", format=".2f")],
+        )
     )
     return alt.hconcat(left, right).resolve_scale(color="shared", strokeDash="shared")
 
@@ -394,6 +478,7 @@ def figure(result_or_results, kind: str, *, width="single", height=None, font: s
 
 def _stacked(spec: dict) -> dict:
     """An hconcat spec as a vconcat whose panels all label their y axis."""
+
     def show_labels(node):
         if isinstance(node, dict):
             axis = node.get("axis")
@@ -410,4 +495,3 @@ def _stacked(spec: dict) -> dict:
     spec.pop("spacing", None)
     spec["vconcat"] = panels
     return spec
-

@@ -80,9 +80,20 @@ class ViewState:
     metric: str = "utilisation"
 
     @classmethod
-    def of(cls, result: ESSResult, *, layer: int | None = None, unit="mean", variant: str = "tolerance", tol=None,
-           relative=None, t: int | None = None, saturated: float = SATURATED_AT, collapsed: float = COLLAPSED_AT,
-           metric: str = "utilisation") -> "ViewState":
+    def of(
+        cls,
+        result: ESSResult,
+        *,
+        layer: int | None = None,
+        unit="mean",
+        variant: str = "tolerance",
+        tol=None,
+        relative=None,
+        t: int | None = None,
+        saturated: float = SATURATED_AT,
+        collapsed: float = COLLAPSED_AT,
+        metric: str = "utilisation",
+    ) -> "ViewState":
         """Check every option against ``result`` (the one place that does) and fill defaults:
         layer None is the first analysed layer, tol/relative None the analysis settings."""
         check_result(result)
@@ -116,4 +127,5 @@ class ViewState:
     def same_tolerance(self, result: ESSResult) -> bool:
         """True when (tol, relative) are the analysis settings (counts from the full spectrum)."""
         return math.isclose(self.tol, float(result.meta.get("tol", math.nan)), rel_tol=1e-12) and self.relative == bool(
-            result.meta.get("relative", True))
+            result.meta.get("relative", True)
+        )

@@ -47,7 +47,7 @@ PAPER_WIDTHS = {"single": 240, "double": 504}  # points (1/72 in), axes and lege
 FONTS = {
     "serif": "Liberation Serif, Times New Roman, Times, serif",
     "sans": "Liberation Sans, Helvetica, Arial, sans-serif",
-}# No text in a printed figure is smaller than this (points).
+}  # No text in a printed figure is smaller than this (points).
 MIN_FONT_SIZE = 7.0
 
 
@@ -68,21 +68,48 @@ def paper_config(font: str = "serif", size: float = 8.0) -> dict:
         "padding": 2,
         "view": {"stroke": None},
         "axis": {
-            "labelFont": family, "titleFont": family, "labelFontSize": size, "titleFontSize": size + 1,
-            "titleFontWeight": "normal", "labelColor": ink, "titleColor": ink, "domainColor": rule,
-            "tickColor": rule, "domainWidth": 0.6, "tickWidth": 0.6, "tickSize": 3, "labelPadding": 2,
-            "titlePadding": 4, "grid": False, "labelFlush": True,
+            "labelFont": family,
+            "titleFont": family,
+            "labelFontSize": size,
+            "titleFontSize": size + 1,
+            "titleFontWeight": "normal",
+            "labelColor": ink,
+            "titleColor": ink,
+            "domainColor": rule,
+            "tickColor": rule,
+            "domainWidth": 0.6,
+            "tickWidth": 0.6,
+            "tickSize": 3,
+            "labelPadding": 2,
+            "titlePadding": 4,
+            "grid": False,
+            "labelFlush": True,
         },
         "axisY": {"grid": True, "gridColor": "#e8e8e8", "gridWidth": 0.5},
         "axisBand": {"grid": False},
         "legend": {
-            "labelFont": family, "titleFont": family, "labelFontSize": size, "titleFontSize": size,
-            "titleFontWeight": "normal", "labelColor": ink, "titleColor": ink, "symbolSize": 40,
-            "symbolStrokeWidth": 1.4, "rowPadding": 1, "padding": 0, "offset": 6,
-            "gradientLength": 80, "gradientThickness": 8,
+            "labelFont": family,
+            "titleFont": family,
+            "labelFontSize": size,
+            "titleFontSize": size,
+            "titleFontWeight": "normal",
+            "labelColor": ink,
+            "titleColor": ink,
+            "symbolSize": 40,
+            "symbolStrokeWidth": 1.4,
+            "rowPadding": 1,
+            "padding": 0,
+            "offset": 6,
+            "gradientLength": 80,
+            "gradientThickness": 8,
         },
-        "header": {"labelFont": family, "titleFont": family, "labelFontSize": size, "titleFontSize": size + 1,
-                   "titleFontWeight": "normal"},
+        "header": {
+            "labelFont": family,
+            "titleFont": family,
+            "labelFontSize": size,
+            "titleFontSize": size + 1,
+            "titleFontWeight": "normal",
+        },
         "title": {"font": family, "fontSize": size + 1, "fontWeight": "normal", "anchor": "start", "color": ink},
         "text": text,
         "line": {"strokeWidth": 1.2},
@@ -114,8 +141,13 @@ def spec_of(chart) -> dict:
 
 def to_chart(spec: dict):
     """The Altair chart object of a top-level Vega-Lite dict."""
-    for key, cls in (("layer", alt.LayerChart), ("hconcat", alt.HConcatChart), ("vconcat", alt.VConcatChart),
-                     ("concat", alt.ConcatChart), ("facet", alt.FacetChart)):
+    for key, cls in (
+        ("layer", alt.LayerChart),
+        ("hconcat", alt.HConcatChart),
+        ("vconcat", alt.VConcatChart),
+        ("concat", alt.ConcatChart),
+        ("facet", alt.FacetChart),
+    ):
         if key in spec:
             return cls.from_dict(spec)
     return alt.Chart.from_dict(spec)
@@ -328,4 +360,3 @@ def paperise(chart, *, size: float = 8.0):
     text dropped (it does not scale to a column). The params stay: a view such as the
     spectrum filters its data by the selected t, whose initial value is the t shown."""
     return to_chart(paperise_spec(spec_of(chart), size))
-
