@@ -83,7 +83,7 @@ def test_aggregate_over_units(result, how):
     reduce = {"mean": np.mean, "max": np.max, "sum": np.sum}[how]
     assert np.allclose([r["ess"] for r in rows], reduce(lay.tolerance_ess, axis=0), rtol=1e-3)
     assert np.allclose([r["tss"] for r in rows], reduce(lay.tss, axis=0), rtol=1e-3)
-    # a short conv with k = 4 has ESS = 3 = TSS inside the sequence (ESS.md closed form)
+    # a short conv with k = 4 has ESS = 3 = TSS inside the sequence (docs/math.md closed form)
     assert rows[L // 2]["ess"] == {"mean": 3, "max": 3, "sum": 12}[how]
 
 
