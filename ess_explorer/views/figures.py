@@ -233,6 +233,11 @@ def _spectrum(results, *, layer=None, unit=0, positions=None, t=None, normalise=
     y_title = "σk / σ1" if normalise else "σk"
     # the log axis spans the decades the data occupy, no more
     low, high = frame["sigma"].min(), frame["sigma"].max()
+    tol = res.meta.get("tol") if tol is None else tol
+    relative = bool(res.meta.get("relative", True))
+    show_tol = bool(tol) and relative == normalise  # the threshold is on the plotted scale
+    if show_tol:
+        low = min(low, float(tol))
     decades = [10.0 ** np.floor(np.log10(low)), 10.0 ** np.ceil(np.log10(high))]
     few = frame.groupby("series").size().max() <= 24  # dots help read a short spectrum, clutter a long one
     chart = (
@@ -246,15 +251,16 @@ def _spectrum(results, *, layer=None, unit=0, positions=None, t=None, normalise=
             tooltip=["series:N", "k:Q", alt.Tooltip("sigma:Q", format=".3e")],
         )
     )
-    tol = res.meta.get("tol") if tol is None else tol
-    relative = bool(res.meta.get("relative", True))
-    if tol and (relative == normalise):  # the threshold is on the plotted scale
-        rule = (
-            alt.Chart(pd.DataFrame({"tol": [float(tol)]}))
-            .mark_rule(color="#666666", strokeDash=[3, 2])
-            .encode(y="tol:Q")
+    if show_tol:
+        limit = pd.DataFrame({"tol": [float(tol)], "label": ["tolerance"]})
+        rule = alt.Chart(limit).mark_rule(color="#666666", strokeDash=[3, 2]).encode(y="tol:Q")
+        # named at the left end of the rule, just above it (a spectrum is high there)
+        name = (
+            alt.Chart(limit)
+            .mark_text(align="left", baseline="bottom", dx=2, dy=-1, color="#666666")
+            .encode(y="tol:Q", x=alt.value(0), text="label:N")
         )
-        return alt.layer(rule, chart)
+        return alt.layer(rule, name, chart)
     return chart
 
 
