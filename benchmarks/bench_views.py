@@ -45,15 +45,25 @@ def main() -> None:
     length, heads = 512, 12
     operators = softmax_attention(length, head_dim=64, units=heads, seed=0)
     positions = np.arange(length)
-    layer = LayerESS.from_operator(0, "softmax_attention", operators, theoretical_state_size("softmax_attention", positions),
-                                   tol=1e-3, relative=True, top_k=64, keep_operators=[0])
+    layer = LayerESS.from_operator(
+        0,
+        "softmax_attention",
+        operators,
+        theoretical_state_size("softmax_attention", positions),
+        tol=1e-3,
+        relative=True,
+        top_k=64,
+        keep_operators=[0],
+    )
     result = ESSResult(["w"] * length, list(range(length)), {0: layer}, {"tol": 1e-3, "relative": True})
     charts.linked_data(result, layer=0, tol=1e-2)  # warm the operator cache, as the widget has
     rng = np.random.default_rng(0)
     recount = best_of(lambda: charts.linked_data(result, layer=0, tol=10 ** rng.uniform(-6, -1)))
     recompute = best_of(lambda: hankel_singular_values(operators), repeats=1)
-    print(f"1. tolerance change at L = {length}, {heads} heads: {recount * 1e3:.0f} ms from kept values "
-          f"(target < 200 ms); recomputing the spectra takes {recompute:.1f} s: {recompute / recount:.0f}x slower")
+    print(
+        f"1. tolerance change at L = {length}, {heads} heads: {recount * 1e3:.0f} ms from kept values "
+        f"(target < 200 ms); recomputing the spectra takes {recompute:.1f} s: {recompute / recount:.0f}x slower"
+    )
 
     print("2. zoo load times (target < 2 s each)")
     for name in zoo.list_models():
