@@ -1,4 +1,4 @@
-"""Capacity (TSS), utilisation and the memory diagnostics of ESS.md section 3.
+"""Capacity (TSS), utilisation and the memory diagnostics of docs/math.md.
 
 The paper gives no numeric thresholds; ours are parameters with documented defaults:
 a unit is *saturated* when its utilisation ESS / TSS >= 0.9 (it uses all the memory it
@@ -11,7 +11,7 @@ saturated; by the ratio of peaks a full-rank head scores about (L/2) / (L-1) = 0
 
 Modulation at separators: how far ESS falls at a separator relative to the ESS just
 before it, 1 - ESS(sep) / mean(ESS over the `window` positions before sep). 0 means no
-drop, 1 means the state is emptied at the separator. ESS.md notes that ESS already dips
+drop, 1 means the state is emptied at the separator. docs/math.md notes that ESS already dips
 *before* EOS because fewer future outputs remain; comparing with the positions just
 before the separator measures the extra drop.
 
