@@ -110,6 +110,15 @@ class ESSExplorer(W.VBox):
             raise ValueError(f"need 0 <= collapsed < saturated, got collapsed={collapsed}, saturated={saturated}")
         if result is not None and not isinstance(result, ESSResult):
             raise ValueError(f"result must be an ESSResult, got {type(result).__name__}")
+        if tol is not None and (
+            isinstance(tol, bool)
+            or not isinstance(tol, (int, float, np.integer, np.floating))
+            or not np.isfinite(tol)
+            or tol < 0
+        ):
+            raise ValueError(f"tol must be a finite number >= 0 (e.g. 1e-3), got {tol!r}")
+        if relative is not None and not isinstance(relative, (bool, np.bool_)):
+            raise ValueError(f"relative must be True or False, got {relative!r}")
         enable_offline()  # the widget's JS from vl-convert, never a CDN (kept on disk: app/static.py)
         cache = ResultCache() if cache is True else (cache or None)
         self.session = ExplorerSession(
@@ -165,7 +174,10 @@ class ESSExplorer(W.VBox):
         self.model = source
         self.prompt = prompt if prompt is not None else example_prompt(source)
         self.variant, self.overview_metric = variant, overview_metric
-        self.tol = float(tol if tol is not None else (result.meta.get("tol", 1e-3) if result is not None else 1e-3))
+        saved = result.meta.get("tol", 1e-3) if result is not None else 1e-3
+        if isinstance(saved, bool) or not isinstance(saved, (int, float)) or not np.isfinite(saved) or saved < 0:
+            saved = 1e-3  # a damaged file's tol falls back to the default
+        self.tol = float(tol if tol is not None else saved)
         self.relative = bool(
             relative if relative is not None else (result.meta.get("relative", True) if result is not None else True)
         )
