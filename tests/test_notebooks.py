@@ -151,9 +151,11 @@ def test_inspect_notebook(kernel_env, tmp_path_factory):
     text = texts(nb)
     assert "offline: skipped" in text  # the hub cells skip cleanly with HF_HUB_OFFLINE=1
     assert "saturated" in text and "collapsed" in text
-    # both explorers (default model, repeated-token result) output the widget and a PNG of its views
-    explorer = [o for o in outputs(nb) if "application/vnd.jupyter.widget-view+json" in o.get("data", {}) and "image/png" in o.get("data", {})]
-    assert len(explorer) >= 2, "an explorer output has no static PNG"
+    # both explorers (default model, repeated-token result) output the widget, then a static copy of
+    # its views (a PNG, and HTML that the live widget hides)
+    static = [o for o in outputs(nb) if "image/png" in o.get("data", {})
+              and "ess-explorer-static" in "".join(o["data"].get("text/html", ""))]
+    assert len(static) >= 2, "an explorer output has no static copy"
 
 
 @pytest.mark.slow
