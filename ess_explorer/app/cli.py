@@ -7,6 +7,7 @@
     ess-explorer report [--model M] --prompt P --out report.html     (or --result result-dir)
     ess-explorer models                                              (the built-in zoo)
     ess-explorer models --families                  (every supported model type and its families)
+    ess-explorer sweep --models zoo:la_k2,zoo:lfm2 --prompts prompts.txt --out sweep-dir [--backend ray]
 
 With no --model, the built-in default model (zoo.DEFAULT_MODEL) is used: offline; with no
 prompt either (none given, nothing piped), a zoo model's example prompt (one sequence of the
@@ -370,6 +371,22 @@ def cmd_models(args) -> int:
     return 0
 
 
+def cmd_sweep(args) -> int:
+    from ..sweep import sweep
+
+    models = [_resolve_source(m.strip()) for m in args.models.split(",") if m.strip()]
+    if not models:
+        raise UsageError("--models takes a comma-separated list of sources, e.g. zoo:la_k2,zoo:lfm2")
+    init = {"num_cpus": args.num_cpus} if args.num_cpus else None
+    done = sweep(models, args.prompts, out=args.out, layers=parse_layers(args.layers), backend=args.backend,
+                 shard_size=args.shard_size, bucket_by_length=args.bucket, text_field=args.text_field,
+                 tol=args.tol, relative=not args.absolute, stride=args.stride, device=args.device,
+                 progress=not args.quiet, ray_address=args.ray_address, ray_init=init)
+    print(f"{len(done.runs)} run(s) x {done.computed + done.skipped} shard(s): computed {done.computed}, "
+          f"{done.skipped} already there; table: {Path(args.out) / 'table'} (ess_explorer.sweep.read_table)")
+    return 0
+
+
 # ---- parser ------------------------------------------------------------------------------
 def _analysis_options(parser) -> None:
     parser.add_argument("--model", "-m", help="hub id, local folder, or zoo:NAME (default: the built-in default model)")
@@ -426,6 +443,24 @@ def build_parser() -> argparse.ArgumentParser:
     models = sub.add_parser("models", help="list the built-in zoo models (--families: every supported model type)")
     models.add_argument("--families", action="store_true", help="list every supported model type with its families")
     models.set_defaults(func=cmd_models)
+
+    sw = sub.add_parser("sweep", help="ESS of many prompts x models into a Parquet table (resumable; local or Ray)")
+    sw.add_argument("--models", required=True, help="comma-separated sources: hub ids, folders, zoo:NAME, training runs")
+    sw.add_argument("--prompts", required=True, help="a text file (one prompt per line) or a .jsonl file")
+    sw.add_argument("--out", "-o", required=True, help="sweep folder (a rerun resumes it)")
+    sw.add_argument("--backend", choices=["local", "ray"], default="local")
+    sw.add_argument("--layers", "-l", help="layers to analyse, e.g. 0,2,5-7 (default: all)")
+    sw.add_argument("--shard-size", type=_positive_int, default=16, help="prompts per table file (default 16)")
+    sw.add_argument("--bucket", action="store_true", help="group prompts of similar length into shards")
+    sw.add_argument("--text-field", default="text", help="the prompt field of a .jsonl file (default text)")
+    sw.add_argument("--tol", type=_tolerance, default=None, help="tolerance-ESS threshold (default 1e-3)")
+    sw.add_argument("--absolute", action="store_true", help="the tolerance is absolute (default: relative to sigma_1)")
+    sw.add_argument("--stride", type=_positive_int, help="compute every STRIDE-th cut only")
+    sw.add_argument("--device", help="torch device, e.g. cuda (Ray: each task asks for one GPU)")
+    sw.add_argument("--ray-address", help="join a running Ray cluster (e.g. auto); default: start a local one")
+    sw.add_argument("--num-cpus", type=_positive_int, help="CPUs of the local Ray cluster (default: all)")
+    sw.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    sw.set_defaults(func=cmd_sweep)
     return parser
 
 
