@@ -6,6 +6,7 @@ re-exports the public API (docs/architecture.md). The Jupyter and chart parts ar
 imported on first use, so that the numerical API loads without Altair or ipywidgets.
 """
 
+from . import zoo
 from ._version import __version__
 from .analysis import analyze
 from .core.diagnostics import layer_diagnostics, modulation_at, theoretical_state_size
@@ -15,7 +16,7 @@ from .core.spectra import hankel_singular_values
 from .io import ResultCache, export_table, read_result, write_result_dir
 from .result import ESSResult, LayerESS
 from .sources import load_model
-from . import zoo
+from .sweep import SweepResult, read_table, summarize, sweep
 
 __all__ = [
     "__version__",
@@ -43,6 +44,11 @@ __all__ = [
     "write_result_dir",
     "read_result",
     "ResultCache",
+    "sweep",
+    "SweepResult",
+    "read_table",
+    "summarize",
+    "ESSCallback",
 ]
 
 # Public names whose modules pull in Altair / ipywidgets: imported when first used. These
@@ -53,6 +59,7 @@ _LAZY = {
     "figure": "views.figures",
     "save_figure": "views.render",
     "write_report": "app.report",
+    "ESSCallback": "sweep.callback",  # imports transformers' Trainer machinery
 }
 
 

@@ -49,9 +49,14 @@ def test_prompts_from_text_jsonl_dataset_and_ids(tmp_path):
 
     assert load_prompts(Dataset(), text_field="body") == ["one two", "three four"]
     assert load_prompts([np.array([3, 4]), (1, 2, 3)]) == [[3, 4], [1, 2, 3]]
-    for bad, message in [([], "no prompts"), (["ok", ""], "prompt 1 is empty"), ([[1]], "at least 2"),
-                         ([[1.5, 2]], "integer token ids"), (tmp_path / "none.txt", "no prompt file"),
-                         (Dataset(), "no 'text' column")]:
+    for bad, message in [
+        ([], "no prompts"),
+        (["ok", ""], "prompt 1 is empty"),
+        ([[1]], "at least 2"),
+        ([[1.5, 2]], "integer token ids"),
+        (tmp_path / "none.txt", "no prompt file"),
+        (Dataset(), "no 'text' column"),
+    ]:
         with pytest.raises(ValueError, match=message):
             load_prompts(bad)
 
@@ -61,8 +66,12 @@ def test_training_run_expands_into_checkpoints_by_step(tmp_path):
     for step in (20, 3, 100):
         shutil.copytree(zoo.model_dir("la_k2"), run / f"checkpoint-{step}")
     runs = expand_models([str(run), "zoo:lfm2"])
-    assert [(r.model, r.checkpoint_step) for r in runs] == [(str(run), 3), (str(run), 20), (str(run), 100),
-                                                              ("zoo:lfm2", None)]
+    assert [(r.model, r.checkpoint_step) for r in runs] == [
+        (str(run), 3),
+        (str(run), 20),
+        (str(run), 100),
+        ("zoo:lfm2", None),
+    ]
     assert runs[0].source.endswith("checkpoint-3")
     with pytest.raises(ValueError, match="listed twice"):
         expand_models(["zoo:lfm2", "zoo:lfm2"])
@@ -88,7 +97,8 @@ def test_table_rows_are_analyze_of_each_prompt(local):
     assert "|" in set(table.token)  # token strings are the decoded tokens
     meta = read_metadata(local.out)
     assert sorted((m["run"]["model"], tuple(m["prompt_ids"])) for m in meta) == sorted(
-        (m, ids) for m in MODELS for ids in [(0, 1), (2, 3)])
+        (m, ids) for m in MODELS for ids in [(0, 1), (2, 3)]
+    )
     assert all(m["analysis"]["model_id"] == m["run"]["model"] and m["n_tokens"] == [50, 50] for m in meta)
 
 
@@ -112,8 +122,22 @@ def test_rerun_computes_nothing_and_other_options_are_refused(local):
 # ---- resumption -----------------------------------------------------------------------------
 def _cli(out, prompts_file, *extra):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    return [sys.executable, "-m", "ess_explorer.app.cli", "sweep", "--models", ",".join(MODELS), "--prompts",
-            str(prompts_file), "--out", str(out), "--shard-size", "1", "--quiet", *extra], env
+    return [
+        sys.executable,
+        "-m",
+        "ess_explorer.app.cli",
+        "sweep",
+        "--models",
+        ",".join(MODELS),
+        "--prompts",
+        str(prompts_file),
+        "--out",
+        str(out),
+        "--shard-size",
+        "1",
+        "--quiet",
+        *extra,
+    ], env
 
 
 def test_killed_sweep_resumes_and_equals_an_uninterrupted_one(tmp_path):

@@ -9,6 +9,18 @@ statistics over prompts and a Trainer callback (docs/sweeps.md).
 
 from .inputs import Run, expand_models, load_prompts
 from .run import SweepResult, sweep
+from .stats import modulation, summarize, utilisation
 from .table import read_metadata, read_table
 
-__all__ = ["sweep", "SweepResult", "Run", "expand_models", "load_prompts", "read_table", "read_metadata"]
+__all__ = [
+    "sweep",
+    "SweepResult",
+    "Run",
+    "expand_models",
+    "load_prompts",
+    "read_table",
+    "read_metadata",
+    "summarize",
+    "modulation",
+    "utilisation",
+]

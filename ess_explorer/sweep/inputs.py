@@ -153,7 +153,9 @@ def load_prompts(prompts, *, text_field: str = "text") -> list:
         try:
             items = list(prompts)
         except TypeError:
-            raise ValueError(f"prompts must be a list, a file path or a dataset, got {type(prompts).__name__}") from None
+            raise ValueError(
+                f"prompts must be a list, a file path or a dataset, got {type(prompts).__name__}"
+            ) from None
     if not items:
         raise ValueError("no prompts: give at least one")
     return [_check_prompt(i, p) for i, p in enumerate(items)]

@@ -25,9 +25,9 @@ from tqdm.auto import tqdm
 from .._version import __version__
 from ..atomic import atomic_write
 from ..core.ess import DEFAULT_RELATIVE, DEFAULT_TOL
+from ..sources import load_model
 from .inputs import Run, expand_models, load_prompts
 from .table import read_metadata, read_table, shard_path, write_shard
-from ..sources import load_model
 from .worker import compute_shard
 
 __all__ = ["sweep", "SweepResult", "Shard", "PLAN_FILE", "PROMPTS_FILE", "BACKENDS"]
@@ -148,12 +148,24 @@ def sweep(
     out = Path(out).expanduser()
     if out.exists() and not out.is_dir():
         raise ValueError(f"{out} exists and is not a folder; give a folder for the sweep")
-    options = {"layers": None if layers is None else sorted({int(i) for i in ([layers] if isinstance(layers, int) else layers)}),
-               "tol": float(tol), "relative": bool(relative), "stride": stride,
-               "units": units if units is None or isinstance(units, int) else [int(u) for u in units]}
-    plan = {"format": PLAN_FORMAT, "prompts_sha256": _prompt_digest(items), "n_prompts": len(items),
-            "shard_size": shard_size, "bucket_by_length": bool(bucket_by_length), "options": options,
-            "package_version": __version__}
+    options = {
+        "layers": None
+        if layers is None
+        else sorted({int(i) for i in ([layers] if isinstance(layers, int) else layers)}),
+        "tol": float(tol),
+        "relative": bool(relative),
+        "stride": stride,
+        "units": units if units is None or isinstance(units, int) else [int(u) for u in units],
+    }
+    plan = {
+        "format": PLAN_FORMAT,
+        "prompts_sha256": _prompt_digest(items),
+        "n_prompts": len(items),
+        "shard_size": shard_size,
+        "bucket_by_length": bool(bucket_by_length),
+        "options": options,
+        "package_version": __version__,
+    }
     record = _check_plan(out, plan, runs)
     out.mkdir(parents=True, exist_ok=True)
     if not (out / PROMPTS_FILE).is_file():
@@ -176,8 +188,16 @@ def sweep(
         else:
             from .ray_backend import run_ray
 
-            run_ray(pending, items, options, device=device, address=ray_address, init=ray_init, num_gpus=num_gpus,
-                    finish=finish)
+            run_ray(
+                pending,
+                items,
+                options,
+                device=device,
+                address=ray_address,
+                init=ray_init,
+                num_gpus=num_gpus,
+                finish=finish,
+            )
     finally:
         bar.close()
     return SweepResult(out, runs, computed=len(pending), skipped=len(shards) - len(pending), shards=shards)

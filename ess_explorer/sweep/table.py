@@ -130,7 +130,9 @@ def write_shard(path, table: pa.Table, metadata: dict) -> Path:
 def _shard_files(out) -> list[Path]:
     root = Path(out) / TABLE_DIR
     if not root.is_dir():
-        raise FileNotFoundError(f"no sweep table in {out} (expected {root}); run `ess-explorer sweep --out {out}` first")
+        raise FileNotFoundError(
+            f"no sweep table in {out} (expected {root}); run `ess-explorer sweep --out {out}` first"
+        )
     return sorted(p for p in root.glob("model=*/*.parquet") if not p.name.startswith("."))
 
 
@@ -145,8 +147,12 @@ def read_table(out):
     if not files:
         return pd.DataFrame({name: pd.Series(dtype=object) for name in COLUMNS})
     partitioning = ds.partitioning(pa.schema([("model", pa.string())]), flavor="hive")
-    dataset = ds.dataset([str(p) for p in files], format="parquet", partitioning=partitioning,
-                         partition_base_dir=str(Path(out) / TABLE_DIR))
+    dataset = ds.dataset(
+        [str(p) for p in files],
+        format="parquet",
+        partitioning=partitioning,
+        partition_base_dir=str(Path(out) / TABLE_DIR),
+    )
     frame = dataset.to_table().to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
     for name in COLUMNS:
         if name not in ("model", "checkpoint_step", "token", "family") and str(frame[name].dtype) == "Int64":
