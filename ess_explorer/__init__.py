@@ -11,7 +11,7 @@ from ._version import __version__
 from .analysis import analyze
 from .core.diagnostics import layer_diagnostics, modulation_at, theoretical_state_size
 from .core.ess import DEFAULT_RELATIVE, DEFAULT_TOL, aggregate_units, entropy_ess, tolerance_ess
-from .core.operators import DiagonalSSM
+from .core.operators import DiagonalSSM, DPLRSSM
 from .core.spectra import hankel_singular_values
 from .io import ResultCache, export_table, read_result, write_result_dir
 from .result import ESSResult, LayerESS
@@ -23,6 +23,7 @@ __all__ = [
     "DEFAULT_TOL",
     "DEFAULT_RELATIVE",
     "DiagonalSSM",
+    "DPLRSSM",
     "hankel_singular_values",
     "tolerance_ess",
     "entropy_ess",

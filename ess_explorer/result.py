@@ -63,6 +63,8 @@ class LayerESS:
     singular_values: np.ndarray
     rank_bound: np.ndarray
     operators: dict[int, np.ndarray] = field(default_factory=dict)
+    # how the spectra were computed: {"method": "dense" | "sweep" | "scan" | "short_conv", "reason": ...}
+    path: dict = field(default_factory=dict)
 
     @property
     def n_units(self) -> int:
@@ -206,7 +208,8 @@ class ESSResult:
             "input_ids": [int(i) for i in self.input_ids],
             "meta": self.meta,
             "layers": {
-                str(i): {"family": lay.family, "unit_kind": lay.unit_kind, "operators": sorted(lay.operators)}
+                str(i): {"family": lay.family, "unit_kind": lay.unit_kind, "operators": sorted(lay.operators),
+                         "path": lay.path}
                 for i, lay in self.layers.items()
             },
         }
@@ -236,7 +239,10 @@ class ESSResult:
                         for name in ("positions", "tolerance_ess", "entropy_ess", "tss", "singular_values", "rank_bound")
                     }
                     operators = {int(u): data[f"L{i}/operator/{u}"] for u in info["operators"]}
-                    layers[i] = LayerESS(i, info["family"], info["unit_kind"], operators=operators, **fields)
+                    path = info.get("path", {})
+                    path = {str(k): str(v) for k, v in path.items()} if isinstance(path, dict) else {}
+                    layers[i] = LayerESS(i, info["family"], info["unit_kind"], operators=operators, path=path,
+                                         **fields)
         except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as error:
             raise ValueError(f"{path} is not a readable ESS result ({error}); recompute it") from error
         return cls(header["tokens"], header["input_ids"], layers, header["meta"])

@@ -23,6 +23,8 @@ VOCAB = 64
 LENGTH = 24
 IDS = dict(vocab_size=VOCAB, bos_token_id=0, eos_token_id=0, pad_token_id=0)
 ATTN = dict(hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2)
+# Gated DeltaNet: 2 query/key heads of size 8 read by 4 value heads of size 6 (grouped).
+DELTA = dict(linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=6)
 
 
 def _configs():
@@ -55,6 +57,22 @@ def _configs():
             num_hidden_layers=3, hidden_size=32, num_attention_heads=4, mamba_d_state=4, mamba_headdim=16,
             n_mamba_heads=4, mamba_ngroups=1, chunk_size=8, layers_block_type=["mamba", "hybrid", "mamba"], **IDS,
         ),
+        "qwen3_next": tf.Qwen3NextConfig(
+            num_hidden_layers=2, layer_types=["linear_attention", "full_attention"], head_dim=8, num_experts=2,
+            num_experts_per_tok=1, moe_intermediate_size=16, shared_expert_intermediate_size=16, **DELTA, **ATTN, **IDS,
+        ),
+        "qwen3_5_text": tf.Qwen3_5TextConfig(
+            num_hidden_layers=2, layer_types=["linear_attention", "full_attention"], head_dim=8, **DELTA, **ATTN, **IDS
+        ),
+        "olmo_hybrid": tf.OlmoHybridConfig(  # beta up to 2: transitions with negative eigenvalues
+            num_hidden_layers=2, layer_types=["linear_attention", "full_attention"], linear_allow_neg_eigval=True,
+            **DELTA, **ATTN, **IDS,
+        ),
+        "kimi_linear": tf.KimiLinearConfig(
+            num_hidden_layers=2, layer_types=["linear_attention", "full_attention"], linear_head_dim=8, linear_num_heads=4,
+            num_local_experts=2, num_experts_per_tok=1, moe_intermediate_size=16, kv_lora_rank=16, qk_nope_head_dim=8,
+            qk_rope_head_dim=4, v_head_dim=6, **{**ATTN, "num_key_value_heads": 4}, **IDS,  # MLA: one kv head per head
+        ),
         "la": zoo_modeling.EssLinearAttentionConfig(**zoo),
         "gla": zoo_modeling.EssLinearAttentionConfig(gated=True, **zoo),
     }
@@ -74,6 +92,10 @@ EXPECTED_FAMILIES = {
     "jamba": ["mamba", "softmax_attention"],
     "bamba": ["mamba2", "softmax_attention"],
     "zamba2": ["mamba2"] * 3,
+    "qwen3_next": ["gated_deltanet", "softmax_attention"],
+    "qwen3_5_text": ["gated_deltanet", "softmax_attention"],
+    "olmo_hybrid": ["gated_deltanet", "softmax_attention"],
+    "kimi_linear": ["kda", "softmax_attention"],
     "la": ["linear_attention"] * 2,
     "gla": ["gated_linear_attention"] * 2,
 }

@@ -30,6 +30,13 @@ Supported (tested with transformers 5.24.0, tiny random models, tests/test_adapt
                                                       shared attention block of a hybrid layer is
                                                       not analysed: one family per layer)
     ess_linear_attention  model.layers[i].mixer       linear_attention / gated_linear_attention
+    qwen3_next,           model.layers[i]             "linear_attention" -> .linear_attn, gated_deltanet
+    qwen3_5_text                                      (DPLR, capture/gated_delta.py);
+                                                      "full_attention" -> .self_attn, gated_attention
+    olmo_hybrid           model.layers[i]             "linear_attention" -> .linear_attn, gated_deltanet;
+                                                      "full_attention" -> .self_attn, attention
+    kimi_linear           model.layers[i].self_attn   "linear_attention" -> kda (per-key decay);
+                                                      "full_attention" -> latent_attention (MLA)
 
 Today's families (tests/test_families.py; docs/families.md says what T is for each):
 
@@ -58,8 +65,10 @@ import torch
 from torch import nn
 
 from .attention import AttentionAdapter
+from .attention_variants import GatedAttentionAdapter, LatentAttentionAdapter
 from ..core.units import CapturedLayer, DenseCapture, ShortConvCapture, SSMCapture
 from .base import Adapter, CaptureSession, LayerSlot
+from .gated_delta import GatedDeltaNetAdapter, KimiDeltaAdapter
 from .lightning import LightningAttentionAdapter
 from .linear_attention import LinearAttentionAdapter
 from .mamba import MambaAdapter
@@ -94,6 +103,10 @@ ADAPTERS: dict[str, Adapter] = {
     "mamba2": Mamba2Adapter(),
     "short_conv": ShortConvAdapter(),
     "linear_attention": LinearAttentionAdapter(),
+    "gated_deltanet": GatedDeltaNetAdapter(),
+    "kda": KimiDeltaAdapter(),
+    "gated_attention": GatedAttentionAdapter(),
+    "latent_attention": LatentAttentionAdapter(),
     "rg_lru": RGLRUAdapter(),
     "lightning_attention": LightningAttentionAdapter(),
     "rwkv": RWKVAdapter(),
@@ -248,6 +261,12 @@ MODEL_TYPES = {
         },
     ),
     "ess_linear_attention": _uniform("model.layers", "mixer", "linear_attention"),
+    **dict.fromkeys(
+        ("qwen3_next", "qwen3_5_text"),
+        _hybrid("model.layers", {"linear_attention": ("linear_attn", "gated_deltanet"), "full_attention": ("self_attn", "gated_attention")}),
+    ),
+    "olmo_hybrid": _hybrid("model.layers", {"linear_attention": ("linear_attn", "gated_deltanet"), **_ATTN}),
+    "kimi_linear": _hybrid("model.layers", {"linear_attention": ("self_attn", "kda"), "full_attention": ("self_attn", "latent_attention")}),
     # softmax attention: the eager probabilities include soft-capping, windows and chunks
     "qwen3": _uniform("model.layers", "self_attn", "attention"),
     "qwen3_moe": _uniform("model.layers", "self_attn", "attention"),
@@ -316,6 +335,10 @@ MODEL_FAMILIES: dict[str, tuple[str, ...]] = {
     "rwkv": ("rwkv",),
     "xlstm": ("mlstm",),
     "ess_linear_attention": ("linear_attention", "gated_linear_attention"),
+    "qwen3_next": ("gated_deltanet", _ATT),
+    "qwen3_5_text": ("gated_deltanet", _ATT),
+    "olmo_hybrid": ("gated_deltanet", _ATT),
+    "kimi_linear": ("kda", _ATT),
 }
 
 
@@ -384,7 +407,7 @@ def capture(model: nn.Module, input_ids: torch.Tensor, slots: list[LayerSlot]) -
     session = CaptureSession()
     was_training = model.training
     try:
-        with eager_attention(model, any(slot.adapter == "attention" for slot in slots)):
+        with eager_attention(model, any(ADAPTERS[slot.adapter].family == "softmax_attention" for slot in slots)):
             model.eval()
             for slot in slots:
                 ADAPTERS[slot.adapter].install(session, slot)

@@ -45,6 +45,8 @@ FAMILIES = {
     "mamba2": ("head", "N: d_state (shared by the head's channels)"),
     "lti_ssm": ("channel", "N: the state size"),
     "short_conv": ("channel", "k - 1: kernel length minus one"),
+    "gated_deltanet": ("head", "d_k: the key size (per value channel; the head's d_v channels share T)"),
+    "kda": ("head", "d_k: the key size (per value channel; the head's d_v channels share T)"),
     "rg_lru": ("channel", "1: one scalar state per channel (RG-LRU)"),
     "lightning_attention": ("head", "d_k: the key size (linear attention with a per-head decay)"),
     "rwkv": ("channel", "1: the WKV numerator state per channel (the denominator is T's row scale)"),

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from .checks import as_tensor, require
-from .operators import DiagonalSSM
+from .operators import FACTORED_OPERATORS
 from .spectra import hankel_singular_values
 
 __all__ = [
@@ -57,7 +57,7 @@ def _singular_values(op, spectra, kwargs: dict) -> torch.Tensor:
         require(bool(torch.isfinite(tensor).all()), "singular values contain NaN or infinite values")
         require(bool((tensor >= 0).all()), "singular values must be non-negative")
         return tensor
-    if isinstance(op, DiagonalSSM):
+    if isinstance(op, FACTORED_OPERATORS):
         return hankel_singular_values(op, **kwargs)
     tensor = as_tensor(op, "operator")
     require(

@@ -35,9 +35,10 @@ DENSE_CHUNK_CELLS = 32_000_000  # dense T cells per chunk of heads (~256 MB in f
 FACTORED_CHUNK_BYTES = 256 << 20
 
 
-def _chunk_size(layer: CapturedLayer, n_pos: int, most: int) -> int:
+def _chunk_size(layer: CapturedLayer, n_pos: int, most: int, path: dict) -> int:
     chunk = max(1, UNIT_CHUNK_VALUES // max(1, n_pos * most))
-    if isinstance(layer, DenseCapture):  # the dense stack of a chunk is materialised in float64
+    # the dense stack of a chunk is materialised in float64 (also an SSM chosen dense)
+    if isinstance(layer, DenseCapture) or path.get("method") == "dense":
         chunk = min(chunk, max(1, DENSE_CHUNK_CELLS // max(1, layer.length**2)))
     elif isinstance(layer, SSMCapture):  # the core's sweep buffer is (units, P, N, N) float64
         chunk = min(chunk, max(1, FACTORED_CHUNK_BYTES // max(1, 8 * n_pos * layer.state_size**2)))
@@ -71,7 +72,8 @@ def layer_arrays(
     keep = max(1, min(most, SPECTRA_BUDGET // max(1, n_units * n_pos)))
     keep = keep if top_k is None else min(keep, top_k)
 
-    chunk = _chunk_size(layer, n_pos, most)
+    path = layer.spectra_path(positions, device)
+    chunk = _chunk_size(layer, n_pos, most, path)
     tol_ess = np.zeros((n_units, n_pos), dtype=np.int64)
     ent_ess = np.zeros((n_units, n_pos), dtype=np.float64)
     kept = np.zeros((n_units, n_pos, keep), dtype=np.float64)
@@ -98,4 +100,5 @@ def layer_arrays(
         singular_values=kept,
         rank_bound=np.broadcast_to(rank_bound, (n_units, n_pos)).astype(np.int64),
         operators=operators,
+        path=path,
     )

@@ -35,7 +35,7 @@ import torch
 from .diagnostics import theoretical_state_size
 from .operators import DiagonalSSM
 from .short_conv import short_conv_hankel_singular_values, short_conv_operator
-from .spectra import hankel_singular_values
+from .spectra import choose_ssm_path, hankel_singular_values
 
 __all__ = ["CapturedLayer", "DenseCapture", "SSMCapture", "ShortConvCapture"]
 
@@ -86,6 +86,10 @@ class CapturedLayer:
         """Full spectra of the cuts: (len(units), P, K) with K >= max_rank, descending."""
         raise NotImplementedError
 
+    def spectra_path(self, positions, device=None) -> dict:
+        """How `spectra` computes these cuts: ``{"method", "reason"}`` (recorded per layer)."""
+        return {"method": self.family, "reason": "the family's own path"}
+
     @property
     def max_rank(self) -> int | None:
         """An upper bound on rank(H_t) from the structure (N, d_k, k - 1, w - 1), or None."""
@@ -134,6 +138,11 @@ class DenseCapture(CapturedLayer):
     def max_rank(self) -> int | None:
         return None if self.window is None else max(self.window - 1, 0)
 
+    def spectra_path(self, positions, device=None) -> dict:
+        batched = torch.device(device if device is not None else self.operator.device).type != "cpu"
+        return {"method": "dense", "reason": "the operator is stored dense"
+                + ("; cuts batched by size" if batched else "; one call per cut")}
+
     def spectra(self, units, positions, *, device=None, dtype=torch.float64) -> torch.Tensor:
         return hankel_singular_values(
             self.operator[_index(units)], positions=torch.as_tensor(positions), dtype=dtype, device=device
@@ -161,8 +170,26 @@ class SSMCapture(CapturedLayer):
     def max_rank(self) -> int | None:
         return self.state_size
 
+    def spectra_path(self, positions, device=None) -> dict:
+        """Dense on the materialised T where N is large against L, else factored
+        (core/spectra.py `choose_ssm_path`); exact either way."""
+        if self.state_size is None or device is None:  # both from the operator itself
+            probe = self.ssm([0])
+            state_size = self.state_size if self.state_size is not None else probe.state_size
+            device = device if device is not None else probe.a.device
+        else:
+            state_size = self.state_size
+        return choose_ssm_path(self.length, state_size, positions, device)
+
     def spectra(self, units, positions, *, device=None, dtype=torch.float64) -> torch.Tensor:
-        return hankel_singular_values(self.ssm(units), positions=torch.as_tensor(positions), dtype=dtype, device=device)
+        positions = torch.as_tensor(positions)
+        ssm = self.ssm(units)
+        if self.spectra_path(positions, device)["method"] == "dense":
+            # the dense path returns L // 2 values per cut; rank(H_t) <= N keeps the first N
+            dense = ssm.to(torch.float64).materialize()
+            sigma = hankel_singular_values(dense, positions=positions, dtype=dtype, device=device)
+            return sigma[..., : min(sigma.shape[-1], ssm.state_size)]
+        return hankel_singular_values(ssm, positions=positions, dtype=dtype, device=device)
 
 
 @dataclass
@@ -188,6 +215,10 @@ class ShortConvCapture(CapturedLayer):
     def dense(self, units) -> torch.Tensor:
         index = _index(units)
         return short_conv_operator(self.gate_in[index], self.gate_out[index], self.weight[index])
+
+    def spectra_path(self, positions, device=None) -> dict:
+        size = self.kernel_size - 1
+        return {"method": "short_conv", "reason": f"exact from the {size} x {size} block of each cut"}
 
     def spectra(self, units, positions, *, device=None, dtype=torch.float64) -> torch.Tensor:
         index = _index(units)
