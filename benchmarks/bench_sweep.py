@@ -30,8 +30,22 @@ MODELS = "zoo:mamba2_n16_seg,zoo:gla_k16_seg,zoo:mamba2_n16"
 
 
 def cli(out: Path, prompts: Path, models: str, *extra) -> list[str]:
-    return [sys.executable, "-m", "ess_explorer.app.cli", "sweep", "--models", models, "--prompts", str(prompts),
-            "--out", str(out), "--shard-size", "5", "--quiet", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "ess_explorer.app.cli",
+        "sweep",
+        "--models",
+        models,
+        "--prompts",
+        str(prompts),
+        "--out",
+        str(out),
+        "--shard-size",
+        "5",
+        "--quiet",
+        *extra,
+    ]
 
 
 def timed(command: list[str]) -> float:
@@ -77,12 +91,15 @@ def main() -> None:
         prompts.write_text("\n".join(task.prompt(seed=10_000 + s) for s in range(args.prompts)) + "\n")
         n_models = len(args.models.split(","))
         sequences = n_models * args.prompts
-        print(f"{n_models} models x {args.prompts} prompts = {sequences} sequences of {task.length} tokens; "
-              f"{os.cpu_count()} CPUs (shared machine: treat as upper bounds)")
+        print(
+            f"{n_models} models x {args.prompts} prompts = {sequences} sequences of {task.length} tokens; "
+            f"{os.cpu_count()} CPUs (shared machine: treat as upper bounds)"
+        )
         runs = {
             "local": timed(cli(root / "local", prompts, args.models)),
             f"ray ({args.workers} workers)": timed(
-                cli(root / "ray", prompts, args.models, "--backend", "ray", "--num-cpus", str(args.workers))),
+                cli(root / "ray", prompts, args.models, "--backend", "ray", "--num-cpus", str(args.workers))
+            ),
         }
         wall, at_kill = killed_then_resumed(cli(root / "resumed", prompts, args.models), root / "resumed", after=3)
         runs[f"local, killed at {at_kill} shards + resumed"] = wall

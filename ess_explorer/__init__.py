@@ -6,17 +6,17 @@ re-exports the public API (docs/architecture.md). The Jupyter and chart parts ar
 imported on first use, so that the numerical API loads without Altair or ipywidgets.
 """
 
-from . import zoo
+from . import sweep, zoo  # sweep is also callable: sweep(models, prompts, out=...)
 from ._version import __version__
 from .analysis import analyze
 from .core.diagnostics import layer_diagnostics, modulation_at, theoretical_state_size
 from .core.ess import DEFAULT_RELATIVE, DEFAULT_TOL, aggregate_units, entropy_ess, tolerance_ess
-from .core.operators import DiagonalSSM, DPLRSSM
+from .core.operators import DPLRSSM, DiagonalSSM
 from .core.spectra import hankel_singular_values
 from .io import ResultCache, export_table, read_result, write_result_dir
 from .result import ESSResult, LayerESS
 from .sources import load_model
-from .sweep import SweepResult, read_table, summarize, sweep
+from .sweep import SweepResult, summarize
 
 __all__ = [
     "__version__",
@@ -47,7 +47,6 @@ __all__ = [
     "ResultCache",
     "sweep",
     "SweepResult",
-    "read_table",
     "summarize",
     "ESSCallback",
 ]

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import ess_explorer
 from ess_explorer import analyze, zoo
 from ess_explorer.sweep import expand_models, load_prompts, read_metadata, read_table, sweep
 from ess_explorer.sweep.table import COLUMNS, shard_path
@@ -29,7 +30,8 @@ def seg_prompts(n, start=0):
 @pytest.fixture(scope="module")
 def local(tmp_path_factory):
     out = tmp_path_factory.mktemp("local")
-    return sweep(MODELS, seg_prompts(4), out=out, shard_size=2, progress=False)
+    # ess_explorer.sweep is the package and, called, the function (sweep.sweep)
+    return ess_explorer.sweep(MODELS, seg_prompts(4), out=out, shard_size=2, progress=False)
 
 
 # ---- inputs ---------------------------------------------------------------------------------
@@ -81,6 +83,7 @@ def test_training_run_expands_into_checkpoints_by_step(tmp_path):
 
 # ---- the table ------------------------------------------------------------------------------
 def test_table_rows_are_analyze_of_each_prompt(local):
+    assert isinstance(local, ess_explorer.SweepResult) and ess_explorer.sweep.read_table is read_table
     table = local.table()
     assert list(table.columns) == COLUMNS
     assert local.computed == 4 and local.skipped == 0  # 2 models x 2 shards of 2 prompts
