@@ -27,6 +27,11 @@ def seg_prompts(n, start=0):
     return [task.prompt(seed=s) for s in range(start, start + n)]
 
 
+def unit_multiplicity(layer):
+    value = getattr(layer, "multiplicity", None)  # a per-unit array where the result records one
+    return np.ones(layer.n_units, dtype=int) if value is None else np.asarray(value)
+
+
 @pytest.fixture(scope="module")
 def local(tmp_path_factory):
     out = tmp_path_factory.mktemp("local")
@@ -92,11 +97,19 @@ def test_table_rows_are_analyze_of_each_prompt(local):
         model, tokenizer = zoo.load(source[4:])
         for prompt_id in (0, 3):
             mine = table[(table.model == source) & (table.prompt_id == prompt_id)].reset_index(drop=True)
-            frame = analyze(model, prompt=prompts[prompt_id], tokenizer=tokenizer, progress=False).to_frame()
+            result = analyze(model, prompt=prompts[prompt_id], tokenizer=tokenizer, progress=False)
+            frame = result.to_frame()
             assert len(mine) == len(frame)
             for column in ("layer", "unit", "t", "token", "family", "tolerance_ess", "entropy_ess", "tss"):
                 np.testing.assert_array_equal(mine[column].to_numpy(), frame[column].to_numpy(), err_msg=column)
-            assert mine.checkpoint_step.isna().all() and (mine.multiplicity == 1).all()
+            assert mine.checkpoint_step.isna().all()
+            # Per-unit multiplicity (1 where the result records none) and causal ESS when defined.
+            lays = [result.layers[i] for i in sorted(result.layers)]
+            multiplicity = [np.repeat(unit_multiplicity(lay), len(lay.positions)) for lay in lays]
+            np.testing.assert_array_equal(mine.multiplicity.to_numpy(), np.concatenate(multiplicity))
+            if "causal_ess" in mine:
+                causal = np.concatenate([np.asarray(lay.causal_ess, dtype=float).reshape(-1) for lay in lays])
+                np.testing.assert_array_equal(mine.causal_ess.to_numpy(), causal)
     assert "|" in set(table.token)  # token strings are the decoded tokens
     meta = read_metadata(local.out)
     assert sorted((m["run"]["model"], tuple(m["prompt_ids"])) for m in meta) == sorted(
