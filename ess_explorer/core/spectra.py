@@ -15,6 +15,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable
 
+import numpy as np
 import torch
 from tqdm.auto import tqdm
 
@@ -22,13 +23,26 @@ from .checks import as_tensor, require
 from .operators import FACTORED_OPERATORS
 from .sweeps import factored_hankel_singular_values, single_threaded_torch
 
-__all__ = ["hankel_singular_values", "validate_operator", "GRAM_GUARD", "choose_ssm_path"]
+__all__ = ["hankel_singular_values", "validate_operator", "GRAM_GUARD", "choose_ssm_path", "DENSE_BUDGET_BYTES",
+           "dense_bytes"]
 
 # The Gram route (eigvalsh of H^T H or H H^T) squares the spectrum: a singular value
 # sigma_k carries an absolute error of about eps * sigma_1^2 / sigma_k. A cut whose
 # smallest value (so estimated) is above GRAM_GUARD * sigma_1 therefore keeps every value
 # to ~1e-10 relative (measured; 1e-6 worst case); any other cut is redone by SVD.
 GRAM_GUARD = 1e-4
+
+# The most memory the dense path may allocate (its copy of T, the output and one cut's
+# Gram matrix), checked before anything is allocated; raise it deliberately if needed.
+DENSE_BUDGET_BYTES = 2 * 1024**3
+
+
+def dense_bytes(batch: int, length: int, n_positions: int, k_out: int, itemsize: int, copies: bool) -> int:
+    """Bytes the dense path allocates for ``batch`` operators of size L: the output
+    (batch, P, K), one cut's Gram matrix (batch, L/2, L/2) and, when the operator is
+    converted to another dtype or device, its copy (batch, L, L)."""
+    half = (length + 1) // 2
+    return itemsize * batch * (n_positions * k_out + half * half + (length * length if copies else 0))
 
 
 def validate_operator(op, name: str = "op") -> torch.Tensor:
@@ -42,6 +56,8 @@ def validate_operator(op, name: str = "op") -> torch.Tensor:
         tensor.shape[-1] == tensor.shape[-2],
         f"{name} must be square in its last two dimensions (L x L); got shape {tuple(tensor.shape)}",
     )
+    require(tensor.shape[-1] >= 1 and tensor.numel() > 0,
+            f"{name} is empty (shape {tuple(tensor.shape)}); an operator needs L >= 1 and at least one unit")
     require(tensor.is_floating_point(), f"{name} must be a floating-point tensor, got {tensor.dtype}")
     require(bool(torch.isfinite(tensor).all()), f"{name} contains NaN or infinite values")
     above = torch.triu(tensor, diagonal=1)
@@ -59,7 +75,11 @@ def validate_operator(op, name: str = "op") -> torch.Tensor:
 def _positions(length: int, positions, stride: int | None) -> torch.Tensor:
     if positions is not None:
         require(stride is None, "give either positions or stride, not both")
-        pos = torch.as_tensor(positions, dtype=torch.long).flatten()
+        given = torch.as_tensor(np.asarray(positions) if not isinstance(positions, torch.Tensor) else positions)
+        require(given.numel() > 0, "positions is empty; give at least one position t")
+        require(not given.is_floating_point() and not given.is_complex() and given.dtype != torch.bool,
+                f"positions must be integers, got {given.dtype} (e.g. {given.flatten()[0].item()!r})")
+        pos = given.to(torch.long).flatten()
         require(
             bool(((pos >= 0) & (pos < length)).all()),
             f"positions must lie in [0, {length - 1}]; got min {pos.min().item()}, max {pos.max().item()}",
@@ -137,13 +157,42 @@ def hankel_singular_values(
     Returns
     -------
     tensor (*batch, P, K), descending and zero-padded; P = L unless positions/stride given.
+
+    Raises ValueError for a bad operator or option, for a dense input whose memory
+    (`dense_bytes`) exceeds DENSE_BUDGET_BYTES (before allocating anything), and for
+    spectra that overflow (e.g. decays |a| > 1 over a long sequence): never inf / NaN.
     """
+    require(top_k is None or (isinstance(top_k, (int, np.integer)) and not isinstance(top_k, bool) and top_k >= 1),
+            f"top_k must be a positive integer or None, got {top_k!r}")
+    try:
+        sigma = _hankel_singular_values(op, top_k, dtype, device, positions, stride, method, batched, progress)
+    except torch.linalg.LinAlgError as error:
+        raise _overflow(op) from error
+    if not bool(torch.isfinite(sigma).all()):
+        raise _overflow(op)
+    return sigma
+
+
+def _overflow(op) -> ValueError:
+    """The error for spectra that left the floating-point range (growing decays)."""
+    hint = ""
+    decay = getattr(op, "a", None) if isinstance(op, FACTORED_OPERATORS) else None
+    if isinstance(decay, torch.Tensor) and decay.numel():
+        hint = f" (largest |a| = {decay.abs().max().item():.3g}: decays above 1 grow like |a|^L)"
+    return ValueError(
+        f"the operator's singular values overflow the floating-point range{hint}; ESS is defined for "
+        "operators whose entries stay finite: check the decays (|a| <= 1 for a stable model) or rescale the operator"
+    )
+
+
+def _hankel_singular_values(op, top_k, dtype, device, positions, stride, method, batched, progress) -> torch.Tensor:
     if isinstance(op, FACTORED_OPERATORS):
         pos = _positions(op.length, positions, stride)
         return factored_hankel_singular_values(
             op, positions=pos, top_k=top_k, dtype=dtype, device=device, method=method
         )
     require(method in ("auto", "svd", "gram"), f"method must be 'auto', 'svd' or 'gram', got {method!r}")
+    _check_dense_budget(as_tensor(op, "op"), top_k, dtype, device, positions, stride)  # before any allocation
     dense = validate_operator(op)
     length = dense.shape[-1]
     pos = _positions(length, positions, stride)
@@ -186,6 +235,34 @@ def hankel_singular_values(
         fill_rows(rows)
     bar.close()
     return out.reshape(*batch_shape, len(pos), k_out)
+
+
+def _check_dense_budget(tensor: torch.Tensor, top_k, dtype, device, positions, stride) -> None:
+    """ValueError (with the estimate and the ways out) when the dense path on ``tensor``
+    would allocate more than DENSE_BUDGET_BYTES; shapes only, nothing is allocated."""
+    if tensor.ndim < 2 or tensor.shape[-1] != tensor.shape[-2]:
+        return  # validate_operator says what is wrong
+    length = tensor.shape[-1]
+    batch = int(np.prod(tensor.shape[:-2], dtype=np.int64))
+    if positions is not None:
+        n_positions = int(np.asarray(positions).size) if not isinstance(positions, torch.Tensor) else positions.numel()
+    else:
+        n_positions = -(-length // max(1, int(stride or 1)))
+    k_out = length // 2 if top_k is None else min(int(top_k), length // 2)
+    target = torch.device(device) if device is not None else tensor.device
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    need = dense_bytes(batch, length, n_positions, k_out, itemsize, tensor.dtype != dtype or tensor.device != target)
+    need += batch * length * length * tensor.element_size()  # validate_operator's triangle check
+    if need > DENSE_BUDGET_BYTES:
+        raise ValueError(
+            f"the dense path would allocate about {_size(need)} for operators of shape {tuple(tensor.shape)} "
+            f"(budget {_size(DENSE_BUDGET_BYTES)}, spectra.DENSE_BUDGET_BYTES); compute fewer cuts "
+            "(stride= or positions=), keep fewer values (top_k=), or pass the operator factored (a DiagonalSSM)"
+        )
+
+
+def _size(n_bytes: int) -> str:
+    return f"{n_bytes / 1024**3:.1f} GiB" if n_bytes >= 1024**3 else f"{n_bytes / 1024**2:.2f} MiB"
 
 
 def _cut_singular_values(cut: torch.Tensor, method: str) -> torch.Tensor:
