@@ -2,7 +2,7 @@
 
 Each function takes a frame of ess_explorer.sweep's statistics (it needs only pandas, so the
 views stay below the sweep layer) and returns an Altair chart in the paper theme
-(figures.py: apply_paper_theme, Okabe-Ito colours; ``width`` "single" / "double" / points).
+(theme.py: apply_paper_theme, Okabe-Ito colours; ``width`` "single" / "double" / points).
 
     sweep_ess_time(summarize(table))                          mean ESS over t, a band per series
     sweep_modulation(modulation(table, "|"))                  mean modulation per layer, error bars
@@ -18,7 +18,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from .figures import OKABE_ITO, apply_paper_theme
+from .theme import OKABE_ITO, apply_paper_theme
 
 __all__ = ["SWEEP_KINDS", "sweep_ess_time", "sweep_modulation", "sweep_checkpoints", "sweep_utilisation"]
 
