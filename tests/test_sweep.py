@@ -131,6 +131,16 @@ def test_rerun_computes_nothing_and_other_options_are_refused(local):
         sweep(MODELS, seg_prompts(4, start=1), out=local.out, shard_size=2, progress=False)
     with pytest.raises(ValueError, match="another options"):
         sweep(MODELS, seg_prompts(4), out=local.out, shard_size=2, tol=1e-2, progress=False)
+    fresh = local.out.parent / "refused"
+    for options, message in [
+        ({"tol": -1.0}, "tol must be"),
+        ({"scope": "model"}, "scope must be"),
+        ({"gates": "both"}, "gates must be"),
+        ({"stride": 0}, "stride must be"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            sweep(MODELS, seg_prompts(4), out=fresh, progress=False, **options)
+    assert not fresh.exists()  # refused before anything was written
     with pytest.raises(ValueError, match="backend must be one of"):
         sweep(MODELS, seg_prompts(4), out=local.out, backend="dask")
 

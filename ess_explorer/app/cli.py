@@ -440,7 +440,8 @@ def cmd_sweep(args) -> int:
     init = {"num_cpus": args.num_cpus} if args.num_cpus else None
     done = sweep(models, args.prompts, out=args.out, layers=parse_layers(args.layers), backend=args.backend,
                  shard_size=args.shard_size, bucket_by_length=args.bucket, text_field=args.text_field,
-                 tol=args.tol, relative=not args.absolute, stride=args.stride, device=args.device,
+                 tol=args.tol, relative=not args.absolute, scope=args.scope, gates=args.gates,
+                 stride=args.stride, device=args.device,
                  progress=not args.quiet, ray_address=args.ray_address, ray_init=init)
     print(f"{len(done.runs)} run(s) x {done.computed + done.skipped} shard(s): computed {done.computed}, "
           f"{done.skipped} already there; table: {Path(args.out) / 'table'} (ess_explorer.sweep.read_table)")
@@ -521,6 +522,10 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--text-field", default="text", help="the prompt field of a .jsonl file (default text)")
     sw.add_argument("--tol", type=_tolerance, default=None, help="tolerance-ESS threshold (default 1e-3)")
     sw.add_argument("--absolute", action="store_true", help="the tolerance is absolute (default: relative to sigma_1)")
+    sw.add_argument("--scope", choices=["cut", "unit", "layer"], default="cut",
+                    help="which sigma_1 a relative tolerance refers to (default: each cut's)")
+    sw.add_argument("--gates", choices=["inside", "outside"], default="inside",
+                    help="per-token gates around the sequence mixing are part of T (default) or not")
     sw.add_argument("--stride", type=_positive_int, help="compute every STRIDE-th cut only")
     sw.add_argument("--device", help="torch device, e.g. cuda (Ray: each task asks for one GPU)")
     sw.add_argument("--ray-address", help="join a running Ray cluster (e.g. auto); default: start a local one")

@@ -58,7 +58,7 @@ class ESSCallback(TrainerCallback):
     prompts : strings (tokenised with ``tokenizer`` or the Trainer's processing_class), token
         id lists, or a prompt file (sweep/inputs.py: load_prompts).
     every_n_steps : measure when global_step % every_n_steps == 0.
-    layers, tol, relative, stride, units : as in analyze.
+    layers, tol, relative, scope, gates, stride, units : as in analyze.
     out : optional sweep folder that each measurement is appended to.
 
     ``history`` holds (step, logs) of every measurement.
@@ -78,9 +78,11 @@ class ESSCallback(TrainerCallback):
     ):
         if not isinstance(every_n_steps, int) or isinstance(every_n_steps, bool) or every_n_steps < 1:
             raise ValueError(f"every_n_steps must be a positive integer, got {every_n_steps!r}")
-        unknown = set(analysis) - {"tol", "relative", "stride", "units"}
+        unknown = set(analysis) - {"tol", "relative", "scope", "gates", "stride", "units"}
         if unknown:
-            raise ValueError(f"unknown options {sorted(unknown)}; ESSCallback takes tol, relative, stride, units")
+            raise ValueError(
+                f"unknown options {sorted(unknown)}; ESSCallback takes tol, relative, scope, gates, stride, units"
+            )
         self.prompts = load_prompts(prompts)
         self.every_n_steps = every_n_steps
         self.layers = layers

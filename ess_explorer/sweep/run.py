@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from itertools import groupby
 from pathlib import Path
@@ -24,7 +25,8 @@ from tqdm.auto import tqdm
 
 from .._version import __version__
 from ..atomic import atomic_write
-from ..core.ess import DEFAULT_RELATIVE, DEFAULT_TOL
+from ..core.ess import DEFAULT_RELATIVE, DEFAULT_SCOPE, DEFAULT_TOL, check_scope
+from ..core.gates import DEFAULT_GATES, check_gates
 from ..sources import load_model
 from .inputs import Run, expand_models, load_prompts
 from .table import read_metadata, read_table, shard_path, write_shard
@@ -104,6 +106,26 @@ def _check_plan(out: Path, plan: dict, runs: list[Run]) -> dict:
     return {**plan, "runs": known}
 
 
+def _positive_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _check_options(tol, relative, stride, units) -> None:
+    """What analyze would refuse, refused before the plan is recorded (a rerun must match it)."""
+    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol) or tol < 0:
+        raise ValueError(f"tol must be a finite number >= 0, got {tol!r}")
+    if not isinstance(relative, bool):
+        raise ValueError(f"relative must be True or False, got {relative!r}")
+    if stride is not None and not _positive_int(stride):
+        raise ValueError(f"stride must be a positive integer or None, got {stride!r}")
+    if units is not None and not _positive_int(units):
+        if isinstance(units, (str, bytes)) or not hasattr(units, "__iter__"):
+            raise ValueError(f"units must be a positive count or a list of unit indices, got {units!r}")
+        rows = list(units)
+        if not rows or not all(isinstance(u, int) and not isinstance(u, bool) and u >= 0 for u in rows):
+            raise ValueError(f"units must be a positive count or a non-empty list of unit indices, got {units!r}")
+
+
 def sweep(
     models,
     prompts,
@@ -116,6 +138,8 @@ def sweep(
     text_field: str = "text",
     tol: float = DEFAULT_TOL,
     relative: bool = DEFAULT_RELATIVE,
+    scope: str = DEFAULT_SCOPE,
+    gates: str = DEFAULT_GATES,
     stride: int | None = None,
     units=None,
     device=None,
@@ -130,7 +154,7 @@ def sweep(
         checkpoint-STEP subfolders); see sweep/inputs.py.
     prompts : a list of strings / token-id lists, a .txt (one per line) or .jsonl file
         (``text_field``), or a datasets.Dataset.
-    layers, tol, relative, stride, units : as in analyze (the same for every run).
+    layers, tol, relative, scope, gates, stride, units : as in analyze (the same for every run).
     backend : "local" (this process) or "ray" (``ray_address`` to join a running cluster,
         else ``ray.init(**ray_init)`` starts a local one; ``device="cuda"`` asks each task for
         ``num_gpus`` GPUs, default 1).
@@ -143,6 +167,9 @@ def sweep(
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
     if not isinstance(shard_size, int) or isinstance(shard_size, bool) or shard_size < 1:
         raise ValueError(f"shard_size must be a positive integer, got {shard_size!r}")
+    _check_options(tol, relative, stride, units)
+    check_scope(scope, relative)
+    check_gates(gates)
     runs = expand_models(models)
     items = load_prompts(prompts, text_field=text_field)
     out = Path(out).expanduser()
@@ -154,6 +181,8 @@ def sweep(
         else sorted({int(i) for i in ([layers] if isinstance(layers, int) else layers)}),
         "tol": float(tol),
         "relative": bool(relative),
+        "scope": scope,
+        "gates": gates,
         "stride": stride,
         "units": units if units is None or isinstance(units, int) else [int(u) for u in units],
     }
