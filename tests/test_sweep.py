@@ -16,6 +16,7 @@ import pytest
 import ess_explorer
 from ess_explorer import analyze, zoo
 from ess_explorer.sweep import expand_models, load_prompts, read_metadata, read_table, sweep
+from ess_explorer.sweep.run import plan_shards
 from ess_explorer.sweep.table import COLUMNS, shard_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,6 +85,20 @@ def test_training_run_expands_into_checkpoints_by_step(tmp_path):
         expand_models(["zoo:lfm2", "zoo:lfm2"])
     with pytest.raises(ValueError, match="neither a model folder"):
         expand_models([str(tmp_path)])
+
+
+def test_shards_follow_the_prompt_order_or_group_by_length():
+    runs = expand_models(["zoo:la_k2", "zoo:lfm2"])
+    prompts = ["a b c d e f", [1, 2], "a b c", [1, 2, 3, 4, 5, 6, 7, 8]]
+    plain = plan_shards(runs, prompts, 2, bucket_by_length=False)
+    assert [(s.run.model, s.index, s.prompt_ids) for s in plain] == [
+        ("zoo:la_k2", 0, (0, 1)),
+        ("zoo:la_k2", 1, (2, 3)),
+        ("zoo:lfm2", 0, (0, 1)),
+        ("zoo:lfm2", 1, (2, 3)),
+    ]
+    by_length = plan_shards(runs[:1], prompts, 2, bucket_by_length=True)  # lengths 11, 2, 5, 8 (chars / ids)
+    assert [s.prompt_ids for s in by_length] == [(1, 2), (3, 0)]
 
 
 # ---- the table ------------------------------------------------------------------------------
