@@ -152,6 +152,9 @@ def read_table(out):
         format="parquet",
         partitioning=partitioning,
         partition_base_dir=str(Path(out) / TABLE_DIR),
+        # The full schema: a shard written before an optional column existed (causal_ess)
+        # reads with nulls there instead of failing.
+        schema=SCHEMA.append(pa.field("model", pa.string())),
     )
     frame = dataset.to_table().to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get)
     for name in COLUMNS:
