@@ -16,7 +16,7 @@ loses at most the shards in flight, and a rerun computes only the missing ones.
 
 Columns, one row per (model, checkpoint_step, prompt_id, layer, unit, t):
     model (partition), checkpoint_step (int, null when unknown), prompt_id, layer, unit,
-    multiplicity (how many identical units a row stands for; 1 where the result has none),
+    multiplicity (how many scalar channels share the unit's T; 1 where the result has none),
     t, token (the display string of token t), family, tolerance_ess, entropy_ess,
     causal_ess (only when LayerESS defines it), tss.
 """
