@@ -247,7 +247,10 @@ def test_unsupported_model_type_names_the_registry():
         layer_slots(model)
 
 
-GATED = {"mamba", "falcon_mamba", "mamba2", "mamba2_groups", "jamba", "bamba", "zamba2", "la", "gla"}
+# Model types with a per-token gate around some mixer (Qwen3-Next / Qwen3.5: the sigmoid
+# output gate of their attention layers).
+GATED = {"mamba", "falcon_mamba", "mamba2", "mamba2_groups", "jamba", "bamba", "zamba2", "la", "gla", "qwen3_next",
+         "qwen3_5_text"}
 
 
 def test_reconstruction_with_gates_inside(captured):
