@@ -18,20 +18,22 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .capture import capture, layer_slots
+from .capture import capture, layer_slots, skipped_layers
 from .core.diagnostics import unit_kind
-from .core.ess import DEFAULT_RELATIVE, DEFAULT_TOL
+from .core.ess import DEFAULT_RELATIVE, DEFAULT_SCOPE, DEFAULT_TOL, check_scope
+from .core.gates import DEFAULT_GATES, check_gates, gates_inside
 from .core.layer import SPECTRA_BUDGET
 from .core.units import CapturedLayer
 from .result import ESSResult, LayerESS
 
-__all__ = ["analyze", "OPERATOR_BUDGET", "OPERATOR_CHANNELS"]
+__all__ = ["analyze", "capture_layers", "analyze_captured", "CapturedPrompt", "OPERATOR_BUDGET", "OPERATOR_CHANNELS"]
 
 OPERATOR_BUDGET = 4_000_000
 OPERATOR_CHANNELS = 4
@@ -46,6 +48,8 @@ def analyze(
     layers: Iterable[int] | int | None = None,
     tol: float = DEFAULT_TOL,
     relative: bool = DEFAULT_RELATIVE,
+    scope: str = DEFAULT_SCOPE,
+    gates: str = DEFAULT_GATES,
     device=None,
     progress: bool = True,
     stride: int | None = None,
@@ -62,6 +66,13 @@ def analyze(
         and ``tokenizer`` instead (exactly one of the two).
     layers : layer indices to analyse (default all); one int for a single layer.
     tol, relative : tolerance-ESS threshold (relative to sigma_1 by default).
+    scope : which sigma_1 a relative tolerance refers to (core/ess.py): "cut" (default, each
+        cut on its own scale), "unit" (the largest over the unit's cuts: reset-aware) or
+        "layer" (over the whole layer). Applies to tolerance-ESS and causal ESS.
+    gates : "inside" (default) folds the input-dependent per-token, per-channel scalings
+        around the sequence mixing (Mamba's silu(z), Mamba2's gated norm, the LA / GLA
+        head norm's 1 / rms) into T; "outside" leaves T the mixing alone (core/gates.py).
+        With gates inside, a Mamba2 head's channels become units of their own.
     device : torch device for the spectra (default: the model's); the forward pass runs
         where the model is.
     progress : tqdm bar over layers.
@@ -75,70 +86,161 @@ def analyze(
     Returns
     -------
     ESSResult with meta: model_id, revision, model_type, dtype, device, tol, relative,
-    stride, top_k, units, transformers, created, spectra_budget.
+    scope, gates, stride, top_k, units, transformers, created, spectra_budget.
 
     Raises ValueError (before any work) for an unsupported model type, no or empty
     prompt, a prompt longer than the model's context, token ids out of range, a layer
     index out of range, or bad options.
     """
+    _check_options(tol, stride, top_k, keep_operators, scope=scope, relative=relative)
+    _units(units)  # bad options fail before the forward pass
+    captured = capture_layers(model, input_ids, prompt=prompt, tokenizer=tokenizer, layers=layers, device=device,
+                              gates=gates)
+    return analyze_captured(captured, tol=tol, relative=relative, scope=scope, stride=stride, top_k=top_k,
+                            keep_operators=keep_operators, units=units, progress=progress, release=True)
+
+
+@dataclass
+class CapturedPrompt:
+    """What one forward pass captured: the unit operators of the chosen layers of one prompt.
+
+    input_ids (L,), tokens (L display strings), layers: layer index -> CapturedLayer (the
+    unit operators, core/units.py), meta: the model-level fields of ESSResult.meta
+    (model_id, revision, model_type, n_layers, dtype, transformers), device: where the
+    spectra are computed. `analyze_captured` turns any subset of the layers into an
+    ESSResult, at any stride, without another forward pass.
+    """
+
+    input_ids: list[int]
+    tokens: list[str]
+    layers: dict[int, CapturedLayer]
+    meta: dict = field(default_factory=dict)
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def length(self) -> int:
+        return len(self.input_ids)
+
+
+def capture_layers(model, input_ids=None, *, prompt: str | None = None, tokenizer=None,
+                   layers: Iterable[int] | int | None = None, device=None, gates: str = DEFAULT_GATES) -> CapturedPrompt:
+    """One forward pass of ``model`` capturing the unit operators of ``layers`` (default all).
+
+    Same inputs and the same ValueErrors as `analyze` (exactly one of input_ids or
+    prompt= with tokenizer=; layer indices in range). ``device``: where the spectra will be
+    computed (default: the model's). ``gates``: as in `analyze` (core/gates.py).
+    """
     import transformers
 
     ids = _input_ids(model, input_ids, prompt, tokenizer)
-    _check_number("tol", tol, minimum=0.0)
-    if stride is not None and (not isinstance(stride, int) or stride < 1):
-        raise ValueError(f"stride must be a positive integer or None, got {stride!r}")
-    if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
-        raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
-    if isinstance(keep_operators, str) and keep_operators != "auto":
-        raise ValueError(f"keep_operators must be 'auto', an int, a sequence of unit rows or None; got {keep_operators!r}")
-    slots = layer_slots(model)
-    chosen = _layers(layers, len(slots))
-    unit_rows = _units(units)
-    length = len(ids)
-    positions = np.arange(0, length, stride or 1)
+    check_gates(gates)
+    spectra_device = _check_device(device) if device is not None else None
+    slots = {slot.index: slot for slot in layer_slots(model)}  # key -> slot (keys need not be 0..n-1)
+    chosen = _layers(layers, sorted(slots))
     model_device = _model_device(model)
-    spectra_device = torch.device(device) if device is not None else model_device
-
-    captured = capture(model, torch.tensor([ids], dtype=torch.long, device=model_device), [slots[i] for i in chosen])
-    for index in chosen:  # validate the unit selection against every layer before computing
-        _select(unit_rows, captured[index])
-        _operator_rows(keep_operators, captured[index], len(_select(unit_rows, captured[index])))
-
-    result_layers: dict[int, LayerESS] = {}
-    for index in tqdm(chosen, desc="layers", disable=not progress):
-        layer = captured.pop(index)  # free each layer's tensors once done
-        unit_ids = _select(unit_rows, layer)
-        result_layers[index] = LayerESS.from_units(
-            layer, positions, tol=tol, relative=relative, unit_ids=unit_ids, top_k=top_k, device=spectra_device,
-            operator_rows=_operator_rows(keep_operators, layer, len(unit_ids)),
-        )
-
+    layers_captured = capture(model, torch.tensor([ids], dtype=torch.long, device=model_device),
+                              [slots[i] for i in chosen])
+    if gates == "inside":
+        layers_captured = {index: gates_inside(layer) for index, layer in layers_captured.items()}
     config = model.config
     meta = {
         "model_id": getattr(config, "_name_or_path", None) or getattr(model, "name_or_path", None) or type(model).__name__,
         "revision": getattr(config, "_commit_hash", None),
         "model_type": config.model_type,
         "n_layers": len(slots),
+        **_slot_meta(slots, model),
         "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
-        "device": str(spectra_device),
+        "gates": gates,
+        "transformers": transformers.__version__,
+    }
+    return CapturedPrompt(input_ids=list(ids), tokens=_tokens(ids, tokenizer), layers=layers_captured, meta=meta,
+                          device=spectra_device if spectra_device is not None else model_device)
+
+
+def analyze_captured(
+    captured: CapturedPrompt,
+    layers: Iterable[int] | int | None = None,
+    *,
+    tol: float = DEFAULT_TOL,
+    relative: bool = DEFAULT_RELATIVE,
+    scope: str = DEFAULT_SCOPE,
+    stride: int | None = None,
+    top_k: int | None = None,
+    keep_operators="auto",
+    units: int | Sequence[int] | None = None,
+    progress: bool = False,
+    release: bool = False,
+) -> ESSResult:
+    """The ESSResult of ``layers`` (default: every captured layer) of a `capture_layers`
+    capture; options as in `analyze`. No forward pass: call it once per layer (or stride)
+    as the work is wanted. ``release``: drop each layer's operators from ``captured`` once
+    computed (frees memory; that layer cannot be computed again)."""
+    _check_options(tol, stride, top_k, keep_operators, scope=scope, relative=relative)
+    available = sorted(captured.layers)
+    if layers is None:
+        chosen = available
+    else:
+        chosen = _layers(layers, available)  # only what was captured
+    unit_rows = _units(units)
+    for index in chosen:  # validate the unit selection against every layer before computing
+        _select(unit_rows, captured.layers[index])
+        _operator_rows(keep_operators, captured.layers[index], len(_select(unit_rows, captured.layers[index])))
+    positions = np.arange(0, captured.length, stride or 1)
+
+    result_layers: dict[int, LayerESS] = {}
+    for index in tqdm(chosen, desc="layers", disable=not progress):
+        layer = captured.layers.pop(index) if release else captured.layers[index]
+        unit_ids = _select(unit_rows, layer)
+        result_layers[index] = LayerESS.from_units(
+            layer, positions, tol=tol, relative=relative, scope=scope, unit_ids=unit_ids, top_k=top_k,
+            device=captured.device,
+            operator_rows=_operator_rows(keep_operators, layer, len(unit_ids)),
+        )
+    meta = {
+        **captured.meta,
+        "device": str(captured.device),
         "tol": float(tol),
         "relative": bool(relative),
+        "scope": scope,
         "stride": stride,
         "top_k": top_k,
         "units": None if unit_rows is None else list(unit_rows) if not isinstance(unit_rows, int) else list(range(unit_rows)),
         "spectra_budget": SPECTRA_BUDGET,
-        "transformers": transformers.__version__,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
-    return ESSResult(tokens=_tokens(ids, tokenizer), input_ids=list(ids), layers=result_layers, meta=meta)
+    return ESSResult(tokens=list(captured.tokens), input_ids=list(captured.input_ids), layers=result_layers, meta=meta)
 
 
 # ---- validation ---------------------------------------------------------------------------
 
 
+def _check_options(tol, stride, top_k, keep_operators, *, scope=DEFAULT_SCOPE, relative=DEFAULT_RELATIVE) -> None:
+    _check_number("tol", tol, minimum=0.0)
+    check_scope(scope, relative)
+    if stride is not None and (not isinstance(stride, int) or isinstance(stride, bool) or stride < 1):
+        raise ValueError(f"stride must be a positive integer or None, got {stride!r}")
+    if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
+    if isinstance(keep_operators, str) and keep_operators != "auto":
+        raise ValueError(f"keep_operators must be 'auto', an int, a sequence of unit rows or None; got {keep_operators!r}")
+
+
 def _check_number(name, value, minimum):
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < minimum:
         raise ValueError(f"{name} must be a finite number >= {minimum}, got {value!r}")
+
+
+def _check_device(device) -> torch.device:
+    """The torch device ``device`` names, checked to exist before any work (a missing
+    CUDA would otherwise fail only after the forward pass)."""
+    try:
+        target = torch.device(device)
+        torch.empty(1, device=target)
+    except (RuntimeError, TypeError, ValueError, AssertionError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ValueError(f"device {device!r} is not usable here ({first}); pass device='cpu' or leave it out "
+                         "to compute where the model is") from None
+    return target
 
 
 def _model_device(model) -> torch.device:
@@ -159,14 +261,17 @@ def _input_ids(model, input_ids, prompt, tokenizer) -> list[int]:
         if not prompt:
             raise ValueError("the prompt is empty: ESS needs at least 2 tokens")
         input_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    ids = torch.as_tensor(input_ids)
+    try:
+        ids = torch.as_tensor(input_ids)
+    except (TypeError, ValueError, RuntimeError):
+        raise ValueError(f"input_ids must be a list or tensor of integer token ids, got {type(input_ids).__name__}") from None
     if ids.ndim == 2:
         if ids.shape[0] != 1:
             raise ValueError(f"analyze takes one prompt (batch 1); got input_ids of shape {tuple(ids.shape)}")
         ids = ids[0]
     if ids.ndim != 1:
         raise ValueError(f"input_ids must be 1-D (L,) or (1, L); got shape {tuple(ids.shape)}")
-    if ids.numel() and (ids.is_floating_point() or ids.is_complex()):
+    if ids.numel() and (ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool):
         raise ValueError(f"input_ids must be integers, got {ids.dtype}")
     length = ids.numel()
     if length < 2:
@@ -184,16 +289,44 @@ def _input_ids(model, input_ids, prompt, tokenizer) -> list[int]:
     return [int(i) for i in ids.tolist()]
 
 
-def _layers(layers, n_layers: int) -> list[int]:
+def _slot_meta(slots: dict, model) -> dict:
+    """meta entries for models whose analysed slots are not one per layer: "slots" (key ->
+    label, e.g. Falcon-H1's two mixers per layer) and "skipped_layers" (index -> reason)."""
+    meta = {}
+    labels = {str(key): slot.label for key, slot in slots.items() if slot.label}
+    if labels:
+        meta["slots"] = labels
+    skipped = skipped_layers(model)
+    if skipped:
+        meta["skipped_layers"] = {str(key): reason for key, reason in skipped.items()}
+    return meta
+
+
+def _layers(layers, keys: list[int]) -> list[int]:
+    """The chosen slot keys (``keys``: every analysable key, sorted; 0..n-1 for most models)."""
     if layers is None:
-        return list(range(n_layers))
-    chosen = [layers] if isinstance(layers, (int, np.integer)) else list(layers)
+        return list(keys)
+    if isinstance(layers, (str, bytes)):
+        raise ValueError(f"layers must be an int or a sequence of ints, got {layers!r}")
+    given = [layers] if isinstance(layers, (int, np.integer)) else layers
+    try:
+        items = iter(given)
+    except TypeError:
+        raise ValueError(f"layers must be an int or a sequence of ints, got {type(layers).__name__}") from None
+    valid = set(keys)
+    chosen = []
+    # Checked one by one while iterating, so range(10**9) fails at its first bad index
+    # instead of being expanded into memory.
+    for index in items:
+        if not isinstance(index, (int, np.integer)) or isinstance(index, bool) or int(index) not in valid:
+            span = f"0..{keys[-1]}" if keys == list(range(len(keys))) else ", ".join(map(str, keys))
+            raise ValueError(f"layer index {index!r} is out of range: the model has layers {span}")
+        chosen.append(int(index))
+        if len(chosen) > 2 * len(keys) and len(set(chosen)) < len(chosen) // 2:
+            raise ValueError(f"layers repeats indices without end; give each of {sorted(valid)} at most once")
     if not chosen:
         raise ValueError("layers is empty; pass None for all layers")
-    for index in chosen:
-        if not isinstance(index, (int, np.integer)) or isinstance(index, bool) or not 0 <= index < n_layers:
-            raise ValueError(f"layer index {index!r} is out of range: the model has layers 0..{n_layers - 1}")
-    return sorted(set(int(i) for i in chosen))
+    return sorted(set(chosen))
 
 
 def _units(units):

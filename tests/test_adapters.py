@@ -23,6 +23,8 @@ VOCAB = 64
 LENGTH = 24
 IDS = dict(vocab_size=VOCAB, bos_token_id=0, eos_token_id=0, pad_token_id=0)
 ATTN = dict(hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2)
+# Gated DeltaNet: 2 query/key heads of size 8 read by 4 value heads of size 6 (grouped).
+DELTA = dict(linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=6)
 
 
 def _configs():
@@ -55,6 +57,22 @@ def _configs():
             num_hidden_layers=3, hidden_size=32, num_attention_heads=4, mamba_d_state=4, mamba_headdim=16,
             n_mamba_heads=4, mamba_ngroups=1, chunk_size=8, layers_block_type=["mamba", "hybrid", "mamba"], **IDS,
         ),
+        "qwen3_next": tf.Qwen3NextConfig(
+            num_hidden_layers=2, layer_types=["linear_attention", "full_attention"], head_dim=8, num_experts=2,
+            num_experts_per_tok=1, moe_intermediate_size=16, shared_expert_intermediate_size=16, **DELTA, **ATTN, **IDS,
+        ),
+        "qwen3_5_text": tf.Qwen3_5TextConfig(
+            num_hidden_layers=2, layer_types=["linear_attention", "full_attention"], head_dim=8, **DELTA, **ATTN, **IDS
+        ),
+        "olmo_hybrid": tf.OlmoHybridConfig(  # beta up to 2: transitions with negative eigenvalues
+            num_hidden_layers=2, layer_types=["linear_attention", "full_attention"], linear_allow_neg_eigval=True,
+            **DELTA, **ATTN, **IDS,
+        ),
+        "kimi_linear": tf.KimiLinearConfig(
+            num_hidden_layers=2, layer_types=["linear_attention", "full_attention"], linear_head_dim=8, linear_num_heads=4,
+            num_local_experts=2, num_experts_per_tok=1, moe_intermediate_size=16, kv_lora_rank=16, qk_nope_head_dim=8,
+            qk_rope_head_dim=4, v_head_dim=6, **{**ATTN, "num_key_value_heads": 4}, **IDS,  # MLA: one kv head per head
+        ),
         "la": zoo_modeling.EssLinearAttentionConfig(**zoo),
         "gla": zoo_modeling.EssLinearAttentionConfig(gated=True, **zoo),
     }
@@ -74,6 +92,10 @@ EXPECTED_FAMILIES = {
     "jamba": ["mamba", "softmax_attention"],
     "bamba": ["mamba2", "softmax_attention"],
     "zamba2": ["mamba2"] * 3,
+    "qwen3_next": ["gated_deltanet", "softmax_attention"],
+    "qwen3_5_text": ["gated_deltanet", "softmax_attention"],
+    "olmo_hybrid": ["gated_deltanet", "softmax_attention"],
+    "kimi_linear": ["kda", "softmax_attention"],
     "la": ["linear_attention"] * 2,
     "gla": ["gated_linear_attention"] * 2,
 }
@@ -94,7 +116,9 @@ def captured(request):
 
 
 def test_every_registered_model_type_is_tested():
-    tested = {CONFIGS[name].model_type for name in CONFIGS}
+    from test_families import CONFIGS as FAMILY_CONFIGS  # today's families: tests/test_families.py
+
+    tested = {config.model_type for config in [*CONFIGS.values(), *FAMILY_CONFIGS.values()]}
     assert set(MODEL_TYPES) <= tested, f"model types without a reconstruction test: {set(MODEL_TYPES) - tested}"
 
 
@@ -219,5 +243,50 @@ def test_missing_attention_probabilities_are_an_error_not_an_empty_operator():
 def test_unsupported_model_type_names_the_registry():
     config = tf.OPTConfig(num_hidden_layers=1, hidden_size=16, ffn_dim=32, num_attention_heads=2, word_embed_proj_dim=16, **IDS)
     model = tf.AutoModelForCausalLM.from_config(config)
-    with pytest.raises(ValueError, match=r"'opt'.*not supported.*mamba.*adapters/__init__.py"):
+    with pytest.raises(ValueError, match=r"'opt'.*not supported.*mamba.*capture/__init__.py"):
         layer_slots(model)
+
+
+# Model types with a per-token gate around some mixer (Qwen3-Next / Qwen3.5: the sigmoid
+# output gate of their attention layers).
+GATED = {"mamba", "falcon_mamba", "mamba2", "mamba2_groups", "jamba", "bamba", "zamba2", "la", "gla", "qwen3_next",
+         "qwen3_5_text"}
+
+
+def test_reconstruction_with_gates_inside(captured):
+    """gates="inside": T' = diag(g) T alone reproduces the gated output (no out_gate left)."""
+    from ess_explorer.core.gates import gates_inside
+
+    name, _model, layers = captured
+    gated_layers = 0
+    for index, layer in layers.items():
+        inside = gates_inside(layer)
+        assert inside.out_gate is None
+        gated_layers += layer.out_gate is not None
+        predicted, observed = inside.reconstruct()
+        scale = observed.abs().max().item()
+        torch.testing.assert_close(predicted, observed, rtol=1e-4, atol=1e-4 * scale, msg=f"{name} layer {index}")
+        # Same scalars either way: units x channels per unit.
+        assert inside.n_units * inside.unit_multiplicity() == layer.n_units * layer.unit_multiplicity()
+    assert (gated_layers > 0) == (name in GATED), f"{name}: which layers carry a gate"
+
+
+def test_mamba2_gate_is_the_gated_norms_scale():
+    """weight * (y * g) is exactly what the model's gated RMSNorm returned."""
+    model, ids = build("mamba2")
+    seen = {}
+    norm = layer_slots(model)[0].module.norm
+    handle = norm.register_forward_hook(lambda _m, _a, out: seen.setdefault("out", out.detach()))
+    try:
+        layer = capture(model, ids, layer_slots(model))[0]
+    finally:
+        handle.remove()
+    heads, length, head_dim = layer.outputs.shape
+    ours = layer.outputs.transpose(0, 1).reshape(length, heads * head_dim) * norm.weight.detach().to(torch.float64)
+    torch.testing.assert_close(ours, seen["out"][0].to(torch.float64), rtol=1e-5, atol=1e-6)
+    # Channels of a head have different gates, so gates inside makes each channel a unit.
+    from ess_explorer.core.gates import gates_inside
+
+    inside = gates_inside(layer)
+    assert inside.n_units == heads * head_dim and inside.unit_multiplicity() == 1
+    assert inside.info["unit_kind"] == "channel"

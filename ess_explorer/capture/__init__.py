@@ -30,27 +30,61 @@ Supported (tested with transformers 5.24.0, tiny random models, tests/test_adapt
                                                       shared attention block of a hybrid layer is
                                                       not analysed: one family per layer)
     ess_linear_attention  model.layers[i].mixer       linear_attention / gated_linear_attention
+    qwen3_next,           model.layers[i]             "linear_attention" -> .linear_attn, gated_deltanet
+    qwen3_5_text                                      (DPLR, capture/gated_delta.py);
+                                                      "full_attention" -> .self_attn, gated_attention
+    olmo_hybrid           model.layers[i]             "linear_attention" -> .linear_attn, gated_deltanet;
+                                                      "full_attention" -> .self_attn, attention
+    kimi_linear           model.layers[i].self_attn   "linear_attention" -> kda (per-key decay);
+                                                      "full_attention" -> latent_attention (MLA)
+
+Today's families (tests/test_families.py; docs/families.md says what T is for each):
+
+    qwen3, qwen3_moe, gemma2, gemma3_text, phi3,     softmax attention (sliding / global layers by
+    olmo2, granite, falcon                           layer_types; soft-capping inside the probabilities)
+    llama4_text                                      "chunked_attention" layers: chunked_attention (TSS t mod C)
+    lfm2_moe                                         as lfm2
+    falcon_h1             model.layers[i]            .mamba (mamba2) AND .self_attn (attention): two
+                                                     slots per layer, keys 2 i and 2 i + 1, labelled
+    granitemoehybrid      model.layers[i]            "mamba" -> .mamba, mamba2; "attention" -> .self_attn
+    nemotron_h            model.layers[i].mixer      "mamba" -> mamba2; "attention"; "mlp" / "moe": no
+                                                     slot, listed by skipped_layers with the reason
+    zamba                 model.layers[i]            "mamba" -> .mamba, "hybrid" -> .mamba_decoder.mamba (mamba)
+    recurrent_gemma       model.layers[i].temporal_block   "recurrent": rg_lru; "attention": local attention
+    minimax               model.layers[i].self_attn  "linear_attention": lightning_attention; "full_attention"
+    rwkv                  rwkv.blocks[i].attention   rwkv (WKV, normaliser as T's row scale)
+    xlstm                 backbone.blocks[i].mlstm_layer   mlstm
 """
 
 from __future__ import annotations
 
 import contextlib
+import difflib
 
 import torch
 from torch import nn
 
 from .attention import AttentionAdapter
+from .attention_variants import GatedAttentionAdapter, LatentAttentionAdapter
 from ..core.units import CapturedLayer, DenseCapture, ShortConvCapture, SSMCapture
 from .base import Adapter, CaptureSession, LayerSlot
+from .gated_delta import GatedDeltaNetAdapter, KimiDeltaAdapter
+from .lightning import LightningAttentionAdapter
 from .linear_attention import LinearAttentionAdapter
 from .mamba import MambaAdapter
 from .mamba2 import Mamba2Adapter
+from .mlstm import MLSTMAdapter
+from .rg_lru import RGLRUAdapter
+from .rwkv import RWKVAdapter
 from .short_conv import ShortConvAdapter
 
 __all__ = [
     "ADAPTERS",
     "MODEL_TYPES",
     "supported_model_types",
+    "supported_families",
+    "MODEL_FAMILIES",
+    "skipped_layers",
     "layer_slots",
     "capture",
     "eager_attention",
@@ -69,6 +103,14 @@ ADAPTERS: dict[str, Adapter] = {
     "mamba2": Mamba2Adapter(),
     "short_conv": ShortConvAdapter(),
     "linear_attention": LinearAttentionAdapter(),
+    "gated_deltanet": GatedDeltaNetAdapter(),
+    "kda": KimiDeltaAdapter(),
+    "gated_attention": GatedAttentionAdapter(),
+    "latent_attention": LatentAttentionAdapter(),
+    "rg_lru": RGLRUAdapter(),
+    "lightning_attention": LightningAttentionAdapter(),
+    "rwkv": RWKVAdapter(),
+    "mlstm": MLSTMAdapter(),
 }
 
 
@@ -104,18 +146,29 @@ def _sliding_window(config, index: int) -> int | None:
     return window if config.model_type == "mistral" else None
 
 
+def _chunk(config, index: int) -> int | None:
+    """Chunk length of attention layer ``index``: layer_types "chunked_attention" (Llama 4)."""
+    kinds = getattr(config, "layer_types", None)
+    if kinds is not None and index < len(kinds) and kinds[index] == "chunked_attention":
+        return int(config.attention_chunk_size)
+    return None
+
+
+def _slot(config, index: int, adapter: str, module: nn.Module) -> LayerSlot:
+    if adapter != "attention":
+        return LayerSlot(index, adapter, module)
+    return LayerSlot(index, adapter, module, _sliding_window(config, index), _chunk(config, index))
+
+
 def _uniform(path: str, attribute: str, adapter: str):
     def slots(model):
         layers = _find(model, path)
-        return [
-            LayerSlot(i, adapter, getattr(layer, attribute), _sliding_window(model.config, i) if adapter == "attention" else None)
-            for i, layer in enumerate(layers)
-        ]
+        return [_slot(model.config, i, adapter, getattr(layer, attribute)) for i, layer in enumerate(layers)]
 
     return slots
 
 
-_ATTENTION_KINDS = ("attention", "full_attention", "sliding_attention")
+_ATTENTION_KINDS = ("attention", "full_attention", "sliding_attention", "chunked_attention")
 
 
 def _hybrid(path: str, table: dict[str, tuple[str, str]]):
@@ -132,14 +185,61 @@ def _hybrid(path: str, table: dict[str, tuple[str, str]]):
             module = layer
             for name in attribute.split("."):
                 module = getattr(module, name)
-            window = _sliding_window(model.config, i) if adapter == "attention" else None
-            out.append(LayerSlot(i, adapter, module, window))
+            out.append(_slot(model.config, i, adapter, module))
         return out
 
     return slots
 
 
 _ATTN = {kind: ("self_attn", "attention") for kind in _ATTENTION_KINDS}
+
+
+def _falcon_h1(model):
+    """Falcon-H1: every layer runs Mamba2 (``.mamba``) and attention (``.self_attn``) in
+    parallel on the same input. Both are analysed as two slots per layer: key 2 i is layer
+    i's Mamba2 mixer, key 2 i + 1 its attention (the order they run in); each slot's label
+    says which (ESSResult.meta["slots"])."""
+    out = []
+    for i, layer in enumerate(_find(model, "model.layers")):
+        out.append(LayerSlot(2 * i, "mamba2", layer.mamba, label=f"layer {i} mamba2"))
+        attention = _slot(model.config, i, "attention", layer.self_attn)
+        out.append(LayerSlot(2 * i + 1, "attention", layer.self_attn, attention.window, attention.chunk, f"layer {i} attention"))
+    return out
+
+
+def _mixers(path: str, attribute: str, table: dict[str, str], skip: dict[str, str]):
+    """Layers that each hold one block at ``attribute`` whose kind comes from the config's
+    layer types (Nemotron-H): kind -> adapter; kinds in ``skip`` hold no sequence mixer
+    (MLP / MoE blocks) and get no slot (their reason is in `skipped_layers`)."""
+
+    def slots(model):
+        out = []
+        for i, (layer, kind) in enumerate(zip(_find(model, path), _layer_types(model))):
+            if kind in skip:
+                continue
+            if kind not in table:
+                raise ValueError(f"{model.config.model_type} layer {i} has layer type {kind!r}, which no adapter handles")
+            out.append(_slot(model.config, i, table[kind], getattr(layer, attribute)))
+        return out
+
+    return slots
+
+
+def _recurrent_gemma(model):
+    """RecurrentGemma: ``temporal_block`` is an RG-LRU block ("recurrent") or local
+    attention with window config.attention_window_size (every layer's block type from
+    config.block_types, repeated)."""
+    config = model.config
+    out = []
+    for i, (layer, kind) in enumerate(zip(_find(model, "model.layers"), config.layers_block_type)):
+        if kind == "linear_attention":
+            out.append(LayerSlot(i, "rg_lru", layer.temporal_block))
+        else:
+            out.append(LayerSlot(i, "attention", layer.temporal_block, window=int(config.attention_window_size)))
+    return out
+
+
+_NEMOTRON_SKIP = {"mlp": "an MLP block: no sequence mixer", "moe": "a mixture-of-experts MLP block: no sequence mixer"}
 
 MODEL_TYPES = {
     "gpt2": _uniform("transformer.h", "attn", "attention"),
@@ -161,6 +261,84 @@ MODEL_TYPES = {
         },
     ),
     "ess_linear_attention": _uniform("model.layers", "mixer", "linear_attention"),
+    **dict.fromkeys(
+        ("qwen3_next", "qwen3_5_text"),
+        _hybrid("model.layers", {"linear_attention": ("linear_attn", "gated_deltanet"), "full_attention": ("self_attn", "gated_attention")}),
+    ),
+    "olmo_hybrid": _hybrid("model.layers", {"linear_attention": ("linear_attn", "gated_deltanet"), **_ATTN}),
+    "kimi_linear": _hybrid("model.layers", {"linear_attention": ("self_attn", "kda"), "full_attention": ("self_attn", "latent_attention")}),
+    # softmax attention: the eager probabilities include soft-capping, windows and chunks
+    "qwen3": _uniform("model.layers", "self_attn", "attention"),
+    "qwen3_moe": _uniform("model.layers", "self_attn", "attention"),
+    "gemma2": _uniform("model.layers", "self_attn", "attention"),
+    "gemma3_text": _uniform("model.layers", "self_attn", "attention"),
+    "phi3": _uniform("model.layers", "self_attn", "attention"),
+    "olmo2": _uniform("model.layers", "self_attn", "attention"),
+    "granite": _uniform("model.layers", "self_attn", "attention"),
+    "llama4_text": _uniform("model.layers", "self_attn", "attention"),
+    "falcon": _uniform("transformer.h", "self_attention", "attention"),
+    "lfm2_moe": _hybrid("model.layers", {"conv": ("conv", "short_conv"), **_ATTN}),
+    # Mamba / Mamba2 hybrids
+    "falcon_h1": _falcon_h1,
+    "granitemoehybrid": _hybrid("model.layers", {"mamba": ("mamba", "mamba2"), "linear_attention": ("mamba", "mamba2"), **_ATTN}),
+    "nemotron_h": _mixers(
+        "model.layers", "mixer", {"mamba": "mamba2", "linear_attention": "mamba2", **{k: "attention" for k in _ATTENTION_KINDS}},
+        _NEMOTRON_SKIP,
+    ),
+    # diagonal recurrences
+    "recurrent_gemma": _recurrent_gemma,
+    "minimax": _hybrid(
+        "model.layers", {"linear_attention": ("self_attn", "lightning_attention"), **_ATTN},
+    ),
+    "rwkv": _uniform("rwkv.blocks", "attention", "rwkv"),
+    "xlstm": _uniform("backbone.blocks", "mlstm_layer", "mlstm"),
+    "zamba": _hybrid("model.layers", {"mamba": ("mamba", "mamba"), "linear_attention": ("mamba", "mamba"), "hybrid": ("mamba_decoder.mamba", "mamba")}),
+}
+
+# model_type -> function(model) -> {layer index: reason} for layers deliberately not analysed
+SKIPPED = {
+    "nemotron_h": lambda model: {
+        i: _NEMOTRON_SKIP[kind] for i, kind in enumerate(_layer_types(model)) if kind in _NEMOTRON_SKIP
+    },
+}
+
+
+def skipped_layers(model: nn.Module) -> dict[int, str]:
+    """Layers of ``model`` that get no LayerSlot, with the reason (recorded in
+    ESSResult.meta["skipped_layers"]; never skipped silently)."""
+    model_type = getattr(getattr(model, "config", None), "model_type", None)
+    return SKIPPED[model_type](model) if model_type in SKIPPED else {}
+
+
+_ATT = "softmax_attention"
+
+# model_type -> the families (core/diagnostics.py FAMILIES) its layers can have; the CLI's
+# `models --families` prints it, tests check every captured layer's family is listed.
+MODEL_FAMILIES: dict[str, tuple[str, ...]] = {
+    **{t: (_ATT,) for t in ("gpt2", "llama", "qwen2", "mistral", "qwen3", "qwen3_moe", "gemma2", "gemma3_text",
+                            "phi3", "olmo2", "granite", "falcon")},
+    "llama4_text": (_ATT, "chunked_attention"),
+    "mamba": ("mamba",),
+    "falcon_mamba": ("mamba",),
+    "mamba2": ("mamba2",),
+    "lfm2": ("short_conv", _ATT),
+    "lfm2_moe": ("short_conv", _ATT),
+    "jamba": ("mamba", _ATT),
+    "bamba": ("mamba2", _ATT),
+    "zamba2": ("mamba2",),
+    "zamba": ("mamba",),
+    "falcon_h1": ("mamba2", _ATT),
+    "granitemoehybrid": ("mamba2", _ATT),
+    "nemotron_h": ("mamba2", _ATT),
+    "recurrent_gemma": ("rg_lru", _ATT),
+    "minimax": ("lightning_attention", _ATT),
+    "rwkv": ("rwkv",),
+    "xlstm": ("mlstm",),
+    "ess_linear_attention": ("linear_attention", "gated_linear_attention"),
+    "qwen3_next": ("gated_deltanet", _ATT),
+    "qwen3_5_text": ("gated_deltanet", _ATT),
+    "olmo_hybrid": ("gated_deltanet", _ATT),
+    "kimi_linear": ("kda", _ATT),
 }
 
 
@@ -168,15 +346,22 @@ def supported_model_types() -> list[str]:
     return sorted(MODEL_TYPES)
 
 
+def supported_families() -> dict[str, tuple[str, ...]]:
+    """Every supported model type -> the families its analysed layers can have (sorted by type)."""
+    return {name: MODEL_FAMILIES[name] for name in supported_model_types()}
+
+
 def layer_slots(model: nn.Module) -> list[LayerSlot]:
     """Every layer of ``model`` as a LayerSlot; ValueError for an unsupported model type."""
     model_type = getattr(getattr(model, "config", None), "model_type", None)
     if model_type not in MODEL_TYPES:
+        close = difflib.get_close_matches(str(model_type), supported_model_types(), n=3, cutoff=0.5)
+        hint = f" Closest supported: {', '.join(close)}." if close else ""
         raise ValueError(
-            f"model type {model_type!r} ({type(model).__name__}) is not supported. Supported model types: "
-            f"{', '.join(supported_model_types())} (families: softmax attention, mamba, mamba2, short conv, "
-            "linear / gated linear attention). Adapters are registered in one place, "
-            "ess_explorer/adapters/__init__.py (MODEL_TYPES): add the model type there."
+            f"model type {model_type!r} ({type(model).__name__}) is not supported.{hint} Supported model types: "
+            f"{', '.join(supported_model_types())} (`ess-explorer models --families` lists their families). "
+            "Adapters are registered in one place, ess_explorer/capture/__init__.py (MODEL_TYPES): add the "
+            "model type there."
         )
     return MODEL_TYPES[model_type](model)
 
@@ -188,12 +373,20 @@ def eager_attention(model: nn.Module, needed: bool = True):
     config = getattr(model, "config", None)
     previous = getattr(config, "_attn_implementation", None)
     switch = needed and previous != "eager" and hasattr(model, "set_attn_implementation")
+    forced = False
     if switch:
         model.set_attn_implementation("eager")
+        if config._attn_implementation != "eager":
+            # Falcon refuses the dynamic switch (it reads the config at each call, not an
+            # attention interface): set the config's implementation for the pass instead.
+            config._attn_implementation = "eager"
+            forced = True
     try:
         yield
     finally:
-        if switch and isinstance(previous, str):
+        if forced:
+            config._attn_implementation = previous
+        elif switch and isinstance(previous, str):
             model.set_attn_implementation(previous)
 
 
@@ -214,7 +407,7 @@ def capture(model: nn.Module, input_ids: torch.Tensor, slots: list[LayerSlot]) -
     session = CaptureSession()
     was_training = model.training
     try:
-        with eager_attention(model, any(slot.adapter == "attention" for slot in slots)):
+        with eager_attention(model, any(ADAPTERS[slot.adapter].family == "softmax_attention" for slot in slots)):
             model.eval()
             for slot in slots:
                 ADAPTERS[slot.adapter].install(session, slot)

@@ -10,9 +10,14 @@ several query heads share one V but each has its own T). W_Q, W_K, W_V, W_O stay
 
 Shapes and unit: unit = query head, U = H (num_attention_heads); T stored dense, (H, L, L),
 float32 as the model computed it (batch 1, one prompt).
-Sliding window w (Mistral, Qwen2 "sliding_attention" layers): the mask already zeroes
-i - j >= w, so T is exactly what the model applied; the window comes from the config.
-TSS per head: t (the KV cache grows; ESS.md section 1), min(t, w - 1) with a window.
+Sliding window w (Mistral, Qwen2, Gemma 2/3 "sliding_attention" layers): the mask already
+zeroes i - j >= w, so T is exactly what the model applied; the window comes from the config.
+Chunked attention C (Llama 4 "chunked_attention" layers): token i sees j <= i in its own
+chunk, floor(j / C) == floor(i / C); T is block lower triangular and the family is
+"chunked_attention" (``window`` holds C).
+Logit soft-capping (Gemma 2) and any score scaling are inside the probabilities.
+TSS per head: t (the KV cache grows; docs/math.md), min(t, w - 1) with a window,
+t mod C with chunks (at cut t only the tokens of t's own chunk stay readable).
 Cost: spectra by the dense core path, O(L^4 / 19) per head; all heads of a layer go to
 the core in one (H, L, L) call.
 
@@ -56,6 +61,22 @@ class AttentionAdapter:
                 raw["v"] = out.detach().split(out.shape[-1] // 3, dim=-1)[2]
 
             session.hook(module.c_attn.register_forward_hook(on_qkv))
+        elif hasattr(module, "qkv_proj"):  # Phi-3: [q (H hd) | k (H_kv hd) | v (H_kv hd)]
+            def on_fused(_m, _a, out):
+                kv_width = module.num_key_value_heads * module.head_dim
+                raw["v"] = out.detach()[..., out.shape[-1] - kv_width :]
+
+            session.hook(module.qkv_proj.register_forward_hook(on_fused))
+        elif hasattr(module, "_split_heads"):  # Falcon: its own head split of query_key_value
+            def make_split(original):
+                def split(fused):
+                    parts = original(fused)
+                    raw["v"] = parts[2].detach().flatten(-2)  # (B, L, H_kv, hd) -> (B, L, H_kv hd)
+                    return parts
+
+                return split
+
+            session.patch_method(module, "_split_heads", make_split)
         for name in _OUTPUT_PROJECTIONS:
             if hasattr(module, name):
                 proj = getattr(module, name)
@@ -81,10 +102,11 @@ class AttentionAdapter:
         inputs = v.repeat_interleave(group, dim=0)  # query head h reads kv head h // group
         return DenseCapture(
             layer=slot.index,
-            family=self.family,
+            family="chunked_attention" if slot.chunk else self.family,
             inputs=inputs,
             outputs=o,
-            window=slot.window,
+            window=slot.chunk or slot.window,
+            multiplicity=head_dim,  # the head's value channels share its T
             info={"num_heads": heads, "num_key_value_heads": int(v.shape[0]), "head_dim": head_dim},
             operator=probs,
         )

@@ -27,13 +27,18 @@ class LayerSlot:
 
     index: 0-based layer index (the key of ESSResult.layers); adapter: the family key of
     `ADAPTERS` (adapters/__init__.py); module: the mixer module hooks attach to;
-    window: sliding-window length for attention layers (None = full causal).
+    window: sliding-window length for attention layers (None = full causal);
+    chunk: chunk length of chunked attention layers (Llama 4), else None;
+    label: what the slot is when a layer holds several analysed mixers (Falcon-H1:
+    "layer 3 mamba2"); None when the key is the layer index.
     """
 
     index: int
     adapter: str
     module: nn.Module
     window: int | None = None
+    chunk: int | None = None
+    label: str | None = None
 
 
 class Adapter(Protocol):

@@ -17,9 +17,12 @@ channel: a layer's channels go to the factored core path as one batched Diagonal
 channel; only a few kept channels are ever materialised (L x L each).
 TSS per channel: N (d_state).
 
+Zamba calls the scan once per "mamba head" (a slice of the channels, each with its own
+B and C): every call of the layer is kept and the channels concatenated in call order.
+
 Capture: the mixer calls the module-level ``mamba_selective_scan(u, dt, A, B, C, D, z,
 delta_bias, delta_softplus, ...)`` of its own modeling module (transformers 5.24; see
-ENVIRONMENT.md). For the one forward pass that function is wrapped in the mixer's module
+docs/families.md). For the one forward pass that function is wrapped in the mixer's module
 (restored in a ``finally``); the wrapper records its arguments and output for the layer
 whose mixer is running (forward pre/post hooks on the mixer). The wrapped call still runs
 the original function, so the model's output is unchanged.
@@ -52,7 +55,10 @@ def wrap_scan(session: CaptureSession, original):
             arguments = {k: (v.detach() if isinstance(v, torch.Tensor) else v) for k, v in bound.arguments.items()}
             arguments.update(arguments.pop("kwargs", None) or {})
             result = output[0] if isinstance(output, tuple) else output
-            session.store(session.current)["scan"] = (arguments, result.detach())
+            store = session.store(session.current)
+            store["scan"] = (arguments, result.detach())
+            # Zamba calls the scan once per mamba head (a slice of the channels): keep all calls
+            store.setdefault("calls", []).append(store["scan"])
         return output
 
     wrapper.__wrapped__ = original
@@ -84,20 +90,15 @@ class MambaAdapter(ScanAdapter):
     function = "mamba_selective_scan"
 
     def build(self, slot: LayerSlot, raw: dict) -> SSMCapture:
-        args, result = self.scan_call(slot, raw)
-        u = args["hidden_states"][0].to(torch.float64)  # (D, L)
-        dt = args["dt"][0].to(torch.float64)  # (D, L)
-        if args.get("delta_bias") is not None:
-            dt = dt + args["delta_bias"].to(torch.float64)[:, None]
-        if args.get("delta_softplus"):
-            dt = F.softplus(dt)
-        A = args["A"].to(torch.float64)  # (D, N)
-        B = args["B"][0].to(torch.float64).T  # (L, N)
-        C = args["C"][0].to(torch.float64).T  # (L, N)
-        D = args.get("D")
-        D = torch.zeros(u.shape[0], dtype=torch.float64) if D is None else D.to(torch.float64)
-        z = args.get("z")
-        gate = None if z is None else F.silu(z[0].to(torch.float64))[..., None]
+        self.scan_call(slot, raw)
+        calls = raw.get("calls") or [raw["scan"]]
+        parts = [_selective_scan_tensors(args, result) for args, result in calls]
+        u, dt, A, D, y = (torch.cat([p[k] for p in parts]) for k in ("u", "dt", "A", "D", "y"))
+        gates = [p["gate"] for p in parts]
+        gate = None if any(g is None for g in gates) else torch.cat(gates)[..., None]
+        B = torch.stack([p["B"] for p in parts])  # (G, L, N): one B, C per scan call
+        C = torch.stack([p["C"] for p in parts])
+        group = torch.cat([torch.full((p["u"].shape[0],), g, dtype=torch.long) for g, p in enumerate(parts)])
         channels, length = u.shape
         n = A.shape[-1]
 
@@ -105,18 +106,45 @@ class MambaAdapter(ScanAdapter):
             step = dt[index][..., None]  # (u, L, 1)
             return DiagonalSSM(
                 a=torch.exp(step * A[index][:, None, :]),
-                b=step * B,
-                c=C.expand(len(index), length, n),
+                b=step * B[group[index]],
+                c=C[group[index]],
                 d=D[index][:, None].expand(len(index), length),
             )
 
+        info = {"d_inner": channels, "d_state": n}
+        if len(parts) > 1:
+            info["scan_calls"] = len(parts)
         return SSMCapture(
             layer=slot.index,
             family=self.family,
             inputs=u[..., None],
-            outputs=result[0].to(torch.float64)[..., None],
+            outputs=y[..., None],
             out_gate=gate,
             state_size=n,
-            info={"d_inner": channels, "d_state": n},
+            multiplicity=1,  # one channel per unit
+            info=info,
             realize=realize,
         )
+
+
+def _selective_scan_tensors(args: dict, result: torch.Tensor) -> dict:
+    """One recorded ``mamba_selective_scan`` call -> float64 u, dt (D, L), A (D, N), B, C
+    (L, N), D (D,), gate silu(z) (D, L) or None, y (D, L)."""
+    u = args["hidden_states"][0].to(torch.float64)  # (D, L)
+    dt = args["dt"][0].to(torch.float64)  # (D, L)
+    if args.get("delta_bias") is not None:
+        dt = dt + args["delta_bias"].to(torch.float64)[:, None]
+    if args.get("delta_softplus"):
+        dt = F.softplus(dt)
+    D = args.get("D")
+    z = args.get("z")
+    return {
+        "u": u,
+        "dt": dt,
+        "A": args["A"].to(torch.float64),
+        "B": args["B"][0].to(torch.float64).T,
+        "C": args["C"][0].to(torch.float64).T,
+        "D": torch.zeros(u.shape[0], dtype=torch.float64) if D is None else D.to(torch.float64),
+        "gate": None if z is None else F.silu(z[0].to(torch.float64)),
+        "y": result[0].to(torch.float64),
+    }

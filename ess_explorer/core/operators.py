@@ -42,7 +42,7 @@ import torch
 
 from .checks import as_tensor, require
 
-__all__ = ["DiagonalSSM"]
+__all__ = ["DiagonalSSM", "DPLRSSM", "FACTORED_OPERATORS"]
 
 
 @dataclass
@@ -69,6 +69,7 @@ class DiagonalSSM:
             len(set(shapes.values())) == 1,
             f"DiagonalSSM: a, b and c must share one shape (*batch, L, N); got {shapes}",
         )
+        require(self.a.numel() > 0, f"DiagonalSSM is empty (shape {shapes['a']}); it needs L >= 1, N >= 1 and one unit")
         if self.d is not None:
             self.d = as_tensor(self.d, "d")
             require(
@@ -78,6 +79,9 @@ class DiagonalSSM:
         for name in ("a", "b", "c", "d"):
             value = getattr(self, name)
             if value is not None:
+                require(value.is_floating_point(),
+                        f"DiagonalSSM: {name} must be a real floating-point tensor, got {value.dtype}; the factored "
+                        "path is real (analyse a complex diagonal SSM densely, or as its real 2x2-block form)")
                 require(bool(torch.isfinite(value).all()), f"DiagonalSSM: {name} contains NaN or infinite values")
 
     @property
@@ -131,3 +135,121 @@ class DiagonalSSM:
             ys.append((self.c[..., i, :] * h).sum(-1))
         y = torch.stack(ys, dim=-1)
         return y if self.d is None else y + self.d * u
+
+
+@dataclass
+class DPLRSSM:
+    """A batch of state-space operators with diagonal-plus-low-rank transitions, per unit:
+
+        h_t = A_t h_{t-1} + b_t u_t,    A_t = diag(a_t) + p_t q_t^T      h_{-1} = 0
+        y_t = c_t . h_t + d_t u_t
+
+    so that T[i, j] = c_i . A_i A_{i-1} ... A_{j+1} b_j (+ d_i when i == j).
+
+    Shapes: a, b, c are ``(*batch, L, N)``; p, q are ``(*batch, L, N, r)`` (r = 1 for the
+    delta rule); d is ``(*batch, L)`` or None (zero). r = 0 is a `DiagonalSSM`.
+
+    The delta rule per value channel, key size N (docs/families.md): Gated DeltaNet has
+    A_t = alpha_t (I - beta_t k_t k_t^T), i.e. a = alpha_t 1, p = -alpha_t beta_t k_t, q = k_t,
+    b = beta_t k_t, c = q_t; KDA (per-key decay) has A_t = (I - beta_t k_t k_t^T) diag(alpha_t),
+    i.e. a = alpha_t, p = -beta_t k_t, q = alpha_t * k_t.
+
+    Spectra use the same square-root sweeps as `DiagonalSSM` (core/sweeps.py): the
+    triangular factors are multiplied by A_t (a diagonal scaling plus a rank-r update,
+    O(N^2 r)) before each QR, so no Gramian and no product of transitions is formed.
+    """
+
+    a: torch.Tensor
+    p: torch.Tensor
+    q: torch.Tensor
+    b: torch.Tensor
+    c: torch.Tensor
+    d: torch.Tensor | None = None
+
+    def __post_init__(self):
+        for name in ("a", "p", "q", "b", "c") + (("d",) if self.d is not None else ()):
+            value = as_tensor(getattr(self, name), name)
+            require(
+                value.is_floating_point() and not value.is_complex(),
+                f"DPLRSSM: {name} must be a real floating-point tensor, got dtype {value.dtype}; "
+                "convert it with .to(torch.float64)",
+            )
+            require(bool(torch.isfinite(value).all()), f"DPLRSSM: {name} contains NaN or infinite values")
+            setattr(self, name, value)
+        vectors = {name: tuple(getattr(self, name).shape) for name in ("a", "b", "c")}
+        require(self.a.ndim >= 2, f"DPLRSSM: a must have shape (*batch, L, N), got {vectors['a']}")
+        require(
+            len(set(vectors.values())) == 1,
+            f"DPLRSSM: a, b and c must share one shape (*batch, L, N); got {vectors}",
+        )
+        factors = {"p": tuple(self.p.shape), "q": tuple(self.q.shape)}
+        require(
+            len(set(factors.values())) == 1 and factors["p"][:-1] == vectors["a"],
+            f"DPLRSSM: p and q must both have shape (*batch, L, N, r) with (*batch, L, N) = {vectors['a']} "
+            f"(the shape of a); got {factors}",
+        )
+        if self.d is not None:
+            require(
+                tuple(self.d.shape) == vectors["a"][:-1],
+                f"DPLRSSM: d must have shape (*batch, L) = {vectors['a'][:-1]}, got {tuple(self.d.shape)}",
+            )
+
+    @property
+    def batch_shape(self) -> torch.Size:
+        return self.a.shape[:-2]
+
+    @property
+    def length(self) -> int:
+        return self.a.shape[-2]
+
+    @property
+    def state_size(self) -> int:
+        return self.a.shape[-1]
+
+    @property
+    def rank(self) -> int:
+        """r, the rank of the low-rank part of every transition."""
+        return self.p.shape[-1]
+
+    def to(self, *args, **kwargs) -> "DPLRSSM":
+        move = lambda x: None if x is None else x.to(*args, **kwargs)  # noqa: E731
+        return DPLRSSM(move(self.a), move(self.p), move(self.q), move(self.b), move(self.c), move(self.d))
+
+    def __getitem__(self, index) -> "DPLRSSM":
+        """Select units along the batch dimensions, e.g. ``ssm[3]`` or ``ssm[:, 0]``."""
+        index = index if isinstance(index, tuple) else (index,)
+        pick = lambda x: None if x is None else x[index + (Ellipsis,)]  # noqa: E731
+        return DPLRSSM(pick(self.a), pick(self.p), pick(self.q), pick(self.b), pick(self.c), pick(self.d))
+
+    def _transition(self, t: int, h: torch.Tensor) -> torch.Tensor:
+        """A_t h for states h of shape (*batch, m, N): diag(a_t) h + p_t (q_t^T h)."""
+        coefficients = torch.einsum("...mn,...nr->...mr", h, self.q[..., t, :, :])
+        return self.a[..., t, None, :] * h + torch.einsum("...mr,...nr->...mn", coefficients, self.p[..., t, :, :])
+
+    def materialize(self) -> torch.Tensor:
+        """The dense operator T, shape ``(*batch, L, L)``, lower triangular: the recurrence run
+        on the identity (column j is the response to an impulse at j). Memory O(L^2 N) per
+        unit: a reference for tests and small units."""
+        length = self.length
+        h = torch.zeros(*self.batch_shape, length, self.state_size, dtype=self.a.dtype, device=self.a.device)
+        rows = []
+        for i in range(length):
+            h = self._transition(i, h)
+            h[..., i, :] = h[..., i, :] + self.b[..., i, :]
+            rows.append(torch.einsum("...n,...jn->...j", self.c[..., i, :], h))
+        dense = torch.stack(rows, dim=-2)
+        return dense if self.d is None else dense + torch.diag_embed(self.d)
+
+    def apply(self, u: torch.Tensor) -> torch.Tensor:
+        """y = T u by the recurrence, u of shape ``(*batch, L)``: a reference for tests."""
+        h = torch.zeros(*self.batch_shape, 1, self.state_size, dtype=self.a.dtype, device=self.a.device)
+        ys = []
+        for i in range(self.length):
+            h = self._transition(i, h) + (self.b[..., i, :] * u[..., i, None])[..., None, :]
+            ys.append((self.c[..., i, :] * h[..., 0, :]).sum(-1))
+        y = torch.stack(ys, dim=-1)
+        return y if self.d is None else y + self.d * u
+
+
+# Operators whose spectra come from the square-root sweeps (core/sweeps.py).
+FACTORED_OPERATORS = (DiagonalSSM, DPLRSSM)

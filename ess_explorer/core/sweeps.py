@@ -12,7 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 from .checks import require
-from .operators import DiagonalSSM
+from .operators import DPLRSSM, DiagonalSSM
+from .scan import scan_chunk
 
 __all__ = ["factored_hankel_singular_values", "single_threaded_torch"]
 
@@ -50,34 +51,51 @@ def _rank_one_update_upper(r: torch.Tensor, x: torch.Tensor, rotations: bool | N
 
 
 def factored_hankel_singular_values(
-    ssm: DiagonalSSM,
+    ssm: DiagonalSSM | DPLRSSM,
     *,
     positions: torch.Tensor,
     top_k: int | None = None,
     dtype: torch.dtype = torch.float64,
     device: torch.device | str | None = None,
-    chunk_bytes: int = 512 << 20,
+    chunk_bytes: int | None = None,
+    method: str = "auto",
 ) -> torch.Tensor:
     """Singular values of H_t for every unit of ``ssm`` at the given positions.
 
     Returns ``(*batch, P, K)`` with K = min(top_k, N, L // 2), descending, row 0 (t = 0)
     all zeros. Units are processed in chunks whose stored square roots take about
-    ``chunk_bytes``; on CPU the chunks run in parallel threads (one per torch thread),
+    ``chunk_bytes`` (default 512 MiB; on CUDA a quarter of the free memory, at most 8 GiB); on CPU the chunks run in parallel threads (one per torch thread),
     each with single-threaded torch ops, since the work is many small ops and small
     LAPACK calls that torch would not spread over cores by itself.
+
+    method: "sweep" (one batched step per time step, core/sweeps.py), "scan" (a blocked
+    scan, about 2 sqrt(L) batched calls, core/scan.py) or "auto": the sweep on CPU (fewer
+    flops; Python steps cost little there), the scan on any other device (each step is a
+    kernel launch there). Both give the same values to rounding.
     """
+    require(method in ("auto", "sweep", "scan"), f"method must be 'auto', 'sweep' or 'scan', got {method!r}")
     device = torch.device(device) if device is not None else ssm.a.device
     batch_shape, length, n = ssm.batch_shape, ssm.length, ssm.state_size
     k_out = min(n, length // 2) if top_k is None else min(top_k, n, length // 2)  # rank(H_t) <= L // 2
     positions = positions.to(torch.long).cpu()
     a, b, c = (x.reshape(-1, length, n) for x in (ssm.a, ssm.b, ssm.c))
+    # The low-rank part of A_t (DPLRSSM); a DiagonalSSM is the r = 0 case and has none.
+    has_low_rank = isinstance(ssm, DPLRSSM) and ssm.rank > 0
+    low_rank = [x.reshape(-1, length, n, ssm.rank) for x in (ssm.p, ssm.q)] if has_low_rank else None
     units = a.shape[0]
     out = torch.zeros(units, len(positions), k_out, dtype=dtype, device=device)
     inside = (positions >= 1) & (positions < length)  # t = 0 has no past: stays zero
     wanted = torch.unique(positions[inside])
     if units == 0 or len(wanted) == 0:
         return out.reshape(*batch_shape, len(positions), k_out)
+    require(not (has_low_rank and method == "scan"), "method='scan' combines diagonal transitions only; use 'sweep' for a DPLRSSM")
+    if method == "auto":
+        method = "sweep" if device.type == "cpu" or has_low_rank else "scan"
+    if chunk_bytes is None:  # a GPU is fed larger chunks: fewer, larger launches
+        chunk_bytes = 512 << 20 if device.type != "cuda" else min(8 << 30, torch.cuda.mem_get_info(device)[0] // 4)
     bytes_per_unit = len(wanted) * n * n * torch.finfo(dtype).bits // 8
+    if method == "scan":  # the local roots of both halves at every step, plus the stacked fix-up
+        bytes_per_unit = (2 * length + 4 * len(wanted)) * n * n * torch.finfo(dtype).bits // 8
     workers = torch.get_num_threads() if device.type == "cpu" else 1
     chunk = max(1, min(-(-units // workers), chunk_bytes // max(1, bytes_per_unit)))  # >= one chunk per worker
     chunks = [slice(start, min(units, start + chunk)) for start in range(0, units, chunk)]
@@ -85,7 +103,12 @@ def factored_hankel_singular_values(
 
     def run(sl: slice) -> None:
         ac, bc, cc = (x[sl].to(device=device, dtype=dtype) for x in (a, b, c))
-        sigma = _sweep_chunk(ac, bc, cc, wanted)  # (chunk, W, N)
+        if low_rank is not None:  # DPLR transitions: the sweep (the scan combines diagonal steps only)
+            pq = tuple(x[sl].to(device=device, dtype=dtype) for x in low_rank)
+            sigma = _sweep_chunk(ac, bc, cc, wanted, low_rank=pq)  # (chunk, W, N)
+        else:
+            chunk_fn = _sweep_chunk if method == "sweep" else scan_chunk
+            sigma = chunk_fn(ac, bc, cc, wanted)  # (chunk, W, N)
         out[sl, inside] = sigma[:, row_of_wanted, :k_out]
 
     def run_single_threaded(sl: slice) -> None:
@@ -116,15 +139,40 @@ class single_threaded_torch:
         torch.set_num_threads(self.saved)
 
 
-def _sweep_chunk(
-    a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, wanted: torch.Tensor, rotations: bool | None = None
+def _times_transition(
+    state: torch.Tensor, scale: torch.Tensor, left: torch.Tensor | None = None, right: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """Square-root sweeps for a chunk of units. a, b, c: (B, L, N); wanted: sorted t's.
-    Returns (B, len(wanted), N).
+    """S <- S (diag(scale) + left right^T), IN PLACE, batched: the factor times a transition.
 
-    Both sweeps have the form S <- rank_one(S diag(scale), vector):
-        forward   U_c(t+1) = rank_one(U_c(t) diag(a_t), b_t)          U_c^T U_c = R_t R_t^T
-        backward  W_t      = rank_one(W_{t+1} diag(a_{t+1}), c_t)     U_o(t) = W_t diag(a_t)
+    state (B, N, N); scale (B, N); left, right (B, N, r) or None (a diagonal transition).
+    The low-rank part costs O(N^2 r): (S left) right^T, with S taken before the scaling.
+    The sweeps call it with A_t^T = diag(a) + q p^T (forward) and A_t = diag(a) + p q^T
+    (backward). After a low-rank update S is no longer triangular; the QR that follows
+    re-triangularises it.
+    """
+    coefficients = None if left is None else state @ left  # (B, N, r)
+    state.mul_(scale[:, None, :])
+    if coefficients is not None:
+        state.baddbmm_(coefficients, right.transpose(-1, -2))
+    return state
+
+
+def _sweep_chunk(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    c: torch.Tensor,
+    wanted: torch.Tensor,
+    rotations: bool | None = None,
+    low_rank: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> torch.Tensor:
+    """Square-root sweeps for a chunk of units. a, b, c: (B, L, N); wanted: sorted t's;
+    low_rank: (p, q), each (B, L, N, r), for transitions A_t = diag(a_t) + p_t q_t^T, or None
+    for diagonal ones. Returns (B, len(wanted), N).
+
+    Both sweeps have the form S <- rank_one(S M, vector) (`_times_transition`):
+        forward   U_c(t+1) = rank_one(U_c(t) A_t^T, b_t)          U_c^T U_c = R_t R_t^T
+        backward  W_t      = rank_one(W_{t+1} A_{t+1}, c_t)       U_o(t) = W_t A_t
+    (A_t = diag(a_t) for a DiagonalSSM.)
     They are independent, so one loop runs them together on a stacked batch of 2B (the
     cost is the number of small torch ops, not flops): at step s the forward half makes
     U_c(s + 1) and the backward half W_{L-1-s}. Whichever root of a cut t comes first
@@ -136,8 +184,20 @@ def _sweep_chunk(
     slot = {int(t): i for i, t in enumerate(wanted.tolist())}
     buffer = torch.zeros(units, len(slot), n, n, dtype=a.dtype, device=a.device)
 
+    if low_rank is not None:
+        rotations = False  # S A_t is not triangular: the QR route re-triangularises it
+        p, q = low_rank
+        zero = torch.zeros_like(p[:, :1])
+        p_next, q_next = (torch.cat([x[:, 1:], zero], 1) for x in (p, q))
+        # Per step: forward multiplies by A_t^T (left q, right p), backward by A_{t+1}.
+        lefts = torch.cat([q, p_next.flip(1)]).transpose(0, 1).contiguous()  # (L, 2B, N, r)
+        rights = torch.cat([p, q_next.flip(1)]).transpose(0, 1).contiguous()
+
     def product(observe: torch.Tensor, t: int, reach: torch.Tensor) -> torch.Tensor:
-        return (observe * a[:, t, None, :]) @ reach.transpose(-1, -2)
+        """U_o(t) U_c(t)^T with U_o(t) = W_t A_t."""
+        if low_rank is None:
+            return (observe * a[:, t, None, :]) @ reach.transpose(-1, -2)
+        return _times_transition(observe.clone(), a[:, t], low_rank[0][:, t], low_rank[1][:, t]) @ reach.transpose(-1, -2)
 
     # Time-major copies so that each step reads contiguous rows; the backward half runs
     # in reversed time and its scale is a_{t+1} (zero past the end, where W is still 0).
@@ -148,7 +208,10 @@ def _sweep_chunk(
     vector = torch.empty(2 * units, n, dtype=a.dtype, device=a.device)
     last_step = max(int(wanted.max()) - 1, length - 1 - int(wanted.min()))
     for step in range(last_step + 1):
-        state.mul_(scales[step][:, None, :])
+        if low_rank is None:
+            _times_transition(state, scales[step])
+        else:
+            _times_transition(state, scales[step], lefts[step], rights[step])
         vector.copy_(vectors[step])
         _rank_one_update_upper(state, vector, rotations)
         reach, observe = state[:units], state[units:]

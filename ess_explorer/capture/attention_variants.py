@@ -1,0 +1,77 @@
+"""Softmax attention variants of the delta-rule hybrids: an output-gated head (Qwen3-Next,
+Qwen3.5) and multi-head latent attention (Kimi Linear).
+
+T_h is the attention probability matrix of query head h, as in capture/attention.py.
+
+Gated attention (Qwen3-Next / Qwen3.5 ``full_attention`` layers): ``q_proj`` makes
+[query | gate] per head, and the head output is o_h = sigmoid(gate_h) * (T_h v_h), gate
+(L, head_dim) token-wise. The gate stays outside T as ``out_gate`` (core/units.py);
+q_norm / k_norm and RoPE are inside T's entries (they shape the scores).
+
+Latent attention (Kimi Linear's MLA ``full_attention`` layers): keys and values come from
+a compressed latent through ``kv_b_proj``, which yields [k_nope | v] per head; v (L,
+v_head_dim) per head is T's input, and o_h = T_h v_h. Unit = query head, multiplicity =
+the value head size.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..core.units import DenseCapture
+from .attention import AttentionAdapter
+from .base import CaptureSession, LayerSlot
+
+__all__ = ["GatedAttentionAdapter", "LatentAttentionAdapter"]
+
+
+class GatedAttentionAdapter(AttentionAdapter):
+    """Attention whose head outputs are multiplied by sigmoid(gate) from ``q_proj``."""
+
+    def install(self, session: CaptureSession, slot: LayerSlot) -> None:
+        super().install(session, slot)
+        raw = session.store(slot.index)
+        session.hook(slot.module.q_proj.register_forward_hook(lambda _m, _a, out: raw.__setitem__("q_gate", out.detach())))
+
+    def build(self, slot: LayerSlot, raw: dict) -> DenseCapture:
+        layer = super().build(slot, raw)
+        head_dim = layer.info["head_dim"]
+        query_and_gate = raw["q_gate"][0].reshape(layer.length, layer.n_units, 2 * head_dim)
+        gate = query_and_gate[..., head_dim:]  # q_proj output per head is [query | gate]
+        layer.out_gate = torch.sigmoid(gate.to(torch.float64)).transpose(0, 1)  # (H, L, head_dim)
+        layer.info["out_gate"] = "sigmoid(gate) per head and channel, from q_proj"
+        layer.info["multiplicity"] = head_dim
+        return layer
+
+
+class LatentAttentionAdapter(AttentionAdapter):
+    """Multi-head latent attention: values from ``kv_b_proj`` ([k_nope | v] per head)."""
+
+    def install(self, session: CaptureSession, slot: LayerSlot) -> None:
+        module = slot.module
+        raw = session.store(slot.index)
+
+        def on_attention(_module, _args, output):
+            raw["probs"] = output[1].detach() if isinstance(output, tuple) and output[1] is not None else None
+
+        session.hook(module.register_forward_hook(on_attention))
+        session.hook(module.kv_b_proj.register_forward_hook(lambda _m, _a, out: raw.__setitem__("kv", out.detach())))
+        session.hook(module.o_proj.register_forward_pre_hook(lambda _m, args: raw.__setitem__("o", args[0].detach())))
+
+    def build(self, slot: LayerSlot, raw: dict) -> DenseCapture:
+        module = slot.module
+        if raw.get("probs") is None:
+            return super().build(slot, raw)  # raises the missing-probabilities error
+        probs = raw["probs"][0]  # (H, L, L)
+        heads, length, _ = probs.shape
+        nope, value_dim = int(module.qk_nope_head_dim), int(module.v_head_dim)
+        kv = raw["kv"][0].reshape(length, heads, nope + value_dim)
+        return DenseCapture(
+            layer=slot.index,
+            family=self.family,
+            inputs=kv[..., nope:].transpose(0, 1),  # (H, L, v_head_dim)
+            outputs=raw["o"][0].reshape(length, heads, value_dim).transpose(0, 1),
+            window=slot.window,
+            info={"num_heads": heads, "head_dim": value_dim, "multiplicity": value_dim, "attention": "latent (MLA)"},
+            operator=probs,
+        )

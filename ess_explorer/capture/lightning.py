@@ -1,0 +1,63 @@
+"""Lightning attention (MiniMax "linear_attention" layers): linear attention with a fixed
+per-head decay.
+
+Math. ``MiniMaxLightningAttention``: q, k, v = split(silu(qkv_proj(x))) per head h (head
+size d), slope s_h > 0 fixed per head and layer (ALiBi-like), lambda_h = exp(-s_h):
+
+    o_i = sum_{j <= i} lambda_h^(i - j) (q_i . k_j) v_j
+    T_h[i, j] = lambda_h^(i - j) q_i . k_j                      (j <= i)
+
+computed by the model block-wise (intra-block decay matrix plus an inter-block state);
+the result is the same operator. All d value channels of a head share T_h.
+As a DiagonalSSM per head: a = lambda_h (expanded over the d key modes), b = k, c = q, d = 0.
+Unit = head; TSS per head: d (the key size). The RMSNorm over heads, the sigmoid output
+gate and out_proj come after (token-wise): outside T.
+
+Capture: forward hook on ``qkv_proj`` (q, k, v after the model's activation) and a
+forward pre-hook on ``norm`` (the attention output before the norm); the slopes are the
+module's ``slope_rate`` buffer.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..core.operators import DiagonalSSM
+from ..core.units import SSMCapture
+from .base import CaptureSession, LayerSlot
+
+__all__ = ["LightningAttentionAdapter"]
+
+
+class LightningAttentionAdapter:
+    family = "lightning_attention"
+
+    def install(self, session: CaptureSession, slot: LayerSlot) -> None:
+        module = slot.module
+        raw = session.store(slot.index)
+        session.hook(module.qkv_proj.register_forward_hook(lambda _m, _a, out: raw.__setitem__("qkv", out.detach())))
+        session.hook(module.norm.register_forward_pre_hook(lambda _m, args: raw.__setitem__("o", args[0].detach())))
+
+    def build(self, slot: LayerSlot, raw: dict) -> SSMCapture:
+        if "qkv" not in raw or "o" not in raw:
+            raise RuntimeError(f"layer {slot.index}: the lightning attention's qkv_proj / norm did not run")
+        module = slot.module
+        heads, d = module.num_attention_heads, module.head_dim
+        qkv = module.act_fn(raw["qkv"][0]).to(torch.float64)  # (L, 3 H d), activation as the model applies it
+        length = qkv.shape[0]
+        q, k, v = qkv.reshape(length, heads, 3 * d).split(d, dim=-1)  # each (L, H, d)
+        q, k, v = (t.transpose(0, 1) for t in (q, k, v))  # (H, L, d)
+        decay = torch.exp(-module.slope_rate.detach().to(torch.float64).reshape(heads))  # (H,)
+
+        def realize(index: torch.Tensor) -> DiagonalSSM:
+            return DiagonalSSM(a=decay[index][:, None, None].expand(len(index), length, d), b=k[index], c=q[index])
+
+        return SSMCapture(
+            layer=slot.index,
+            family=self.family,
+            inputs=v,
+            outputs=raw["o"][0].to(torch.float64).reshape(length, heads, d).transpose(0, 1),
+            state_size=d,
+            info={"num_heads": heads, "head_dim": d, "decay": decay.tolist()},
+            realize=realize,
+        )

@@ -1,0 +1,172 @@
+"""DPLRSSM: diagonal-plus-low-rank transitions (the delta rule) on the factored path."""
+
+import pytest
+import torch
+
+from ess_explorer import DPLRSSM, DiagonalSSM, entropy_ess, hankel_singular_values, tolerance_ess
+
+
+def assert_spectra_match(factored, dense):
+    """Every value within 1e-6 * sigma_k + 1e-10 * sigma_1 of the dense SVD's."""
+    width = factored.shape[-1]
+    assert (dense[..., width:] <= 1e-10 * dense[..., :1] + 1e-300).all(), "dense has more modes than N"
+    error = (factored - dense[..., :width]).abs()
+    allowed = 1e-6 * dense[..., :width] + 1e-10 * dense[..., :1]
+    assert (error <= allowed).all(), f"factored differs from dense by up to {error.max().item():.3g}"
+
+
+def uniform(g, shape, low, high):
+    return low + (high - low) * torch.rand(shape, generator=g, dtype=torch.float64)
+
+
+def gated_delta(length, modes, units, seed, alpha, beta, per_key=False):
+    """A_t = alpha_t (I - beta_t k k^T) with ||k|| = 1 (Gated DeltaNet), or
+    (I - beta_t k k^T) diag(alpha_t) with per-key alpha (KDA). alpha, beta: (low, high)."""
+    g = torch.Generator().manual_seed(seed)
+    k = torch.nn.functional.normalize(torch.randn(units, length, modes, generator=g, dtype=torch.float64), dim=-1)
+    step_beta = uniform(g, (units, length, 1), *beta)
+    if per_key:
+        decay = uniform(g, (units, length, modes), *alpha)
+        p, q = -step_beta * k, decay * k
+    else:
+        decay = uniform(g, (units, length, 1), *alpha).expand(units, length, modes)
+        p, q = -decay * step_beta * k, k
+    b = step_beta * k
+    c = torch.randn(units, length, modes, generator=g, dtype=torch.float64) / modes**0.5
+    return DPLRSSM(decay, p[..., None], q[..., None], b, c, torch.randn(units, length, generator=g, dtype=torch.float64))
+
+
+def random_dplr(length, modes, rank, units, seed):
+    g = torch.Generator().manual_seed(seed)
+    shape = (units, length, modes)
+    low = (units, length, modes, rank)
+    scale = 0.5 / modes**0.5
+    return DPLRSSM(
+        uniform(g, shape, 0.2, 0.95),
+        scale * torch.randn(low, generator=g, dtype=torch.float64),
+        scale * torch.randn(low, generator=g, dtype=torch.float64),
+        torch.randn(shape, generator=g, dtype=torch.float64),
+        torch.randn(shape, generator=g, dtype=torch.float64),
+        torch.randn(units, length, generator=g, dtype=torch.float64),
+    )
+
+
+def explicit_operator(ssm: DPLRSSM) -> torch.Tensor:
+    """T[i, j] = c_i . A_i ... A_{j+1} b_j (+ d_i) from dense transition matrices (one unit)."""
+    length = ssm.length
+    transitions = torch.diag_embed(ssm.a) + ssm.p @ ssm.q.transpose(-1, -2)  # (L, N, N)
+    dense = torch.zeros(length, length, dtype=torch.float64)
+    for j in range(length):
+        state = ssm.b[j]
+        for i in range(j, length):
+            if i > j:
+                state = transitions[i] @ state
+            dense[i, j] = ssm.c[i] @ state
+    return dense + torch.diag(ssm.d)
+
+
+def test_materialize_matches_explicit_products_and_apply():
+    ssm = random_dplr(12, 4, 2, units=2, seed=0)
+    dense = ssm.materialize()
+    for unit in range(2):
+        torch.testing.assert_close(dense[unit], explicit_operator(ssm[unit]), rtol=1e-12, atol=1e-12)
+    u = torch.randn(2, 12, dtype=torch.float64)
+    torch.testing.assert_close(ssm.apply(u), (dense @ u[..., None])[..., 0], rtol=1e-12, atol=1e-12)
+
+
+def test_rank_zero_is_the_diagonal_ssm():
+    g = torch.Generator().manual_seed(3)
+    a, b, c = (torch.rand(2, 40, 6, generator=g, dtype=torch.float64) for _ in range(3))
+    empty = torch.zeros(2, 40, 6, 0, dtype=torch.float64)
+    dplr, diagonal = DPLRSSM(a, empty, empty, b, c), DiagonalSSM(a, b, c)
+    torch.testing.assert_close(dplr.materialize(), diagonal.materialize(), rtol=0, atol=0)
+    torch.testing.assert_close(hankel_singular_values(dplr), hankel_singular_values(diagonal), rtol=1e-13, atol=1e-15)
+
+
+@pytest.mark.parametrize(
+    "alpha, beta, per_key",
+    [
+        ((0.3, 0.99), (0.0, 1.0), False),  # generic Gated DeltaNet
+        ((0.999, 1.0), (1e-4, 1e-3), False),  # A_t close to I: every eigenvalue near 1
+        ((0.999, 1.0), (0.999, 1.0), False),  # a projection: one eigenvalue near 0, the rest near 1
+        ((1e-6, 1e-2), (0.2, 0.8), False),  # decays near 0: state emptied almost every step
+        ((0.9, 1.0), (1.95, 2.0), False),  # beta up to 2 (negative eigenvalues, OLMo hybrid): near -1
+        ((0.5, 1.0), (0.0, 1.0), True),  # KDA: per-key decay
+    ],
+)
+def test_delta_rule_spectra_match_dense_svd(alpha, beta, per_key):
+    ssm = gated_delta(80, 8, units=2, seed=int(100 * beta[1]), alpha=alpha, beta=beta, per_key=per_key)
+    dense = hankel_singular_values(ssm.materialize(), method="svd")
+    assert_spectra_match(hankel_singular_values(ssm), dense)
+
+
+def test_generic_rank_two_spectra_match_dense_svd():
+    ssm = random_dplr(64, 6, 2, units=3, seed=5)
+    dense = hankel_singular_values(ssm.materialize(), method="svd")
+    assert_spectra_match(hankel_singular_values(ssm), dense)
+
+
+def test_length_512_matches_dense():
+    ssm = gated_delta(512, 8, units=1, seed=11, alpha=(0.9, 1.0), beta=(0.0, 1.0))
+    dense = hankel_singular_values(ssm.materialize(), method="auto")
+    assert_spectra_match(hankel_singular_values(ssm), dense)
+
+
+def test_both_ess_variants_accept_a_dplr_operator():
+    ssm = gated_delta(48, 6, units=2, seed=2, alpha=(0.5, 1.0), beta=(0.0, 1.0))
+    dense = ssm.materialize()
+    assert torch.equal(tolerance_ess(ssm), tolerance_ess(dense))
+    torch.testing.assert_close(entropy_ess(ssm), entropy_ess(dense), rtol=1e-9, atol=1e-12)
+    assert torch.equal(tolerance_ess(ssm, positions=[0, 5, 40]), tolerance_ess(dense)[:, [0, 5, 40]])
+
+
+def test_indexing_and_to():
+    ssm = random_dplr(10, 3, 1, units=4, seed=1)
+    assert ssm.batch_shape == (4,) and ssm.length == 10 and ssm.state_size == 3 and ssm.rank == 1
+    torch.testing.assert_close(ssm[2].materialize(), ssm.materialize()[2])
+    assert ssm.to(torch.float32).a.dtype == torch.float32
+
+
+def test_bad_inputs_are_clear_value_errors():
+    a = torch.rand(2, 10, 4, dtype=torch.float64)
+    pq = torch.rand(2, 10, 4, 1, dtype=torch.float64)
+    with pytest.raises(ValueError, match="p and q must both have shape"):
+        DPLRSSM(a, pq, pq[..., :3, :], a, a)
+    with pytest.raises(ValueError, match="p and q must both have shape"):
+        DPLRSSM(a, pq[..., 0], pq[..., 0], a, a)
+    with pytest.raises(ValueError, match="a, b and c must share one shape"):
+        DPLRSSM(a, pq, pq, a[:, :5], a)
+    with pytest.raises(ValueError, match="d must have shape"):
+        DPLRSSM(a, pq, pq, a, a, torch.zeros(2, 9, dtype=torch.float64))
+    bad = pq.clone()
+    bad[0, 0, 0, 0] = float("nan")
+    with pytest.raises(ValueError, match="p contains NaN"):
+        DPLRSSM(a, bad, pq, a, a)
+    with pytest.raises(ValueError, match="real floating-point"):
+        DPLRSSM(a.to(torch.complex128), pq, pq, a, a)
+    with pytest.raises(ValueError, match="real floating-point"):
+        DPLRSSM(torch.ones(2, 10, 4, dtype=torch.long), pq, pq, a, a)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_sweep_of_a_delta_rule_matches_the_cpu():
+    ssm = gated_delta(256, 16, units=4, seed=13, alpha=(0.9, 1.0), beta=(0.0, 1.0))
+    cpu = hankel_singular_values(ssm)
+    assert_spectra_match(hankel_singular_values(ssm, device="cuda").cpu(), cpu)
+
+
+def test_causal_ess_of_a_delta_rule_is_the_rank_of_its_reachability_matrix():
+    from ess_explorer.core.causal import reachability_singular_values
+
+    ssm = gated_delta(24, 5, units=2, seed=21, alpha=(0.5, 1.0), beta=(0.0, 1.0))
+    sigma = reachability_singular_values(ssm, torch.arange(24))
+    for unit in range(2):
+        a, p, q, b = (x[unit] for x in (ssm.a, ssm.p, ssm.q, ssm.b))
+        reach = torch.zeros(5, 0, dtype=torch.float64)
+        for t in range(1, 24):  # R_t = [A_{t-1} R_{t-1}, b_{t-1}]
+            transition = torch.diag(a[t - 1]) + p[t - 1] @ q[t - 1].T
+            reach = torch.cat([transition @ reach, b[t - 1][:, None]], dim=1)
+            expected = torch.linalg.svdvals(reach)
+            width = min(5, t)
+            torch.testing.assert_close(sigma[unit, t, :width], expected[:width], rtol=1e-9, atol=1e-12)

@@ -1,0 +1,264 @@
+"""Reconstruction proofs for today's model families: the materialised T of every unit,
+applied to the captured mixer input, reproduces the mixer output the model itself computed
+(float32 model, 1e-4 relative), and `analyze` runs on each.
+
+Tiny random models are built offline from configs (hidden 32-64, 2-4 layers), seeded.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import numpy as np
+import pytest
+import torch
+import transformers as tf
+
+from ess_explorer import analyze
+from ess_explorer.capture import MODEL_FAMILIES, MODEL_TYPES, capture, layer_slots
+
+VOCAB = 64
+LENGTH = 16
+IDS = dict(vocab_size=VOCAB, bos_token_id=0, eos_token_id=0, pad_token_id=0)
+ATTN = dict(hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2)
+MOE = dict(num_experts=2, num_experts_per_tok=1, moe_intermediate_size=32)
+
+
+def _configs():
+    return {
+        "qwen3": tf.Qwen3Config(num_hidden_layers=2, head_dim=8, **ATTN, **IDS),
+        "qwen3_moe": tf.Qwen3MoeConfig(num_hidden_layers=2, head_dim=8, **MOE, **ATTN, **IDS),
+        "gemma2": tf.Gemma2Config(
+            num_hidden_layers=2, head_dim=8, sliding_window=5, attn_logit_softcapping=2.0, **ATTN, **IDS
+        ),
+        "gemma3_text": tf.Gemma3TextConfig(
+            num_hidden_layers=2, head_dim=8, sliding_window=5, layer_types=["sliding_attention", "full_attention"],
+            **ATTN, **IDS,
+        ),
+        "phi3": tf.Phi3Config(num_hidden_layers=2, **ATTN, **IDS),
+        "olmo2": tf.Olmo2Config(num_hidden_layers=2, **ATTN, **IDS),
+        "granite": tf.GraniteConfig(num_hidden_layers=2, **ATTN, **IDS),
+        "llama4_text": tf.Llama4TextConfig(
+            num_hidden_layers=2, head_dim=8, attention_chunk_size=6, no_rope_layers=[1, 0], num_local_experts=2,
+            intermediate_size_mlp=64, **ATTN, **IDS,
+        ),
+        "falcon": tf.FalconConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, **IDS),
+        "lfm2_moe": tf.Lfm2MoeConfig(
+            num_hidden_layers=2, layer_types=["conv", "full_attention"], num_dense_layers=1, num_experts=2,
+            num_experts_per_tok=1, moe_intermediate_size=32, **ATTN, **IDS,
+        ),
+        "falcon_h1": tf.FalconH1Config(
+            num_hidden_layers=2, mamba_d_ssm=64, mamba_n_heads=4, mamba_d_state=4, mamba_chunk_size=8,
+            mamba_expand=2, **ATTN, **IDS,
+        ),
+        "granitemoehybrid": tf.GraniteMoeHybridConfig(
+            num_hidden_layers=2, layer_types=["mamba", "attention"], mamba_n_heads=4, mamba_d_head=16,
+            mamba_n_groups=1, mamba_d_state=4, mamba_chunk_size=8, num_local_experts=2, num_experts_per_tok=1,
+            **ATTN, **IDS,
+        ),
+        "nemotron_h": tf.NemotronHConfig(
+            layers_block_type=["mamba", "mlp", "attention", "moe"], mamba_num_heads=4, mamba_head_dim=16,
+            n_groups=1, ssm_state_size=4, chunk_size=8, n_routed_experts=2, num_experts_per_tok=1,
+            moe_intermediate_size=32, moe_shared_expert_intermediate_size=32, **ATTN, **IDS,
+        ),
+        "zamba": tf.ZambaConfig(
+            num_hidden_layers=3, hidden_size=32, num_attention_heads=4, num_key_value_heads=4, mamba_d_state=4,
+            n_mamba_heads=2, layers_block_type=["mamba", "hybrid", "hybrid"], **IDS,
+        ),
+        "recurrent_gemma": tf.RecurrentGemmaConfig(
+            num_hidden_layers=2, hidden_size=32, lru_width=32, num_attention_heads=4, num_key_value_heads=1,
+            intermediate_size=64, attention_window_size=5, block_types=["recurrent", "attention"], **IDS,
+        ),
+        "minimax": tf.MiniMaxConfig(
+            num_hidden_layers=2, layer_types=["linear_attention", "full_attention"], head_dim=8, block_size=6,
+            num_local_experts=2, num_experts_per_tok=1, **ATTN, **IDS,
+        ),
+        "rwkv": tf.RwkvConfig(num_hidden_layers=2, hidden_size=32, attention_hidden_size=32, intermediate_size=64, **IDS),
+        "xlstm": tf.xLSTMConfig(
+            num_hidden_layers=2, hidden_size=64, num_heads=2, qk_dim_factor=1.0, v_dim_factor=1.0, chunk_size=64,
+            vocab_size=VOCAB, bos_token_id=0, eos_token_id=0, pad_token_id=0,
+        ),
+    }
+
+
+CONFIGS = _configs()
+ATT = "softmax_attention"
+EXPECTED_FAMILIES = {
+    "qwen3": [ATT] * 2,
+    "qwen3_moe": [ATT] * 2,
+    "gemma2": [ATT] * 2,
+    "gemma3_text": [ATT] * 2,
+    "phi3": [ATT] * 2,
+    "olmo2": [ATT] * 2,
+    "granite": [ATT] * 2,
+    "llama4_text": ["chunked_attention", ATT],
+    "falcon": [ATT] * 2,
+    "lfm2_moe": ["short_conv", ATT],
+    "falcon_h1": ["mamba2", ATT] * 2,
+    "granitemoehybrid": ["mamba2", ATT],
+    "nemotron_h": ["mamba2", ATT],
+    "zamba": ["mamba"] * 3,
+    "recurrent_gemma": ["rg_lru", ATT],
+    "minimax": ["lightning_attention", ATT],
+    "rwkv": ["rwkv"] * 2,
+    "xlstm": ["mlstm"] * 2,
+}
+
+
+def build(name: str, seed: int = 0):
+    """A tiny random model of ``name`` (eval mode) and a seeded prompt (1, LENGTH)."""
+    torch.manual_seed(seed)
+    config = CONFIGS[name].__class__.from_dict(CONFIGS[name].to_dict())
+    model = tf.AutoModelForCausalLM.from_config(config).eval()
+    if name == "zamba":  # its init makes B, C ~ 1e-2 and D = 1: every channel's T ~ identity
+        with torch.no_grad():
+            for key, param in model.named_parameters():
+                if key.endswith("x_proj_weight"):
+                    param.normal_(0.0, 0.3)
+                elif key.endswith("mamba.D"):
+                    param.uniform_(-1.0, 1.0)
+    ids = torch.randint(1, VOCAB, (1, LENGTH), generator=torch.Generator().manual_seed(seed + 1))
+    return model, ids
+
+
+@pytest.fixture(scope="module", params=sorted(CONFIGS))
+def built(request):
+    model, ids = build(request.param)
+    return request.param, model, ids, capture(model, ids, layer_slots(model))
+
+
+def test_reconstruction(built):
+    name, model, _ids, layers = built
+    assert model.config.model_type in MODEL_TYPES
+    assert [layers[i].family for i in sorted(layers)] == EXPECTED_FAMILIES[name]
+    assert set(EXPECTED_FAMILIES[name]) <= set(MODEL_FAMILIES[model.config.model_type])
+    for index, layer in layers.items():
+        predicted, observed = layer.reconstruct()
+        assert predicted.shape == observed.shape
+        scale = observed.abs().max().item()
+        assert scale > 1e-6, "the mixer output is all zero: the check would prove nothing"
+        torch.testing.assert_close(predicted, observed, rtol=1e-4, atol=1e-4 * scale, msg=f"{name} layer {index}")
+
+
+def test_operators_are_causal_and_per_unit(built):
+    name, _model, _ids, layers = built
+    for layer in layers.values():
+        op = layer.dense(range(min(layer.n_units, 4)))
+        assert op.shape[-2:] == (LENGTH, LENGTH)
+        assert torch.equal(torch.triu(op, diagonal=1), torch.zeros_like(op)), name
+        if op.shape[0] > 1:
+            assert not torch.allclose(op[0], op[1]), name
+
+
+def test_analyze_runs(built):
+    name, model, ids, layers = built
+    result = analyze(model, ids, progress=False)
+    assert sorted(result.layers) == sorted(layers)
+    for index, layer_ess in result.layers.items():
+        tss = np.asarray(layer_ess.tss)
+        ess = np.asarray(layer_ess.ess("tolerance"))
+        assert np.all(np.isfinite(ess)), f"{name} layer {index}"
+        # ESS never exceeds the unit's capacity (docs/math.md: rank H_t <= TSS)
+        assert np.all(ess <= tss + 1e-9), f"{name} layer {index}"
+
+
+def test_gemma_sliding_and_global_layers_follow_layer_types():
+    for name in ("gemma2", "gemma3_text"):
+        model, ids = build(name)
+        layers = capture(model, ids, layer_slots(model))
+        sliding, full = layers[0].dense([0])[0], layers[1].dense([0])[0]
+        assert layers[0].window == 5 and layers[1].window is None
+        i, j = torch.tril_indices(LENGTH, LENGTH)
+        far = (i - j) >= 5
+        assert torch.all(sliding[i[far], j[far]] == 0) and torch.all(sliding[i[~far], j[~far]] > 0)
+        assert torch.all(full[i, j] > 0)
+
+
+def test_llama4_chunked_layer_is_block_diagonal_and_its_tss_resets_per_chunk():
+    model, ids = build("llama4_text")
+    layer = capture(model, ids, layer_slots(model))[0]
+    op = layer.dense([0])[0]
+    i, j = torch.tril_indices(LENGTH, LENGTH)
+    same = (i // 6) == (j // 6)
+    assert torch.all(op[i[~same], j[~same]] == 0) and torch.all(op[i[same], j[same]] > 0)
+    t = np.arange(LENGTH)
+    np.testing.assert_array_equal(layer.tss(t), t % 6)
+    # rank of the cut at t is at most the tokens of t's chunk before t
+    for cut in range(1, LENGTH):
+        rank = torch.linalg.matrix_rank(op[cut:, :cut]).item()
+        assert rank <= cut % 6
+
+
+def test_falcon_h1_analyses_both_parallel_mixers_as_labelled_slots(tmp_path):
+    from ess_explorer.result import ESSResult
+
+    model, ids = build("falcon_h1")
+    result = analyze(model, ids, progress=False)
+    assert ESSResult.load(result.save(tmp_path / "r.npz")).meta["slots"] == result.meta["slots"]
+    assert sorted(result.layers) == [0, 1, 2, 3]
+    assert result.meta["slots"] == {
+        "0": "layer 0 mamba2", "1": "layer 0 attention", "2": "layer 1 mamba2", "3": "layer 1 attention",
+    }
+    assert result.layers[0].family == "mamba2" and result.layers[1].family == ATT
+    # one mixer alone: its key, not a layer index
+    only = analyze(model, ids, layers=[3], progress=False)
+    assert sorted(only.layers) == [3] and only.layers[3].family == ATT
+
+
+def test_nemotron_mlp_blocks_are_skipped_with_a_reason_not_silently():
+    model, ids = build("nemotron_h")
+    result = analyze(model, ids, progress=False)
+    assert sorted(result.layers) == [0, 2]
+    assert set(result.meta["skipped_layers"]) == {"1", "3"}
+    assert "no sequence mixer" in result.meta["skipped_layers"]["1"]
+    with pytest.raises(ValueError, match="layer index 1 is out of range.*0, 2"):
+        analyze(model, ids, layers=[1], progress=False)
+
+
+def test_rwkv_operator_is_a_causal_weighted_average():
+    # T = diag(1 / den) N with den = N 1: every row of every channel's T sums to 1
+    model, ids = build("rwkv")
+    layer = capture(model, ids, layer_slots(model))[0]
+    op = layer.dense(range(layer.n_units))
+    torch.testing.assert_close(op.sum(-1), torch.ones(layer.n_units, LENGTH, dtype=torch.float64))
+    assert torch.all(op >= 0)
+
+
+def test_recurrent_gemma_local_attention_window_and_one_state_per_channel():
+    model, ids = build("recurrent_gemma")
+    layers = capture(model, ids, layer_slots(model))
+    op = layers[1].dense([0])[0]
+    i, j = torch.tril_indices(LENGTH, LENGTH)
+    far = (i - j) >= 5
+    assert layers[1].window == 5 and torch.all(op[i[far], j[far]] == 0)
+    np.testing.assert_array_equal(layers[0].tss(np.arange(1, LENGTH)), np.ones(LENGTH - 1))
+    lru = layers[0].dense(range(4))
+    for cut in range(1, LENGTH):  # a diagonal recurrence with one state: every cut has rank <= 1
+        assert all(torch.linalg.matrix_rank(t[cut:, :cut]).item() <= 1 for t in lru)
+
+
+def test_every_model_type_lists_its_families():
+    from ess_explorer.core.diagnostics import FAMILIES
+
+    assert set(MODEL_FAMILIES) == set(MODEL_TYPES)
+    assert all(family in FAMILIES for families in MODEL_FAMILIES.values() for family in families)
+
+
+def test_cli_models_families_lists_every_supported_type(capsys):
+    from ess_explorer.app import cli
+
+    assert cli.main(["models", "--families"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    listed = {line.split()[0]: line.split(None, 1)[1] for line in lines}
+    assert set(listed) == set(MODEL_TYPES)
+    assert "rg_lru" in listed["recurrent_gemma"] and "softmax_attention" in listed["recurrent_gemma"]
+
+
+def test_unsupported_model_type_names_the_closest_supported_ones():
+    config = tf.Qwen3Config(num_hidden_layers=1, head_dim=8, **ATTN, **IDS)
+    model = tf.AutoModelForCausalLM.from_config(config)
+    model.config.model_type = "qwen4"  # an unknown type, one edit away from qwen2 / qwen3
+    with pytest.raises(ValueError, match=r"'qwen4'.*not supported\. Closest supported: qwen[23], qwen[23]"):
+        layer_slots(model)
