@@ -9,7 +9,7 @@ import pytest
 from ess_explorer.result import LayerESS
 from ess_explorer.synthetic import diagonal_ssm
 from ess_explorer.zoo import claim as claim_mod
-from ess_explorer.zoo.measure import unit_multiplicity, unit_scope_ess
+from ess_explorer.zoo.measure import unit_scope_ess
 
 
 def _layer_with_near_reset(sep: int, length: int = 24, factor: float = 1.0) -> LayerESS:
@@ -47,15 +47,17 @@ def test_unit_scope_needs_complete_spectra():
         unit_scope_ess(lay)
 
 
-def test_multiplicity_counts_value_channels_per_unit():
-    from types import SimpleNamespace as C
+def test_unit_scope_matches_analyze_scope_unit_on_a_zoo_model():
+    # the zoo's count from the kept spectra and analyze's own scope="unit" tolerance agree
+    from ess_explorer import analyze, zoo
 
-    assert unit_multiplicity(C(head_dim=16), "mamba2") == 16
-    assert unit_multiplicity(C(value_dim=8), "gated_linear_attention") == 8
-    assert unit_multiplicity(C(hidden_size=64, num_attention_heads=4, head_dim=None), "softmax_attention") == 16
-    assert unit_multiplicity(C(), "mamba") == 1
-    with pytest.raises(ValueError, match="multiplicity"):
-        unit_multiplicity(C(), "something_else")
+    name = zoo.DEFAULT_MODEL
+    model, _ = zoo.load(name)
+    ids = zoo.task_of(name).sample(1, seed=3).input_ids[0][:40]
+    per_cut = analyze(model, input_ids=ids, progress=False, keep_operators=None, gates="outside")
+    scoped = analyze(model, input_ids=ids, progress=False, keep_operators=None, gates="outside", scope="unit")
+    for index, lay in per_cut.layers.items():
+        assert np.array_equal(unit_scope_ess(lay), scoped.layer(index).tolerance_ess)
 
 
 def _card(name, rows, untrained_rows, family="mamba2", main=True):

@@ -3,12 +3,14 @@ the drop at separators (reset-aware tolerance) and the utilisation over a prompt
 
 Conventions (written into every card):
 - ESS is ``ess_explorer.analyze``'s tolerance-ESS (relative tol 1e-3 of sigma_1 of each cut,
-  the project default) and entropy-ESS, on ``n_prompts`` held-out prompts of the task (seeds
-  30000, 30001, ...), averaged over prompts.
+  the project default) and entropy-ESS, with gates *outside* T (T is the sequence mixing alone,
+  so a Mamba2 or attention head keeps one T for all its channels), on ``n_prompts`` held-out
+  prompts of the task (seeds 30000, 30001, ...), averaged over prompts.
 - State is counted in scalars: a unit's T may be shared by several value channels (a Mamba2
   or attention head by its head_dim channels, a linear-attention head by its value_dim
-  channels; a Mamba or short-conv channel by 1), its multiplicity m. Layer totals are
-  sum over units of m x ESS (likewise TSS), so layers of different families compare.
+  channels; a Mamba or short-conv channel by 1), its multiplicity m (LayerESS.multiplicity).
+  Layer totals are sum over units of m x ESS (likewise TSS), so layers of different families
+  compare.
 - The memory cut is t* = 2K, right after the K key-value pairs of the first segment: H_t*
   maps the stored pairs to every later output, so its rank is the state the model carries
   from the pairs to the queries.
@@ -40,7 +42,6 @@ __all__ = [
     "ESS_SEED",
     "ESS_PROMPTS",
     "UNIT_SCOPE_TOL",
-    "unit_multiplicity",
     "unit_scope_ess",
     "memory_cut",
     "sweep",
@@ -52,20 +53,6 @@ ESS_SEED = 30_000
 ESS_PROMPTS = 4
 UNIT_SCOPE_TOL = 1e-3
 MODULATION_WINDOW = 4
-
-
-def unit_multiplicity(config, family: str) -> int:
-    """Value channels that share one unit's T (see the module doc), from the model config."""
-    if family in ("mamba", "short_conv", "lti_ssm"):
-        return 1
-    if family == "mamba2":
-        return int(config.head_dim)
-    if family in ("linear_attention", "gated_linear_attention"):
-        return int(config.value_dim)
-    if family == "softmax_attention":
-        head_dim = getattr(config, "head_dim", None)
-        return int(head_dim) if head_dim else int(config.hidden_size // config.num_attention_heads)
-    raise ValueError(f"no multiplicity rule for family {family!r}")
 
 
 def unit_scope_ess(layer, tol: float = UNIT_SCOPE_TOL) -> np.ndarray:
@@ -83,7 +70,7 @@ def unit_scope_ess(layer, tol: float = UNIT_SCOPE_TOL) -> np.ndarray:
 def _analyze(model, ids):
     from .. import analyze
 
-    return analyze(model, input_ids=ids, progress=False, keep_operators=None)
+    return analyze(model, input_ids=ids, progress=False, keep_operators=None, gates="outside")
 
 
 def _memory_layers(result) -> list[int]:
@@ -91,8 +78,8 @@ def _memory_layers(result) -> list[int]:
 
 
 def _scalars(model, layer) -> np.ndarray:
-    """(U, 1) multiplicity column for a LayerESS."""
-    return np.full((layer.n_units, 1), unit_multiplicity(model.config, layer.family), dtype=np.float64)
+    """(U, 1) multiplicity column of a LayerESS (analyze's: value channels sharing each unit's T)."""
+    return np.asarray(layer.multiplicity, dtype=np.float64)[:, None]
 
 
 @torch.no_grad()
