@@ -287,18 +287,24 @@ def test_a_sweep_row_reproduces_from_the_weights(one_thread):
 def test_learned_resets_against_their_controls():
     """Each model trained with separators drops or scales its state at '|' more than the same
     architecture trained without them, measured on the same prompts (reset-aware tolerance)."""
+    from ess_explorer.zoo.mqar import MQARTask
     from ess_explorer.zoo.specs import RESET_CONTROLS
 
     pairs = [(m, c) for m, c in RESET_CONTROLS.items() if m in SHIPPED and c in SHIPPED]
     assert len({zoo.card(m)["family"] for m, _ in pairs}) >= 2, pairs  # two families trained on separators
     for model, control in pairs:
         drop, ctrl = zoo.card(model)["separator_drop"], zoo.card(control)["separator_control"]
-        assert ctrl["task"] == zoo.card(model)["task"] and ctrl["separators"] == drop["separators"]
+        assert MQARTask.from_dict(ctrl["task"]) == zoo.task_of(model) and ctrl["separators"] == drop["separators"]
         assert ctrl["modulation"] <= 0.2, (control, ctrl["modulation"])
-        # what the zoo shows instead of an emptied state (modulation >= 0.5, not reached): a partial
-        # reset, "|" scaling the whole past down, at least twice as far as in the control
+        # what the zoo shows instead of an emptied state (modulation >= 0.5 is not reached): a partial
+        # reset, "|" scaling the whole past down further than in the control ...
         scale = min(lay["past_scale"] for lay in drop["layers"].values())
-        assert scale < 0.5 * min(lay["past_scale"] for lay in ctrl["layers"].values()), (model, scale)
+        assert scale < 0.9 * min(lay["past_scale"] for lay in ctrl["layers"].values()), (model, scale)
+    # ... and by more than half in the Mamba2 models
+    for model, control in pairs:
+        if zoo.card(model)["family"] == "mamba2":
+            scale = min(lay["past_scale"] for lay in zoo.card(model)["separator_drop"]["layers"].values())
+            assert scale < 0.5, (model, scale)
 
 
 def test_learned_collapse_with_room_to_spare():
