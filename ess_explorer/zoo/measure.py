@@ -68,7 +68,7 @@ def unit_scope_ess(layer, tol: float = UNIT_SCOPE_TOL) -> np.ndarray:
 
 
 def _analyze(model, ids):
-    from .. import analyze
+    from ..analysis import analyze
 
     return analyze(model, input_ids=ids, progress=False, keep_operators=None, gates="outside")
 
