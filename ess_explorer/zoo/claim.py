@@ -121,6 +121,12 @@ def claim(cards: dict[str, dict], n_boot: int = N_BOOT) -> dict:
                 "bootstrap": bootstrap(rows, n_boot=n_boot),
             }
     out["untrained_accuracy"] = [p["untrained_accuracy"] for p in points(cards) if p["untrained_accuracy"] is not None]
+    pairs = [
+        (c["ess"]["ess"], c["untrained"]["ess"]["ess"])
+        for c in cards.values()
+        if "untrained" in c and "ess" in c["untrained"]
+    ]
+    out["training_lowered_ess"] = [sum(u >= t for t, u in pairs), len(pairs)] if pairs else None
     out["resets"] = _resets(cards)
     out["collapse"] = _collapse(cards)
     return out
@@ -286,6 +292,13 @@ def verdict(record: dict) -> list[str]:
                         else "the untrained state ranks accuracy better."
                     )
                 )
+    lowered = record.get("training_lowered_ess")
+    if lowered:
+        out.append(
+            f"- ESS at the memory cut is at or above the trained value in the untrained copy for {lowered[0]} of {lowered[1]} "
+            "models: at this size a random initialisation already fills most of what the prompt allows, so ESS mostly "
+            "reflects the architecture; training mostly prunes it."
+        )
     from .specs import RESET_CONTROLS
 
     resets = {r["model"]: r for r in record["resets"]}

@@ -11,7 +11,8 @@ def model_table(cards: dict[str, dict]) -> list[str]:
     from ..sources import DEFAULT_MODEL
 
     lines = [
-        "| model | family | task (L) | steps | plateau | held-out accuracy | ESS(t*) / TSS (scalars) | state at t* | utilisation over prompts (untrained) |",
+        "| model | family | task (L) | steps | plateau | held-out accuracy | ESS(t*) / TSS (scalars) | state at t* (rank cap allows) "
+        "| utilisation over prompts per layer (untrained copy) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, c in cards.items():
@@ -21,6 +22,8 @@ def model_table(cards: dict[str, dict]) -> list[str]:
             kind += f", {task['num_segments']} segments with stale queries"
         elif task["num_segments"] > 1:
             kind += f", {task['num_segments']} segments" + ("" if task.get("separators", True) else " without '|'")
+        if task.get("num_keys", 60) != 60:
+            kind += f", {task['num_keys']} keys"
         plateau = tr.get("plateau") or {}
         curve = c["training_curve"]
         at_target = bool(curve) and curve[-1]["val_accuracy"] >= tr.get("target_accuracy", 0.99)
@@ -33,13 +36,14 @@ def model_table(cards: dict[str, dict]) -> list[str]:
             if plateau.get("change") is not None
             else "-"
         )
-        util = max(c["utilisation"]["layers"].values(), key=lambda v: v["utilisation"])["utilisation"]
+        util = " / ".join(f"{v['utilisation']:.3f}" for v in c["utilisation"]["layers"].values())
         base = c.get("untrained", {}).get("utilisation", {}).get("layers", {})
-        ub = max((v["utilisation"] for v in base.values()), default=float("nan"))
+        ub = " / ".join(f"{v['utilisation']:.3f}" for v in base.values()) or "-"
         mark = " (default)" if name == DEFAULT_MODEL else ""
         lines.append(
             f"| `{name}`{mark} | {c['family']} | {kind} ({task['length']}) | {tr['steps_run']} | {pl} | "
-            f"{c['heldout']['accuracy']:.3f} | {ess['ess']:.0f} / {ess['tss']:.0f} | {ess['state']} | {util:.3f} ({ub:.3f}) |"
+            f"{c['heldout']['accuracy']:.3f} | {ess['ess']:.0f} / {ess['tss']:.0f} | {ess['state']} "
+            f"({ess.get('rank_cap_allows', float('nan')):.2f}) | {util} ({ub}) |"
         )
     return lines
 
