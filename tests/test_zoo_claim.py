@@ -125,3 +125,21 @@ def test_difficulty_figure_draws_accuracy_and_state_per_pair():
     assert spec["hconcat"][1]["layer"][1]["encoding"]["y"]["scale"]["type"] == "log"
     with pytest.raises(ValueError, match="lacks"):
         difficulty_frame({"m": [{"pairs": 2}]})
+
+
+def test_claim_command_on_two_shipped_models(capsys):
+    from ess_explorer import zoo
+
+    names = ["mamba2_n16", "gla_k16"]
+    record = claim_mod.main(["--only", *names, "--boot", "20", "--json"])
+    rec = record["groups"]["all"]["trained"]
+    assert rec["n_models"] == 2 and rec["n_points"] == sum(len(zoo.card(n)["sweep"]["rows"]) for n in names)
+    # the statistic over the cards' points is the one scipy computes directly
+    pts = claim_mod.points({n: zoo.card(n) for n in names})
+    from scipy import stats
+
+    want = stats.spearmanr([p["ess_per_kv"] for p in pts], [p["accuracy"] for p in pts])[0]
+    assert rec["correlations"]["ess_per_kv"]["spearman"] == pytest.approx(want)
+    lo, hi = rec["bootstrap"]["ess_per_kv"]["spearman"]
+    assert lo <= hi
+    assert '"groups"' in capsys.readouterr().out
