@@ -317,6 +317,8 @@ def verdict(record: dict) -> list[str]:
                 + (
                     "the separator scales the old state down instead of emptying it (a partial reset, seen in sigma_1)."
                     if r["past_scale"] < 0.5 * c["past_scale"]
+                    else "the separator scales the old state down a little (a weak partial reset, seen in sigma_1)."
+                    if r["past_scale"] < 0.9 * c["past_scale"]
                     else "no learned reset is visible."
                 )
             )
