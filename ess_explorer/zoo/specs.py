@@ -133,6 +133,13 @@ ZOO: dict[str, ZooSpec] = {
             description="Mamba2 (SSD), 8 heads x 16 channels, state 16 per head (2,048 scalars per layer).",
         ),
         _main(
+            "mamba_n16",
+            "mamba",
+            "mamba",
+            dict(state_size=16),
+            description="Mamba (S6), 128 channels, state 16 per channel (2,048 scalars per layer, as mamba2_n16).",
+        ),
+        _main(
             "mamba2_n4",
             "mamba2",
             "mamba2",
