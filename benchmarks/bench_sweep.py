@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-MODELS = "zoo:mamba2_n16_seg,zoo:gla_k16_seg,zoo:mamba2_n16"
+MODELS = "zoo:mamba2_n16_reset,zoo:gla_k16_reset,zoo:mamba2_n16"
 
 
 def cli(out: Path, prompts: Path, models: str, *extra) -> list[str]:
@@ -84,7 +84,7 @@ def main() -> None:
     from ess_explorer import zoo
     from ess_explorer.sweep import read_metadata, read_table
 
-    task = zoo.task_of("mamba2_n16_seg")
+    task = zoo.task_of("mamba2_n16_reset")
     root = Path(tempfile.mkdtemp(prefix="bench-sweep-"))
     try:
         prompts = root / "prompts.txt"

@@ -18,7 +18,7 @@ from ess_explorer.app import session as S
 from ess_explorer.io import ResultCache
 from ess_explorer.synthetic import reference_result
 
-MODEL = "zoo:mamba2_n2"  # 2 layers, a few hundred kB: the smallest built-in model
+MODEL = "zoo:mamba2_n4"  # 2 layers, a few hundred kB: the smallest built-in model
 PROMPT = "ba 07 ko 31 xe 12 | ko 31 ba 07"
 
 
@@ -221,7 +221,7 @@ def test_cache_hit_answers_without_loading_weights(tmp_path, monkeypatch):
 
 def test_a_local_folder_imports_neither_the_zoo_training_code_nor_widgets(tmp_path):
     folder = tmp_path / "model"
-    shutil.copytree(sources.model_dir("mamba2_n2"), folder)
+    shutil.copytree(sources.model_dir("mamba2_n4"), folder)
     code = textwrap.dedent(f"""
         import sys
         from ess_explorer.app.session import ExplorerSession

@@ -17,7 +17,7 @@ CELLS = [
     "from ess_explorer.synthetic import reference_result\n"
     "explore(result=reference_result(24), layer=1)",
     # a model analysed in the background: wait for it before displaying (docs/README)
-    "ex = explore('zoo:mamba2_n2', cache=False)\nex.wait()\nex",
+    "ex = explore('zoo:mamba2_n4', cache=False)\nex.wait()\nex",
 ]
 
 

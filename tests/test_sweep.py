@@ -20,11 +20,11 @@ from ess_explorer.sweep.run import plan_shards
 from ess_explorer.sweep.table import COLUMNS, shard_path
 
 ROOT = Path(__file__).resolve().parents[1]
-MODELS = ["zoo:la_k2", "zoo:lfm2"]
+MODELS = ["zoo:la_k16", "zoo:lfm2"]
 
 
 def seg_prompts(n, start=0):
-    task = zoo.task_of("mamba2_n16_seg")  # three segments joined by "|"
+    task = zoo.task_of("mamba2_n16_reset")  # four segments joined by "|"
     return [task.prompt(seed=s) for s in range(start, start + n)]
 
 
@@ -72,7 +72,7 @@ def test_prompts_from_text_jsonl_dataset_and_ids(tmp_path):
 def test_training_run_expands_into_checkpoints_by_step(tmp_path):
     run = tmp_path / "run"
     for step in (20, 3, 100):
-        shutil.copytree(zoo.model_dir("la_k2"), run / f"checkpoint-{step}")
+        shutil.copytree(zoo.model_dir("la_k16"), run / f"checkpoint-{step}")
     runs = expand_models([str(run), "zoo:lfm2"])
     assert [(r.model, r.checkpoint_step) for r in runs] == [
         (str(run), 3),
@@ -88,12 +88,12 @@ def test_training_run_expands_into_checkpoints_by_step(tmp_path):
 
 
 def test_shards_follow_the_prompt_order_or_group_by_length():
-    runs = expand_models(["zoo:la_k2", "zoo:lfm2"])
+    runs = expand_models(["zoo:la_k16", "zoo:lfm2"])
     prompts = ["a b c d e f", [1, 2], "a b c", [1, 2, 3, 4, 5, 6, 7, 8]]
     plain = plan_shards(runs, prompts, 2, bucket_by_length=False)
     assert [(s.run.model, s.index, s.prompt_ids) for s in plain] == [
-        ("zoo:la_k2", 0, (0, 1)),
-        ("zoo:la_k2", 1, (2, 3)),
+        ("zoo:la_k16", 0, (0, 1)),
+        ("zoo:la_k16", 1, (2, 3)),
         ("zoo:lfm2", 0, (0, 1)),
         ("zoo:lfm2", 1, (2, 3)),
     ]
@@ -130,11 +130,11 @@ def test_table_rows_are_analyze_of_each_prompt(local):
     assert sorted((m["run"]["model"], tuple(m["prompt_ids"])) for m in meta) == sorted(
         (m, ids) for m in MODELS for ids in [(0, 1), (2, 3)]
     )
-    assert all(m["analysis"]["model_id"] == m["run"]["model"] and m["n_tokens"] == [50, 50] for m in meta)
+    assert all(m["analysis"]["model_id"] == m["run"]["model"] and m["n_tokens"] == [131, 131] for m in meta)
 
 
 def test_table_reads_as_a_hive_dataset_with_pandas(local):
-    frame = pd.read_parquet(local.out / "table")  # the standard reader decodes model=zoo%3Ala_k2
+    frame = pd.read_parquet(local.out / "table")  # the standard reader decodes model=zoo%3Ala_k16
     assert sorted(map(str, frame.model.unique())) == MODELS
     assert len(frame) == len(local.table())
 
@@ -182,8 +182,8 @@ def _cli(out, prompts_file, *extra):
 
 
 def test_killed_sweep_resumes_and_equals_an_uninterrupted_one(tmp_path):
-    # Prompts of four tasks' sequences each (200 tokens) so each shard takes a while.
-    prompts = [" ".join(seg_prompts(4, start=4 * i)) for i in range(8)]
+    # One reset-task sequence each (131 tokens, within lfm2's context of 256): each shard takes a while.
+    prompts = seg_prompts(8)
     prompts_file = tmp_path / "prompts.txt"
     prompts_file.write_text("\n".join(prompts) + "\n", encoding="utf-8")
     out = tmp_path / "killed"
@@ -212,7 +212,7 @@ def test_killed_sweep_resumes_and_equals_an_uninterrupted_one(tmp_path):
     pd.testing.assert_frame_equal(read_table(out), fresh.table(), check_exact=True)
     plan = json.loads((out / "sweep.json").read_text())
     assert plan["n_prompts"] == len(prompts) and [r["model"] for r in plan["runs"]] == MODELS
-    assert shard_path(out, "zoo:la_k2", None, 0).is_file()
+    assert shard_path(out, "zoo:la_k16", None, 0).is_file()
 
 
 # ---- Ray ------------------------------------------------------------------------------------
