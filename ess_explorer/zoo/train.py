@@ -2,7 +2,7 @@
 
     python -m ess_explorer.zoo.train                 # every model, then their cards
     python -m ess_explorer.zoo.train --only la_k16   # one model
-    python -m ess_explorer.zoo.train --steps 20 --out /tmp/zoo   # a quick smoke run
+    python -m ess_explorer.zoo.train --steps 20 --out smoke-zoo  # a quick smoke run
     python -m ess_explorer.zoo.train --cards-only    # re-measure accuracy / ESS, rewrite cards
 
 Each model is saved in the standard Hugging Face layout (config.json, model.safetensors,
