@@ -14,6 +14,9 @@ except through ``tolerance_ess`` / ``hankel_singular_values``.
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import altair as alt
 import numpy as np
 import pandas as pd
@@ -21,7 +24,7 @@ import torch
 
 from ..core.ess import DEFAULT_TOL, tolerance_ess
 from ..core.spectra import hankel_singular_values
-from .render import to_png
+from .render import save_figure, to_png
 
 PNG_SCALE = 2.0  # rendered at twice the size, shown at 1x: sharp on high-density screens
 
@@ -166,3 +169,22 @@ def tolerance_sweep_chart(frame: pd.DataFrame, t: int, title: str, width: int = 
         color=alt.Color("variant:N", title=None), strokeDash=alt.StrokeDash("variant:N", title=None),
         tooltip=["variant:N", alt.Tooltip("tol:Q", format=".0e"), alt.Tooltip("ESS:Q", format=".2f")],
     ).properties(width=width, height=height, title=title)
+
+
+def pdf_page_points(path) -> tuple[float, float]:
+    """(width, height) in points of the first MediaBox of a PDF file."""
+    match = re.search(rb"/MediaBox\s*\[\s*([-\d.]+)\s+([-\d.]+)\s+([-\d.]+)\s+([-\d.]+)\s*\]", Path(path).read_bytes())
+    if match is None:
+        raise ValueError(f"{path}: no /MediaBox found (not a PDF page?)")
+    x0, y0, x1, y1 = (float(v) for v in match.groups())
+    return x1 - x0, y1 - y0
+
+
+def export_figure(chart, stem: str, folder="figures") -> None:
+    """Write ``folder/stem.pdf`` and ``.svg`` (vector, vl-convert, offline), show a PNG of
+    the figure and print the files with the PDF's page size in points."""
+    folder = Path(folder)
+    paths = [save_figure(chart, folder / f"{stem}{suffix}") for suffix in (".pdf", ".svg")]
+    show(chart)  # a sharp PNG at the figure's own size
+    width, height = pdf_page_points(paths[0])
+    print(f"wrote {paths[0].as_posix()} ({width:.0f} x {height:.0f} pt) and {paths[1].as_posix()}")
