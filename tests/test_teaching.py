@@ -25,9 +25,9 @@ def test_realisation_factors_rebuild_the_cut_of_the_materialised_operator():
     ssm = synthetic.diagonal_ssm(length, n, seed=5)
     T = ssm.materialize()[0].to(torch.float64)  # built by the operator's own (different) code path
     for t in (1, 7, 19):
-        O, R = realisation_factors(ssm, t)
-        assert O.shape == (length - t, n) and R.shape == (n, t)
-        assert torch.allclose((O @ R).to(torch.float64), T[t:, :t], atol=1e-10)
+        O_t, R_t = realisation_factors(ssm, t)
+        assert O_t.shape == (length - t, n) and R_t.shape == (n, t)
+        assert torch.allclose((O_t @ R_t).to(torch.float64), T[t:, :t], atol=1e-10)
     with pytest.raises(ValueError, match="1..L-1"):
         realisation_factors(ssm, 0)
 
