@@ -26,7 +26,8 @@ from tqdm.auto import tqdm
 
 from .capture import capture, layer_slots, skipped_layers
 from .core.diagnostics import unit_kind
-from .core.ess import DEFAULT_RELATIVE, DEFAULT_TOL
+from .core.ess import DEFAULT_RELATIVE, DEFAULT_SCOPE, DEFAULT_TOL, check_scope
+from .core.gates import DEFAULT_GATES, check_gates, gates_inside
 from .core.layer import SPECTRA_BUDGET
 from .core.units import CapturedLayer
 from .result import ESSResult, LayerESS
@@ -46,6 +47,8 @@ def analyze(
     layers: Iterable[int] | int | None = None,
     tol: float = DEFAULT_TOL,
     relative: bool = DEFAULT_RELATIVE,
+    scope: str = DEFAULT_SCOPE,
+    gates: str = DEFAULT_GATES,
     device=None,
     progress: bool = True,
     stride: int | None = None,
@@ -62,6 +65,13 @@ def analyze(
         and ``tokenizer`` instead (exactly one of the two).
     layers : layer indices to analyse (default all); one int for a single layer.
     tol, relative : tolerance-ESS threshold (relative to sigma_1 by default).
+    scope : which sigma_1 a relative tolerance refers to (core/ess.py): "cut" (default, each
+        cut on its own scale), "unit" (the largest over the unit's cuts: reset-aware) or
+        "layer" (over the whole layer). Applies to tolerance-ESS and causal ESS.
+    gates : "inside" (default) folds the input-dependent per-token, per-channel scalings
+        around the sequence mixing (Mamba's silu(z), Mamba2's gated norm, the LA / GLA
+        head norm's 1 / rms) into T; "outside" leaves T the mixing alone (core/gates.py).
+        With gates inside, a Mamba2 head's channels become units of their own.
     device : torch device for the spectra (default: the model's); the forward pass runs
         where the model is.
     progress : tqdm bar over layers.
@@ -75,7 +85,7 @@ def analyze(
     Returns
     -------
     ESSResult with meta: model_id, revision, model_type, dtype, device, tol, relative,
-    stride, top_k, units, transformers, created, spectra_budget.
+    scope, gates, stride, top_k, units, transformers, created, spectra_budget.
 
     Raises ValueError (before any work) for an unsupported model type, no or empty
     prompt, a prompt longer than the model's context, token ids out of range, a layer
@@ -85,6 +95,8 @@ def analyze(
 
     ids = _input_ids(model, input_ids, prompt, tokenizer)
     _check_number("tol", tol, minimum=0.0)
+    check_scope(scope, relative)
+    check_gates(gates)
     if stride is not None and (not isinstance(stride, int) or stride < 1):
         raise ValueError(f"stride must be a positive integer or None, got {stride!r}")
     if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
@@ -97,9 +109,11 @@ def analyze(
     length = len(ids)
     positions = np.arange(0, length, stride or 1)
     model_device = _model_device(model)
-    spectra_device = torch.device(device) if device is not None else model_device
+    spectra_device = _check_device(device) if device is not None else model_device
 
     captured = capture(model, torch.tensor([ids], dtype=torch.long, device=model_device), [slots[i] for i in chosen])
+    if gates == "inside":
+        captured = {index: gates_inside(layer) for index, layer in captured.items()}
     for index in chosen:  # validate the unit selection against every layer before computing
         _select(unit_rows, captured[index])
         _operator_rows(keep_operators, captured[index], len(_select(unit_rows, captured[index])))
@@ -109,7 +123,8 @@ def analyze(
         layer = captured.pop(index)  # free each layer's tensors once done
         unit_ids = _select(unit_rows, layer)
         result_layers[index] = LayerESS.from_units(
-            layer, positions, tol=tol, relative=relative, unit_ids=unit_ids, top_k=top_k, device=spectra_device,
+            layer, positions, tol=tol, relative=relative, scope=scope, unit_ids=unit_ids, top_k=top_k,
+            device=spectra_device,
             operator_rows=_operator_rows(keep_operators, layer, len(unit_ids)),
         )
 
@@ -124,6 +139,8 @@ def analyze(
         "device": str(spectra_device),
         "tol": float(tol),
         "relative": bool(relative),
+        "scope": scope,
+        "gates": gates,
         "stride": stride,
         "top_k": top_k,
         "units": None if unit_rows is None else list(unit_rows) if not isinstance(unit_rows, int) else list(range(unit_rows)),
@@ -140,6 +157,19 @@ def analyze(
 def _check_number(name, value, minimum):
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < minimum:
         raise ValueError(f"{name} must be a finite number >= {minimum}, got {value!r}")
+
+
+def _check_device(device) -> torch.device:
+    """The torch device ``device`` names, checked to exist before any work (a missing
+    CUDA would otherwise fail only after the forward pass)."""
+    try:
+        target = torch.device(device)
+        torch.empty(1, device=target)
+    except (RuntimeError, TypeError, ValueError, AssertionError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ValueError(f"device {device!r} is not usable here ({first}); pass device='cpu' or leave it out "
+                         "to compute where the model is") from None
+    return target
 
 
 def _model_device(model) -> torch.device:
@@ -160,14 +190,17 @@ def _input_ids(model, input_ids, prompt, tokenizer) -> list[int]:
         if not prompt:
             raise ValueError("the prompt is empty: ESS needs at least 2 tokens")
         input_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-    ids = torch.as_tensor(input_ids)
+    try:
+        ids = torch.as_tensor(input_ids)
+    except (TypeError, ValueError, RuntimeError):
+        raise ValueError(f"input_ids must be a list or tensor of integer token ids, got {type(input_ids).__name__}") from None
     if ids.ndim == 2:
         if ids.shape[0] != 1:
             raise ValueError(f"analyze takes one prompt (batch 1); got input_ids of shape {tuple(ids.shape)}")
         ids = ids[0]
     if ids.ndim != 1:
         raise ValueError(f"input_ids must be 1-D (L,) or (1, L); got shape {tuple(ids.shape)}")
-    if ids.numel() and (ids.is_floating_point() or ids.is_complex()):
+    if ids.numel() and (ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool):
         raise ValueError(f"input_ids must be integers, got {ids.dtype}")
     length = ids.numel()
     if length < 2:
@@ -202,15 +235,27 @@ def _layers(layers, keys: list[int]) -> list[int]:
     """The chosen slot keys (``keys``: every analysable key, sorted; 0..n-1 for most models)."""
     if layers is None:
         return list(keys)
-    chosen = [layers] if isinstance(layers, (int, np.integer)) else list(layers)
-    if not chosen:
-        raise ValueError("layers is empty; pass None for all layers")
+    if isinstance(layers, (str, bytes)):
+        raise ValueError(f"layers must be an int or a sequence of ints, got {layers!r}")
+    given = [layers] if isinstance(layers, (int, np.integer)) else layers
+    try:
+        items = iter(given)
+    except TypeError:
+        raise ValueError(f"layers must be an int or a sequence of ints, got {type(layers).__name__}") from None
     valid = set(keys)
-    for index in chosen:
+    chosen = []
+    # Checked one by one while iterating, so range(10**9) fails at its first bad index
+    # instead of being expanded into memory.
+    for index in items:
         if not isinstance(index, (int, np.integer)) or isinstance(index, bool) or int(index) not in valid:
             span = f"0..{keys[-1]}" if keys == list(range(len(keys))) else ", ".join(map(str, keys))
             raise ValueError(f"layer index {index!r} is out of range: the model has layers {span}")
-    return sorted(set(int(i) for i in chosen))
+        chosen.append(int(index))
+        if len(chosen) > 2 * len(keys) and len(set(chosen)) < len(chosen) // 2:
+            raise ValueError(f"layers repeats indices without end; give each of {sorted(valid)} at most once")
+    if not chosen:
+        raise ValueError("layers is empty; pass None for all layers")
+    return sorted(set(chosen))
 
 
 def _units(units):

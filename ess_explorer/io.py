@@ -84,9 +84,11 @@ def jsonable(value):
 
 def summary_table(result: ESSResult, *, variant: str = "tolerance", saturated: float | None = None,
                   collapsed: float | None = None) -> pd.DataFrame:
-    """One row per analysed layer: layer, family, units (count and kind), mean ESS and max
-    ESS (mean over units, then mean / max over t), mean TSS, utilisation (peak ESS/TSS over
-    t, mean over units; diagnostics.layer_diagnostics) and its state."""
+    """One row per analysed layer: layer, family, units (count and kind), scalars per unit
+    (multiplicity), mean ESS and max ESS (mean over units, then mean / max over t), mean TSS,
+    the layer totals in scalars at the peak cut (total_ess, total_tss: sum over units of
+    multiplicity x value, comparable across families; docs/conventions.md), utilisation (peak
+    ESS/TSS over t, mean over units; diagnostics.layer_diagnostics) and its state."""
     saturated = SATURATED_AT if saturated is None else saturated
     collapsed = COLLAPSED_AT if collapsed is None else collapsed
     rows = []
@@ -99,10 +101,22 @@ def summary_table(result: ESSResult, *, variant: str = "tolerance", saturated: f
             "layer": int(index), "family": lay.family, "units": f"{lay.n_units} {lay.unit_kind}s",
             "mean_ess": float(over_units.mean()) if over_units.size else 0.0,
             "max_ess": float(over_units.max()) if over_units.size else 0.0,
+            "multiplicity": _multiplicity_label(lay),
             "mean_tss": float(np.asarray(lay.tss, dtype=np.float64).mean()) if lay.tss.size else 0.0,
+            "total_ess": float(diag["total_ess"]), "total_tss": float(diag["total_tss"]),
             "utilisation": float(diag["utilisation"]), "state": str(diag["state"]),
         })
-    return pd.DataFrame(rows, columns=["layer", "family", "units", "mean_ess", "max_ess", "mean_tss", "utilisation", "state"])
+    return pd.DataFrame(rows, columns=["layer", "family", "units", "multiplicity", "mean_ess", "max_ess", "mean_tss",
+                                       "total_ess", "total_tss", "utilisation", "state"])
+
+
+def _multiplicity_label(lay) -> int | str:
+    """The layer's channels per unit: one int when every unit has the same, else 'a-b'."""
+    values = np.asarray(lay.multiplicity)
+    if values.size == 0:
+        return 1
+    low, high = int(values.min()), int(values.max())
+    return low if low == high else f"{low}-{high}"
 
 
 def result_metadata(result: ESSResult) -> dict:
@@ -126,10 +140,28 @@ def result_metadata(result: ESSResult) -> dict:
     }
 
 
+# A spreadsheet reads a cell that starts with one of these as a formula ("CSV injection").
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+
+
+def escape_formula_cells(frame: pd.DataFrame) -> pd.DataFrame:
+    """A copy of ``frame`` whose text cells that a spreadsheet would run as a formula
+    (starting with =, +, -, @, tab or CR) are prefixed with a single quote. Only text
+    (object / string) columns change: numbers stay numbers."""
+    frame = frame.copy()
+    for name in frame.columns:
+        column = frame[name]
+        if column.dtype == object or pd.api.types.is_string_dtype(column.dtype):
+            frame[name] = column.map(
+                lambda cell: "'" + cell if isinstance(cell, str) and cell.startswith(FORMULA_PREFIXES) else cell)
+    return frame
+
+
 def table_bytes(result: ESSResult, fmt: str) -> bytes:
+    """The tidy table as CSV (formula-like text cells escaped) or Parquet bytes."""
     frame = result.to_frame()
     if fmt == "csv":
-        return frame.to_csv(index=False).encode("utf-8")
+        return escape_formula_cells(frame).to_csv(index=False).encode("utf-8")
     import io  # the standard library's; this module is ess_explorer.io
 
     import pyarrow as pa
@@ -195,8 +227,9 @@ def default_cache_dir() -> Path:
 
 
 def cache_key(identity: dict, input_ids, *, layers, dtype: str, tol: float, relative: bool, stride=None,
-              prompt: str | None = None, version: str = __version__, **options) -> str:
-    """sha256 hex of the canonical JSON of everything that determines a result."""
+              prompt: str | None = None, version: str = __version__, scope: str = "cut", **options) -> str:
+    """sha256 hex of the canonical JSON of everything that determines a result (the tolerance
+    scope included; other analysis options such as gates go in ``options``)."""
     record = {
         "identity": identity,
         "input_ids": [int(i) for i in input_ids],
@@ -205,12 +238,21 @@ def cache_key(identity: dict, input_ids, *, layers, dtype: str, tol: float, rela
         "dtype": str(dtype),
         "tol": float(tol),
         "relative": bool(relative),
+        "scope": str(scope),
         "stride": None if stride is None else int(stride),
         "version": str(version),
         "options": {k: options[k] for k in sorted(options)},
     }
     text = json.dumps(record, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _forget(path: Path) -> None:
+    """Delete a bad cache entry; a read-only cache keeps it (the next put warns)."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 class ResultCache:
@@ -230,7 +272,10 @@ class ResultCache:
 
     def get(self, key: str) -> ESSResult | None:
         path = self.path(key)
-        if not path.is_file():
+        try:
+            if not path.is_file():
+                return None
+        except OSError:  # an unreadable cache folder is a miss
             return None
         try:
             result = ESSResult.load(path)
@@ -239,20 +284,34 @@ class ResultCache:
         except Exception as error:  # noqa: BLE001
             warnings.warn(f"ignoring an unreadable cache entry {path.name} ({type(error).__name__}); recomputing",
                           stacklevel=2)
-            path.unlink(missing_ok=True)
+            _forget(path)
             return None
         if result.meta.get("cache_key") != key or not result.layers:
             warnings.warn(f"ignoring cache entry {path.name}: it records another key; recomputing", stacklevel=2)
-            path.unlink(missing_ok=True)
+            _forget(path)
             return None
         return result
 
-    def put(self, key: str, result: ESSResult) -> Path:
-        """Store ``result`` (its meta gains "cache_key"); atomic via a unique temp file."""
+    def put(self, key: str, result: ESSResult) -> Path | None:
+        """Store ``result`` (its meta gains "cache_key"); atomic via a unique temp file.
+
+        A cache that cannot be written (a read-only folder, a file where a folder should
+        be, a full disk) never costs the result: a warning says why, nothing half written
+        stays behind (atomic.py), and None is returned instead of the entry's path.
+        """
         if not isinstance(result, ESSResult):
             raise ValueError(f"the cache stores ESSResults, got {type(result).__name__}")
+        path = self.path(key)
         result.meta["cache_key"] = key
-        return result.save(self.path(key))  # atomic (atomic.py)
+        try:
+            return result.save(path)  # atomic (atomic.py)
+        except OSError as error:
+            result.meta.pop("cache_key", None)
+            warnings.warn(f"could not write the cache entry under {self.root} ({type(error).__name__}: "
+                          f"{error.strerror or error}); the result is kept but not cached. Free space, fix the "
+                          f"folder's permissions, set ${CACHE_ENV} to a writable folder, or use --no-cache",
+                          stacklevel=2)
+            return None
 
     def get_or_compute(self, key: str, compute: Callable[[], ESSResult]) -> tuple[ESSResult, bool]:
         """(result, True) from the cache, or (compute(), False) after storing it."""

@@ -20,6 +20,12 @@ singular values per cut):
       singular_values  (U, P, K) float top-K of sigma(H_t), descending, zero padded
       rank_bound       (U, P)    int   how many values the full spectrum has (min(t, L-t), or <= N)
       operators        dict[int, (L, L) float array]  T of the units kept for the operator view
+      multiplicity     (U,)      int   scalar channels sharing each unit's T (1 in files
+                                       written before it existed); layer totals in scalars
+                                       are sum_u multiplicity[u] * value[u] (`total`, `total_tss`)
+      causal_ess       (U, P)    float tolerance-rank of the reachability factor R_t (core/causal.py)
+                                       at the same tol / relative / scope; NaN where the unit has no
+                                       known realisation (and in files written before it existed)
 
 Saved as one ``.npz`` file (numpy arrays + a JSON header), loaded with
 ``allow_pickle=False``: no code is ever unpickled from a result file.
@@ -38,12 +44,13 @@ import numpy as np
 from ._version import __version__
 from .atomic import atomic_write_with
 from .core.diagnostics import utilisation
-from .core.ess import check_variant
+from .core.ess import DEFAULT_SCOPE, check_scope, check_variant, tolerance_reference
 from .core.layer import layer_arrays
 from .core.operators import DiagonalSSM
 from .core.units import CapturedLayer, DenseCapture, SSMCapture
 
 FORMAT_VERSION = 1
+OPTIONAL_ARRAYS = ("multiplicity", "causal_ess")  # per-layer arrays a file may lack (older files)
 CONVENTION = (
     "0-based t; H_t = T[t:, :t] (past inputs u_0..u_{t-1} -> outputs y_t..y_{L-1}, diagonal excluded); "
     "ESS(0) = 0; tolerance-ESS counts sigma_k > tol (absolute) or > tol * sigma_1 (relative); "
@@ -63,26 +70,59 @@ class LayerESS:
     singular_values: np.ndarray
     rank_bound: np.ndarray
     operators: dict[int, np.ndarray] = field(default_factory=dict)
+    # how the spectra were computed: {"method": "dense" | "sweep" | "scan" | "short_conv", "reason": ...}
+    path: dict = field(default_factory=dict)
+    multiplicity: np.ndarray | None = None
+    causal_ess: np.ndarray | None = None
+
+    def __post_init__(self):
+        units = int(np.shape(self.tolerance_ess)[0])
+        if self.causal_ess is None:
+            self.causal_ess = np.full(np.shape(self.tolerance_ess), np.nan)
+        self.causal_ess = np.asarray(self.causal_ess, dtype=np.float64)
+        if self.causal_ess.shape != np.shape(self.tolerance_ess):
+            raise ValueError(f"causal_ess must have the shape of tolerance_ess {np.shape(self.tolerance_ess)}, "
+                             f"got {self.causal_ess.shape}")
+        if self.multiplicity is None:
+            self.multiplicity = np.ones(units, dtype=np.int64)
+        self.multiplicity = np.asarray(self.multiplicity, dtype=np.int64).reshape(-1)
+        if self.multiplicity.shape != (units,) or (self.multiplicity < 1).any():
+            raise ValueError(f"multiplicity must hold one positive channel count per unit ({units}), "
+                             f"got shape {self.multiplicity.shape}")
 
     @property
     def n_units(self) -> int:
         return int(self.tolerance_ess.shape[0])
+
+    def total(self, variant: str = "tolerance") -> np.ndarray:
+        """(P,) layer total of an ESS variant in scalars: sum over units of
+        multiplicity x ESS (docs/conventions.md), comparable across families."""
+        ess = np.asarray(self.ess(variant), dtype=np.float64)
+        return (self.multiplicity[:, None] * ess).sum(0)
+
+    def total_tss(self) -> np.ndarray:
+        """(P,) layer capacity in scalars: sum over units of multiplicity x TSS."""
+        return (self.multiplicity[:, None] * np.asarray(self.tss, dtype=np.float64)).sum(0)
 
     @property
     def spectra_complete(self) -> np.ndarray:
         """(U, P) bool: True where the kept values are the whole spectrum of H_t."""
         return self.rank_bound <= self.singular_values.shape[-1]
 
-    def tolerance_ess_at(self, tol: float, relative: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    def tolerance_ess_at(self, tol: float, relative: bool = True, scope: str = DEFAULT_SCOPE) -> tuple[np.ndarray, np.ndarray]:
         """tolerance-ESS recomputed from the kept singular values (no model needed).
 
+        scope (relative only): the sigma_1 the tolerance refers to: the cut's, the largest of
+        the unit's computed cuts, or the largest in the layer (core/ess.py). sigma_1 is always
+        kept, so the reference is exact for every scope.
         Returns (ess, exact): ``exact`` is False where the count reached the number of kept
         values K and more values exist, so the true ESS may be larger (a lower bound).
         """
         if not np.isfinite(tol) or tol < 0:
             raise ValueError(f"tol must be a finite non-negative number, got {tol}")
+        check_scope(scope, relative)
         sigma = self.singular_values
-        threshold = tol * sigma[..., :1] if relative else np.full_like(sigma[..., :1], tol)
+        threshold = tol * tolerance_reference(sigma, scope) if relative else np.full_like(sigma[..., :1], tol)
         ess = (sigma > threshold).sum(-1)
         exact = self.spectra_complete | (ess < sigma.shape[-1])
         return ess, exact
@@ -90,7 +130,7 @@ class LayerESS:
     @classmethod
     def from_units(cls, units: CapturedLayer, positions=None, *, tol: float, relative: bool, **options) -> "LayerESS":
         """Spectra and both ESS of every unit of one layer's operators (core/layer.py:
-        `layer_arrays` takes unit_ids, operator_rows, top_k, device)."""
+        `layer_arrays` takes unit_ids, operator_rows, top_k, device, scope)."""
         positions = np.arange(units.length) if positions is None else np.asarray(positions)
         return cls(**layer_arrays(units, positions, tol=tol, relative=relative, **options))
 
@@ -111,6 +151,8 @@ class LayerESS:
         state_size: int | None = None,
         window: int | None = None,
         kernel_size: int | None = None,
+        multiplicity: int | None = None,
+        scope: str = DEFAULT_SCOPE,
     ) -> "LayerESS":
         """The LayerESS of a layer given directly by its operators, built like `analyze`'s.
 
@@ -118,6 +160,7 @@ class LayerESS:
         capacity (TSS) follows ``family`` (core/diagnostics.py) with ``state_size`` (taken
         from a DiagonalSSM when not given), ``window`` or ``kernel_size``, unless ``tss``
         ((P,) or (U, P)) gives it. Units listed in ``keep_operators`` keep their dense T.
+        multiplicity: scalar channels sharing each unit's T (default 1).
         """
         import torch
 
@@ -126,6 +169,7 @@ class LayerESS:
                 layer=layer,
                 family=family,
                 state_size=state_size or operator.state_size,
+                multiplicity=multiplicity,
                 realize=lambda index: operator[index],
                 shape=(int(operator.batch_shape.numel()), operator.length),
             )
@@ -134,13 +178,15 @@ class LayerESS:
             if stack.ndim != 3 or stack.shape[-1] != stack.shape[-2]:
                 raise ValueError(f"operator must be a stack (U, L, L) or a DiagonalSSM, got shape {tuple(stack.shape)}")
             units = DenseCapture(layer=layer, family=family, operator=stack, state_size=state_size, window=window,
-                                 kernel_size=kernel_size)
+                                 kernel_size=kernel_size, multiplicity=multiplicity)
         return cls.from_units(units, positions, tol=tol, relative=relative, operator_rows=list(keep_operators),
-                              top_k=top_k, device=device, tss=tss, operator_dtype=torch.float64)
+                              top_k=top_k, device=device, tss=tss, operator_dtype=torch.float64, scope=scope)
 
     def ess(self, variant: str = "tolerance") -> np.ndarray:
-        """(U, P) ESS of the named variant (core/ess.py: check_variant refuses unknown names)."""
-        return {"tolerance": self.tolerance_ess, "entropy": self.entropy_ess}[check_variant(variant)]
+        """(U, P) ESS of the named variant: "tolerance", "entropy" or "causal" (NaN where a unit
+        has no known realisation; core/ess.py: check_variant refuses unknown names)."""
+        fields = {"tolerance": self.tolerance_ess, "entropy": self.entropy_ess, "causal": self.causal_ess}
+        return fields[check_variant(variant)]
 
     def utilisation(self, variant: str = "tolerance") -> np.ndarray:
         """ESS / TSS per unit and position (0 where TSS is 0)."""
@@ -169,7 +215,9 @@ class ESSResult:
 
     def to_frame(self):
         """Tidy table: one row per (layer, unit, t) with the columns layer, unit, t, token,
-        family, unit_kind, tolerance_ess, entropy_ess, tss, utilisation."""
+        family, unit_kind, multiplicity (scalar channels sharing the unit's T), tolerance_ess,
+        entropy_ess, tss, causal_ess (NaN where unknown), utilisation. Per-unit values; a layer total in scalars weights each
+        row by its multiplicity."""
         import pandas as pd
 
         frames = []
@@ -185,34 +233,49 @@ class ESSResult:
                         "token": np.asarray(self.tokens, dtype=object)[t] if self.tokens else "",
                         "family": lay.family,
                         "unit_kind": lay.unit_kind,
+                        "multiplicity": np.repeat(lay.multiplicity, n_pos),
                         "tolerance_ess": lay.tolerance_ess.reshape(-1),
                         "entropy_ess": lay.entropy_ess.reshape(-1),
                         "tss": lay.tss.reshape(-1),
+                        "causal_ess": lay.causal_ess.reshape(-1),
                         "utilisation": lay.utilisation().reshape(-1),
                     }
                 )
             )
-        columns = ["layer", "unit", "t", "token", "family", "unit_kind", "tolerance_ess", "entropy_ess", "tss", "utilisation"]
+        columns = ["layer", "unit", "t", "token", "family", "unit_kind", "multiplicity", "tolerance_ess", "entropy_ess", "tss", "causal_ess",
+                   "utilisation"]
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
 
     # ---- persistence: one .npz, JSON header, no pickle -------------------------------
     def save(self, path) -> Path:
+        """Write the result to ``path`` atomically (atomic.py) and return the path written.
+
+        A path ending in ".npz" is used as given; any other name gains ".npz" (as
+        numpy.savez does: "run" -> "run.npz"), and the returned path says so. A path that
+        exists and is not a regular file (a folder, a device such as /dev/full) is refused.
+        """
         path = Path(path)
+        if path.exists() and not path.is_file():
+            raise ValueError(f"{path} exists and is not a regular file; give a file name ending in .npz")
         if path.suffix != ".npz":
-            path = path.with_suffix(path.suffix + ".npz") if path.suffix else path.with_suffix(".npz")
+            path = path.with_name(path.name + ".npz")
+            if path.exists() and not path.is_file():
+                raise ValueError(f"{path} exists and is not a regular file; give a file name ending in .npz")
         header = {
             "format_version": FORMAT_VERSION,
             "tokens": list(self.tokens),
             "input_ids": [int(i) for i in self.input_ids],
             "meta": self.meta,
             "layers": {
-                str(i): {"family": lay.family, "unit_kind": lay.unit_kind, "operators": sorted(lay.operators)}
+                str(i): {"family": lay.family, "unit_kind": lay.unit_kind, "operators": sorted(lay.operators),
+                         "path": lay.path}
                 for i, lay in self.layers.items()
             },
         }
         arrays = {"__header__": np.frombuffer(json.dumps(header).encode("utf-8"), dtype=np.uint8)}
         for i, lay in self.layers.items():
-            for name in ("positions", "tolerance_ess", "entropy_ess", "tss", "singular_values", "rank_bound"):
+            for name in ("positions", "tolerance_ess", "entropy_ess", "tss", "singular_values", "rank_bound",
+                         *OPTIONAL_ARRAYS):
                 arrays[f"L{i}/{name}"] = np.asarray(getattr(lay, name))
             for unit, op in lay.operators.items():
                 arrays[f"L{i}/operator/{unit}"] = np.asarray(op)
@@ -225,18 +288,85 @@ class ESSResult:
             raise FileNotFoundError(f"no ESS result at {path}")
         try:
             with np.load(path, allow_pickle=False) as data:
+                if not hasattr(data, "files") or "__header__" not in data.files:
+                    raise ValueError("it has no __header__ (not an ESS result)")
                 header = json.loads(bytes(data["__header__"]).decode("utf-8"))
-                if header.get("format_version") != FORMAT_VERSION:
-                    raise ValueError(f"unsupported result format {header.get('format_version')}")
+                _check_header(header)
                 layers = {}
                 for key, info in header["layers"].items():
                     i = int(key)
-                    fields = {
-                        name: data[f"L{i}/{name}"]
-                        for name in ("positions", "tolerance_ess", "entropy_ess", "tss", "singular_values", "rank_bound")
-                    }
-                    operators = {int(u): data[f"L{i}/operator/{u}"] for u in info["operators"]}
-                    layers[i] = LayerESS(i, info["family"], info["unit_kind"], operators=operators, **fields)
-        except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as error:
+                    fields = {}
+                    for name in _ARRAY_FIELDS:
+                        if f"L{i}/{name}" not in data.files:
+                            raise ValueError(f"field L{i}/{name} is missing")
+                        fields[name] = data[f"L{i}/{name}"]
+                    operators = {}
+                    for u in info["operators"]:
+                        if f"L{i}/operator/{u}" not in data.files:
+                            raise ValueError(f"field L{i}/operator/{u} is missing")
+                        operators[int(u)] = data[f"L{i}/operator/{u}"]
+                    _check_layer_arrays(i, fields, operators, len(header["input_ids"]))
+                    # Optional arrays: files written before they existed load with the defaults
+                    # (multiplicity 1 per unit, causal ESS NaN); LayerESS checks their shapes.
+                    for name in OPTIONAL_ARRAYS:
+                        if f"L{i}/{name}" in data.files:
+                            fields[name] = data[f"L{i}/{name}"]
+                    route = info.get("path", {})  # not `path`: the error below names the file
+                    route = {str(k): str(v) for k, v in route.items()} if isinstance(route, dict) else {}
+                    layers[i] = LayerESS(i, info["family"], info["unit_kind"], operators=operators, path=route,
+                                         **fields)
+        except (OSError, KeyError, ValueError, TypeError, AttributeError, EOFError, zipfile.BadZipFile, zlib.error) as error:
             raise ValueError(f"{path} is not a readable ESS result ({error}); recompute it") from error
         return cls(header["tokens"], header["input_ids"], layers, header["meta"])
+
+
+_ARRAY_FIELDS = ("positions", "tolerance_ess", "entropy_ess", "tss", "singular_values", "rank_bound")
+
+
+def _check_header(header) -> None:
+    """ValueError naming the first header field of the wrong type or shape."""
+    if not isinstance(header, dict):
+        raise ValueError(f"the header is a {type(header).__name__}, not a JSON object")
+    if header.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"unsupported result format {header.get('format_version')!r} (this version reads {FORMAT_VERSION})")
+    tokens, ids = header.get("tokens"), header.get("input_ids")
+    if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
+        raise ValueError("field tokens must be a list of strings")
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+        raise ValueError("field input_ids must be a list of non-negative integers")
+    if tokens and len(tokens) != len(ids):
+        raise ValueError(f"field tokens has {len(tokens)} entries but input_ids has {len(ids)}")
+    if not isinstance(header.get("meta"), dict):
+        raise ValueError("field meta must be a JSON object")
+    layers = header.get("layers")
+    if not isinstance(layers, dict):
+        raise ValueError("field layers must be a JSON object")
+    for key, info in layers.items():
+        if not key.isdigit():
+            raise ValueError(f"field layers has a key {key!r} that is not a layer index")
+        if not isinstance(info, dict) or not isinstance(info.get("family"), str) or not isinstance(info.get("unit_kind"), str):
+            raise ValueError(f"field layers.{key} must hold the strings family and unit_kind")
+        ops = info.get("operators")
+        if not isinstance(ops, list) or not all(isinstance(u, int) and not isinstance(u, bool) and u >= 0 for u in ops):
+            raise ValueError(f"field layers.{key}.operators must be a list of unit rows")
+
+
+def _check_layer_arrays(i: int, fields: dict, operators: dict, length: int) -> None:
+    """ValueError naming the first array of layer ``i`` whose dtype or shape is inconsistent."""
+    for name, array in fields.items():
+        if not (np.issubdtype(array.dtype, np.number) or array.dtype == np.bool_) or np.iscomplexobj(array):
+            raise ValueError(f"field L{i}/{name} has dtype {array.dtype}, not a real number type")
+    pos = fields["positions"]
+    if pos.ndim != 1 or not np.issubdtype(pos.dtype, np.integer) or (pos.size and (pos.min() < 0 or pos.max() >= length)):
+        raise ValueError(f"field L{i}/positions must be integers in [0, {length - 1}], shape (P,)")
+    units_positions = (fields["tolerance_ess"].shape[0] if fields["tolerance_ess"].ndim == 2 else -1, pos.size)
+    for name in ("tolerance_ess", "entropy_ess", "tss", "rank_bound"):
+        if fields[name].shape != units_positions:
+            raise ValueError(f"field L{i}/{name} has shape {fields[name].shape}, expected (U, P) = {units_positions}")
+    sigma = fields["singular_values"]
+    if sigma.ndim != 3 or sigma.shape[:2] != units_positions:
+        raise ValueError(f"field L{i}/singular_values has shape {sigma.shape}, expected (U, P, K) with (U, P) = {units_positions}")
+    for unit, op in operators.items():
+        if op.shape != (length, length) or not unit < units_positions[0]:
+            raise ValueError(f"field L{i}/operator/{unit} has shape {op.shape} for unit {unit}, "
+                             f"expected ({length}, {length}) for a unit below {units_positions[0]}")

@@ -16,8 +16,13 @@ Rules (README "Loading models"):
   implementation is "eager" (the only one that returns attention probabilities).
 - Offline: respects HF_HUB_OFFLINE; a hub id that cannot be reached (offline, no network,
   not in the cache) fails fast with a ValueError that says to set up a network or to pass
-  a local folder / zoo:NAME.
-The tokenizer is None when the source ships none (pass input_ids to analyze then).
+  a local folder / zoo:NAME. Without HF_HUB_OFFLINE, the hub's host is probed first with a
+  short timeout (HUB_PROBE_TIMEOUT s): no network means the local cache alone, or that error.
+- The weights must match the config: missing, unexpected or mis-shaped weights are a
+  ValueError that names them (never a silently random model). A config.json that is not
+  valid JSON, or that transformers refuses, is reported as such.
+The tokenizer is None when the source ships none (a warning says to pass input_ids to
+analyze then).
 """
 
 from __future__ import annotations
@@ -54,6 +59,11 @@ DEFAULT_MODEL = "mamba2_n16"
 HASH_BYTES_UP_TO = 256 * 1024 * 1024
 _WEIGHT_PATTERNS = ("*.safetensors", "model.safetensors.index.json")
 
+# Any of these in a folder means it ships a tokenizer.
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt",
+                    "spiece.model", "sentencepiece.bpe.model", "merges.txt")
+HUB_PROBE_TIMEOUT = 3.0  # seconds to reach the hub's host before giving up on the network
+
 _PICKLE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5", "flax_model.msgpack")
 
 
@@ -77,28 +87,41 @@ def load_model(
             raise ValueError(f"load_model fixes {fixed} (safetensors, float32); do not pass it")
     path, label = _resolve(source)
     common = {"revision": revision, "trust_remote_code": trust_remote_code}
+    if parse_source(source)[0] == "hub" and not _offline() and not _hub_reachable():
+        if not _in_hub_cache(path, revision):
+            raise _unreachable(label, path, OSError(f"no connection to the hub within {HUB_PROBE_TIMEOUT:g} s"))
+        common["local_files_only"] = True  # no network, but cached: use the cache without waiting
     try:
         config = AutoConfig.from_pretrained(path, **common)
     except OSError as error:
+        if Path(path).is_dir():  # a local folder is never "offline": its config.json is bad
+            raise ValueError(f"cannot read {Path(path) / 'config.json'}: {_first_line(error)}") from error
         raise _unreachable(label, path, error) from error
-    except ValueError as error:  # an unknown model_type without trust_remote_code
-        raise ValueError(f"cannot read the config of {label}: {error}") from error
+    except Exception as error:  # an unknown model_type, or a config transformers finds inconsistent
+        raise ValueError(f"cannot read the config of {label}: {_first_line(error)}") from error
     try:
-        model = AutoModelForCausalLM.from_pretrained(
+        model, info = AutoModelForCausalLM.from_pretrained(
             path,
             config=config,
             use_safetensors=True,
             dtype=torch.float32,
             attn_implementation=attn_implementation,
+            output_loading_info=True,
             **common,
             **kwargs,
         )
     except OSError as error:
         raise ValueError(
-            f"could not load safetensors weights for {label}: {error}. ess-explorer loads safetensors only; "
-            "convert pickle weights with `model.save_pretrained(folder, safe_serialization=True)` in a trusted "
+            f"could not load safetensors weights for {label}: {_first_line(error)}. ess-explorer loads safetensors "
+            "only; convert pickle weights with `model.save_pretrained(folder, safe_serialization=True)` in a trusted "
             "environment, or pick a repository that ships *.safetensors"
         ) from error
+    except TypeError:  # a keyword from_pretrained does not take: the caller's mistake, shown as is
+        raise
+    except Exception as error:  # a truncated / corrupt safetensors file, a weight of the wrong shape
+        raise ValueError(f"could not load the weights of {label}: {_first_line(error)}; check that the weight "
+                         "files are complete and were saved with this config.json") from error
+    _check_loading_info(label, info)
     model.eval()
     if label.startswith(ZOO_PREFIX):
         # Results and reports name the model by what the user asked for, not by a path
@@ -106,7 +129,54 @@ def load_model(
         model.config._name_or_path = label
     if device is not None:
         model.to(device)
-    return model, _tokenizer(path, revision, trust_remote_code)
+    return model, _tokenizer(path, revision, trust_remote_code, label)
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__
+
+
+def _check_loading_info(label: str, info: dict) -> None:
+    """ValueError naming the weights that do not match the config (transformers would
+    otherwise leave them randomly initialised, and the analysis would be of noise)."""
+    problems = []
+    for kind in ("missing_keys", "unexpected_keys", "mismatched_keys"):
+        keys = sorted(str(k) for k in (info.get(kind) or ()))
+        if keys:
+            shown = ", ".join(keys[:5]) + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
+            problems.append(f"{kind.replace('_', ' ')}: {shown}")
+    if problems:
+        raise ValueError(f"the weights of {label} do not match its config ({'; '.join(problems)}); "
+                         "use the config.json the weights were saved with, or the right weight files")
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+
+
+def _hub_reachable() -> bool:
+    """True when the hub's host accepts a connection within HUB_PROBE_TIMEOUT seconds."""
+    import socket
+    from urllib.parse import urlparse
+
+    endpoint = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    host, port = endpoint.hostname or "huggingface.co", endpoint.port or (443 if endpoint.scheme == "https" else 80)
+    try:
+        socket.create_connection((host, port), timeout=HUB_PROBE_TIMEOUT).close()
+    except OSError:
+        return False
+    return True
+
+
+def _in_hub_cache(repo_id: str, revision) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(repo_id, "config.json", revision=revision)
+    except Exception:  # noqa: BLE001 (an invalid repo id: not cached)
+        return False
+    return isinstance(found, str)
 
 
 # ---- the zoo's catalogue ------------------------------------------------------------------
@@ -164,6 +234,13 @@ def _check_folder(folder: Path) -> str:
         raise ValueError(f"{folder} is not a folder; pass a hub id, a local model folder, or zoo:NAME")
     if not (folder / "config.json").is_file():
         raise ValueError(f"{folder} has no config.json: not a transformers model folder")
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{folder / 'config.json'} is not valid JSON ({error}); restore the file the model was "
+                         "saved with") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{folder / 'config.json'} must hold a JSON object, got {type(config).__name__}")
     if not any(folder.glob("*.safetensors")) and not (folder / "model.safetensors.index.json").is_file():
         pickles = [name for name in _PICKLE_WEIGHTS if (folder / name).exists()]
         if pickles:
@@ -186,9 +263,14 @@ def _unreachable(label: str, path: str, error: Exception) -> ValueError:
     )
 
 
-def _tokenizer(path: str, revision, trust_remote_code):
+def _tokenizer(path: str, revision, trust_remote_code, label: str = ""):
     from transformers import AutoTokenizer
 
+    folder = Path(path)
+    if folder.is_dir() and not any((folder / name).is_file() for name in _TOKENIZER_FILES):
+        warnings.warn(f"{label or path} ships no tokenizer: the tokenizer is None; pass input_ids to analyze "
+                      "(token ids, not a prompt)", stacklevel=3)
+        return None
     try:
         return AutoTokenizer.from_pretrained(path, revision=revision, trust_remote_code=trust_remote_code)
     except (OSError, ValueError, TypeError) as error:

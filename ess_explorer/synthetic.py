@@ -1,7 +1,7 @@
 """Reference operators with known ESS, and a small ESSResult built from them.
 
 Used by the README demo, the teaching notebook and the view tests: everything here is
-made from seeded random parameters with the closed forms of ESS.md section 2, no model.
+made from seeded random parameters with the closed forms of docs/math.md ("Closed forms"), no model.
 
     convolution(k)            ESS(t) = k - 1 once min(t, L - t) >= k - 1
     linear_attention(d_k)     ESS(t) <= min(d_k, t, L - t), = for generic keys

@@ -245,3 +245,48 @@ def test_unsupported_model_type_names_the_registry():
     model = tf.AutoModelForCausalLM.from_config(config)
     with pytest.raises(ValueError, match=r"'opt'.*not supported.*mamba.*capture/__init__.py"):
         layer_slots(model)
+
+
+# Model types with a per-token gate around some mixer (Qwen3-Next / Qwen3.5: the sigmoid
+# output gate of their attention layers).
+GATED = {"mamba", "falcon_mamba", "mamba2", "mamba2_groups", "jamba", "bamba", "zamba2", "la", "gla", "qwen3_next",
+         "qwen3_5_text"}
+
+
+def test_reconstruction_with_gates_inside(captured):
+    """gates="inside": T' = diag(g) T alone reproduces the gated output (no out_gate left)."""
+    from ess_explorer.core.gates import gates_inside
+
+    name, _model, layers = captured
+    gated_layers = 0
+    for index, layer in layers.items():
+        inside = gates_inside(layer)
+        assert inside.out_gate is None
+        gated_layers += layer.out_gate is not None
+        predicted, observed = inside.reconstruct()
+        scale = observed.abs().max().item()
+        torch.testing.assert_close(predicted, observed, rtol=1e-4, atol=1e-4 * scale, msg=f"{name} layer {index}")
+        # Same scalars either way: units x channels per unit.
+        assert inside.n_units * inside.unit_multiplicity() == layer.n_units * layer.unit_multiplicity()
+    assert (gated_layers > 0) == (name in GATED), f"{name}: which layers carry a gate"
+
+
+def test_mamba2_gate_is_the_gated_norms_scale():
+    """weight * (y * g) is exactly what the model's gated RMSNorm returned."""
+    model, ids = build("mamba2")
+    seen = {}
+    norm = layer_slots(model)[0].module.norm
+    handle = norm.register_forward_hook(lambda _m, _a, out: seen.setdefault("out", out.detach()))
+    try:
+        layer = capture(model, ids, layer_slots(model))[0]
+    finally:
+        handle.remove()
+    heads, length, head_dim = layer.outputs.shape
+    ours = layer.outputs.transpose(0, 1).reshape(length, heads * head_dim) * norm.weight.detach().to(torch.float64)
+    torch.testing.assert_close(ours, seen["out"][0].to(torch.float64), rtol=1e-5, atol=1e-6)
+    # Channels of a head have different gates, so gates inside makes each channel a unit.
+    from ess_explorer.core.gates import gates_inside
+
+    inside = gates_inside(layer)
+    assert inside.n_units == heads * head_dim and inside.unit_multiplicity() == 1
+    assert inside.info["unit_kind"] == "channel"

@@ -18,6 +18,7 @@ import transformers as tf
 from ess_explorer.capture import capture, layer_slots
 from ess_explorer.analysis import analyze
 from ess_explorer import entropy_ess, hankel_singular_values, tolerance_ess
+from ess_explorer.core.gates import gates_inside
 from ess_explorer.core.operators import DiagonalSSM
 from ess_explorer.result import ESSResult
 from test_adapters import CONFIGS, IDS, LENGTH, VOCAB, build
@@ -25,22 +26,31 @@ from test_adapters import CONFIGS, IDS, LENGTH, VOCAB, build
 TOL = 1e-3
 
 
-def _dense_reference(model, ids, layer, unit, relative=True):
+def _captured(model, ids, layer, gates="inside"):
+    """One layer's capture under the gate policy analyze uses (core/gates.py)."""
+    units = capture(model, ids, layer_slots(model))[layer]
+    return gates_inside(units) if gates == "inside" else units
+
+
+def _dense_reference(model, ids, layer, unit, relative=True, gates="inside"):
     """ESS of one unit from its materialised T by the dense core (one SVD per cut)."""
-    op = capture(model, ids, layer_slots(model))[layer].dense([unit])[0]
+    op = _captured(model, ids, layer, gates).dense([unit])[0]
     sigma = hankel_singular_values(op, method="svd")
     return sigma, tolerance_ess(spectra=sigma, tol=TOL, relative=relative), entropy_ess(spectra=sigma)
 
 
 @pytest.mark.parametrize(
-    "name, layer, unit",
-    [("gpt2", 1, 2), ("mistral", 0, 3), ("mamba", 1, 5), ("mamba2", 0, 1), ("lfm2", 0, 7), ("lfm2", 1, 0), ("gla", 1, 1), ("la", 0, 0)],
+    "name, layer, unit, gates",
+    [("gpt2", 1, 2, "inside"), ("mistral", 0, 3, "inside"), ("mamba", 1, 5, "inside"), ("mamba", 1, 5, "outside"),
+     ("mamba2", 0, 1, "inside"), ("mamba2", 0, 1, "outside"), ("lfm2", 0, 7, "inside"), ("lfm2", 1, 0, "inside"),
+     ("gla", 1, 1, "inside"), ("gla", 1, 1, "outside"), ("la", 0, 0, "inside")],
 )
-def test_ess_equals_dense_core_of_the_materialised_operator(name, layer, unit):
+def test_ess_equals_dense_core_of_the_materialised_operator(name, layer, unit, gates):
     model, ids = build(name)
-    result = analyze(model, ids, layers=[layer], progress=False, tol=TOL)
+    result = analyze(model, ids, layers=[layer], progress=False, tol=TOL, gates=gates)
+    assert result.meta["gates"] == gates
     lay = result.layers[layer]
-    sigma, expected_tol, expected_ent = _dense_reference(model, ids, layer, unit)
+    sigma, expected_tol, expected_ent = _dense_reference(model, ids, layer, unit, gates=gates)
     np.testing.assert_array_equal(lay.tolerance_ess[unit], expected_tol.numpy())
     np.testing.assert_allclose(lay.entropy_ess[unit], expected_ent.numpy(), rtol=1e-6, atol=1e-9)
     k = lay.singular_values.shape[-1]
@@ -72,7 +82,8 @@ def test_result_fields_and_tss_per_family():
             np.testing.assert_array_equal(lay.tss[0], tss(t, CONFIGS[name]).astype(float))
             assert (lay.tolerance_ess <= lay.rank_bound).all()
             assert (lay.tolerance_ess[:, 0] == 0).all() and (lay.entropy_ess[:, 0] == 0).all()
-            assert lay.unit_kind == ("channel" if lay.family == "mamba" else "head")
+            # gates inside (default): Mamba2's per-channel gates make each head channel a unit
+            assert lay.unit_kind == ("channel" if lay.family in ("mamba", "mamba2") else "head")
         for key in ("model_id", "revision", "dtype", "device", "tol", "relative", "stride", "transformers", "top_k"):
             assert key in result.meta
         assert result.meta["transformers"] == tf.__version__ and result.meta["dtype"] == "float32"
@@ -120,7 +131,7 @@ def test_operator_budget_and_mamba_never_dense_for_all_channels(monkeypatch):
     for lay in result.layers.values():
         assert lay.n_units == channels and sorted(lay.operators) == [0, 1, 2, 3]
     assert sum(sizes) == 8 and max(sizes) == 1  # 4 kept channels x 2 layers, one at a time
-    reference = capture(model, ids, layer_slots(model))[1].dense([2])[0]
+    reference = _captured(model, ids, 1).dense([2])[0]
     np.testing.assert_allclose(result.layers[1].operators[2], reference.numpy(), rtol=1e-6, atol=1e-7)
     heads = analyze(model=build("gpt2")[0], input_ids=ids, progress=False, layers=0).layers[0]
     assert sorted(heads.operators) == [0, 1, 2, 3]  # all heads of a small layer

@@ -89,7 +89,6 @@ def test_explorer_in_jupyterlab(lab):
     from playwright.sync_api import sync_playwright
 
     url, workdir = lab
-    started = time.monotonic()
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as p:
         context = p.chromium.launch_persistent_context(
@@ -148,4 +147,3 @@ def test_explorer_in_jupyterlab(lab):
             raise
         finally:
             context.close()
-    assert time.monotonic() - started < 150

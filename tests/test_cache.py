@@ -110,8 +110,8 @@ def test_a_failed_write_leaves_the_old_entry(ref, tmp_path, monkeypatch):
         raise OSError("disk full")
 
     monkeypatch.setattr(np, "savez_compressed", broken_savez)
-    with pytest.raises(OSError, match="disk full"):
-        store.put(k, copy.deepcopy(ref))
+    with pytest.warns(UserWarning, match="disk full"):  # a cache failure never costs the result
+        assert store.put(k, copy.deepcopy(ref)) is None
     assert good.read_bytes() == before
     assert [p.name for p in good.parent.iterdir()] == [good.name]
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from ess_explorer.views import charts, render
+from ess_explorer.views import charts, data, render
 from ess_explorer.core.diagnostics import layer_diagnostics
 from ess_explorer import entropy_ess, hankel_singular_values, tolerance_ess
 from ess_explorer.result import ESSResult, LayerESS
@@ -83,7 +83,7 @@ def test_aggregate_over_units(result, how):
     reduce = {"mean": np.mean, "max": np.max, "sum": np.sum}[how]
     assert np.allclose([r["ess"] for r in rows], reduce(lay.tolerance_ess, axis=0), rtol=1e-3)
     assert np.allclose([r["tss"] for r in rows], reduce(lay.tss, axis=0), rtol=1e-3)
-    # a short conv with k = 4 has ESS = 3 = TSS inside the sequence (ESS.md closed form)
+    # a short conv with k = 4 has ESS = 3 = TSS inside the sequence (docs/math.md closed form)
     assert rows[L // 2]["ess"] == {"mean": 3, "max": 3, "sum": 12}[how]
 
 
@@ -201,7 +201,7 @@ def test_overview_values_and_layer_selection(result):
 
 def test_overview_stride_is_stated(result, monkeypatch):
     assert "stride" not in json.dumps(charts.overview(result).to_dict())  # 192 cells: no stride needed
-    monkeypatch.setattr(charts, "MAX_OVERVIEW_CELLS", 50)
+    monkeypatch.setattr(data, "MAX_OVERVIEW_CELLS", 50)
     stride = int(np.ceil(4 * L / 50))
     spec = charts.overview(result).to_dict()
     rows = spec["datasets"][charts.DATASETS["overview"]]

@@ -146,3 +146,27 @@ def test_bad_inputs_are_clear_value_errors():
         DPLRSSM(a.to(torch.complex128), pq, pq, a, a)
     with pytest.raises(ValueError, match="real floating-point"):
         DPLRSSM(torch.ones(2, 10, 4, dtype=torch.long), pq, pq, a, a)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_sweep_of_a_delta_rule_matches_the_cpu():
+    ssm = gated_delta(256, 16, units=4, seed=13, alpha=(0.9, 1.0), beta=(0.0, 1.0))
+    cpu = hankel_singular_values(ssm)
+    assert_spectra_match(hankel_singular_values(ssm, device="cuda").cpu(), cpu)
+
+
+def test_causal_ess_of_a_delta_rule_is_the_rank_of_its_reachability_matrix():
+    from ess_explorer.core.causal import reachability_singular_values
+
+    ssm = gated_delta(24, 5, units=2, seed=21, alpha=(0.5, 1.0), beta=(0.0, 1.0))
+    sigma = reachability_singular_values(ssm, torch.arange(24))
+    for unit in range(2):
+        a, p, q, b = (x[unit] for x in (ssm.a, ssm.p, ssm.q, ssm.b))
+        reach = torch.zeros(5, 0, dtype=torch.float64)
+        for t in range(1, 24):  # R_t = [A_{t-1} R_{t-1}, b_{t-1}]
+            transition = torch.diag(a[t - 1]) + p[t - 1] @ q[t - 1].T
+            reach = torch.cat([transition @ reach, b[t - 1][:, None]], dim=1)
+            expected = torch.linalg.svdvals(reach)
+            width = min(5, t)
+            torch.testing.assert_close(sigma[unit, t, :width], expected[:width], rtol=1e-9, atol=1e-12)

@@ -18,7 +18,7 @@ def cut_bound(length):
     return np.minimum(t, length - t)
 
 
-# ---- closed forms (ESS.md section 2) ---------------------------------------------------
+# ---- closed forms (docs/math.md) ---------------------------------------------------------
 
 
 @pytest.mark.parametrize("key_size", [1, 3, 8])

@@ -33,8 +33,8 @@ def expected_rows(res: ESSResult) -> int:
 def test_csv_and_parquet_round_trip(ref, tmp_path):
     csv = pd.read_csv(export_table(ref, tmp_path / "t.csv"), keep_default_na=False)
     assert len(csv) == expected_rows(ref)
-    assert list(csv.columns) == ["layer", "unit", "t", "token", "family", "unit_kind", "tolerance_ess",
-                                 "entropy_ess", "tss", "utilisation"]
+    assert list(csv.columns) == ["layer", "unit", "t", "token", "family", "unit_kind", "multiplicity", "tolerance_ess",
+                                 "entropy_ess", "tss", "causal_ess", "utilisation"]
     lay = ref.layer(2)
     rows = csv[(csv.layer == 2) & (csv.unit == 1)].sort_values("t")
     assert np.array_equal(rows["tolerance_ess"].to_numpy(), lay.tolerance_ess[1])

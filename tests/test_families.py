@@ -160,7 +160,7 @@ def test_analyze_runs(built):
         tss = np.asarray(layer_ess.tss)
         ess = np.asarray(layer_ess.ess("tolerance"))
         assert np.all(np.isfinite(ess)), f"{name} layer {index}"
-        # ESS never exceeds the unit's capacity (ESS.md: rank H_t <= TSS)
+        # ESS never exceeds the unit's capacity (docs/math.md: rank H_t <= TSS)
         assert np.all(ess <= tss + 1e-9), f"{name} layer {index}"
 
 

@@ -174,7 +174,7 @@ def test_double_width_and_explicit_points(ref, tmp_path):
 def test_ess_time_data_matches_closed_forms(ref):
     frame = figures.ess_over_time_frame(ref, layers=[1, 3])
     conv = frame[frame.layer == 1].set_index("t")["ess"]
-    # short conv k = 4: ESS = k - 1 = 3 once min(t, L - t) >= 3 (ESS.md)
+    # short conv k = 4: ESS = k - 1 = 3 once min(t, L - t) >= 3 (docs/math.md)
     interior = [t for t in conv.index if min(t, ref.length - t) >= 3]
     assert np.allclose(conv.loc[interior], 3.0)
     lin = frame[frame.layer == 3].set_index("t")["ess"]

@@ -94,7 +94,6 @@ def test_tolerance_recomputes_from_kept_values_not_the_model(ex, fake):
     ex.tol_w.value = 0.05
     assert [r["ess"] for r in _rows(ex)] == tolerance_ess(op, tol=0.05, relative=False).numpy().tolist()
     assert len(fake.calls) == calls and len(fake.loads) == 1, "no model call for a tolerance change"
-    assert ex.last_update_s < 1.0
 
 
 def test_variant_and_unit(ex):

@@ -16,7 +16,8 @@ Results are cached on disk (cache.py; $ESS_EXPLORER_CACHE or ~/.cache/ess-explor
 
 Exit status: 0 success, 1 a failure (unknown model, unreadable file, bad data), 2 a bad
 command line. Every error is one line on stderr: ``ess-explorer: error: ...``
-(ESS_EXPLORER_DEBUG=1 re-raises unexpected errors with their traceback).
+(ESS_EXPLORER_DEBUG=1 re-raises every error with its traceback). A cache that cannot be written
+only warns: the result is still printed and written to --out.
 """
 
 from __future__ import annotations
@@ -94,11 +95,12 @@ def _tokenize(tokenizer, prompt: str) -> list[int]:
     return [int(i) for i in tokenizer(prompt, add_special_tokens=False)["input_ids"]]
 
 
-def _analyze(model, input_ids, tokenizer, *, layers, tol, relative, stride, device, progress):
+def _analyze(model, input_ids, tokenizer, *, layers, tol, relative, stride, device, progress, scope="cut",
+             gates="inside"):
     from ..analysis import analyze
 
     return analyze(model, input_ids, tokenizer=tokenizer, layers=layers, tol=tol, relative=relative,
-                   stride=stride, device=device, progress=progress)
+                   scope=scope, gates=gates, stride=stride, device=device, progress=progress)
 
 
 def _identity(source: str, model, revision):
@@ -108,6 +110,11 @@ def _identity(source: str, model, revision):
 
 
 # ---- argument helpers --------------------------------------------------------------------
+# No model has this many layers: a bigger index is refused before a range is expanded
+# (the model's own layer count is checked by analyze once it is loaded).
+MAX_LAYER_INDEX = 100_000
+
+
 def parse_layers(text: str | None) -> list[int] | None:
     """"0,2,5-7" -> [0, 2, 5, 6, 7]; None or "all" -> None (every layer)."""
     if text is None or text.strip().lower() == "all":
@@ -121,11 +128,16 @@ def parse_layers(text: str | None) -> list[int] | None:
                 low, high = int(low), int(high)
                 if high < low:
                     raise ValueError
+                if high > MAX_LAYER_INDEX:
+                    raise UsageError(f"--layers {text!r} reaches layer {high}; no model has that many layers "
+                                     "(give indices below the model's layer count, or leave --layers out for all)")
                 layers.extend(range(low, high + 1))
             else:
                 layers.append(int(part))
         except ValueError:
             raise UsageError(f"--layers takes indices and ranges like 0,2,5-7; got {text!r}") from None
+    if any(i > MAX_LAYER_INDEX for i in layers):
+        raise UsageError(f"--layers {text!r} names a layer beyond any model; give indices below the model's layer count")
     if any(i < 0 for i in layers):
         raise UsageError(f"--layers takes non-negative indices; got {text!r}")
     return sorted(set(layers))
@@ -151,13 +163,42 @@ def _tolerance(text: str) -> float:
     return value
 
 
+def _points(text: str, what: str) -> float:
+    from ..views.render import MAX_POINTS  # no Altair import: render imports only numpy here
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{what} is a number of points, got {text!r}") from None
+    if not 1 <= value <= MAX_POINTS:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"{what} must be between 1 and {MAX_POINTS} points, got {text!r}")
+    return value
+
+
 def _width(text: str):
     if text in ("single", "double"):
         return text
     try:
-        return float(text)
+        float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"--width is single, double or a number of points, got {text!r}") from None
+    return _points(text, "--width")
+
+
+def _height(text: str) -> float:
+    return _points(text, "--height")
+
+
+def _ppi(text: str) -> float:
+    from ..views.render import MAX_PPI
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--ppi is a number such as 300, got {text!r}") from None
+    if not 0 < value <= MAX_PPI:
+        raise argparse.ArgumentTypeError(f"--ppi must be in (0, {MAX_PPI}] (300 is print resolution), got {text!r}")
+    return value
 
 
 def _read_prompt(args, source: str) -> str:
@@ -166,30 +207,44 @@ def _read_prompt(args, source: str) -> str:
     if args.prompt is not None and args.prompt_file is not None:
         raise UsageError("give --prompt or --prompt-file, not both")
     if args.prompt == "-" or args.prompt_file == "-":
-        text = sys.stdin.read()
+        text = _read_stdin()
     elif args.prompt_file is not None:
         path = Path(args.prompt_file)
         try:
             text = path.read_text(encoding="utf-8")
         except FileNotFoundError:
             raise ValueError(f"cannot read the prompt file {path}: no such file") from None
-        except (OSError, UnicodeDecodeError) as error:
+        except UnicodeDecodeError as error:
+            raise ValueError(f"the prompt file {path} is not valid UTF-8 text (byte {error.object[error.start]:#04x} "
+                             f"at offset {error.start}); save it as UTF-8") from None
+        except OSError as error:
             raise ValueError(f"cannot read the prompt file {path}: {error}") from None
     elif args.prompt is not None:
         text = args.prompt
     else:
-        text = "" if sys.stdin is None or sys.stdin.isatty() else sys.stdin.read()
+        text = "" if sys.stdin is None or sys.stdin.isatty() else _read_stdin()
         if not text.strip():  # nothing given and nothing piped
             example = _example_prompt(source)
             if example is None:
                 raise UsageError("give a prompt: --prompt TEXT, --prompt-file FILE, or pipe it on stdin")
             _say(args, f"no prompt given: using the example prompt of {source}")
             return example
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # undecodable bytes on the command line arrive as lone surrogates
+        raise ValueError("the prompt is not valid UTF-8 text; save it as UTF-8 and pass it with --prompt-file") from None
     if text.endswith("\n"):  # the newline an editor or `echo` adds is not part of the prompt
         text = text[:-1]
     if not text.strip():
         raise ValueError("the prompt is empty: ESS needs at least 2 tokens")
     return text
+
+
+def _read_stdin() -> str:
+    try:
+        return sys.stdin.read()
+    except UnicodeDecodeError:
+        raise ValueError("the prompt on stdin is not valid UTF-8 text; convert it to UTF-8 (e.g. with iconv)") from None
 
 
 def _say(args, message: str) -> None:
@@ -217,10 +272,12 @@ def compute_result(args):
     model, tokenizer = _load_model(source, args.revision)
     ids = _tokenize(tokenizer, prompt)
     relative = not args.absolute
+    if args.absolute and args.scope != "cut":
+        raise ValueError("--scope chooses which sigma_1 a relative tolerance refers to; drop it with --absolute")
 
     def run():
         _say(args, f"analysing {len(ids)} tokens ...")
-        result = _analyze(model, ids, tokenizer, layers=layers, tol=args.tol, relative=relative,
+        result = _analyze(model, ids, tokenizer, layers=layers, tol=args.tol, relative=relative, scope=args.scope, gates=args.gates,
                           stride=args.stride, device=args.device, progress=not args.quiet)
         result.meta["prompt"] = prompt
         result.meta["source"] = source
@@ -230,7 +287,8 @@ def compute_result(args):
         return run(), False
     dtype = str(next(iter(model.parameters())).dtype).replace("torch.", "") if hasattr(model, "parameters") else "unknown"
     key = cache_key(_identity(source, model, args.revision), ids, layers=layers, dtype=dtype, tol=args.tol,
-                    relative=relative, stride=args.stride, prompt=prompt)
+                    relative=relative, stride=args.stride, prompt=prompt, scope=args.scope,
+                    gates=args.gates, device=args.device, revision=args.revision)
     cache = ResultCache(args.cache_dir)
     return cache.get_or_compute(key, run)
 
@@ -242,18 +300,20 @@ def format_summary(result, *, cache_hit: bool | None = None) -> str:
     table = summary_table(result)
     meta = result.meta
     head = (f"{meta.get('source') or meta.get('model_id', 'model')} · {result.length} tokens · tol {meta.get('tol')} "
-            f"({'relative' if meta.get('relative', True) else 'absolute'})")
+            f"({'relative' if meta.get('relative', True) else 'absolute'}, scope {meta.get('scope', 'cut')}, gates {meta.get('gates', 'outside')})")
     if cache_hit is not None:
         head += " · cache " + ("hit" if cache_hit else "miss (computed)")
+    # Per-unit means, then the layer totals in scalars (sum over units of channels x value).
     columns = [("layer", "layer", "{}"), ("family", "family", "{}"), ("units", "units", "{}"),
                ("mean_ess", "mean ESS", "{:.2f}"), ("max_ess", "max ESS", "{:.2f}"), ("mean_tss", "mean TSS", "{:.2f}"),
+               ("multiplicity", "ch/unit", "{}"), ("total_ess", "total ESS", "{:.0f}"), ("total_tss", "total TSS", "{:.0f}"),
                ("utilisation", "ESS/TSS", "{:.2f}"), ("state", "state", "{}")]
     cells = [[title for _, title, _ in columns]]
     for row in table.itertuples(index=False):
         record = row._asdict()
         cells.append([fmt.format(record[name]) for name, _, fmt in columns])
     widths = [max(len(r[c]) for r in cells) for c in range(len(columns))]
-    lines = ["  ".join(cell.ljust(w) if c < 3 or c == 7 else cell.rjust(w) for c, (cell, w) in enumerate(zip(r, widths)))
+    lines = ["  ".join(cell.ljust(w) if c < 3 or c == len(columns) - 1 else cell.rjust(w) for c, (cell, w) in enumerate(zip(r, widths)))
              for r in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return head + "\n" + "\n".join(line.rstrip() for line in lines)
@@ -379,6 +439,12 @@ def _analysis_options(parser) -> None:
     parser.add_argument("--layers", "-l", help="layers to analyse, e.g. 0,2,5-7 (default: all)")
     parser.add_argument("--tol", type=_tolerance, default=None, help="tolerance-ESS threshold (default 1e-3)")
     parser.add_argument("--absolute", action="store_true", help="the tolerance is absolute (default: relative to sigma_1)")
+    parser.add_argument("--scope", choices=["cut", "unit", "layer"], default="cut",
+                        help="which sigma_1 a relative tolerance refers to: the cut's (default), the largest of the "
+                             "unit's cuts (reset-aware) or of the layer's")
+    parser.add_argument("--gates", choices=["inside", "outside"], default="inside",
+                        help="per-token gates around the sequence mixing (silu(z), gated norms) are part of T "
+                             "(inside, default) or not (outside)")
     parser.add_argument("--stride", type=_positive_int, help="compute every STRIDE-th cut only (a quick preview)")
     parser.add_argument("--device", help="torch device for the spectra (default: the model's)")
     parser.add_argument("--no-cache", action="store_true", help="compute afresh; neither read nor write the cache")
@@ -409,11 +475,11 @@ def build_parser() -> argparse.ArgumentParser:
     fig.add_argument("--t", type=int, help="position t of the cut (spectrum, operator)")
     fig.add_argument("--positions", help="several positions for the spectrum, e.g. 8,16,32")
     fig.add_argument("--unit", type=int, help="unit (head or channel) for spectrum / operator")
-    fig.add_argument("--variant", choices=["tolerance", "entropy"], help="ESS variant (default tolerance)")
+    fig.add_argument("--variant", choices=["tolerance", "entropy", "causal"], help="ESS variant (default tolerance)")
     fig.add_argument("--width", type=_width, default="single", help="single (3.33 in), double (7 in) or points")
-    fig.add_argument("--height", type=float, help="height in points (default: from the width)")
+    fig.add_argument("--height", type=_height, help="height in points (default: from the width)")
     fig.add_argument("--font", choices=["serif", "sans"], default="serif")
-    fig.add_argument("--ppi", type=float, default=300, help="PNG resolution (default 300)")
+    fig.add_argument("--ppi", type=_ppi, default=300, help="PNG resolution (default 300)")
     fig.set_defaults(func=cmd_figure)
 
     report = sub.add_parser("report", help="one self-contained HTML report with the linked views")
@@ -429,8 +495,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line_warning(message, category, filename, lineno, file=None, line=None):
+    # A warning (e.g. a cache that cannot be written) is one line, like the errors.
+    print(f"{PROG}: warning: {message}", file=sys.stderr if file is None else file)
+
+
 def main(argv=None) -> int:
     """Entry point of ``ess-explorer``; returns the exit status (0, 1 failure, 2 usage)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        if not _debug():
+            warnings.showwarning = _one_line_warning
+        return _main(argv)
+
+
+def _debug() -> bool:
+    return os.environ.get("ESS_EXPLORER_DEBUG", "").lower() not in ("", "0", "false", "no")
+
+
+def _main(argv=None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -445,21 +529,26 @@ def main(argv=None) -> int:
     except SystemExit as done:  # --help and --version exit through argparse
         return int(done.code or 0) if isinstance(done.code, (int, type(None))) else 2
     except UsageError as error:
+        if _debug():
+            raise
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
     except (ValueError, FileNotFoundError, KeyError, OSError) as error:
+        if _debug():
+            raise
         message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         if isinstance(error, KeyError):  # KeyError's str() is the quoted key
             message = message.strip("'\"")
         print(f"{PROG}: error: {message}", file=sys.stderr)
         return 1
-    except Exception as error:  # a bug, not a user error: still one line, traceback on request
-        if os.environ.get("ESS_EXPLORER_DEBUG"):
+    except BaseException as error:  # a bug (or a native panic), not a user error: one line, traceback on request
+        if _debug() or isinstance(error, SystemExit):
             raise
-        print(f"{PROG}: error: internal error ({type(error).__name__}: {error}); "
+        text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        print(f"{PROG}: error: internal error ({type(error).__name__}: {text}); "
               "set ESS_EXPLORER_DEBUG=1 for the traceback", file=sys.stderr)
         return 1
 

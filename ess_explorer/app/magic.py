@@ -6,12 +6,16 @@
     %ess --result run.npz                            # a saved ESSResult, no model
 
 It opens the same explorer as ``ess_explorer.explore`` (and returns it, so it displays).
-Bad options print argparse's usage and a clear message instead of a traceback.
+Bad options print argparse's usage and a clear message instead of a traceback; so does any
+other failure (a missing result file, a model that cannot be loaded): one line that says
+what was wrong. ``ESS_EXPLORER_DEBUG=1`` re-raises with the traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import shlex
 
 __all__ = ["load_ipython_extension", "ess_magic", "parse_ess_args"]
@@ -31,6 +35,16 @@ def _unit(text: str):
         raise argparse.ArgumentTypeError(f"unit must be mean, max, sum or a unit index, got {text!r}") from None
 
 
+def _tolerance(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number such as 1e-3, got {text!r}") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"the tolerance must be a finite number >= 0, got {text!r}")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="%ess", description="Open the ESS explorer.", add_help=False)
     p.add_argument("prompt", nargs="*", help="prompt text (quote it); default: the model's example prompt")
@@ -38,7 +52,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--layer", "-l", type=int, default=None)
     p.add_argument("--unit", "-u", type=_unit, default="mean", help="mean, max, sum or a head / channel index")
     p.add_argument("--variant", choices=["tolerance", "entropy"], default="tolerance")
-    p.add_argument("--tol", type=float, default=None, help="tolerance (relative to sigma_1 unless --absolute)")
+    p.add_argument("--tol", type=_tolerance, default=None, help="tolerance (relative to sigma_1 unless --absolute)")
     p.add_argument("--absolute", action="store_true", help="the tolerance is absolute, not relative to sigma_1")
     p.add_argument("--stride", type=int, default=None, help="position stride of the overview pass (default: auto)")
     p.add_argument("--result", default=None, help="open a saved ESSResult (.npz) instead of running a model")
@@ -64,7 +78,11 @@ def parse_ess_args(line: str) -> tuple[str | None, str | None, dict]:
     if args.result is not None:
         from ..result import ESSResult
 
-        options["result"] = ESSResult.load(args.result)
+        try:
+            options["result"] = ESSResult.load(args.result)
+        except FileNotFoundError:
+            raise ValueError(f"%ess: no saved result at {args.result!r}; give the path of a .npz written by "
+                             "ESSResult.save or `ess-explorer analyze --out`") from None
     prompt = " ".join(args.prompt) if args.prompt else None
     return args.model, prompt, options
 
@@ -73,12 +91,22 @@ def ess_magic(line: str = ""):
     """%ess [--model M] [--layer N] [--unit U] [--variant V] [--tol X] [--absolute] "prompt" """
     from .widget import explore
 
+    debug = os.environ.get("ESS_EXPLORER_DEBUG", "").lower() not in ("", "0", "false", "no")
     try:
         model, prompt, options = parse_ess_args(line)
     except ValueError as error:
+        if debug:
+            raise
         print(error)
         return None
-    return explore(model, prompt, **options)
+    try:
+        return explore(model, prompt, **options)
+    except Exception as error:  # noqa: BLE001 (a notebook user gets one line, not a traceback)
+        if debug:
+            raise
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        print(f"%ess: error: {first} (set ESS_EXPLORER_DEBUG=1 for the traceback)")
+        return None
 
 
 def load_ipython_extension(ipython) -> None:

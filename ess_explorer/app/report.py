@@ -130,7 +130,8 @@ def report_html(result: ESSResult, *, layer: int | None = None, title: str | Non
     header = (
         f"<h1>{html.escape(title)}</h1>"
         f"<p class='sub'>{result.length} tokens · layers {', '.join(str(i) for i in sorted(result.layers))} · "
-        f"tolerance {html.escape(str(result.meta.get('tol')))} ({'relative' if result.meta.get('relative', True) else 'absolute'}) · "
+        f"tolerance {html.escape(str(result.meta.get('tol')))} ({'relative' if result.meta.get('relative', True) else 'absolute'}, "
+        f"scope {html.escape(str(result.meta.get('scope', 'cut')))}) · gates {html.escape(str(result.meta.get('gates', 'outside')))} · "
         f"ess-explorer {html.escape(str(result.meta.get('package_version')))}. Click a position on the ESS chart to move "
         "the spectrum and the H<sub>t</sub> outline; click a layer in the overview to mark it. "
         "Everything on this page works offline.</p>"

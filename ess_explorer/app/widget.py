@@ -186,6 +186,11 @@ class ESSExplorer(W.VBox):
             raise ValueError(f"stride must be 'auto', None or a positive int, got {stride!r}")
         if result is not None and not isinstance(result, ESSResult):
             raise ValueError(f"result must be an ESSResult, got {type(result).__name__}")
+        if tol is not None and (isinstance(tol, bool) or not isinstance(tol, (int, float, np.integer, np.floating))
+                                or not np.isfinite(tol) or tol < 0):
+            raise ValueError(f"tol must be a finite number >= 0 (e.g. 1e-3), got {tol!r}")
+        if relative is not None and not isinstance(relative, (bool, np.bool_)):
+            raise ValueError(f"relative must be True or False, got {relative!r}")
         alt.JupyterChart.enable_offline()  # the widget's JS from vl-convert, never a CDN
         self._load_fn = load_fn or _default_load
         self._analyze_fn = analyze_fn or _default_analyze
@@ -267,7 +272,9 @@ class ESSExplorer(W.VBox):
         if result is not None:
             self.show_result(result, layer=layer, unit=unit)
             if tol is None:
-                self.tol_w.value = float(result.meta.get("tol", 1e-3))
+                saved = result.meta.get("tol", 1e-3)  # a damaged file's tol falls back to the default
+                ok = isinstance(saved, (int, float)) and not isinstance(saved, bool) and math.isfinite(saved) and saved >= 0
+                self.tol_w.value = float(saved) if ok else 1e-3
             if relative is None:
                 self.relative_w.value = bool(result.meta.get("relative", True))
         elif auto_analyze:

@@ -16,7 +16,7 @@ Chunked attention C (Llama 4 "chunked_attention" layers): token i sees j <= i in
 chunk, floor(j / C) == floor(i / C); T is block lower triangular and the family is
 "chunked_attention" (``window`` holds C).
 Logit soft-capping (Gemma 2) and any score scaling are inside the probabilities.
-TSS per head: t (the KV cache grows; ESS.md section 1), min(t, w - 1) with a window,
+TSS per head: t (the KV cache grows; docs/math.md), min(t, w - 1) with a window,
 t mod C with chunks (at cut t only the tokens of t's own chunk stay readable).
 Cost: spectra by the dense core path, O(L^4 / 19) per head; all heads of a layer go to
 the core in one (H, L, L) call.
@@ -106,6 +106,7 @@ class AttentionAdapter:
             inputs=inputs,
             outputs=o,
             window=slot.chunk or slot.window,
+            multiplicity=head_dim,  # the head's value channels share its T
             info={"num_heads": heads, "num_key_value_heads": int(v.shape[0]), "head_dim": head_dim},
             operator=probs,
         )

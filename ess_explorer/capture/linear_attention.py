@@ -10,9 +10,12 @@ Math. Per head h, no normalisation,
     T_h[i, j] = q_i^T diag(prod_{t=j+1..i} alpha_t) k_j         j <= i
     alpha_t = exp(log_decay_t) in (0, 1]^dk (GLA), alpha = 1 (LA)
 
-and every value channel of the head sees the same T_h (o = T_h v per channel). The short
-conv, projections, per-head norm and output projection are token-wise or come before
-project(), so they stay outside T.
+and every value channel of the head sees the same T_h (o = T_h v per channel). The per-head
+output norm then multiplies token t of head h by 1 / rms(o_{h,t}) (one scale for all the
+head's channels; its weight is constant): the capture keeps that scale as ``out_gate``
+and the scaled output as ``outputs`` (core/gates.py folds it into T with
+gates="inside", keeping the head as the unit). The short conv, projections, the norm's
+weight and the output projection are token-wise or come before project(): outside T.
 
 As a DiagonalSSM per head: a = alpha (L, dk), b = k, c = q, d = 0 (the j = i term is in
 c_i . h_i). Unit = head; factored core path, one batched call per layer, O(L dk^3) per
@@ -62,12 +65,20 @@ class LinearAttentionAdapter:
         def realize(index: torch.Tensor) -> DiagonalSSM:
             return DiagonalSSM(a=decay[index], b=k[index], c=q[index])
 
+        gate = None
+        norm = getattr(slot.module, "out_norm", None)
+        if norm is not None and hasattr(norm, "eps"):  # RMSNorm over dv: x * rsqrt(mean(x^2) + eps) * weight
+            gate = torch.rsqrt(out.pow(2).mean(-1, keepdim=True) + float(norm.eps)).expand_as(out)
+            out = out * gate
+
         return SSMCapture(
             layer=slot.index,
             family="gated_linear_attention" if gated else "linear_attention",
             inputs=v,  # (H, L, dv)
             outputs=out,
+            out_gate=gate,
             state_size=dk,
+            multiplicity=int(v.shape[-1]),  # dv value channels share T_h
             info={"num_heads": heads, "head_dim": dk, "value_dim": int(v.shape[-1])},
             realize=realize,
         )

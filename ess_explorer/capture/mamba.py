@@ -22,7 +22,7 @@ B and C): every call of the layer is kept and the channels concatenated in call 
 
 Capture: the mixer calls the module-level ``mamba_selective_scan(u, dt, A, B, C, D, z,
 delta_bias, delta_softplus, ...)`` of its own modeling module (transformers 5.24; see
-ENVIRONMENT.md). For the one forward pass that function is wrapped in the mixer's module
+docs/families.md). For the one forward pass that function is wrapped in the mixer's module
 (restored in a ``finally``); the wrapper records its arguments and output for the layer
 whose mixer is running (forward pre/post hooks on the mixer). The wrapped call still runs
 the original function, so the model's output is unchanged.
@@ -121,6 +121,7 @@ class MambaAdapter(ScanAdapter):
             outputs=y[..., None],
             out_gate=gate,
             state_size=n,
+            multiplicity=1,  # one channel per unit
             info=info,
             realize=realize,
         )

@@ -8,8 +8,11 @@ G groups of B and C; head h reads group g(h) = h // (H / G)):
     y_t    = C_t[g(h)] . h_t + D[h] x_t
     T_h[i, j] = C_i . B_j dt_j prod_{t=j+1..i} exp(dt_t A[h])     (+ D[h] on the diagonal)
 
-All P channels of a head share T_h (o = T_h x per channel). The gated RMSNorm and the
-output projection that follow are token-wise (outside T).
+All P channels of a head share T_h (o = T_h x per channel). The gated RMSNorm that
+follows multiplies channel c of token t by g[t, c] = silu(z[t, c]) / rms_t (rms over the
+norm's group of y * silu(z)), then by its constant weight; the capture keeps g as
+``out_gate`` and y * g as ``outputs`` (core/gates.py folds g into T with gates="inside";
+the weight and the output projection stay outside).
 
 As a DiagonalSSM per head: a = exp(dt A[h]) expanded over the N modes (L, N), b = dt B
 (L, N), c = C (L, N), d = D[h]. Unit = head, U = num_heads; factored core path, one
@@ -28,7 +31,7 @@ import torch.nn.functional as F
 
 from ..core.operators import DiagonalSSM
 from ..core.units import SSMCapture
-from .base import LayerSlot
+from .base import CaptureSession, LayerSlot
 from .mamba import ScanAdapter
 
 __all__ = ["Mamba2Adapter"]
@@ -37,6 +40,19 @@ __all__ = ["Mamba2Adapter"]
 class Mamba2Adapter(ScanAdapter):
     family = "mamba2"
     function = "mamba2_chunk_scan"
+
+    def install(self, session: CaptureSession, slot: LayerSlot) -> None:
+        super().install(session, slot)
+        norm = getattr(slot.module, "norm", None)
+        if norm is not None and hasattr(norm, "group_size"):  # the gated RMSNorm after the scan
+            raw = session.store(slot.index)
+
+            def on_norm(_module, args, kwargs, _output):
+                gate = args[1] if len(args) > 1 else kwargs.get("gate")
+                if gate is not None:
+                    raw["norm"] = (args[0].detach(), gate.detach(), int(norm.group_size), float(norm.variance_epsilon))
+
+            session.hook(norm.register_forward_hook(on_norm, with_kwargs=True))
 
     def build(self, slot: LayerSlot, raw: dict) -> SSMCapture:
         args, result = self.scan_call(slot, raw)
@@ -71,12 +87,24 @@ class Mamba2Adapter(ScanAdapter):
                 d=D[index][:, None].expand(len(index), length),
             )
 
+        outputs = result[0].reshape(length, heads, head_dim).to(torch.float64).transpose(0, 1)  # (H, L, P)
+        gate = None
+        if "norm" in raw:  # g = silu(z) / rms over the norm's groups, computed as the model does
+            y, z, group, eps = raw["norm"]
+            gated = y[0].to(torch.float64) * F.silu(z[0].to(torch.float64))  # (L, H * P)
+            rms = gated.reshape(length, -1, group).pow(2).mean(-1, keepdim=True).add(eps).sqrt()
+            scale = (F.silu(z[0].to(torch.float64)).reshape(length, -1, group) / rms).reshape(length, heads, head_dim)
+            gate = scale.transpose(0, 1)  # (H, L, P)
+            outputs = outputs * gate
+
         return SSMCapture(
             layer=slot.index,
             family=self.family,
             inputs=x.transpose(0, 1),  # (H, L, P)
-            outputs=result[0].reshape(length, heads, head_dim).to(torch.float64).transpose(0, 1),
+            outputs=outputs,
+            out_gate=gate,
             state_size=n,
+            multiplicity=head_dim,  # the head's P value channels share T_h
             info={"num_heads": heads, "head_dim": head_dim, "d_state": n, "n_groups": groups},
             realize=realize,
         )

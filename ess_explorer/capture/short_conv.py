@@ -52,6 +52,7 @@ class ShortConvAdapter:
             outputs=raw["y"][0].to(torch.float64).T[..., None],
             out_offset=offset,
             kernel_size=int(weight.shape[-1]),
+            multiplicity=1,  # one channel per unit
             info={"hidden_size": int(weight.shape[0]), "kernel_size": int(weight.shape[-1])},
             gate_in=gate_in.T.contiguous(),
             gate_out=gate_out.T.contiguous(),

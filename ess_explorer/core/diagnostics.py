@@ -1,4 +1,4 @@
-"""Capacity (TSS), utilisation and the memory diagnostics of ESS.md section 3.
+"""Capacity (TSS), utilisation and the memory diagnostics of docs/math.md.
 
 The paper gives no numeric thresholds; ours are parameters with documented defaults:
 a unit is *saturated* when its utilisation ESS / TSS >= 0.9 (it uses all the memory it
@@ -11,14 +11,24 @@ saturated; by the ratio of peaks a full-rank head scores about (L/2) / (L-1) = 0
 
 Modulation at separators: how far ESS falls at a separator relative to the ESS just
 before it, 1 - ESS(sep) / mean(ESS over the `window` positions before sep). 0 means no
-drop, 1 means the state is emptied at the separator. ESS.md notes that ESS already dips
+drop, 1 means the state is emptied at the separator. docs/math.md notes that ESS already dips
 *before* EOS because fewer future outputs remain; comparing with the positions just
 before the separator measures the extra drop.
+
+The modulation the project reports (`layer_modulation`: layer diagnostics, explorer,
+report) counts tolerance-ESS with the reset-aware scope MODULATION_SCOPE = "unit": the
+threshold is tol x the largest sigma_1 over the unit's cuts. With the per-cut scope a
+near-reset is invisible: a decay scaled by 1e-4 at the separator scales the whole cut H_sep
+by 1e-4, which a per-cut relative tolerance cancels, so the per-cut modulation is that of
+the operator without the reset (negative while ESS still grows; docs/conventions.md).
+Entropy-ESS has the same blindness (p = sigma / sum sigma), hence the tolerance default.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from .ess import DEFAULT_TOL, MODULATION_SCOPE, check_scope, check_variant
 
 __all__ = [
     "FAMILIES",
@@ -30,6 +40,7 @@ __all__ = [
     "classify_utilisation",
     "layer_diagnostics",
     "modulation_at",
+    "layer_modulation",
 ]
 
 SATURATED_AT = 0.9
@@ -131,17 +142,25 @@ def layer_diagnostics(
     ``unit_utilisation`` (U,), ``unit_state`` (U,) labels, and layer summaries
     ``utilisation`` (mean over units), ``state`` (its label), ``n_saturated``,
     ``n_collapsed``, ``mean_ess``, ``total_ess`` and ``total_tss`` (at the peak cut).
+    ``variant`` "causal" reads the stored causal ESS (NaN for units without a realisation,
+    which then give NaN summaries).
+    Totals count scalars: each unit weighs its ``multiplicity`` (the channels that share its
+    T; 1 when the layer has none), so totals compare across families (docs/conventions.md).
     """
-    if variant not in ("tolerance", "entropy"):
-        raise ValueError(f"variant must be 'tolerance' or 'entropy', got {variant!r}")
-    ess = layer.tolerance_ess if variant == "tolerance" else layer.entropy_ess
+    check_variant(variant)
+    ess = {"tolerance": layer.tolerance_ess, "entropy": layer.entropy_ess,
+           "causal": getattr(layer, "causal_ess", None)}[variant]
+    if ess is None:
+        raise ValueError("this layer has no causal ESS")
     ess = np.asarray(ess, dtype=np.float64)
     tss = np.asarray(layer.tss, dtype=np.float64)
     valid = tss > 0
     unit_util = utilisation(_reduce_time(ess, reduce, valid), _reduce_time(tss, reduce, valid))
     states = classify_utilisation(unit_util, saturated, collapsed)
     layer_util = float(unit_util.mean()) if unit_util.size else 0.0
-    total_ess = ess.sum(0)
+    weight = np.asarray(getattr(layer, "multiplicity", None) if getattr(layer, "multiplicity", None) is not None
+                        else np.ones(ess.shape[0]), dtype=np.float64)[:, None]
+    total_ess = (weight * ess).sum(0)
     return {
         "variant": variant,
         "reduce": reduce,
@@ -154,7 +173,7 @@ def layer_diagnostics(
         "n_collapsed": int(np.sum(np.atleast_1d(states) == "collapsed")),
         "mean_ess": float(ess[:, valid.any(0)].mean()) if valid.any() else 0.0,
         "total_ess": float(total_ess.max()) if total_ess.size else 0.0,
-        "total_tss": float(tss.sum(0).max()) if tss.size else 0.0,
+        "total_tss": float((weight * tss).sum(0).max()) if tss.size else 0.0,
     }
 
 
@@ -188,3 +207,36 @@ def modulation_at(ess_over_time, positions, separators, window: int = 4, lag: in
             after = ess[..., [column[t] for t in range(sep, sep + lag + 1) if t in column]].min(-1)
             scores.append(np.where(ref > 0, 1.0 - after / ref, np.nan))
     return np.stack(scores, axis=-1) if scores else np.zeros(ess.shape[:-1] + (0,))
+
+
+def layer_modulation(
+    layer,
+    separators,
+    *,
+    tol: float = DEFAULT_TOL,
+    relative: bool = True,
+    scope: str = MODULATION_SCOPE,
+    variant: str = "tolerance",
+    window: int = 4,
+    lag: int = 0,
+) -> np.ndarray:
+    """(S,) modulation of one layer (a LayerESS) at each separator: `modulation_at` on the
+    layer total in scalars (sum over units of multiplicity x ESS).
+
+    tolerance-ESS is recounted from the kept singular values at (tol, relative, scope)
+    (``LayerESS.tolerance_ess_at``; sigma_1 is always kept, so the reference is exact, and a
+    count that reaches the kept K is a lower bound). scope defaults to the reset-aware
+    "unit" (module docstring); with ``relative=False`` the scope is "cut" (an absolute
+    tolerance has none). ``variant="entropy"`` uses the stored entropy-ESS (no scope).
+    """
+    if variant not in ("tolerance", "entropy"):
+        raise ValueError(f"variant must be 'tolerance' or 'entropy', got {variant!r}")
+    scope = scope if relative else "cut"
+    check_scope(scope, relative)
+    if variant == "tolerance":
+        ess = np.asarray(layer.tolerance_ess_at(tol, relative, scope)[0], dtype=np.float64)
+    else:
+        ess = np.asarray(layer.entropy_ess, dtype=np.float64)
+    multiplicity = getattr(layer, "multiplicity", None)
+    weight = np.ones(ess.shape[0]) if multiplicity is None else np.asarray(multiplicity, dtype=np.float64)
+    return modulation_at((weight[:, None] * ess).sum(0), layer.positions, separators, window=window, lag=lag)

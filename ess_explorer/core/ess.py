@@ -4,8 +4,21 @@ Conventions (docs/conventions.md):
 - tolerance-ESS(t) = #{k : sigma_k(H_t) > tau}, with tau = tol * sigma_1(H_t) when
   ``relative=True`` (the default, so the count does not depend on the scale of T) and
   tau = tol otherwise. Default tol = 1e-3 (relative).
+- The scope of a relative tolerance: which sigma_1 the threshold refers to.
+    "cut"    tau = tol * sigma_1(H_t): each cut on its own scale (blind to a uniform
+             scaling of a cut, so a near-reset such as a decay of 1e-4 at one step leaves
+             the count unchanged there);
+    "unit"   tau = tol * max_t sigma_1(H_t) over the cuts given of the unit: reset-aware;
+    "layer"  tau = tol * the largest sigma_1 over all cuts of all units given (the layer
+             read as one block-diagonal operator: the layer's total is then the block
+             operator's tolerance-ESS).
+  With ``relative=False`` the threshold is absolute and a scope other than "cut" is refused.
+  "unit" and "layer" take the maximum over the cuts *given*: with a stride or a subset of
+  positions it is over those (exact when every cut is computed).
 - entropy-ESS(t) = exp(H(p)), p_k = sigma_k / sum_m sigma_m (singular values, not their
-  squares), 0 log 0 = 0; an all-zero cut gives 0.
+  squares), 0 log 0 = 0; an all-zero cut gives 0. It has no scope: p is normalised per cut,
+  so any scaling of a cut cancels, and a scale-aware version would have to decide how much
+  weight the missing mass gets, which is what the tolerance scope decides explicitly.
 
 Every ESS function takes *either* an operator, positionally (a dense (*batch, L, L) stack or
 a factored operator such as `DiagonalSSM`), *or* singular values by keyword
@@ -24,7 +37,12 @@ from .spectra import hankel_singular_values
 __all__ = [
     "DEFAULT_TOL",
     "DEFAULT_RELATIVE",
+    "DEFAULT_SCOPE",
+    "MODULATION_SCOPE",
+    "SCOPES",
     "VARIANTS",
+    "check_scope",
+    "tolerance_reference",
     "check_variant",
     "tolerance_ess",
     "entropy_ess",
@@ -33,7 +51,10 @@ __all__ = [
 
 DEFAULT_TOL = 1e-3
 DEFAULT_RELATIVE = True
-VARIANTS = ("tolerance", "entropy")
+SCOPES = ("cut", "unit", "layer")
+DEFAULT_SCOPE = "cut"  # the per-cut ESS the results report (scale-free per cut)
+MODULATION_SCOPE = "unit"  # modulation at separators: reset-aware (docs/conventions.md)
+VARIANTS = ("tolerance", "entropy", "causal")  # causal: core/causal.py (stored, not recounted here)
 
 
 def check_variant(variant: str) -> str:
@@ -76,20 +97,57 @@ def _check_tolerance(tol, relative) -> None:
     require(isinstance(relative, (bool, np.bool_)), f"relative must be True or False, got {relative!r}")
 
 
+def check_scope(scope: str, relative: bool = True) -> str:
+    """The one place that accepts a tolerance scope; a non-"cut" scope needs relative=True."""
+    require(scope in SCOPES, f"scope must be one of {', '.join(map(repr, SCOPES))}; got {scope!r}")
+    require(
+        relative or scope == "cut",
+        f"scope={scope!r} chooses which sigma_1 a relative tolerance refers to; with relative=False the "
+        "tolerance is absolute and has no scope: leave scope='cut' or pass relative=True",
+    )
+    return scope
+
+
+def tolerance_reference(sigma, scope: str):
+    """sigma_1 that a relative tolerance refers to, broadcastable against ``sigma``
+    (*batch, P, K) (torch or numpy): per cut, per unit (max over P) or over everything."""
+    first = sigma[..., :1]  # (*batch, P, 1)
+    empty = (first.size if isinstance(first, np.ndarray) else first.numel()) == 0
+    if scope == "cut" or empty:
+        return first
+    if scope == "unit":
+        return first.max(-2, keepdims=True) if isinstance(first, np.ndarray) else first.amax(-2, keepdim=True)
+    return first.max()  # "layer": one reference for all units given
+
+
 def tolerance_ess(
-    op=None, tol: float = DEFAULT_TOL, relative: bool = DEFAULT_RELATIVE, *, spectra=None, **kwargs
+    op=None,
+    tol: float = DEFAULT_TOL,
+    relative: bool = DEFAULT_RELATIVE,
+    *,
+    spectra=None,
+    scope: str = DEFAULT_SCOPE,
+    reference=None,
+    **kwargs,
 ) -> torch.Tensor:
     """tolerance-ESS: #{k : sigma_k(H_t) > tau}, shape (*batch, P), int64.
 
-    tau = tol * sigma_1(H_t) when relative (default) else tol. A cut with sigma_1 = 0 has
-    ESS 0 either way. ``kwargs`` pass to `hankel_singular_values` (positions, stride, top_k
-    is refused: a count from cut spectra would be wrong) when given an operator.
+    tau = tol * sigma_1 when relative (default) else tol, where sigma_1 is that of the cut,
+    the largest over the unit's cuts or over all cuts of all units given (``scope``, see the
+    module docstring). ``reference``: a sigma_1 given explicitly (a number or a tensor
+    broadcastable to (*batch, P, 1)), e.g. the maximum over a layer computed in chunks; it
+    replaces the scope's. A cut with sigma_1 = 0 has ESS 0 either way. ``kwargs`` pass to
+    `hankel_singular_values` (positions, stride; top_k is refused: a count from cut spectra
+    would be wrong) when given an operator.
     """
     _check_tolerance(tol, relative)
+    check_scope(scope, relative)
     require("top_k" not in kwargs, "top_k would cut the spectra before counting; tolerance_ess counts the full spectrum")
     sigma = _singular_values(op, spectra, kwargs)
-    threshold = tol * sigma[..., :1] if relative else torch.full_like(sigma[..., :1], tol)
-    return (sigma > threshold).sum(-1)
+    if not relative:
+        return (sigma > tol).sum(-1)
+    ref = tolerance_reference(sigma, scope) if reference is None else torch.as_tensor(reference, dtype=sigma.dtype)
+    return (sigma > tol * ref).sum(-1)
 
 
 def entropy_ess(op=None, *, spectra=None, **kwargs) -> torch.Tensor:

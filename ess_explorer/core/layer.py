@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from .diagnostics import unit_kind
-from .ess import entropy_ess, tolerance_ess
+from .ess import DEFAULT_SCOPE, check_scope, entropy_ess, tolerance_ess, tolerance_reference
 from .units import CapturedLayer, DenseCapture, SSMCapture
 
 __all__ = ["layer_arrays", "SPECTRA_BUDGET"]
@@ -35,9 +35,10 @@ DENSE_CHUNK_CELLS = 32_000_000  # dense T cells per chunk of heads (~256 MB in f
 FACTORED_CHUNK_BYTES = 256 << 20
 
 
-def _chunk_size(layer: CapturedLayer, n_pos: int, most: int) -> int:
+def _chunk_size(layer: CapturedLayer, n_pos: int, most: int, path: dict) -> int:
     chunk = max(1, UNIT_CHUNK_VALUES // max(1, n_pos * most))
-    if isinstance(layer, DenseCapture):  # the dense stack of a chunk is materialised in float64
+    # the dense stack of a chunk is materialised in float64 (also an SSM chosen dense)
+    if isinstance(layer, DenseCapture) or path.get("method") == "dense":
         chunk = min(chunk, max(1, DENSE_CHUNK_CELLS // max(1, layer.length**2)))
     elif isinstance(layer, SSMCapture):  # the core's sweep buffer is (units, P, N, N) float64
         chunk = min(chunk, max(1, FACTORED_CHUNK_BYTES // max(1, 8 * n_pos * layer.state_size**2)))
@@ -56,12 +57,17 @@ def layer_arrays(
     device=None,
     tss=None,
     operator_dtype=torch.float32,
+    scope: str = DEFAULT_SCOPE,
 ) -> dict:
     """The fields of a LayerESS for the units ``unit_ids`` (default all) of ``layer``.
 
     positions (P,): the cuts t to compute. operator_rows: rows (into unit_ids) whose dense T
     is kept, in ``operator_dtype`` (float32 by default: the operator view needs no more). tss: (P,) or (U, P) capacity overriding the
-    family's (`CapturedLayer.tss`).
+    family's (`CapturedLayer.tss`). scope: the relative tolerance's reference (core/ess.py);
+    with "layer" it is the largest sigma_1 over every unit in ``unit_ids``, so a layer
+    computed in more than one chunk is swept twice (the counts need the maximum first).
+    Causal ESS (core/causal.py) follows the same tol / relative / scope; NaN for units with
+    no known realisation.
     """
     unit_ids = list(range(layer.n_units)) if unit_ids is None else list(unit_ids)
     positions = np.asarray(positions, dtype=np.int64)
@@ -71,17 +77,46 @@ def layer_arrays(
     keep = max(1, min(most, SPECTRA_BUDGET // max(1, n_units * n_pos)))
     keep = keep if top_k is None else min(keep, top_k)
 
-    chunk = _chunk_size(layer, n_pos, most)
+    check_scope(scope, relative)
+    path = layer.spectra_path(positions, device)
+    chunk = _chunk_size(layer, n_pos, most, path)
+    chunks = [slice(start, min(n_units, start + chunk)) for start in range(0, n_units, chunk)]
     tol_ess = np.zeros((n_units, n_pos), dtype=np.int64)
     ent_ess = np.zeros((n_units, n_pos), dtype=np.float64)
+    causal = np.full((n_units, n_pos), np.nan)
     kept = np.zeros((n_units, n_pos, keep), dtype=np.float64)
-    for start in range(0, n_units, chunk):
-        rows = slice(start, min(n_units, start + chunk))
+    structural = layer.causal_count(positions)
+    # scope "layer" over several chunks: the counts wait for the layer's largest sigma_1.
+    deferred = scope == "layer" and len(chunks) > 1
+    top = {"hankel": 0.0, "causal": 0.0}
+
+    def count(rows, sigma, csig, references):
+        tol_ess[rows] = tolerance_ess(spectra=sigma, tol=tol, relative=relative, scope=scope,
+                                      reference=references.get("hankel")).cpu().numpy()
+        if csig is not None:
+            causal[rows] = tolerance_ess(spectra=csig, tol=tol, relative=relative, scope=scope,
+                                         reference=references.get("causal")).cpu().numpy()
+
+    def chunk_spectra(rows):
         sigma = layer.spectra(unit_ids[rows], positions, device=device, dtype=torch.float64)
-        tol_ess[rows] = tolerance_ess(spectra=sigma, tol=tol, relative=relative).cpu().numpy()
+        csig = layer.causal_spectra(unit_ids[rows], positions, device=device, dtype=torch.float64)
+        return sigma, csig
+
+    for rows in chunks:
+        sigma, csig = chunk_spectra(rows)
         ent_ess[rows] = entropy_ess(spectra=sigma).cpu().numpy()
         width = min(keep, sigma.shape[-1])
         kept[rows, :, :width] = sigma[..., :width].cpu().numpy()
+        if structural is not None:
+            causal[rows] = structural
+        if deferred:
+            top["hankel"] = max(top["hankel"], float(tolerance_reference(sigma, "layer")))
+            if csig is not None:
+                top["causal"] = max(top["causal"], float(tolerance_reference(csig, "layer")))
+        else:
+            count(rows, sigma, csig, {})
+    for rows in chunks if deferred else ():
+        count(rows, *chunk_spectra(rows), top)
 
     operators = {
         int(row): layer.dense([unit_ids[row]])[0].to(operator_dtype).cpu().numpy() for row in operator_rows
@@ -89,7 +124,7 @@ def layer_arrays(
     return dict(
         layer=layer.layer,
         family=layer.family,
-        unit_kind=unit_kind(layer.family),
+        unit_kind=layer.info.get("unit_kind", unit_kind(layer.family)),  # "channel" once gates split a head
         positions=positions.copy(),
         tolerance_ess=tol_ess,
         entropy_ess=ent_ess,
@@ -98,4 +133,7 @@ def layer_arrays(
         singular_values=kept,
         rank_bound=np.broadcast_to(rank_bound, (n_units, n_pos)).astype(np.int64),
         operators=operators,
+        path=path,
+        multiplicity=np.full(n_units, layer.unit_multiplicity(), dtype=np.int64),
+        causal_ess=causal,
     )

@@ -69,6 +69,7 @@ class DiagonalSSM:
             len(set(shapes.values())) == 1,
             f"DiagonalSSM: a, b and c must share one shape (*batch, L, N); got {shapes}",
         )
+        require(self.a.numel() > 0, f"DiagonalSSM is empty (shape {shapes['a']}); it needs L >= 1, N >= 1 and one unit")
         if self.d is not None:
             self.d = as_tensor(self.d, "d")
             require(
@@ -78,6 +79,9 @@ class DiagonalSSM:
         for name in ("a", "b", "c", "d"):
             value = getattr(self, name)
             if value is not None:
+                require(value.is_floating_point(),
+                        f"DiagonalSSM: {name} must be a real floating-point tensor, got {value.dtype}; the factored "
+                        "path is real (analyse a complex diagonal SSM densely, or as its real 2x2-block form)")
                 require(bool(torch.isfinite(value).all()), f"DiagonalSSM: {name} contains NaN or infinite values")
 
     @property

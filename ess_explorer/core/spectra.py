@@ -23,13 +23,26 @@ from .checks import as_tensor, require
 from .operators import FACTORED_OPERATORS
 from .sweeps import factored_hankel_singular_values, single_threaded_torch
 
-__all__ = ["hankel_singular_values", "validate_operator", "GRAM_GUARD"]
+__all__ = ["hankel_singular_values", "validate_operator", "GRAM_GUARD", "choose_ssm_path", "DENSE_BUDGET_BYTES",
+           "dense_bytes"]
 
 # The Gram route (eigvalsh of H^T H or H H^T) squares the spectrum: a singular value
 # sigma_k carries an absolute error of about eps * sigma_1^2 / sigma_k. A cut whose
 # smallest value (so estimated) is above GRAM_GUARD * sigma_1 therefore keeps every value
 # to ~1e-10 relative (measured; 1e-6 worst case); any other cut is redone by SVD.
 GRAM_GUARD = 1e-4
+
+# The most memory the dense path may allocate (its copy of T, the output and one cut's
+# Gram matrix), checked before anything is allocated; raise it deliberately if needed.
+DENSE_BUDGET_BYTES = 2 * 1024**3
+
+
+def dense_bytes(batch: int, length: int, n_positions: int, k_out: int, itemsize: int, copies: bool) -> int:
+    """Bytes the dense path allocates for ``batch`` operators of size L: the output
+    (batch, P, K), one cut's Gram matrix (batch, L/2, L/2) and, when the operator is
+    converted to another dtype or device, its copy (batch, L, L)."""
+    half = (length + 1) // 2
+    return itemsize * batch * (n_positions * k_out + half * half + (length * length if copies else 0))
 
 
 def validate_operator(op, name: str = "op") -> torch.Tensor:
@@ -43,6 +56,8 @@ def validate_operator(op, name: str = "op") -> torch.Tensor:
         tensor.shape[-1] == tensor.shape[-2],
         f"{name} must be square in its last two dimensions (L x L); got shape {tuple(tensor.shape)}",
     )
+    require(tensor.shape[-1] >= 1 and tensor.numel() > 0,
+            f"{name} is empty (shape {tuple(tensor.shape)}); an operator needs L >= 1 and at least one unit")
     require(tensor.is_floating_point(), f"{name} must be a floating-point tensor, got {tensor.dtype}")
     require(bool(torch.isfinite(tensor).all()), f"{name} contains NaN or infinite values")
     above = torch.triu(tensor, diagonal=1)
@@ -60,7 +75,11 @@ def validate_operator(op, name: str = "op") -> torch.Tensor:
 def _positions(length: int, positions, stride: int | None) -> torch.Tensor:
     if positions is not None:
         require(stride is None, "give either positions or stride, not both")
-        pos = torch.as_tensor(positions, dtype=torch.long).flatten()
+        given = torch.as_tensor(np.asarray(positions) if not isinstance(positions, torch.Tensor) else positions)
+        require(given.numel() > 0, "positions is empty; give at least one position t")
+        require(not given.is_floating_point() and not given.is_complex() and given.dtype != torch.bool,
+                f"positions must be integers, got {given.dtype} (e.g. {given.flatten()[0].item()!r})")
+        pos = given.to(torch.long).flatten()
         require(
             bool(((pos >= 0) & (pos < length)).all()),
             f"positions must lie in [0, {length - 1}]; got min {pos.min().item()}, max {pos.max().item()}",
@@ -69,6 +88,38 @@ def _positions(length: int, positions, stride: int | None) -> torch.Tensor:
     stride = 1 if stride is None else int(stride)
     require(stride >= 1, f"stride must be a positive integer, got {stride}")
     return torch.arange(0, length, stride)
+
+
+def choose_ssm_path(length: int, state_size: int, positions, device=None) -> dict:
+    """The cheaper exact path for one DiagonalSSM unit: ``{"method", "reason"}``.
+
+    "dense" (materialise T, then the dense path) where the state is large against L, else
+    the factored path ("sweep" on CPU, "scan" elsewhere; see `factored_hankel_singular_values`).
+    Both are exact; the choice only moves the cost. Rough flop counts per unit:
+
+        factored  4 L N^3 (the two sweeps, QR of (N+1) x N per step)
+                  + 12 N^3 per wanted cut (the N x N product and its SVD)
+        dense     2 L^2 N (materialising) + per cut t, with g = min(t, L - t):
+                  2 (L - t) t g (its Gram) + 6 g^3 (eigvalsh / SVD)
+
+    Where N >= L / 2 no cut has rank above N, so the N x N factors are no smaller than the
+    cuts themselves and dense always wins.
+    """
+    device = torch.device(device) if device is not None else torch.device("cpu")
+    factored_method = "sweep" if device.type == "cpu" else "scan"
+    n, length = int(state_size), int(length)
+    if 2 * n >= length:
+        return {"method": "dense", "reason": f"N={n} >= L/2={length // 2}"}
+    t = torch.as_tensor(positions, dtype=torch.float64).flatten()
+    t = t[(t > 0) & (t < length)]
+    g = torch.minimum(t, length - t)
+    dense = 2.0 * length**2 * n + float((2 * (length - t) * t * g + 6 * g**3).sum())
+    factored = 4.0 * length * n**3 + 12.0 * n**3 * len(t)
+    if dense < factored:
+        return {"method": "dense",
+                "reason": f"N={n}, L={length}: est. flops dense {dense:.2g} < factored {factored:.2g}"}
+    return {"method": factored_method,
+            "reason": f"N={n}, L={length}: est. flops factored {factored:.2g} <= dense {dense:.2g}"}
 
 
 def hankel_singular_values(
@@ -80,6 +131,7 @@ def hankel_singular_values(
     positions: Iterable[int] | None = None,
     stride: int | None = None,
     method: str = "auto",
+    batched: bool | None = None,
     progress: bool = False,
 ) -> torch.Tensor:
     """Singular values of every cut H_t = T[t:, :t].
@@ -92,18 +144,55 @@ def hankel_singular_values(
     device : torch device to compute on (default: the operator's own).
     positions / stride : compute only these cuts t (output rows follow ``positions``);
         default every t in 0..L-1. A stride is a quick preview.
-    method : dense path only. "auto" (Gram + eigvalsh with an SVD redo of ill-conditioned
+    method : dense path: "auto" (Gram + eigvalsh with an SVD redo of ill-conditioned
         cuts; as accurate as "svd" and ~2x faster), "svd" (one svdvals per cut) or "gram"
         (no redo: fast, loses values below ~1e-8 * sigma_1).
+        DiagonalSSM: "auto", "sweep" or "scan" (core/sweeps.py, core/scan.py; "auto" is the
+        sweep on CPU and the scan elsewhere).
+    batched : dense path only. True: many cuts per call, zero-padded to a common size
+        within memory-bounded groups of similar size (a few dozen calls per head at L = 1024,
+        the GPU path); False: one call per cut, in threads on CPU. None (default): batched
+        on any device but the CPU.
 
     Returns
     -------
     tensor (*batch, P, K), descending and zero-padded; P = L unless positions/stride given.
+
+    Raises ValueError for a bad operator or option, for a dense input whose memory
+    (`dense_bytes`) exceeds DENSE_BUDGET_BYTES (before allocating anything), and for
+    spectra that overflow (e.g. decays |a| > 1 over a long sequence): never inf / NaN.
     """
+    require(top_k is None or (isinstance(top_k, (int, np.integer)) and not isinstance(top_k, bool) and top_k >= 1),
+            f"top_k must be a positive integer or None, got {top_k!r}")
+    try:
+        sigma = _hankel_singular_values(op, top_k, dtype, device, positions, stride, method, batched, progress)
+    except torch.linalg.LinAlgError as error:
+        raise _overflow(op) from error
+    if not bool(torch.isfinite(sigma).all()):
+        raise _overflow(op)
+    return sigma
+
+
+def _overflow(op) -> ValueError:
+    """The error for spectra that left the floating-point range (growing decays)."""
+    hint = ""
+    decay = getattr(op, "a", None) if isinstance(op, FACTORED_OPERATORS) else None
+    if isinstance(decay, torch.Tensor) and decay.numel():
+        hint = f" (largest |a| = {decay.abs().max().item():.3g}: decays above 1 grow like |a|^L)"
+    return ValueError(
+        f"the operator's singular values overflow the floating-point range{hint}; ESS is defined for "
+        "operators whose entries stay finite: check the decays (|a| <= 1 for a stable model) or rescale the operator"
+    )
+
+
+def _hankel_singular_values(op, top_k, dtype, device, positions, stride, method, batched, progress) -> torch.Tensor:
     if isinstance(op, FACTORED_OPERATORS):
         pos = _positions(op.length, positions, stride)
-        return factored_hankel_singular_values(op, positions=pos, top_k=top_k, dtype=dtype, device=device)
+        return factored_hankel_singular_values(
+            op, positions=pos, top_k=top_k, dtype=dtype, device=device, method=method
+        )
     require(method in ("auto", "svd", "gram"), f"method must be 'auto', 'svd' or 'gram', got {method!r}")
+    _check_dense_budget(as_tensor(op, "op"), top_k, dtype, device, positions, stride)  # before any allocation
     dense = validate_operator(op)
     length = dense.shape[-1]
     pos = _positions(length, positions, stride)
@@ -113,6 +202,13 @@ def hankel_singular_values(
     max_rank = length // 2
     k_out = max_rank if top_k is None else min(int(top_k), max_rank)
     out = torch.zeros(flat.shape[0], len(pos), k_out, dtype=dtype, device=dense.device)
+    if batched if batched is not None else dense.device.type != "cpu":
+        groups = _size_groups(pos, length, flat.shape[0])
+        for rows in tqdm(groups, disable=not progress, desc="cut groups", leave=False):
+            sigma = _group_singular_values(flat, pos[rows], method)  # (B, len(rows), g)
+            width = min(k_out, sigma.shape[-1])
+            out[:, rows, :width] = sigma[..., :width]
+        return out.reshape(*batch_shape, len(pos), k_out)
     bar = tqdm(total=len(pos), disable=not progress, desc="cuts", leave=False)
 
     def fill(rows: list[int]) -> None:
@@ -141,6 +237,34 @@ def hankel_singular_values(
     return out.reshape(*batch_shape, len(pos), k_out)
 
 
+def _check_dense_budget(tensor: torch.Tensor, top_k, dtype, device, positions, stride) -> None:
+    """ValueError (with the estimate and the ways out) when the dense path on ``tensor``
+    would allocate more than DENSE_BUDGET_BYTES; shapes only, nothing is allocated."""
+    if tensor.ndim < 2 or tensor.shape[-1] != tensor.shape[-2]:
+        return  # validate_operator says what is wrong
+    length = tensor.shape[-1]
+    batch = int(np.prod(tensor.shape[:-2], dtype=np.int64))
+    if positions is not None:
+        n_positions = int(np.asarray(positions).size) if not isinstance(positions, torch.Tensor) else positions.numel()
+    else:
+        n_positions = -(-length // max(1, int(stride or 1)))
+    k_out = length // 2 if top_k is None else min(int(top_k), length // 2)
+    target = torch.device(device) if device is not None else tensor.device
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    need = dense_bytes(batch, length, n_positions, k_out, itemsize, tensor.dtype != dtype or tensor.device != target)
+    need += batch * length * length * tensor.element_size()  # validate_operator's triangle check
+    if need > DENSE_BUDGET_BYTES:
+        raise ValueError(
+            f"the dense path would allocate about {_size(need)} for operators of shape {tuple(tensor.shape)} "
+            f"(budget {_size(DENSE_BUDGET_BYTES)}, spectra.DENSE_BUDGET_BYTES); compute fewer cuts "
+            "(stride= or positions=), keep fewer values (top_k=), or pass the operator factored (a DiagonalSSM)"
+        )
+
+
+def _size(n_bytes: int) -> str:
+    return f"{n_bytes / 1024**3:.1f} GiB" if n_bytes >= 1024**3 else f"{n_bytes / 1024**2:.2f} MiB"
+
+
 def _cut_singular_values(cut: torch.Tensor, method: str) -> torch.Tensor:
     """Descending singular values of a batch of cuts (B, m, n)."""
     if method == "svd":
@@ -153,4 +277,72 @@ def _cut_singular_values(cut: torch.Tensor, method: str) -> torch.Tensor:
     unsafe = sigma[:, -1] < GRAM_GUARD * sigma[:, 0]
     if bool(unsafe.any()):
         sigma[unsafe] = torch.linalg.svdvals(cut[unsafe])
+    return sigma
+
+
+# Cells of padded cut matrices one batched call may hold (float64: 2 GiB).
+BATCH_CELLS = 1 << 28
+MAX_GROUP = 64  # cuts per batched call at most
+
+
+def _size_groups(pos: torch.Tensor, length: int, units: int) -> list[torch.Tensor]:
+    """Row indices into ``pos`` grouped for the batched path: cuts t >= 1 sorted by their
+    Gram size g = min(t, L - t), consecutive runs of at most MAX_GROUP cuts whose padded
+    (units, cuts, L, g_max) stack stays within BATCH_CELLS (at least one cut)."""
+    size = torch.minimum(pos, length - pos)
+    order = torch.argsort(size, descending=True, stable=True)
+    order = order[size[order] > 0].tolist()
+    groups, start = [], 0
+    while start < len(order):
+        g_max = int(size[order[start]])
+        count = max(1, min(MAX_GROUP, BATCH_CELLS // max(1, units * length * g_max)))
+        groups.append(torch.tensor(order[start : start + count], dtype=torch.long))
+        start += count
+    return groups
+
+
+def _group_singular_values(flat: torch.Tensor, times: torch.Tensor, method: str) -> torch.Tensor:
+    """Descending singular values (B, C, g_max) of the cuts t in ``times`` of every operator
+    in ``flat`` (B, L, L), padded with zeros (padding a matrix with zero rows or columns
+    only adds zero singular values, so nothing is approximated).
+
+    A cut with t <= L - t is taken as its first g_max columns Z = T[:, :g_max] with rows < t
+    and columns >= t zeroed ((L, g_max), Gram Z^T Z); one with t > L - t as its last g_max
+    rows with columns >= t and rows < t zeroed ((g_max, L), Gram Z Z^T). Same Gram/SVD
+    choice and guard as ``_cut_singular_values``.
+    """
+    length = flat.shape[-1]
+    times = times.to(flat.device)
+    g_max = int(torch.minimum(times, length - times).max())
+    idx = torch.arange(length, device=flat.device)
+    tall = times <= length - times  # (C,)
+    sigma = flat.new_zeros(flat.shape[0], len(times), g_max)
+    for select, is_tall in ((tall, True), (~tall, False)):
+        if not bool(select.any()):
+            continue
+        t = times[select][:, None, None]  # (c, 1, 1)
+        if is_tall:  # (c, L, g): row i >= t, column j < t
+            block = flat[:, None, :, :g_max]
+            mask = (idx[None, :, None] >= t) & (idx[None, None, :g_max] < t)
+            cut = block * mask
+            gram = cut.mT @ cut
+        else:  # (c, g, L): rows L - g .. L - 1, row i >= t, column j < t
+            block = flat[:, None, length - g_max :, :]
+            rows = idx[length - g_max :]
+            mask = (rows[None, :, None] >= t) & (idx[None, None, :] < t)
+            cut = block * mask
+            gram = cut @ cut.mT
+        if method == "svd":
+            values = torch.linalg.svdvals(cut)
+        else:
+            values = torch.linalg.eigvalsh(gram).flip(-1).clamp_min(0).sqrt()
+            if method == "auto":
+                # guard as in _cut_singular_values, on each cut's own rank min(t, L - t):
+                # padded zeros are not small values
+                rank = torch.minimum(t, length - t).reshape(1, -1).expand(values.shape[0], -1)
+                smallest = values.gather(-1, (rank - 1)[..., None])[..., 0]
+                unsafe = smallest < GRAM_GUARD * values[..., 0]
+                if bool(unsafe.any()):
+                    values[unsafe] = torch.linalg.svdvals(cut[unsafe])
+        sigma[:, select] = values
     return sigma

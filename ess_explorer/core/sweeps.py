@@ -13,6 +13,7 @@ import torch
 
 from .checks import require
 from .operators import DPLRSSM, DiagonalSSM
+from .scan import scan_chunk
 
 __all__ = ["factored_hankel_singular_values", "single_threaded_torch"]
 
@@ -56,16 +57,23 @@ def factored_hankel_singular_values(
     top_k: int | None = None,
     dtype: torch.dtype = torch.float64,
     device: torch.device | str | None = None,
-    chunk_bytes: int = 512 << 20,
+    chunk_bytes: int | None = None,
+    method: str = "auto",
 ) -> torch.Tensor:
     """Singular values of H_t for every unit of ``ssm`` at the given positions.
 
     Returns ``(*batch, P, K)`` with K = min(top_k, N, L // 2), descending, row 0 (t = 0)
     all zeros. Units are processed in chunks whose stored square roots take about
-    ``chunk_bytes``; on CPU the chunks run in parallel threads (one per torch thread),
+    ``chunk_bytes`` (default 512 MiB; on CUDA a quarter of the free memory, at most 8 GiB); on CPU the chunks run in parallel threads (one per torch thread),
     each with single-threaded torch ops, since the work is many small ops and small
     LAPACK calls that torch would not spread over cores by itself.
+
+    method: "sweep" (one batched step per time step, core/sweeps.py), "scan" (a blocked
+    scan, about 2 sqrt(L) batched calls, core/scan.py) or "auto": the sweep on CPU (fewer
+    flops; Python steps cost little there), the scan on any other device (each step is a
+    kernel launch there). Both give the same values to rounding.
     """
+    require(method in ("auto", "sweep", "scan"), f"method must be 'auto', 'sweep' or 'scan', got {method!r}")
     device = torch.device(device) if device is not None else ssm.a.device
     batch_shape, length, n = ssm.batch_shape, ssm.length, ssm.state_size
     k_out = min(n, length // 2) if top_k is None else min(top_k, n, length // 2)  # rank(H_t) <= L // 2
@@ -80,7 +88,14 @@ def factored_hankel_singular_values(
     wanted = torch.unique(positions[inside])
     if units == 0 or len(wanted) == 0:
         return out.reshape(*batch_shape, len(positions), k_out)
+    require(not (has_low_rank and method == "scan"), "method='scan' combines diagonal transitions only; use 'sweep' for a DPLRSSM")
+    if method == "auto":
+        method = "sweep" if device.type == "cpu" or has_low_rank else "scan"
+    if chunk_bytes is None:  # a GPU is fed larger chunks: fewer, larger launches
+        chunk_bytes = 512 << 20 if device.type != "cuda" else min(8 << 30, torch.cuda.mem_get_info(device)[0] // 4)
     bytes_per_unit = len(wanted) * n * n * torch.finfo(dtype).bits // 8
+    if method == "scan":  # the local roots of both halves at every step, plus the stacked fix-up
+        bytes_per_unit = (2 * length + 4 * len(wanted)) * n * n * torch.finfo(dtype).bits // 8
     workers = torch.get_num_threads() if device.type == "cpu" else 1
     chunk = max(1, min(-(-units // workers), chunk_bytes // max(1, bytes_per_unit)))  # >= one chunk per worker
     chunks = [slice(start, min(units, start + chunk)) for start in range(0, units, chunk)]
@@ -88,8 +103,12 @@ def factored_hankel_singular_values(
 
     def run(sl: slice) -> None:
         ac, bc, cc = (x[sl].to(device=device, dtype=dtype) for x in (a, b, c))
-        pq = None if low_rank is None else tuple(x[sl].to(device=device, dtype=dtype) for x in low_rank)
-        sigma = _sweep_chunk(ac, bc, cc, wanted, low_rank=pq)  # (chunk, W, N)
+        if low_rank is not None:  # DPLR transitions: the sweep (the scan combines diagonal steps only)
+            pq = tuple(x[sl].to(device=device, dtype=dtype) for x in low_rank)
+            sigma = _sweep_chunk(ac, bc, cc, wanted, low_rank=pq)  # (chunk, W, N)
+        else:
+            chunk_fn = _sweep_chunk if method == "sweep" else scan_chunk
+            sigma = chunk_fn(ac, bc, cc, wanted)  # (chunk, W, N)
         out[sl, inside] = sigma[:, row_of_wanted, :k_out]
 
     def run_single_threaded(sl: slice) -> None:

@@ -20,6 +20,12 @@ A capture from a model also keeps what the reconstruction test needs, per unit:
     out_offset(U, L, Cu)  token-wise additive term (a conv bias times C), or None
 
 so that ``outputs == out_gate * (T @ inputs) + out_offset`` per unit (see `reconstruct`).
+
+Multiplicity: the number of scalar channels that share one unit's T (``multiplicity``,
+docs/conventions.md): the value channels of a head (head_dim of V for softmax attention,
+Mamba2, LA, GLA), 1 for a Mamba or short-conv channel. Layer totals count scalars:
+sum over units of multiplicity x (ESS or TSS). An adapter sets it; otherwise it is Cu, the
+last dimension of the captured inputs, and 1 for operators with no captured input.
 Operators that did not come from a model (synthetic ones, `LayerESS.from_operator`) leave
 them None. Token-wise maps (projections, norms) stay outside T (docs/families.md).
 """
@@ -32,10 +38,11 @@ from typing import Callable
 import numpy as np
 import torch
 
+from .causal import reachability_singular_values, shift_register_singular_values
 from .diagnostics import theoretical_state_size
 from .operators import DiagonalSSM
 from .short_conv import short_conv_hankel_singular_values, short_conv_operator
-from .spectra import hankel_singular_values
+from .spectra import choose_ssm_path, hankel_singular_values
 
 __all__ = ["CapturedLayer", "DenseCapture", "SSMCapture", "ShortConvCapture"]
 
@@ -62,6 +69,7 @@ class CapturedLayer:
     state_size: int | None = None
     window: int | None = None
     kernel_size: int | None = None
+    multiplicity: int | None = None
     info: dict = field(default_factory=dict)
 
     @property
@@ -71,6 +79,14 @@ class CapturedLayer:
     @property
     def length(self) -> int:
         return int(self._shape()[1])
+
+    def unit_multiplicity(self) -> int:
+        """Scalar channels per unit that share its T (see the module docstring)."""
+        if self.multiplicity is not None:
+            if int(self.multiplicity) < 1:
+                raise ValueError(f"multiplicity must be a positive channel count, got {self.multiplicity!r}")
+            return int(self.multiplicity)
+        return 1 if self.inputs is None else int(self.inputs.shape[-1])
 
     def _shape(self) -> tuple[int, int]:
         """(units, L), from the captured inputs when there are some."""
@@ -86,9 +102,22 @@ class CapturedLayer:
         """Full spectra of the cuts: (len(units), P, K) with K >= max_rank, descending."""
         raise NotImplementedError
 
+    def spectra_path(self, positions, device=None) -> dict:
+        """How `spectra` computes these cuts: ``{"method", "reason"}`` (recorded per layer)."""
+        return {"method": self.family, "reason": "the family's own path"}
+
     @property
     def max_rank(self) -> int | None:
         """An upper bound on rank(H_t) from the structure (N, d_k, k - 1, w - 1), or None."""
+        return None
+
+    def causal_spectra(self, units, positions, *, device=None, dtype=torch.float64) -> torch.Tensor | None:
+        """sigma(R_t), the reachability factor of each cut, (len(units), P, K) descending, for a
+        family with a known realisation; None otherwise (core/causal.py)."""
+        return None
+
+    def causal_count(self, positions) -> np.ndarray | None:
+        """(P,) causal ESS fixed by the structure (softmax attention: its KV cache), or None."""
         return None
 
     def rank_bound(self, positions) -> np.ndarray:
@@ -134,10 +163,21 @@ class DenseCapture(CapturedLayer):
     def max_rank(self) -> int | None:
         return None if self.window is None else max(self.window - 1, 0)
 
+    def spectra_path(self, positions, device=None) -> dict:
+        batched = torch.device(device if device is not None else self.operator.device).type != "cpu"
+        return {"method": "dense", "reason": "the operator is stored dense"
+                + ("; cuts batched by size" if batched else "; one call per cut")}
+
     def spectra(self, units, positions, *, device=None, dtype=torch.float64) -> torch.Tensor:
         return hankel_singular_values(
             self.operator[_index(units)], positions=torch.as_tensor(positions), dtype=dtype, device=device
         )
+
+    def causal_count(self, positions) -> np.ndarray | None:
+        # Softmax attention keeps every past token (t, or w - 1 with a window; chunked: the
+        # tokens of the current chunk); any other dense operator has no known realisation,
+        # so no causal ESS (NaN).
+        return self.tss(positions) if self.family in ("softmax_attention", "chunked_attention") else None
 
 
 @dataclass
@@ -161,8 +201,29 @@ class SSMCapture(CapturedLayer):
     def max_rank(self) -> int | None:
         return self.state_size
 
+    def spectra_path(self, positions, device=None) -> dict:
+        """Dense on the materialised T where N is large against L, else factored
+        (core/spectra.py `choose_ssm_path`); exact either way."""
+        if self.state_size is None or device is None:  # both from the operator itself
+            probe = self.ssm([0])
+            state_size = self.state_size if self.state_size is not None else probe.state_size
+            device = device if device is not None else probe.a.device
+        else:
+            state_size = self.state_size
+        return choose_ssm_path(self.length, state_size, positions, device)
+
     def spectra(self, units, positions, *, device=None, dtype=torch.float64) -> torch.Tensor:
-        return hankel_singular_values(self.ssm(units), positions=torch.as_tensor(positions), dtype=dtype, device=device)
+        positions = torch.as_tensor(positions)
+        ssm = self.ssm(units)
+        if self.spectra_path(positions, device)["method"] == "dense":
+            # the dense path returns L // 2 values per cut; rank(H_t) <= N keeps the first N
+            dense = ssm.to(torch.float64).materialize()
+            sigma = hankel_singular_values(dense, positions=positions, dtype=dtype, device=device)
+            return sigma[..., : min(sigma.shape[-1], ssm.state_size)]
+        return hankel_singular_values(ssm, positions=positions, dtype=dtype, device=device)
+
+    def causal_spectra(self, units, positions, *, device=None, dtype=torch.float64) -> torch.Tensor:
+        return reachability_singular_values(self.ssm(units), positions, dtype=dtype, device=device)
 
 
 @dataclass
@@ -189,8 +250,16 @@ class ShortConvCapture(CapturedLayer):
         index = _index(units)
         return short_conv_operator(self.gate_in[index], self.gate_out[index], self.weight[index])
 
+    def spectra_path(self, positions, device=None) -> dict:
+        size = self.kernel_size - 1
+        return {"method": "short_conv", "reason": f"exact from the {size} x {size} block of each cut"}
+
     def spectra(self, units, positions, *, device=None, dtype=torch.float64) -> torch.Tensor:
         index = _index(units)
         return short_conv_hankel_singular_values(
             self.gate_in[index], self.gate_out[index], self.weight[index], positions, device=device, dtype=dtype
         )
+
+    def causal_spectra(self, units, positions, *, device=None, dtype=torch.float64) -> torch.Tensor:
+        gate_in = self.gate_in[_index(units)].to(device=device, dtype=dtype)
+        return shift_register_singular_values(gate_in, self.kernel_size, positions)

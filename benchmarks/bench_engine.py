@@ -1,0 +1,246 @@
+"""Benchmark of the spectra engine's paths, for the device it runs on (prints; not a test).
+
+    python benchmarks/bench_engine.py                      # short run (< 2 min on 2 CPU cores)
+    python benchmarks/bench_engine.py --full               # the real-scale cases
+    python benchmarks/bench_engine.py --models             # + whole random models through analyze
+    python benchmarks/bench_engine.py --device cuda --full --models
+
+Every case runs in a fresh subprocess, so that its peak memory is its own: peak RSS
+(ru_maxrss, whole process: torch included) on CPU, torch.cuda.max_memory_allocated on a GPU.
+Each time is printed as wall seconds and as the process's CPU seconds (all threads), which
+is the steadier figure on a shared machine.
+Cases:
+1. factored: scan vs sweep on a batch of Mamba-shaped channels (N = 16), and the dense
+   path on the materialised operator of one channel; max |dsigma| / sigma_1 against the sweep.
+2. dense: the batched path (cuts grouped by size) vs the per-cut loop, GPT-2-shaped softmax
+   heads (head_dim 64), float64.
+3. a Mamba-130m-shaped layer: 1536 channels, N = 16, L = 1024 (--full; default 192
+   channels, L = 512), all cuts, both ESS variants, method "auto".
+4. (--models) whole GPT-2-small and Mamba-130m shaped models (random weights, built from
+   transformers configs, nothing downloaded) at L = 512 and 1024 through ess_explorer.analyze;
+   skipped when transformers is not installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def mamba_like(channels: int, length: int, state: int, seed: int = 0):
+    """Mamba parameter ranges: a = exp(dt * A), b = dt * B, c = C; B, C shared by the channels."""
+    from ess_explorer import DiagonalSSM
+
+    g = torch.Generator().manual_seed(seed)
+    dt = torch.nn.functional.softplus(torch.randn(channels, length, 1, generator=g, dtype=torch.float64) - 4)
+    A = -torch.arange(1, state + 1, dtype=torch.float64).expand(channels, 1, state)
+    B = torch.randn(1, length, state, generator=g, dtype=torch.float64)
+    C = torch.randn(1, length, state, generator=g, dtype=torch.float64)
+    shape = (channels, length, state)
+    return DiagonalSSM(torch.exp(dt * A), (dt * B).expand(shape), C.expand(shape))
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _peak_gb(device: torch.device) -> float:
+    import resource
+
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated() / 2**30
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
+
+
+def _error(values: torch.Tensor, reference: torch.Tensor) -> float:
+    width = min(values.shape[-1], reference.shape[-1])
+    scale = reference[..., :1].clamp_min(1e-300)
+    return ((values[..., :width].cpu() - reference[..., :width].cpu()).abs() / scale.cpu()).max().item()
+
+
+def run_case(name: str, params: dict, device_name: str) -> dict:
+    """One case, in this (fresh) process. Returns seconds, peak memory and accuracy figures."""
+    from ess_explorer import entropy_ess, hankel_singular_values, tolerance_ess
+
+    device = torch.device(device_name)
+    out: dict = {}
+    if name in ("sweep", "scan", "dense_unit"):
+        ssm = mamba_like(params["units"], params["L"], 16)
+        if name == "dense_unit":
+            op = ssm[:1].materialize()
+            fn = lambda: hankel_singular_values(op, device=device)  # noqa: E731
+        else:
+            fn = lambda: hankel_singular_values(ssm, device=device, method=name)  # noqa: E731
+        fn_ref = lambda: hankel_singular_values(ssm[:1], method="sweep")  # noqa: E731
+    elif name in ("batched", "per_cut"):
+        from ess_explorer.synthetic import softmax_attention
+
+        op = softmax_attention(params["L"], head_dim=64, units=params["units"], seed=1)
+        fn = lambda: hankel_singular_values(op, device=device, batched=name == "batched")  # noqa: E731
+        fn_ref = None
+    elif name == "mamba_layer":
+        ssm = mamba_like(params["units"], params["L"], 16)
+
+        def fn():
+            sigma = hankel_singular_values(ssm, device=device)
+            return sigma, tolerance_ess(spectra=sigma), entropy_ess(spectra=sigma)
+
+        fn_ref = None
+    elif name == "model":
+        return run_model(params, device)
+    else:
+        raise ValueError(f"unknown case {name}")
+    _sync(device)
+    start, cpu_start = time.perf_counter(), time.process_time()
+    value = fn()
+    _sync(device)
+    out["seconds"] = time.perf_counter() - start
+    out["cpu_seconds"] = time.process_time() - cpu_start  # all threads: the honest figure on a shared machine
+    out["peak_gb"] = _peak_gb(device)
+    if name == "mamba_layer":
+        out["mean_tolerance_ess"] = value[1].double().mean().item()
+        out["mean_entropy_ess"] = value[2].double().mean().item()
+    elif fn_ref is not None:
+        out["max_err_vs_sweep"] = _error(value[:1], fn_ref())
+    elif name == "batched":  # against the per-cut loop on CPU, a few heads
+        ref = hankel_singular_values(op[:2], batched=False)
+        out["max_err_vs_per_cut"] = _error(value[:2], ref)
+    return out
+
+
+def run_model(params: dict, device: torch.device) -> dict:
+    import transformers as tf
+
+    from ess_explorer import analyze
+
+    tf.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    if params["kind"] == "gpt2":
+        config = tf.GPT2Config(n_layer=12, n_head=12, n_embd=768, n_positions=max(1024, params["L"]))
+    else:
+        config = tf.MambaConfig(hidden_size=768, num_hidden_layers=24, state_size=16, expand=2, vocab_size=50280)
+    model = tf.AutoModelForCausalLM.from_config(config).eval().to(device)
+    ids = torch.randint(0, config.vocab_size, (1, params["L"]), generator=torch.Generator().manual_seed(1))
+    _sync(device)
+    start, cpu_start = time.perf_counter(), time.process_time()
+    result = analyze(model, ids, progress=False, device=device)
+    _sync(device)
+    lay = result.layers[min(result.layers)]
+    return {"seconds": time.perf_counter() - start, "cpu_seconds": time.process_time() - cpu_start,
+            "peak_gb": _peak_gb(device), "layers": len(result.layers),
+            "path": lay.path, "mean_tolerance_ess_layer0": float(lay.tolerance_ess.mean())}
+
+
+def child(name: str, params: dict, device: str) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.dirname(HERE), env.get("PYTHONPATH")]))
+    run = subprocess.run([sys.executable, __file__, "--device", device, "--case", name, json.dumps(params)],
+                         capture_output=True, text=True, env=env)
+    if run.returncode != 0:
+        return {"error": run.stderr.strip().splitlines()[-1] if run.stderr.strip() else f"exit {run.returncode}"}
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def _get(case: dict, key: str) -> float:
+    return case.get(key, float("nan"))
+
+
+def show(label: str, case: dict, extra: str = "") -> None:
+    if "error" in case:
+        print(f"  {label:<44} failed: {case['error']}", flush=True)
+        return
+    print(f"  {label:<36} {case['seconds']:8.2f} s wall {case['cpu_seconds']:8.2f} s CPU   "
+          f"peak {case['peak_gb']:6.2f} GB  {extra}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--full", action="store_true", help="the real-scale cases")
+    parser.add_argument("--models", action="store_true", help="whole random GPT-2-small / Mamba-130m models")
+    parser.add_argument("--models-only", action="store_true", help="only the whole-model cases")
+    parser.add_argument("--only", choices=["factored", "dense", "layer"], help="one engine section alone")
+    parser.add_argument("--case", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.case:
+        print(json.dumps(run_case(args.case[0], json.loads(args.case[1]), args.device)))
+        return
+    dev = args.device
+    memory = "torch.cuda.max_memory_allocated" if dev.startswith("cuda") else "ru_maxrss (whole process)"
+    print(f"device {dev}, torch {torch.__version__}, {torch.get_num_threads()} threads; peak memory = {memory}")
+    if not args.models_only:
+        sections = [args.only] if args.only else ["factored", "dense", "layer"]
+        if "factored" in sections:
+            factored_cases(args, dev)
+        if "dense" in sections:
+            dense_cases(args, dev)
+        if "layer" in sections:
+            layer_case(args, dev)
+    if args.models or args.models_only:
+        model_cases(dev)
+
+
+def factored_cases(args, dev: str) -> None:
+    length = 1024 if args.full else 256
+    units = 256 if args.full else 32
+    print(f"\n1. factored, Mamba-shaped channels (N = 16), L = {length}, all cuts")
+    times = {}
+    for method in ("sweep", "scan"):
+        case = child(method, {"units": units, "L": length}, dev)
+        times[method] = case.get("seconds")
+        error = _get(case, "max_err_vs_sweep")
+        show(f"{method:<5} {units} channels", case, f"max err/sigma_1 vs CPU sweep {error:.1e}")
+    if times["sweep"] and times["scan"]:
+        print(f"  scan / sweep time: {times['scan'] / times['sweep']:.2f}")
+    case = child("dense_unit", {"units": 1, "L": length}, dev)
+    show("dense, 1 channel materialised", case, f"max err/sigma_1 vs CPU sweep {_get(case, 'max_err_vs_sweep'):.1e}")
+    if "error" not in case and times["sweep"]:
+        print(f"  dense per channel / sweep per channel: {case['seconds'] / (times['sweep'] / units):.0f}x")
+
+
+def dense_cases(args, dev: str) -> None:
+    length, heads = (1024, 12) if args.full else (256, 2)
+    print(f"\n2. dense, softmax heads (head_dim 64), L = {length}, {heads} heads, all cuts, float64")
+    batched = child("batched", {"units": heads, "L": length}, dev)
+    loop = child("per_cut", {"units": heads, "L": length}, dev)
+    error = _get(batched, "max_err_vs_per_cut")
+    show("batched (cuts grouped by size)", batched, f"max err/sigma_1 vs per-cut {error:.1e}")
+    show("per-cut loop", loop)
+    if "error" not in batched and "error" not in loop:
+        print(f"  per-cut / batched time: {loop['seconds'] / batched['seconds']:.2f}")
+
+
+def layer_case(args, dev: str) -> None:
+    channels, length = (1536, 1024) if args.full else (192, 512)
+    print(f"\n3. Mamba-130m-shaped layer: {channels} channels, N = 16, L = {length}, all cuts, both variants")
+    case = child("mamba_layer", {"units": channels, "L": length}, dev)
+    show("method auto", case, f"mean tol-ESS {case.get('mean_tolerance_ess', float('nan')):.2f}, "
+         f"mean entropy-ESS {case.get('mean_entropy_ess', float('nan')):.2f}")
+
+
+def model_cases(dev: str) -> None:
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        print("\n4. whole models: skipped (transformers is not installed)")
+        return
+    print("\n4. whole models through analyze (random weights, built from configs)")
+    for kind in ("gpt2", "mamba"):
+        lengths = (512, 1024, 2048) if kind == "mamba" and dev != "cpu" else (512, 1024)
+        for length in lengths:
+            case = child("model", {"kind": kind, "L": length}, dev)
+            label = f"{'GPT-2-small' if kind == 'gpt2' else 'Mamba-130m'} shaped, L = {length}"
+            show(label, case, f"{case.get('layers', '?')} layers, layer-0 path {case.get('path', {}).get('method')}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# GPU check of the spectra engine: one run on a CUDA machine, under 8 minutes in all.
+# Installs nothing: needs python3 with a CUDA build of torch, numpy and pytest (transformers
+# for the whole-model cases, which are skipped without it). From the repository root:
+#     bash benchmarks/gpu_check.sh        # logs in $OUT when set, else ./gpu_check_logs
+# Steps, each under its own time limit (a step that runs out is reported, the next runs):
+#   1. the gpu-marked tests: CUDA results equal to the CPU's within the accuracy bound
+#   2. a Mamba-130m-shaped layer (1536 channels, N = 16, L = 1024, all cuts, both variants)
+#   3. factored scan vs sweep vs dense; 4. dense batched vs per-cut (GPT-2 heads, L = 1024)
+#   5. whole GPT-2-small and Mamba-130m shaped models at L = 512 and 1024 (Mamba also 2048) through analyze
+set -u
+cd "$(dirname "$0")/.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
+LOGS="${OUT:-$PWD/gpu_check_logs}"
+mkdir -p "$LOGS"
+PY="${PYTHON:-python3}"
+start=$(date +%s)
+say() { echo "[$(( $(date +%s) - start )) s] $*" | tee -a "$LOGS/summary.txt"; }
+step() {  # step NAME SECONDS COMMAND...: run under a limit, log to $LOGS/NAME.log, echo the log
+  local name=$1 limit=$2; shift 2
+  say "$name (limit ${limit} s)"
+  timeout "$limit" "$@" > "$LOGS/$name.log" 2>&1
+  local rc=$?
+  cat "$LOGS/$name.log"
+  say "$name: exit $rc$( [ $rc = 124 ] && echo ' (time limit)')"
+}
+
+date -u | tee -a "$LOGS/summary.txt"
+say "torch: $($PY -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0) if torch.cuda.is_available() else "NO CUDA")' 2>&1)"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >> "$LOGS/summary.txt" 2>&1 || true
+
+step gpu_tests 80 $PY -m pytest -q -m gpu tests/test_engine_paths.py tests/test_dplr.py -p no:cacheprovider
+step layer 80 $PY benchmarks/bench_engine.py --device cuda --full --only layer
+step factored 70 $PY benchmarks/bench_engine.py --device cuda --full --only factored
+step dense 80 $PY benchmarks/bench_engine.py --device cuda --full --only dense
+if $PY -c "import transformers" 2>/dev/null; then
+  step models 170 $PY benchmarks/bench_engine.py --device cuda --models-only
+else
+  say "models: skipped (transformers is not installed)"
+fi
+say "done; logs in $LOGS"

@@ -1,0 +1,84 @@
+"""Causal ESS: the tolerance-rank of the reachability factor of each cut.
+
+For a factored operator H_t = O_t R_t (core/operators.py), the reachability matrix R_t
+(N x t) takes the past inputs u_0..u_{t-1} to the state h_{t-1}. Causal ESS(t) counts the
+singular values of R_t above the tolerance (same ``tol``, ``relative`` and ``scope`` rules
+as tolerance-ESS, core/ess.py): how many state directions the past has actually written,
+whether or not the future reads them. It drops to 1 at the step after an exact reset
+(a_s = 0 leaves only b_s u_s in the state) while ESS, which also needs the future to read
+the state, falls gradually.
+
+The forward square-root sweep gives it without forming R_t: with U_c(t) upper triangular
+and U_c(t)^T U_c(t) = R_t R_t^T (the transpose of the sweep's Lc_t),
+
+    U_c(t + 1) = rank_one(U_c(t) diag(a_t), b_t),      sigma(R_t) = sigma(U_c(t)).
+
+Causal ESS depends on the realisation (the model's own state coordinates), unlike ESS:
+a state basis change S maps R_t to S R_t. It is reported for the realisation the model
+computes with. Other families (core/units.py): softmax attention stores every past token
+(its KV cache), so causal ESS(t) = t (min(t, w - 1) with a window); a gated short conv
+keeps B_j u_j for its last k - 1 inputs, so sigma(R_t) = |B_j| over those j; a dense
+operator with no known realisation has none (NaN, never a guess).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .operators import DPLRSSM, DiagonalSSM
+from .sweeps import _rank_one_update_upper, _times_transition
+
+__all__ = ["reachability_singular_values", "shift_register_singular_values"]
+
+
+def reachability_singular_values(
+    ssm: DiagonalSSM | DPLRSSM, positions, *, dtype: torch.dtype = torch.float64, device=None
+) -> torch.Tensor:
+    """sigma(R_t) for every unit of ``ssm`` at ``positions``: (*batch, P, N), descending.
+
+    Row t = 0 (no past) is all zeros. Cost: one forward sweep, O(L N^3) per unit. A DPLR
+    transition A_t = diag(a_t) + p_t q_t^T enters as U_c A_t^T = U_c (diag(a_t) + q_t p_t^T),
+    after which the factor is re-triangularised by QR.
+    """
+    device = torch.device(device) if device is not None else ssm.a.device
+    positions = torch.as_tensor(positions, dtype=torch.long).flatten().cpu()
+    length, n = ssm.length, ssm.state_size
+    a, b = (x.reshape(-1, length, n).to(device=device, dtype=dtype) for x in (ssm.a, ssm.b))
+    low_rank = None
+    if isinstance(ssm, DPLRSSM) and ssm.rank > 0:
+        low_rank = [x.reshape(-1, length, n, ssm.rank).to(device=device, dtype=dtype) for x in (ssm.p, ssm.q)]
+    units = a.shape[0]
+    out = torch.zeros(units, len(positions), n, dtype=dtype, device=device)
+    wanted = {}
+    for row, t in enumerate(positions.tolist()):
+        if 1 <= t <= length:
+            wanted.setdefault(t, []).append(row)
+    if units and wanted:
+        state = torch.zeros(units, n, n, dtype=dtype, device=device)
+        vector = torch.empty(units, n, dtype=dtype, device=device)
+        for step in range(max(wanted)):
+            if low_rank is None:
+                state.mul_(a[:, step, None, :])  # U_c diag(a_t): the past decays
+            else:  # U_c A_t^T, no longer triangular: the QR route below re-triangularises it
+                p, q = low_rank
+                _times_transition(state, a[:, step], q[:, step], p[:, step])
+            vector.copy_(b[:, step])
+            _rank_one_update_upper(state, vector, rotations=False if low_rank is not None else None)  # b_t u_t enters
+            rows = wanted.get(step + 1)  # the state now holds u_0..u_step: R_{step + 1}
+            if rows:
+                out[:, rows] = torch.linalg.svdvals(state)[:, None, :]
+    return out.reshape(*ssm.batch_shape, len(positions), n)
+
+
+def shift_register_singular_values(gate_in: torch.Tensor, kernel_size: int, positions) -> torch.Tensor:
+    """sigma(R_t) of a gated short conv, whose state is B_j u_j for its last k - 1 inputs:
+    R_t is diagonal with entries B_j, j = max(0, t - k + 1)..t - 1. gate_in: (U, L);
+    returns (U, P, k - 1), descending, zero padded."""
+    units, length = gate_in.shape
+    width = max(kernel_size - 1, 1)
+    out = torch.zeros(units, len(positions), width, dtype=gate_in.dtype, device=gate_in.device)
+    for row, t in enumerate(torch.as_tensor(positions).flatten().tolist()):
+        window = gate_in[:, max(0, t - kernel_size + 1):t].abs()
+        if window.shape[-1]:
+            out[:, row, : window.shape[-1]] = window.sort(-1, descending=True).values
+    return out

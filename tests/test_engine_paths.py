@@ -1,0 +1,133 @@
+"""The engine's alternative paths give the same spectra: scan == sweep == dense SVD, batched
+dense == per-cut dense, the per-unit cost choice is exact and recorded; CUDA == CPU."""
+
+import numpy as np
+import pytest
+import torch
+from test_ess_core import assert_spectra_match, random_ssm
+
+from ess_explorer import DiagonalSSM, hankel_singular_values
+from ess_explorer.core.spectra import choose_ssm_path
+from ess_explorer.core.units import SSMCapture
+from ess_explorer.result import ESSResult, LayerESS
+from ess_explorer.synthetic import diagonal_ssm, softmax_attention
+
+CASES = [
+    (64, 4, 0.3, 0.99, False),
+    (97, 8, 1e-6, 1e-2, False),  # decays near 0; L not a multiple of the block
+    (96, 8, 0.999, 1.0, False),  # decays near 1
+    (80, 6, 0.2, 0.9, True),  # LTI: values down to ~1e-10 sigma_1
+    (80, 8, 0.1, 0.5, True),  # LTI with values between 1e-13 and 1e-9 of sigma_1
+]
+
+
+@pytest.mark.parametrize("length, modes, low, high, lti", CASES)
+def test_scan_matches_sweep_and_dense_svd(length, modes, low, high, lti):
+    ssm = random_ssm(length, modes, units=2, seed=length + modes, decay_low=low, decay_high=high, lti=lti)
+    dense = hankel_singular_values(ssm.materialize(), method="svd")
+    scan = hankel_singular_values(ssm, method="scan")
+    assert_spectra_match(scan, dense)
+    assert_spectra_match(scan, hankel_singular_values(ssm, method="sweep"))
+
+
+@pytest.mark.parametrize("block", [1, 5, 64, 200])
+def test_scan_is_exact_for_any_block_size(block):
+    from ess_explorer.core.scan import scan_chunk
+
+    ssm = random_ssm(64, 4, units=3, seed=block, decay_low=0.5, decay_high=1.0)
+    wanted = torch.tensor([1, 7, 31, 32, 33, 63])
+    dense = hankel_singular_values(ssm.materialize(), method="svd", positions=wanted)
+    assert_spectra_match(scan_chunk(ssm.a, ssm.b, ssm.c, wanted, block=block), dense)
+
+
+def test_scan_handles_exact_zero_decays_and_positions():
+    ssm = diagonal_ssm(40, 4, units=2, seed=5, resets=[20])
+    positions = [0, 3, 19, 20, 21, 39]
+    dense = hankel_singular_values(ssm.materialize(), method="svd", positions=positions)
+    scan = hankel_singular_values(ssm, method="scan", positions=positions)
+    assert (scan[:, 0] == 0).all() and (scan[:, 3] == 0).all()  # t = 0 and the cut at the reset
+    assert_spectra_match(scan, dense)
+
+
+def test_unknown_factored_method_is_refused():
+    with pytest.raises(ValueError, match="sweep"):
+        hankel_singular_values(diagonal_ssm(16, 2, seed=0), method="qr")
+
+
+@pytest.mark.parametrize("method", ["auto", "svd"])
+def test_batched_dense_equals_per_cut(method):
+    op = torch.cat([softmax_attention(70, units=2, seed=2), diagonal_ssm(70, 4, seed=3).materialize()])
+    loop = hankel_singular_values(op, method=method, batched=False)
+    batched = hankel_singular_values(op, method=method, batched=True)
+    assert batched.shape == loop.shape
+    sigma_1 = loop[..., :1]
+    assert ((batched - loop).abs() <= 1e-6 * loop + 1e-10 * sigma_1).all()
+    picked = hankel_singular_values(op, method=method, batched=True, positions=[69, 0, 35, 1, 34])
+    expected = loop[:, [69, 0, 35, 1, 34]]
+    assert ((picked - expected).abs() <= 1e-6 * expected + 1e-10 * expected[..., :1]).all()
+
+
+def test_batched_dense_groups_respect_the_memory_bound(monkeypatch):
+    from ess_explorer.core import spectra
+
+    monkeypatch.setattr(spectra, "BATCH_CELLS", 3 * 40 * 20)  # at most one or two cuts per call
+    groups = spectra._size_groups(torch.arange(40), 40, units=3)
+    assert sorted(torch.cat(groups).tolist()) == list(range(1, 40))
+    sizes = [torch.minimum(g, 40 - g) for g in groups]
+    assert all(3 * 40 * int(s.max()) * len(s) <= 3 * 40 * 20 or len(s) == 1 for s in sizes)
+    op = softmax_attention(40, units=3, seed=4)
+    assert torch.allclose(hankel_singular_values(op, batched=True), hankel_singular_values(op, batched=False),
+                          rtol=1e-9, atol=1e-12)
+
+
+def test_cost_choice_is_dense_when_the_state_is_large_and_recorded():
+    assert choose_ssm_path(128, 128, np.arange(128)) == {"method": "dense", "reason": "N=128 >= L/2=64"}
+    assert choose_ssm_path(1024, 16, np.arange(1024))["method"] == "sweep"
+    assert choose_ssm_path(1024, 16, np.arange(1024), device="cuda")["method"] == "scan"
+
+    # a Mamba2-like head: scalar decay over N = 24 modes at L = 40 (N >= L / 2)
+    g = torch.Generator().manual_seed(3)
+    a = torch.rand(3, 40, 1, generator=g, dtype=torch.float64).expand(3, 40, 24) * 0.5 + 0.5
+    ssm = DiagonalSSM(a, torch.randn(3, 40, 24, generator=g, dtype=torch.float64),
+                      torch.randn(3, 40, 24, generator=g, dtype=torch.float64))
+    capture = SSMCapture(layer=0, family="mamba2", state_size=24, realize=lambda index: ssm[index], shape=(3, 40))
+    positions = np.arange(40)
+    assert capture.spectra_path(positions)["method"] == "dense"
+    chosen = capture.spectra(range(3), positions)
+    factored = hankel_singular_values(ssm, method="sweep")
+    assert chosen.shape[-1] >= 20  # the whole spectrum: rank(H_t) <= min(t, L - t) <= 20
+    assert_spectra_match(factored[..., :20], chosen)
+
+    layer = LayerESS.from_units(capture, positions, tol=1e-6, relative=True)
+    assert layer.path == {"method": "dense", "reason": "N=24 >= L/2=20"}
+    small = LayerESS.from_operator(1, "mamba", diagonal_ssm(64, 4, units=2, seed=1), tol=1e-6, relative=True)
+    assert small.path["method"] == "sweep" and "N=4" in small.path["reason"]
+
+
+def test_path_survives_save_and_load(tmp_path):
+    layer = LayerESS.from_operator(0, "mamba", diagonal_ssm(32, 4, units=2, seed=1), tol=1e-6, relative=True)
+    result = ESSResult(["a"] * 32, list(range(32)), {0: layer}, {})
+    loaded = ESSResult.load(result.save(tmp_path / "r.npz"))
+    assert loaded.layers[0].path == layer.path and layer.path["method"] in ("sweep", "dense")
+
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+@pytest.mark.gpu
+@cuda
+@pytest.mark.parametrize("length, modes, low, high, lti", CASES)
+def test_cuda_scan_and_sweep_equal_cpu(length, modes, low, high, lti):
+    ssm = random_ssm(length, modes, units=2, seed=length + modes, decay_low=low, decay_high=high, lti=lti)
+    cpu = hankel_singular_values(ssm, method="sweep")
+    for method in ("scan", "sweep"):
+        assert_spectra_match(hankel_singular_values(ssm, method=method, device="cuda").cpu(), cpu)
+
+
+@pytest.mark.gpu
+@cuda
+def test_cuda_batched_dense_equals_cpu():
+    op = torch.cat([softmax_attention(256, units=2, seed=2), diagonal_ssm(256, 4, seed=3).materialize()])
+    cpu = hankel_singular_values(op, batched=False)
+    gpu = hankel_singular_values(op, device="cuda").cpu()
+    assert ((gpu - cpu).abs() <= 1e-6 * cpu + 1e-10 * cpu[..., :1]).all()
