@@ -8,7 +8,7 @@ Tensors and tables only (the charts are in views/teaching.py):
 * ``truncation_errors``: the Eckart-Young table, the worst-case error of the best state of
   size m at one cut;
 * ``attainable_ceiling``: ``min(TSS, t, L - t)``, the most ESS a unit can reach at t;
-* ``memory_at_cut``: per layer, total ESS, TSS and ceiling at one cut of an ESSResult;
+* ``memory_at_cut``: per layer, total ESS, TSS and ceiling (in scalars) at one cut of an ESSResult;
 * ``recall_answers``: what a causal LM answers at the queried positions of a recall prompt.
 
 Conventions are the package's (``ess_explorer.result.CONVENTION``): 0-based time,
@@ -89,22 +89,24 @@ def attainable_ceiling(layer) -> np.ndarray:
 
 
 def memory_at_cut(result, t: int) -> list[dict]:
-    """Per layer of an ESSResult at cut t: family, units, total tolerance-ESS, total
-    entropy-ESS, total TSS and total attainable ceiling (sums over the layer's units)."""
+    """Per layer of an ESSResult at cut t: family, units, and the layer totals in scalars
+    (sum over units of multiplicity x value, docs/conventions.md) of tolerance-ESS,
+    entropy-ESS, TSS and the attainable ceiling."""
     rows = []
     for index, lay in sorted(result.layers.items()):
         column = {int(p): k for k, p in enumerate(np.asarray(lay.positions))}
         if int(t) not in column:
             raise ValueError(f"layer {index}: the cut t = {t} was not computed (positions {lay.positions[:3]}...)")
         k = column[int(t)]
+        weight = np.asarray(lay.multiplicity, dtype=np.float64)
         rows.append({
             "layer": index,
             "family": lay.family,
             "units": int(lay.n_units),
-            "ESS": float(np.asarray(lay.tolerance_ess)[:, k].sum()),
-            "entropy-ESS": float(np.asarray(lay.entropy_ess)[:, k].sum()),
-            "TSS": float(np.asarray(lay.tss)[:, k].sum()),
-            "ceiling": float(attainable_ceiling(lay)[:, k].sum()),
+            "ESS": float(lay.total("tolerance")[k]),
+            "entropy-ESS": float(lay.total("entropy")[k]),
+            "TSS": float(lay.total_tss()[k]),
+            "ceiling": float(weight @ attainable_ceiling(lay)[:, k]),
         })
     return rows
 

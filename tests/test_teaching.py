@@ -66,7 +66,8 @@ def test_memory_at_cut_sums_units_and_rejects_a_missing_cut():
     assert [r["layer"] for r in rows] == sorted(result.layers)
     conv = next(r for r in rows if r["family"] == "short_conv")
     lay = result.layer(conv["layer"])
-    assert conv["ESS"] == float(lay.tolerance_ess[:, 20].sum()) and conv["units"] == lay.n_units
+    expected = float((lay.multiplicity * lay.tolerance_ess[:, 20]).sum())  # totals count scalars
+    assert conv["ESS"] == expected and conv["units"] == lay.n_units
     assert all(r["ESS"] <= r["ceiling"] <= r["TSS"] or r["family"] == "softmax_attention" for r in rows)
     with pytest.raises(ValueError, match="not computed"):
         memory_at_cut(result, 10_000)
