@@ -31,12 +31,13 @@ lint: setup
 	$(BIN)/ruff format --check ess_explorer tests benchmarks
 
 test: setup browser lint
-	HF_HUB_OFFLINE=1 REQUIRE_BROWSER=1 $(BIN)/python -m pytest -q
+	HF_HUB_OFFLINE=1 REQUIRE_BROWSER=1 REQUIRE_RAY=1 $(BIN)/python -m pytest -q
 
 test-fast: setup
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m "not slow and not browser"
 
 bench: setup
+	$(BIN)/python benchmarks/bench_engine.py
 	$(BIN)/python benchmarks/bench_core.py
 	$(BIN)/python benchmarks/bench_analyze.py
 	$(BIN)/python benchmarks/bench_views.py

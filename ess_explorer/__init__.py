@@ -6,16 +6,17 @@ re-exports the public API (docs/architecture.md). The Jupyter and chart parts ar
 imported on first use, so that the numerical API loads without Altair or ipywidgets.
 """
 
+from . import sweep, zoo  # sweep is also callable: sweep(models, prompts, out=...)
 from ._version import __version__
 from .analysis import analyze
 from .core.diagnostics import layer_diagnostics, modulation_at, theoretical_state_size
 from .core.ess import DEFAULT_RELATIVE, DEFAULT_TOL, aggregate_units, entropy_ess, tolerance_ess
-from .core.operators import DiagonalSSM, DPLRSSM
+from .core.operators import DPLRSSM, DiagonalSSM
 from .core.spectra import hankel_singular_values
 from .io import ResultCache, export_table, read_result, write_result_dir
 from .result import ESSResult, LayerESS
 from .sources import load_model
-from . import zoo
+from .sweep import SweepResult, summarize
 
 __all__ = [
     "__version__",
@@ -44,6 +45,10 @@ __all__ = [
     "write_result_dir",
     "read_result",
     "ResultCache",
+    "sweep",
+    "SweepResult",
+    "summarize",
+    "ESSCallback",
 ]
 
 # Public names whose modules pull in Altair / ipywidgets: imported when first used. These
@@ -54,6 +59,7 @@ _LAZY = {
     "figure": "views.figures",
     "save_figure": "views.render",
     "write_report": "app.report",
+    "ESSCallback": "sweep.callback",  # imports transformers' Trainer machinery
 }
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -32,7 +33,7 @@ from .core.layer import SPECTRA_BUDGET
 from .core.units import CapturedLayer
 from .result import ESSResult, LayerESS
 
-__all__ = ["analyze", "OPERATOR_BUDGET", "OPERATOR_CHANNELS"]
+__all__ = ["analyze", "capture_layers", "analyze_captured", "CapturedPrompt", "OPERATOR_BUDGET", "OPERATOR_CHANNELS"]
 
 OPERATOR_BUDGET = 4_000_000
 OPERATOR_CHANNELS = 4
@@ -91,43 +92,56 @@ def analyze(
     prompt, a prompt longer than the model's context, token ids out of range, a layer
     index out of range, or bad options.
     """
+    _check_options(tol, stride, top_k, keep_operators, scope=scope, relative=relative)
+    _units(units)  # bad options fail before the forward pass
+    captured = capture_layers(model, input_ids, prompt=prompt, tokenizer=tokenizer, layers=layers, device=device,
+                              gates=gates)
+    return analyze_captured(captured, tol=tol, relative=relative, scope=scope, stride=stride, top_k=top_k,
+                            keep_operators=keep_operators, units=units, progress=progress, release=True)
+
+
+@dataclass
+class CapturedPrompt:
+    """What one forward pass captured: the unit operators of the chosen layers of one prompt.
+
+    input_ids (L,), tokens (L display strings), layers: layer index -> CapturedLayer (the
+    unit operators, core/units.py), meta: the model-level fields of ESSResult.meta
+    (model_id, revision, model_type, n_layers, dtype, transformers), device: where the
+    spectra are computed. `analyze_captured` turns any subset of the layers into an
+    ESSResult, at any stride, without another forward pass.
+    """
+
+    input_ids: list[int]
+    tokens: list[str]
+    layers: dict[int, CapturedLayer]
+    meta: dict = field(default_factory=dict)
+    device: torch.device = torch.device("cpu")
+
+    @property
+    def length(self) -> int:
+        return len(self.input_ids)
+
+
+def capture_layers(model, input_ids=None, *, prompt: str | None = None, tokenizer=None,
+                   layers: Iterable[int] | int | None = None, device=None, gates: str = DEFAULT_GATES) -> CapturedPrompt:
+    """One forward pass of ``model`` capturing the unit operators of ``layers`` (default all).
+
+    Same inputs and the same ValueErrors as `analyze` (exactly one of input_ids or
+    prompt= with tokenizer=; layer indices in range). ``device``: where the spectra will be
+    computed (default: the model's). ``gates``: as in `analyze` (core/gates.py).
+    """
     import transformers
 
     ids = _input_ids(model, input_ids, prompt, tokenizer)
-    _check_number("tol", tol, minimum=0.0)
-    check_scope(scope, relative)
     check_gates(gates)
-    if stride is not None and (not isinstance(stride, int) or stride < 1):
-        raise ValueError(f"stride must be a positive integer or None, got {stride!r}")
-    if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
-        raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
-    if isinstance(keep_operators, str) and keep_operators != "auto":
-        raise ValueError(f"keep_operators must be 'auto', an int, a sequence of unit rows or None; got {keep_operators!r}")
+    spectra_device = _check_device(device) if device is not None else None
     slots = {slot.index: slot for slot in layer_slots(model)}  # key -> slot (keys need not be 0..n-1)
     chosen = _layers(layers, sorted(slots))
-    unit_rows = _units(units)
-    length = len(ids)
-    positions = np.arange(0, length, stride or 1)
     model_device = _model_device(model)
-    spectra_device = _check_device(device) if device is not None else model_device
-
-    captured = capture(model, torch.tensor([ids], dtype=torch.long, device=model_device), [slots[i] for i in chosen])
+    layers_captured = capture(model, torch.tensor([ids], dtype=torch.long, device=model_device),
+                              [slots[i] for i in chosen])
     if gates == "inside":
-        captured = {index: gates_inside(layer) for index, layer in captured.items()}
-    for index in chosen:  # validate the unit selection against every layer before computing
-        _select(unit_rows, captured[index])
-        _operator_rows(keep_operators, captured[index], len(_select(unit_rows, captured[index])))
-
-    result_layers: dict[int, LayerESS] = {}
-    for index in tqdm(chosen, desc="layers", disable=not progress):
-        layer = captured.pop(index)  # free each layer's tensors once done
-        unit_ids = _select(unit_rows, layer)
-        result_layers[index] = LayerESS.from_units(
-            layer, positions, tol=tol, relative=relative, scope=scope, unit_ids=unit_ids, top_k=top_k,
-            device=spectra_device,
-            operator_rows=_operator_rows(keep_operators, layer, len(unit_ids)),
-        )
-
+        layers_captured = {index: gates_inside(layer) for index, layer in layers_captured.items()}
     config = model.config
     meta = {
         "model_id": getattr(config, "_name_or_path", None) or getattr(model, "name_or_path", None) or type(model).__name__,
@@ -136,22 +150,79 @@ def analyze(
         "n_layers": len(slots),
         **_slot_meta(slots, model),
         "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
-        "device": str(spectra_device),
+        "gates": gates,
+        "transformers": transformers.__version__,
+    }
+    return CapturedPrompt(input_ids=list(ids), tokens=_tokens(ids, tokenizer), layers=layers_captured, meta=meta,
+                          device=spectra_device if spectra_device is not None else model_device)
+
+
+def analyze_captured(
+    captured: CapturedPrompt,
+    layers: Iterable[int] | int | None = None,
+    *,
+    tol: float = DEFAULT_TOL,
+    relative: bool = DEFAULT_RELATIVE,
+    scope: str = DEFAULT_SCOPE,
+    stride: int | None = None,
+    top_k: int | None = None,
+    keep_operators="auto",
+    units: int | Sequence[int] | None = None,
+    progress: bool = False,
+    release: bool = False,
+) -> ESSResult:
+    """The ESSResult of ``layers`` (default: every captured layer) of a `capture_layers`
+    capture; options as in `analyze`. No forward pass: call it once per layer (or stride)
+    as the work is wanted. ``release``: drop each layer's operators from ``captured`` once
+    computed (frees memory; that layer cannot be computed again)."""
+    _check_options(tol, stride, top_k, keep_operators, scope=scope, relative=relative)
+    available = sorted(captured.layers)
+    if layers is None:
+        chosen = available
+    else:
+        chosen = _layers(layers, available)  # only what was captured
+    unit_rows = _units(units)
+    for index in chosen:  # validate the unit selection against every layer before computing
+        _select(unit_rows, captured.layers[index])
+        _operator_rows(keep_operators, captured.layers[index], len(_select(unit_rows, captured.layers[index])))
+    positions = np.arange(0, captured.length, stride or 1)
+
+    result_layers: dict[int, LayerESS] = {}
+    for index in tqdm(chosen, desc="layers", disable=not progress):
+        layer = captured.layers.pop(index) if release else captured.layers[index]
+        unit_ids = _select(unit_rows, layer)
+        result_layers[index] = LayerESS.from_units(
+            layer, positions, tol=tol, relative=relative, scope=scope, unit_ids=unit_ids, top_k=top_k,
+            device=captured.device,
+            operator_rows=_operator_rows(keep_operators, layer, len(unit_ids)),
+        )
+    meta = {
+        **captured.meta,
+        "device": str(captured.device),
         "tol": float(tol),
         "relative": bool(relative),
         "scope": scope,
-        "gates": gates,
         "stride": stride,
         "top_k": top_k,
         "units": None if unit_rows is None else list(unit_rows) if not isinstance(unit_rows, int) else list(range(unit_rows)),
         "spectra_budget": SPECTRA_BUDGET,
-        "transformers": transformers.__version__,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
-    return ESSResult(tokens=_tokens(ids, tokenizer), input_ids=list(ids), layers=result_layers, meta=meta)
+    return ESSResult(tokens=list(captured.tokens), input_ids=list(captured.input_ids), layers=result_layers, meta=meta)
 
 
 # ---- validation ---------------------------------------------------------------------------
+
+
+def _check_options(tol, stride, top_k, keep_operators, *, scope=DEFAULT_SCOPE, relative=DEFAULT_RELATIVE) -> None:
+    _check_number("tol", tol, minimum=0.0)
+    check_scope(scope, relative)
+    if stride is not None and (not isinstance(stride, int) or isinstance(stride, bool) or stride < 1):
+        raise ValueError(f"stride must be a positive integer or None, got {stride!r}")
+    if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
+    if isinstance(keep_operators, str) and keep_operators != "auto":
+        raise ValueError(f"keep_operators must be 'auto', an int, a sequence of unit rows or None; got {keep_operators!r}")
 
 
 def _check_number(name, value, minimum):

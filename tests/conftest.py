@@ -1,9 +1,12 @@
-"""Shared test settings: everything offline, results cached in a throwaway folder."""
+"""Shared test settings: everything offline, results and the explorer's JavaScript bundle
+cached in a throwaway folder (never the user's ~/.cache)."""
 
 import os
+import tempfile
 
 # Set before transformers is imported anywhere: a hub id then fails in ~1 s instead of
 # retrying DNS for ~23 s, and no test can reach a network by accident.
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("ESS_EXPLORER_CACHE", tempfile.mkdtemp(prefix="ess-explorer-test-cache-"))

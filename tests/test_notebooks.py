@@ -136,6 +136,12 @@ def has(cell, mime) -> bool:
     return any(mime in o.get("data", {}) for o in cell.get("outputs", []))
 
 
+def explorer_static_copies(nb) -> list:
+    """The explorer's static copies: a PNG output whose HTML the live widget hides."""
+    return [o for o in outputs(nb) if "image/png" in o.get("data", {})
+            and "ess-explorer-static" in "".join(o["data"].get("text/html", ""))]
+
+
 def assert_every_widget_has_a_static_figure(nb):
     """A static render (GitHub, nbconvert) draws no widget: every cell that displays one must
     show a PNG too, in its own outputs or in the next code cell (a static copy of the panel)."""
@@ -174,6 +180,7 @@ def test_teaching_notebook(kernel_env, tmp_path_factory):
     widgets = [c for c in code_cells(nb) if has(c, WIDGET)]
     assert len(widgets) >= 3  # two slider panels and the explorer
     assert_every_widget_has_a_static_figure(nb)
+    assert len(explorer_static_copies(nb)) >= 1, "the trained model's explorer has no static copy"
 
 
 @pytest.mark.slow
@@ -190,6 +197,9 @@ def test_inspect_notebook(kernel_env, tmp_path_factory):
     widgets = [c for c in code_cells(nb) if has(c, WIDGET)]
     assert len(widgets) >= 2
     assert_every_widget_has_a_static_figure(nb)
+    # both explorers (default model, repeated-token result) output the widget, then a static copy of
+    # its views (a PNG, and HTML that the live widget hides)
+    assert len(explorer_static_copies(nb)) >= 2, "an explorer output has no static copy"
 
 
 @pytest.mark.slow

@@ -13,15 +13,13 @@ from pathlib import Path
 
 import pytest
 
-CHROMIUM = Path("/usr/bin/chromium")
+from _browser import CHROMIUM, require_browser
+
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian chromium at /usr/bin/chromium"),
-]
+pytestmark = [pytest.mark.browser]
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +34,7 @@ def report(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser_page(tmp_path_factory):
-    sync_api = pytest.importorskip("playwright.sync_api")
+    _, sync_api = require_browser()
     with sync_api.sync_playwright() as p:
         context = p.chromium.launch_persistent_context(
             str(tmp_path_factory.mktemp("chromium-profile")), executable_path=str(CHROMIUM), headless=True, args=ARGS,

@@ -7,6 +7,7 @@
     ess-explorer report [--model M] --prompt P --out report.html     (or --result result-dir)
     ess-explorer models                                              (the built-in zoo)
     ess-explorer models --families                  (every supported model type and its families)
+    ess-explorer sweep --models zoo:la_k2,zoo:lfm2 --prompts prompts.txt --out sweep-dir [--backend ray]
 
 With no --model, the built-in default model (zoo.DEFAULT_MODEL) is used: offline; with no
 prompt either (none given, nothing piped), a zoo model's example prompt (one sequence of the
@@ -30,14 +31,20 @@ import time
 from pathlib import Path
 
 from .._version import __version__
+from .arguments import (  # noqa: F401  (parse_layers and MAX_LAYER_INDEX are part of the CLI module's API)
+    MAX_LAYER_INDEX,
+    UsageError,
+    _height,
+    _positive_int,
+    _ppi,
+    _tolerance,
+    _width,
+    parse_layers,
+)
 
 __all__ = ["main", "build_parser", "parse_layers"]
 
 PROG = "ess-explorer"
-
-
-class UsageError(Exception):
-    """A bad command line (exit status 2)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -112,95 +119,6 @@ def _identity(source: str, model, revision):
 # ---- argument helpers --------------------------------------------------------------------
 # No model has this many layers: a bigger index is refused before a range is expanded
 # (the model's own layer count is checked by analyze once it is loaded).
-MAX_LAYER_INDEX = 100_000
-
-
-def parse_layers(text: str | None) -> list[int] | None:
-    """"0,2,5-7" -> [0, 2, 5, 6, 7]; None or "all" -> None (every layer)."""
-    if text is None or text.strip().lower() == "all":
-        return None
-    layers = []
-    for part in text.split(","):
-        part = part.strip()
-        try:
-            if "-" in part[1:]:
-                low, high = part.split("-", 1)
-                low, high = int(low), int(high)
-                if high < low:
-                    raise ValueError
-                if high > MAX_LAYER_INDEX:
-                    raise UsageError(f"--layers {text!r} reaches layer {high}; no model has that many layers "
-                                     "(give indices below the model's layer count, or leave --layers out for all)")
-                layers.extend(range(low, high + 1))
-            else:
-                layers.append(int(part))
-        except ValueError:
-            raise UsageError(f"--layers takes indices and ranges like 0,2,5-7; got {text!r}") from None
-    if any(i > MAX_LAYER_INDEX for i in layers):
-        raise UsageError(f"--layers {text!r} names a layer beyond any model; give indices below the model's layer count")
-    if any(i < 0 for i in layers):
-        raise UsageError(f"--layers takes non-negative indices; got {text!r}")
-    return sorted(set(layers))
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def _tolerance(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number such as 1e-3, got {text!r}") from None
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"the tolerance must be a finite number >= 0, got {text!r}")
-    return value
-
-
-def _points(text: str, what: str) -> float:
-    from ..views.render import MAX_POINTS  # no Altair import: render imports only numpy here
-
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{what} is a number of points, got {text!r}") from None
-    if not 1 <= value <= MAX_POINTS:  # also refuses nan and inf
-        raise argparse.ArgumentTypeError(f"{what} must be between 1 and {MAX_POINTS} points, got {text!r}")
-    return value
-
-
-def _width(text: str):
-    if text in ("single", "double"):
-        return text
-    try:
-        float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--width is single, double or a number of points, got {text!r}") from None
-    return _points(text, "--width")
-
-
-def _height(text: str) -> float:
-    return _points(text, "--height")
-
-
-def _ppi(text: str) -> float:
-    from ..views.render import MAX_PPI
-
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--ppi is a number such as 300, got {text!r}") from None
-    if not 0 < value <= MAX_PPI:
-        raise argparse.ArgumentTypeError(f"--ppi must be in (0, {MAX_PPI}] (300 is print resolution), got {text!r}")
-    return value
-
-
 def _read_prompt(args, source: str) -> str:
     """--prompt, --prompt-file (a path, or - for stdin), stdin when it is piped, else the
     example prompt of a zoo model (so `ess-explorer analyze` alone works offline)."""
@@ -430,6 +348,23 @@ def cmd_models(args) -> int:
     return 0
 
 
+def cmd_sweep(args) -> int:
+    from ..sweep import sweep
+
+    models = [_resolve_source(m.strip()) for m in args.models.split(",") if m.strip()]
+    if not models:
+        raise UsageError("--models takes a comma-separated list of sources, e.g. zoo:la_k2,zoo:lfm2")
+    init = {"num_cpus": args.num_cpus} if args.num_cpus else None
+    done = sweep(models, args.prompts, out=args.out, layers=parse_layers(args.layers), backend=args.backend,
+                 shard_size=args.shard_size, bucket_by_length=args.bucket, text_field=args.text_field,
+                 tol=args.tol, relative=not args.absolute, scope=args.scope, gates=args.gates,
+                 stride=args.stride, device=args.device,
+                 progress=not args.quiet, ray_address=args.ray_address, ray_init=init)
+    print(f"{len(done.runs)} run(s) x {done.computed + done.skipped} shard(s): computed {done.computed}, "
+          f"{done.skipped} already there; table: {Path(args.out) / 'table'} (ess_explorer.sweep.read_table)")
+    return 0
+
+
 # ---- parser ------------------------------------------------------------------------------
 def _analysis_options(parser) -> None:
     parser.add_argument("--model", "-m", help="hub id, local folder, or zoo:NAME (default: the built-in default model)")
@@ -492,6 +427,28 @@ def build_parser() -> argparse.ArgumentParser:
     models = sub.add_parser("models", help="list the built-in zoo models (--families: every supported model type)")
     models.add_argument("--families", action="store_true", help="list every supported model type with its families")
     models.set_defaults(func=cmd_models)
+
+    sw = sub.add_parser("sweep", help="ESS of many prompts x models into a Parquet table (resumable; local or Ray)")
+    sw.add_argument("--models", required=True, help="comma-separated sources: hub ids, folders, zoo:NAME, training runs")
+    sw.add_argument("--prompts", required=True, help="a text file (one prompt per line) or a .jsonl file")
+    sw.add_argument("--out", "-o", required=True, help="sweep folder (a rerun resumes it)")
+    sw.add_argument("--backend", choices=["local", "ray"], default="local")
+    sw.add_argument("--layers", "-l", help="layers to analyse, e.g. 0,2,5-7 (default: all)")
+    sw.add_argument("--shard-size", type=_positive_int, default=16, help="prompts per table file (default 16)")
+    sw.add_argument("--bucket", action="store_true", help="group prompts of similar length into shards")
+    sw.add_argument("--text-field", default="text", help="the prompt field of a .jsonl file (default text)")
+    sw.add_argument("--tol", type=_tolerance, default=None, help="tolerance-ESS threshold (default 1e-3)")
+    sw.add_argument("--absolute", action="store_true", help="the tolerance is absolute (default: relative to sigma_1)")
+    sw.add_argument("--scope", choices=["cut", "unit", "layer"], default="cut",
+                    help="which sigma_1 a relative tolerance refers to (default: each cut's)")
+    sw.add_argument("--gates", choices=["inside", "outside"], default="inside",
+                    help="per-token gates around the sequence mixing are part of T (default) or not")
+    sw.add_argument("--stride", type=_positive_int, help="compute every STRIDE-th cut only")
+    sw.add_argument("--device", help="torch device, e.g. cuda (Ray: each task asks for one GPU)")
+    sw.add_argument("--ray-address", help="join a running Ray cluster (e.g. auto); default: start a local one")
+    sw.add_argument("--num-cpus", type=_positive_int, help="CPUs of the local Ray cluster (default: all)")
+    sw.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    sw.set_defaults(func=cmd_sweep)
     return parser
 
 

@@ -1,0 +1,144 @@
+"""The explorer's controls (ipywidgets) and its tqdm-compatible progress bar; widget.py
+wires them to its traitlets and to the session."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import ipywidgets as W
+
+__all__ = ["CUSTOM", "ProgressBar", "make_controls", "layout_rows", "with_selection", "zoo_models"]
+
+CUSTOM = "__custom__"  # model dropdown value: use the text field (hub id or local folder)
+
+
+def zoo_models() -> tuple[list[str], str | None]:
+    try:
+        from .. import sources
+
+        return list(sources.list_models()), sources.DEFAULT_MODEL
+    except Exception:  # noqa: BLE001  (no zoo: the explorer still opens hub ids and folders)
+        return [], None
+
+
+class ProgressBar:
+    """A tqdm-compatible progress bar drawn in a FloatProgress, the step and ETA told by ``say``."""
+
+    def __init__(self, bar: W.FloatProgress, say: Callable, total=None, desc="", unit="it", **_):
+        self.bar, self.say = bar, say
+        self.total, self.n, self.desc, self.unit = total or 0, 0, desc, unit
+        self.started = time.perf_counter()
+        self._draw()
+
+    def update(self, n=1):
+        self.n += n
+        self._draw()
+
+    def set_description(self, desc=None, refresh=True):
+        self.desc = desc or ""
+        self._draw()
+
+    def close(self):
+        pass
+
+    def eta_s(self) -> float | None:
+        elapsed = time.perf_counter() - self.started
+        return elapsed / self.n * (self.total - self.n) if self.n and self.total else None
+
+    def _draw(self):
+        fraction = self.n / self.total if self.total else 0.0
+        eta = self.eta_s()
+        self.bar.value = min(1.0, fraction)
+        self.say(
+            f"{self.desc} · {self.n}/{self.total} {self.unit}s" + (f" · ETA {eta:.0f} s" if eta is not None else ""),
+            "busy",
+        )
+
+
+def make_controls(options: list[tuple[str, str]]) -> dict[str, W.Widget]:
+    """The control widgets by attribute name (model_w, source_w, analyze_w, ...);
+    ``options``: the model dropdown's (label, value) pairs."""
+    c = {}
+    style = {"description_width": "initial"}
+    c["model_w"] = W.Dropdown(
+        options=options, value=CUSTOM, description="model", style=style, layout=W.Layout(width="260px")
+    )
+    c["source_w"] = W.Text(placeholder="hub id (gpt2) or /path/to/folder", layout=W.Layout(width="300px"))
+    c["analyze_w"] = W.Button(
+        description="Analyze", button_style="primary", icon="play", tooltip="run the model on the prompt"
+    )
+    c["prompt_w"] = W.Textarea(placeholder="prompt text", layout=W.Layout(width="100%", height="64px"))
+    c["example_w"] = W.Button(
+        description="example", tooltip="the model's example prompt", layout=W.Layout(width="120px")
+    )
+    c["mqar_w"] = W.Button(
+        description="random MQAR",
+        tooltip="a fresh sequence of the built-in model's task",
+        layout=W.Layout(width="120px"),
+    )
+    c["layer_w"] = W.Dropdown(description="layer", options=[], style=style, layout=W.Layout(width="210px"))
+    c["unit_w"] = W.Dropdown(description="unit", options=[], style=style, layout=W.Layout(width="170px"))
+    c["variant_w"] = W.ToggleButtons(
+        options=[("tolerance", "tolerance"), ("entropy", "entropy")],
+        description="ESS",
+        style={"button_width": "86px", "description_width": "initial"},
+    )
+    c["tol_w"] = W.FloatLogSlider(
+        base=10,
+        min=-12,
+        max=0,
+        step=0.1,
+        description="τ",
+        readout_format=".1e",
+        continuous_update=False,
+        style=style,
+        layout=W.Layout(width="260px"),
+    )
+    c["relative_w"] = W.ToggleButtons(options=[("× σ₁", True), ("absolute", False)], style={"button_width": "78px"})
+    c["metric_w"] = W.Dropdown(
+        options=[("ESS/TSS", "utilisation"), ("ESS", "ess")],
+        description="overview",
+        style=style,
+        layout=W.Layout(width="160px"),
+    )
+    c["progress_w"] = W.FloatProgress(value=0.0, min=0.0, max=1.0, bar_style="info", layout=W.Layout(width="180px"))
+    c["status_w"] = W.HTML(value="")
+    c["refine_w"] = W.Button(
+        description="continue",
+        icon="th",
+        tooltip="compute the layers still strided",
+        layout=W.Layout(display="none"),
+    )  # shown when a run stopped half way
+    return c
+
+
+def layout_rows(e) -> list[W.Widget]:
+    """The rows of controls of explorer ``e`` (whose attributes are make_controls')."""
+    return [
+        W.HBox([e.model_w, e.source_w, e.analyze_w, e.refine_w], layout=W.Layout(align_items="center")),
+        W.HBox([e.prompt_w, W.VBox([e.example_w, e.mqar_w])], layout=W.Layout(align_items="flex-start")),
+        W.HBox(
+            [e.layer_w, e.unit_w, e.variant_w, e.tol_w, e.relative_w, e.metric_w],
+            layout=W.Layout(align_items="center", flex_flow="row wrap"),
+        ),
+        W.HBox([e.progress_w, e.status_w], layout=W.Layout(align_items="center")),
+    ]
+
+
+def with_selection(structure: dict, data: dict, names, *, t: int, layer: int) -> dict:
+    """A copy of the spec ``structure`` with its datasets and the selected t / layer set as
+    the values of the params ``names.t`` / ``names.layer`` (shallow: the cached structure
+    is never modified)."""
+    spec = dict(structure)
+    params = []
+    for param in spec.get("params", []):
+        param = dict(param)
+        if param.get("name") == names.t:
+            param["value"] = [{"t": int(t)}]
+        elif param.get("name") == names.layer:
+            param["value"] = [{"layer": int(layer)}]
+        params.append(param)
+    spec["params"] = params
+    spec["datasets"] = data
+    return spec

@@ -1,0 +1,417 @@
+"""The explorer's analysis policy, with no UI: one prompt, analysed progressively.
+
+    session = ExplorerSession(progress=tqdm.auto.tqdm)
+    result = session.run("zoo:mamba2_n16", "ba 07 ko 31 | ...", layer=1,
+                         on_result=lambda result, info: print(info["phase"], sorted(result.layers)))
+
+A run, in order (each step moves the progress bar; its ETA is tqdm's):
+1. the cache: a result stored for (model identity, token ids, tol, relative) answers at
+   once. For a zoo model or a local folder the identity (hashes of its files) and the
+   token ids (its tokenizer) need no weights, so a hit never loads the model; a hub id is
+   looked up after loading (its identity is the commit the loaded model came from).
+2. the model is loaded (and kept while the source stays the same).
+3. ONE forward pass captures the unit operators of every layer (analysis.capture_layers).
+4. the selected layer, exactly (every cut t): the first chart.
+5. the other layers for the overview: at a stride (every ceil(L / OVERVIEW_POSITIONS)-th
+   cut) when the prompt is longer than OVERVIEW_POSITIONS tokens, else exactly.
+6. refinement: each strided layer exactly, one by one; a layer asked for meanwhile
+   (`prioritise`) is computed next.
+7. the whole exact result goes into the cache and the captured operators are released.
+Each (layer, stride) is computed once from the one capture. ``on_result(result, info)`` is
+called after steps 4 and 5, during refinement for a layer asked for, at the end and at
+most every REFRESH_EVERY_S seconds otherwise, with info = {"phase": "selected"
+| "overview" | "refined", "layer", "exact_layers", "final"}; `cancel` stops a run between
+steps, and `resume` continues one that was cancelled or failed.
+
+Nothing here imports ipywidgets or the zoo's training code (a local folder is read with
+transformers alone).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Callable
+
+from ..result import ESSResult, LayerESS
+
+__all__ = ["ExplorerSession", "Cancelled", "plan", "overview_stride", "OVERVIEW_POSITIONS"]
+
+# During refinement the views are updated at most this often (each update recomputes the
+# overview's data), and at once for a layer asked for and at the end.
+REFRESH_EVERY_S = 2.0
+# Prompts longer than this get the other layers at every ceil(L / OVERVIEW_POSITIONS)-th
+# cut first; the selected layer is always exact.
+OVERVIEW_POSITIONS = 128
+
+
+def overview_stride(length: int, stride="auto", positions: int = OVERVIEW_POSITIONS) -> int | None:
+    """The stride of the overview pass for a prompt of ``length`` tokens: None (exact) for
+    ``stride=None`` or a short prompt under "auto", else an int > 1."""
+    if stride is None:
+        return None
+    if stride == "auto":
+        return None if length <= positions else math.ceil(length / positions)
+    if not isinstance(stride, int) or isinstance(stride, bool) or stride < 1:
+        raise ValueError(f"stride must be 'auto', None or a positive int, got {stride!r}")
+    return stride if stride > 1 else None
+
+
+def plan(layers: list[int], selected: int, stride: int | None) -> list[tuple[int, int | None]]:
+    """The (layer, stride) tasks of a run, in order: ``selected`` exactly, the other
+    ``layers`` at ``stride`` (the overview; exactly when stride is None), then the strided
+    ones exactly (refinement). Each (layer, stride) appears once."""
+    if selected not in layers:
+        raise ValueError(f"layer {selected} is not among the layers {layers}")
+    others = [i for i in layers if i != selected]
+    tasks = [(selected, None)] + [(i, stride) for i in others]
+    if stride is not None:
+        tasks += [(i, None) for i in others]
+    return tasks
+
+
+def _quiet_transformers():
+    """transformers' weight-loading bar and notices would land in the notebook cell; the
+    session's own progress reports instead."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def quiet():
+        try:
+            from transformers.utils import logging as hf_logging
+        except ImportError:
+            yield
+            return
+        level, bar = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+        try:
+            yield
+        finally:
+            hf_logging.set_verbosity(level)
+            if bar:
+                hf_logging.enable_progress_bar()
+
+    return quiet()
+
+
+def default_load(source: str):
+    """(model, tokenizer) through sources.load_model, quietly."""
+    from ..sources import load_model
+
+    with _quiet_transformers():
+        return load_model(source)
+
+
+def default_capture(model, tokenizer, prompt: str):
+    """The one forward pass: analysis.capture_layers over every layer."""
+    from ..analysis import capture_layers
+
+    with _quiet_transformers():
+        return capture_layers(model, prompt=prompt, tokenizer=tokenizer)
+
+
+def default_layer(captured, layer: int, *, stride, tol: float, relative: bool) -> LayerESS:
+    """One layer of a capture at ``stride`` (analysis.analyze_captured; LayerESS.from_units)."""
+    from ..analysis import analyze_captured
+
+    return analyze_captured(captured, [layer], stride=stride, tol=tol, relative=relative).layers[layer]
+
+
+def local_tokenizer(source: str):
+    """The tokenizer of a zoo model or local folder, read from its files (no weights);
+    None for a hub id (its identity needs the loaded model) or a folder without one."""
+    from ..sources import model_dir, parse_source
+
+    kind, value = parse_source(source)
+    if kind == "hub":
+        return None
+    folder = model_dir(value) if kind == "zoo" else Path(value).expanduser()
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(folder))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+class _NoBar:
+    """The progress interface the session uses (a subset of tqdm's), doing nothing."""
+
+    def __init__(self, *args, **kwargs):
+        self.n = 0
+
+    def update(self, n=1):
+        self.n += n
+
+    def set_description(self, desc=None, refresh=True):
+        pass
+
+    def close(self):
+        pass
+
+
+class ExplorerSession:
+    """The progressive-analysis policy of the explorer (module docstring), without UI.
+
+    Parameters
+    load_fn(source) -> (model, tokenizer); capture_fn(model, tokenizer, prompt) ->
+        analysis.CapturedPrompt (one forward pass); layer_fn(captured, layer, *, stride,
+        tol, relative) -> LayerESS: the pipeline (defaults: sources.load_model,
+        analysis.capture_layers, analysis.analyze_captured); injection points for tests.
+    cache : an io.ResultCache, or None (no cache).
+    stride : "auto" (see overview_stride), None (everything exact at once) or an int.
+    progress : a tqdm-compatible class (called as progress(total=, desc=, unit=), then
+        .update(n), .set_description(text), .close()), e.g. tqdm.auto.tqdm; default none.
+
+    Thread use: `run` and `resume` run in one thread at a time (the widget's worker);
+    `prioritise` and `cancel` may be called from any thread.
+    """
+
+    def __init__(
+        self,
+        *,
+        load_fn: Callable | None = None,
+        capture_fn: Callable | None = None,
+        layer_fn: Callable | None = None,
+        cache=None,
+        stride="auto",
+        progress: Callable | None = None,
+    ):
+        overview_stride(OVERVIEW_POSITIONS + 1, stride)  # validates stride
+        self.load_fn = load_fn or default_load
+        self.capture_fn = capture_fn or default_capture
+        self.layer_fn = layer_fn or default_layer
+        self.cache = cache
+        self.stride = stride
+        self.progress = progress or _NoBar
+        self.result: ESSResult | None = None  # the latest (possibly partial) result
+        self.source: str | None = None
+        self.prompt: str | None = None
+        self.cache_hit: bool | None = None  # whether the last run was answered by the cache
+        self.forward_passes = 0  # forward passes made by this session (one per run that misses)
+        self._loaded: tuple | None = None  # (source, model, tokenizer): one model in memory
+        self._captured = None
+        self._tasks: deque = deque()
+        self._key: str | None = None
+        self._settings: dict = {}
+        self._lock = threading.Lock()
+        self._wanted: int | None = None
+        self._cancel = threading.Event()
+        self._overview_stride: int | None = None
+
+    # ---------------------------------------------------------------- control
+    def prioritise(self, layer: int) -> None:
+        """Compute ``layer`` exactly next (when it is still pending)."""
+        with self._lock:
+            self._wanted = int(layer)
+
+    def cancel(self) -> None:
+        """Stop the current run after the step in progress (its partial result stays)."""
+        self._cancel.set()
+
+    @property
+    def pending(self) -> list[tuple[int, int | None]]:
+        """The (layer, stride) tasks not yet computed."""
+        with self._lock:
+            return list(self._tasks)
+
+    def exact_layers(self) -> list[int]:
+        return sorted(self.result.meta.get("exact_layers", [])) if self.result is not None else []
+
+    # ---------------------------------------------------------------- run
+    def run(
+        self,
+        source: str,
+        prompt: str,
+        *,
+        layer: int | None = None,
+        tol: float = 1e-3,
+        relative: bool = True,
+        on_result: Callable | None = None,
+    ) -> ESSResult:
+        """Analyse ``prompt`` on ``source`` progressively (module docstring); returns the
+        whole exact result. Raises what the pipeline raises (ValueError in words for bad
+        input); ``self.result`` then holds the last partial result."""
+        if not isinstance(source, str) or not source.strip():
+            raise ValueError("choose a built-in model or type a hub id / folder")
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise ValueError("the prompt is empty: type one or press “example”")
+        self._cancel.clear()
+        with self._lock:
+            self._tasks.clear()
+            self._wanted = None
+        self._captured, self._key, self.cache_hit = None, None, None
+        self._settings = {"tol": float(tol), "relative": bool(relative), "source": source, "prompt": prompt}
+        bar = self.progress(total=2, desc=f"looking up {source}", unit="step")  # load, forward pass
+        try:
+            key, hit = self._cache_lookup(source, prompt, tol, relative, model=None)
+            if hit is None:
+                bar.set_description(f"loading {source}")
+                model, tokenizer = self._model(source)
+                bar.update(1)
+                if key is None:  # a hub id: its identity is known once loaded
+                    key, hit = self._cache_lookup(source, prompt, tol, relative, model=model, tokenizer=tokenizer)
+            if hit is not None:
+                self.cache_hit = True
+                self.source, self.prompt = source, prompt
+                self.result = self._finish_meta(hit)
+                bar.update(max(0, (getattr(bar, "total", None) or 1) - bar.n))
+                if on_result is not None:
+                    on_result(
+                        self.result,
+                        {"phase": "cached", "layer": layer, "exact_layers": sorted(hit.layers), "final": True},
+                    )
+                return self.result
+            self.cache_hit = False if key is not None else None
+            self._key = key
+            self._check_cancel()
+            bar.set_description("forward pass (every layer)")
+            captured = self.capture_fn(model, tokenizer, prompt)
+            self.forward_passes += 1
+            bar.update(1)
+        finally:
+            bar.close()
+        self._captured = captured
+        layers = sorted(captured.layers)
+        selected = layer if layer in layers else layers[0]
+        stride = overview_stride(len(captured.input_ids), self.stride)
+        self.source, self.prompt = source, prompt
+        self.result = None
+        with self._lock:
+            self._tasks.extend(plan(layers, selected, stride))
+        self._overview_stride = stride
+        return self.resume(on_result)
+
+    def resume(self, on_result: Callable | None = None) -> ESSResult | None:
+        """Compute the pending tasks (after `run` was cancelled or failed); the result."""
+        if not self._tasks or self._captured is None:
+            return self.result
+        self._cancel.clear()
+        captured, settings = self._captured, self._settings
+        with self._lock:
+            total = sum(len(range(0, len(captured.input_ids), s or 1)) for _, s in self._tasks)
+        bar = self.progress(total=total, desc="analysing", unit="cut")
+        last_report = time.perf_counter()
+        try:
+            while True:
+                with self._lock:
+                    if not self._tasks:
+                        break
+                    asked = self._wanted is not None and (self._wanted, None) in self._tasks
+                    if asked:  # exact next; its strided overview is then not needed
+                        self._tasks.remove((self._wanted, None))
+                        self._tasks = deque(t for t in self._tasks if t[0] != self._wanted)
+                        self._tasks.appendleft((self._wanted, None))
+                    self._wanted = None
+                    index, stride = self._tasks[0]
+                self._check_cancel()
+                bar.set_description(f"layer {index} " + ("exactly" if stride is None else f"at stride {stride}"))
+                lay = self.layer_fn(captured, index, stride=stride, tol=settings["tol"], relative=settings["relative"])
+                missing_before = [i for i in captured.layers if self.result is None or i not in self.result.layers]
+                first = self.result is None
+                self.result = self._merge(captured, index, lay, exact=stride is None)
+                with self._lock:
+                    self._tasks.popleft()
+                    final = not self._tasks
+                bar.update(len(lay.positions))
+                missing = [i for i in captured.layers if i not in self.result.layers]
+                if first:
+                    phase = "selected"
+                elif missing_before and not missing:
+                    phase = "overview"
+                elif asked or (not missing and (final or time.perf_counter() - last_report >= REFRESH_EVERY_S)):
+                    phase = "refined"
+                else:
+                    continue  # the overview is filling (one update when complete) or refining (throttled)
+                last_report = time.perf_counter()
+                if on_result is not None:
+                    on_result(
+                        self.result,
+                        {"phase": phase, "layer": index, "exact_layers": self.exact_layers(), "final": final},
+                    )
+        finally:
+            bar.close()
+        self._captured = None  # every layer is exact: free the operators
+        if self.cache is not None and self._key is not None:
+            self.cache.put(self._key, self.result)
+        return self.result
+
+    # ---------------------------------------------------------------- helpers
+    def _check_cancel(self) -> None:
+        if self._cancel.is_set():
+            raise Cancelled()
+
+    def _model(self, source: str):
+        if self._loaded is None or self._loaded[0] != source:
+            self._loaded = None  # free the previous model before loading the next
+            model, tokenizer = self.load_fn(source)
+            self._loaded = (source, model, tokenizer)
+        return self._loaded[1], self._loaded[2]
+
+    def _cache_lookup(self, source, prompt, tol, relative, *, model=None, tokenizer=None):
+        """(key, cached result or None); (None, None) when no key can be made (no cache, an
+        injected pipeline, a hub id before loading, no tokenizer)."""
+        if self.cache is None or (self.load_fn is not default_load):
+            return None, None
+        from ..io import cache_key
+        from ..sources import model_identity, parse_source
+
+        try:
+            kind, _ = parse_source(source)
+            if model is None and kind == "hub":
+                return None, None
+            tokenizer = tokenizer if tokenizer is not None else local_tokenizer(source)
+            if tokenizer is None:
+                return None, None
+            ids = [int(i) for i in tokenizer(prompt, add_special_tokens=False)["input_ids"]]
+            # the same key as `ess-explorer analyze` (float32 weights, every layer, exact)
+            key = cache_key(
+                model_identity(source, model),
+                ids,
+                layers=None,
+                dtype="float32",
+                tol=float(tol),
+                relative=bool(relative),
+                stride=None,
+                prompt=prompt,
+            )
+        except ValueError:
+            return None, None
+        return key, self.cache.get(key)
+
+    def _merge(self, captured, index: int, lay: LayerESS, *, exact: bool) -> ESSResult:
+        """The current result with ``lay`` as layer ``index`` (an exact layer replaces its
+        strided overview, never the other way round)."""
+        base = self.result
+        layers = dict(base.layers) if base is not None else {}
+        exact_layers = set(base.meta.get("exact_layers", [])) if base is not None else set()
+        if index in exact_layers and not exact:
+            return base
+        layers[index] = lay
+        if exact:
+            exact_layers.add(index)
+        meta = dict(base.meta) if base is not None else {}
+        if base is None:
+            meta.update(captured.meta)
+            meta.update(tol=self._settings["tol"], relative=self._settings["relative"])
+        strided = sorted(i for i in layers if i not in exact_layers)
+        meta["exact_layers"] = sorted(exact_layers)
+        meta["overview_stride"] = self._overview_stride if strided else None
+        result = ESSResult(tokens=list(captured.tokens), input_ids=list(captured.input_ids), layers=layers, meta=meta)
+        return self._finish_meta(result)
+
+    def _finish_meta(self, result: ESSResult) -> ESSResult:
+        result.meta["source"] = self._settings.get("source", result.meta.get("source"))
+        result.meta["prompt"] = self._settings.get("prompt", result.meta.get("prompt"))
+        result.meta["stride"] = None
+        result.meta.setdefault("exact_layers", sorted(result.layers))
+        result.meta.setdefault("overview_stride", None)
+        return result
+
+
+class Cancelled(Exception):
+    """A run stopped by `ExplorerSession.cancel` (the caller that cancelled catches it)."""

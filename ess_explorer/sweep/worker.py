@@ -1,0 +1,65 @@
+"""The unit of sweep work, the same in every backend: one run's model x one shard of prompts
+-> one table (sweep/table.py: SCHEMA) and its metadata.
+
+A worker keeps the last model it loaded (``cached_model``), so the shards of one run that land
+on the same worker process (in-process, or a Ray worker) load the model once.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import platform
+import time
+
+import pyarrow as pa
+
+from ..analysis import analyze
+from ..sources import load_model
+from .inputs import Run
+from .table import SCHEMA, result_table
+
+__all__ = ["compute_shard", "cached_model", "ANALYSIS_OPTIONS"]
+
+# The analyze options a sweep passes through (everything that changes the numbers).
+ANALYSIS_OPTIONS = ("layers", "tol", "relative", "scope", "gates", "stride", "units")
+
+_LOADED: dict = {}  # source -> (model, tokenizer): at most one model per process
+
+
+def cached_model(source: str, device=None):
+    """(model, tokenizer) of ``source``, loaded once per process; loading another source
+    drops the previous model first (one model's memory per worker)."""
+    key = (source, None if device is None else str(device))
+    if key not in _LOADED:
+        _LOADED.clear()
+        _LOADED[key] = load_model(source, device=device)
+    return _LOADED[key]
+
+
+def compute_shard(run: Run, model, tokenizer, items, options: dict) -> tuple[pa.Table, dict]:
+    """Analyse each (prompt_id, prompt) of ``items`` with ``model``; returns the rows of all
+    of them (prompt by prompt) and the shard's metadata: the run, the prompt ids and lengths,
+    analyze's meta of the first prompt (model id, revision, dtype, tolerance, versions), the
+    host and the seconds spent. ``options`` holds ANALYSIS_OPTIONS."""
+    start = time.perf_counter()
+    analysis = {name: options.get(name) for name in ANALYSIS_OPTIONS}
+    tables, lengths, first_meta = [], [], None
+    for prompt_id, prompt in items:
+        if isinstance(prompt, str):
+            result = analyze(model, prompt=prompt, tokenizer=tokenizer, progress=False, keep_operators=None, **analysis)
+        else:
+            result = analyze(model, list(prompt), tokenizer=tokenizer, progress=False, keep_operators=None, **analysis)
+        tables.append(result_table(result, prompt_id=int(prompt_id), checkpoint_step=run.checkpoint_step))
+        lengths.append(result.length)
+        first_meta = first_meta or dict(result.meta)
+    meta = {
+        "run": run.to_dict(),
+        "prompt_ids": [int(p) for p, _ in items],
+        "n_tokens": lengths,
+        "analysis": first_meta,
+        "host": platform.node(),
+        "seconds": round(time.perf_counter() - start, 4),
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    table = pa.concat_tables(tables) if tables else SCHEMA.empty_table()
+    return table, meta
