@@ -6,7 +6,7 @@
   ``tolerance_sweep_chart``: the notebook's figures, from tensors;
 * ``small_multiples``: one chart per parameter value, side by side (the static copy of
   what a slider does);
-* ``slider_panel``: ipywidgets around a chart function (live kernel only).
+* ``slider_panel``: sliders over a chart function, drawn into an image widget (live kernel only).
 
 The numbers come from ess_explorer.teaching and the core; nothing here computes ESS
 except through ``tolerance_ess`` / ``hankel_singular_values``.
@@ -118,14 +118,29 @@ def small_multiples(draw, name: str, values, columns: int | None = None, **fixed
 
 
 def slider_panel(draw, **sliders):
-    """ipywidgets.interactive redrawing ``show(draw(**values))`` on every slider move.
+    """Sliders over ``draw(**values) -> chart``, redrawn as a PNG image widget on every move.
 
-    Needs a live kernel: a static render shows no figure for it, so pair it with
+    ``sliders``: ipywidgets controls (their ``value`` is passed) or ``ipywidgets.fixed``
+    values. The picture is an ``ipywidgets.Image`` set from Python (no Output widget
+    capturing displays), so a headless run records one plain widget state. Needs a live
+    kernel to move: a static render shows no figure for it, so pair it with
     ``small_multiples`` of the same ``draw``.
     """
     import ipywidgets as W
 
-    return W.interactive(lambda **values: show(draw(**values)), **sliders)
+    controls = {name: w for name, w in sliders.items() if isinstance(w, W.ValueWidget)}
+    fixed = {name: getattr(w, "value", w) for name, w in sliders.items() if name not in controls}
+    image = W.Image(format="png")
+
+    def redraw(_change=None):
+        png = to_png(draw(**fixed, **{name: w.value for name, w in controls.items()}), scale=PNG_SCALE)
+        image.width = str(int(png_width(png) / PNG_SCALE))
+        image.value = png
+
+    for w in controls.values():
+        w.observe(redraw, names="value")
+    redraw()
+    return W.VBox([*controls.values(), image])
 
 
 def cut_and_spectrum(T, t: int, name: str, tol: float = DEFAULT_TOL):
