@@ -116,3 +116,22 @@ def test_pdf_page_size_of_an_exported_single_column_figure(tmp_path):
     with pytest.raises(ValueError, match="MediaBox"):
         (tmp_path / "x.txt").write_text("not a pdf")
         pdf_page_points(tmp_path / "x.txt")
+
+
+def test_slider_panel_redraws_its_image_when_a_slider_moves():
+    W = pytest.importorskip("ipywidgets")
+    pytest.importorskip("vl_convert")
+    from ess_explorer.views import teaching as draw
+
+    seen = []
+
+    def chart(kernel, width):
+        seen.append((kernel, width))
+        return draw.mixers_over_time({"convolution": synthetic.convolution(16, kernel, seed=0)}, width=width)
+
+    panel = draw.slider_panel(chart, kernel=W.IntSlider(3, 1, 8), width=W.fixed(200))
+    slider, image = panel.children[0], panel.children[-1]
+    first = bytes(image.value)
+    assert first.startswith(b"\x89PNG") and seen == [(3, 200)]
+    slider.value = 6
+    assert seen[-1] == (6, 200) and bytes(image.value) != first
