@@ -124,9 +124,12 @@ def test_explorer_in_jupyterlab(lab):
             assert after != before and after.startswith("t = ")
 
             # 2. another layer from the dropdown: Python redraws the views
+            # (the selected layer is drawn first; the list fills as the other layers arrive)
             select = page.locator(".widget-dropdown", has=page.locator("label", has_text="layer")).locator("select")
-            options = select.locator("option").all_inner_texts()
-            assert len(options) >= 2, options
+            deadline = time.monotonic() + 90
+            while len(options := select.locator("option").all_inner_texts()) < 2:
+                assert time.monotonic() < deadline, f"the layer list never filled: {options}"
+                page.wait_for_timeout(250)
             current = select.evaluate("el => el.options[el.selectedIndex].text")
             target = next(i for i, text in enumerate(options) if text != current)
             select.select_option(index=target)

@@ -41,7 +41,7 @@ class FakePipeline:
     """The session's pipeline over the synthetic reference: L = number of words, 4 layers."""
 
     def __init__(self, fail_load=None, fail_layer=None):
-        self.loads, self.captures, self.calls = [], [], []
+        self.loads, self.captures, self.calls, self.gates = [], [], [], []
         self.fail_load, self.fail_layer = fail_load, fail_layer
         self.gate = None  # a threading.Event the load waits for (to see the widget before the result)
         self._cache = {}
@@ -54,8 +54,9 @@ class FakePipeline:
             raise self.fail_load
         return f"model<{source}>", "tokenizer"
 
-    def capture(self, model, tokenizer, prompt):
+    def capture(self, model, tokenizer, prompt, gates="inside"):
         self.captures.append(prompt)
+        self.gates.append(gates)
         length = len(prompt.split())
         if length not in self._cache:
             self._cache[length] = reference_result(length)
@@ -400,3 +401,32 @@ def test_load_ext_and_ess_magic_in_ipython(tmp_path):
     path = reference_result(20).save(tmp_path / "r.npz")
     ex = shell.run_line_magic("ess", f"--result {path} --layer 1 --variant entropy")
     assert isinstance(ex, widget.ESSExplorer) and ex.layer == 1 and ex.variant == "entropy"
+
+
+def test_scope_recounts_against_the_units_largest_sigma(ex):
+    """scope "unit": tau = tol x the unit's largest sigma_1, so a cut whose sigma_1 is smaller
+    than the unit's largest counts fewer values than with the per-cut scope (which counts
+    sigma_1 itself at every cut); the data follow the recount of the kept values."""
+    ex.layer, ex.unit, ex.tol = 2, 0, 0.3
+    per_cut = [r["ess"] for r in _rows(ex)]
+    ex.scope = "unit"
+    per_unit = [r["ess"] for r in _rows(ex)]
+    lay = ex.result.layer(2)
+    expected = lay.tolerance_ess_at(0.3, True, "unit")[0][0]
+    assert per_unit == [float(v) for v in expected]
+    assert all(u <= c for u, c in zip(per_unit, per_cut)) and per_unit != per_cut
+    ex.relative = False  # an absolute tolerance has no scope: the scope control is ignored
+    assert [r["ess"] for r in _rows(ex)] == [float(v) for v in lay.tolerance_ess_at(0.3, False)[0][0]]
+
+
+def test_causal_variant_shows_the_causal_ess(ex):
+    ex.layer, ex.unit, ex.variant = 2, 0, "causal"
+    causal = ex.result.layer(2).causal_ess[0]
+    assert [r["ess"] for r in _rows(ex)] == [float(v) if np.isfinite(v) else None for v in causal]
+
+
+def test_changing_the_gate_policy_runs_the_analysis_again(ex, fake):
+    assert fake.gates == ["inside"]
+    ex.gates = "outside"
+    assert ex.wait(60)
+    assert fake.gates == ["inside", "outside"] and len(fake.captures) == 2

@@ -80,7 +80,7 @@ def make_controls(options: list[tuple[str, str]]) -> dict[str, W.Widget]:
     c["layer_w"] = W.Dropdown(description="layer", options=[], style=style, layout=W.Layout(width="210px"))
     c["unit_w"] = W.Dropdown(description="unit", options=[], style=style, layout=W.Layout(width="170px"))
     c["variant_w"] = W.ToggleButtons(
-        options=[("tolerance", "tolerance"), ("entropy", "entropy")],
+        options=[("tolerance", "tolerance"), ("entropy", "entropy"), ("causal", "causal")],
         description="ESS",
         style={"button_width": "86px", "description_width": "initial"},
     )
@@ -96,6 +96,19 @@ def make_controls(options: list[tuple[str, str]]) -> dict[str, W.Widget]:
         layout=W.Layout(width="260px"),
     )
     c["relative_w"] = W.ToggleButtons(options=[("× σ₁", True), ("absolute", False)], style={"button_width": "78px"})
+    c["scope_w"] = W.Dropdown(
+        options=[("σ₁ of the cut", "cut"), ("σ₁ of the unit", "unit"), ("σ₁ of the layer", "layer")],
+        description="scope",
+        tooltip="which σ₁ a relative tolerance refers to; unit or layer see resets (docs/conventions.md)",
+        style=style,
+        layout=W.Layout(width="200px"),
+    )
+    c["gates_w"] = W.Dropdown(
+        options=[("gates inside T", "inside"), ("gates outside T", "outside")],
+        description="",
+        tooltip="whether per-token gates are part of T (a change re-runs the analysis)",
+        layout=W.Layout(width="150px"),
+    )
     c["metric_w"] = W.Dropdown(
         options=[("ESS/TSS", "utilisation"), ("ESS", "ess")],
         description="overview",
@@ -119,7 +132,7 @@ def layout_rows(e) -> list[W.Widget]:
         W.HBox([e.model_w, e.source_w, e.analyze_w, e.refine_w], layout=W.Layout(align_items="center")),
         W.HBox([e.prompt_w, W.VBox([e.example_w, e.mqar_w])], layout=W.Layout(align_items="flex-start")),
         W.HBox(
-            [e.layer_w, e.unit_w, e.variant_w, e.tol_w, e.relative_w, e.metric_w],
+            [e.layer_w, e.unit_w, e.variant_w, e.tol_w, e.relative_w, e.scope_w, e.gates_w, e.metric_w],
             layout=W.Layout(align_items="center", flex_flow="row wrap"),
         ),
         W.HBox([e.progress_w, e.status_w], layout=W.Layout(align_items="center")),

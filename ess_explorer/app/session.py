@@ -106,12 +106,13 @@ def default_load(source: str):
         return load_model(source)
 
 
-def default_capture(model, tokenizer, prompt: str):
-    """The one forward pass: analysis.capture_layers over every layer."""
+def default_capture(model, tokenizer, prompt: str, *, gates: str = "inside"):
+    """The one forward pass: analysis.capture_layers over every layer (gates: the gate
+    policy, docs/conventions.md)."""
     from ..analysis import capture_layers
 
     with _quiet_transformers():
-        return capture_layers(model, prompt=prompt, tokenizer=tokenizer)
+        return capture_layers(model, prompt=prompt, tokenizer=tokenizer, gates=gates)
 
 
 def default_layer(captured, layer: int, *, stride, tol: float, relative: bool) -> LayerESS:
@@ -158,7 +159,7 @@ class ExplorerSession:
     """The progressive-analysis policy of the explorer (module docstring), without UI.
 
     Parameters
-    load_fn(source) -> (model, tokenizer); capture_fn(model, tokenizer, prompt) ->
+    load_fn(source) -> (model, tokenizer); capture_fn(model, tokenizer, prompt, *, gates) ->
         analysis.CapturedPrompt (one forward pass); layer_fn(captured, layer, *, stride,
         tol, relative) -> LayerESS: the pipeline (defaults: sources.load_model,
         analysis.capture_layers, analysis.analyze_captured); injection points for tests.
@@ -231,6 +232,7 @@ class ExplorerSession:
         layer: int | None = None,
         tol: float = 1e-3,
         relative: bool = True,
+        gates: str = "inside",
         on_result: Callable | None = None,
     ) -> ESSResult:
         """Analyse ``prompt`` on ``source`` progressively (module docstring); returns the
@@ -240,12 +242,16 @@ class ExplorerSession:
             raise ValueError("choose a built-in model or type a hub id / folder")
         if not isinstance(prompt, str) or not prompt.strip():
             raise ValueError("the prompt is empty: type one or press “example”")
+        if gates not in ("inside", "outside"):
+            raise ValueError(f"gates must be 'inside' or 'outside', got {gates!r}")
         self._cancel.clear()
         with self._lock:
             self._tasks.clear()
             self._wanted = None
         self._captured, self._key, self.cache_hit = None, None, None
-        self._settings = {"tol": float(tol), "relative": bool(relative), "source": source, "prompt": prompt}
+        self._settings = {
+            "tol": float(tol), "relative": bool(relative), "gates": gates, "source": source, "prompt": prompt
+        }
         bar = self.progress(total=2, desc=f"looking up {source}", unit="step")  # load, forward pass
         try:
             key, hit = self._cache_lookup(source, prompt, tol, relative, model=None)
@@ -270,7 +276,7 @@ class ExplorerSession:
             self._key = key
             self._check_cancel()
             bar.set_description("forward pass (every layer)")
-            captured = self.capture_fn(model, tokenizer, prompt)
+            captured = self.capture_fn(model, tokenizer, prompt, gates=gates)
             self.forward_passes += 1
             bar.update(1)
         finally:
@@ -368,7 +374,8 @@ class ExplorerSession:
             if tokenizer is None:
                 return None, None
             ids = [int(i) for i in tokenizer(prompt, add_special_tokens=False)["input_ids"]]
-            # the same key as `ess-explorer analyze` (float32 weights, every layer, exact)
+            # the same key as `ess-explorer analyze` (float32 weights, every layer, exact,
+            # per-cut scope, the model's device, no revision)
             key = cache_key(
                 model_identity(source, model),
                 ids,
@@ -378,6 +385,10 @@ class ExplorerSession:
                 relative=bool(relative),
                 stride=None,
                 prompt=prompt,
+                scope="cut",
+                gates=self._settings["gates"],
+                device=None,
+                revision=None,
             )
         except ValueError:
             return None, None
@@ -397,7 +408,7 @@ class ExplorerSession:
         meta = dict(base.meta) if base is not None else {}
         if base is None:
             meta.update(captured.meta)
-            meta.update(tol=self._settings["tol"], relative=self._settings["relative"])
+            meta.update(tol=self._settings["tol"], relative=self._settings["relative"], gates=self._settings["gates"])
         strided = sorted(i for i in layers if i not in exact_layers)
         meta["exact_layers"] = sorted(exact_layers)
         meta["overview_stride"] = self._overview_stride if strided else None

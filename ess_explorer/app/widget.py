@@ -56,8 +56,10 @@ class ESSExplorer(W.VBox):
     """The explorer widget (module docstring). Construct it with `explore`.
 
     Traitlets (set them, observe them): model ("zoo:NAME", hub id or folder), prompt,
-    layer, unit ("mean" | "max" | "sum" | int), variant ("tolerance" | "entropy"), tol,
-    relative, overview_metric ("utilisation" | "ess"), selected_t (the t clicked in the
+    layer, unit ("mean" | "max" | "sum" | int), variant ("tolerance" | "entropy" | "causal"),
+    tol, relative, scope ("cut" | "unit" | "layer": the σ₁ a relative tolerance refers to;
+    a recount, no model run), gates ("inside" | "outside": the gate policy; a change re-runs
+    the analysis), overview_metric ("utilisation" | "ess"), selected_t (the t clicked in the
     browser; None before); busy and last_error are read-only reports.
 
     Other parameters: result (an ESSResult to open on instead of running a model);
@@ -74,6 +76,8 @@ class ESSExplorer(W.VBox):
     variant = T.Enum(charts.VARIANTS, default_value="tolerance")
     tol = T.Float(1e-3)
     relative = T.Bool(True)
+    scope = T.Enum(("cut", "unit", "layer"), default_value="cut")
+    gates = T.Enum(("inside", "outside"), default_value="inside")
     overview_metric = T.Enum(("utilisation", "ess"), default_value="utilisation")
     selected_t = T.Int(None, allow_none=True)
     busy = T.Bool(False, read_only=True)
@@ -159,6 +163,8 @@ class ESSExplorer(W.VBox):
             ("variant", self.variant_w),
             ("tol", self.tol_w),
             ("relative", self.relative_w),
+            ("scope", self.scope_w),
+            ("gates", self.gates_w),
             ("overview_metric", self.metric_w),
         ):
             W.link((self, name), (control, "value"))
@@ -250,9 +256,15 @@ class ESSExplorer(W.VBox):
                 self._quiet = False
         self._guarded(self.refresh)
 
-    @T.observe("variant", "tol", "relative", "overview_metric", "selected_t")
+    @T.observe("variant", "tol", "relative", "scope", "overview_metric", "selected_t")
     def _on_view(self, _change):
         self._guarded(self.refresh)
+
+    @T.observe("gates")
+    def _on_gates(self, _change):
+        """The gate policy changes T itself: analyse again (the view settings stay)."""
+        if self.result is not None and not self._quiet:
+            self.run()
 
     # ------------------------------------------------------------------ status
     def _say(self, message: str, kind: str = "info") -> None:
@@ -301,7 +313,8 @@ class ESSExplorer(W.VBox):
         layer = self.layer if self.result is not None else self._initial["layer"]
         return self._start(
             lambda: self.session.run(
-                source, prompt, layer=layer, tol=self.tol, relative=self.relative, on_result=self._on_result
+                source, prompt, layer=layer, tol=self.tol, relative=self.relative, gates=self.gates,
+                on_result=self._on_result,
             ),
             wait,
         )
@@ -412,7 +425,10 @@ class ESSExplorer(W.VBox):
         self.unit_w.value = self.unit
 
     def _options(self) -> dict:
-        return dict(layer=self.layer, unit=self.unit, variant=self.variant, tol=self.tol, relative=self.relative)
+        return dict(
+            layer=self.layer, unit=self.unit, variant=self.variant, tol=self.tol, relative=self.relative,
+            scope=self.scope if self.relative else "cut",
+        )
 
     def _structure(self) -> dict:
         """The spec without data for the current (result, layer, unit, metric): cached. The

@@ -133,13 +133,8 @@ def _at(result: ESSResult, state: ViewState, layer: int | None = None) -> LayerE
     lay = result.layer(state.layer if layer is None else layer)
     if state.same_tolerance(result):
         return lay
-    ess, _ = lay.tolerance_ess_at(state.tol, state.relative, analysis_scope(result, state.relative))
+    ess, _ = lay.tolerance_ess_at(state.tol, state.relative, state.scope)
     return dataclasses.replace(lay, tolerance_ess=ess)
-
-
-def analysis_scope(result: ESSResult, relative: bool) -> str:
-    """The analysis' tolerance scope for a recount (an absolute tolerance has none)."""
-    return str(result.meta.get("scope", "cut")) if relative else "cut"
 
 
 def ess_of(lay: LayerESS, variant: str) -> np.ndarray:
@@ -152,7 +147,7 @@ def _series(result: ESSResult, state: ViewState) -> dict:
     ess = ess_of(at, state.variant)
     if state.variant == "tolerance" and not state.same_tolerance(result):
         # False: only a lower bound (K values kept)
-        exact = lay.tolerance_ess_at(state.tol, state.relative, analysis_scope(result, state.relative))[1]
+        exact = lay.tolerance_ess_at(state.tol, state.relative, state.scope)[1]
     else:
         exact = np.ones(ess.shape, bool)
     return {
@@ -203,10 +198,12 @@ def start_position(result: ESSResult, state: ViewState) -> int:
     return int(positions[int(np.argmin(np.abs(positions - int(state.t))))])
 
 
-def default_position(result: ESSResult, layer: int, unit="mean", variant="tolerance", tol=None, relative=None) -> int:
+def default_position(
+    result: ESSResult, layer: int, unit="mean", variant="tolerance", tol=None, relative=None, scope=None
+) -> int:
     """The t a view opens on: where the shown ESS peaks (first such t)."""
     return start_position(
-        result, ViewState.of(result, layer=layer, unit=unit, variant=variant, tol=tol, relative=relative)
+        result, ViewState.of(result, layer=layer, unit=unit, variant=variant, tol=tol, relative=relative, scope=scope)
     )
 
 
@@ -228,7 +225,10 @@ def _time_rows(result: ESSResult, state: ViewState) -> list[dict]:
     at = _at(result, state)
     focus = focus_unit(result, state.layer, state.unit)
     static = _cached(result, ("time", state.layer, focus), lambda: _static_time_rows(result, state.layer, focus))
-    sigma1 = np.asarray(result.layer(state.layer).singular_values[focus, :, 0], dtype=np.float64)
+    first = np.asarray(result.layer(state.layer).singular_values[..., 0], dtype=np.float64)  # (U, P): sigma_1
+    # the sigma_1 a relative tolerance refers to (core/ess.py scopes): the cut's, the unit's largest, the layer's
+    sigma1 = {"cut": first[focus], "unit": np.full(first.shape[1], first[focus].max(initial=0.0)),
+              "layer": np.full(first.shape[1], first.max(initial=0.0))}[state.scope]
     thr = state.tol * sigma1 if state.relative else np.full(sigma1.shape, state.tol)
     tol_text = tol_label(state.tol, state.relative)
     ess, tss, exact = series["ess"].tolist(), series["tss"].tolist(), series["exact"].tolist()
@@ -434,12 +434,15 @@ def linked_data(
     saturated: float | None = None,
     collapsed: float | None = None,
     overview_metric: str = "utilisation",
+    scope=None,
 ) -> dict:
     """Every named dataset of the linked views: {dataset name: list of records}. Cheap (no
-    Altair): the widget recomputes only this when the tolerance, variant or thresholds change."""
+    Altair): the widget recomputes only this when the tolerance, scope, variant or thresholds
+    change."""
     extra = {k: v for k, v in (("saturated", saturated), ("collapsed", collapsed)) if v is not None}
     state = ViewState.of(
-        result, layer=layer, unit=unit, variant=variant, tol=tol, relative=relative, metric=overview_metric, **extra
+        result, layer=layer, unit=unit, variant=variant, tol=tol, relative=relative, metric=overview_metric,
+        scope=scope, **extra
     )
     return state_data(result, state)
 

@@ -68,6 +68,7 @@ def linked_views(
     t: int | None = None,
     names: ViewNames | None = None,
     overview_metric: str = "utilisation",
+    scope=None,
 ):
     """The five views in one top-level spec with its data (for alt.JupyterChart or a
     standalone HTML).
@@ -88,6 +89,7 @@ def linked_views(
         saturated=saturated,
         collapsed=collapsed,
         metric=overview_metric,
+        scope=scope,
     )
     names = names or ViewNames.fresh()
     t0 = start_position(result, state)

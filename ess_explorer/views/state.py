@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..core.diagnostics import COLLAPSED_AT, SATURATED_AT
-from ..core.ess import VARIANTS, check_variant
+from ..core.ess import DEFAULT_SCOPE, VARIANTS, check_scope, check_variant
 from ..result import ESSResult, LayerESS
 
 __all__ = ["AGGREGATES", "VARIANTS", "METRICS", "ViewState", "check_result", "tol_options"]
@@ -66,7 +66,8 @@ class ViewState:
     the tolerance of tolerance-ESS (relative: tol * sigma_1). t: the requested position or
     None (the view opens where the shown ESS peaks). saturated, collapsed: utilisation
     thresholds, 0 <= collapsed < saturated. metric: what the overview shows, ESS/TSS
-    ("utilisation") or ESS.
+    ("utilisation") or ESS. scope: which sigma_1 a relative tolerance refers to ("cut",
+    "unit" or "layer", core/ess.py; "cut" for an absolute tolerance).
     """
 
     layer: int
@@ -78,6 +79,7 @@ class ViewState:
     saturated: float = SATURATED_AT
     collapsed: float = COLLAPSED_AT
     metric: str = "utilisation"
+    scope: str = "cut"
 
     @classmethod
     def of(
@@ -93,9 +95,10 @@ class ViewState:
         saturated: float = SATURATED_AT,
         collapsed: float = COLLAPSED_AT,
         metric: str = "utilisation",
+        scope: str | None = None,
     ) -> "ViewState":
         """Check every option against ``result`` (the one place that does) and fill defaults:
-        layer None is the first analysed layer, tol/relative None the analysis settings."""
+        layer None is the first analysed layer, tol/relative/scope None the analysis settings."""
         check_result(result)
         layer = min(result.layers) if layer is None else layer
         if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or int(layer) not in result.layers:
@@ -111,7 +114,11 @@ class ViewState:
             raise ValueError(f"need 0 <= collapsed < saturated, got collapsed={collapsed}, saturated={saturated}")
         if metric not in METRICS:
             raise ValueError(f"metric must be 'utilisation' or 'ess', got {metric!r}")
-        return cls(layer, unit, variant, tol, relative, None if t is None else int(t), saturated, collapsed, metric)
+        scope = str(result.meta.get("scope", DEFAULT_SCOPE)) if scope is None else scope
+        scope = scope if relative else "cut"  # an absolute tolerance has no reference sigma_1
+        check_scope(scope, relative)
+        return cls(layer, unit, variant, tol, relative, None if t is None else int(t), saturated, collapsed, metric,
+                   scope)
 
     def with_(self, **changes) -> "ViewState":
         """A copy with some fields changed (the caller has checked them: e.g. a layer of the
@@ -125,7 +132,10 @@ class ViewState:
         return self.unit if isinstance(self.unit, str) else "mean"
 
     def same_tolerance(self, result: ESSResult) -> bool:
-        """True when (tol, relative) are the analysis settings (counts from the full spectrum)."""
-        return math.isclose(self.tol, float(result.meta.get("tol", math.nan)), rel_tol=1e-12) and self.relative == bool(
-            result.meta.get("relative", True)
+        """True when (tol, relative, scope) are the analysis settings (counts from the full spectrum)."""
+        analysed_scope = str(result.meta.get("scope", DEFAULT_SCOPE)) if self.relative else "cut"
+        return (
+            math.isclose(self.tol, float(result.meta.get("tol", math.nan)), rel_tol=1e-12)
+            and self.relative == bool(result.meta.get("relative", True))
+            and self.scope == analysed_scope
         )
