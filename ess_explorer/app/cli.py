@@ -7,7 +7,7 @@
     ess-explorer report [--model M] --prompt P --out report.html     (or --result result-dir)
     ess-explorer models                                              (the built-in zoo)
     ess-explorer models --families                  (every supported model type and its families)
-    ess-explorer sweep --models zoo:la_k2,zoo:lfm2 --prompts prompts.txt --out sweep-dir [--backend ray]
+    ess-explorer sweep --models zoo:la_k16,zoo:lfm2 --prompts prompts.txt --out sweep-dir [--backend ray]
 
 With no --model, the built-in default model (zoo.DEFAULT_MODEL) is used: offline; with no
 prompt either (none given, nothing piped), a zoo model's example prompt (one sequence of the
@@ -353,7 +353,7 @@ def cmd_sweep(args) -> int:
 
     models = [_resolve_source(m.strip()) for m in args.models.split(",") if m.strip()]
     if not models:
-        raise UsageError("--models takes a comma-separated list of sources, e.g. zoo:la_k2,zoo:lfm2")
+        raise UsageError("--models takes a comma-separated list of sources, e.g. zoo:la_k16,zoo:lfm2")
     init = {"num_cpus": args.num_cpus} if args.num_cpus else None
     done = sweep(models, args.prompts, out=args.out, layers=parse_layers(args.layers), backend=args.backend,
                  shard_size=args.shard_size, bucket_by_length=args.bucket, text_field=args.text_field,
