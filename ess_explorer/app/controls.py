@@ -3,12 +3,54 @@ wires them to its traitlets and to the session."""
 
 from __future__ import annotations
 
+import html
 import time
 from typing import Callable
 
 import ipywidgets as W
+import numpy as np
 
-__all__ = ["CUSTOM", "ProgressBar", "make_controls", "layout_rows", "with_selection", "zoo_models"]
+from ..result import ESSResult
+from ..views import charts
+
+__all__ = [
+    "CUSTOM",
+    "ProgressBar",
+    "check_options",
+    "make_controls",
+    "layout_rows",
+    "status_html",
+    "with_selection",
+    "zoo_models",
+]
+
+
+def check_options(*, variant, overview_metric, saturated, collapsed, result, tol, relative) -> None:
+    """The explorer's options, checked before any state changes: a ValueError in words."""
+    if variant not in charts.VARIANTS:
+        raise ValueError(f"variant must be one of {charts.VARIANTS}, got {variant!r}")
+    if overview_metric not in ("utilisation", "ess"):
+        raise ValueError(f"overview_metric must be 'utilisation' or 'ess', got {overview_metric!r}")
+    if not 0 <= collapsed < saturated:
+        raise ValueError(f"need 0 <= collapsed < saturated, got collapsed={collapsed}, saturated={saturated}")
+    if result is not None and not isinstance(result, ESSResult):
+        raise ValueError(f"result must be an ESSResult, got {type(result).__name__}")
+    if tol is not None and (
+        isinstance(tol, bool)
+        or not isinstance(tol, (int, float, np.integer, np.floating))
+        or not np.isfinite(tol)
+        or tol < 0
+    ):
+        raise ValueError(f"tol must be a finite number >= 0 (e.g. 1e-3), got {tol!r}")
+    if relative is not None and not isinstance(relative, (bool, np.bool_)):
+        raise ValueError(f"relative must be True or False, got {relative!r}")
+
+
+def status_html(message: str, kind: str = "info") -> str:
+    """The status line's HTML: the message escaped, coloured and marked by kind."""
+    colors = {"info": "#444", "ok": "#2e7d32", "error": "#c62828", "busy": "#1565c0"}
+    icon = {"error": "⚠ ", "ok": "✓ ", "busy": "⏳ "}.get(kind, "")
+    return f'<span style="color:{colors[kind]}">{icon}{html.escape(message)}</span>'
 
 CUSTOM = "__custom__"  # model dropdown value: use the text field (hub id or local folder)
 

@@ -23,7 +23,6 @@ keeps the previous result on screen. Static copy: see app/static.py.
 
 from __future__ import annotations
 
-import html
 import threading
 import time
 from typing import Callable
@@ -37,7 +36,16 @@ from ..core.diagnostics import COLLAPSED_AT, SATURATED_AT
 from ..io import ResultCache
 from ..result import ESSResult
 from ..views import charts
-from .controls import CUSTOM, ProgressBar, layout_rows, make_controls, with_selection, zoo_models
+from .controls import (
+    CUSTOM,
+    ProgressBar,
+    check_options,
+    layout_rows,
+    make_controls,
+    status_html,
+    with_selection,
+    zoo_models,
+)
 from .session import Cancelled, ExplorerSession
 from .static import (
     EXAMPLE_PROMPT,  # noqa: F401  (public name of this module since the first release)
@@ -106,23 +114,8 @@ class ESSExplorer(W.VBox):
         background: bool = True,
         auto_analyze: bool = True,
     ):
-        if variant not in charts.VARIANTS:
-            raise ValueError(f"variant must be one of {charts.VARIANTS}, got {variant!r}")
-        if overview_metric not in ("utilisation", "ess"):
-            raise ValueError(f"overview_metric must be 'utilisation' or 'ess', got {overview_metric!r}")
-        if not 0 <= collapsed < saturated:
-            raise ValueError(f"need 0 <= collapsed < saturated, got collapsed={collapsed}, saturated={saturated}")
-        if result is not None and not isinstance(result, ESSResult):
-            raise ValueError(f"result must be an ESSResult, got {type(result).__name__}")
-        if tol is not None and (
-            isinstance(tol, bool)
-            or not isinstance(tol, (int, float, np.integer, np.floating))
-            or not np.isfinite(tol)
-            or tol < 0
-        ):
-            raise ValueError(f"tol must be a finite number >= 0 (e.g. 1e-3), got {tol!r}")
-        if relative is not None and not isinstance(relative, (bool, np.bool_)):
-            raise ValueError(f"relative must be True or False, got {relative!r}")
+        check_options(variant=variant, overview_metric=overview_metric, saturated=saturated, collapsed=collapsed,
+                      result=result, tol=tol, relative=relative)
         enable_offline()  # the widget's JS from vl-convert, never a CDN (kept on disk: app/static.py)
         cache = ResultCache() if cache is True else (cache or None)
         self.session = ExplorerSession(
@@ -268,9 +261,7 @@ class ESSExplorer(W.VBox):
 
     # ------------------------------------------------------------------ status
     def _say(self, message: str, kind: str = "info") -> None:
-        colors = {"info": "#444", "ok": "#2e7d32", "error": "#c62828", "busy": "#1565c0"}
-        icon = {"error": "⚠ ", "ok": "✓ ", "busy": "⏳ "}.get(kind, "")
-        self.status_w.value = f'<span style="color:{colors[kind]}">{icon}{html.escape(message)}</span>'
+        self.status_w.value = status_html(message, kind)
 
     def _fallback(self, reason: str) -> None:
         """No model result: open on the synthetic reference so the tool is never blank."""
