@@ -125,6 +125,13 @@ def test_difficulty_figure_draws_accuracy_and_state_per_pair():
     assert spec["hconcat"][1]["layer"][1]["encoding"]["y"]["scale"]["type"] == "log"
     with pytest.raises(ValueError, match="lacks"):
         difficulty_frame({"m": [{"pairs": 2}]})
+    # the same figure through the package's figure kinds, at the double column width
+    from ess_explorer import figure
+    from ess_explorer.views.theme import PAPER_WIDTHS
+
+    via_kind = figure({"m": rows}, "difficulty", untrained={"m": rows}, width="double").to_dict()
+    assert via_kind["hconcat"][1]["layer"][1]["encoding"]["y"]["scale"]["type"] == "log"
+    assert via_kind.get("width", PAPER_WIDTHS["double"]) <= PAPER_WIDTHS["double"]
 
 
 def test_claim_command_on_two_shipped_models(capsys):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from .figures import DASHES, OKABE_ITO, apply_paper_theme
+from .theme import DASHES, OKABE_ITO, apply_paper_theme
 
 __all__ = ["difficulty_frame", "difficulty_chart", "difficulty_figure"]
 

@@ -38,6 +38,7 @@ from .data import family_name, separator_positions
 from .frames import analysed_layers as _layers
 from .frames import default_label as _default_label
 from .frames import ess_over_time_frame, layer_summary_frame
+from .difficulty import difficulty_figure
 from .sweep_figures import SWEEP_KINDS
 from .frames import series_of as _series
 from .theme import (
@@ -467,12 +468,16 @@ def figure(result_or_results, kind: str, *, width="single", height=None, font: s
     or points; height in points (default from the width); font "serif" | "sans".
     Remaining keywords go to the kind (e.g. layers=, variant=, t=). The sweep kinds
     (views/sweep_figures.py: sweep_ess_time, sweep_modulation, sweep_checkpoints,
-    sweep_utilisation) take the statistics frames of ess_explorer.sweep instead of results.
+    sweep_utilisation) take the statistics frames of ess_explorer.sweep instead of results;
+    "difficulty" takes {model: zoo.sweep_difficulty(model)} (and ``untrained=`` the same for
+    the untrained copies).
     """
     if kind in SWEEP_KINDS:
         return SWEEP_KINDS[kind](result_or_results, width=width, height=height, font=font, **kw)
+    if kind == "difficulty":  # {model: zoo.sweep_difficulty(model)} (views/difficulty.py)
+        return difficulty_figure(result_or_results, width=width, height=height, font=font, size=size, **kw)
     if kind not in KINDS:
-        raise ValueError(f"unknown figure kind {kind!r}; kinds: {', '.join([*KINDS, *SWEEP_KINDS])}")
+        raise ValueError(f"unknown figure kind {kind!r}; kinds: {', '.join([*KINDS, *SWEEP_KINDS, 'difficulty'])}")
     builder = KINDS[kind]
     accepted = set(inspect.signature(builder).parameters) - {"results"}
     unknown = sorted(set(kw) - accepted)
