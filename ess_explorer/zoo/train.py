@@ -194,7 +194,7 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m ess_explorer.zoo.train", description=__doc__.split("\n")[0])
     parser.add_argument("--only", nargs="*", help=f"models to train (default all): {', '.join(ZOO)}")
     parser.add_argument("--steps", type=int, default=None, help="override every model's step count (smoke runs)")
-    parser.add_argument("--out", type=Path, default=None, help="zoo folder (default: the shipped assets/zoo)")
+    parser.add_argument("--out", type=Path, default=None, help="zoo folder (default: the shipped ess_explorer/zoo/assets)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: the cores are shared)")
     parser.add_argument("--no-cards", action="store_true", help="skip measuring accuracy / ESS and writing the cards")
     parser.add_argument("--cards-only", action="store_true", help="do not train; rewrite the cards of saved models")
