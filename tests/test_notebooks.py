@@ -229,3 +229,6 @@ def test_paper_figures_notebook(kernel_env, tmp_path_factory):
     assert "models trained on segments reset at '|'" in text
     assert "illustration" in text
     assert "ess_over_time_separators_illustration.pdf" in {p.name for p in pdfs}
+    # a sweep over many prompts: mean ESS with bands and modulation at '|' with intervals
+    assert {"sweep_ess_over_time.pdf", "sweep_modulation_at_separator.pdf"} <= {p.name for p in pdfs}
+    assert "than its control over" in text
