@@ -65,8 +65,12 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=512)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu", help="torch device for the model and the spectra (cpu, cuda)")
-    parser.add_argument("--cases", nargs="*", default=["gpt2:1", "mamba:1", "gpt2:all", "mamba:all"],
-                        help="KIND:SCOPE with KIND gpt2|mamba and SCOPE 1 (layer 0) or all")
+    parser.add_argument(
+        "--cases",
+        nargs="*",
+        default=["gpt2:1", "mamba:1", "gpt2:all", "mamba:all"],
+        help="KIND:SCOPE with KIND gpt2|mamba and SCOPE 1 (layer 0) or all",
+    )
     args = parser.parse_args()
     print(f"load average before: {os.getloadavg()}  (other processes on the machine slow every number)")
     for case in args.cases:
@@ -74,7 +78,8 @@ def main() -> None:
         start = time.perf_counter()
         proc = subprocess.run(
             [sys.executable, "-c", CHILD, kind, scope, str(args.length), str(args.threads), args.device],
-            capture_output=True, text=True,
+            capture_output=True,
+            text=True,
         )
         if proc.returncode != 0:
             print(f"{case}: failed\n{proc.stderr[-2000:]}")

@@ -69,12 +69,20 @@ def layer_case(channels, length, state, device_name) -> dict:
     device = torch.device(device_name)
     ssm = mamba_like_layer(channels, length, state, device)
     (sigma, tol, ent), seconds = timed(
-        lambda: (lambda s: (s, tolerance_ess(spectra=s), entropy_ess(spectra=s)))(hankel_singular_values(ssm, device=device)), device
+        lambda: (lambda s: (s, tolerance_ess(spectra=s), entropy_ess(spectra=s)))(
+            hankel_singular_values(ssm, device=device)
+        ),
+        device,
     )
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
     gpu_peak = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else None
-    return {"seconds": seconds, "peak_rss_gb": peak, "gpu_peak_gb": gpu_peak, "mean_tolerance_ess": tol.double().mean().item(),
-            "mean_entropy_ess": ent.mean().item()}
+    return {
+        "seconds": seconds,
+        "peak_rss_gb": peak,
+        "gpu_peak_gb": gpu_peak,
+        "mean_tolerance_ess": tol.double().mean().item(),
+        "mean_entropy_ess": ent.mean().item(),
+    }
 
 
 def main() -> None:
@@ -105,8 +113,10 @@ def main() -> None:
     dense, dense_s = timed(lambda: hankel_singular_values(dense_op, device=device), device)
     factored, factored_s = timed(lambda: hankel_singular_values(ssm, device=device)[0], device)
     error = ((factored - dense[:, :16]).abs() / dense[:, :1].clamp_min(1e-300)).max().item()
-    print(f"one unit alone:   dense {dense_s:.3f} s, factored {factored_s:.4f} s: {dense_s / factored_s:.0f}x faster; "
-          f"max |dsigma|/sigma_1 = {error:.1e}")
+    print(
+        f"one unit alone:   dense {dense_s:.3f} s, factored {factored_s:.4f} s: {dense_s / factored_s:.0f}x faster; "
+        f"max |dsigma|/sigma_1 = {error:.1e}"
+    )
     batch = mamba_like_layer(256, 512, 16, device, seed=1)  # how a layer's channels are swept
     _, batch_s = timed(lambda: hankel_singular_values(batch, device=device), device)
     per_unit = batch_s / 256
@@ -116,12 +126,16 @@ def main() -> None:
     print(f"\n3. Mamba-130m-shaped layer: {channels} channels, N = 16, L = {length}, all cuts, both ESS")
     run = subprocess.run(
         [sys.executable, __file__, "--device", args.device, "--layer-case", str(channels), str(length), "16"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     case = json.loads(run.stdout.strip().splitlines()[-1])
     gpu = f", GPU peak {case['gpu_peak_gb']:.2f} GB" if case["gpu_peak_gb"] is not None else ""
-    print(f"wall {case['seconds']:.1f} s (target <= 15 s), peak RSS {case['peak_rss_gb']:.2f} GB (target <= 4 GB){gpu}; "
-          f"mean tolerance-ESS {case['mean_tolerance_ess']:.2f}, mean entropy-ESS {case['mean_entropy_ess']:.2f}")
+    print(
+        f"wall {case['seconds']:.1f} s (target <= 15 s), peak RSS {case['peak_rss_gb']:.2f} GB (target <= 4 GB){gpu}; "
+        f"mean tolerance-ESS {case['mean_tolerance_ess']:.2f}, mean entropy-ESS {case['mean_entropy_ess']:.2f}"
+    )
 
     if device.type == "cuda":
         print("\n4. GPT-2-small-shaped: 144 softmax heads at L = 1024, all cuts")

@@ -71,11 +71,17 @@ def main() -> None:
     if out.returncode != 0:
         sys.exit(out.stderr[-4000:])
     row = json.loads(out.stdout.strip().splitlines()[-1])
-    print(f"Qwen3-Next-shaped Gated DeltaNet layer: {row['units']} value heads, N = {row['N']}, L = {args.length}, "
-          f"device {args.device}, torch threads {torch.get_num_threads()}")
-    print(f"  analyze (forward + capture + all cuts, both ESS): {row['analyze_s']:.1f} s, peak memory {row['peak_gb']:.2f} GB")
-    print(f"  spectra only: DPLR {row['dplr']:.1f} s vs the same a, b, c as a DiagonalSSM {row['diagonal']:.1f} s "
-          f"(ratio {row['dplr'] / row['diagonal']:.2f}x)")
+    print(
+        f"Qwen3-Next-shaped Gated DeltaNet layer: {row['units']} value heads, N = {row['N']}, L = {args.length}, "
+        f"device {args.device}, torch threads {torch.get_num_threads()}"
+    )
+    print(
+        f"  analyze (forward + capture + all cuts, both ESS): {row['analyze_s']:.1f} s, peak memory {row['peak_gb']:.2f} GB"
+    )
+    print(
+        f"  spectra only: DPLR {row['dplr']:.1f} s vs the same a, b, c as a DiagonalSSM {row['diagonal']:.1f} s "
+        f"(ratio {row['dplr'] / row['diagonal']:.2f}x)"
+    )
     print(f"  largest tolerance-ESS: {row['max_tolerance_ess']} of N = {row['N']}")
 
 

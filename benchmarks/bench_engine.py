@@ -135,16 +135,25 @@ def run_model(params: dict, device: torch.device) -> dict:
     result = analyze(model, ids, progress=False, device=device)
     _sync(device)
     lay = result.layers[min(result.layers)]
-    return {"seconds": time.perf_counter() - start, "cpu_seconds": time.process_time() - cpu_start,
-            "peak_gb": _peak_gb(device), "layers": len(result.layers),
-            "path": lay.path, "mean_tolerance_ess_layer0": float(lay.tolerance_ess.mean())}
+    return {
+        "seconds": time.perf_counter() - start,
+        "cpu_seconds": time.process_time() - cpu_start,
+        "peak_gb": _peak_gb(device),
+        "layers": len(result.layers),
+        "path": lay.path,
+        "mean_tolerance_ess_layer0": float(lay.tolerance_ess.mean()),
+    }
 
 
 def child(name: str, params: dict, device: str) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.dirname(HERE), env.get("PYTHONPATH")]))
-    run = subprocess.run([sys.executable, __file__, "--device", device, "--case", name, json.dumps(params)],
-                         capture_output=True, text=True, env=env)
+    run = subprocess.run(
+        [sys.executable, __file__, "--device", device, "--case", name, json.dumps(params)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     if run.returncode != 0:
         return {"error": run.stderr.strip().splitlines()[-1] if run.stderr.strip() else f"exit {run.returncode}"}
     return json.loads(run.stdout.strip().splitlines()[-1])
@@ -158,8 +167,11 @@ def show(label: str, case: dict, extra: str = "") -> None:
     if "error" in case:
         print(f"  {label:<44} failed: {case['error']}", flush=True)
         return
-    print(f"  {label:<36} {case['seconds']:8.2f} s wall {case['cpu_seconds']:8.2f} s CPU   "
-          f"peak {case['peak_gb']:6.2f} GB  {extra}", flush=True)
+    print(
+        f"  {label:<36} {case['seconds']:8.2f} s wall {case['cpu_seconds']:8.2f} s CPU   "
+        f"peak {case['peak_gb']:6.2f} GB  {extra}",
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -223,8 +235,12 @@ def layer_case(args, dev: str) -> None:
     channels, length = (1536, 1024) if args.full else (192, 512)
     print(f"\n3. Mamba-130m-shaped layer: {channels} channels, N = 16, L = {length}, all cuts, both variants")
     case = child("mamba_layer", {"units": channels, "L": length}, dev)
-    show("method auto", case, f"mean tol-ESS {case.get('mean_tolerance_ess', float('nan')):.2f}, "
-         f"mean entropy-ESS {case.get('mean_entropy_ess', float('nan')):.2f}")
+    show(
+        "method auto",
+        case,
+        f"mean tol-ESS {case.get('mean_tolerance_ess', float('nan')):.2f}, "
+        f"mean entropy-ESS {case.get('mean_entropy_ess', float('nan')):.2f}",
+    )
 
 
 def model_cases(dev: str) -> None:

@@ -94,10 +94,21 @@ def analyze(
     """
     _check_options(tol, stride, top_k, keep_operators, scope=scope, relative=relative)
     _units(units)  # bad options fail before the forward pass
-    captured = capture_layers(model, input_ids, prompt=prompt, tokenizer=tokenizer, layers=layers, device=device,
-                              gates=gates)
-    return analyze_captured(captured, tol=tol, relative=relative, scope=scope, stride=stride, top_k=top_k,
-                            keep_operators=keep_operators, units=units, progress=progress, release=True)
+    captured = capture_layers(
+        model, input_ids, prompt=prompt, tokenizer=tokenizer, layers=layers, device=device, gates=gates
+    )
+    return analyze_captured(
+        captured,
+        tol=tol,
+        relative=relative,
+        scope=scope,
+        stride=stride,
+        top_k=top_k,
+        keep_operators=keep_operators,
+        units=units,
+        progress=progress,
+        release=True,
+    )
 
 
 @dataclass
@@ -122,8 +133,16 @@ class CapturedPrompt:
         return len(self.input_ids)
 
 
-def capture_layers(model, input_ids=None, *, prompt: str | None = None, tokenizer=None,
-                   layers: Iterable[int] | int | None = None, device=None, gates: str = DEFAULT_GATES) -> CapturedPrompt:
+def capture_layers(
+    model,
+    input_ids=None,
+    *,
+    prompt: str | None = None,
+    tokenizer=None,
+    layers: Iterable[int] | int | None = None,
+    device=None,
+    gates: str = DEFAULT_GATES,
+) -> CapturedPrompt:
     """One forward pass of ``model`` capturing the unit operators of ``layers`` (default all).
 
     Same inputs and the same ValueErrors as `analyze` (exactly one of input_ids or
@@ -138,13 +157,16 @@ def capture_layers(model, input_ids=None, *, prompt: str | None = None, tokenize
     slots = {slot.index: slot for slot in layer_slots(model)}  # key -> slot (keys need not be 0..n-1)
     chosen = _layers(layers, sorted(slots))
     model_device = _model_device(model)
-    layers_captured = capture(model, torch.tensor([ids], dtype=torch.long, device=model_device),
-                              [slots[i] for i in chosen])
+    layers_captured = capture(
+        model, torch.tensor([ids], dtype=torch.long, device=model_device), [slots[i] for i in chosen]
+    )
     if gates == "inside":
         layers_captured = {index: gates_inside(layer) for index, layer in layers_captured.items()}
     config = model.config
     meta = {
-        "model_id": getattr(config, "_name_or_path", None) or getattr(model, "name_or_path", None) or type(model).__name__,
+        "model_id": getattr(config, "_name_or_path", None)
+        or getattr(model, "name_or_path", None)
+        or type(model).__name__,
         "revision": getattr(config, "_commit_hash", None),
         "model_type": config.model_type,
         "n_layers": len(slots),
@@ -153,8 +175,13 @@ def capture_layers(model, input_ids=None, *, prompt: str | None = None, tokenize
         "gates": gates,
         "transformers": transformers.__version__,
     }
-    return CapturedPrompt(input_ids=list(ids), tokens=_tokens(ids, tokenizer), layers=layers_captured, meta=meta,
-                          device=spectra_device if spectra_device is not None else model_device)
+    return CapturedPrompt(
+        input_ids=list(ids),
+        tokens=_tokens(ids, tokenizer),
+        layers=layers_captured,
+        meta=meta,
+        device=spectra_device if spectra_device is not None else model_device,
+    )
 
 
 def analyze_captured(
@@ -192,7 +219,13 @@ def analyze_captured(
         layer = captured.layers.pop(index) if release else captured.layers[index]
         unit_ids = _select(unit_rows, layer)
         result_layers[index] = LayerESS.from_units(
-            layer, positions, tol=tol, relative=relative, scope=scope, unit_ids=unit_ids, top_k=top_k,
+            layer,
+            positions,
+            tol=tol,
+            relative=relative,
+            scope=scope,
+            unit_ids=unit_ids,
+            top_k=top_k,
             device=captured.device,
             operator_rows=_operator_rows(keep_operators, layer, len(unit_ids)),
         )
@@ -204,7 +237,11 @@ def analyze_captured(
         "scope": scope,
         "stride": stride,
         "top_k": top_k,
-        "units": None if unit_rows is None else list(unit_rows) if not isinstance(unit_rows, int) else list(range(unit_rows)),
+        "units": None
+        if unit_rows is None
+        else list(unit_rows)
+        if not isinstance(unit_rows, int)
+        else list(range(unit_rows)),
         "spectra_budget": SPECTRA_BUDGET,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
@@ -222,7 +259,9 @@ def _check_options(tol, stride, top_k, keep_operators, *, scope=DEFAULT_SCOPE, r
     if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
         raise ValueError(f"top_k must be a positive integer or None, got {top_k!r}")
     if isinstance(keep_operators, str) and keep_operators != "auto":
-        raise ValueError(f"keep_operators must be 'auto', an int, a sequence of unit rows or None; got {keep_operators!r}")
+        raise ValueError(
+            f"keep_operators must be 'auto', an int, a sequence of unit rows or None; got {keep_operators!r}"
+        )
 
 
 def _check_number(name, value, minimum):
@@ -238,8 +277,10 @@ def _check_device(device) -> torch.device:
         torch.empty(1, device=target)
     except (RuntimeError, TypeError, ValueError, AssertionError) as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ValueError(f"device {device!r} is not usable here ({first}); pass device='cpu' or leave it out "
-                         "to compute where the model is") from None
+        raise ValueError(
+            f"device {device!r} is not usable here ({first}); pass device='cpu' or leave it out "
+            "to compute where the model is"
+        ) from None
     return target
 
 
@@ -264,7 +305,9 @@ def _input_ids(model, input_ids, prompt, tokenizer) -> list[int]:
     try:
         ids = torch.as_tensor(input_ids)
     except (TypeError, ValueError, RuntimeError):
-        raise ValueError(f"input_ids must be a list or tensor of integer token ids, got {type(input_ids).__name__}") from None
+        raise ValueError(
+            f"input_ids must be a list or tensor of integer token ids, got {type(input_ids).__name__}"
+        ) from None
     if ids.ndim == 2:
         if ids.shape[0] != 1:
             raise ValueError(f"analyze takes one prompt (batch 1); got input_ids of shape {tuple(ids.shape)}")

@@ -35,8 +35,8 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import initialization as init
 from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, PreTrainedConfig, PreTrainedModel
+from transformers import initialization as init
 from transformers.modeling_outputs import BaseModelOutput, CausalLMOutput
 
 __all__ = [
@@ -86,9 +86,19 @@ class EssLinearAttentionConfig(PreTrainedConfig):
         self.validate_architecture()
 
     def validate_architecture(self):
-        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "num_heads", "head_dim", "value_dim", "conv_size"):
+        for name in (
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_heads",
+            "head_dim",
+            "value_dim",
+            "conv_size",
+        ):
             if int(getattr(self, name)) < 1:
-                raise ValueError(f"EssLinearAttentionConfig.{name} must be a positive integer, got {getattr(self, name)}")
+                raise ValueError(
+                    f"EssLinearAttentionConfig.{name} must be a positive integer, got {getattr(self, name)}"
+                )
 
     @property
     def state_size(self) -> int:
@@ -175,7 +185,9 @@ class LinearAttentionMixer(nn.Module):
             log_decay = self._split_heads(F.logsigmoid(self.gate_proj(u)) / self.gate_logit_normalizer, self.head_dim)
         return {"q": q, "k": k, "v": v, "log_decay": log_decay}
 
-    def mix(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, log_decay: torch.Tensor | None = None) -> torch.Tensor:
+    def mix(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, log_decay: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """o_i = sum_{j<=i} (q_i . prod_{t=j+1..i} exp(log_decay_t) * k_j) v_j, shape (B, H, L, dv).
 
         Ungated: the quadratic masked form (tril(q k^T)) v, cheapest at L <= a few hundred.
@@ -336,9 +348,14 @@ class EssLinearAttentionForCausalLM(EssLinearAttentionPreTrainedModel):
     def set_output_embeddings(self, value):
         self.lm_head = value
 
-    def forward(self, input_ids=None, attention_mask=None, inputs_embeds=None, labels=None, output_hidden_states=None, **kwargs):
+    def forward(
+        self, input_ids=None, attention_mask=None, inputs_embeds=None, labels=None, output_hidden_states=None, **kwargs
+    ):
         outputs = self.model(
-            input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, output_hidden_states=output_hidden_states
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            inputs_embeds=inputs_embeds,
+            output_hidden_states=output_hidden_states,
         )
         logits = self.lm_head(outputs.last_hidden_state)
         loss = None

@@ -82,8 +82,9 @@ def jsonable(value):
     return value
 
 
-def summary_table(result: ESSResult, *, variant: str = "tolerance", saturated: float | None = None,
-                  collapsed: float | None = None) -> pd.DataFrame:
+def summary_table(
+    result: ESSResult, *, variant: str = "tolerance", saturated: float | None = None, collapsed: float | None = None
+) -> pd.DataFrame:
     """One row per analysed layer: layer, family, units (count and kind), scalars per unit
     (multiplicity), mean ESS and max ESS (mean over units, then mean / max over t), mean TSS,
     the layer totals in scalars at the peak cut (total_ess, total_tss: sum over units of
@@ -97,17 +98,37 @@ def summary_table(result: ESSResult, *, variant: str = "tolerance", saturated: f
         ess = np.asarray(lay.ess(variant), dtype=np.float64)
         diag = layer_diagnostics(lay, variant=variant, saturated=saturated, collapsed=collapsed)
         over_units = ess.mean(0) if ess.size else np.zeros(0)
-        rows.append({
-            "layer": int(index), "family": lay.family, "units": f"{lay.n_units} {lay.unit_kind}s",
-            "mean_ess": float(over_units.mean()) if over_units.size else 0.0,
-            "max_ess": float(over_units.max()) if over_units.size else 0.0,
-            "multiplicity": _multiplicity_label(lay),
-            "mean_tss": float(np.asarray(lay.tss, dtype=np.float64).mean()) if lay.tss.size else 0.0,
-            "total_ess": float(diag["total_ess"]), "total_tss": float(diag["total_tss"]),
-            "utilisation": float(diag["utilisation"]), "state": str(diag["state"]),
-        })
-    return pd.DataFrame(rows, columns=["layer", "family", "units", "multiplicity", "mean_ess", "max_ess", "mean_tss",
-                                       "total_ess", "total_tss", "utilisation", "state"])
+        rows.append(
+            {
+                "layer": int(index),
+                "family": lay.family,
+                "units": f"{lay.n_units} {lay.unit_kind}s",
+                "mean_ess": float(over_units.mean()) if over_units.size else 0.0,
+                "max_ess": float(over_units.max()) if over_units.size else 0.0,
+                "multiplicity": _multiplicity_label(lay),
+                "mean_tss": float(np.asarray(lay.tss, dtype=np.float64).mean()) if lay.tss.size else 0.0,
+                "total_ess": float(diag["total_ess"]),
+                "total_tss": float(diag["total_tss"]),
+                "utilisation": float(diag["utilisation"]),
+                "state": str(diag["state"]),
+            }
+        )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "layer",
+            "family",
+            "units",
+            "multiplicity",
+            "mean_ess",
+            "max_ess",
+            "mean_tss",
+            "total_ess",
+            "total_tss",
+            "utilisation",
+            "state",
+        ],
+    )
 
 
 def _multiplicity_label(lay) -> int | str:
@@ -129,9 +150,14 @@ def result_metadata(result: ESSResult) -> dict:
         "meta": meta,
         "length": result.length,
         "layers": {
-            str(i): {"family": lay.family, "unit_kind": lay.unit_kind, "units": lay.n_units,
-                     "positions": int(len(lay.positions)), "kept_singular_values": int(lay.singular_values.shape[-1]),
-                     "operators_kept": sorted(int(u) for u in lay.operators)}
+            str(i): {
+                "family": lay.family,
+                "unit_kind": lay.unit_kind,
+                "units": lay.n_units,
+                "positions": int(len(lay.positions)),
+                "kept_singular_values": int(lay.singular_values.shape[-1]),
+                "operators_kept": sorted(int(u) for u in lay.operators),
+            }
             for i, lay in sorted(result.layers.items())
         },
         "summary": jsonable(summary_table(result).to_dict(orient="records")),
@@ -153,7 +179,8 @@ def escape_formula_cells(frame: pd.DataFrame) -> pd.DataFrame:
         column = frame[name]
         if column.dtype == object or pd.api.types.is_string_dtype(column.dtype):
             frame[name] = column.map(
-                lambda cell: "'" + cell if isinstance(cell, str) and cell.startswith(FORMULA_PREFIXES) else cell)
+                lambda cell: "'" + cell if isinstance(cell, str) and cell.startswith(FORMULA_PREFIXES) else cell
+            )
     return frame
 
 
@@ -206,13 +233,17 @@ def read_result(path) -> ESSResult:
     if path.is_dir():
         path = path / RESULT_FILE
     if not path.exists():
-        raise FileNotFoundError(f"no ESS result at {path} (give a directory written by `ess-explorer analyze` or a .npz)")
+        raise FileNotFoundError(
+            f"no ESS result at {path} (give a directory written by `ess-explorer analyze` or a .npz)"
+        )
     try:
         return ESSResult.load(path)
     except ValueError:
         raise
     except Exception as error:  # a truncated zip raises BadZipFile, zlib.error, EOFError ...
-        raise ValueError(f"{path} is not a readable ESS result ({type(error).__name__}: {error}); recompute it") from error
+        raise ValueError(
+            f"{path} is not a readable ESS result ({type(error).__name__}: {error}); recompute it"
+        ) from error
 
 
 # ---- the cache ------------------------------------------------------------------------------
@@ -226,8 +257,20 @@ def default_cache_dir() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "ess-explorer"
 
 
-def cache_key(identity: dict, input_ids, *, layers, dtype: str, tol: float, relative: bool, stride=None,
-              prompt: str | None = None, version: str = __version__, scope: str = "cut", **options) -> str:
+def cache_key(
+    identity: dict,
+    input_ids,
+    *,
+    layers,
+    dtype: str,
+    tol: float,
+    relative: bool,
+    stride=None,
+    prompt: str | None = None,
+    version: str = __version__,
+    scope: str = "cut",
+    **options,
+) -> str:
     """sha256 hex of the canonical JSON of everything that determines a result (the tolerance
     scope included; other analysis options such as gates go in ``options``)."""
     record = {
@@ -282,8 +325,9 @@ class ResultCache:
         # ESSResult.load turns most damage into ValueError, but a truncated zip raises
         # zipfile.BadZipFile, corrupt data zlib.error or EOFError: every failure is a miss.
         except Exception as error:  # noqa: BLE001
-            warnings.warn(f"ignoring an unreadable cache entry {path.name} ({type(error).__name__}); recomputing",
-                          stacklevel=2)
+            warnings.warn(
+                f"ignoring an unreadable cache entry {path.name} ({type(error).__name__}); recomputing", stacklevel=2
+            )
             _forget(path)
             return None
         if result.meta.get("cache_key") != key or not result.layers:
@@ -307,10 +351,12 @@ class ResultCache:
             return result.save(path)  # atomic (atomic.py)
         except OSError as error:
             result.meta.pop("cache_key", None)
-            warnings.warn(f"could not write the cache entry under {self.root} ({type(error).__name__}: "
-                          f"{error.strerror or error}); the result is kept but not cached. Free space, fix the "
-                          f"folder's permissions, set ${CACHE_ENV} to a writable folder, or use --no-cache",
-                          stacklevel=2)
+            warnings.warn(
+                f"could not write the cache entry under {self.root} ({type(error).__name__}: "
+                f"{error.strerror or error}); the result is kept but not cached. Free space, fix the "
+                f"folder's permissions, set ${CACHE_ENV} to a writable folder, or use --no-cache",
+                stacklevel=2,
+            )
             return None
 
     def get_or_compute(self, key: str, compute: Callable[[], ESSResult]) -> tuple[ESSResult, bool]:

@@ -81,14 +81,18 @@ class LayerESS:
             self.causal_ess = np.full(np.shape(self.tolerance_ess), np.nan)
         self.causal_ess = np.asarray(self.causal_ess, dtype=np.float64)
         if self.causal_ess.shape != np.shape(self.tolerance_ess):
-            raise ValueError(f"causal_ess must have the shape of tolerance_ess {np.shape(self.tolerance_ess)}, "
-                             f"got {self.causal_ess.shape}")
+            raise ValueError(
+                f"causal_ess must have the shape of tolerance_ess {np.shape(self.tolerance_ess)}, "
+                f"got {self.causal_ess.shape}"
+            )
         if self.multiplicity is None:
             self.multiplicity = np.ones(units, dtype=np.int64)
         self.multiplicity = np.asarray(self.multiplicity, dtype=np.int64).reshape(-1)
         if self.multiplicity.shape != (units,) or (self.multiplicity < 1).any():
-            raise ValueError(f"multiplicity must hold one positive channel count per unit ({units}), "
-                             f"got shape {self.multiplicity.shape}")
+            raise ValueError(
+                f"multiplicity must hold one positive channel count per unit ({units}), "
+                f"got shape {self.multiplicity.shape}"
+            )
 
     @property
     def n_units(self) -> int:
@@ -109,7 +113,9 @@ class LayerESS:
         """(U, P) bool: True where the kept values are the whole spectrum of H_t."""
         return self.rank_bound <= self.singular_values.shape[-1]
 
-    def tolerance_ess_at(self, tol: float, relative: bool = True, scope: str = DEFAULT_SCOPE) -> tuple[np.ndarray, np.ndarray]:
+    def tolerance_ess_at(
+        self, tol: float, relative: bool = True, scope: str = DEFAULT_SCOPE
+    ) -> tuple[np.ndarray, np.ndarray]:
         """tolerance-ESS recomputed from the kept singular values (no model needed).
 
         scope (relative only): the sigma_1 the tolerance refers to: the cut's, the largest of
@@ -177,10 +183,27 @@ class LayerESS:
             stack = torch.as_tensor(operator)
             if stack.ndim != 3 or stack.shape[-1] != stack.shape[-2]:
                 raise ValueError(f"operator must be a stack (U, L, L) or a DiagonalSSM, got shape {tuple(stack.shape)}")
-            units = DenseCapture(layer=layer, family=family, operator=stack, state_size=state_size, window=window,
-                                 kernel_size=kernel_size, multiplicity=multiplicity)
-        return cls.from_units(units, positions, tol=tol, relative=relative, operator_rows=list(keep_operators),
-                              top_k=top_k, device=device, tss=tss, operator_dtype=torch.float64, scope=scope)
+            units = DenseCapture(
+                layer=layer,
+                family=family,
+                operator=stack,
+                state_size=state_size,
+                window=window,
+                kernel_size=kernel_size,
+                multiplicity=multiplicity,
+            )
+        return cls.from_units(
+            units,
+            positions,
+            tol=tol,
+            relative=relative,
+            operator_rows=list(keep_operators),
+            top_k=top_k,
+            device=device,
+            tss=tss,
+            operator_dtype=torch.float64,
+            scope=scope,
+        )
 
     def ess(self, variant: str = "tolerance") -> np.ndarray:
         """(U, P) ESS of the named variant: "tolerance", "entropy" or "causal" (NaN where a unit
@@ -242,8 +265,20 @@ class ESSResult:
                     }
                 )
             )
-        columns = ["layer", "unit", "t", "token", "family", "unit_kind", "multiplicity", "tolerance_ess", "entropy_ess", "tss", "causal_ess",
-                   "utilisation"]
+        columns = [
+            "layer",
+            "unit",
+            "t",
+            "token",
+            "family",
+            "unit_kind",
+            "multiplicity",
+            "tolerance_ess",
+            "entropy_ess",
+            "tss",
+            "causal_ess",
+            "utilisation",
+        ]
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
 
     # ---- persistence: one .npz, JSON header, no pickle -------------------------------
@@ -267,15 +302,26 @@ class ESSResult:
             "input_ids": [int(i) for i in self.input_ids],
             "meta": self.meta,
             "layers": {
-                str(i): {"family": lay.family, "unit_kind": lay.unit_kind, "operators": sorted(lay.operators),
-                         "path": lay.path}
+                str(i): {
+                    "family": lay.family,
+                    "unit_kind": lay.unit_kind,
+                    "operators": sorted(lay.operators),
+                    "path": lay.path,
+                }
                 for i, lay in self.layers.items()
             },
         }
         arrays = {"__header__": np.frombuffer(json.dumps(header).encode("utf-8"), dtype=np.uint8)}
         for i, lay in self.layers.items():
-            for name in ("positions", "tolerance_ess", "entropy_ess", "tss", "singular_values", "rank_bound",
-                         *OPTIONAL_ARRAYS):
+            for name in (
+                "positions",
+                "tolerance_ess",
+                "entropy_ess",
+                "tss",
+                "singular_values",
+                "rank_bound",
+                *OPTIONAL_ARRAYS,
+            ):
                 arrays[f"L{i}/{name}"] = np.asarray(getattr(lay, name))
             for unit, op in lay.operators.items():
                 arrays[f"L{i}/operator/{unit}"] = np.asarray(op)
@@ -313,9 +359,19 @@ class ESSResult:
                             fields[name] = data[f"L{i}/{name}"]
                     route = info.get("path", {})  # not `path`: the error below names the file
                     route = {str(k): str(v) for k, v in route.items()} if isinstance(route, dict) else {}
-                    layers[i] = LayerESS(i, info["family"], info["unit_kind"], operators=operators, path=route,
-                                         **fields)
-        except (OSError, KeyError, ValueError, TypeError, AttributeError, EOFError, zipfile.BadZipFile, zlib.error) as error:
+                    layers[i] = LayerESS(
+                        i, info["family"], info["unit_kind"], operators=operators, path=route, **fields
+                    )
+        except (
+            OSError,
+            KeyError,
+            ValueError,
+            TypeError,
+            AttributeError,
+            EOFError,
+            zipfile.BadZipFile,
+            zlib.error,
+        ) as error:
             raise ValueError(f"{path} is not a readable ESS result ({error}); recompute it") from error
         return cls(header["tokens"], header["input_ids"], layers, header["meta"])
 
@@ -328,7 +384,9 @@ def _check_header(header) -> None:
     if not isinstance(header, dict):
         raise ValueError(f"the header is a {type(header).__name__}, not a JSON object")
     if header.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"unsupported result format {header.get('format_version')!r} (this version reads {FORMAT_VERSION})")
+        raise ValueError(
+            f"unsupported result format {header.get('format_version')!r} (this version reads {FORMAT_VERSION})"
+        )
     tokens, ids = header.get("tokens"), header.get("input_ids")
     if not isinstance(tokens, list) or not all(isinstance(t, str) for t in tokens):
         raise ValueError("field tokens must be a list of strings")
@@ -344,7 +402,11 @@ def _check_header(header) -> None:
     for key, info in layers.items():
         if not key.isdigit():
             raise ValueError(f"field layers has a key {key!r} that is not a layer index")
-        if not isinstance(info, dict) or not isinstance(info.get("family"), str) or not isinstance(info.get("unit_kind"), str):
+        if (
+            not isinstance(info, dict)
+            or not isinstance(info.get("family"), str)
+            or not isinstance(info.get("unit_kind"), str)
+        ):
             raise ValueError(f"field layers.{key} must hold the strings family and unit_kind")
         ops = info.get("operators")
         if not isinstance(ops, list) or not all(isinstance(u, int) and not isinstance(u, bool) and u >= 0 for u in ops):
@@ -357,7 +419,11 @@ def _check_layer_arrays(i: int, fields: dict, operators: dict, length: int) -> N
         if not (np.issubdtype(array.dtype, np.number) or array.dtype == np.bool_) or np.iscomplexobj(array):
             raise ValueError(f"field L{i}/{name} has dtype {array.dtype}, not a real number type")
     pos = fields["positions"]
-    if pos.ndim != 1 or not np.issubdtype(pos.dtype, np.integer) or (pos.size and (pos.min() < 0 or pos.max() >= length)):
+    if (
+        pos.ndim != 1
+        or not np.issubdtype(pos.dtype, np.integer)
+        or (pos.size and (pos.min() < 0 or pos.max() >= length))
+    ):
         raise ValueError(f"field L{i}/positions must be integers in [0, {length - 1}], shape (P,)")
     units_positions = (fields["tolerance_ess"].shape[0] if fields["tolerance_ess"].ndim == 2 else -1, pos.size)
     for name in ("tolerance_ess", "entropy_ess", "tss", "rank_bound"):
@@ -365,8 +431,12 @@ def _check_layer_arrays(i: int, fields: dict, operators: dict, length: int) -> N
             raise ValueError(f"field L{i}/{name} has shape {fields[name].shape}, expected (U, P) = {units_positions}")
     sigma = fields["singular_values"]
     if sigma.ndim != 3 or sigma.shape[:2] != units_positions:
-        raise ValueError(f"field L{i}/singular_values has shape {sigma.shape}, expected (U, P, K) with (U, P) = {units_positions}")
+        raise ValueError(
+            f"field L{i}/singular_values has shape {sigma.shape}, expected (U, P, K) with (U, P) = {units_positions}"
+        )
     for unit, op in operators.items():
         if op.shape != (length, length) or not unit < units_positions[0]:
-            raise ValueError(f"field L{i}/operator/{unit} has shape {op.shape} for unit {unit}, "
-                             f"expected ({length}, {length}) for a unit below {units_positions[0]}")
+            raise ValueError(
+                f"field L{i}/operator/{unit} has shape {op.shape} for unit {unit}, "
+                f"expected ({length}, {length}) for a unit below {units_positions[0]}"
+            )

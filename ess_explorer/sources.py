@@ -62,8 +62,16 @@ HASH_BYTES_UP_TO = 256 * 1024 * 1024
 _WEIGHT_PATTERNS = ("*.safetensors", "model.safetensors.index.json")
 
 # Any of these in a folder means it ships a tokenizer.
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt",
-                    "spiece.model", "sentencepiece.bpe.model", "merges.txt")
+_TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "tokenizer.model",
+    "vocab.json",
+    "vocab.txt",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "merges.txt",
+)
 HUB_PROBE_TIMEOUT = 3.0  # seconds to reach the hub's host before giving up on the network
 
 _PICKLE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5", "flax_model.msgpack")
@@ -121,8 +129,10 @@ def load_model(
     except TypeError:  # a keyword from_pretrained does not take: the caller's mistake, shown as is
         raise
     except Exception as error:  # a truncated / corrupt safetensors file, a weight of the wrong shape
-        raise ValueError(f"could not load the weights of {label}: {_first_line(error)}; check that the weight "
-                         "files are complete and were saved with this config.json") from error
+        raise ValueError(
+            f"could not load the weights of {label}: {_first_line(error)}; check that the weight "
+            "files are complete and were saved with this config.json"
+        ) from error
     _check_loading_info(label, info)
     model.eval()
     if label.startswith(ZOO_PREFIX):
@@ -149,8 +159,10 @@ def _check_loading_info(label: str, info: dict) -> None:
             shown = ", ".join(keys[:5]) + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
             problems.append(f"{kind.replace('_', ' ')}: {shown}")
     if problems:
-        raise ValueError(f"the weights of {label} do not match its config ({'; '.join(problems)}); "
-                         "use the config.json the weights were saved with, or the right weight files")
+        raise ValueError(
+            f"the weights of {label} do not match its config ({'; '.join(problems)}); "
+            "use the config.json the weights were saved with, or the right weight files"
+        )
 
 
 def _offline() -> bool:
@@ -203,7 +215,9 @@ def card(name: str) -> dict:
     """The model card (card.json) of a zoo model."""
     path = model_dir(name) / "card.json"
     if not path.is_file():
-        raise ValueError(f"zoo model {name!r} has no card.json yet; write it with `python -m ess_explorer.zoo.train --cards-only --only {name}`")
+        raise ValueError(
+            f"zoo model {name!r} has no card.json yet; write it with `python -m ess_explorer.zoo.train --cards-only --only {name}`"
+        )
     return json.loads(path.read_text())
 
 
@@ -214,7 +228,7 @@ def parse_source(source) -> tuple[str, str]:
         raise ValueError(f"a model source must be a hub id, a local folder, or 'zoo:NAME'; got {source!r}")
     text = str(source).strip()
     if text.startswith(ZOO_PREFIX):
-        return "zoo", text[len(ZOO_PREFIX):]
+        return "zoo", text[len(ZOO_PREFIX) :]
     if isinstance(source, os.PathLike) or Path(text).expanduser().exists() or text.startswith((".", "/", "~")):
         return "folder", text
     return "hub", text
@@ -239,8 +253,9 @@ def _check_folder(folder: Path) -> str:
     try:
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{folder / 'config.json'} is not valid JSON ({error}); restore the file the model was "
-                         "saved with") from None
+        raise ValueError(
+            f"{folder / 'config.json'} is not valid JSON ({error}); restore the file the model was saved with"
+        ) from None
     if not isinstance(config, dict):
         raise ValueError(f"{folder / 'config.json'} must hold a JSON object, got {type(config).__name__}")
     if not any(folder.glob("*.safetensors")) and not (folder / "model.safetensors.index.json").is_file():
@@ -257,7 +272,11 @@ def _check_folder(folder: Path) -> str:
 
 def _unreachable(label: str, path: str, error: Exception) -> ValueError:
     offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
-    why = "HF_HUB_OFFLINE is set and it is not in the local cache" if offline else "the hub could not be reached or has no such model"
+    why = (
+        "HF_HUB_OFFLINE is set and it is not in the local cache"
+        if offline
+        else "the hub could not be reached or has no such model"
+    )
     return ValueError(
         f"cannot load {label}: {why} ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}). "
         "Set up a network connection (and unset HF_HUB_OFFLINE), or pass a local model folder or zoo:NAME "
@@ -270,8 +289,11 @@ def _tokenizer(path: str, revision, trust_remote_code, label: str = ""):
 
     folder = Path(path)
     if folder.is_dir() and not any((folder / name).is_file() for name in _TOKENIZER_FILES):
-        warnings.warn(f"{label or path} ships no tokenizer: the tokenizer is None; pass input_ids to analyze "
-                      "(token ids, not a prompt)", stacklevel=3)
+        warnings.warn(
+            f"{label or path} ships no tokenizer: the tokenizer is None; pass input_ids to analyze "
+            "(token ids, not a prompt)",
+            stacklevel=3,
+        )
         return None
     try:
         return AutoTokenizer.from_pretrained(path, revision=revision, trust_remote_code=trust_remote_code)
@@ -304,7 +326,9 @@ def folder_identity(folder) -> dict:
         for path in sorted(folder.glob(pattern)):
             stat = path.stat()
             weights[path.name] = (
-                _sha256_file(path) if stat.st_size <= HASH_BYTES_UP_TO else f"size={stat.st_size},mtime_ns={stat.st_mtime_ns}"
+                _sha256_file(path)
+                if stat.st_size <= HASH_BYTES_UP_TO
+                else f"size={stat.st_size},mtime_ns={stat.st_mtime_ns}"
             )
     return {"kind": "folder", "config_sha256": _sha256_file(config), "weights": weights}
 

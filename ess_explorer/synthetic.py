@@ -11,7 +11,6 @@ made from seeded random parameters with the closed forms of docs/math.md ("Close
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from .core.ess import DEFAULT_RELATIVE, DEFAULT_TOL
@@ -82,7 +81,9 @@ def reference_tokens(length: int, segment: int = 16) -> list[str]:
     return tokens
 
 
-def reference_result(length: int = 48, *, seed: int = 0, tol: float = DEFAULT_TOL, relative: bool = DEFAULT_RELATIVE) -> ESSResult:
+def reference_result(
+    length: int = 48, *, seed: int = 0, tol: float = DEFAULT_TOL, relative: bool = DEFAULT_RELATIVE
+) -> ESSResult:
     """An ESSResult with four layers of different families and known behaviour.
 
     layer 0 softmax attention (2 heads), 1 short convolution (4 channels, k = 4),

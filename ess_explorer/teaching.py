@@ -99,15 +99,17 @@ def memory_at_cut(result, t: int) -> list[dict]:
             raise ValueError(f"layer {index}: the cut t = {t} was not computed (positions {lay.positions[:3]}...)")
         k = column[int(t)]
         weight = np.asarray(lay.multiplicity, dtype=np.float64)
-        rows.append({
-            "layer": index,
-            "family": lay.family,
-            "units": int(lay.n_units),
-            "ESS": float(lay.total("tolerance")[k]),
-            "entropy-ESS": float(lay.total("entropy")[k]),
-            "TSS": float(lay.total_tss()[k]),
-            "ceiling": float(weight @ attainable_ceiling(lay)[:, k]),
-        })
+        rows.append(
+            {
+                "layer": index,
+                "family": lay.family,
+                "units": int(lay.n_units),
+                "ESS": float(lay.total("tolerance")[k]),
+                "entropy-ESS": float(lay.total("entropy")[k]),
+                "TSS": float(lay.total_tss()[k]),
+                "ceiling": float(weight @ attainable_ceiling(lay)[:, k]),
+            }
+        )
     return rows
 
 

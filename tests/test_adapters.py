@@ -15,9 +15,9 @@ import pytest
 import torch
 import transformers as tf
 
+from ess_explorer import hankel_singular_values
 from ess_explorer.capture import MODEL_TYPES, capture, layer_slots
 from ess_explorer.core.short_conv import short_conv_hankel_singular_values, short_conv_operator
-from ess_explorer import hankel_singular_values
 
 VOCAB = 64
 LENGTH = 24
@@ -44,34 +44,81 @@ def _configs():
         "mamba2_groups": tf.Mamba2Config(  # two groups of B, C: heads 0-1 read group 0, heads 2-3 group 1
             num_hidden_layers=1, hidden_size=16, state_size=4, num_heads=4, head_dim=8, n_groups=2, chunk_size=8, **IDS
         ),
-        "lfm2": tf.Lfm2Config(num_hidden_layers=2, layer_types=["conv", "full_attention"], conv_bias=True, **ATTN, **IDS),
+        "lfm2": tf.Lfm2Config(
+            num_hidden_layers=2, layer_types=["conv", "full_attention"], conv_bias=True, **ATTN, **IDS
+        ),
         "jamba": tf.JambaConfig(
-            num_hidden_layers=2, attn_layer_period=2, attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=1,
-            num_experts=2, mamba_d_state=4, mamba_dt_rank=4, **ATTN, **IDS,
+            num_hidden_layers=2,
+            attn_layer_period=2,
+            attn_layer_offset=1,
+            expert_layer_period=2,
+            expert_layer_offset=1,
+            num_experts=2,
+            mamba_d_state=4,
+            mamba_dt_rank=4,
+            **ATTN,
+            **IDS,
         ),
         "bamba": tf.BambaConfig(
-            num_hidden_layers=2, attn_layer_indices=[1], mamba_n_heads=4, mamba_d_head=16, mamba_n_groups=1,
-            mamba_d_state=4, mamba_chunk_size=8, **ATTN, **IDS,
+            num_hidden_layers=2,
+            attn_layer_indices=[1],
+            mamba_n_heads=4,
+            mamba_d_head=16,
+            mamba_n_groups=1,
+            mamba_d_state=4,
+            mamba_chunk_size=8,
+            **ATTN,
+            **IDS,
         ),
         "zamba2": tf.Zamba2Config(
-            num_hidden_layers=3, hidden_size=32, num_attention_heads=4, mamba_d_state=4, mamba_headdim=16,
-            n_mamba_heads=4, mamba_ngroups=1, chunk_size=8, layers_block_type=["mamba", "hybrid", "mamba"], **IDS,
+            num_hidden_layers=3,
+            hidden_size=32,
+            num_attention_heads=4,
+            mamba_d_state=4,
+            mamba_headdim=16,
+            n_mamba_heads=4,
+            mamba_ngroups=1,
+            chunk_size=8,
+            layers_block_type=["mamba", "hybrid", "mamba"],
+            **IDS,
         ),
         "qwen3_next": tf.Qwen3NextConfig(
-            num_hidden_layers=2, layer_types=["linear_attention", "full_attention"], head_dim=8, num_experts=2,
-            num_experts_per_tok=1, moe_intermediate_size=16, shared_expert_intermediate_size=16, **DELTA, **ATTN, **IDS,
+            num_hidden_layers=2,
+            layer_types=["linear_attention", "full_attention"],
+            head_dim=8,
+            num_experts=2,
+            num_experts_per_tok=1,
+            moe_intermediate_size=16,
+            shared_expert_intermediate_size=16,
+            **DELTA,
+            **ATTN,
+            **IDS,
         ),
         "qwen3_5_text": tf.Qwen3_5TextConfig(
             num_hidden_layers=2, layer_types=["linear_attention", "full_attention"], head_dim=8, **DELTA, **ATTN, **IDS
         ),
         "olmo_hybrid": tf.OlmoHybridConfig(  # beta up to 2: transitions with negative eigenvalues
-            num_hidden_layers=2, layer_types=["linear_attention", "full_attention"], linear_allow_neg_eigval=True,
-            **DELTA, **ATTN, **IDS,
+            num_hidden_layers=2,
+            layer_types=["linear_attention", "full_attention"],
+            linear_allow_neg_eigval=True,
+            **DELTA,
+            **ATTN,
+            **IDS,
         ),
         "kimi_linear": tf.KimiLinearConfig(
-            num_hidden_layers=2, layer_types=["linear_attention", "full_attention"], linear_head_dim=8, linear_num_heads=4,
-            num_local_experts=2, num_experts_per_tok=1, moe_intermediate_size=16, kv_lora_rank=16, qk_nope_head_dim=8,
-            qk_rope_head_dim=4, v_head_dim=6, **{**ATTN, "num_key_value_heads": 4}, **IDS,  # MLA: one kv head per head
+            num_hidden_layers=2,
+            layer_types=["linear_attention", "full_attention"],
+            linear_head_dim=8,
+            linear_num_heads=4,
+            num_local_experts=2,
+            num_experts_per_tok=1,
+            moe_intermediate_size=16,
+            kv_lora_rank=16,
+            qk_nope_head_dim=8,
+            qk_rope_head_dim=4,
+            v_head_dim=6,
+            **{**ATTN, "num_key_value_heads": 4},
+            **IDS,  # MLA: one kv head per head
         ),
         "la": zoo_modeling.EssLinearAttentionConfig(**zoo),
         "gla": zoo_modeling.EssLinearAttentionConfig(gated=True, **zoo),
@@ -173,7 +220,9 @@ def test_sliding_window_from_config_matches_the_operator():
 
 
 def test_qwen2_sliding_layers_follow_layer_types():
-    config = tf.Qwen2Config(num_hidden_layers=2, use_sliding_window=True, sliding_window=4, max_window_layers=1, **ATTN, **IDS)
+    config = tf.Qwen2Config(
+        num_hidden_layers=2, use_sliding_window=True, sliding_window=4, max_window_layers=1, **ATTN, **IDS
+    )
     torch.manual_seed(0)
     model = tf.AutoModelForCausalLM.from_config(config).eval()
     slots = layer_slots(model)
@@ -241,7 +290,9 @@ def test_missing_attention_probabilities_are_an_error_not_an_empty_operator():
 
 
 def test_unsupported_model_type_names_the_registry():
-    config = tf.OPTConfig(num_hidden_layers=1, hidden_size=16, ffn_dim=32, num_attention_heads=2, word_embed_proj_dim=16, **IDS)
+    config = tf.OPTConfig(
+        num_hidden_layers=1, hidden_size=16, ffn_dim=32, num_attention_heads=2, word_embed_proj_dim=16, **IDS
+    )
     model = tf.AutoModelForCausalLM.from_config(config)
     with pytest.raises(ValueError, match=r"'opt'.*not supported.*mamba.*capture/__init__.py"):
         layer_slots(model)
@@ -249,8 +300,19 @@ def test_unsupported_model_type_names_the_registry():
 
 # Model types with a per-token gate around some mixer (Qwen3-Next / Qwen3.5: the sigmoid
 # output gate of their attention layers).
-GATED = {"mamba", "falcon_mamba", "mamba2", "mamba2_groups", "jamba", "bamba", "zamba2", "la", "gla", "qwen3_next",
-         "qwen3_5_text"}
+GATED = {
+    "mamba",
+    "falcon_mamba",
+    "mamba2",
+    "mamba2_groups",
+    "jamba",
+    "bamba",
+    "zamba2",
+    "la",
+    "gla",
+    "qwen3_next",
+    "qwen3_5_text",
+}
 
 
 def test_reconstruction_with_gates_inside(captured):

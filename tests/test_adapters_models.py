@@ -17,8 +17,15 @@ from ess_explorer.sources import load_model
 def saved_llama(tmp_path_factory):
     folder = tmp_path_factory.mktemp("llama")
     config = tf.LlamaConfig(
-        num_hidden_layers=1, hidden_size=16, intermediate_size=32, num_attention_heads=2, num_key_value_heads=1,
-        vocab_size=len(tf.ByT5Tokenizer()), bos_token_id=0, eos_token_id=1, pad_token_id=0,
+        num_hidden_layers=1,
+        hidden_size=16,
+        intermediate_size=32,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        vocab_size=len(tf.ByT5Tokenizer()),
+        bos_token_id=0,
+        eos_token_id=1,
+        pad_token_id=0,
     )
     torch.manual_seed(0)
     model = tf.AutoModelForCausalLM.from_config(config).eval()

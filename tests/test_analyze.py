@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 import torch
 import transformers as tf
+from test_adapters import CONFIGS, IDS, LENGTH, VOCAB, build
 
-from ess_explorer.capture import capture, layer_slots
-from ess_explorer.analysis import analyze
 from ess_explorer import entropy_ess, hankel_singular_values, tolerance_ess
+from ess_explorer.analysis import analyze
+from ess_explorer.capture import capture, layer_slots
 from ess_explorer.core.gates import gates_inside
 from ess_explorer.core.operators import DiagonalSSM
 from ess_explorer.result import ESSResult
-from test_adapters import CONFIGS, IDS, LENGTH, VOCAB, build
 
 TOL = 1e-3
 
@@ -41,9 +41,19 @@ def _dense_reference(model, ids, layer, unit, relative=True, gates="inside"):
 
 @pytest.mark.parametrize(
     "name, layer, unit, gates",
-    [("gpt2", 1, 2, "inside"), ("mistral", 0, 3, "inside"), ("mamba", 1, 5, "inside"), ("mamba", 1, 5, "outside"),
-     ("mamba2", 0, 1, "inside"), ("mamba2", 0, 1, "outside"), ("lfm2", 0, 7, "inside"), ("lfm2", 1, 0, "inside"),
-     ("gla", 1, 1, "inside"), ("gla", 1, 1, "outside"), ("la", 0, 0, "inside")],
+    [
+        ("gpt2", 1, 2, "inside"),
+        ("mistral", 0, 3, "inside"),
+        ("mamba", 1, 5, "inside"),
+        ("mamba", 1, 5, "outside"),
+        ("mamba2", 0, 1, "inside"),
+        ("mamba2", 0, 1, "outside"),
+        ("lfm2", 0, 7, "inside"),
+        ("lfm2", 1, 0, "inside"),
+        ("gla", 1, 1, "inside"),
+        ("gla", 1, 1, "outside"),
+        ("la", 0, 0, "inside"),
+    ],
 )
 def test_ess_equals_dense_core_of_the_materialised_operator(name, layer, unit, gates):
     model, ids = build(name)
@@ -77,7 +87,13 @@ def test_result_fields_and_tss_per_family():
             t = np.arange(LENGTH)
             units = lay.n_units
             assert lay.layer == index
-            assert lay.tolerance_ess.shape == lay.entropy_ess.shape == lay.tss.shape == lay.rank_bound.shape == (units, LENGTH)
+            assert (
+                lay.tolerance_ess.shape
+                == lay.entropy_ess.shape
+                == lay.tss.shape
+                == lay.rank_bound.shape
+                == (units, LENGTH)
+            )
             np.testing.assert_array_equal(lay.positions, t)
             np.testing.assert_array_equal(lay.tss[0], tss(t, CONFIGS[name]).astype(float))
             assert (lay.tolerance_ess <= lay.rank_bound).all()
@@ -161,7 +177,9 @@ def test_sdpa_model_is_switched_to_eager_and_back():
 
 def test_prompt_with_tokenizer():
     tokenizer = tf.ByT5Tokenizer()
-    config = tf.GPT2Config(n_layer=1, n_head=2, n_embd=16, n_positions=64, vocab_size=len(tokenizer), bos_token_id=0, eos_token_id=1)
+    config = tf.GPT2Config(
+        n_layer=1, n_head=2, n_embd=16, n_positions=64, vocab_size=len(tokenizer), bos_token_id=0, eos_token_id=1
+    )
     torch.manual_seed(0)
     model = tf.AutoModelForCausalLM.from_config(config).eval()
     result = analyze(model, prompt="a=1; b=2", tokenizer=tokenizer, progress=False)
@@ -218,7 +236,9 @@ def test_empty_prompt_string():
 
 
 def test_unsupported_model_is_refused_before_any_work():
-    config = tf.OPTConfig(num_hidden_layers=1, hidden_size=16, ffn_dim=32, num_attention_heads=2, word_embed_proj_dim=16, **IDS)
+    config = tf.OPTConfig(
+        num_hidden_layers=1, hidden_size=16, ffn_dim=32, num_attention_heads=2, word_embed_proj_dim=16, **IDS
+    )
     model = tf.AutoModelForCausalLM.from_config(config)
     with pytest.raises(ValueError, match="not supported"):
         analyze(model, [1, 2, 3], progress=False)

@@ -28,7 +28,7 @@ def _cycle(graph, modules):
                 stack.pop()
                 path.pop()
             elif colour[child] == 1:
-                return path[path.index(child):] + [child]
+                return path[path.index(child) :] + [child]
             elif colour[child] == 0:
                 colour[child] = 1
                 path.append(child)
@@ -63,5 +63,9 @@ def test_import_contracts_hold():
 
 
 def test_no_module_is_too_long_to_read():
-    long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    long = {
+        str(p.relative_to(PACKAGE)): n
+        for p in PACKAGE.rglob("*.py")
+        if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
     assert not long, f"modules over {MAX_LINES} lines: {long}"

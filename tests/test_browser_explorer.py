@@ -29,8 +29,16 @@ ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
 NOTEBOOK = Path(__file__).parent / "notebooks" / "explorer.ipynb"
 ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def _free_port() -> int:
@@ -46,11 +54,27 @@ def lab(tmp_path):
     require_browser()
     shutil.copy(NOTEBOOK, tmp_path / "explorer.ipynb")
     port = _free_port()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
-           "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}
-    cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}", "--allow-root",
-           "--ServerApp.token=", "--ServerApp.password=", "--ServerApp.disable_check_xsrf=True",
-           "--LabApp.expose_app_in_browser=True", f"--ServerApp.root_dir={tmp_path}", "--ServerApp.port_retries=0"]
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "JUPYTER_CONFIG_DIR": str(tmp_path / "config"),
+        "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "jupyterlab",
+        "--no-browser",
+        "--ip=127.0.0.1",
+        f"--port={port}",
+        "--allow-root",
+        "--ServerApp.token=",
+        "--ServerApp.password=",
+        "--ServerApp.disable_check_xsrf=True",
+        "--LabApp.expose_app_in_browser=True",
+        f"--ServerApp.root_dir={tmp_path}",
+        "--ServerApp.port_retries=0",
+    ]
     log = open(tmp_path / "lab.log", "wb")
     server = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
@@ -91,23 +115,33 @@ def test_explorer_in_jupyterlab(lab):
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as p:
         context = p.chromium.launch_persistent_context(
-            str(workdir / "chromium-profile"), executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS,
-            viewport={"width": 1400, "height": 1700})
+            str(workdir / "chromium-profile"),
+            executable_path=CHROMIUM,
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport={"width": 1400, "height": 1700},
+        )
         try:
             page = context.new_page()
             outside = []  # offline: nothing may be fetched from anywhere but the local server
-            page.on("request", lambda r: outside.append(r.url) if r.url.startswith("http")
-                    and not r.url.startswith(url) else None)
+            page.on(
+                "request",
+                lambda r: outside.append(r.url) if r.url.startswith("http") and not r.url.startswith(url) else None,
+            )
             page.goto(f"{url}/lab/tree/explorer.ipynb", wait_until="domcontentloaded")
             page.wait_for_function("window.jupyterapp && document.querySelector('.jp-Notebook')", timeout=60_000)
             page.wait_for_function(
                 "() => { const w = window.jupyterapp.shell.currentWidget;"
                 " return w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel"
-                " && w.sessionContext.session.kernel.status === 'idle'; }", timeout=60_000)
+                " && w.sessionContext.session.kernel.status === 'idle'; }",
+                timeout=60_000,
+            )
             page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
             # the linked views are drawn (SVG renderer) with the spectrum's stated count
-            page.wait_for_function("[...document.querySelectorAll('.vega-embed svg text')]"
-                                   ".some(e => e.textContent.includes(' σ above '))", timeout=90_000)
+            page.wait_for_function(
+                "[...document.querySelectorAll('.vega-embed svg text')].some(e => e.textContent.includes(' σ above '))",
+                timeout=90_000,
+            )
             before = _spectrum_label(page)
             assert before.startswith("t = "), before
             # the live widget, not the static copy (in the page, hidden by the widget's style)
@@ -119,7 +153,10 @@ def test_explorer_in_jupyterlab(lab):
             page.mouse.click(box["x"] + 0.2 * box["width"], box["y"] + box["height"] / 2)
             page.wait_for_function(
                 "(before) => [...document.querySelectorAll('.vega-embed svg text')]"
-                ".some(e => e.textContent.includes(' σ above ') && e.textContent !== before)", arg=before, timeout=10_000)
+                ".some(e => e.textContent.includes(' σ above ') && e.textContent !== before)",
+                arg=before,
+                timeout=10_000,
+            )
             after = _spectrum_label(page)
             assert after != before and after.startswith("t = ")
 

@@ -9,11 +9,9 @@ import json
 import numpy as np
 import pytest
 
-from ess_explorer import io as cache_mod
 from ess_explorer import sources as sources_mod
 from ess_explorer.io import ResultCache, cache_key, default_cache_dir
 from ess_explorer.sources import folder_identity, model_identity
-from ess_explorer.result import ESSResult
 from ess_explorer.synthetic import reference_result
 
 
@@ -22,8 +20,16 @@ def ref():
     return reference_result()
 
 
-BASE = dict(identity={"kind": "hub", "source": "org/m", "revision": "abc"}, input_ids=[1, 2, 3],
-            layers=[0, 1], dtype="float32", tol=1e-3, relative=True, stride=None, prompt="abc")
+BASE = dict(
+    identity={"kind": "hub", "source": "org/m", "revision": "abc"},
+    input_ids=[1, 2, 3],
+    layers=[0, 1],
+    dtype="float32",
+    tol=1e-3,
+    relative=True,
+    stride=None,
+    prompt="abc",
+)
 
 
 def key(**change):
@@ -37,8 +43,15 @@ def test_key_is_stable_and_separates_every_setting():
     variants = [
         key(identity={"kind": "hub", "source": "org/m", "revision": "def"}),
         key(identity={"kind": "hub", "source": "org/other", "revision": "abc"}),
-        key(input_ids=[1, 2, 4]), key(layers=[0]), key(layers=None), key(dtype="float64"),
-        key(tol=1e-4), key(relative=False), key(stride=2), key(prompt="abd"), key(version="9.9.9"),
+        key(input_ids=[1, 2, 4]),
+        key(layers=[0]),
+        key(layers=None),
+        key(dtype="float64"),
+        key(tol=1e-4),
+        key(relative=False),
+        key(stride=2),
+        key(prompt="abd"),
+        key(version="9.9.9"),
         key(top_k=8),
     ]
     assert len({key(), *variants}) == len(variants) + 1

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from ess_explorer.views import charts, data, render
-from ess_explorer.core.diagnostics import layer_diagnostics
 from ess_explorer import entropy_ess, hankel_singular_values, tolerance_ess
+from ess_explorer.core.diagnostics import layer_diagnostics
 from ess_explorer.result import ESSResult, LayerESS
 from ess_explorer.synthetic import convolution, reference_result
+from ess_explorer.views import charts, data, render
 
 L = 48
 
@@ -89,14 +89,17 @@ def test_aggregate_over_units(result, how):
 
 def test_separators_are_marked(result, spec):
     rows = _time_rows(spec)
-    assert [r["t"] for r in rows if r["sep"]] == [t for t, tok in enumerate(result.tokens) if tok == "|"] == [15, 31, 47]
+    assert (
+        [r["t"] for r in rows if r["sep"]] == [t for t, tok in enumerate(result.tokens) if tok == "|"] == [15, 31, 47]
+    )
 
 
 def test_lower_bound_flag_when_few_values_kept():
     """Keeping K = 2 values of a rank-3 conv: a recomputed count that reaches K is not exact."""
     op = convolution(40, 4, units=1, seed=3)
-    lay = LayerESS.from_operator(0, "short_conv", op, np.full(40, 3.0), tol=1e-3, relative=True, top_k=2,
-                                 keep_operators=[0])
+    lay = LayerESS.from_operator(
+        0, "short_conv", op, np.full(40, 3.0), tol=1e-3, relative=True, top_k=2, keep_operators=[0]
+    )
     res = ESSResult(["a"] * 40, list(range(40)), {0: lay}, {"tol": 1e-3, "relative": True})
     rows = _time_rows(_data(res, layer=0, unit=0, tol=1e-4))
     mid = rows[20]
@@ -166,8 +169,9 @@ def test_operator_is_downsampled_for_long_prompts():
     thin conv band survives (block max)."""
     length = 320
     op = convolution(length, 4, units=1, seed=1)
-    lay = LayerESS.from_operator(0, "short_conv", op, np.full(length, 3.0), tol=1e-3, relative=True, top_k=4,
-                                 keep_operators=[0])
+    lay = LayerESS.from_operator(
+        0, "short_conv", op, np.full(length, 3.0), tol=1e-3, relative=True, top_k=4, keep_operators=[0]
+    )
     res = ESSResult(["x"] * length, list(range(length)), {0: lay}, {"tol": 1e-3, "relative": True})
     rows, block = charts.operator_data(res, layer=0, unit=0)
     assert block == 5 and len(rows) <= 64 * 65 // 2
@@ -259,9 +263,18 @@ def test_tolerance_change_recomputes_from_the_kept_values():
     length, heads, k = 64, 3, 16
     sigma = np.sort(rng.lognormal(-3, 2, size=(heads, length, k)), axis=-1)[..., ::-1].copy()
     pos = np.arange(length)
-    lay = LayerESS(0, "softmax_attention", "head", pos, (sigma > 1e-3 * sigma[..., :1]).sum(-1),
-                   np.full((heads, length), 5.0), np.broadcast_to(pos, (heads, length)).astype(float), sigma,
-                   np.broadcast_to(np.minimum(pos, length - pos), (heads, length)).copy(), {0: np.tril(rng.random((length, length)))})
+    lay = LayerESS(
+        0,
+        "softmax_attention",
+        "head",
+        pos,
+        (sigma > 1e-3 * sigma[..., :1]).sum(-1),
+        np.full((heads, length), 5.0),
+        np.broadcast_to(pos, (heads, length)).astype(float),
+        sigma,
+        np.broadcast_to(np.minimum(pos, length - pos), (heads, length)).copy(),
+        {0: np.tril(rng.random((length, length)))},
+    )
     res = ESSResult(["w"] * length, list(range(length)), {0: lay}, {"tol": 1e-3, "relative": True})
     for tol in (1e-6, 1e-2, 0.3):
         data = charts.linked_data(res, layer=0, unit=1, tol=tol)[charts.DATASETS["time"]]

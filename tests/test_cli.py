@@ -10,15 +10,14 @@ from __future__ import annotations
 import copy
 import io
 import json
-import os
 
 import numpy as np
 import pytest
 
 from ess_explorer.app import cli
-from ess_explorer.views import figures
 from ess_explorer.result import ESSResult
 from ess_explorer.synthetic import reference_result
+from ess_explorer.views import figures
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +98,10 @@ def test_analyze_writes_a_result_dir_and_prints_a_summary(fake, capsys, tmp_path
     lines = out.splitlines()
     assert "cache miss" in lines[0]
     rows = [line.split() for line in lines if line[:1].isdigit()]
-    assert [r[0] for r in rows] == ["0", "1", "2", "3"] and [r[1] for r in rows][:2] == ["softmax_attention", "short_conv"]
+    assert [r[0] for r in rows] == ["0", "1", "2", "3"] and [r[1] for r in rows][:2] == [
+        "softmax_attention",
+        "short_conv",
+    ]
     assert float(rows[1][5]) == pytest.approx(3.0)  # short conv k = 4: max ESS = k - 1
     saved = ESSResult.load(tmp_path / "r" / "result.npz")
     assert saved.meta["prompt"] == "hello world" and saved.meta["source"] == "zoo:default-for-test"
@@ -191,19 +193,42 @@ def test_figure_and_report_round_trips(fake, capsys, tmp_path):
         code, stdout, err = run(capsys, "figure", str(tmp_path / "a"), "--kind", kind, "--out", str(out), *extra)
         assert code == 0, err
         assert out.read_bytes().startswith(b"%PDF-") and f"wrote {out}" in stdout
-    code, _, err = run(capsys, "figure", str(tmp_path / "a" / "result.npz"), "--kind", "utilisation",
-                       "--out", str(tmp_path / "u.svg"), "--font", "sans", "--width", "double")
+    code, _, err = run(
+        capsys,
+        "figure",
+        str(tmp_path / "a" / "result.npz"),
+        "--kind",
+        "utilisation",
+        "--out",
+        str(tmp_path / "u.svg"),
+        "--font",
+        "sans",
+        "--width",
+        "double",
+    )
     assert code == 0 and "Liberation Sans" in (tmp_path / "u.svg").read_text()
-    code, _, err = run(capsys, "figure", str(tmp_path / "a"), "--kind", "compare", "--t", "3",
-                       "--out", str(tmp_path / "x.png"))
+    code, _, err = run(
+        capsys, "figure", str(tmp_path / "a"), "--kind", "compare", "--t", "3", "--out", str(tmp_path / "x.png")
+    )
     assert code == 2 and "--kind compare takes no --t" in one_line_error(err)
-    code, _, err = run(capsys, "figure", str(tmp_path / "a"), "--kind", "spectrum", "--layers", "0,1",
-                       "--out", str(tmp_path / "s.png"))
+    code, _, err = run(
+        capsys, "figure", str(tmp_path / "a"), "--kind", "spectrum", "--layers", "0,1", "--out", str(tmp_path / "s.png")
+    )
     assert code == 2 and "give --layers N" in one_line_error(err)
     # two results: compare
     assert run(capsys, "analyze", "-p", "round trip", "-q", "--tol", "0.1", "--out", str(tmp_path / "b"))[0] == 0
-    code, _, err = run(capsys, "figure", str(tmp_path / "a"), str(tmp_path / "b"), "--kind", "compare",
-                       "--width", "double", "--out", str(tmp_path / "c.png"))
+    code, _, err = run(
+        capsys,
+        "figure",
+        str(tmp_path / "a"),
+        str(tmp_path / "b"),
+        "--kind",
+        "compare",
+        "--width",
+        "double",
+        "--out",
+        str(tmp_path / "c.png"),
+    )
     assert code == 0, err
     assert (tmp_path / "c.png").read_bytes()[:4] == b"\x89PNG"
     # report from a saved result, and straight from a model + prompt (cached analysis reused)

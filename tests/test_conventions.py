@@ -101,7 +101,9 @@ def _near_reset(length=16, n=8, sep=3, factor=1e-4, seed=5):
 
 
 def test_scope_sets_the_reference_sigma_1():
-    sigma = torch.tensor([[[4.0, 1.0, 0.03], [1.0, 0.5, 0.02]], [[10.0, 0.09, 0.0], [2.0, 0.01, 0.0]]], dtype=torch.float64)  # (U=2, P=2, K=3)
+    sigma = torch.tensor(
+        [[[4.0, 1.0, 0.03], [1.0, 0.5, 0.02]], [[10.0, 0.09, 0.0], [2.0, 0.01, 0.0]]], dtype=torch.float64
+    )  # (U=2, P=2, K=3)
     # cut: tau = 0.01 x (4, 1 | 10, 2)
     assert tolerance_ess(spectra=sigma, tol=0.01, scope="cut").tolist() == [[2, 3], [1, 1]]
     # unit: unit 0 refers to 4, unit 1 to 10; tol 0.2 -> tau 0.8 and 2
@@ -150,7 +152,8 @@ def test_near_reset_modulation_unit_scope_vs_cut_scope():
     assert per_cut < 0
     # Entropy-ESS is blind in the same way.
     assert entropy_ess(spectra=lay.singular_values)[0, sep] == pytest.approx(
-        float(entropy_ess(spectra=unscaled.singular_values)[0, sep]), rel=1e-6)
+        float(entropy_ess(spectra=unscaled.singular_values)[0, sep]), rel=1e-6
+    )
     # The reset-aware default sees it.
     assert layer_modulation(lay, [sep])[0] >= 0.9
     # Without the reset the reset-aware scope reports the growth min(t, N): 1 - 3 / mean(1, 2).
@@ -206,15 +209,18 @@ def test_causal_ess_closed_forms():
     expected = np.minimum(np.arange(length), n)  # generic: min(t, N), past the middle too
     assert np.array_equal(lay.causal_ess, np.broadcast_to(expected, (2, length)))
     reset_at = 6
-    reset = LayerESS.from_operator(0, "lti_ssm", diagonal_ssm(length, n, seed=12, resets=[reset_at]), tol=1e-3,
-                                   relative=True)
+    reset = LayerESS.from_operator(
+        0, "lti_ssm", diagonal_ssm(length, n, seed=12, resets=[reset_at]), tol=1e-3, relative=True
+    )
     assert reset.causal_ess[0, reset_at + 1] == 1  # only b_s u_s is left in the state
     assert reset.causal_ess[0, reset_at] == n  # the cut before the reset still holds everything
-    attention = LayerESS.from_operator(0, "softmax_attention", softmax_attention(10, units=2, seed=1), tol=1e-3,
-                                       relative=True)
+    attention = LayerESS.from_operator(
+        0, "softmax_attention", softmax_attention(10, units=2, seed=1), tol=1e-3, relative=True
+    )
     assert np.array_equal(attention.causal_ess, np.broadcast_to(np.arange(10.0), (2, 10)))  # the KV cache: t
-    unknown = LayerESS.from_operator(0, "short_conv", softmax_attention(10, units=1, seed=1), tol=1e-3, relative=True,
-                                     kernel_size=3)
+    unknown = LayerESS.from_operator(
+        0, "short_conv", softmax_attention(10, units=1, seed=1), tol=1e-3, relative=True, kernel_size=3
+    )
     assert np.isnan(unknown.causal_ess).all()  # a dense operator with no realisation: no guess
 
 
@@ -224,8 +230,14 @@ def test_short_conv_causal_ess_counts_its_register():
     length, k = 8, 3
     gate_in = torch.randn(2, length, dtype=torch.float64)
     gate_in[1, 4] = 0.0  # an input that never enters the state
-    units = ShortConvCapture(layer=0, family="short_conv", kernel_size=k, gate_in=gate_in,
-                             gate_out=torch.randn(2, length, dtype=torch.float64), weight=torch.randn(2, k, dtype=torch.float64))
+    units = ShortConvCapture(
+        layer=0,
+        family="short_conv",
+        kernel_size=k,
+        gate_in=gate_in,
+        gate_out=torch.randn(2, length, dtype=torch.float64),
+        weight=torch.randn(2, k, dtype=torch.float64),
+    )
     lay = LayerESS.from_units(units, tol=1e-3, relative=True)
     assert lay.causal_ess[0].tolist() == [min(t, k - 1) for t in range(length)]
     assert lay.causal_ess[1, 5] == 1 and lay.causal_ess[1, 6] == 1 and lay.causal_ess[1, 7] == 2
@@ -274,8 +286,9 @@ def test_views_recount_at_the_results_scope():
 
     plain, reset = _near_reset()
     lay = LayerESS.from_operator(0, "lti_ssm", reset, tol=1e-3, relative=True, scope="unit")
-    result = ESSResult([str(i) for i in range(16)], list(range(16)), {0: lay},
-                       {"tol": 1e-3, "relative": True, "scope": "unit"})
+    result = ESSResult(
+        [str(i) for i in range(16)], list(range(16)), {0: lay}, {"tol": 1e-3, "relative": True, "scope": "unit"}
+    )
     recount = layer_at_tolerance(result, 0, tol=1e-2, relative=True)
     assert np.array_equal(recount.tolerance_ess, lay.tolerance_ess_at(1e-2, True, "unit")[0])
     assert not np.array_equal(recount.tolerance_ess, lay.tolerance_ess_at(1e-2, True, "cut")[0])

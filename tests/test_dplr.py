@@ -33,7 +33,9 @@ def gated_delta(length, modes, units, seed, alpha, beta, per_key=False):
         p, q = -decay * step_beta * k, k
     b = step_beta * k
     c = torch.randn(units, length, modes, generator=g, dtype=torch.float64) / modes**0.5
-    return DPLRSSM(decay, p[..., None], q[..., None], b, c, torch.randn(units, length, generator=g, dtype=torch.float64))
+    return DPLRSSM(
+        decay, p[..., None], q[..., None], b, c, torch.randn(units, length, generator=g, dtype=torch.float64)
+    )
 
 
 def random_dplr(length, modes, rank, units, seed):

@@ -76,8 +76,9 @@ def test_batched_dense_groups_respect_the_memory_bound(monkeypatch):
     sizes = [torch.minimum(g, 40 - g) for g in groups]
     assert all(3 * 40 * int(s.max()) * len(s) <= 3 * 40 * 20 or len(s) == 1 for s in sizes)
     op = softmax_attention(40, units=3, seed=4)
-    assert torch.allclose(hankel_singular_values(op, batched=True), hankel_singular_values(op, batched=False),
-                          rtol=1e-9, atol=1e-12)
+    assert torch.allclose(
+        hankel_singular_values(op, batched=True), hankel_singular_values(op, batched=False), rtol=1e-9, atol=1e-12
+    )
 
 
 def test_cost_choice_is_dense_when_the_state_is_large_and_recorded():
@@ -88,8 +89,11 @@ def test_cost_choice_is_dense_when_the_state_is_large_and_recorded():
     # a Mamba2-like head: scalar decay over N = 24 modes at L = 40 (N >= L / 2)
     g = torch.Generator().manual_seed(3)
     a = torch.rand(3, 40, 1, generator=g, dtype=torch.float64).expand(3, 40, 24) * 0.5 + 0.5
-    ssm = DiagonalSSM(a, torch.randn(3, 40, 24, generator=g, dtype=torch.float64),
-                      torch.randn(3, 40, 24, generator=g, dtype=torch.float64))
+    ssm = DiagonalSSM(
+        a,
+        torch.randn(3, 40, 24, generator=g, dtype=torch.float64),
+        torch.randn(3, 40, 24, generator=g, dtype=torch.float64),
+    )
     capture = SSMCapture(layer=0, family="mamba2", state_size=24, realize=lambda index: ssm[index], shape=(3, 40))
     positions = np.arange(40)
     assert capture.spectra_path(positions)["method"] == "dense"

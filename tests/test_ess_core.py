@@ -6,8 +6,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ess_explorer import DiagonalSSM, entropy_ess, hankel_singular_values, tolerance_ess
-from ess_explorer import aggregate_units
+from ess_explorer import DiagonalSSM, aggregate_units, entropy_ess, hankel_singular_values, tolerance_ess
 from ess_explorer.synthetic import convolution, diagonal_ssm, linear_attention, softmax_attention
 
 TIGHT = 1e-9  # relative tolerance far above float64 noise, far below any generic singular value
@@ -160,7 +159,9 @@ def test_positions_stride_and_top_k_select_rows_and_columns():
     torch.testing.assert_close(hankel_singular_values(op, positions=[3, 17]), full[:, [3, 17]])
     torch.testing.assert_close(hankel_singular_values(op, top_k=3), full[..., :3])
     ssm = diagonal_ssm(30, 4, units=2, seed=4)
-    torch.testing.assert_close(hankel_singular_values(ssm, positions=[0, 5, 29, 5]), hankel_singular_values(ssm)[:, [0, 5, 29, 5]])
+    torch.testing.assert_close(
+        hankel_singular_values(ssm, positions=[0, 5, 29, 5]), hankel_singular_values(ssm)[:, [0, 5, 29, 5]]
+    )
 
 
 def test_batch_dimensions_are_kept():

@@ -33,8 +33,20 @@ def expected_rows(res: ESSResult) -> int:
 def test_csv_and_parquet_round_trip(ref, tmp_path):
     csv = pd.read_csv(export_table(ref, tmp_path / "t.csv"), keep_default_na=False)
     assert len(csv) == expected_rows(ref)
-    assert list(csv.columns) == ["layer", "unit", "t", "token", "family", "unit_kind", "multiplicity", "tolerance_ess",
-                                 "entropy_ess", "tss", "causal_ess", "utilisation"]
+    assert list(csv.columns) == [
+        "layer",
+        "unit",
+        "t",
+        "token",
+        "family",
+        "unit_kind",
+        "multiplicity",
+        "tolerance_ess",
+        "entropy_ess",
+        "tss",
+        "causal_ess",
+        "utilisation",
+    ]
     lay = ref.layer(2)
     rows = csv[(csv.layer == 2) & (csv.unit == 1)].sort_values("t")
     assert np.array_equal(rows["tolerance_ess"].to_numpy(), lay.tolerance_ess[1])
@@ -166,9 +178,12 @@ def test_written_files_get_normal_permissions(ref, tmp_path):
 
     umask = os.umask(0o022)
     try:
-        paths = [export_table(ref, tmp_path / "t.csv"), write_report(ref, tmp_path / "r.html", embed_data=False),
-                 save_figure(figure(ref, "overview"), tmp_path / "f.svg"),
-                 *(write_result_dir(ref, tmp_path / "d").iterdir())]
+        paths = [
+            export_table(ref, tmp_path / "t.csv"),
+            write_report(ref, tmp_path / "r.html", embed_data=False),
+            save_figure(figure(ref, "overview"), tmp_path / "f.svg"),
+            *(write_result_dir(ref, tmp_path / "d").iterdir()),
+        ]
     finally:
         os.umask(umask)
     for path in paths:  # readable by others, like any file a command writes (not mkstemp's 0600)

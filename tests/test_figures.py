@@ -13,10 +13,10 @@ import zlib
 import numpy as np
 import pytest
 
+from ess_explorer.synthetic import reference_result
 from ess_explorer.views import figures
 from ess_explorer.views.figures import OKABE_ITO, PAPER_WIDTHS, figure
 from ess_explorer.views.render import save_figure
-from ess_explorer.synthetic import reference_result
 
 
 @pytest.fixture(scope="module")
@@ -38,9 +38,9 @@ def png_pixels(data: bytes) -> tuple[int, int, np.ndarray]:
     assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG signature"
     pos, chunks = 8, []
     while pos < len(data):
-        (length,) = struct.unpack(">I", data[pos:pos + 4])
-        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + length]
-        (crc,) = struct.unpack(">I", data[pos + 8 + length:pos + 12 + length])
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
+        (crc,) = struct.unpack(">I", data[pos + 8 + length : pos + 12 + length])
         assert zlib.crc32(kind + body) == crc, f"bad CRC in chunk {kind!r}"
         chunks.append((kind, body))
         pos += 12 + length
@@ -135,7 +135,9 @@ def test_kind_exports_valid_pdf_svg_png(kind, charts_by_kind, tmp_path):
     pdf = save_figure(chart, tmp_path / f"{kind}.pdf").read_bytes()
     width, height, inked = check_pdf(pdf)
     # Single views fit exactly; concatenated panels are padded to about the target.
-    assert (abs(width - target) < 1) if kind not in ("compare", "diagnostics") else (0.7 * target < width < 1.25 * target)
+    assert (
+        (abs(width - target) < 1) if kind not in ("compare", "diagnostics") else (0.7 * target < width < 1.25 * target)
+    )
     assert 60 < height < width * 1.2
     assert inked is None or 0.02 < inked < 0.9, f"{kind}: a blank or solid page ({inked:.3f} inked)"
 
@@ -167,7 +169,9 @@ def test_paper_theme_fonts_palette_and_no_titles(ref, tmp_path):
 def test_double_width_and_explicit_points(ref, tmp_path):
     width, _, _ = check_pdf(save_figure(figure(ref, "ess_time", width="double"), tmp_path / "d.pdf").read_bytes())
     assert abs(width - 504) < 1
-    width, height, _ = check_pdf(save_figure(figure(ref, "overview", width=300, height=120), tmp_path / "e.pdf").read_bytes())
+    width, height, _ = check_pdf(
+        save_figure(figure(ref, "overview", width=300, height=120), tmp_path / "e.pdf").read_bytes()
+    )
     assert abs(width - 300) < 1 and abs(height - 120) < 1
 
 
@@ -266,8 +270,11 @@ def test_paperise_resolves_widget_highlights(ref):
     assert "condition" not in json.dumps(enc)  # the selected layer's red outline is gone
     assert mark["x2Offset"] == 0.5  # cells overlap: no white seams between them
     spectrum = figure(ref, "spectrum", layer=0, t=20).to_dict()
-    log_axes = [layer["encoding"]["y"].get("axis", {}) for layer in spectrum["layer"]
-                if (layer.get("encoding", {}).get("y", {}).get("scale") or {}).get("type") == "log"]
+    log_axes = [
+        layer["encoding"]["y"].get("axis", {})
+        for layer in spectrum["layer"]
+        if (layer.get("encoding", {}).get("y", {}).get("scale") or {}).get("type") == "log"
+    ]
     assert log_axes and all(axis.get("grid") is False for axis in log_axes)
     texts = [layer for layer in spectrum["layer"] if (layer.get("mark") or {}).get("type") == "text"]
     assert all(float(t["mark"].get("fontSize", 0)) <= 8 for t in texts)

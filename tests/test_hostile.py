@@ -88,8 +88,11 @@ def check_spectrum(sigma: torch.Tensor, shape) -> None:
 
 def test_fuzz_hankel_singular_values():
     @FUZZ
-    @given(op=operators(), top_k=st.one_of(st.none(), st.integers(-2, 4), st.just(1.5), st.just(True)),
-           stride=st.one_of(st.none(), st.integers(-1, 3)))
+    @given(
+        op=operators(),
+        top_k=st.one_of(st.none(), st.integers(-2, 4), st.just(1.5), st.just(True)),
+        stride=st.one_of(st.none(), st.integers(-1, 3)),
+    )
     def run(op, top_k, stride):
         try:
             sigma = hankel_singular_values(op, top_k=top_k, stride=stride)
@@ -107,8 +110,12 @@ def test_fuzz_tolerance_and_entropy_ess():
     wild = st.one_of(wild_floats, st.integers(-3, 3), st.booleans(), st.none(), st.text(max_size=3))
 
     @FUZZ
-    @given(op=operators(), tol=wild, relative=st.one_of(st.booleans(), st.just("no"), st.integers(0, 1), st.none()),
-           spectra_given=st.booleans())
+    @given(
+        op=operators(),
+        tol=wild,
+        relative=st.one_of(st.booleans(), st.just("no"), st.integers(0, 1), st.none()),
+        spectra_given=st.booleans(),
+    )
     def run(op, tol, relative, spectra_given):
         given_kw = {"spectra": np.abs(op) if op.dtype.kind == "f" else op} if spectra_given else {}
         args = () if spectra_given else (op,)
@@ -131,8 +138,14 @@ def test_fuzz_tolerance_and_entropy_ess():
 
 def test_fuzz_diagonal_ssm():
     @FUZZ
-    @given(length=st.integers(0, 5), n=st.integers(0, 3), dtype=dtypes, scale=st.sampled_from([0.5, 1.0, 3.0, 1e3]),
-           same=st.booleans(), nan=st.booleans())
+    @given(
+        length=st.integers(0, 5),
+        n=st.integers(0, 3),
+        dtype=dtypes,
+        scale=st.sampled_from([0.5, 1.0, 3.0, 1e3]),
+        same=st.booleans(),
+        nan=st.booleans(),
+    )
     def run(length, n, dtype, scale, same, nan):
         rng = np.random.default_rng(length * 31 + n)
         a = (rng.uniform(-1, 1, (length, n)) * scale).astype(dtype)
@@ -209,12 +222,60 @@ def assert_clean(code: int, err: str) -> None:
 
 def test_fuzz_cli_arguments(ref, tmp_path):
     saved = write_result_dir(ref, tmp_path / "saved")
-    values = st.sampled_from(["0", "-1", "1e9", "nan", "inf", "1.5", "abc", "", "0-3", "0-999999999", "2,1",
-                              "single", "double", "300", "1e-3", "-", "cpu", "\udcff", str(saved), "x.png",
-                              "x.pdf", "x.txt", "overview", "spectrum", "all", "=1+1"])
-    flags = st.sampled_from(["--layers", "--tol", "--stride", "--device", "--revision", "--prompt", "--width",
-                             "--height", "--ppi", "--kind", "--out", "--t", "--unit", "--positions", "--variant",
-                             "--font", "--absolute", "--no-cache", "-q", "--bogus"])
+    values = st.sampled_from(
+        [
+            "0",
+            "-1",
+            "1e9",
+            "nan",
+            "inf",
+            "1.5",
+            "abc",
+            "",
+            "0-3",
+            "0-999999999",
+            "2,1",
+            "single",
+            "double",
+            "300",
+            "1e-3",
+            "-",
+            "cpu",
+            "\udcff",
+            str(saved),
+            "x.png",
+            "x.pdf",
+            "x.txt",
+            "overview",
+            "spectrum",
+            "all",
+            "=1+1",
+        ]
+    )
+    flags = st.sampled_from(
+        [
+            "--layers",
+            "--tol",
+            "--stride",
+            "--device",
+            "--revision",
+            "--prompt",
+            "--width",
+            "--height",
+            "--ppi",
+            "--kind",
+            "--out",
+            "--t",
+            "--unit",
+            "--positions",
+            "--variant",
+            "--font",
+            "--absolute",
+            "--no-cache",
+            "-q",
+            "--bogus",
+        ]
+    )
     command = st.sampled_from(["analyze", "figure", "report", "models", "nonsense"])
 
     with fake_cli(ref, tmp_path):
@@ -222,8 +283,11 @@ def test_fuzz_cli_arguments(ref, tmp_path):
         @settings(max_examples=800, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
         @given(cmd=command, rest=st.lists(st.one_of(flags, values), max_size=8))
         def run(cmd, rest):
-            argv = [cmd] + [str(saved)] * (cmd == "figure") + [
-                str(tmp_path / "out" / a) if a in ("x.png", "x.pdf", "x.txt") else a for a in rest]
+            argv = (
+                [cmd]
+                + [str(saved)] * (cmd == "figure")
+                + [str(tmp_path / "out" / a) if a in ("x.png", "x.pdf", "x.txt") else a for a in rest]
+            )
             code, _, err = run_cli(argv)
             assert_clean(code, err)
 
@@ -307,8 +371,9 @@ def small_tmpfs(folder: Path, options: str):
     is not permitted."""
     folder.mkdir(parents=True, exist_ok=True)
     try:
-        done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)],
-                              capture_output=True, timeout=10)
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(folder)], capture_output=True, timeout=10
+        )
     except (OSError, subprocess.TimeoutExpired):
         pytest.skip("mount is not available here")
     if done.returncode != 0:
@@ -355,8 +420,9 @@ def test_the_cli_writes_out_when_the_cache_cannot_be_written(ref, tmp_path, monk
         if how == "full":
             cache = tmp_path / "cache-ok"
             original = ESSResult.save
-            monkeypatch.setattr(ESSResult, "save", lambda self, path: enospc() if str(cache) in str(path)
-                                else original(self, path))
+            monkeypatch.setattr(
+                ESSResult, "save", lambda self, path: enospc() if str(cache) in str(path) else original(self, path)
+            )
         code, stdout, err = run_cli(["analyze", "-p", "some text", "--cache-dir", cache, "--out", out, "-q"])
         assert code == 0 and calls["analyze"] == 1, err
         assert "ess-explorer: warning: could not write the cache entry" in err and "Traceback" not in err
@@ -365,8 +431,18 @@ def test_the_cli_writes_out_when_the_cache_cannot_be_written(ref, tmp_path, monk
 
 
 # ---- no raw traceback: the CLI and the magic --------------------------------------------------
-@pytest.mark.parametrize("option", [["--ppi", "100000"], ["--ppi", "0"], ["--ppi", "nan"], ["--width", "1e9"],
-                                    ["--width", "nan"], ["--height", "1e9"], ["--layers", "0-999999999"]])
+@pytest.mark.parametrize(
+    "option",
+    [
+        ["--ppi", "100000"],
+        ["--ppi", "0"],
+        ["--ppi", "nan"],
+        ["--width", "1e9"],
+        ["--width", "nan"],
+        ["--height", "1e9"],
+        ["--layers", "0-999999999"],
+    ],
+)
 def test_figure_sizes_are_refused_before_the_renderer(ref, tmp_path, option):
     saved = write_result_dir(ref, tmp_path / "saved")
     with fake_cli(ref, tmp_path):
@@ -378,8 +454,14 @@ def test_figure_sizes_are_refused_before_the_renderer(ref, tmp_path, option):
 def test_a_huge_figure_is_refused_by_the_pixel_budget(ref):
     from ess_explorer.views.render import figure_bytes
 
-    spec = {"$schema": "https://vega.github.io/schema/vega-lite/v5.json", "data": {"values": [{"x": 1}]},
-            "mark": "point", "encoding": {"x": {"field": "x", "type": "quantitative"}}, "width": 5000, "height": 5000}
+    spec = {
+        "$schema": "https://vega.github.io/schema/vega-lite/v5.json",
+        "data": {"values": [{"x": 1}]},
+        "mark": "point",
+        "encoding": {"x": {"field": "x", "type": "quantitative"}},
+        "width": 5000,
+        "height": 5000,
+    }
     with pytest.raises(ValueError, match="pixels"):
         figure_bytes(spec, "png", ppi=2400)
     with pytest.raises(ValueError, match="out of range"):
@@ -412,15 +494,18 @@ def write_npz(path: Path, header, arrays=None) -> Path:
     return path
 
 
-@pytest.mark.parametrize("field, change", [
-    ("tokens", {"tokens": 5}),
-    ("input_ids", {"input_ids": "abc"}),
-    ("input_ids", {"input_ids": [True, False]}),
-    ("meta", {"meta": []}),
-    ("layers", {"layers": []}),
-    ("layers.0", {"layers": {"0": "x"}}),
-    ("tokens", {"tokens": ["a"], "input_ids": [1, 2]}),
-])
+@pytest.mark.parametrize(
+    "field, change",
+    [
+        ("tokens", {"tokens": 5}),
+        ("input_ids", {"input_ids": "abc"}),
+        ("input_ids", {"input_ids": [True, False]}),
+        ("meta", {"meta": []}),
+        ("layers", {"layers": []}),
+        ("layers.0", {"layers": {"0": "x"}}),
+        ("tokens", {"tokens": ["a"], "input_ids": [1, 2]}),
+    ],
+)
 def test_result_headers_of_the_wrong_type_are_named(tmp_path, field, change):
     header = {"format_version": 1, "tokens": ["a", "b"], "input_ids": [1, 2], "meta": {}, "layers": {}}
     path = write_npz(tmp_path / "bad.npz", {**header, **change})
@@ -431,8 +516,15 @@ def test_result_headers_of_the_wrong_type_are_named(tmp_path, field, change):
     assert_clean(code, err)
 
 
-@pytest.mark.parametrize("name, bad", [("tss", lambda a: a[:, :-1]), ("positions", lambda a: a + 1000),
-                                       ("singular_values", lambda a: a[0]), ("tolerance_ess", lambda a: a.T)])
+@pytest.mark.parametrize(
+    "name, bad",
+    [
+        ("tss", lambda a: a[:, :-1]),
+        ("positions", lambda a: a + 1000),
+        ("singular_values", lambda a: a[0]),
+        ("tolerance_ess", lambda a: a.T),
+    ],
+)
 def test_result_arrays_of_inconsistent_shape_are_named(ref, tmp_path, name, bad):
     good = ref.save(tmp_path / "good.npz")
     with np.load(good) as data:
@@ -513,11 +605,14 @@ def no_forward(monkeypatch):
     monkeypatch.setattr(analysis, "capture", forbidden)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"input_ids": [True, False, True]}, "integers"),
-    ({"input_ids": [1, 2, 3], "layers": range(10**9)}, "out of range"),
-    ({"input_ids": [1, 2, 3], "device": "no-such-device"}, "not usable"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"input_ids": [True, False, True]}, "integers"),
+        ({"input_ids": [1, 2, 3], "layers": range(10**9)}, "out of range"),
+        ({"input_ids": [1, 2, 3], "device": "no-such-device"}, "not usable"),
+    ],
+)
 def test_analyze_checks_before_the_forward_pass(tiny, monkeypatch, kwargs, message):
     from ess_explorer.analysis import analyze
 

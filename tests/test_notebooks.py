@@ -138,8 +138,11 @@ def has(cell, mime) -> bool:
 
 def explorer_static_copies(nb) -> list:
     """The explorer's static copies: a PNG output whose HTML the live widget hides."""
-    return [o for o in outputs(nb) if "image/png" in o.get("data", {})
-            and "ess-explorer-static" in "".join(o["data"].get("text/html", ""))]
+    return [
+        o
+        for o in outputs(nb)
+        if "image/png" in o.get("data", {}) and "ess-explorer-static" in "".join(o["data"].get("text/html", ""))
+    ]
 
 
 def assert_every_widget_has_a_static_figure(nb):

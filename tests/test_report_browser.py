@@ -12,12 +12,19 @@ import zlib
 from pathlib import Path
 
 import pytest
-
 from _browser import CHROMIUM, require_browser
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 pytestmark = [pytest.mark.browser]
 
@@ -37,7 +44,10 @@ def browser_page(tmp_path_factory):
     _, sync_api = require_browser()
     with sync_api.sync_playwright() as p:
         context = p.chromium.launch_persistent_context(
-            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=str(CHROMIUM), headless=True, args=ARGS,
+            str(tmp_path_factory.mktemp("chromium-profile")),
+            executable_path=str(CHROMIUM),
+            headless=True,
+            args=ARGS,
             viewport={"width": 1400, "height": 1000},
         )
         try:
@@ -79,8 +89,14 @@ def test_report_renders_offline_and_links_views(report, browser_page):
     page = browser_page.new_page()
     blocked, errors = [], []
     # Block everything that is not the file itself: an accidental CDN script would fail here.
-    page.route("**/*", lambda route: route.continue_() if route.request.url.startswith(("file:", "data:", "blob:"))
-               else (blocked.append(route.request.url), route.abort())[1])
+    page.route(
+        "**/*",
+        lambda route: (
+            route.continue_()
+            if route.request.url.startswith(("file:", "data:", "blob:"))
+            else (blocked.append(route.request.url), route.abort())[1]
+        ),
+    )
     page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     page.goto(report.as_uri())
@@ -126,8 +142,12 @@ def _write_png(path: Path, pixels) -> None:
         return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
 
     colour = {3: 2, 4: 6}[channels]
-    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, colour, 0, 0, 0))
-                     + chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b""))
+    path.write_bytes(
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, colour, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(raw, 6))
+        + chunk(b"IEND", b"")
+    )
 
 
 def test_pdf_figure_screenshot(tmp_path):

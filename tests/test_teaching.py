@@ -108,8 +108,11 @@ def test_pdf_page_size_of_an_exported_single_column_figure(tmp_path):
     from ess_explorer.views.render import save_figure, to_png
     from ess_explorer.views.teaching import pdf_page_points, png_width
 
-    chart = apply_paper_theme(alt.Chart(pd.DataFrame({"x": [0, 1], "y": [0, 1]})).mark_line().encode(x="x:Q", y="y:Q"),
-                              width="single", height=150)
+    chart = apply_paper_theme(
+        alt.Chart(pd.DataFrame({"x": [0, 1], "y": [0, 1]})).mark_line().encode(x="x:Q", y="y:Q"),
+        width="single",
+        height=150,
+    )
     width, height = pdf_page_points(save_figure(chart, tmp_path / "f.pdf"))
     assert abs(width - 240) < 1.5 and abs(height - 150) < 1.5
     assert png_width(to_png(chart, scale=2.0)) == pytest.approx(480, abs=3)

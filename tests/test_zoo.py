@@ -106,6 +106,7 @@ def test_bad_config_is_a_value_error():
 
 # ---- training (smoke) ---------------------------------------------------------------------
 
+
 @pytest.fixture
 def one_thread():
     """Tiny models train fastest on one thread (and do not fight other jobs for the cores)."""

@@ -19,7 +19,7 @@ MAX_LAYER_INDEX = 100_000
 
 
 def parse_layers(text: str | None) -> list[int] | None:
-    """"0,2,5-7" -> [0, 2, 5, 6, 7]; None or "all" -> None (every layer)."""
+    """ "0,2,5-7" -> [0, 2, 5, 6, 7]; None or "all" -> None (every layer)."""
     if text is None or text.strip().lower() == "all":
         return None
     layers = []
@@ -32,15 +32,19 @@ def parse_layers(text: str | None) -> list[int] | None:
                 if high < low:
                     raise ValueError
                 if high > MAX_LAYER_INDEX:
-                    raise UsageError(f"--layers {text!r} reaches layer {high}; no model has that many layers "
-                                     "(give indices below the model's layer count, or leave --layers out for all)")
+                    raise UsageError(
+                        f"--layers {text!r} reaches layer {high}; no model has that many layers "
+                        "(give indices below the model's layer count, or leave --layers out for all)"
+                    )
                 layers.extend(range(low, high + 1))
             else:
                 layers.append(int(part))
         except ValueError:
             raise UsageError(f"--layers takes indices and ranges like 0,2,5-7; got {text!r}") from None
     if any(i > MAX_LAYER_INDEX for i in layers):
-        raise UsageError(f"--layers {text!r} names a layer beyond any model; give indices below the model's layer count")
+        raise UsageError(
+            f"--layers {text!r} names a layer beyond any model; give indices below the model's layer count"
+        )
     if any(i < 0 for i in layers):
         raise UsageError(f"--layers takes non-negative indices; got {text!r}")
     return sorted(set(layers))

@@ -41,6 +41,7 @@ from .arguments import (  # noqa: F401  (parse_layers and MAX_LAYER_INDEX are pa
     _width,
     parse_layers,
 )
+from .terminal import format_summary, read_prompt, say
 
 __all__ = ["main", "build_parser", "parse_layers"]
 
@@ -102,12 +103,24 @@ def _tokenize(tokenizer, prompt: str) -> list[int]:
     return [int(i) for i in tokenizer(prompt, add_special_tokens=False)["input_ids"]]
 
 
-def _analyze(model, input_ids, tokenizer, *, layers, tol, relative, stride, device, progress, scope="cut",
-             gates="inside"):
+def _analyze(
+    model, input_ids, tokenizer, *, layers, tol, relative, stride, device, progress, scope="cut", gates="inside"
+):
     from ..analysis import analyze
 
-    return analyze(model, input_ids, tokenizer=tokenizer, layers=layers, tol=tol, relative=relative,
-                   scope=scope, gates=gates, stride=stride, device=device, progress=progress)
+    return analyze(
+        model,
+        input_ids,
+        tokenizer=tokenizer,
+        layers=layers,
+        tol=tol,
+        relative=relative,
+        scope=scope,
+        gates=gates,
+        stride=stride,
+        device=device,
+        progress=progress,
+    )
 
 
 def _identity(source: str, model, revision):
@@ -119,57 +132,6 @@ def _identity(source: str, model, revision):
 # ---- argument helpers --------------------------------------------------------------------
 # No model has this many layers: a bigger index is refused before a range is expanded
 # (the model's own layer count is checked by analyze once it is loaded).
-def _read_prompt(args, source: str) -> str:
-    """--prompt, --prompt-file (a path, or - for stdin), stdin when it is piped, else the
-    example prompt of a zoo model (so `ess-explorer analyze` alone works offline)."""
-    if args.prompt is not None and args.prompt_file is not None:
-        raise UsageError("give --prompt or --prompt-file, not both")
-    if args.prompt == "-" or args.prompt_file == "-":
-        text = _read_stdin()
-    elif args.prompt_file is not None:
-        path = Path(args.prompt_file)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise ValueError(f"cannot read the prompt file {path}: no such file") from None
-        except UnicodeDecodeError as error:
-            raise ValueError(f"the prompt file {path} is not valid UTF-8 text (byte {error.object[error.start]:#04x} "
-                             f"at offset {error.start}); save it as UTF-8") from None
-        except OSError as error:
-            raise ValueError(f"cannot read the prompt file {path}: {error}") from None
-    elif args.prompt is not None:
-        text = args.prompt
-    else:
-        text = "" if sys.stdin is None or sys.stdin.isatty() else _read_stdin()
-        if not text.strip():  # nothing given and nothing piped
-            example = _example_prompt(source)
-            if example is None:
-                raise UsageError("give a prompt: --prompt TEXT, --prompt-file FILE, or pipe it on stdin")
-            _say(args, f"no prompt given: using the example prompt of {source}")
-            return example
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:  # undecodable bytes on the command line arrive as lone surrogates
-        raise ValueError("the prompt is not valid UTF-8 text; save it as UTF-8 and pass it with --prompt-file") from None
-    if text.endswith("\n"):  # the newline an editor or `echo` adds is not part of the prompt
-        text = text[:-1]
-    if not text.strip():
-        raise ValueError("the prompt is empty: ESS needs at least 2 tokens")
-    return text
-
-
-def _read_stdin() -> str:
-    try:
-        return sys.stdin.read()
-    except UnicodeDecodeError:
-        raise ValueError("the prompt on stdin is not valid UTF-8 text; convert it to UTF-8 (e.g. with iconv)") from None
-
-
-def _say(args, message: str) -> None:
-    if not getattr(args, "quiet", False):
-        print(message, file=sys.stderr)
-
-
 # ---- commands ----------------------------------------------------------------------------
 def compute_result(args):
     """Load the model, tokenise, and analyse through the cache (unless --no-cache).
@@ -178,8 +140,8 @@ def compute_result(args):
 
     layers = parse_layers(args.layers)  # usage errors first, before reading stdin or loading
     source = _resolve_source(args.model)
-    prompt = _read_prompt(args, source)
-    _say(args, f"loading {source} ...")
+    prompt = read_prompt(args, source, _example_prompt)
+    say(args, f"loading {source} ...")
     if args.quiet:  # transformers draws its own bar while loading weights
         try:
             from transformers.utils import logging as hf_logging
@@ -194,47 +156,45 @@ def compute_result(args):
         raise ValueError("--scope chooses which sigma_1 a relative tolerance refers to; drop it with --absolute")
 
     def run():
-        _say(args, f"analysing {len(ids)} tokens ...")
-        result = _analyze(model, ids, tokenizer, layers=layers, tol=args.tol, relative=relative, scope=args.scope, gates=args.gates,
-                          stride=args.stride, device=args.device, progress=not args.quiet)
+        say(args, f"analysing {len(ids)} tokens ...")
+        result = _analyze(
+            model,
+            ids,
+            tokenizer,
+            layers=layers,
+            tol=args.tol,
+            relative=relative,
+            scope=args.scope,
+            gates=args.gates,
+            stride=args.stride,
+            device=args.device,
+            progress=not args.quiet,
+        )
         result.meta["prompt"] = prompt
         result.meta["source"] = source
         return result
 
     if args.no_cache:
         return run(), False
-    dtype = str(next(iter(model.parameters())).dtype).replace("torch.", "") if hasattr(model, "parameters") else "unknown"
-    key = cache_key(_identity(source, model, args.revision), ids, layers=layers, dtype=dtype, tol=args.tol,
-                    relative=relative, stride=args.stride, prompt=prompt, scope=args.scope,
-                    gates=args.gates, device=args.device, revision=args.revision)
+    dtype = (
+        str(next(iter(model.parameters())).dtype).replace("torch.", "") if hasattr(model, "parameters") else "unknown"
+    )
+    key = cache_key(
+        _identity(source, model, args.revision),
+        ids,
+        layers=layers,
+        dtype=dtype,
+        tol=args.tol,
+        relative=relative,
+        stride=args.stride,
+        prompt=prompt,
+        scope=args.scope,
+        gates=args.gates,
+        device=args.device,
+        revision=args.revision,
+    )
     cache = ResultCache(args.cache_dir)
     return cache.get_or_compute(key, run)
-
-
-def format_summary(result, *, cache_hit: bool | None = None) -> str:
-    """The terminal summary: a header line and a fixed-width table of ESS per layer."""
-    from ..io import summary_table
-
-    table = summary_table(result)
-    meta = result.meta
-    head = (f"{meta.get('source') or meta.get('model_id', 'model')} · {result.length} tokens · tol {meta.get('tol')} "
-            f"({'relative' if meta.get('relative', True) else 'absolute'}, scope {meta.get('scope', 'cut')}, gates {meta.get('gates', 'outside')})")
-    if cache_hit is not None:
-        head += " · cache " + ("hit" if cache_hit else "miss (computed)")
-    # Per-unit means, then the layer totals in scalars (sum over units of channels x value).
-    columns = [("layer", "layer", "{}"), ("family", "family", "{}"), ("units", "units", "{}"),
-               ("mean_ess", "mean ESS", "{:.2f}"), ("max_ess", "max ESS", "{:.2f}"), ("mean_tss", "mean TSS", "{:.2f}"),
-               ("multiplicity", "ch/unit", "{}"), ("total_ess", "total ESS", "{:.0f}"), ("total_tss", "total TSS", "{:.0f}"),
-               ("utilisation", "ESS/TSS", "{:.2f}"), ("state", "state", "{}")]
-    cells = [[title for _, title, _ in columns]]
-    for row in table.itertuples(index=False):
-        record = row._asdict()
-        cells.append([fmt.format(record[name]) for name, _, fmt in columns])
-    widths = [max(len(r[c]) for r in cells) for c in range(len(columns))]
-    lines = ["  ".join(cell.ljust(w) if c < 3 or c == len(columns) - 1 else cell.rjust(w) for c, (cell, w) in enumerate(zip(r, widths)))
-             for r in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return head + "\n" + "\n".join(line.rstrip() for line in lines)
 
 
 def cmd_analyze(args) -> int:
@@ -355,13 +315,29 @@ def cmd_sweep(args) -> int:
     if not models:
         raise UsageError("--models takes a comma-separated list of sources, e.g. zoo:la_k16,zoo:lfm2")
     init = {"num_cpus": args.num_cpus} if args.num_cpus else None
-    done = sweep(models, args.prompts, out=args.out, layers=parse_layers(args.layers), backend=args.backend,
-                 shard_size=args.shard_size, bucket_by_length=args.bucket, text_field=args.text_field,
-                 tol=args.tol, relative=not args.absolute, scope=args.scope, gates=args.gates,
-                 stride=args.stride, device=args.device,
-                 progress=not args.quiet, ray_address=args.ray_address, ray_init=init)
-    print(f"{len(done.runs)} run(s) x {done.computed + done.skipped} shard(s): computed {done.computed}, "
-          f"{done.skipped} already there; table: {Path(args.out) / 'table'} (ess_explorer.sweep.read_table)")
+    done = sweep(
+        models,
+        args.prompts,
+        out=args.out,
+        layers=parse_layers(args.layers),
+        backend=args.backend,
+        shard_size=args.shard_size,
+        bucket_by_length=args.bucket,
+        text_field=args.text_field,
+        tol=args.tol,
+        relative=not args.absolute,
+        scope=args.scope,
+        gates=args.gates,
+        stride=args.stride,
+        device=args.device,
+        progress=not args.quiet,
+        ray_address=args.ray_address,
+        ray_init=init,
+    )
+    print(
+        f"{len(done.runs)} run(s) x {done.computed + done.skipped} shard(s): computed {done.computed}, "
+        f"{done.skipped} already there; table: {Path(args.out) / 'table'} (ess_explorer.sweep.read_table)"
+    )
     return 0
 
 
@@ -373,13 +349,23 @@ def _analysis_options(parser) -> None:
     parser.add_argument("--prompt-file", "-f", help="read the prompt from this file ('-' for stdin)")
     parser.add_argument("--layers", "-l", help="layers to analyse, e.g. 0,2,5-7 (default: all)")
     parser.add_argument("--tol", type=_tolerance, default=None, help="tolerance-ESS threshold (default 1e-3)")
-    parser.add_argument("--absolute", action="store_true", help="the tolerance is absolute (default: relative to sigma_1)")
-    parser.add_argument("--scope", choices=["cut", "unit", "layer"], default="cut",
-                        help="which sigma_1 a relative tolerance refers to: the cut's (default), the largest of the "
-                             "unit's cuts (reset-aware) or of the layer's")
-    parser.add_argument("--gates", choices=["inside", "outside"], default="inside",
-                        help="per-token gates around the sequence mixing (silu(z), gated norms) are part of T "
-                             "(inside, default) or not (outside)")
+    parser.add_argument(
+        "--absolute", action="store_true", help="the tolerance is absolute (default: relative to sigma_1)"
+    )
+    parser.add_argument(
+        "--scope",
+        choices=["cut", "unit", "layer"],
+        default="cut",
+        help="which sigma_1 a relative tolerance refers to: the cut's (default), the largest of the "
+        "unit's cuts (reset-aware) or of the layer's",
+    )
+    parser.add_argument(
+        "--gates",
+        choices=["inside", "outside"],
+        default="inside",
+        help="per-token gates around the sequence mixing (silu(z), gated norms) are part of T "
+        "(inside, default) or not (outside)",
+    )
     parser.add_argument("--stride", type=_positive_int, help="compute every STRIDE-th cut only (a quick preview)")
     parser.add_argument("--device", help="torch device for the spectra (default: the model's)")
     parser.add_argument("--no-cache", action="store_true", help="compute afresh; neither read nor write the cache")
@@ -429,7 +415,9 @@ def build_parser() -> argparse.ArgumentParser:
     models.set_defaults(func=cmd_models)
 
     sw = sub.add_parser("sweep", help="ESS of many prompts x models into a Parquet table (resumable; local or Ray)")
-    sw.add_argument("--models", required=True, help="comma-separated sources: hub ids, folders, zoo:NAME, training runs")
+    sw.add_argument(
+        "--models", required=True, help="comma-separated sources: hub ids, folders, zoo:NAME, training runs"
+    )
     sw.add_argument("--prompts", required=True, help="a text file (one prompt per line) or a .jsonl file")
     sw.add_argument("--out", "-o", required=True, help="sweep folder (a rerun resumes it)")
     sw.add_argument("--backend", choices=["local", "ray"], default="local")
@@ -439,10 +427,18 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--text-field", default="text", help="the prompt field of a .jsonl file (default text)")
     sw.add_argument("--tol", type=_tolerance, default=None, help="tolerance-ESS threshold (default 1e-3)")
     sw.add_argument("--absolute", action="store_true", help="the tolerance is absolute (default: relative to sigma_1)")
-    sw.add_argument("--scope", choices=["cut", "unit", "layer"], default="cut",
-                    help="which sigma_1 a relative tolerance refers to (default: each cut's)")
-    sw.add_argument("--gates", choices=["inside", "outside"], default="inside",
-                    help="per-token gates around the sequence mixing are part of T (default) or not")
+    sw.add_argument(
+        "--scope",
+        choices=["cut", "unit", "layer"],
+        default="cut",
+        help="which sigma_1 a relative tolerance refers to (default: each cut's)",
+    )
+    sw.add_argument(
+        "--gates",
+        choices=["inside", "outside"],
+        default="inside",
+        help="per-token gates around the sequence mixing are part of T (default) or not",
+    )
     sw.add_argument("--stride", type=_positive_int, help="compute every STRIDE-th cut only")
     sw.add_argument("--device", help="torch device, e.g. cuda (Ray: each task asks for one GPU)")
     sw.add_argument("--ray-address", help="join a running Ray cluster (e.g. auto); default: start a local one")
@@ -505,8 +501,11 @@ def _main(argv=None) -> int:
         if _debug() or isinstance(error, SystemExit):
             raise
         text = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        print(f"{PROG}: error: internal error ({type(error).__name__}: {text}); "
-              "set ESS_EXPLORER_DEBUG=1 for the traceback", file=sys.stderr)
+        print(
+            f"{PROG}: error: internal error ({type(error).__name__}: {text}); "
+            "set ESS_EXPLORER_DEBUG=1 for the traceback",
+            file=sys.stderr,
+        )
         return 1
 
 

@@ -52,6 +52,7 @@ def status_html(message: str, kind: str = "info") -> str:
     icon = {"error": "⚠ ", "ok": "✓ ", "busy": "⏳ "}.get(kind, "")
     return f'<span style="color:{colors[kind]}">{icon}{html.escape(message)}</span>'
 
+
 CUSTOM = "__custom__"  # model dropdown value: use the text field (hub id or local folder)
 
 

@@ -81,8 +81,10 @@ def parse_ess_args(line: str) -> tuple[str | None, str | None, dict]:
         try:
             options["result"] = ESSResult.load(args.result)
         except FileNotFoundError:
-            raise ValueError(f"%ess: no saved result at {args.result!r}; give the path of a .npz written by "
-                             "ESSResult.save or `ess-explorer analyze --out`") from None
+            raise ValueError(
+                f"%ess: no saved result at {args.result!r}; give the path of a .npz written by "
+                "ESSResult.save or `ess-explorer analyze --out`"
+            ) from None
     prompt = " ".join(args.prompt) if args.prompt else None
     return args.model, prompt, options
 

@@ -45,9 +45,7 @@ def _table_html(frame: pd.DataFrame, floats: str = "{:.3g}") -> str:
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
     rows = []
     for record in frame.itertuples(index=False):
-        cells = "".join(
-            f"<td>{html.escape(floats.format(v) if isinstance(v, float) else str(v))}</td>" for v in record
-        )
+        cells = "".join(f"<td>{html.escape(floats.format(v) if isinstance(v, float) else str(v))}</td>" for v in record)
         rows.append(f"<tr>{cells}</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
@@ -59,25 +57,33 @@ def _data_links(result: ESSResult, meta_json: str, embed_data: bool, max_bytes: 
 
     rows = sum(lay.tolerance_ess.size for lay in result.layers.values())
     if rows * 40 > max_bytes:  # a CSV row takes 40-80 bytes: do not even build a table that big
-        return (f"<p>Data not embedded: the table has {rows:,} rows (over {max_bytes / 1e6:.0f} MB). "
-                "Use <code>ess-explorer analyze --out DIR</code> for result.npz, table.csv and meta.json.</p>")
+        return (
+            f"<p>Data not embedded: the table has {rows:,} rows (over {max_bytes / 1e6:.0f} MB). "
+            "Use <code>ess-explorer analyze --out DIR</code> for result.npz, table.csv and meta.json.</p>"
+        )
     buffer = io.BytesIO()
     with tempfile.TemporaryDirectory() as tmp:
         buffer.write(Path(result.save(Path(tmp) / RESULT_FILE)).read_bytes())
-    files = [(TABLE_FILE, "text/csv", table_bytes(result, "csv")),
-             (RESULT_FILE, "application/octet-stream", buffer.getvalue()),
-             (META_FILE, "application/json", meta_json.encode("utf-8"))]
+    files = [
+        (TABLE_FILE, "text/csv", table_bytes(result, "csv")),
+        (RESULT_FILE, "application/octet-stream", buffer.getvalue()),
+        (META_FILE, "application/json", meta_json.encode("utf-8")),
+    ]
     total = sum(len(data) for _, _, data in files)
     if total > max_bytes:
-        return (f"<p>Data not embedded: {total / 1e6:.1f} MB is above the {max_bytes / 1e6:g} MB limit. "
-                "Use <code>ess-explorer analyze --out DIR</code> for result.npz, table.csv and meta.json.</p>")
+        return (
+            f"<p>Data not embedded: {total / 1e6:.1f} MB is above the {max_bytes / 1e6:g} MB limit. "
+            "Use <code>ess-explorer analyze --out DIR</code> for result.npz, table.csv and meta.json.</p>"
+        )
     items = "".join(
         f'<li><a download="{name}" href="data:{mime};base64,{base64.b64encode(data).decode("ascii")}">{name}</a>'
         f" ({len(data) / 1e3:.1f} kB)</li>"
         for name, mime, data in files
     )
-    return (f"<ul class='files'>{items}</ul><p>Reload the result with <code>ESSResult.load('result.npz')</code>; "
-            "regenerate a figure with <code>ess-explorer figure result.npz --kind overview --out fig.pdf</code>.</p>")
+    return (
+        f"<ul class='files'>{items}</ul><p>Reload the result with <code>ESSResult.load('result.npz')</code>; "
+        "regenerate a figure with <code>ess-explorer figure result.npz --kind overview --out fig.pdf</code>.</p>"
+    )
 
 
 _STYLE = """
@@ -95,8 +101,15 @@ td.mono, code { font-family: 'DejaVu Sans Mono', monospace; font-size: 12px; }
 """
 
 
-def report_html(result: ESSResult, *, layer: int | None = None, title: str | None = None, embed_data: bool = True,
-                max_embed_bytes: int = MAX_EMBED_BYTES, **view_options) -> str:
+def report_html(
+    result: ESSResult,
+    *,
+    layer: int | None = None,
+    title: str | None = None,
+    embed_data: bool = True,
+    max_embed_bytes: int = MAX_EMBED_BYTES,
+    **view_options,
+) -> str:
     """The standalone report as an HTML string (see write_report)."""
     from altair.utils.html import INLINE_HTML_TEMPLATE
 
@@ -113,8 +126,13 @@ def report_html(result: ESSResult, *, layer: int | None = None, title: str | Non
     title = title or f"Effective state size · {model}"
     page = INLINE_HTML_TEMPLATE.render(
         spec=_script_json(spec),
-        embed_options=json.dumps({"mode": "vega-lite", "renderer": "svg",
-                                  "actions": {"export": True, "source": False, "compiled": False, "editor": False}}),
+        embed_options=json.dumps(
+            {
+                "mode": "vega-lite",
+                "renderer": "svg",
+                "actions": {"export": True, "source": False, "compiled": False, "editor": False},
+            }
+        ),
         output_div="ess-explorer",
         vegaembed_script=bundle,
         vegalite_version=version,
@@ -125,7 +143,7 @@ def report_html(result: ESSResult, *, layer: int | None = None, title: str | Non
         columns=["key", "value"],
     )
     prompt = result.meta.get("prompt")
-    prompt_html = (f"<h2>Prompt</h2><div class='prompt'>{html.escape(str(prompt))}</div>" if prompt else "")
+    prompt_html = f"<h2>Prompt</h2><div class='prompt'>{html.escape(str(prompt))}</div>" if prompt else ""
     tokens = " ".join(f"<code>{html.escape(repr(tok)[1:-1])}</code>" for tok in result.tokens[:2000])
     header = (
         f"<h1>{html.escape(title)}</h1>"
@@ -150,8 +168,16 @@ def report_html(result: ESSResult, *, layer: int | None = None, title: str | Non
     return page.replace(marker, f"{header}\n{marker}\n{sections}", 1)
 
 
-def write_report(result: ESSResult, path, *, layer: int | None = None, title: str | None = None,
-                 embed_data: bool = True, max_embed_bytes: int = MAX_EMBED_BYTES, **view_options) -> Path:
+def write_report(
+    result: ESSResult,
+    path,
+    *,
+    layer: int | None = None,
+    title: str | None = None,
+    embed_data: bool = True,
+    max_embed_bytes: int = MAX_EMBED_BYTES,
+    **view_options,
+) -> Path:
     """One self-contained HTML file: the explorer's linked views (charts.linked_views, the
     same spec as the widget, working in the browser with no network), the per-layer summary,
     the metadata and the data used (table.csv, result.npz, meta.json as download links, and
@@ -160,6 +186,7 @@ def write_report(result: ESSResult, path, *, layer: int | None = None, title: st
     path = Path(path)
     if path.suffix.lower() not in (".html", ".htm"):
         raise ValueError(f"a report is an .html file; got {path.name!r}")
-    page = report_html(result, layer=layer, title=title, embed_data=embed_data, max_embed_bytes=max_embed_bytes,
-                       **view_options)
+    page = report_html(
+        result, layer=layer, title=title, embed_data=embed_data, max_embed_bytes=max_embed_bytes, **view_options
+    )
     return atomic_write(path, page.encode("utf-8"))

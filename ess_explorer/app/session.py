@@ -250,7 +250,11 @@ class ExplorerSession:
             self._wanted = None
         self._captured, self._key, self.cache_hit = None, None, None
         self._settings = {
-            "tol": float(tol), "relative": bool(relative), "gates": gates, "source": source, "prompt": prompt
+            "tol": float(tol),
+            "relative": bool(relative),
+            "gates": gates,
+            "source": source,
+            "prompt": prompt,
         }
         bar = self.progress(total=2, desc=f"looking up {source}", unit="step")  # load, forward pass
         try:

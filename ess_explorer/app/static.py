@@ -22,6 +22,7 @@ import altair as alt
 from ..views.render import to_png
 
 __all__ = [
+    "StaticCopy",
     "EXAMPLE_PROMPT",
     "STATIC_CLASS",
     "HIDE_STATIC_CSS",
@@ -152,3 +153,38 @@ def sync_only(chart: alt.JupyterChart, names: set[str]) -> bool:
         chart._selection_types = {k: v for k, v in chart._selection_types.items() if k in names}
         chart._vl_selections = {k: v for k, v in chart._vl_selections.items() if k in names}
     return True
+
+
+class StaticCopy:
+    """The explorer's static copy (a mixin of the widget): a PNG of its views as they are
+    now, displayed next to the live widget (``_static``) and updated when a run ends.
+    Expects ``chart`` (an alt.JupyterChart or None), ``_static`` and ``_static_handle``."""
+
+    def static_png(self, scale: float = 1.0) -> bytes:
+        """PNG of the views as they are now (vl-convert, no browser)."""
+        if self.chart is None or self.chart.spec is None:
+            raise ValueError("nothing to draw yet: analyse a prompt first")
+        return to_png(dict(self.chart.spec), scale=scale)
+
+    def static_bundle(self) -> dict:
+        """The display data of the static copy (app/static.py)."""
+        return static_bundle(self.chart.spec if self.chart is not None else None)
+
+    def _update_static(self) -> None:
+        if self._static_handle is not None:
+            try:
+                self._static_handle.update(self.static_bundle(), raw=True)
+            except Exception:  # noqa: BLE001  (the live widget works without its static copy)
+                pass
+
+    def _ipython_display_(self) -> None:
+        """The live widget, then (static=True) its static copy (app/static.py)."""
+        from IPython.display import display
+
+        display(self._repr_mimebundle_(), raw=True)
+        if self._static:
+            try:
+                bundle = self.static_bundle()
+            except Exception:  # noqa: BLE001
+                return
+            self._static_handle = display(bundle, raw=True, display_id=True)

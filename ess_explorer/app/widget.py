@@ -50,17 +50,17 @@ from .session import Cancelled, ExplorerSession
 from .static import (
     EXAMPLE_PROMPT,  # noqa: F401  (public name of this module since the first release)
     HIDE_STATIC_CSS,
+    StaticCopy,
     enable_offline,
     example_prompt,
     random_mqar_prompt,
-    static_bundle,
     sync_only,
 )
 
 __all__ = ["explore", "ESSExplorer", "EXAMPLE_PROMPT", "CUSTOM", "example_prompt", "random_mqar_prompt"]
 
 
-class ESSExplorer(W.VBox):
+class ESSExplorer(StaticCopy, W.VBox):
     """The explorer widget (module docstring). Construct it with `explore`.
 
     Traitlets (set them, observe them): model ("zoo:NAME", hub id or folder), prompt,
@@ -114,8 +114,15 @@ class ESSExplorer(W.VBox):
         background: bool = True,
         auto_analyze: bool = True,
     ):
-        check_options(variant=variant, overview_metric=overview_metric, saturated=saturated, collapsed=collapsed,
-                      result=result, tol=tol, relative=relative)
+        check_options(
+            variant=variant,
+            overview_metric=overview_metric,
+            saturated=saturated,
+            collapsed=collapsed,
+            result=result,
+            tol=tol,
+            relative=relative,
+        )
         enable_offline()  # the widget's JS from vl-convert, never a CDN (kept on disk: app/static.py)
         cache = ResultCache() if cache is True else (cache or None)
         self.session = ExplorerSession(
@@ -304,7 +311,12 @@ class ESSExplorer(W.VBox):
         layer = self.layer if self.result is not None else self._initial["layer"]
         return self._start(
             lambda: self.session.run(
-                source, prompt, layer=layer, tol=self.tol, relative=self.relative, gates=self.gates,
+                source,
+                prompt,
+                layer=layer,
+                tol=self.tol,
+                relative=self.relative,
+                gates=self.gates,
                 on_result=self._on_result,
             ),
             wait,
@@ -417,7 +429,11 @@ class ESSExplorer(W.VBox):
 
     def _options(self) -> dict:
         return dict(
-            layer=self.layer, unit=self.unit, variant=self.variant, tol=self.tol, relative=self.relative,
+            layer=self.layer,
+            unit=self.unit,
+            variant=self.variant,
+            tol=self.tol,
+            relative=self.relative,
             scope=self.scope if self.relative else "cut",
         )
 
@@ -503,38 +519,6 @@ class ESSExplorer(W.VBox):
             chosen = int(row["layer"])
             if self.result is not None and chosen != self.layer and chosen in self.result.layers:
                 self.layer = chosen  # the exact layer (session) and a redraw
-
-    # ------------------------------------------------------------------ static copy
-    def static_png(self, scale: float = 1.0) -> bytes:
-        """PNG of the views as they are now (vl-convert, no browser)."""
-        from ..views.render import to_png
-
-        if self.chart is None or self.chart.spec is None:
-            raise ValueError("nothing to draw yet: analyse a prompt first")
-        return to_png(dict(self.chart.spec), scale=scale)
-
-    def static_bundle(self) -> dict:
-        """The display data of the static copy (app/static.py)."""
-        return static_bundle(self.chart.spec if self.chart is not None else None)
-
-    def _update_static(self) -> None:
-        if self._static_handle is not None:
-            try:
-                self._static_handle.update(self.static_bundle(), raw=True)
-            except Exception:  # noqa: BLE001  (the live widget works without its static copy)
-                pass
-
-    def _ipython_display_(self) -> None:
-        """The live widget, then (static=True) its static copy (app/static.py)."""
-        from IPython.display import display
-
-        display(self._repr_mimebundle_(), raw=True)
-        if self._static:
-            try:
-                bundle = self.static_bundle()
-            except Exception:  # noqa: BLE001
-                return
-            self._static_handle = display(bundle, raw=True, display_id=True)
 
 
 def explore(model: str | None = None, prompt: str | None = None, **options) -> ESSExplorer:

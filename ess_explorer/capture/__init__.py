@@ -64,9 +64,9 @@ import difflib
 import torch
 from torch import nn
 
+from ..core.units import CapturedLayer, DenseCapture, ShortConvCapture, SSMCapture
 from .attention import AttentionAdapter
 from .attention_variants import GatedAttentionAdapter, LatentAttentionAdapter
-from ..core.units import CapturedLayer, DenseCapture, ShortConvCapture, SSMCapture
 from .base import Adapter, CaptureSession, LayerSlot
 from .gated_delta import GatedDeltaNetAdapter, KimiDeltaAdapter
 from .lightning import LightningAttentionAdapter
@@ -180,7 +180,9 @@ def _hybrid(path: str, table: dict[str, tuple[str, str]]):
         out = []
         for i, (layer, kind) in enumerate(zip(layers, kinds)):
             if kind not in table:
-                raise ValueError(f"{model.config.model_type} layer {i} has layer type {kind!r}, which no adapter handles")
+                raise ValueError(
+                    f"{model.config.model_type} layer {i} has layer type {kind!r}, which no adapter handles"
+                )
             attribute, adapter = table[kind]
             module = layer
             for name in attribute.split("."):
@@ -203,7 +205,11 @@ def _falcon_h1(model):
     for i, layer in enumerate(_find(model, "model.layers")):
         out.append(LayerSlot(2 * i, "mamba2", layer.mamba, label=f"layer {i} mamba2"))
         attention = _slot(model.config, i, "attention", layer.self_attn)
-        out.append(LayerSlot(2 * i + 1, "attention", layer.self_attn, attention.window, attention.chunk, f"layer {i} attention"))
+        out.append(
+            LayerSlot(
+                2 * i + 1, "attention", layer.self_attn, attention.window, attention.chunk, f"layer {i} attention"
+            )
+        )
     return out
 
 
@@ -218,7 +224,9 @@ def _mixers(path: str, attribute: str, table: dict[str, str], skip: dict[str, st
             if kind in skip:
                 continue
             if kind not in table:
-                raise ValueError(f"{model.config.model_type} layer {i} has layer type {kind!r}, which no adapter handles")
+                raise ValueError(
+                    f"{model.config.model_type} layer {i} has layer type {kind!r}, which no adapter handles"
+                )
             out.append(_slot(model.config, i, table[kind], getattr(layer, attribute)))
         return out
 
@@ -263,10 +271,15 @@ MODEL_TYPES = {
     "ess_linear_attention": _uniform("model.layers", "mixer", "linear_attention"),
     **dict.fromkeys(
         ("qwen3_next", "qwen3_5_text"),
-        _hybrid("model.layers", {"linear_attention": ("linear_attn", "gated_deltanet"), "full_attention": ("self_attn", "gated_attention")}),
+        _hybrid(
+            "model.layers",
+            {"linear_attention": ("linear_attn", "gated_deltanet"), "full_attention": ("self_attn", "gated_attention")},
+        ),
     ),
     "olmo_hybrid": _hybrid("model.layers", {"linear_attention": ("linear_attn", "gated_deltanet"), **_ATTN}),
-    "kimi_linear": _hybrid("model.layers", {"linear_attention": ("self_attn", "kda"), "full_attention": ("self_attn", "latent_attention")}),
+    "kimi_linear": _hybrid(
+        "model.layers", {"linear_attention": ("self_attn", "kda"), "full_attention": ("self_attn", "latent_attention")}
+    ),
     # softmax attention: the eager probabilities include soft-capping, windows and chunks
     "qwen3": _uniform("model.layers", "self_attn", "attention"),
     "qwen3_moe": _uniform("model.layers", "self_attn", "attention"),
@@ -280,19 +293,31 @@ MODEL_TYPES = {
     "lfm2_moe": _hybrid("model.layers", {"conv": ("conv", "short_conv"), **_ATTN}),
     # Mamba / Mamba2 hybrids
     "falcon_h1": _falcon_h1,
-    "granitemoehybrid": _hybrid("model.layers", {"mamba": ("mamba", "mamba2"), "linear_attention": ("mamba", "mamba2"), **_ATTN}),
+    "granitemoehybrid": _hybrid(
+        "model.layers", {"mamba": ("mamba", "mamba2"), "linear_attention": ("mamba", "mamba2"), **_ATTN}
+    ),
     "nemotron_h": _mixers(
-        "model.layers", "mixer", {"mamba": "mamba2", "linear_attention": "mamba2", **{k: "attention" for k in _ATTENTION_KINDS}},
+        "model.layers",
+        "mixer",
+        {"mamba": "mamba2", "linear_attention": "mamba2", **{k: "attention" for k in _ATTENTION_KINDS}},
         _NEMOTRON_SKIP,
     ),
     # diagonal recurrences
     "recurrent_gemma": _recurrent_gemma,
     "minimax": _hybrid(
-        "model.layers", {"linear_attention": ("self_attn", "lightning_attention"), **_ATTN},
+        "model.layers",
+        {"linear_attention": ("self_attn", "lightning_attention"), **_ATTN},
     ),
     "rwkv": _uniform("rwkv.blocks", "attention", "rwkv"),
     "xlstm": _uniform("backbone.blocks", "mlstm_layer", "mlstm"),
-    "zamba": _hybrid("model.layers", {"mamba": ("mamba", "mamba"), "linear_attention": ("mamba", "mamba"), "hybrid": ("mamba_decoder.mamba", "mamba")}),
+    "zamba": _hybrid(
+        "model.layers",
+        {
+            "mamba": ("mamba", "mamba"),
+            "linear_attention": ("mamba", "mamba"),
+            "hybrid": ("mamba_decoder.mamba", "mamba"),
+        },
+    ),
 }
 
 # model_type -> function(model) -> {layer index: reason} for layers deliberately not analysed
@@ -315,8 +340,23 @@ _ATT = "softmax_attention"
 # model_type -> the families (core/diagnostics.py FAMILIES) its layers can have; the CLI's
 # `models --families` prints it, tests check every captured layer's family is listed.
 MODEL_FAMILIES: dict[str, tuple[str, ...]] = {
-    **{t: (_ATT,) for t in ("gpt2", "llama", "qwen2", "mistral", "qwen3", "qwen3_moe", "gemma2", "gemma3_text",
-                            "phi3", "olmo2", "granite", "falcon")},
+    **{
+        t: (_ATT,)
+        for t in (
+            "gpt2",
+            "llama",
+            "qwen2",
+            "mistral",
+            "qwen3",
+            "qwen3_moe",
+            "gemma2",
+            "gemma3_text",
+            "phi3",
+            "olmo2",
+            "granite",
+            "falcon",
+        )
+    },
     "llama4_text": (_ATT, "chunked_attention"),
     "mamba": ("mamba",),
     "falcon_mamba": ("mamba",),

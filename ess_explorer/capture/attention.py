@@ -57,17 +57,20 @@ class AttentionAdapter:
         if hasattr(module, "v_proj"):
             session.hook(module.v_proj.register_forward_hook(lambda _m, _a, out: raw.__setitem__("v", out.detach())))
         elif hasattr(module, "c_attn"):  # GPT-2: one projection to [q | k | v]
+
             def on_qkv(_m, _a, out):
                 raw["v"] = out.detach().split(out.shape[-1] // 3, dim=-1)[2]
 
             session.hook(module.c_attn.register_forward_hook(on_qkv))
         elif hasattr(module, "qkv_proj"):  # Phi-3: [q (H hd) | k (H_kv hd) | v (H_kv hd)]
+
             def on_fused(_m, _a, out):
                 kv_width = module.num_key_value_heads * module.head_dim
                 raw["v"] = out.detach()[..., out.shape[-1] - kv_width :]
 
             session.hook(module.qkv_proj.register_forward_hook(on_fused))
         elif hasattr(module, "_split_heads"):  # Falcon: its own head split of query_key_value
+
             def make_split(original):
                 def split(fused):
                     parts = original(fused)

@@ -31,7 +31,9 @@ class GatedAttentionAdapter(AttentionAdapter):
     def install(self, session: CaptureSession, slot: LayerSlot) -> None:
         super().install(session, slot)
         raw = session.store(slot.index)
-        session.hook(slot.module.q_proj.register_forward_hook(lambda _m, _a, out: raw.__setitem__("q_gate", out.detach())))
+        session.hook(
+            slot.module.q_proj.register_forward_hook(lambda _m, _a, out: raw.__setitem__("q_gate", out.detach()))
+        )
 
     def build(self, slot: LayerSlot, raw: dict) -> DenseCapture:
         layer = super().build(slot, raw)

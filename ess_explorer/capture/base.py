@@ -10,13 +10,12 @@ layer's mixer lives.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from torch import nn
 
 from ..core.units import CapturedLayer
-
 
 __all__ = ["LayerSlot", "Adapter", "CaptureSession"]
 

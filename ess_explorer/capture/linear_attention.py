@@ -47,7 +47,13 @@ class LinearAttentionAdapter:
         def make_wrapper(original):
             def mix(q, k, v, log_decay=None):
                 out = original(q, k, v, log_decay)
-                raw["mix"] = (q.detach(), k.detach(), v.detach(), None if log_decay is None else log_decay.detach(), out.detach())
+                raw["mix"] = (
+                    q.detach(),
+                    k.detach(),
+                    v.detach(),
+                    None if log_decay is None else log_decay.detach(),
+                    out.detach(),
+                )
                 return out
 
             return mix

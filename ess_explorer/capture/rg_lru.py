@@ -68,7 +68,9 @@ class RGLRUAdapter:
         a = (a * (1 - reset)).T  # the model zeroes a at a reset (the state restarts)
 
         def realize(index: torch.Tensor) -> DiagonalSSM:
-            return DiagonalSSM(a=a[index][..., None], b=b[index][..., None], c=torch.ones(len(index), length, 1, dtype=torch.float64))
+            return DiagonalSSM(
+                a=a[index][..., None], b=b[index][..., None], c=torch.ones(len(index), length, 1, dtype=torch.float64)
+            )
 
         return SSMCapture(
             layer=slot.index,

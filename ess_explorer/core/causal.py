@@ -78,7 +78,7 @@ def shift_register_singular_values(gate_in: torch.Tensor, kernel_size: int, posi
     width = max(kernel_size - 1, 1)
     out = torch.zeros(units, len(positions), width, dtype=gate_in.dtype, device=gate_in.device)
     for row, t in enumerate(torch.as_tensor(positions).flatten().tolist()):
-        window = gate_in[:, max(0, t - kernel_size + 1):t].abs()
+        window = gate_in[:, max(0, t - kernel_size + 1) : t].abs()
         if window.shape[-1]:
             out[:, row, : window.shape[-1]] = window.sort(-1, descending=True).values
     return out

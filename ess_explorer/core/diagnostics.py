@@ -148,8 +148,11 @@ def layer_diagnostics(
     T; 1 when the layer has none), so totals compare across families (docs/conventions.md).
     """
     check_variant(variant)
-    ess = {"tolerance": layer.tolerance_ess, "entropy": layer.entropy_ess,
-           "causal": getattr(layer, "causal_ess", None)}[variant]
+    ess = {
+        "tolerance": layer.tolerance_ess,
+        "entropy": layer.entropy_ess,
+        "causal": getattr(layer, "causal_ess", None),
+    }[variant]
     if ess is None:
         raise ValueError("this layer has no causal ESS")
     ess = np.asarray(ess, dtype=np.float64)
@@ -158,8 +161,12 @@ def layer_diagnostics(
     unit_util = utilisation(_reduce_time(ess, reduce, valid), _reduce_time(tss, reduce, valid))
     states = classify_utilisation(unit_util, saturated, collapsed)
     layer_util = float(unit_util.mean()) if unit_util.size else 0.0
-    weight = np.asarray(getattr(layer, "multiplicity", None) if getattr(layer, "multiplicity", None) is not None
-                        else np.ones(ess.shape[0]), dtype=np.float64)[:, None]
+    weight = np.asarray(
+        getattr(layer, "multiplicity", None)
+        if getattr(layer, "multiplicity", None) is not None
+        else np.ones(ess.shape[0]),
+        dtype=np.float64,
+    )[:, None]
     total_ess = (weight * ess).sum(0)
     return {
         "variant": variant,
@@ -197,7 +204,9 @@ def modulation_at(ess_over_time, positions, separators, window: int = 4, lag: in
     for sep in separators:
         sep = int(sep)
         if sep not in column:
-            raise ValueError(f"separator position {sep} was not computed (positions cover {positions.min()}..{positions.max()})")
+            raise ValueError(
+                f"separator position {sep} was not computed (positions cover {positions.min()}..{positions.max()})"
+            )
         before = [column[t] for t in range(sep - window, sep) if t in column and t > 0]
         if not before:
             scores.append(np.full(ess.shape[:-1], np.nan))

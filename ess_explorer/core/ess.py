@@ -91,7 +91,10 @@ def _singular_values(op, spectra, kwargs: dict) -> torch.Tensor:
 
 def _check_tolerance(tol, relative) -> None:
     require(
-        isinstance(tol, (int, float, np.floating, np.integer)) and not isinstance(tol, bool) and np.isfinite(tol) and tol >= 0,
+        isinstance(tol, (int, float, np.floating, np.integer))
+        and not isinstance(tol, bool)
+        and np.isfinite(tol)
+        and tol >= 0,
         f"tol must be a finite non-negative number, got {tol!r}",
     )
     require(isinstance(relative, (bool, np.bool_)), f"relative must be True or False, got {relative!r}")
@@ -142,7 +145,9 @@ def tolerance_ess(
     """
     _check_tolerance(tol, relative)
     check_scope(scope, relative)
-    require("top_k" not in kwargs, "top_k would cut the spectra before counting; tolerance_ess counts the full spectrum")
+    require(
+        "top_k" not in kwargs, "top_k would cut the spectra before counting; tolerance_ess counts the full spectrum"
+    )
     sigma = _singular_values(op, spectra, kwargs)
     if not relative:
         return (sigma > tol).sum(-1)
@@ -165,7 +170,11 @@ def aggregate_units(ess: torch.Tensor, how: str = "mean", unit_dim: int = -2) ->
     """Combine ESS over units (heads or channels): "mean" (average ESS), "sum" (total ESS,
     comparable with total TSS), "max" or "min". ess has shape (..., U, L) by default."""
     ess = as_tensor(ess, "ess").to(torch.float64)
-    reducers = {"mean": torch.mean, "sum": torch.sum, "max": lambda x, dim: x.max(dim).values,
-                "min": lambda x, dim: x.min(dim).values}
+    reducers = {
+        "mean": torch.mean,
+        "sum": torch.sum,
+        "max": lambda x, dim: x.max(dim).values,
+        "min": lambda x, dim: x.min(dim).values,
+    }
     require(how in reducers, f"how must be one of {sorted(reducers)}, got {how!r}")
     return reducers[how](ess, dim=unit_dim)

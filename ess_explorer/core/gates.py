@@ -72,8 +72,14 @@ def gates_inside(layer: CapturedLayer) -> CapturedLayer:
         reshape = _split_channels
         multiplicity = 1
         info = dict(layer.info, gates="inside", unit_kind="channel", channels_per_unit=channels)
-    common = dict(inputs=reshape(layer.inputs), outputs=reshape(layer.outputs), out_offset=reshape(layer.out_offset),
-                  out_gate=None, multiplicity=multiplicity, info=info)
+    common = dict(
+        inputs=reshape(layer.inputs),
+        outputs=reshape(layer.outputs),
+        out_offset=reshape(layer.out_offset),
+        out_gate=None,
+        multiplicity=multiplicity,
+        info=info,
+    )
 
     if isinstance(layer, SSMCapture):
         realize = layer.realize
@@ -86,8 +92,13 @@ def gates_inside(layer: CapturedLayer) -> CapturedLayer:
 
         return dataclasses.replace(layer, realize=gated, shape=(len(owner), layer.length), **common)
     if isinstance(layer, ShortConvCapture):
-        return dataclasses.replace(layer, gate_in=layer.gate_in[owner], gate_out=layer.gate_out[owner].to(torch.float64) * g,
-                                   weight=layer.weight[owner], **common)
+        return dataclasses.replace(
+            layer,
+            gate_in=layer.gate_in[owner],
+            gate_out=layer.gate_out[owner].to(torch.float64) * g,
+            weight=layer.weight[owner],
+            **common,
+        )
     if isinstance(layer, DenseCapture):
         return dataclasses.replace(layer, operator=layer.operator[owner].to(torch.float64) * g[..., None], **common)
     raise TypeError(f"no gate folding for {type(layer).__name__}; fold its out_gate into its T here")

@@ -91,11 +91,17 @@ def layer_arrays(
     top = {"hankel": 0.0, "causal": 0.0}
 
     def count(rows, sigma, csig, references):
-        tol_ess[rows] = tolerance_ess(spectra=sigma, tol=tol, relative=relative, scope=scope,
-                                      reference=references.get("hankel")).cpu().numpy()
+        tol_ess[rows] = (
+            tolerance_ess(spectra=sigma, tol=tol, relative=relative, scope=scope, reference=references.get("hankel"))
+            .cpu()
+            .numpy()
+        )
         if csig is not None:
-            causal[rows] = tolerance_ess(spectra=csig, tol=tol, relative=relative, scope=scope,
-                                         reference=references.get("causal")).cpu().numpy()
+            causal[rows] = (
+                tolerance_ess(spectra=csig, tol=tol, relative=relative, scope=scope, reference=references.get("causal"))
+                .cpu()
+                .numpy()
+            )
 
     def chunk_spectra(rows):
         sigma = layer.spectra(unit_ids[rows], positions, device=device, dtype=torch.float64)
@@ -118,9 +124,7 @@ def layer_arrays(
     for rows in chunks if deferred else ():
         count(rows, *chunk_spectra(rows), top)
 
-    operators = {
-        int(row): layer.dense([unit_ids[row]])[0].to(operator_dtype).cpu().numpy() for row in operator_rows
-    }
+    operators = {int(row): layer.dense([unit_ids[row]])[0].to(operator_dtype).cpu().numpy() for row in operator_rows}
     return dict(
         layer=layer.layer,
         family=layer.family,
@@ -128,8 +132,9 @@ def layer_arrays(
         positions=positions.copy(),
         tolerance_ess=tol_ess,
         entropy_ess=ent_ess,
-        tss=np.broadcast_to(layer.tss(positions) if tss is None else np.asarray(tss, dtype=np.float64),
-                            (n_units, n_pos)).astype(np.float64),
+        tss=np.broadcast_to(
+            layer.tss(positions) if tss is None else np.asarray(tss, dtype=np.float64), (n_units, n_pos)
+        ).astype(np.float64),
         singular_values=kept,
         rank_bound=np.broadcast_to(rank_bound, (n_units, n_pos)).astype(np.int64),
         operators=operators,

@@ -79,9 +79,11 @@ class DiagonalSSM:
         for name in ("a", "b", "c", "d"):
             value = getattr(self, name)
             if value is not None:
-                require(value.is_floating_point(),
-                        f"DiagonalSSM: {name} must be a real floating-point tensor, got {value.dtype}; the factored "
-                        "path is real (analyse a complex diagonal SSM densely, or as its real 2x2-block form)")
+                require(
+                    value.is_floating_point(),
+                    f"DiagonalSSM: {name} must be a real floating-point tensor, got {value.dtype}; the factored "
+                    "path is real (analyse a complex diagonal SSM densely, or as its real 2x2-block form)",
+                )
                 require(bool(torch.isfinite(value).all()), f"DiagonalSSM: {name} contains NaN or infinite values")
 
     @property

@@ -23,8 +23,14 @@ from .checks import as_tensor, require
 from .operators import FACTORED_OPERATORS
 from .sweeps import factored_hankel_singular_values, single_threaded_torch
 
-__all__ = ["hankel_singular_values", "validate_operator", "GRAM_GUARD", "choose_ssm_path", "DENSE_BUDGET_BYTES",
-           "dense_bytes"]
+__all__ = [
+    "hankel_singular_values",
+    "validate_operator",
+    "GRAM_GUARD",
+    "choose_ssm_path",
+    "DENSE_BUDGET_BYTES",
+    "dense_bytes",
+]
 
 # The Gram route (eigvalsh of H^T H or H H^T) squares the spectrum: a singular value
 # sigma_k carries an absolute error of about eps * sigma_1^2 / sigma_k. A cut whose
@@ -56,8 +62,10 @@ def validate_operator(op, name: str = "op") -> torch.Tensor:
         tensor.shape[-1] == tensor.shape[-2],
         f"{name} must be square in its last two dimensions (L x L); got shape {tuple(tensor.shape)}",
     )
-    require(tensor.shape[-1] >= 1 and tensor.numel() > 0,
-            f"{name} is empty (shape {tuple(tensor.shape)}); an operator needs L >= 1 and at least one unit")
+    require(
+        tensor.shape[-1] >= 1 and tensor.numel() > 0,
+        f"{name} is empty (shape {tuple(tensor.shape)}); an operator needs L >= 1 and at least one unit",
+    )
     require(tensor.is_floating_point(), f"{name} must be a floating-point tensor, got {tensor.dtype}")
     require(bool(torch.isfinite(tensor).all()), f"{name} contains NaN or infinite values")
     above = torch.triu(tensor, diagonal=1)
@@ -77,8 +85,10 @@ def _positions(length: int, positions, stride: int | None) -> torch.Tensor:
         require(stride is None, "give either positions or stride, not both")
         given = torch.as_tensor(np.asarray(positions) if not isinstance(positions, torch.Tensor) else positions)
         require(given.numel() > 0, "positions is empty; give at least one position t")
-        require(not given.is_floating_point() and not given.is_complex() and given.dtype != torch.bool,
-                f"positions must be integers, got {given.dtype} (e.g. {given.flatten()[0].item()!r})")
+        require(
+            not given.is_floating_point() and not given.is_complex() and given.dtype != torch.bool,
+            f"positions must be integers, got {given.dtype} (e.g. {given.flatten()[0].item()!r})",
+        )
         pos = given.to(torch.long).flatten()
         require(
             bool(((pos >= 0) & (pos < length)).all()),
@@ -116,10 +126,14 @@ def choose_ssm_path(length: int, state_size: int, positions, device=None) -> dic
     dense = 2.0 * length**2 * n + float((2 * (length - t) * t * g + 6 * g**3).sum())
     factored = 4.0 * length * n**3 + 12.0 * n**3 * len(t)
     if dense < factored:
-        return {"method": "dense",
-                "reason": f"N={n}, L={length}: est. flops dense {dense:.2g} < factored {factored:.2g}"}
-    return {"method": factored_method,
-            "reason": f"N={n}, L={length}: est. flops factored {factored:.2g} <= dense {dense:.2g}"}
+        return {
+            "method": "dense",
+            "reason": f"N={n}, L={length}: est. flops dense {dense:.2g} < factored {factored:.2g}",
+        }
+    return {
+        "method": factored_method,
+        "reason": f"N={n}, L={length}: est. flops factored {factored:.2g} <= dense {dense:.2g}",
+    }
 
 
 def hankel_singular_values(
@@ -162,8 +176,10 @@ def hankel_singular_values(
     (`dense_bytes`) exceeds DENSE_BUDGET_BYTES (before allocating anything), and for
     spectra that overflow (e.g. decays |a| > 1 over a long sequence): never inf / NaN.
     """
-    require(top_k is None or (isinstance(top_k, (int, np.integer)) and not isinstance(top_k, bool) and top_k >= 1),
-            f"top_k must be a positive integer or None, got {top_k!r}")
+    require(
+        top_k is None or (isinstance(top_k, (int, np.integer)) and not isinstance(top_k, bool) and top_k >= 1),
+        f"top_k must be a positive integer or None, got {top_k!r}",
+    )
     try:
         sigma = _hankel_singular_values(op, top_k, dtype, device, positions, stride, method, batched, progress)
     except torch.linalg.LinAlgError as error:

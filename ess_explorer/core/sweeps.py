@@ -88,7 +88,10 @@ def factored_hankel_singular_values(
     wanted = torch.unique(positions[inside])
     if units == 0 or len(wanted) == 0:
         return out.reshape(*batch_shape, len(positions), k_out)
-    require(not (has_low_rank and method == "scan"), "method='scan' combines diagonal transitions only; use 'sweep' for a DPLRSSM")
+    require(
+        not (has_low_rank and method == "scan"),
+        "method='scan' combines diagonal transitions only; use 'sweep' for a DPLRSSM",
+    )
     if method == "auto":
         method = "sweep" if device.type == "cpu" or has_low_rank else "scan"
     if chunk_bytes is None:  # a GPU is fed larger chunks: fewer, larger launches
@@ -197,7 +200,9 @@ def _sweep_chunk(
         """U_o(t) U_c(t)^T with U_o(t) = W_t A_t."""
         if low_rank is None:
             return (observe * a[:, t, None, :]) @ reach.transpose(-1, -2)
-        return _times_transition(observe.clone(), a[:, t], low_rank[0][:, t], low_rank[1][:, t]) @ reach.transpose(-1, -2)
+        return _times_transition(observe.clone(), a[:, t], low_rank[0][:, t], low_rank[1][:, t]) @ reach.transpose(
+            -1, -2
+        )
 
     # Time-major copies so that each step reads contiguous rows; the backward half runs
     # in reversed time and its scale is a_{t+1} (zero past the end, where W is still 0).

@@ -165,8 +165,10 @@ class DenseCapture(CapturedLayer):
 
     def spectra_path(self, positions, device=None) -> dict:
         batched = torch.device(device if device is not None else self.operator.device).type != "cpu"
-        return {"method": "dense", "reason": "the operator is stored dense"
-                + ("; cuts batched by size" if batched else "; one call per cut")}
+        return {
+            "method": "dense",
+            "reason": "the operator is stored dense" + ("; cuts batched by size" if batched else "; one call per cut"),
+        }
 
     def spectra(self, units, positions, *, device=None, dtype=torch.float64) -> torch.Tensor:
         return hankel_singular_values(

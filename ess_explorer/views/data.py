@@ -227,8 +227,11 @@ def _time_rows(result: ESSResult, state: ViewState) -> list[dict]:
     static = _cached(result, ("time", state.layer, focus), lambda: _static_time_rows(result, state.layer, focus))
     first = np.asarray(result.layer(state.layer).singular_values[..., 0], dtype=np.float64)  # (U, P): sigma_1
     # the sigma_1 a relative tolerance refers to (core/ess.py scopes): the cut's, the unit's largest, the layer's
-    sigma1 = {"cut": first[focus], "unit": np.full(first.shape[1], first[focus].max(initial=0.0)),
-              "layer": np.full(first.shape[1], first.max(initial=0.0))}[state.scope]
+    sigma1 = {
+        "cut": first[focus],
+        "unit": np.full(first.shape[1], first[focus].max(initial=0.0)),
+        "layer": np.full(first.shape[1], first.max(initial=0.0)),
+    }[state.scope]
     thr = state.tol * sigma1 if state.relative else np.full(sigma1.shape, state.tol)
     tol_text = tol_label(state.tol, state.relative)
     ess, tss, exact = series["ess"].tolist(), series["tss"].tolist(), series["exact"].tolist()
@@ -344,8 +347,10 @@ def overview_rows(result: ESSResult, state: ViewState, max_cells: int | None = N
     records = []
     for index in sorted(result.layers):
         lay = _at(result, state, index)
-        ess_u, tss_u = reduce_units(ess_of(lay, state.variant), agg, lay.multiplicity), reduce_units(
-            lay.tss, agg, lay.multiplicity)
+        ess_u, tss_u = (
+            reduce_units(ess_of(lay, state.variant), agg, lay.multiplicity),
+            reduce_units(lay.tss, agg, lay.multiplicity),
+        )
         value = (
             np.divide(ess_u, tss_u, out=np.zeros_like(ess_u), where=tss_u > 0)
             if state.metric == "utilisation"
@@ -396,8 +401,11 @@ def diagnostics_rows(result: ESSResult, state: ViewState) -> list[dict]:
         diag = layer_diagnostics(lay, variant=state.variant, saturated=state.saturated, collapsed=state.collapsed)
         computed = sorted(set(seps) & set(np.asarray(lay.positions).tolist()))
         variant = state.variant if state.variant != "causal" else "tolerance"
-        mod = (layer_modulation(result.layer(index), computed, tol=state.tol, relative=state.relative, variant=variant)
-               if computed else np.zeros(0))
+        mod = (
+            layer_modulation(result.layer(index), computed, tol=state.tol, relative=state.relative, variant=variant)
+            if computed
+            else np.zeros(0)
+        )
         finite = mod[np.isfinite(mod)]
         records.append(
             {
@@ -441,8 +449,15 @@ def linked_data(
     change."""
     extra = {k: v for k, v in (("saturated", saturated), ("collapsed", collapsed)) if v is not None}
     state = ViewState.of(
-        result, layer=layer, unit=unit, variant=variant, tol=tol, relative=relative, metric=overview_metric,
-        scope=scope, **extra
+        result,
+        layer=layer,
+        unit=unit,
+        variant=variant,
+        tol=tol,
+        relative=relative,
+        metric=overview_metric,
+        scope=scope,
+        **extra,
     )
     return state_data(result, state)
 

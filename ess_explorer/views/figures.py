@@ -35,12 +35,12 @@ from ..core.ess import VARIANTS as ESS_VARIANTS
 from ..result import ESSResult
 from . import specs
 from .data import family_name, separator_positions
+from .difficulty import difficulty_figure
 from .frames import analysed_layers as _layers
 from .frames import default_label as _default_label
 from .frames import ess_over_time_frame, layer_summary_frame
-from .difficulty import difficulty_figure
-from .sweep_figures import SWEEP_KINDS
 from .frames import series_of as _series
+from .sweep_figures import SWEEP_KINDS
 from .theme import (
     DASHES,
     FONTS,

@@ -14,7 +14,18 @@ import numpy as np
 
 from ..atomic import atomic_write
 
-__all__ = ["SUFFIXES", "MAX_POINTS", "MAX_PPI", "PIXEL_BUDGET", "check_figure_size", "figure_bytes", "save_figure", "to_png", "javascript_bundle", "vl_version"]
+__all__ = [
+    "SUFFIXES",
+    "MAX_POINTS",
+    "MAX_PPI",
+    "PIXEL_BUDGET",
+    "check_figure_size",
+    "figure_bytes",
+    "save_figure",
+    "to_png",
+    "javascript_bundle",
+    "vl_version",
+]
 
 SUFFIXES = (".pdf", ".svg", ".png")
 
@@ -49,8 +60,10 @@ def check_figure_size(spec: dict, *, scale: float | None = None, ppi: float = 30
         raise ValueError(f"scale must be a positive number up to {MAX_PPI / 72:g}, got {scale!r}")
     for size in _sizes(spec):
         if not (np.isfinite(size) and 0 <= size <= MAX_POINTS):
-            raise ValueError(f"a figure width / height of {size:g} points is out of range; "
-                             f"give sizes between 1 and {MAX_POINTS} points (single, double, or e.g. 400)")
+            raise ValueError(
+                f"a figure width / height of {size:g} points is out of range; "
+                f"give sizes between 1 and {MAX_POINTS} points (single, double, or e.g. 400)"
+            )
 
 
 def _check_pixels(svg: str, scale: float, ppi: float) -> None:
@@ -64,9 +77,11 @@ def _check_pixels(svg: str, scale: float, ppi: float) -> None:
     factor = ppi / 72 * scale
     pixels = float(width.group(1)) * factor * float(height.group(1)) * factor
     if pixels > PIXEL_BUDGET:
-        raise ValueError(f"this PNG would have {pixels:.3g} pixels (figure {float(width.group(1)):.0f} x "
-                         f"{float(height.group(1)):.0f} pt at {ppi:g} ppi), more than the budget of {PIXEL_BUDGET:.0e}; "
-                         "lower --ppi or the figure size, or write a vector .pdf / .svg")
+        raise ValueError(
+            f"this PNG would have {pixels:.3g} pixels (figure {float(width.group(1)):.0f} x "
+            f"{float(height.group(1)):.0f} pt at {ppi:g} ppi), more than the budget of {PIXEL_BUDGET:.0e}; "
+            "lower --ppi or the figure size, or write a vector .pdf / .svg"
+        )
 
 
 def vl_version() -> str:

@@ -117,8 +117,9 @@ class ViewState:
         scope = str(result.meta.get("scope", DEFAULT_SCOPE)) if scope is None else scope
         scope = scope if relative else "cut"  # an absolute tolerance has no reference sigma_1
         check_scope(scope, relative)
-        return cls(layer, unit, variant, tol, relative, None if t is None else int(t), saturated, collapsed, metric,
-                   scope)
+        return cls(
+            layer, unit, variant, tol, relative, None if t is None else int(t), saturated, collapsed, metric, scope
+        )
 
     def with_(self, **changes) -> "ViewState":
         """A copy with some fields changed (the caller has checked them: e.g. a layer of the

@@ -58,13 +58,23 @@ def operator_chart(T, t: int, title: str, size: int = 170):
     n = int(np.asarray(T).shape[0])
     x = alt.X("j:Q", title="input j", scale=alt.Scale(domain=[0, n], nice=False))
     y = alt.Y("i:Q", title="output i", scale=alt.Scale(domain=[0, n], nice=False, reverse=True))
-    cells = alt.Chart(operator_frame(T)).mark_rect().encode(
-        x=x, x2="j1:Q", y=y, y2="i1:Q",
-        color=alt.Color("log10|T|:Q", scale=alt.Scale(scheme="viridis", domain=[-4, 0.5], clamp=True)),
-        tooltip=["i:Q", "j:Q", alt.Tooltip("value:Q", format=".3g")],
+    cells = (
+        alt.Chart(operator_frame(T))
+        .mark_rect()
+        .encode(
+            x=x,
+            x2="j1:Q",
+            y=y,
+            y2="i1:Q",
+            color=alt.Color("log10|T|:Q", scale=alt.Scale(scheme="viridis", domain=[-4, 0.5], clamp=True)),
+            tooltip=["i:Q", "j:Q", alt.Tooltip("value:Q", format=".3g")],
+        )
     )
-    box = alt.Chart(pd.DataFrame({"j": [0], "j1": [t], "i": [t], "i1": [n]})).mark_rect(
-        fill=None, stroke="red", strokeWidth=2).encode(x=x, x2="j1:Q", y=y, y2="i1:Q")
+    box = (
+        alt.Chart(pd.DataFrame({"j": [0], "j1": [t], "i": [t], "i1": [n]}))
+        .mark_rect(fill=None, stroke="red", strokeWidth=2)
+        .encode(x=x, x2="j1:Q", y=y, y2="i1:Q")
+    )
     return alt.layer(cells, box).properties(width=size, height=size, title=title)
 
 
@@ -79,18 +89,26 @@ def spectra_chart(spectra: dict, t: int, tol: float = DEFAULT_TOL, width: int = 
         s = np.asarray(sigma[t])
         s = s[s > 1e-12 * s[0]] / s[0] if len(s) and s[0] > 0 else s[:0]
         rows.append(pd.DataFrame({"operator": name, "k": np.arange(1, len(s) + 1), "ratio": s}))
-    lines = alt.Chart(pd.concat(rows)).mark_line(point=True).encode(
-        x=alt.X("k:Q", title="index k", scale=alt.Scale(domainMin=1, nice=False), axis=alt.Axis(format="d")),
-        y=alt.Y("ratio:Q", scale=alt.Scale(type="log"), title="σₖ(Hₜ) / σ₁"),
-        color=alt.Color("operator:N", sort=list(spectra)),
-        strokeDash=alt.StrokeDash("operator:N", sort=list(spectra)),
-        tooltip=["operator:N", "k:Q", alt.Tooltip("ratio:Q", format=".2e")])
+    lines = (
+        alt.Chart(pd.concat(rows))
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("k:Q", title="index k", scale=alt.Scale(domainMin=1, nice=False), axis=alt.Axis(format="d")),
+            y=alt.Y("ratio:Q", scale=alt.Scale(type="log"), title="σₖ(Hₜ) / σ₁"),
+            color=alt.Color("operator:N", sort=list(spectra)),
+            strokeDash=alt.StrokeDash("operator:N", sort=list(spectra)),
+            tooltip=["operator:N", "k:Q", alt.Tooltip("ratio:Q", format=".2e")],
+        )
+    )
     rule = alt.Chart(pd.DataFrame({"tol": [tol]})).mark_rule(strokeDash=[4, 3], color="gray").encode(y="tol:Q")
     return alt.layer(lines, rule).properties(
-        width=width, height=height, title=f"Spectra of Hₜ at t = {t}; dashed: the tolerance {tol:g} · σ₁")
+        width=width, height=height, title=f"Spectra of Hₜ at t = {t}; dashed: the tolerance {tol:g} · σ₁"
+    )
 
 
-def mixers_over_time(mixers: dict, title: str = "ESS over time", width: int = 420, height: int = 200, legend: bool = True):
+def mixers_over_time(
+    mixers: dict, title: str = "ESS over time", width: int = 420, height: int = 200, legend: bool = True
+):
     """Tolerance-ESS(t) of several operators (DiagonalSSM or (1, L, L) tensors), with the
     bound min(t, L - t) dashed in grey."""
     rows, length = [], None
@@ -100,13 +118,22 @@ def mixers_over_time(mixers: dict, title: str = "ESS over time", width: int = 42
         rows.append(pd.DataFrame({"t": np.arange(length), "ESS": ess, "mixer": name}))
     t = np.arange(length)
     legend_spec = alt.Legend(orient="bottom", columns=2, title=None) if legend else None
-    lines = alt.Chart(pd.concat(rows)).mark_line(point=alt.OverlayMarkDef(size=12)).encode(
-        x=alt.X("t:Q", title="cut t", scale=alt.Scale(domain=[0, length - 1], nice=False)),
-        y=alt.Y("ESS:Q", title="tolerance-ESS(t)"),
-        color=alt.Color("mixer:N", sort=list(mixers), legend=legend_spec),
-        strokeDash=alt.StrokeDash("mixer:N", sort=list(mixers), legend=None), tooltip=["mixer:N", "t:Q", "ESS:Q"])
-    bound = alt.Chart(pd.DataFrame({"t": t, "bound": np.minimum(t, length - t)})).mark_line(
-        color="gray", strokeDash=[3, 3]).encode(x="t:Q", y="bound:Q")
+    lines = (
+        alt.Chart(pd.concat(rows))
+        .mark_line(point=alt.OverlayMarkDef(size=12))
+        .encode(
+            x=alt.X("t:Q", title="cut t", scale=alt.Scale(domain=[0, length - 1], nice=False)),
+            y=alt.Y("ESS:Q", title="tolerance-ESS(t)"),
+            color=alt.Color("mixer:N", sort=list(mixers), legend=legend_spec),
+            strokeDash=alt.StrokeDash("mixer:N", sort=list(mixers), legend=None),
+            tooltip=["mixer:N", "t:Q", "ESS:Q"],
+        )
+    )
+    bound = (
+        alt.Chart(pd.DataFrame({"t": t, "bound": np.minimum(t, length - t)}))
+        .mark_line(color="gray", strokeDash=[3, 3])
+        .encode(x="t:Q", y="bound:Q")
+    )
     return alt.layer(bound, lines).properties(width=width, height=height, title=title)
 
 
@@ -151,39 +178,69 @@ def cut_and_spectrum(T, t: int, name: str, tol: float = DEFAULT_TOL):
     sigma = sigma[sigma > 1e-12 * sigma[0]] if len(sigma) and sigma[0] > 0 else sigma[:0]
     n_ess = int(tolerance_ess(T[None], positions=[t])[0, 0])
     frame = pd.DataFrame({"k": np.arange(1, len(sigma) + 1), "sigma": sigma, "counted": np.arange(len(sigma)) < n_ess})
-    dots = alt.Chart(frame).mark_point(filled=True, size=40).encode(
-        x=alt.X("k:Q", scale=alt.Scale(domainMin=1, nice=False), axis=alt.Axis(tickMinStep=1, format="d")),
-        y=alt.Y("sigma:Q", scale=alt.Scale(type="log"), title="σₖ(Hₜ)"),
-        color=alt.Color("counted:N", scale=alt.Scale(domain=[True, False], range=["#1f6fb4", "#bbbbbb"]), title="> tol"),
-        tooltip=["k:Q", alt.Tooltip("sigma:Q", format=".2e")])
-    rule = alt.Chart(pd.DataFrame({"tau": [tol * float(sigma[0]) if len(sigma) else tol]})).mark_rule(
-        strokeDash=[4, 3], color="gray").encode(y="tau:Q")
+    dots = (
+        alt.Chart(frame)
+        .mark_point(filled=True, size=40)
+        .encode(
+            x=alt.X("k:Q", scale=alt.Scale(domainMin=1, nice=False), axis=alt.Axis(tickMinStep=1, format="d")),
+            y=alt.Y("sigma:Q", scale=alt.Scale(type="log"), title="σₖ(Hₜ)"),
+            color=alt.Color(
+                "counted:N", scale=alt.Scale(domain=[True, False], range=["#1f6fb4", "#bbbbbb"]), title="> tol"
+            ),
+            tooltip=["k:Q", alt.Tooltip("sigma:Q", format=".2e")],
+        )
+    )
+    rule = (
+        alt.Chart(pd.DataFrame({"tau": [tol * float(sigma[0]) if len(sigma) else tol]}))
+        .mark_rule(strokeDash=[4, 3], color="gray")
+        .encode(y="tau:Q")
+    )
     spectrum = alt.layer(dots, rule).properties(width=200, height=170, title=f"tolerance-ESS({t}) = {n_ess}")
     return alt.hconcat(operator_chart(T, t, f"{name}: Hₜ at t = {t}", size=170), spectrum)
 
 
 def whole_spectra_chart(operators: dict, title: str, width: int = 420, height: int = 200):
     """Singular values of each whole matrix T (not of a cut), log scale."""
-    frame = pd.concat([pd.DataFrame({"operator": name, "k": np.arange(1, T.shape[0] + 1),
-                                     "sigma": torch.linalg.svdvals(torch.as_tensor(T)).numpy()})
-                       for name, T in operators.items()])
+    frame = pd.concat(
+        [
+            pd.DataFrame(
+                {
+                    "operator": name,
+                    "k": np.arange(1, T.shape[0] + 1),
+                    "sigma": torch.linalg.svdvals(torch.as_tensor(T)).numpy(),
+                }
+            )
+            for name, T in operators.items()
+        ]
+    )
     length = int(frame["k"].max())
-    return alt.Chart(frame).mark_line(point=True).encode(
-        x=alt.X("k:Q", scale=alt.Scale(domain=[1, length], nice=False)),
-        y=alt.Y("sigma:Q", scale=alt.Scale(type="log"), title="σₖ(T), the whole matrix"),
-        color=alt.Color("operator:N", sort=list(operators)),
-        strokeDash=alt.StrokeDash("operator:N", sort=list(operators)),
-    ).properties(width=width, height=height, title=title)
+    return (
+        alt.Chart(frame)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("k:Q", scale=alt.Scale(domain=[1, length], nice=False)),
+            y=alt.Y("sigma:Q", scale=alt.Scale(type="log"), title="σₖ(T), the whole matrix"),
+            color=alt.Color("operator:N", sort=list(operators)),
+            strokeDash=alt.StrokeDash("operator:N", sort=list(operators)),
+        )
+        .properties(width=width, height=height, title=title)
+    )
 
 
 def tolerance_sweep_chart(frame: pd.DataFrame, t: int, title: str, width: int = 420, height: int = 200):
     """ESS at one cut against a relative tolerance (columns tol, ESS, variant)."""
-    return alt.Chart(frame).mark_line(point=True, interpolate="step-after").encode(
-        x=alt.X("tol:Q", title="relative tolerance", scale=alt.Scale(type="log", reverse=True)),
-        y=alt.Y("ESS:Q", title=f"ESS at t = {t}"),
-        color=alt.Color("variant:N", title=None), strokeDash=alt.StrokeDash("variant:N", title=None),
-        tooltip=["variant:N", alt.Tooltip("tol:Q", format=".0e"), alt.Tooltip("ESS:Q", format=".2f")],
-    ).properties(width=width, height=height, title=title)
+    return (
+        alt.Chart(frame)
+        .mark_line(point=True, interpolate="step-after")
+        .encode(
+            x=alt.X("tol:Q", title="relative tolerance", scale=alt.Scale(type="log", reverse=True)),
+            y=alt.Y("ESS:Q", title=f"ESS at t = {t}"),
+            color=alt.Color("variant:N", title=None),
+            strokeDash=alt.StrokeDash("variant:N", title=None),
+            tooltip=["variant:N", alt.Tooltip("tol:Q", format=".0e"), alt.Tooltip("ESS:Q", format=".2f")],
+        )
+        .properties(width=width, height=height, title=title)
+    )
 
 
 def pdf_page_points(path) -> tuple[float, float]:

@@ -19,7 +19,17 @@ import json
 
 from ..sources import DEFAULT_MODEL, ZOO_DIR, card, list_models, load_model, model_dir
 
-__all__ = ["ZOO_DIR", "DEFAULT_MODEL", "list_models", "model_dir", "card", "load", "task_of", "evaluate", "sweep_difficulty"]
+__all__ = [
+    "ZOO_DIR",
+    "DEFAULT_MODEL",
+    "list_models",
+    "model_dir",
+    "card",
+    "load",
+    "task_of",
+    "evaluate",
+    "sweep_difficulty",
+]
 
 
 def task_of(name: str):
@@ -50,8 +60,15 @@ def evaluate(name: str, n_samples: int = 1024, seed: int | None = None) -> dict:
     return evaluate_model(model, task_of(name), n_samples=n_samples, seed=TEST_SEED if seed is None else seed)
 
 
-def sweep_difficulty(name: str, ks=None, *, n_samples: int | None = None, n_prompts: int | None = None,
-                     untrained: bool = False, cached: bool = True) -> list[dict]:
+def sweep_difficulty(
+    name: str,
+    ks=None,
+    *,
+    n_samples: int | None = None,
+    n_prompts: int | None = None,
+    untrained: bool = False,
+    cached: bool = True,
+) -> list[dict]:
     """Accuracy and state at the memory cut of zoo model ``name`` as the number of pairs K grows.
 
     Each K runs ``task_of(name).with_pairs(K)`` (same length, queries fill the rest) on held-out

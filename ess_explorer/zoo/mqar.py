@@ -67,7 +67,9 @@ class Vocabulary:
 
     def __post_init__(self):
         if not 1 <= self.num_keys <= len(CONSONANTS) * len(VOWELS):
-            raise ValueError(f"num_keys must be in 1..{len(CONSONANTS) * len(VOWELS)} (one syllable each), got {self.num_keys}")
+            raise ValueError(
+                f"num_keys must be in 1..{len(CONSONANTS) * len(VOWELS)} (one syllable each), got {self.num_keys}"
+            )
         if not 1 <= self.num_values <= 100:
             raise ValueError(f"num_values must be in 1..100 (two-digit strings), got {self.num_values}")
 
@@ -157,7 +159,9 @@ class MQARTask:
     def __post_init__(self):
         Vocabulary(self.num_keys, self.num_values)  # validates the sizes
         if self.num_pairs < 1 or self.num_pairs > self.num_keys:
-            raise ValueError(f"num_pairs must be in 1..num_keys={self.num_keys} (keys are distinct), got {self.num_pairs}")
+            raise ValueError(
+                f"num_pairs must be in 1..num_keys={self.num_keys} (keys are distinct), got {self.num_pairs}"
+            )
         if self.num_queries is not None and self.num_queries < 1:
             raise ValueError(f"num_queries must be >= 1, got {self.num_queries}")
         if self.num_segments < 1:
@@ -167,7 +171,9 @@ class MQARTask:
         if self.stale_queries and (self.num_segments < 2 or not self.separators):
             raise ValueError("stale_queries ask keys of an earlier segment: they need num_segments >= 2")
         if self.stale_queries and 2 * self.num_pairs > self.num_keys:
-            raise ValueError(f"stale_queries need keys absent from the current segment: num_pairs must be <= num_keys / 2 = {self.num_keys // 2}")
+            raise ValueError(
+                f"stale_queries need keys absent from the current segment: num_pairs must be <= num_keys / 2 = {self.num_keys // 2}"
+            )
 
     @property
     def queries(self) -> int:
@@ -197,7 +203,9 @@ class MQARTask:
         """
         queries = (self.segment_length - 2 * num_pairs) // 2
         if num_pairs < 1 or queries < 1:
-            raise ValueError(f"num_pairs must be in 1..{self.segment_length // 2 - 1} for segments of {self.segment_length} tokens, got {num_pairs}")
+            raise ValueError(
+                f"num_pairs must be in 1..{self.segment_length // 2 - 1} for segments of {self.segment_length} tokens, got {num_pairs}"
+            )
         return replace(self, num_pairs=num_pairs, num_queries=queries, stale_queries=min(self.stale_queries, queries))
 
     def separator_positions(self) -> list[int]:
@@ -232,7 +240,9 @@ class MQARTask:
             values = rng.integers(0, self.num_values, size=(batch_size, k))
             # which pairs are queried, in order: permutations of the K pairs, one after another
             rounds = -(-q // k)
-            asked = np.concatenate([np.argsort(rng.random((batch_size, k)), axis=1) for _ in range(rounds)], axis=1)[:, :q]
+            asked = np.concatenate([np.argsort(rng.random((batch_size, k)), axis=1) for _ in range(rounds)], axis=1)[
+                :, :q
+            ]
             key_ids = keys + vocab.key_offset
             value_ids = values + vocab.value_offset
             q_keys = np.take_along_axis(key_ids, asked, axis=1)
@@ -276,7 +286,9 @@ class MQARTask:
             if pool.size == 0:  # every earlier key came back: any absent key is still "not in this segment"
                 pool = np.flatnonzero(~present[row])
             slots = rng.choice(q_keys.shape[1], size=self.stale_queries, replace=False)
-            q_keys[row, slots] = rng.choice(pool, size=self.stale_queries, replace=pool.size < self.stale_queries) + vocab.key_offset
+            q_keys[row, slots] = (
+                rng.choice(pool, size=self.stale_queries, replace=pool.size < self.stale_queries) + vocab.key_offset
+            )
             q_values[row, slots] = vocab.none_id
         return q_keys, q_values
 
@@ -353,7 +365,9 @@ def evaluate_model(model, task: MQARTask, n_samples: int = 1024, seed: int = 10_
         "seed": seed,
     }
     if stale:
-        out.update(stale_accuracy=stale_ok / stale, recall_accuracy=(correct - stale_ok) / (asked - stale), n_stale=stale)
+        out.update(
+            stale_accuracy=stale_ok / stale, recall_accuracy=(correct - stale_ok) / (asked - stale), n_stale=stale
+        )
     return out
 
 

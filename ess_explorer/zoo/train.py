@@ -46,8 +46,10 @@ from .specs import (  # noqa: F401  (re-exported: the specs used to live here)
 
 __all__ = ["ZooSpec", "ZOO", "RESET_CONTROLS", "build_model", "train_model", "plateau", "stepwise_mamba_scan", "main"]
 
-def stepwise_mamba_scan(hidden_states, dt, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False,
-                        return_last_state=False, **kwargs):
+
+def stepwise_mamba_scan(
+    hidden_states, dt, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False, return_last_state=False, **kwargs
+):
     """transformers' ``mamba_selective_scan`` (recurrent path), one time step at a time.
 
     hidden_states, dt: (batch, d_inner, L); A: (d_inner, N); B, C: (batch, N, L).
@@ -97,7 +99,9 @@ def _lr_at(step: int, spec: ZooSpec, steps: int) -> float:
     return spec.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
-def train_model(spec: ZooSpec, out_dir: Path, steps: int | None = None, eval_every: int = 100, log=print, val_samples: int = 256):
+def train_model(
+    spec: ZooSpec, out_dir: Path, steps: int | None = None, eval_every: int = 100, log=print, val_samples: int = 256
+):
     """Train ``spec`` and save it to ``out_dir``. Returns (record, model): the training record
     (also written to training.json) and the trained model in eval mode.
 
@@ -113,8 +117,11 @@ def train_model(spec: ZooSpec, out_dir: Path, steps: int | None = None, eval_eve
     decay, no_decay = [], []
     for name, p in model.named_parameters():  # no weight decay on norms, biases, A_log, D
         (decay if p.ndim >= 2 and "embed" not in name else no_decay).append(p)
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": spec.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=spec.lr, betas=(0.9, 0.98))
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": spec.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=spec.lr,
+        betas=(0.9, 0.98),
+    )
     curve, losses = [], []
     start = time.time()
     patch = fast_mamba_training() if spec.arch == "mamba" else contextlib.nullcontext()
@@ -136,10 +143,19 @@ def train_model(spec: ZooSpec, out_dir: Path, steps: int | None = None, eval_eve
             done = step + 1
             if done % eval_every == 0 or done == steps:
                 tasks = spec.validation_tasks()
-                per_k = [evaluate_model(model, t, n_samples=max(1, val_samples // len(tasks)), seed=VALIDATION_SEED)["accuracy"] for t in tasks]
+                per_k = [
+                    evaluate_model(model, t, n_samples=max(1, val_samples // len(tasks)), seed=VALIDATION_SEED)[
+                        "accuracy"
+                    ]
+                    for t in tasks
+                ]
                 val = {"accuracy": float(sum(per_k) / len(per_k))}
-                point = {"step": done, "loss": sum(losses[-50:]) / len(losses[-50:]), "val_accuracy": val["accuracy"],
-                         "seconds": round(time.time() - start, 1)}
+                point = {
+                    "step": done,
+                    "loss": sum(losses[-50:]) / len(losses[-50:]),
+                    "val_accuracy": val["accuracy"],
+                    "seconds": round(time.time() - start, 1),
+                }
                 if spec.train_pairs:
                     point["val_accuracy_per_k"] = {str(t.num_pairs): a for t, a in zip(tasks, per_k)}
                 curve.append(point)
@@ -157,13 +173,21 @@ def train_model(spec: ZooSpec, out_dir: Path, steps: int | None = None, eval_eve
         "arch": spec.arch,
         "task": spec.task.to_dict(),
         "training": {
-            "steps_planned": steps, "steps_run": done, "target_accuracy": spec.target_accuracy, "lr": spec.lr,
+            "steps_planned": steps,
+            "steps_run": done,
+            "target_accuracy": spec.target_accuracy,
+            "lr": spec.lr,
             "batch_size": spec.batch_size,
-            "optimizer": "AdamW(betas=(0.9, 0.98)), linear warmup then cosine to 10%", "warmup": spec.warmup,
-            "weight_decay": spec.weight_decay, "grad_clip": 1.0, "seed": spec.seed,
+            "optimizer": "AdamW(betas=(0.9, 0.98)), linear warmup then cosine to 10%",
+            "warmup": spec.warmup,
+            "weight_decay": spec.weight_decay,
+            "grad_clip": 1.0,
+            "seed": spec.seed,
             "data_seeds": "batch at step s: task.sample(batch_size, seed=[seed, s])",
-            "wall_seconds": round(seconds, 1), "threads": torch.get_num_threads(),
-            "final_loss": curve[-1]["loss"] if curve else None, "curve": curve,
+            "wall_seconds": round(seconds, 1),
+            "threads": torch.get_num_threads(),
+            "final_loss": curve[-1]["loss"] if curve else None,
+            "curve": curve,
             "train_pairs": list(spec.train_pairs) if spec.train_pairs else None,
             "plateau": plateau(curve),
             "mamba_stepwise_scan": spec.arch == "mamba",
@@ -186,15 +210,21 @@ def plateau(curve: list[dict], fraction: float = 0.2, points: float = 0.01) -> d
     cutoff = (1 - fraction) * last["step"]
     earlier = [p for p in curve if p["step"] <= cutoff] or curve[:1]
     change = last["val_accuracy"] - earlier[-1]["val_accuracy"]
-    return {"plateau": bool(abs(change) < points), "change": round(float(change), 4), "from_step": earlier[-1]["step"],
-            "to_step": last["step"]}
+    return {
+        "plateau": bool(abs(change) < points),
+        "change": round(float(change), 4),
+        "from_step": earlier[-1]["step"],
+        "to_step": last["step"],
+    }
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m ess_explorer.zoo.train", description=__doc__.split("\n")[0])
     parser.add_argument("--only", nargs="*", help=f"models to train (default all): {', '.join(ZOO)}")
     parser.add_argument("--steps", type=int, default=None, help="override every model's step count (smoke runs)")
-    parser.add_argument("--out", type=Path, default=None, help="zoo folder (default: the shipped ess_explorer/zoo/assets)")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="zoo folder (default: the shipped ess_explorer/zoo/assets)"
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: the cores are shared)")
     parser.add_argument("--no-cards", action="store_true", help="skip measuring accuracy / ESS and writing the cards")
     parser.add_argument("--cards-only", action="store_true", help="do not train; rewrite the cards of saved models")
@@ -210,7 +240,10 @@ def main(argv=None) -> None:
     for name in names:
         if not args.cards_only:
             record, _ = train_model(ZOO[name], root / name, steps=args.steps)
-            print(f"{name}: trained {record['training']['steps_run']} steps in {record['training']['wall_seconds']} s", flush=True)
+            print(
+                f"{name}: trained {record['training']['steps_run']} steps in {record['training']['wall_seconds']} s",
+                flush=True,
+            )
         if not args.no_cards:
             from .cards import write_card
 

@@ -1,0 +1,110 @@
+"""What the command line reads and prints: the prompt (argument, file, stdin or the
+model's example), progress lines on stderr, and the per-layer summary table."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Callable
+
+from .arguments import UsageError
+
+__all__ = ["read_prompt", "read_stdin", "say", "format_summary"]
+
+
+def read_prompt(args, source: str, example_prompt: Callable[[str], str | None]) -> str:
+    """--prompt, --prompt-file (a path, or - for stdin), stdin when it is piped, else the
+    example prompt of a zoo model (``example_prompt(source)``; so `ess-explorer analyze` alone
+    works offline)."""
+    if args.prompt is not None and args.prompt_file is not None:
+        raise UsageError("give --prompt or --prompt-file, not both")
+    if args.prompt == "-" or args.prompt_file == "-":
+        text = read_stdin()
+    elif args.prompt_file is not None:
+        path = Path(args.prompt_file)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ValueError(f"cannot read the prompt file {path}: no such file") from None
+        except UnicodeDecodeError as error:
+            raise ValueError(
+                f"the prompt file {path} is not valid UTF-8 text (byte {error.object[error.start]:#04x} "
+                f"at offset {error.start}); save it as UTF-8"
+            ) from None
+        except OSError as error:
+            raise ValueError(f"cannot read the prompt file {path}: {error}") from None
+    elif args.prompt is not None:
+        text = args.prompt
+    else:
+        text = "" if sys.stdin is None or sys.stdin.isatty() else read_stdin()
+        if not text.strip():  # nothing given and nothing piped
+            example = example_prompt(source)
+            if example is None:
+                raise UsageError("give a prompt: --prompt TEXT, --prompt-file FILE, or pipe it on stdin")
+            say(args, f"no prompt given: using the example prompt of {source}")
+            return example
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # undecodable bytes on the command line arrive as lone surrogates
+        raise ValueError(
+            "the prompt is not valid UTF-8 text; save it as UTF-8 and pass it with --prompt-file"
+        ) from None
+    if text.endswith("\n"):  # the newline an editor or `echo` adds is not part of the prompt
+        text = text[:-1]
+    if not text.strip():
+        raise ValueError("the prompt is empty: ESS needs at least 2 tokens")
+    return text
+
+
+def read_stdin() -> str:
+    try:
+        return sys.stdin.read()
+    except UnicodeDecodeError:
+        raise ValueError("the prompt on stdin is not valid UTF-8 text; convert it to UTF-8 (e.g. with iconv)") from None
+
+
+def say(args, message: str) -> None:
+    if not getattr(args, "quiet", False):
+        print(message, file=sys.stderr)
+
+
+def format_summary(result, *, cache_hit: bool | None = None) -> str:
+    """The terminal summary: a header line and a fixed-width table of ESS per layer."""
+    from ..io import summary_table
+
+    table = summary_table(result)
+    meta = result.meta
+    head = (
+        f"{meta.get('source') or meta.get('model_id', 'model')} · {result.length} tokens · tol {meta.get('tol')} "
+        f"({'relative' if meta.get('relative', True) else 'absolute'}, scope {meta.get('scope', 'cut')}, gates {meta.get('gates', 'outside')})"
+    )
+    if cache_hit is not None:
+        head += " · cache " + ("hit" if cache_hit else "miss (computed)")
+    # Per-unit means, then the layer totals in scalars (sum over units of channels x value).
+    columns = [
+        ("layer", "layer", "{}"),
+        ("family", "family", "{}"),
+        ("units", "units", "{}"),
+        ("mean_ess", "mean ESS", "{:.2f}"),
+        ("max_ess", "max ESS", "{:.2f}"),
+        ("mean_tss", "mean TSS", "{:.2f}"),
+        ("multiplicity", "ch/unit", "{}"),
+        ("total_ess", "total ESS", "{:.0f}"),
+        ("total_tss", "total TSS", "{:.0f}"),
+        ("utilisation", "ESS/TSS", "{:.2f}"),
+        ("state", "state", "{}"),
+    ]
+    cells = [[title for _, title, _ in columns]]
+    for row in table.itertuples(index=False):
+        record = row._asdict()
+        cells.append([fmt.format(record[name]) for name, _, fmt in columns])
+    widths = [max(len(r[c]) for r in cells) for c in range(len(columns))]
+    lines = [
+        "  ".join(
+            cell.ljust(w) if c < 3 or c == len(columns) - 1 else cell.rjust(w)
+            for c, (cell, w) in enumerate(zip(r, widths))
+        )
+        for r in cells
+    ]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return head + "\n" + "\n".join(line.rstrip() for line in lines)
