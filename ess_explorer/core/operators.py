@@ -45,8 +45,24 @@ from .checks import as_tensor, require
 __all__ = ["DiagonalSSM", "DPLRSSM", "FACTORED_OPERATORS"]
 
 
+class _Recurrence:
+    """Sizes shared by the factored operators: ``a`` has shape (*batch, L, N)."""
+
+    @property
+    def batch_shape(self) -> torch.Size:
+        return self.a.shape[:-2]
+
+    @property
+    def length(self) -> int:
+        return self.a.shape[-2]
+
+    @property
+    def state_size(self) -> int:
+        return self.a.shape[-1]
+
+
 @dataclass
-class DiagonalSSM:
+class DiagonalSSM(_Recurrence):
     """A batch of diagonal state-space operators (see the module docstring).
 
     Shapes: a, b, c are ``(*batch, L, N)``; d is ``(*batch, L)`` or None (zero).
@@ -85,18 +101,6 @@ class DiagonalSSM:
                     "path is real (analyse a complex diagonal SSM densely, or as its real 2x2-block form)",
                 )
                 require(bool(torch.isfinite(value).all()), f"DiagonalSSM: {name} contains NaN or infinite values")
-
-    @property
-    def batch_shape(self) -> torch.Size:
-        return self.a.shape[:-2]
-
-    @property
-    def length(self) -> int:
-        return self.a.shape[-2]
-
-    @property
-    def state_size(self) -> int:
-        return self.a.shape[-1]
 
     def to(self, *args, **kwargs) -> "DiagonalSSM":
         d = None if self.d is None else self.d.to(*args, **kwargs)
@@ -140,7 +144,7 @@ class DiagonalSSM:
 
 
 @dataclass
-class DPLRSSM:
+class DPLRSSM(_Recurrence):
     """A batch of state-space operators with diagonal-plus-low-rank transitions, per unit:
 
         h_t = A_t h_{t-1} + b_t u_t,    A_t = diag(a_t) + p_t q_t^T      h_{-1} = 0
@@ -195,18 +199,6 @@ class DPLRSSM:
                 tuple(self.d.shape) == vectors["a"][:-1],
                 f"DPLRSSM: d must have shape (*batch, L) = {vectors['a'][:-1]}, got {tuple(self.d.shape)}",
             )
-
-    @property
-    def batch_shape(self) -> torch.Size:
-        return self.a.shape[:-2]
-
-    @property
-    def length(self) -> int:
-        return self.a.shape[-2]
-
-    @property
-    def state_size(self) -> int:
-        return self.a.shape[-1]
 
     @property
     def rank(self) -> int:
