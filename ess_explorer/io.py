@@ -89,7 +89,8 @@ def summary_table(
     (multiplicity), mean ESS and max ESS (mean over units, then mean / max over t), mean TSS,
     the layer totals in scalars at the peak cut (total_ess, total_tss: sum over units of
     multiplicity x value, comparable across families; docs/conventions.md), utilisation (peak
-    ESS/TSS over t, mean over units; diagnostics.layer_diagnostics) and its state."""
+    ESS/TSS over t, mean over units; diagnostics.layer_diagnostics) and its state, and the
+    peak over t of the unit-mean causal ESS (NaN for a layer with no known realisation)."""
     saturated = SATURATED_AT if saturated is None else saturated
     collapsed = COLLAPSED_AT if collapsed is None else collapsed
     rows = []
@@ -111,6 +112,7 @@ def summary_table(
                 "total_tss": float(diag["total_tss"]),
                 "utilisation": float(diag["utilisation"]),
                 "state": str(diag["state"]),
+                "max_causal_ess": _peak_causal(lay),
             }
         )
     return pd.DataFrame(
@@ -127,8 +129,16 @@ def summary_table(
             "total_tss",
             "utilisation",
             "state",
+            "max_causal_ess",
         ],
     )
+
+
+def _peak_causal(lay) -> float:
+    causal = np.asarray(lay.causal_ess, dtype=np.float64)
+    if causal.size == 0 or np.isnan(causal).all(axis=0).all():
+        return float("nan")
+    return float(np.nanmax(np.nanmean(causal, axis=0)))
 
 
 def _multiplicity_label(lay) -> int | str:

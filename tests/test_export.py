@@ -110,6 +110,11 @@ def test_summary_table_matches_the_layers(ref):
     assert conv["family"] == "short_conv" and conv["max_ess"] == pytest.approx(3.0)  # k - 1, k = 4
     assert conv["mean_tss"] == pytest.approx(3.0)
     assert table.set_index("layer").loc[0, "max_ess"] == pytest.approx(ref.length // 2)  # min(t, L - t)
+    # causal ESS: attention keeps every past token (t, peak L - 1); the diagonal SSM fills its
+    # N = 4 modes; the synthetic conv is a dense stack with no realisation: NaN, not a guess
+    assert table.set_index("layer").loc[0, "max_causal_ess"] == pytest.approx(ref.length - 1)
+    assert table.set_index("layer").loc[2, "max_causal_ess"] == pytest.approx(4.0)
+    assert np.isnan(conv["max_causal_ess"])
 
 
 @pytest.fixture(scope="module")
