@@ -1,4 +1,4 @@
-"""Benchmark of the ESS core (issue 2). Prints ratios against baselines measured in the same run.
+"""Benchmark of the ESS core. Prints ratios against baselines measured in the same run.
 
     python benchmarks/bench_core.py            # every case (a few minutes on 2 cores)
     python benchmarks/bench_core.py --quick    # L = 256 and 512 only, smaller layer

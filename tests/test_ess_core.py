@@ -1,4 +1,4 @@
-"""The ESS core: closed forms, factored == dense, properties and bad input (issue 2)."""
+"""The ESS core: closed forms, factored == dense, properties and bad input."""
 
 import numpy as np
 import pytest
