@@ -26,7 +26,6 @@ import torch
 from tqdm.auto import tqdm
 
 from .capture import capture, layer_slots, skipped_layers
-from .core.diagnostics import unit_kind
 from .core.ess import DEFAULT_RELATIVE, DEFAULT_SCOPE, DEFAULT_TOL, check_scope
 from .core.gates import DEFAULT_GATES, check_gates, gates_inside
 from .core.layer import SPECTRA_BUDGET
@@ -408,7 +407,7 @@ def _operator_rows(keep, layer: CapturedLayer, n_units: int) -> list[int]:
         if keep != "auto":
             raise ValueError(f"keep_operators must be 'auto', an int, a sequence of unit rows or None; got {keep!r}")
         fit = OPERATOR_BUDGET // max(1, cells)
-        wanted = n_units if unit_kind(layer.family) == "head" else OPERATOR_CHANNELS
+        wanted = n_units if layer.unit_kind == "head" else OPERATOR_CHANNELS
         return list(range(min(n_units, wanted, fit)))
     if isinstance(keep, (int, np.integer)) and not isinstance(keep, bool):
         if keep < 0:

@@ -153,6 +153,13 @@ def test_operator_budget_and_mamba_never_dense_for_all_channels(monkeypatch):
     assert sorted(heads.operators) == [0, 1, 2, 3]  # all heads of a small layer
     none = analyze(model, ids, progress=False, layers=0, keep_operators=None).layers[0]
     assert none.operators == {}
+    # a Mamba2 head split into its channels by the gate policy keeps operators as a channel
+    # family does (a few), not as a head family (all of them)
+    model2, ids2 = build("mamba2")
+    split = analyze(model2, ids2, progress=False, layers=0, gates="inside").layers[0]
+    whole = analyze(model2, ids2, progress=False, layers=0, gates="outside").layers[0]
+    assert split.unit_kind == "channel" and sorted(split.operators) == [0, 1, 2, 3] and split.n_units > 4
+    assert whole.unit_kind == "head" and sorted(whole.operators) == list(range(whole.n_units))
 
 
 def test_units_selects_rows():

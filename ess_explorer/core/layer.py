@@ -20,7 +20,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .diagnostics import unit_kind
 from .ess import DEFAULT_SCOPE, check_scope, entropy_ess, tolerance_ess, tolerance_reference
 from .units import CapturedLayer, DenseCapture, SSMCapture
 
@@ -128,7 +127,7 @@ def layer_arrays(
     return dict(
         layer=layer.layer,
         family=layer.family,
-        unit_kind=layer.info.get("unit_kind", unit_kind(layer.family)),  # "channel" once gates split a head
+        unit_kind=layer.unit_kind,
         positions=positions.copy(),
         tolerance_ess=tol_ess,
         entropy_ess=ent_ess,

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from .causal import reachability_singular_values, shift_register_singular_values
-from .diagnostics import theoretical_state_size
+from .diagnostics import theoretical_state_size, unit_kind
 from .operators import DiagonalSSM
 from .short_conv import short_conv_hankel_singular_values, short_conv_operator
 from .spectra import choose_ssm_path, hankel_singular_values
@@ -71,6 +71,12 @@ class CapturedLayer:
     kernel_size: int | None = None
     multiplicity: int | None = None
     info: dict = field(default_factory=dict)
+
+    @property
+    def unit_kind(self) -> str:
+        """ "head" or "channel": the family's, unless the gate policy split a head into its
+        channels (core/gates.py records that in ``info``)."""
+        return self.info.get("unit_kind", unit_kind(self.family))
 
     @property
     def n_units(self) -> int:
