@@ -55,7 +55,7 @@ class AttentionAdapter:
 
         session.hook(module.register_forward_hook(on_attention))
         if hasattr(module, "v_proj"):
-            session.hook(module.v_proj.register_forward_hook(lambda _m, _a, out: raw.__setitem__("v", out.detach())))
+            session.keep_output(module.v_proj, raw, "v")
         elif hasattr(module, "c_attn"):  # GPT-2: one projection to [q | k | v]
 
             def on_qkv(_m, _a, out):
@@ -83,7 +83,7 @@ class AttentionAdapter:
         for name in _OUTPUT_PROJECTIONS:
             if hasattr(module, name):
                 proj = getattr(module, name)
-                session.hook(proj.register_forward_pre_hook(lambda _m, args: raw.__setitem__("o", args[0].detach())))
+                session.keep_input(proj, raw, "o")
                 break
 
     def build(self, slot: LayerSlot, raw: dict) -> DenseCapture:

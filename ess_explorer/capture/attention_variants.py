@@ -31,9 +31,7 @@ class GatedAttentionAdapter(AttentionAdapter):
     def install(self, session: CaptureSession, slot: LayerSlot) -> None:
         super().install(session, slot)
         raw = session.store(slot.index)
-        session.hook(
-            slot.module.q_proj.register_forward_hook(lambda _m, _a, out: raw.__setitem__("q_gate", out.detach()))
-        )
+        session.keep_output(slot.module.q_proj, raw, "q_gate")
 
     def build(self, slot: LayerSlot, raw: dict) -> DenseCapture:
         layer = super().build(slot, raw)
@@ -57,8 +55,8 @@ class LatentAttentionAdapter(AttentionAdapter):
             raw["probs"] = output[1].detach() if isinstance(output, tuple) and output[1] is not None else None
 
         session.hook(module.register_forward_hook(on_attention))
-        session.hook(module.kv_b_proj.register_forward_hook(lambda _m, _a, out: raw.__setitem__("kv", out.detach())))
-        session.hook(module.o_proj.register_forward_pre_hook(lambda _m, args: raw.__setitem__("o", args[0].detach())))
+        session.keep_output(module.kv_b_proj, raw, "kv")
+        session.keep_input(module.o_proj, raw, "o")
 
     def build(self, slot: LayerSlot, raw: dict) -> DenseCapture:
         module = slot.module

@@ -76,6 +76,14 @@ class CaptureSession:
     def hook(self, handle) -> None:
         self._handles.append(handle)
 
+    def keep_output(self, module: nn.Module, store: dict, key: str) -> None:
+        """During the pass, ``store[key]`` is what ``module`` returns (detached)."""
+        self.hook(module.register_forward_hook(lambda _m, _a, out: store.__setitem__(key, out.detach())))
+
+    def keep_input(self, module: nn.Module, store: dict, key: str) -> None:
+        """During the pass, ``store[key]`` is ``module``'s first positional input (detached)."""
+        self.hook(module.register_forward_pre_hook(lambda _m, args: store.__setitem__(key, args[0].detach())))
+
     def track(self, layer: int, module: nn.Module) -> None:
         """Mark `layer` as current while `module` runs (pre and post forward hooks)."""
 

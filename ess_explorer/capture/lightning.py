@@ -35,8 +35,8 @@ class LightningAttentionAdapter:
     def install(self, session: CaptureSession, slot: LayerSlot) -> None:
         module = slot.module
         raw = session.store(slot.index)
-        session.hook(module.qkv_proj.register_forward_hook(lambda _m, _a, out: raw.__setitem__("qkv", out.detach())))
-        session.hook(module.norm.register_forward_pre_hook(lambda _m, args: raw.__setitem__("o", args[0].detach())))
+        session.keep_output(module.qkv_proj, raw, "qkv")
+        session.keep_input(module.norm, raw, "o")
 
     def build(self, slot: LayerSlot, raw: dict) -> SSMCapture:
         if "qkv" not in raw or "o" not in raw:

@@ -43,7 +43,7 @@ class RGLRUAdapter:
             raw["position_ids"] = (args[1] if len(args) > 1 else kwargs["position_ids"]).detach()
 
         session.hook(lru.register_forward_pre_hook(before, with_kwargs=True))
-        session.hook(lru.register_forward_hook(lambda _m, _a, out: raw.__setitem__("y", out.detach())))
+        session.keep_output(lru, raw, "y")
 
     def build(self, slot: LayerSlot, raw: dict) -> SSMCapture:
         if "x" not in raw or "y" not in raw:

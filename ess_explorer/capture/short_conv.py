@@ -33,8 +33,8 @@ class ShortConvAdapter:
     def install(self, session: CaptureSession, slot: LayerSlot) -> None:
         module = slot.module
         raw = session.store(slot.index)
-        session.hook(module.in_proj.register_forward_hook(lambda _m, _a, out: raw.__setitem__("bcx", out.detach())))
-        session.hook(module.out_proj.register_forward_pre_hook(lambda _m, args: raw.__setitem__("y", args[0].detach())))
+        session.keep_output(module.in_proj, raw, "bcx")
+        session.keep_input(module.out_proj, raw, "y")
 
     def build(self, slot: LayerSlot, raw: dict) -> ShortConvCapture:
         if "bcx" not in raw or "y" not in raw:
