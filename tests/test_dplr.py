@@ -172,3 +172,17 @@ def test_causal_ess_of_a_delta_rule_is_the_rank_of_its_reachability_matrix():
             expected = torch.linalg.svdvals(reach)
             width = min(5, t)
             torch.testing.assert_close(sigma[unit, t, :width], expected[:width], rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_one_sweep_gives_the_spectra_and_the_reachability_spectra(rank):
+    """causal=True reads sigma(R_t) off the sweep's forward half: the same values as the
+    separate forward sweep of core/causal.py, and the same Hankel spectra as without it."""
+    from ess_explorer.core.causal import reachability_singular_values
+    from ess_explorer.core.sweeps import factored_hankel_singular_values
+
+    ssm = gated_delta(40, 6, units=3, seed=31, alpha=(0.3, 1.0), beta=(0.0, 1.0)) if rank else random_dplr(40, 6, 0, 3, 7)
+    positions = torch.arange(40)
+    sigma, reach = factored_hankel_singular_values(ssm, positions=positions, method="sweep", causal=True)
+    torch.testing.assert_close(sigma, factored_hankel_singular_values(ssm, positions=positions, method="sweep"))
+    torch.testing.assert_close(reach, reachability_singular_values(ssm, positions), rtol=1e-9, atol=1e-12)

@@ -103,9 +103,7 @@ def layer_arrays(
             )
 
     def chunk_spectra(rows):
-        sigma = layer.spectra(unit_ids[rows], positions, device=device, dtype=torch.float64)
-        csig = layer.causal_spectra(unit_ids[rows], positions, device=device, dtype=torch.float64)
-        return sigma, csig
+        return layer.spectra_and_causal(unit_ids[rows], positions, device=device, dtype=torch.float64)
 
     for rows in chunks:
         sigma, csig = chunk_spectra(rows)

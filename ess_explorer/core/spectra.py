@@ -183,13 +183,13 @@ def hankel_singular_values(
     try:
         sigma = _hankel_singular_values(op, top_k, dtype, device, positions, stride, method, batched, progress)
     except torch.linalg.LinAlgError as error:
-        raise _overflow(op) from error
+        raise overflow_error(op) from error
     if not bool(torch.isfinite(sigma).all()):
-        raise _overflow(op)
+        raise overflow_error(op)
     return sigma
 
 
-def _overflow(op) -> ValueError:
+def overflow_error(op) -> ValueError:
     """The error for spectra that left the floating-point range (growing decays)."""
     hint = ""
     decay = getattr(op, "a", None) if isinstance(op, FACTORED_OPERATORS) else None

@@ -59,7 +59,8 @@ def factored_hankel_singular_values(
     device: torch.device | str | None = None,
     chunk_bytes: int | None = None,
     method: str = "auto",
-) -> torch.Tensor:
+    causal: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Singular values of H_t for every unit of ``ssm`` at the given positions.
 
     Returns ``(*batch, P, K)`` with K = min(top_k, N, L // 2), descending, row 0 (t = 0)
@@ -72,6 +73,11 @@ def factored_hankel_singular_values(
     scan, about 2 sqrt(L) batched calls, core/scan.py) or "auto": the sweep on CPU (fewer
     flops; Python steps cost little there), the scan on any other device (each step is a
     kernel launch there). Both give the same values to rounding.
+
+    causal=True also returns sigma(R_t) of the reachability factor, (*batch, P, N), the
+    spectrum causal ESS counts (core/causal.py): the sweep's forward half already carries
+    that factor, so this costs one N x N SVD per cut and no second sweep. It needs the sweep
+    (method "sweep", or "auto" where the sweep is chosen).
     """
     require(method in ("auto", "sweep", "scan"), f"method must be 'auto', 'sweep' or 'scan', got {method!r}")
     device = torch.device(device) if device is not None else ssm.a.device
@@ -84,16 +90,23 @@ def factored_hankel_singular_values(
     low_rank = [x.reshape(-1, length, n, ssm.rank) for x in (ssm.p, ssm.q)] if has_low_rank else None
     units = a.shape[0]
     out = torch.zeros(units, len(positions), k_out, dtype=dtype, device=device)
+    reach_out = torch.zeros(units, len(positions), n, dtype=dtype, device=device) if causal else None
     inside = (positions >= 1) & (positions < length)  # t = 0 has no past: stays zero
     wanted = torch.unique(positions[inside])
+
+    def result():
+        shaped = out.reshape(*batch_shape, len(positions), k_out)
+        return (shaped, reach_out.reshape(*batch_shape, len(positions), n)) if causal else shaped
+
     if units == 0 or len(wanted) == 0:
-        return out.reshape(*batch_shape, len(positions), k_out)
+        return result()
     require(
         not (has_low_rank and method == "scan"),
         "method='scan' combines diagonal transitions only; use 'sweep' for a DPLRSSM",
     )
     if method == "auto":
         method = "sweep" if device.type == "cpu" or has_low_rank else "scan"
+    require(not (causal and method == "scan"), "causal=True needs the sweep (method='sweep')")
     if chunk_bytes is None:  # a GPU is fed larger chunks: fewer, larger launches
         chunk_bytes = 512 << 20 if device.type != "cuda" else min(8 << 30, torch.cuda.mem_get_info(device)[0] // 4)
     bytes_per_unit = len(wanted) * n * n * torch.finfo(dtype).bits // 8
@@ -106,12 +119,14 @@ def factored_hankel_singular_values(
 
     def run(sl: slice) -> None:
         ac, bc, cc = (x[sl].to(device=device, dtype=dtype) for x in (a, b, c))
-        if low_rank is not None:  # DPLR transitions: the sweep (the scan combines diagonal steps only)
-            pq = tuple(x[sl].to(device=device, dtype=dtype) for x in low_rank)
-            sigma = _sweep_chunk(ac, bc, cc, wanted, low_rank=pq)  # (chunk, W, N)
+        if method == "sweep":  # DPLR transitions always take it (the scan combines diagonal steps only)
+            pq = None if low_rank is None else tuple(x[sl].to(device=device, dtype=dtype) for x in low_rank)
+            sigma = _sweep_chunk(ac, bc, cc, wanted, low_rank=pq, causal=causal)  # (chunk, W, N)
+            if causal:
+                sigma, reach = sigma
+                reach_out[sl, inside] = reach[:, row_of_wanted]
         else:
-            chunk_fn = _sweep_chunk if method == "sweep" else scan_chunk
-            sigma = chunk_fn(ac, bc, cc, wanted)  # (chunk, W, N)
+            sigma = scan_chunk(ac, bc, cc, wanted)  # (chunk, W, N)
         out[sl, inside] = sigma[:, row_of_wanted, :k_out]
 
     def run_single_threaded(sl: slice) -> None:
@@ -124,7 +139,7 @@ def factored_hankel_singular_values(
     else:
         for sl in chunks:
             run(sl)
-    return out.reshape(*batch_shape, len(positions), k_out)
+    return result()
 
 
 class single_threaded_torch:
@@ -167,10 +182,12 @@ def _sweep_chunk(
     wanted: torch.Tensor,
     rotations: bool | None = None,
     low_rank: tuple[torch.Tensor, torch.Tensor] | None = None,
-) -> torch.Tensor:
+    causal: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Square-root sweeps for a chunk of units. a, b, c: (B, L, N); wanted: sorted t's;
     low_rank: (p, q), each (B, L, N, r), for transitions A_t = diag(a_t) + p_t q_t^T, or None
-    for diagonal ones. Returns (B, len(wanted), N).
+    for diagonal ones. Returns (B, len(wanted), N); with ``causal`` also sigma(U_c(t)) =
+    sigma(R_t) at the same cuts, (B, len(wanted), N).
 
     Both sweeps have the form S <- rank_one(S M, vector) (`_times_transition`):
         forward   U_c(t+1) = rank_one(U_c(t) A_t^T, b_t)          U_c^T U_c = R_t R_t^T
@@ -186,6 +203,7 @@ def _sweep_chunk(
     units, length, n = a.shape
     slot = {int(t): i for i, t in enumerate(wanted.tolist())}
     buffer = torch.zeros(units, len(slot), n, n, dtype=a.dtype, device=a.device)
+    reach_sigma = torch.zeros(units, len(slot), n, dtype=a.dtype, device=a.device) if causal else None
 
     if low_rank is not None:
         rotations = False  # S A_t is not triangular: the QR route re-triangularises it
@@ -221,6 +239,8 @@ def _sweep_chunk(
         _rank_one_update_upper(state, vector, rotations)
         reach, observe = state[:units], state[units:]
         forward_t, backward_t = step + 1, length - 1 - step
+        if causal and forward_t in slot:  # U_c(t): what the past u_0..u_{t-1} wrote
+            reach_sigma[:, slot[forward_t]] = torch.linalg.svdvals(reach)
         if forward_t == backward_t and forward_t in slot:
             buffer[:, slot[forward_t]] = product(observe, forward_t, reach)
             continue
@@ -230,4 +250,5 @@ def _sweep_chunk(
         if backward_t in slot:
             i = slot[backward_t]
             buffer[:, i] = product(observe, backward_t, buffer[:, i]) if backward_t < forward_t else observe
-    return torch.linalg.svdvals(buffer)
+    sigma = torch.linalg.svdvals(buffer)
+    return (sigma, reach_sigma) if causal else sigma

@@ -40,9 +40,10 @@ import torch
 
 from .causal import reachability_singular_values, shift_register_singular_values
 from .diagnostics import theoretical_state_size, unit_kind
-from .operators import DiagonalSSM
+from .operators import DPLRSSM, DiagonalSSM
 from .short_conv import short_conv_hankel_singular_values, short_conv_operator
-from .spectra import choose_ssm_path, hankel_singular_values
+from .spectra import choose_ssm_path, hankel_singular_values, overflow_error
+from .sweeps import factored_hankel_singular_values
 
 __all__ = ["CapturedLayer", "DenseCapture", "SSMCapture", "ShortConvCapture"]
 
@@ -121,6 +122,14 @@ class CapturedLayer:
         """sigma(R_t), the reachability factor of each cut, (len(units), P, K) descending, for a
         family with a known realisation; None otherwise (core/causal.py)."""
         return None
+
+    def spectra_and_causal(self, units, positions, *, device=None, dtype=torch.float64):
+        """(`spectra`, `causal_spectra`) of the same units and cuts; a family that computes
+        both in one pass overrides it."""
+        return (
+            self.spectra(units, positions, device=device, dtype=dtype),
+            self.causal_spectra(units, positions, device=device, dtype=dtype),
+        )
 
     def causal_count(self, positions) -> np.ndarray | None:
         """(P,) causal ESS fixed by the structure (softmax attention: its KV cache), or None."""
@@ -232,6 +241,25 @@ class SSMCapture(CapturedLayer):
 
     def causal_spectra(self, units, positions, *, device=None, dtype=torch.float64) -> torch.Tensor:
         return reachability_singular_values(self.ssm(units), positions, dtype=dtype, device=device)
+
+    def spectra_and_causal(self, units, positions, *, device=None, dtype=torch.float64):
+        """Both in one sweep where the factored sweep runs (its forward half is the
+        reachability factor: core/sweeps.py), else one after the other."""
+        positions = torch.as_tensor(positions)
+        ssm = self.ssm(units)
+        target = torch.device(device) if device is not None else ssm.a.device
+        sweeping = target.type == "cpu" or (isinstance(ssm, DPLRSSM) and ssm.rank > 0)
+        if not sweeping or self.spectra_path(positions, device)["method"] == "dense":
+            return super().spectra_and_causal(units, positions, device=device, dtype=dtype)
+        try:
+            sigma, reach = factored_hankel_singular_values(
+                ssm, positions=positions, dtype=dtype, device=device, method="sweep", causal=True
+            )
+        except torch.linalg.LinAlgError as error:
+            raise overflow_error(ssm) from error
+        if not (bool(torch.isfinite(sigma).all()) and bool(torch.isfinite(reach).all())):
+            raise overflow_error(ssm)  # as hankel_singular_values does: never inf / NaN
+        return sigma, reach
 
 
 @dataclass
