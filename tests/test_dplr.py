@@ -181,7 +181,9 @@ def test_one_sweep_gives_the_spectra_and_the_reachability_spectra(rank):
     from ess_explorer.core.causal import reachability_singular_values
     from ess_explorer.core.sweeps import factored_hankel_singular_values
 
-    ssm = gated_delta(40, 6, units=3, seed=31, alpha=(0.3, 1.0), beta=(0.0, 1.0)) if rank else random_dplr(40, 6, 0, 3, 7)
+    ssm = (
+        gated_delta(40, 6, units=3, seed=31, alpha=(0.3, 1.0), beta=(0.0, 1.0)) if rank else random_dplr(40, 6, 0, 3, 7)
+    )
     positions = torch.arange(40)
     sigma, reach = factored_hankel_singular_values(ssm, positions=positions, method="sweep", causal=True)
     torch.testing.assert_close(sigma, factored_hankel_singular_values(ssm, positions=positions, method="sweep"))
