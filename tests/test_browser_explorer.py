@@ -21,24 +21,13 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from _browser import require_browser
+from _browser import ARGS, CHROMIUM, require_browser
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(170)]
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = "/usr/bin/chromium"
 NOTEBOOK = Path(__file__).parent / "notebooks" / "explorer.ipynb"
 ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 def _free_port() -> int:
@@ -116,9 +105,9 @@ def test_explorer_in_jupyterlab(lab):
     with sync_playwright() as p:
         context = p.chromium.launch_persistent_context(
             str(workdir / "chromium-profile"),
-            executable_path=CHROMIUM,
+            executable_path=str(CHROMIUM),
             headless=True,
-            args=CHROMIUM_ARGS,
+            args=ARGS,
             viewport={"width": 1400, "height": 1700},
         )
         try:

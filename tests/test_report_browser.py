@@ -12,19 +12,9 @@ import zlib
 from pathlib import Path
 
 import pytest
-from _browser import CHROMIUM, require_browser
+from _browser import ARGS, CHROMIUM, require_browser
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 pytestmark = [pytest.mark.browser]
 
