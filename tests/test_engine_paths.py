@@ -49,6 +49,26 @@ def test_scan_handles_exact_zero_decays_and_positions():
     assert_spectra_match(scan, dense)
 
 
+@pytest.mark.parametrize("length, modes, low, high, lti", CASES)
+@pytest.mark.parametrize("stride", [2, 5, 33])
+def test_strided_sweep_segments_match_dense_svd(length, modes, low, high, lti, stride):
+    """Cuts at a stride jump between the needed roots in one QR per segment; the values are
+    those of the dense SVD at the same cuts."""
+    ssm = random_ssm(length, modes, units=2, seed=length + stride, decay_low=low, decay_high=high, lti=lti)
+    positions = torch.arange(0, length, stride)
+    dense = hankel_singular_values(ssm.materialize(), method="svd", positions=positions)
+    assert_spectra_match(hankel_singular_values(ssm, method="sweep", positions=positions), dense)
+
+
+def test_sweep_segments_across_exact_resets():
+    ssm = diagonal_ssm(60, 4, units=2, seed=3, resets=[20, 41])
+    positions = [0, 1, 9, 20, 21, 33, 41, 42, 59]  # irregular gaps, cuts at and after the resets
+    dense = hankel_singular_values(ssm.materialize(), method="svd", positions=positions)
+    sweep = hankel_singular_values(ssm, method="sweep", positions=positions)
+    assert (sweep[:, 3] == 0).all() and (sweep[:, 6] == 0).all()  # nothing crosses a reset
+    assert_spectra_match(sweep, dense)
+
+
 def test_unknown_factored_method_is_refused():
     with pytest.raises(ValueError, match="sweep"):
         hankel_singular_values(diagonal_ssm(16, 2, seed=0), method="qr")

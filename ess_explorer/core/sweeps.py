@@ -175,6 +175,25 @@ def _times_transition(
     return state
 
 
+def _segment_update(state: torch.Tensor, scales: torch.Tensor, vectors: torch.Tensor) -> torch.Tensor:
+    """m diagonal steps of a sweep at once, IN PLACE: the root X (B, N, N) after steps
+    p + 1..p + m from the root after step p. scales, vectors: (m, B, N).
+
+    Over the segment P -> D P D + sum_j (d_j v_j)(d_j v_j)^T, with D the product of all m
+    scales and d_j that of the scales after step j (docs/spectra.md), so the new root is
+    the R factor of [X D; (d_j v_j)^T ...]: one QR of (N + m) x N instead of m updates.
+    Only products of decays and QRs of stacked factors are formed, as in the scan
+    (core/scan.py); a product that underflows drops a term below 1e-300 of the state.
+    """
+    after = torch.ones_like(scales)  # after[j] = prod_{k > j} scales[k]
+    if scales.shape[0] > 1:
+        after[:-1] = scales[1:].flip(0).cumprod(0).flip(0)
+    total = scales[0] * after[0]  # (B, N)
+    rows = (vectors * after).transpose(0, 1)  # (B, m, N)
+    state.copy_(torch.linalg.qr(torch.cat([state * total[:, None, :], rows], dim=1), mode="r").R)
+    return state
+
+
 def _sweep_chunk(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -199,6 +218,9 @@ def _sweep_chunk(
     waits in ``buffer``; when its partner arrives the slot is replaced by the product
     U_o(t) U_c(t)^T, since H_t = (Q_o U_o(t)) (U_c(t)^T Q_c^T) gives
     sigma(H_t) = sigma(U_o(t) U_c(t)^T). Memory: one (B, W, N, N) buffer.
+    Only the steps after which a root is needed are stopped at; the diagonal steps between
+    two stops are taken as one segment (`_segment_update`), so cuts at a stride s cost
+    about 2 L / s QRs instead of L.
     """
     units, length, n = a.shape
     slot = {int(t): i for i, t in enumerate(wanted.tolist())}
@@ -229,14 +251,24 @@ def _sweep_chunk(
     vectors = torch.cat([b, c.flip(1)]).transpose(0, 1).contiguous()  # (L, 2B, N)
     state = torch.zeros(2 * units, n, n, dtype=a.dtype, device=a.device)  # [U_c ; W]
     vector = torch.empty(2 * units, n, dtype=a.dtype, device=a.device)
-    last_step = max(int(wanted.max()) - 1, length - 1 - int(wanted.min()))
-    for step in range(last_step + 1):
-        if low_rank is None:
+    # The steps after which a root is needed: t - 1 (forward) and L - 1 - t (backward) for
+    # each wanted t. Between two of them the diagonal steps are taken as one segment.
+    stops = sorted({int(t) - 1 for t in wanted} | {length - 1 - int(t) for t in wanted})
+    if low_rank is not None:  # a DPLR transition is not diagonal: every step on its own
+        stops = list(range(stops[-1] + 1))
+    previous = -1
+    for step in stops:
+        if step > previous + 1:
+            _segment_update(state, scales[previous + 1 : step + 1], vectors[previous + 1 : step + 1])
+        elif low_rank is None:
             _times_transition(state, scales[step])
+            vector.copy_(vectors[step])
+            _rank_one_update_upper(state, vector, rotations)
         else:
             _times_transition(state, scales[step], lefts[step], rights[step])
-        vector.copy_(vectors[step])
-        _rank_one_update_upper(state, vector, rotations)
+            vector.copy_(vectors[step])
+            _rank_one_update_upper(state, vector, rotations)
+        previous = step
         reach, observe = state[:units], state[units:]
         forward_t, backward_t = step + 1, length - 1 - step
         if causal and forward_t in slot:  # U_c(t): what the past u_0..u_{t-1} wrote
