@@ -82,8 +82,8 @@ def main() -> None:
             ids = [(17 * i + 3) % vocab for i in range(length)]
             prompt = " ".join(str(i) for i in ids)
 
-            def capture(model_, tokenizer, text):
-                return capture_layers(model_, [int(w) for w in text.split()])
+            def capture(model_, tokenizer, text, gates="inside", on_layer=None):
+                return capture_layers(model_, [int(w) for w in text.split()], gates=gates, on_layer=on_layer)
 
             row = measure(f"random {kind}", prompt, load_fn=lambda source: (model, None), capture_fn=capture, layer=1)
             whole = whole_model(model, ids)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime as _dt
 import math
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -126,6 +126,7 @@ class CapturedPrompt:
     layers: dict[int, CapturedLayer]
     meta: dict = field(default_factory=dict)
     device: torch.device = torch.device("cpu")
+    expected: list[int] | None = None  # every layer the pass captures (None: those in ``layers``)
 
     @property
     def length(self) -> int:
@@ -141,12 +142,16 @@ def capture_layers(
     layers: Iterable[int] | int | None = None,
     device=None,
     gates: str = DEFAULT_GATES,
+    on_layer: Callable[[CapturedPrompt, int], None] | None = None,
 ) -> CapturedPrompt:
     """One forward pass of ``model`` capturing the unit operators of ``layers`` (default all).
 
     Same inputs and the same ValueErrors as `analyze` (exactly one of input_ids or
     prompt= with tokenizer=; layer indices in range). ``device``: where the spectra will be
     computed (default: the model's). ``gates``: as in `analyze` (core/gates.py).
+    ``on_layer(captured, index)``: called during the pass as each layer is captured, with
+    the CapturedPrompt being filled (``captured.expected`` lists every layer to come), so
+    an early layer can be analysed while the pass goes on.
     """
     import transformers
 
@@ -156,11 +161,6 @@ def capture_layers(
     slots = {slot.index: slot for slot in layer_slots(model)}  # key -> slot (keys need not be 0..n-1)
     chosen = _layers(layers, sorted(slots))
     model_device = _model_device(model)
-    layers_captured = capture(
-        model, torch.tensor([ids], dtype=torch.long, device=model_device), [slots[i] for i in chosen]
-    )
-    if gates == "inside":
-        layers_captured = {index: gates_inside(layer) for index, layer in layers_captured.items()}
     config = model.config
     meta = {
         "model_id": getattr(config, "_name_or_path", None)
@@ -174,13 +174,23 @@ def capture_layers(
         "gates": gates,
         "transformers": transformers.__version__,
     }
-    return CapturedPrompt(
+    captured = CapturedPrompt(
         input_ids=list(ids),
         tokens=_tokens(ids, tokenizer),
-        layers=layers_captured,
+        layers={},
         meta=meta,
         device=spectra_device if spectra_device is not None else model_device,
+        expected=list(chosen),
     )
+
+    def arrived(index: int, layer: CapturedLayer) -> None:
+        captured.layers[index] = gates_inside(layer) if gates == "inside" else layer
+        if on_layer is not None:
+            on_layer(captured, index)
+
+    capture(model, torch.tensor([ids], dtype=torch.long, device=model_device), [slots[i] for i in chosen], arrived)
+    captured.layers = {index: captured.layers[index] for index in chosen}
+    return captured
 
 
 def analyze_captured(

@@ -132,7 +132,7 @@ def _fake_session(**kw):
 
     session = S.ExplorerSession(
         load_fn=lambda s: ("model", "tok"),
-        capture_fn=lambda m, t, p, gates: captured,
+        capture_fn=lambda m, t, p, gates, on_layer=None: captured,
         layer_fn=kw.pop("layer_fn", layer_fn),
         **kw,
     )

@@ -54,7 +54,7 @@ class FakePipeline:
             raise self.fail_load
         return f"model<{source}>", "tokenizer"
 
-    def capture(self, model, tokenizer, prompt, gates="inside"):
+    def capture(self, model, tokenizer, prompt, gates="inside", on_layer=None):
         self.captures.append(prompt)
         self.gates.append(gates)
         length = len(prompt.split())

@@ -10,18 +10,21 @@ A run, in order (each step moves the progress bar; its ETA is tqdm's):
    token ids (its tokenizer) need no weights, so a hit never loads the model; a hub id is
    looked up after loading (its identity is the commit the loaded model came from).
 2. the model is loaded (and kept while the source stays the same).
-3. ONE forward pass captures the unit operators of every layer (analysis.capture_layers).
-4. the selected layer, exactly (every cut t): the first chart.
+3. ONE forward pass captures the unit operators of every layer (analysis.capture_layers),
+   in a background thread: the next step starts as soon as the selected layer is captured,
+   while the pass goes on through the later layers.
+4. the first chart: the selected layer at a stride (`first_chart_stride`) when computing
+   it exactly would take long, then (or at once) exactly, every cut t.
 5. the other layers for the overview: at a stride (every ceil(L / OVERVIEW_POSITIONS)-th
    cut) when the prompt is longer than OVERVIEW_POSITIONS tokens, else exactly.
 6. refinement: each strided layer exactly, one by one; a layer asked for meanwhile
    (`prioritise`) is computed next.
 7. the whole exact result goes into the cache and the captured operators are released.
 Each (layer, stride) is computed once from the one capture. ``on_result(result, info)`` is
-called after steps 4 and 5, during refinement for a layer asked for, at the end and at
-most every REFRESH_EVERY_S seconds otherwise, with info = {"phase": "selected"
-| "overview" | "refined", "layer", "exact_layers", "final"}; `cancel` stops a run between
-steps, and `resume` continues one that was cancelled or failed.
+called after each step of 4 and after 5, during refinement for a layer asked for, at the
+end and at most every REFRESH_EVERY_S seconds otherwise, with info = {"phase": "selected"
+| "overview" | "refined", "layer", "stride", "exact_layers", "final"}; `cancel` stops a
+run between steps, and `resume` continues one that was cancelled or failed.
 
 Nothing here imports ipywidgets or the zoo's training code (a local folder is read with
 transformers alone).
@@ -38,7 +41,15 @@ from typing import Callable
 
 from ..result import ESSResult, LayerESS
 
-__all__ = ["ExplorerSession", "Cancelled", "plan", "overview_stride", "OVERVIEW_POSITIONS"]
+__all__ = [
+    "ExplorerSession",
+    "Cancelled",
+    "plan",
+    "overview_stride",
+    "first_chart_stride",
+    "OVERVIEW_POSITIONS",
+    "FIRST_CHART_FLOPS",
+]
 
 # During refinement the views are updated at most this often (each update recomputes the
 # overview's data), and at once for a layer asked for and at the end.
@@ -60,14 +71,42 @@ def overview_stride(length: int, stride="auto", positions: int = OVERVIEW_POSITI
     return stride if stride > 1 else None
 
 
-def plan(layers: list[int], selected: int, stride: int | None) -> list[tuple[int, int | None]]:
-    """The (layer, stride) tasks of a run, in order: ``selected`` exactly, the other
-    ``layers`` at ``stride`` (the overview; exactly when stride is None), then the strided
-    ones exactly (refinement). Each (layer, stride) appears once."""
+# The first chart is the selected layer at a stride when its exact spectra would cost more
+# than about this many flops (a few tenths of a second on one laptop core) ...
+FIRST_CHART_FLOPS = 2e8
+# ... with at least this many cuts.
+FIRST_CHART_POSITIONS = 32
+
+
+def first_chart_stride(layer, length: int) -> int | None:
+    """The stride of the first chart for ``layer`` (a core.units.CapturedLayer) on a
+    prompt of ``length`` tokens: None (exact at once) when cheap, else the smallest stride
+    that brings the rough cost (units x cuts x an SVD of the largest cut rank, r^3) under
+    FIRST_CHART_FLOPS, keeping at least FIRST_CHART_POSITIONS cuts."""
+    from ..core.units import CapturedLayer
+
+    if not isinstance(layer, CapturedLayer):  # an injected pipeline's own layer object: no estimate
+        return None
+    rank = min(layer.max_rank or length // 2, max(1, length // 2))
+    cost = float(layer.n_units) * length * rank**3
+    if cost <= FIRST_CHART_FLOPS or length <= FIRST_CHART_POSITIONS:
+        return None
+    stride = min(math.ceil(cost / FIRST_CHART_FLOPS), math.ceil(length / FIRST_CHART_POSITIONS))
+    return stride if stride > 1 else None
+
+
+def plan(
+    layers: list[int], selected: int, stride: int | None, first: int | None = None
+) -> list[tuple[int, int | None]]:
+    """The (layer, stride) tasks of a run, in order: ``selected`` at the ``first`` stride
+    (when given), ``selected`` exactly, the other ``layers`` at ``stride`` (the overview;
+    exactly when stride is None), then the strided ones exactly (refinement). Each (layer,
+    stride) appears once."""
     if selected not in layers:
         raise ValueError(f"layer {selected} is not among the layers {layers}")
     others = [i for i in layers if i != selected]
-    tasks = [(selected, None)] + [(i, stride) for i in others]
+    tasks = [(selected, first)] if first is not None else []
+    tasks += [(selected, None)] + [(i, stride) for i in others]
     if stride is not None:
         tasks += [(i, None) for i in others]
     return tasks
@@ -106,13 +145,13 @@ def default_load(source: str):
         return load_model(source)
 
 
-def default_capture(model, tokenizer, prompt: str, *, gates: str = "inside"):
+def default_capture(model, tokenizer, prompt: str, *, gates: str = "inside", on_layer=None):
     """The one forward pass: analysis.capture_layers over every layer (gates: the gate
-    policy, docs/conventions.md)."""
+    policy, docs/conventions.md; on_layer(captured, index) as each layer arrives)."""
     from ..analysis import capture_layers
 
     with _quiet_transformers():
-        return capture_layers(model, prompt=prompt, tokenizer=tokenizer, gates=gates)
+        return capture_layers(model, prompt=prompt, tokenizer=tokenizer, gates=gates, on_layer=on_layer)
 
 
 def default_layer(captured, layer: int, *, stride, tol: float, relative: bool) -> LayerESS:
@@ -159,8 +198,9 @@ class ExplorerSession:
     """The progressive-analysis policy of the explorer (module docstring), without UI.
 
     Parameters
-    load_fn(source) -> (model, tokenizer); capture_fn(model, tokenizer, prompt, *, gates) ->
-        analysis.CapturedPrompt (one forward pass); layer_fn(captured, layer, *, stride,
+    load_fn(source) -> (model, tokenizer); capture_fn(model, tokenizer, prompt, *, gates,
+        on_layer) -> analysis.CapturedPrompt (one forward pass; it may call
+        on_layer(captured, index) as layers arrive, or not); layer_fn(captured, layer, *, stride,
         tol, relative) -> LayerESS: the pipeline (defaults: sources.load_model,
         analysis.capture_layers, analysis.analyze_captured); injection points for tests.
     cache : an io.ResultCache, or None (no cache).
@@ -203,6 +243,8 @@ class ExplorerSession:
         self._wanted: int | None = None
         self._cancel = threading.Event()
         self._overview_stride: int | None = None
+        self._selected: int | None = None
+        self._forward: tuple[threading.Thread, dict] | None = None  # the pass in progress and its outcome
 
     # ---------------------------------------------------------------- control
     def prioritise(self, layer: int) -> None:
@@ -279,22 +321,26 @@ class ExplorerSession:
             self.cache_hit = False if key is not None else None
             self._key = key
             self._check_cancel()
-            bar.set_description("forward pass (every layer)")
-            captured = self.capture_fn(model, tokenizer, prompt, gates=gates)
-            self.forward_passes += 1
+            bar.set_description("forward pass")
+            captured = self._start_forward(model, tokenizer, prompt, gates, layer)
             bar.update(1)
         finally:
             bar.close()
-        self._captured = captured
-        layers = sorted(captured.layers)
-        selected = layer if layer in layers else layers[0]
-        stride = overview_stride(len(captured.input_ids), self.stride)
-        self.source, self.prompt = source, prompt
-        self.result = None
-        with self._lock:
-            self._tasks.extend(plan(layers, selected, stride))
-        self._overview_stride = stride
-        return self.resume(on_result)
+        try:
+            self._captured = captured
+            layers = list(captured.expected) if captured.expected else sorted(captured.layers)
+            selected = layer if layer in layers else layers[0]
+            length = len(captured.input_ids)
+            stride = overview_stride(length, self.stride)
+            first = first_chart_stride(captured.layers[selected], length) if self.stride is not None else None
+            self.source, self.prompt = source, prompt
+            self.result = None
+            with self._lock:
+                self._tasks.extend(plan(layers, selected, stride, first))
+            self._overview_stride, self._selected = stride, selected
+            return self.resume(on_result)
+        finally:
+            self._finish_forward(raise_error=False)  # never leave a pass (and its hooks) running
 
     def resume(self, on_result: Callable | None = None) -> ESSResult | None:
         """Compute the pending tasks (after `run` was cancelled or failed); the result."""
@@ -319,6 +365,9 @@ class ExplorerSession:
                     self._wanted = None
                     index, stride = self._tasks[0]
                 self._check_cancel()
+                if index not in captured.layers:  # captured later in the pass: wait for the rest of it
+                    bar.set_description("forward pass (the remaining layers)")
+                    captured = self._captured = self._finish_forward()
                 bar.set_description(f"layer {index} " + ("exactly" if stride is None else f"at stride {stride}"))
                 lay = self.layer_fn(captured, index, stride=stride, tol=settings["tol"], relative=settings["relative"])
                 missing_before = [i for i in captured.layers if self.result is None or i not in self.result.layers]
@@ -329,8 +378,8 @@ class ExplorerSession:
                     final = not self._tasks
                 bar.update(len(lay.positions))
                 missing = [i for i in captured.layers if i not in self.result.layers]
-                if first:
-                    phase = "selected"
+                if first or (index == self._selected and stride is None and missing):
+                    phase = "selected"  # the first chart, and the selected layer made exact
                 elif missing_before and not missing:
                     phase = "overview"
                 elif asked or (not missing and (final or time.perf_counter() - last_report >= REFRESH_EVERY_S)):
@@ -341,7 +390,13 @@ class ExplorerSession:
                 if on_result is not None:
                     on_result(
                         self.result,
-                        {"phase": phase, "layer": index, "exact_layers": self.exact_layers(), "final": final},
+                        {
+                            "phase": phase,
+                            "layer": index,
+                            "stride": stride,
+                            "exact_layers": self.exact_layers(),
+                            "final": final,
+                        },
                     )
         finally:
             bar.close()
@@ -351,6 +406,49 @@ class ExplorerSession:
         return self.result
 
     # ---------------------------------------------------------------- helpers
+    def _start_forward(self, model, tokenizer, prompt: str, gates: str, layer: int | None):
+        """Start the one forward pass in a thread; return its CapturedPrompt as soon as the
+        wanted layer (``layer``, else the first) is in it, or when the pass has ended.
+        Raises the pass's error."""
+        ready = threading.Event()
+        outcome: dict = {}
+
+        def on_layer(captured, index):
+            expected = captured.expected or sorted(captured.layers)
+            if index == (layer if layer in expected else expected[0]):
+                outcome["captured"] = captured
+                ready.set()
+
+        def forward():
+            try:
+                outcome["captured"] = self.capture_fn(model, tokenizer, prompt, gates=gates, on_layer=on_layer)
+            except BaseException as error:  # noqa: BLE001  (raised in the session's thread)
+                outcome["error"] = error
+            finally:
+                ready.set()
+
+        thread = threading.Thread(target=forward, name="ess-explorer forward pass", daemon=True)
+        self._forward = (thread, outcome)
+        self.forward_passes += 1
+        thread.start()
+        ready.wait()
+        if "error" in outcome:
+            self._finish_forward()
+        return outcome["captured"]
+
+    def _finish_forward(self, raise_error: bool = True):
+        """Wait for the forward pass; its whole CapturedPrompt (raises its error)."""
+        if self._forward is None:
+            return self._captured
+        thread, outcome = self._forward
+        thread.join()
+        if "error" in outcome:
+            if raise_error:
+                raise outcome["error"]
+            return self._captured
+        self._forward = None
+        return outcome["captured"]
+
     def _check_cancel(self) -> None:
         if self._cancel.is_set():
             raise Cancelled()

@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+from typing import Callable
 
 import torch
 from torch import nn
@@ -438,19 +439,38 @@ def _stop_forward(_module, _args, _output):
     raise _StopForward
 
 
-def capture(model: nn.Module, input_ids: torch.Tensor, slots: list[LayerSlot]) -> dict[int, CapturedLayer]:
+def capture(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    slots: list[LayerSlot],
+    on_layer: Callable[[int, CapturedLayer], None] | None = None,
+) -> dict[int, CapturedLayer]:
     """One forward pass of ``model`` on ``input_ids`` (1, L); the CapturedLayer of every slot.
 
+    ``on_layer(index, layer)``: called during the pass, as soon as each slot's mixer
+    module has run (every adapter captures inside its mixer module), so a caller can
+    start on an early layer while the later ones are still being computed.
     Hooks and patched functions are removed, the attention implementation and the
     training flag restored, in a ``finally``, whatever happens.
     """
     session = CaptureSession()
+    built: dict[int, CapturedLayer] = {}
+
+    def build(slot: LayerSlot) -> None:
+        if slot.index not in built:
+            built[slot.index] = ADAPTERS[slot.adapter].build(slot, session.raw.get(slot.index, {}))
+            if on_layer is not None:
+                on_layer(slot.index, built[slot.index])
+
     was_training = model.training
     try:
         with eager_attention(model, any(ADAPTERS[slot.adapter].family == "softmax_attention" for slot in slots)):
             model.eval()
             for slot in slots:
                 ADAPTERS[slot.adapter].install(session, slot)
+            if on_layer is not None:  # after the adapters' own hooks, which fill session.raw
+                for slot in slots:
+                    session.hook(slot.module.register_forward_hook(lambda *_, slot=slot: build(slot)))
             # Nothing after the last analysed mixer matters: stop the pass there (saves the
             # later layers and the LM head, e.g. most of the time for a single early layer).
             last = max(slots, key=lambda slot: slot.index).module
@@ -463,4 +483,6 @@ def capture(model: nn.Module, input_ids: torch.Tensor, slots: list[LayerSlot]) -
     finally:
         session.close()
         model.train(was_training)
-    return {slot.index: ADAPTERS[slot.adapter].build(slot, session.raw.get(slot.index, {})) for slot in slots}
+    for slot in slots:
+        build(slot)
+    return {slot.index: built[slot.index] for slot in slots}
