@@ -1,15 +1,18 @@
-"""The explorer in a real browser: JupyterLab on 127.0.0.1 (a random free port), a
-notebook that calls explore(), headless Debian Chromium driven by Playwright.
+"""The explorer in a real browser, in each frontend that serves notebooks from
+jupyter_server: JupyterLab and Jupyter Notebook 7, each on 127.0.0.1 (a random free port),
+opening a notebook that calls explore(), in headless Debian Chromium driven by Playwright.
 
-Checks: the linked views render, with no request leaving 127.0.0.1 (the widget JS comes
-from vl-convert, not a CDN); a click on
-ESS over time changes the spectrum view (in the browser); choosing another layer in the
-dropdown redraws the views. A screenshot goes to test-artifacts/explorer.png.
+Checks, the same in both frontends: the linked views render, with no request leaving
+127.0.0.1 (the widget JS comes from vl-convert, not a CDN) and no visible static image; a
+click on ESS over time changes the spectrum view (in the browser); choosing another layer
+in the dropdown redraws the views, and the status line carries no warning. Screenshots go to
+test-artifacts/explorer-lab.png and test-artifacts/explorer-notebook7.png.
 Run: .venv/bin/python -m pytest tests/test_browser_explorer.py -m browser -q
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import signal
@@ -18,10 +21,11 @@ import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from _browser import ARGS, CHROMIUM, require_browser
+from _browser import ARGS, CHROMIUM, missing, require_browser
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(170)]
 
@@ -36,11 +40,50 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def lab(tmp_path):
-    """A JupyterLab server on a free port serving a copy of the fixture notebook; the
-    server's process group is ended afterwards."""
+@dataclass(frozen=True)
+class Frontend:
+    module: str  # run as `python -m <module>`: the frontend's server extension on jupyter_server
+    expose_app: str  # the option that puts the app on window.jupyterapp, so the test can drive it
+    path: str  # where the frontend opens the fixture notebook
+    kernel_idle: str  # JS: the open notebook's kernel is started and idle
+    run_all: str  # JS: run every cell of the open notebook
+
+
+# Notebook 7 is built from JupyterLab's packages: its shell and commands answer the same calls,
+# so only the server module, the option name and the URL differ.
+_KERNEL_IDLE = (
+    "() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;"
+    " return w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel"
+    " && w.sessionContext.session.kernel.status === 'idle'; }"
+)
+_RUN_ALL = "window.jupyterapp.commands.execute('notebook:run-all-cells')"
+FRONTENDS = {
+    "lab": Frontend(
+        module="jupyterlab",
+        expose_app="--LabApp.expose_app_in_browser=True",
+        path="/lab/tree/explorer.ipynb",
+        kernel_idle=_KERNEL_IDLE,
+        run_all=_RUN_ALL,
+    ),
+    "notebook7": Frontend(
+        module="notebook",
+        expose_app="--JupyterNotebookApp.expose_app_in_browser=True",
+        path="/notebooks/explorer.ipynb",
+        kernel_idle=_KERNEL_IDLE,
+        run_all=_RUN_ALL,
+    ),
+}
+
+
+@pytest.fixture(params=list(FRONTENDS))
+def server(request, tmp_path):
+    """(name, frontend, base URL, working directory): a server for one frontend on a free port
+    serving a copy of the fixture notebook; the server's process group is ended afterwards."""
     require_browser()
+    name = request.param
+    frontend = FRONTENDS[name]
+    if importlib.util.find_spec(frontend.module) is None:
+        missing(f"the {frontend.module} package is not installed (pip install -e '.[test]')")
     shutil.copy(NOTEBOOK, tmp_path / "explorer.ipynb")
     port = _free_port()
     env = {
@@ -52,7 +95,7 @@ def lab(tmp_path):
     cmd = [
         sys.executable,
         "-m",
-        "jupyterlab",
+        frontend.module,
         "--no-browser",
         "--ip=127.0.0.1",
         f"--port={port}",
@@ -60,12 +103,13 @@ def lab(tmp_path):
         "--ServerApp.token=",
         "--ServerApp.password=",
         "--ServerApp.disable_check_xsrf=True",
-        "--LabApp.expose_app_in_browser=True",
+        frontend.expose_app,
         f"--ServerApp.root_dir={tmp_path}",
         "--ServerApp.port_retries=0",
     ]
-    log = open(tmp_path / "lab.log", "wb")
-    server = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    log_path = tmp_path / "server.log"
+    log = open(log_path, "wb")
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
@@ -74,17 +118,17 @@ def lab(tmp_path):
                 urllib.request.urlopen(f"{url}/api/status", timeout=2)
                 break
             except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("JupyterLab did not start:\n" + (tmp_path / "lab.log").read_text()[-3000:])
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"{frontend.module} did not start:\n" + log_path.read_text()[-3000:])
                 time.sleep(0.5)
-        yield url, tmp_path
+        yield name, frontend, url, tmp_path
     finally:
-        os.killpg(server.pid, signal.SIGTERM)  # the server and its kernels: the group we started
+        os.killpg(proc.pid, signal.SIGTERM)  # the server and its kernels: the group we started
         try:
-            server.wait(timeout=15)
+            proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait(timeout=5)
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=5)
         log.close()
 
 
@@ -97,10 +141,10 @@ def _spectrum_label(page) -> str:
     return labels[0] if labels else ""
 
 
-def test_explorer_in_jupyterlab(lab):
+def test_explorer_in_browser(server):
     from playwright.sync_api import sync_playwright
 
-    url, workdir = lab
+    name, frontend, url, workdir = server
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as p:
         context = p.chromium.launch_persistent_context(
@@ -117,15 +161,10 @@ def test_explorer_in_jupyterlab(lab):
                 "request",
                 lambda r: outside.append(r.url) if r.url.startswith("http") and not r.url.startswith(url) else None,
             )
-            page.goto(f"{url}/lab/tree/explorer.ipynb", wait_until="domcontentloaded")
+            page.goto(f"{url}{frontend.path}", wait_until="domcontentloaded")
             page.wait_for_function("window.jupyterapp && document.querySelector('.jp-Notebook')", timeout=60_000)
-            page.wait_for_function(
-                "() => { const w = window.jupyterapp.shell.currentWidget;"
-                " return w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel"
-                " && w.sessionContext.session.kernel.status === 'idle'; }",
-                timeout=60_000,
-            )
-            page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+            page.wait_for_function(frontend.kernel_idle, timeout=60_000)
+            page.evaluate(frontend.run_all)
             # the linked views are drawn (SVG renderer) with the spectrum's stated count
             page.wait_for_function(
                 "[...document.querySelectorAll('.vega-embed svg text')].some(e => e.textContent.includes(' σ above '))",
@@ -167,10 +206,10 @@ def test_explorer_in_jupyterlab(lab):
             page.wait_for_timeout(500)
             status = page.locator(".ess-explorer .widget-html-content").first.inner_text()
             assert "⚠" not in status, status
-            page.screenshot(path=str(ARTIFACTS / "explorer.png"), full_page=True)
+            page.screenshot(path=str(ARTIFACTS / f"explorer-{name}.png"), full_page=True)
             assert not outside, f"requests left the machine (a CDN script?): {outside[:5]}"
         except Exception:
-            page.screenshot(path=str(ARTIFACTS / "explorer-failure.png"), full_page=True)
+            page.screenshot(path=str(ARTIFACTS / f"explorer-{name}-failure.png"), full_page=True)
             print("status:", page.locator(".ess-explorer .widget-html-content").all_inner_texts())
             print("svg texts:", _svg_texts(page)[:40])
             raise
