@@ -14,26 +14,13 @@ import argparse
 import time
 
 import torch
+from _models import KINDS, random_model, token_ids
 
 
-def random_model(kind: str):
-    from transformers import AutoModelForCausalLM, GPT2Config, MambaConfig
-
-    torch.manual_seed(0)
-    if kind == "gpt2":
-        config = GPT2Config(n_positions=1024)  # GPT-2 small
-    elif kind == "mamba":
-        config = MambaConfig(hidden_size=768, num_hidden_layers=24, state_size=16, expand=2, vocab_size=50280)
-    else:
-        raise ValueError(kind)
-    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
-    model.config._name_or_path = f"random {kind}"
-    return model
-
-
-def measure(source: str, prompt: str, **options) -> dict:
+def measure(source: str, prompt: str, first_only: bool = False, **options) -> dict:
     """Seconds to: explore() returning (the widget and its progress bar on screen), the
-    first chart, every layer exact."""
+    first chart, every layer exact (NaN with ``first_only``: the run is cancelled after the
+    first chart)."""
     from ess_explorer import explore
 
     started = time.perf_counter()
@@ -42,13 +29,18 @@ def measure(source: str, prompt: str, **options) -> dict:
     while ex.chart is None and ex.busy:
         time.sleep(0.01)
     first = time.perf_counter() - started
+    first_stride = ex.result.layers[min(ex.result.layers)].positions if ex.result is not None else None
+    strided = first_stride is not None and len(first_stride) < ex.result.length
+    if first_only:
+        ex.session.cancel()
+        ex.wait()
+        return {"visible": visible, "first_chart": first, "all_exact": float("nan"), "first_strided": strided}
     assert ex.wait() is True, ex.status_w.value
     return {
         "visible": visible,
         "first_chart": first,
         "all_exact": time.perf_counter() - started,
-        "layers": len(ex.result.layers),
-        "length": ex.result.length,
+        "first_strided": strided,
     }
 
 
@@ -63,35 +55,42 @@ def whole_model(model, ids) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lengths", type=int, nargs="+", default=[128, 256])
-    parser.add_argument("--models", nargs="+", default=["gpt2", "mamba"])
+    parser.add_argument("--models", nargs="+", default=["gpt2", "mamba"], choices=sorted(KINDS))
+    parser.add_argument("--first-only", action="store_true", help="stop each run after its first chart")
+    parser.add_argument("--layer", type=int, default=1, help="the selected layer")
     args = parser.parse_args()
     from ess_explorer import zoo
     from ess_explorer.analysis import capture_layers
 
     print(f"torch threads {torch.get_num_threads()}; times in s (a shared machine varies by ~2x)")
     default = f"zoo:{zoo.DEFAULT_MODEL}"
-    row = measure(default, zoo.task_of(zoo.DEFAULT_MODEL).prompt(seed=0))
-    print(
-        f"{default:22s} L={row['length']:4d}  widget {row['visible']:.2f}  first chart {row['first_chart']:.2f}"
-        f"  all exact {row['all_exact']:.2f}"
-    )
+    row = measure(default, zoo.task_of(zoo.DEFAULT_MODEL).prompt(seed=0), first_only=args.first_only)
+    print(f"{default:22s} widget {row['visible']:.2f}  first chart {row['first_chart']:.2f}  all exact {row['all_exact']:.2f}")
     for kind in args.models:
         model = random_model(kind)
-        vocab = model.get_input_embeddings().num_embeddings
         for length in args.lengths:
-            ids = [(17 * i + 3) % vocab for i in range(length)]
+            ids = token_ids(model, length)
             prompt = " ".join(str(i) for i in ids)
 
             def capture(model_, tokenizer, text, gates="inside", on_layer=None):
                 return capture_layers(model_, [int(w) for w in text.split()], gates=gates, on_layer=on_layer)
 
-            row = measure(f"random {kind}", prompt, load_fn=lambda source: (model, None), capture_fn=capture, layer=1)
-            whole = whole_model(model, ids)
-            print(
-                f"{'random ' + kind:22s} L={length:4d}  widget {row['visible']:.2f}  first chart "
-                f"{row['first_chart']:.2f}  all exact {row['all_exact']:.2f}  | analyze(whole model) {whole:.2f}"
-                f"  first chart / whole = {row['first_chart'] / whole:.2f}"
+            row = measure(
+                f"random {kind}",
+                prompt,
+                first_only=args.first_only,
+                load_fn=lambda source: (model, None),
+                capture_fn=capture,
+                layer=args.layer,
             )
+            line = (
+                f"{'random ' + kind:22s} L={length:4d}  widget {row['visible']:.2f}  first chart "
+                f"{row['first_chart']:.2f} ({'strided' if row['first_strided'] else 'exact'})"
+            )
+            if not args.first_only:
+                whole = whole_model(model, ids)
+                line += f"  all exact {row['all_exact']:.2f}  | analyze(whole model) {whole:.2f}"
+            print(line, flush=True)
 
 
 if __name__ == "__main__":

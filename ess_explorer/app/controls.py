@@ -49,7 +49,7 @@ def check_options(*, variant, overview_metric, saturated, collapsed, result, tol
 def status_html(message: str, kind: str = "info") -> str:
     """The status line's HTML: the message escaped, coloured and marked by kind."""
     colors = {"info": "#444", "ok": "#2e7d32", "error": "#c62828", "busy": "#1565c0"}
-    icon = {"error": "⚠ ", "ok": "✓ ", "busy": "⏳ "}.get(kind, "")
+    icon = {"error": "⚠ ", "ok": "✓ ", "busy": "↻ "}.get(kind, "")
     return f'<span style="color:{colors[kind]}">{icon}{html.escape(message)}</span>'
 
 

@@ -88,7 +88,7 @@ def gates_inside(layer: CapturedLayer) -> CapturedLayer:
             ssm = realize(owner[index]).to(torch.float64)
             scale = g[index]  # (u, L): row i of T is scaled by g_i
             d = None if ssm.d is None else ssm.d * scale
-            return DiagonalSSM(ssm.a, ssm.b, ssm.c * scale[..., None], d)
+            return DiagonalSSM.derived(a=ssm.a, b=ssm.b, c=ssm.c * scale[..., None], d=d)
 
         return dataclasses.replace(layer, realize=gated, shape=(len(owner), layer.length), **common)
     if isinstance(layer, ShortConvCapture):

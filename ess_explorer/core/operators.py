@@ -48,6 +48,17 @@ __all__ = ["DiagonalSSM", "DPLRSSM", "FACTORED_OPERATORS"]
 class _Recurrence:
     """Sizes shared by the factored operators: ``a`` has shape (*batch, L, N)."""
 
+    @classmethod
+    def derived(cls, **fields):
+        """An operator made from the fields of a checked one (a selection of units, a dtype
+        or device change, a scaling by finite gates), without __post_init__'s checks: they
+        read every value, which on a large layer costs more than the work that follows. A
+        narrowing dtype change that overflows is still caught where the spectra are checked
+        for inf / NaN (core/spectra.py)."""
+        op = object.__new__(cls)
+        op.__dict__.update({"d": None, **fields})
+        return op
+
     @property
     def batch_shape(self) -> torch.Size:
         return self.a.shape[:-2]
@@ -104,13 +115,17 @@ class DiagonalSSM(_Recurrence):
 
     def to(self, *args, **kwargs) -> "DiagonalSSM":
         d = None if self.d is None else self.d.to(*args, **kwargs)
-        return DiagonalSSM(self.a.to(*args, **kwargs), self.b.to(*args, **kwargs), self.c.to(*args, **kwargs), d)
+        return DiagonalSSM.derived(
+            a=self.a.to(*args, **kwargs), b=self.b.to(*args, **kwargs), c=self.c.to(*args, **kwargs), d=d
+        )
 
     def __getitem__(self, index) -> "DiagonalSSM":
         """Select units along the batch dimensions, e.g. ``ssm[3]`` or ``ssm[:, 0]``."""
         index = index if isinstance(index, tuple) else (index,)
         pick = lambda x: x[index + (Ellipsis,)]  # noqa: E731
-        return DiagonalSSM(pick(self.a), pick(self.b), pick(self.c), None if self.d is None else pick(self.d))
+        return DiagonalSSM.derived(
+            a=pick(self.a), b=pick(self.b), c=pick(self.c), d=None if self.d is None else pick(self.d)
+        )
 
     def materialize(self) -> torch.Tensor:
         """The dense operator T, shape ``(*batch, L, L)``, lower triangular.
@@ -207,13 +222,13 @@ class DPLRSSM(_Recurrence):
 
     def to(self, *args, **kwargs) -> "DPLRSSM":
         move = lambda x: None if x is None else x.to(*args, **kwargs)  # noqa: E731
-        return DPLRSSM(move(self.a), move(self.p), move(self.q), move(self.b), move(self.c), move(self.d))
+        return DPLRSSM.derived(**{name: move(getattr(self, name)) for name in ("a", "p", "q", "b", "c", "d")})
 
     def __getitem__(self, index) -> "DPLRSSM":
         """Select units along the batch dimensions, e.g. ``ssm[3]`` or ``ssm[:, 0]``."""
         index = index if isinstance(index, tuple) else (index,)
         pick = lambda x: None if x is None else x[index + (Ellipsis,)]  # noqa: E731
-        return DPLRSSM(pick(self.a), pick(self.p), pick(self.q), pick(self.b), pick(self.c), pick(self.d))
+        return DPLRSSM.derived(**{name: pick(getattr(self, name)) for name in ("a", "p", "q", "b", "c", "d")})
 
     def _transition(self, t: int, h: torch.Tensor) -> torch.Tensor:
         """A_t h for states h of shape (*batch, m, N): diag(a_t) h + p_t (q_t^T h)."""

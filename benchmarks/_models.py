@@ -1,0 +1,58 @@
+"""Randomly initialised models with the shapes of real ones, built from transformers configs
+(nothing downloaded), shared by the benchmarks."""
+
+from __future__ import annotations
+
+import torch
+
+KINDS = {
+    "gpt2": "GPT-2-small (12 layers x 12 heads)",
+    "mamba": "Mamba-130m (24 layers, 1,536 channels, N = 16)",
+    "mamba2": "Mamba2-130m (24 layers, 24 heads of 64 channels, N = 128)",
+    "lfm2": "LFM2-350M (16 layers: 10 short convs, 6 GQA attention)",
+}
+
+
+def random_model(kind: str):
+    """An eval-mode causal LM of ``kind`` (see KINDS) with seeded random weights."""
+    import transformers as tf
+
+    tf.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    if kind == "gpt2":
+        config = tf.GPT2Config(n_positions=2048)
+    elif kind == "mamba":
+        config = tf.MambaConfig(hidden_size=768, num_hidden_layers=24, state_size=16, expand=2, vocab_size=50280)
+    elif kind == "mamba2":
+        config = tf.Mamba2Config(
+            hidden_size=768,
+            num_hidden_layers=24,
+            state_size=128,
+            expand=2,
+            head_dim=64,
+            num_heads=24,
+            n_groups=1,
+            vocab_size=50280,
+        )
+    elif kind == "lfm2":
+        attention = {2, 5, 8, 10, 12, 14}
+        config = tf.Lfm2Config(
+            hidden_size=1024,
+            num_hidden_layers=16,
+            num_attention_heads=16,
+            num_key_value_heads=8,
+            intermediate_size=6656,
+            vocab_size=65536,
+            layer_types=["full_attention" if i in attention else "conv" for i in range(16)],
+        )
+    else:
+        raise ValueError(f"unknown model kind {kind!r}; one of {sorted(KINDS)}")
+    model = tf.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+    model.config._name_or_path = f"random {kind}"
+    return model
+
+
+def token_ids(model, length: int) -> list[int]:
+    """A fixed prompt of ``length`` ids within the model's vocabulary."""
+    vocab = model.get_input_embeddings().num_embeddings
+    return [(17 * i + 3) % vocab for i in range(length)]
