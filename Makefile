@@ -36,8 +36,11 @@ test: setup browser lint
 test-fast: setup
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m "not slow and not browser"
 
+# The whole benchmark in one run (about 30-40 min on 2 CPU cores): the engine's paths, a
+# Mamba-130m-shaped layer at L = 1024, whole models, the explorer's first chart, then the views.
 bench: setup
-	$(BIN)/python benchmarks/bench_engine.py
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_engine.py --full --models
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_explorer.py --first-only --models gpt2 mamba lfm2 --lengths 128 512
 	$(BIN)/python benchmarks/bench_core.py
 	$(BIN)/python benchmarks/bench_analyze.py
 	$(BIN)/python benchmarks/bench_views.py

@@ -16,9 +16,10 @@ Cases:
    heads (head_dim 64), float64.
 3. a Mamba-130m-shaped layer: 1536 channels, N = 16, L = 1024 (--full; default 192
    channels, L = 512), all cuts, both ESS variants, method "auto".
-4. (--models) whole GPT-2-small and Mamba-130m shaped models (random weights, built from
-   transformers configs, nothing downloaded) at L = 512 and 1024 through ess_explorer.analyze;
-   skipped when transformers is not installed.
+4. (--models) whole models through ess_explorer.analyze (random weights, built from
+   transformers configs in benchmarks/_models.py, nothing downloaded): GPT-2-small and
+   Mamba-130m at L = 512 and 1024 (Mamba also 2048 on a GPU), Mamba2-130m (N = 128) at
+   L = 256 with gates outside, LFM2-350M at L = 512; skipped when transformers is missing.
 """
 
 from __future__ import annotations
@@ -118,21 +119,15 @@ def run_case(name: str, params: dict, device_name: str) -> dict:
 
 
 def run_model(params: dict, device: torch.device) -> dict:
-    import transformers as tf
+    from _models import random_model, token_ids
 
     from ess_explorer import analyze
 
-    tf.logging.set_verbosity_error()
-    torch.manual_seed(0)
-    if params["kind"] == "gpt2":
-        config = tf.GPT2Config(n_layer=12, n_head=12, n_embd=768, n_positions=max(1024, params["L"]))
-    else:
-        config = tf.MambaConfig(hidden_size=768, num_hidden_layers=24, state_size=16, expand=2, vocab_size=50280)
-    model = tf.AutoModelForCausalLM.from_config(config).eval().to(device)
-    ids = torch.randint(0, config.vocab_size, (1, params["L"]), generator=torch.Generator().manual_seed(1))
+    model = random_model(params["kind"]).to(device)
+    ids = token_ids(model, params["L"])
     _sync(device)
     start, cpu_start = time.perf_counter(), time.process_time()
-    result = analyze(model, ids, progress=False, device=device)
+    result = analyze(model, ids, progress=False, device=device, gates=params.get("gates", "inside"))
     _sync(device)
     lay = result.layers[min(result.layers)]
     return {
@@ -243,19 +238,35 @@ def layer_case(args, dev: str) -> None:
     )
 
 
+# (kind, L, gates) of the whole-model cases. Mamba2 with gates inside makes each of a head's 64
+# value channels a unit with the head's N = 128 state (64x the work): it runs with gates outside.
+MODEL_CASES = {
+    "cpu": [("gpt2", 512), ("gpt2", 1024), ("mamba", 512), ("mamba", 1024), ("mamba2", 256, "outside"), ("lfm2", 512)],
+    "gpu": [
+        ("gpt2", 512),
+        ("gpt2", 1024),
+        ("mamba", 512),
+        ("mamba", 1024),
+        ("mamba", 2048),
+        ("mamba2", 256, "outside"),
+    ],
+}
+
+
 def model_cases(dev: str) -> None:
     try:
         import transformers  # noqa: F401
     except ImportError:
         print("\n4. whole models: skipped (transformers is not installed)")
         return
-    print("\n4. whole models through analyze (random weights, built from configs)")
-    for kind in ("gpt2", "mamba"):
-        lengths = (512, 1024, 2048) if kind == "mamba" and dev != "cpu" else (512, 1024)
-        for length in lengths:
-            case = child("model", {"kind": kind, "L": length}, dev)
-            label = f"{'GPT-2-small' if kind == 'gpt2' else 'Mamba-130m'} shaped, L = {length}"
-            show(label, case, f"{case.get('layers', '?')} layers, layer-0 path {case.get('path', {}).get('method')}")
+    from _models import KINDS
+
+    print("\n4. whole models through analyze (random weights, built from configs), every layer, all cuts")
+    for kind, length, *gates in MODEL_CASES["cpu" if dev == "cpu" else "gpu"]:
+        gates = gates[0] if gates else "inside"
+        case = child("model", {"kind": kind, "L": length, "gates": gates}, dev)
+        label = f"{KINDS[kind].split(' (')[0]}, L = {length}" + (f", gates {gates}" if gates != "inside" else "")
+        show(label, case, f"{case.get('layers', '?')} layers, layer-0 path {case.get('path', {}).get('method')}")
 
 
 if __name__ == "__main__":

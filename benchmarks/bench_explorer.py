@@ -1,11 +1,12 @@
 """The explorer's responsiveness: how soon the widget is on screen, how soon the first chart,
 how long until every layer is exact; against one `analyze` call of the whole model.
 
-    OMP_NUM_THREADS=2 HF_HUB_OFFLINE=1 python benchmarks/bench_explorer.py [--lengths 128 256] [--models gpt2 mamba]
+    HF_HUB_OFFLINE=1 python benchmarks/bench_explorer.py [--lengths 128 256] [--models gpt2 mamba lfm2]
+        [--first-only]
 
-Models with the real shapes and random weights (built from configs, nothing downloaded):
-GPT-2-small (12 layers x 12 heads) and Mamba-130m (24 layers, 1,536 channels, N = 16), and
-the zoo's default model on its example prompt. Prints seconds and ratios; asserts nothing.
+Models with the real shapes and random weights (benchmarks/_models.py: built from configs,
+nothing downloaded), and the zoo's default model on its example prompt. The selected layer is
+--layer (1). Prints seconds and the process's peak memory; asserts nothing.
 """
 
 from __future__ import annotations
@@ -52,6 +53,12 @@ def whole_model(model, ids) -> float:
     return time.perf_counter() - started
 
 
+def _peak_gb() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB (the whole process)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lengths", type=int, nargs="+", default=[128, 256])
@@ -65,7 +72,9 @@ def main() -> None:
     print(f"torch threads {torch.get_num_threads()}; times in s (a shared machine varies by ~2x)")
     default = f"zoo:{zoo.DEFAULT_MODEL}"
     row = measure(default, zoo.task_of(zoo.DEFAULT_MODEL).prompt(seed=0), first_only=args.first_only)
-    print(f"{default:22s} widget {row['visible']:.2f}  first chart {row['first_chart']:.2f}  all exact {row['all_exact']:.2f}")
+    print(
+        f"{default:22s} widget {row['visible']:.2f}  first chart {row['first_chart']:.2f}  all exact {row['all_exact']:.2f}"
+    )
     for kind in args.models:
         model = random_model(kind)
         for length in args.lengths:
@@ -90,7 +99,7 @@ def main() -> None:
             if not args.first_only:
                 whole = whole_model(model, ids)
                 line += f"  all exact {row['all_exact']:.2f}  | analyze(whole model) {whole:.2f}"
-            print(line, flush=True)
+            print(f"{line}  | peak RSS so far {_peak_gb():.2f} GB", flush=True)
 
 
 if __name__ == "__main__":
