@@ -39,6 +39,8 @@ from collections import deque
 from pathlib import Path
 from typing import Callable
 
+import torch
+
 from ..result import ESSResult, LayerESS
 
 __all__ = [
@@ -419,7 +421,12 @@ class ExplorerSession:
                 outcome["captured"] = captured
                 ready.set()
 
+        threads = torch.get_num_threads()
+
         def forward():
+            # A new thread starts with OpenMP's default team size, not the caller's setting:
+            # take the caller's, so the pass computes exactly as it would in the caller.
+            torch.set_num_threads(threads)
             try:
                 outcome["captured"] = self.capture_fn(model, tokenizer, prompt, gates=gates, on_layer=on_layer)
             except BaseException as error:  # noqa: BLE001  (raised in the session's thread)
