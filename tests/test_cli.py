@@ -283,3 +283,21 @@ def test_real_unknown_model_fails_in_one_line(capsys, tmp_path, monkeypatch):
     assert code == 1 and "no-such-model-xyz" in one_line_error(err)
     code, _, err = run(capsys, "analyze", "--model", str(tmp_path), "-p", "a b", "--no-cache")
     assert code == 1 and "config.json" in one_line_error(err)
+
+
+def test_a_cache_hit_on_a_zoo_model_loads_no_weights(capsys, tmp_path, monkeypatch):
+    """The real pipeline: the first run computes; the second finds the entry from the model's
+    files and tokenizer alone, so loading the weights would be an error."""
+    monkeypatch.setenv("ESS_EXPLORER_CACHE", str(tmp_path / "cache"))
+    argv = ("analyze", "--model", "zoo:mamba2_n4", "-p", "ba 07 ko 31 | ba", "-q")
+    code, out, _ = run(capsys, *argv)
+    assert code == 0 and "cache miss" in out
+
+    def no_weights(*args, **kwargs):
+        raise AssertionError("a cache hit must not load the model")
+
+    monkeypatch.setattr(cli, "_load_model", no_weights)
+    code, out, _ = run(capsys, *argv)
+    assert code == 0 and "cache hit" in out
+    code, _, err = run(capsys, *argv, "--tol", "0.01")  # another tolerance is another entry: it loads
+    assert code != 0 and "must not load" in err

@@ -123,6 +123,21 @@ def _analyze(
     )
 
 
+def _local_identity_and_ids(source: str, prompt: str):
+    """(identity, token ids) of a zoo model or local folder from its files alone (no
+    weights); None for a hub id, or when its tokenizer cannot be read that way."""
+    from ..sources import model_identity, parse_source
+    from .session import local_tokenizer
+
+    try:
+        if parse_source(source)[0] == "hub":
+            return None
+        tokenizer = local_tokenizer(source)
+        return None if tokenizer is None else (model_identity(source), _tokenize(tokenizer, prompt))
+    except (OSError, ValueError):
+        return None  # the load below reports what is wrong with the folder
+
+
 def _identity(source: str, model, revision):
     from ..sources import model_identity
 
@@ -141,6 +156,35 @@ def compute_result(args):
     layers = parse_layers(args.layers)  # usage errors first, before reading stdin or loading
     source = _resolve_source(args.model)
     prompt = read_prompt(args, source, _example_prompt)
+    relative = not args.absolute
+    if args.absolute and args.scope != "cut":
+        raise ValueError("--scope chooses which sigma_1 a relative tolerance refers to; drop it with --absolute")
+    cache = None if args.no_cache else ResultCache(args.cache_dir)
+
+    def key(identity, ids, dtype):
+        return cache_key(
+            identity,
+            ids,
+            layers=layers,
+            dtype=dtype,
+            tol=args.tol,
+            relative=relative,
+            stride=args.stride,
+            prompt=prompt,
+            scope=args.scope,
+            gates=args.gates,
+            device=args.device,
+            revision=args.revision,
+        )
+
+    # A zoo model or a local folder is identified by its files and read by its own
+    # tokenizer, and load_model always loads float32 weights: its cache entry is found
+    # without loading the weights.
+    local = _local_identity_and_ids(source, prompt) if cache is not None else None
+    if local is not None:
+        hit = cache.get(key(*local, "float32"))
+        if hit is not None:
+            return hit, True
     say(args, f"loading {source} ...")
     if args.quiet:  # transformers draws its own bar while loading weights
         try:
@@ -151,9 +195,6 @@ def compute_result(args):
             pass
     model, tokenizer = _load_model(source, args.revision)
     ids = _tokenize(tokenizer, prompt)
-    relative = not args.absolute
-    if args.absolute and args.scope != "cut":
-        raise ValueError("--scope chooses which sigma_1 a relative tolerance refers to; drop it with --absolute")
 
     def run():
         say(args, f"analysing {len(ids)} tokens ...")
@@ -174,27 +215,12 @@ def compute_result(args):
         result.meta["source"] = source
         return result
 
-    if args.no_cache:
+    if cache is None:
         return run(), False
     dtype = (
         str(next(iter(model.parameters())).dtype).replace("torch.", "") if hasattr(model, "parameters") else "unknown"
     )
-    key = cache_key(
-        _identity(source, model, args.revision),
-        ids,
-        layers=layers,
-        dtype=dtype,
-        tol=args.tol,
-        relative=relative,
-        stride=args.stride,
-        prompt=prompt,
-        scope=args.scope,
-        gates=args.gates,
-        device=args.device,
-        revision=args.revision,
-    )
-    cache = ResultCache(args.cache_dir)
-    return cache.get_or_compute(key, run)
+    return cache.get_or_compute(key(_identity(source, model, args.revision), ids, dtype), run)
 
 
 def cmd_analyze(args) -> int:
