@@ -87,6 +87,26 @@ def test_batched_dense_equals_per_cut(method):
     assert ((picked - expected).abs() <= 1e-6 * expected + 1e-10 * expected[..., :1]).all()
 
 
+@pytest.mark.parametrize("length", [33, 64])
+def test_recursive_grams_equal_direct_products_and_svd(length):
+    """The per-cut dense path builds each cut's Gram from the previous one by rank-one terms;
+    every Gram equals the direct product to rounding, and the spectra equal one SVD per cut,
+    for any order, repetition or gap of positions."""
+    from ess_explorer.core.spectra import _gram_sequence
+
+    op = softmax_attention(length, head_dim=8, units=3, seed=length)
+    times = [length - 1, 1, 5, length // 2, length // 2 + 1, 17, 17, 9]
+    for t, gram in _gram_sequence(op, times):
+        cut = op[:, t:, :t]
+        direct = cut.mT @ cut if t <= length - t else cut @ cut.mT
+        torch.testing.assert_close(gram, direct, rtol=1e-12, atol=1e-14)
+    positions = [0] + times
+    exact = hankel_singular_values(op, positions=positions, method="svd", batched=False)
+    assert_spectra_match(hankel_singular_values(op, positions=positions, method="auto", batched=False), exact)
+    gram_only = hankel_singular_values(op, positions=positions, method="gram", batched=False)
+    assert (gram_only - exact).abs().max() <= 1e-7 * exact.max()  # no redo: the Gram's sqrt(eps) floor
+
+
 def test_batched_dense_groups_respect_the_memory_bound(monkeypatch):
     from ess_explorer.core import spectra
 

@@ -12,6 +12,7 @@ No torch.nn and no UI here: tensors in, tensors out.
 
 from __future__ import annotations
 
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable
 
@@ -226,6 +227,11 @@ def _hankel_singular_values(op, top_k, dtype, device, positions, stride, method,
             out[:, rows, :width] = sigma[..., :width]
         return out.reshape(*batch_shape, len(pos), k_out)
     bar = tqdm(total=len(pos), disable=not progress, desc="cuts", leave=False)
+    workers = torch.get_num_threads() if dense.device.type == "cpu" else 1
+    if method != "svd":
+        _recursive_gram_fill(flat, pos, method, out, k_out, workers, bar)
+        bar.close()
+        return out.reshape(*batch_shape, len(pos), k_out)
 
     def fill(rows: list[int]) -> None:
         with single_threaded_torch():
@@ -235,14 +241,13 @@ def _hankel_singular_values(op, top_k, dtype, device, positions, stride, method,
         for row in rows:
             t = int(pos[row])
             if t > 0:
-                sigma = _cut_singular_values(flat[:, t:, :t], method)
+                sigma = torch.linalg.svdvals(flat[:, t:, :t])  # method "svd"
                 width = min(k_out, sigma.shape[-1])
                 out[:, row, :width] = sigma[:, :width]
             bar.update()
 
     # Cuts are independent LAPACK calls of different shapes that torch cannot batch, and
     # one call barely uses a second core; on CPU, interleaved halves run in two threads.
-    workers = torch.get_num_threads() if dense.device.type == "cpu" else 1
     rows = list(range(len(pos)))
     if workers > 1 and len(rows) > 1:
         with ThreadPoolExecutor(workers) as pool:
@@ -281,12 +286,79 @@ def _size(n_bytes: int) -> str:
     return f"{n_bytes / 1024**3:.1f} GiB" if n_bytes >= 1024**3 else f"{n_bytes / 1024**2:.2f} MiB"
 
 
-def _cut_singular_values(cut: torch.Tensor, method: str) -> torch.Tensor:
-    """Descending singular values of a batch of cuts (B, m, n)."""
-    if method == "svd":
-        return torch.linalg.svdvals(cut)
-    rows, cols = cut.shape[-2:]
-    gram = cut.mT @ cut if cols <= rows else cut @ cut.mT
+def _gram_sequence(flat: torch.Tensor, times: list[int]):
+    """(t, Gram of cut t) for every t in ``times`` (each >= 1): H_t^T H_t (t x t) where
+    t <= L - t, else H_t H_t^T ((L - t) x (L - t)); H_t = flat[:, t:, :t], flat (B, L, L).
+
+    Each Gram is the previous one plus rank-one terms, not a new product:
+        t <= L - t, t descending:  H_t^T H_t = (H_{t+1}^T H_{t+1})[:t, :t] + T[t, :t]^T T[t, :t]
+        t >  L - t, t ascending:   H_{t+1} H_{t+1}^T = (H_t H_t^T)[1:, 1:] + T[t+1:, t] T[t+1:, t]^T
+    Only sums of positive semidefinite terms (no cancellation, the rounding of one product), at
+    O(g^2) per step instead of O((L - t) t g) per cut: all Grams of a head in O(L^3). Yields
+    contiguous copies (the running sum is updated in place)."""
+    length = flat.shape[-1]
+    tall = sorted((t for t in set(times) if t <= length - t), reverse=True)
+    wide = sorted(t for t in set(times) if t > length - t)
+    if tall:
+        current = tall[0]
+        cut = flat[:, current:, :current]
+        gram = cut.mT @ cut
+        for t in tall:
+            while current > t:
+                current -= 1
+                row = flat[:, current, :current]  # the row that cut `current` gains
+                gram = gram[:, :current, :current]
+                gram.baddbmm_(row[:, :, None], row[:, None, :])
+            yield t, gram.clone()
+    if wide:
+        current = wide[0]
+        cut = flat[:, current:, :current]
+        gram = cut @ cut.mT
+        for t in wide:
+            while current < t:
+                column = flat[:, current + 1 :, current]  # the column that cut `current + 1` gains
+                gram = gram[:, 1:, 1:]
+                gram.baddbmm_(column[:, :, None], column[:, None, :])
+                current += 1
+            yield t, gram.clone()
+
+
+def _recursive_gram_fill(flat, pos, method: str, out, k_out: int, workers: int, bar) -> None:
+    """The per-cut dense path for method "gram" / "auto": Grams from `_gram_sequence` (one
+    thread, cheap), their eigenvalues in ``workers`` threads (the cost), the guard of
+    `_gram_values` per cut. Writes ``out[:, row, :width]`` for every row of ``pos``."""
+    rows_of: dict[int, list[int]] = {}
+    for row, t in enumerate(pos.tolist()):
+        if t > 0:
+            rows_of.setdefault(int(t), []).append(row)
+        else:
+            bar.update()
+
+    def finish(t: int, gram: torch.Tensor) -> None:
+        with single_threaded_torch():
+            sigma = _gram_values(gram, flat[:, t:, :t], method)
+        width = min(k_out, sigma.shape[-1])
+        for row in rows_of[t]:
+            out[:, row, :width] = sigma[:, :width]
+        bar.update(len(rows_of[t]))
+
+    if workers <= 1:
+        for t, gram in _gram_sequence(flat, list(rows_of)):
+            finish(t, gram)
+        return
+    pending: deque = deque()
+    with ThreadPoolExecutor(workers) as pool, single_threaded_torch():  # the workers have the cores
+        for t, gram in _gram_sequence(flat, list(rows_of)):
+            pending.append(pool.submit(finish, t, gram))
+            while len(pending) > 2 * workers:  # a few Grams in flight: memory stays bounded
+                pending.popleft().result()
+        for future in pending:
+            future.result()
+
+
+def _gram_values(gram: torch.Tensor, cut: torch.Tensor, method: str) -> torch.Tensor:
+    """Descending singular values of ``cut`` (B, m, n) from its Gram (B, g, g), g = min(m, n):
+    eigvalsh, then ("auto") an SVD of every cut whose smallest value is below GRAM_GUARD."""
     sigma = torch.linalg.eigvalsh(gram).flip(-1).clamp_min(0).sqrt()
     if method == "gram":
         return sigma
@@ -325,7 +397,7 @@ def _group_singular_values(flat: torch.Tensor, times: torch.Tensor, method: str)
     A cut with t <= L - t is taken as its first g_max columns Z = T[:, :g_max] with rows < t
     and columns >= t zeroed ((L, g_max), Gram Z^T Z); one with t > L - t as its last g_max
     rows with columns >= t and rows < t zeroed ((g_max, L), Gram Z Z^T). Same Gram/SVD
-    choice and guard as ``_cut_singular_values``.
+    choice and guard as ``_gram_values``.
     """
     length = flat.shape[-1]
     times = times.to(flat.device)
@@ -353,7 +425,7 @@ def _group_singular_values(flat: torch.Tensor, times: torch.Tensor, method: str)
         else:
             values = torch.linalg.eigvalsh(gram).flip(-1).clamp_min(0).sqrt()
             if method == "auto":
-                # guard as in _cut_singular_values, on each cut's own rank min(t, L - t):
+                # guard as in _gram_values, on each cut's own rank min(t, L - t):
                 # padded zeros are not small values
                 rank = torch.minimum(t, length - t).reshape(1, -1).expand(values.shape[0], -1)
                 smallest = values.gather(-1, (rank - 1)[..., None])[..., 0]
