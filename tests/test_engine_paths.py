@@ -69,6 +69,21 @@ def test_sweep_segments_across_exact_resets():
     assert_spectra_match(sweep, dense)
 
 
+@pytest.mark.parametrize("method", ["scan", "sweep"])
+def test_causal_spectrum_from_either_pass_equals_the_reachability_sweep(method):
+    """Causal ESS's sigma(R_t) read off the scan's or the sweep's forward roots equals the
+    separate reachability sweep's (core/causal.py), next to the unchanged Hankel spectra."""
+    from ess_explorer.core.causal import reachability_singular_values
+    from ess_explorer.core.sweeps import factored_hankel_singular_values
+
+    ssm = random_ssm(70, 6, units=3, seed=11, decay_low=0.2, decay_high=1.0)
+    positions = torch.tensor([0, 1, 2, 13, 35, 36, 69])
+    sigma, reach = factored_hankel_singular_values(ssm, positions=positions, method=method, causal=True)
+    reference = reachability_singular_values(ssm, positions)
+    torch.testing.assert_close(reach, reference, rtol=1e-10, atol=1e-12 * float(reference.max()))
+    torch.testing.assert_close(sigma, hankel_singular_values(ssm, positions=positions, method="sweep"))
+
+
 def test_unknown_factored_method_is_refused():
     with pytest.raises(ValueError, match="sweep"):
         hankel_singular_values(diagonal_ssm(16, 2, seed=0), method="qr")

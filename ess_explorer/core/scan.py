@@ -83,10 +83,17 @@ def scan_roots(
 
 
 def scan_chunk(
-    a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, wanted: torch.Tensor, block: int | None = None
-) -> torch.Tensor:
+    a: torch.Tensor,
+    b: torch.Tensor,
+    c: torch.Tensor,
+    wanted: torch.Tensor,
+    block: int | None = None,
+    causal: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """The scan counterpart of core/sweeps.py ``_sweep_chunk``: a, b, c (B, L, N); wanted:
-    sorted cut positions t in [1, L - 1]. Returns (B, len(wanted), N), descending.
+    sorted cut positions t in [1, L - 1]. Returns (B, len(wanted), N), descending; with
+    ``causal`` also sigma(U_c(t)) = sigma(R_t), the reachability spectrum causal ESS counts
+    (core/causal.py), read off the same forward roots.
 
     Forward  U_c(t) = root after step t - 1 of (scale a_s, vector b_s);
     backward W_t    = root after step L - 1 - t of the time-reversed (scale a_{s+1}, vector c_s);
@@ -102,5 +109,5 @@ def scan_chunk(
     roots = scan_roots(scales, vectors, steps, block)  # (W, 2B, N, N)
     reach, observe = roots[:, :units], roots[:, units:]
     observe = observe * a[:, wanted].transpose(0, 1)[:, :, None, :]  # U_o(t) = W_t diag(a_t)
-    sigma = torch.linalg.svdvals(observe @ reach.transpose(-1, -2))  # (W, B, N)
-    return sigma.transpose(0, 1)
+    sigma = torch.linalg.svdvals(observe @ reach.transpose(-1, -2)).transpose(0, 1)  # (B, W, N)
+    return (sigma, torch.linalg.svdvals(reach).transpose(0, 1)) if causal else sigma

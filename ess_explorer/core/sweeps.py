@@ -75,9 +75,8 @@ def factored_hankel_singular_values(
     kernel launch there). Both give the same values to rounding.
 
     causal=True also returns sigma(R_t) of the reachability factor, (*batch, P, N), the
-    spectrum causal ESS counts (core/causal.py): the sweep's forward half already carries
-    that factor, so this costs one N x N SVD per cut and no second sweep. It needs the sweep
-    (method "sweep", or "auto" where the sweep is chosen).
+    spectrum causal ESS counts (core/causal.py): the forward half of the sweep or the scan
+    already carries that factor, so this costs one N x N SVD per cut and no second pass.
     """
     require(method in ("auto", "sweep", "scan"), f"method must be 'auto', 'sweep' or 'scan', got {method!r}")
     device = torch.device(device) if device is not None else ssm.a.device
@@ -106,7 +105,6 @@ def factored_hankel_singular_values(
     )
     if method == "auto":
         method = "sweep" if device.type == "cpu" or has_low_rank else "scan"
-    require(not (causal and method == "scan"), "causal=True needs the sweep (method='sweep')")
     if chunk_bytes is None:  # a GPU is fed larger chunks: fewer, larger launches
         chunk_bytes = 512 << 20 if device.type != "cuda" else min(8 << 30, torch.cuda.mem_get_info(device)[0] // 4)
     bytes_per_unit = len(wanted) * n * n * torch.finfo(dtype).bits // 8
@@ -122,11 +120,11 @@ def factored_hankel_singular_values(
         if method == "sweep":  # DPLR transitions always take it (the scan combines diagonal steps only)
             pq = None if low_rank is None else tuple(x[sl].to(device=device, dtype=dtype) for x in low_rank)
             sigma = _sweep_chunk(ac, bc, cc, wanted, low_rank=pq, causal=causal)  # (chunk, W, N)
-            if causal:
-                sigma, reach = sigma
-                reach_out[sl, inside] = reach[:, row_of_wanted]
         else:
-            sigma = scan_chunk(ac, bc, cc, wanted)  # (chunk, W, N)
+            sigma = scan_chunk(ac, bc, cc, wanted, causal=causal)  # (chunk, W, N)
+        if causal:
+            sigma, reach = sigma
+            reach_out[sl, inside] = reach[:, row_of_wanted]
         out[sl, inside] = sigma[:, row_of_wanted, :k_out]
 
     def run_single_threaded(sl: slice) -> None:

@@ -40,7 +40,7 @@ import torch
 
 from .causal import reachability_singular_values, shift_register_singular_values
 from .diagnostics import theoretical_state_size, unit_kind
-from .operators import DPLRSSM, DiagonalSSM
+from .operators import DiagonalSSM
 from .short_conv import short_conv_hankel_singular_values, short_conv_operator
 from .spectra import choose_ssm_path, hankel_singular_values, overflow_error
 from .sweeps import factored_hankel_singular_values
@@ -243,17 +243,15 @@ class SSMCapture(CapturedLayer):
         return reachability_singular_values(self.ssm(units), positions, dtype=dtype, device=device)
 
     def spectra_and_causal(self, units, positions, *, device=None, dtype=torch.float64):
-        """Both in one sweep where the factored sweep runs (its forward half is the
-        reachability factor: core/sweeps.py), else one after the other."""
+        """Both in one pass where the factored path runs (the forward half of the sweep or
+        the scan is the reachability factor: core/sweeps.py), else one after the other."""
         positions = torch.as_tensor(positions)
         ssm = self.ssm(units)
-        target = torch.device(device) if device is not None else ssm.a.device
-        sweeping = target.type == "cpu" or (isinstance(ssm, DPLRSSM) and ssm.rank > 0)
-        if not sweeping or self.spectra_path(positions, device)["method"] == "dense":
+        if self.spectra_path(positions, device)["method"] == "dense":
             return super().spectra_and_causal(units, positions, device=device, dtype=dtype)
         try:
             sigma, reach = factored_hankel_singular_values(
-                ssm, positions=positions, dtype=dtype, device=device, method="sweep", causal=True
+                ssm, positions=positions, dtype=dtype, device=device, causal=True
             )
         except torch.linalg.LinAlgError as error:
             raise overflow_error(ssm) from error
