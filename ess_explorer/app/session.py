@@ -33,6 +33,8 @@ transformers alone).
 from __future__ import annotations
 
 import math
+import os
+import sys
 import threading
 import time
 from collections import deque
@@ -424,9 +426,10 @@ class ExplorerSession:
         threads = torch.get_num_threads()
 
         def forward():
-            # A new thread starts with OpenMP's default team size, not the caller's setting:
-            # take the caller's, so the pass computes exactly as it would in the caller.
+            # A new thread does not reliably start with the caller's torch thread count: take
+            # the caller's, so the pass computes exactly as it would in the caller.
             torch.set_num_threads(threads)
+            _yield_cpu_to_the_analysis()
             try:
                 outcome["captured"] = self.capture_fn(model, tokenizer, prompt, gates=gates, on_layer=on_layer)
             except BaseException as error:  # noqa: BLE001  (raised in the session's thread)
@@ -531,6 +534,20 @@ class ExplorerSession:
         result.meta.setdefault("exact_layers", sorted(result.layers))
         result.meta.setdefault("overview_stride", None)
         return result
+
+
+def _yield_cpu_to_the_analysis() -> None:
+    """Lower the calling thread's scheduling priority (Linux, where a thread's nice value is
+    its own and the threads it starts inherit it): the forward pass then runs on the cores
+    the first chart leaves idle instead of halving them. It changes when work runs, never
+    what it computes."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + 10))
+    except (AttributeError, OSError):
+        pass
 
 
 class Cancelled(Exception):

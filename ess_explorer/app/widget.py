@@ -30,6 +30,7 @@ from typing import Callable
 import altair as alt
 import ipywidgets as W
 import numpy as np
+import torch
 import traitlets as T
 
 from ..core.diagnostics import COLLAPSED_AT, SATURATED_AT
@@ -346,7 +347,12 @@ class ESSExplorer(StaticCopy, W.VBox):
         self.progress_w.value, self.progress_w.bar_style = 0.0, "info"
         self._say("starting …", "busy")
 
+        threads = torch.get_num_threads()
+
         def job():
+            # A new thread does not reliably start with the caller's torch thread count (it
+            # can start with 1): take the caller's, or the analysis runs on one core.
+            torch.set_num_threads(threads)
             if previous is not None:
                 previous.join()
             self._work(work)
