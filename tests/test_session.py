@@ -14,6 +14,7 @@ import pytest
 
 from ess_explorer import sources
 from ess_explorer.analysis import CapturedPrompt, analyze
+from ess_explorer.app import plan as P
 from ess_explorer.app import session as S
 from ess_explorer.io import ResultCache
 from ess_explorer.synthetic import reference_result
@@ -27,6 +28,24 @@ def test_plan_orders_selected_overview_then_refinement():
     assert S.plan([0, 1, 2], 1, None) == [(1, None), (0, None), (2, None)], "short prompts: each layer once, exact"
     with pytest.raises(ValueError, match="not among"):
         S.plan([0, 1], 5, None)
+
+
+def test_first_chart_is_strided_only_when_the_exact_layer_is_costly():
+    import torch
+
+    from ess_explorer.core.units import DenseCapture, SSMCapture
+
+    def heads(units, length):
+        return DenseCapture(layer=0, family="softmax_attention", operator=torch.zeros(units, length, length))
+
+    assert P.first_chart_stride(heads(2, 64), 64) is None, "a small layer: exact at once"
+    # 12 heads at L = 512 cost ~1e11 flops: as few cuts as allowed, FIRST_CHART_POSITIONS
+    assert P.first_chart_stride(heads(12, 512), 512) == 512 // P.FIRST_CHART_POSITIONS
+    channels = SSMCapture(layer=0, family="mamba", state_size=16, shape=(1536, 512))
+    stride = P.first_chart_stride(channels, 512)
+    assert stride is not None and len(range(0, 512, stride)) >= P.FIRST_CHART_POSITIONS
+    assert P.first_chart_stride(object(), 512) is None, "an injected pipeline's own layer: no estimate"
+    assert P.plan([0, 1, 2], 1, 4, first=8) == [(1, 8), (1, None), (0, 4), (2, 4), (0, None), (2, None)]
 
 
 def test_overview_stride():
