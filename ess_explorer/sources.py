@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import warnings
 from pathlib import Path
 
@@ -46,6 +47,8 @@ __all__ = [
     "load_model",
     "folder_identity",
     "model_identity",
+    "hub_commit",
+    "identity_without_weights",
 ]
 
 ZOO_PREFIX = "zoo:"
@@ -193,6 +196,48 @@ def _in_hub_cache(repo_id: str, revision) -> bool:
     return isinstance(found, str)
 
 
+def hub_commit(repo_id: str, revision: str | None = None) -> str | None:
+    """The commit `load_model` would load for a hub id, found without loading anything: the
+    revision itself when it is a commit hash; offline (HF_HUB_OFFLINE, or the hub out of
+    reach) the cached snapshot of that revision, which is what loading would use; else the
+    hub's answer. None when it cannot be told."""
+    if revision is not None and re.fullmatch(r"[0-9a-f]{40}", revision):
+        return revision
+    try:
+        if _offline() or not _hub_reachable():
+            from huggingface_hub import try_to_load_from_cache
+
+            found = try_to_load_from_cache(repo_id, "config.json", revision=revision)
+            return Path(found).parent.name if isinstance(found, str) else None  # snapshots/<commit>/
+        from huggingface_hub import HfApi
+
+        return HfApi().model_info(repo_id, revision=revision, timeout=HUB_PROBE_TIMEOUT).sha
+    except Exception:  # noqa: BLE001 (an unknown id, no network: loading will say what is wrong)
+        return None
+
+
+def identity_without_weights(source: str, revision: str | None = None):
+    """(model_identity, tokenizer) of ``source`` read without its weights, so a cached result
+    is found before any loading: a zoo model or local folder from its files; a hub id from
+    the commit `load_model` would load (`hub_commit`) and that commit's tokenizer. The
+    identity equals ``model_identity(source, loaded_model, revision=revision)``. None when
+    it cannot be read that way (no tokenizer, unknown commit)."""
+    from transformers import AutoTokenizer
+
+    try:
+        kind, value = parse_source(source)
+        if kind == "hub":
+            commit = hub_commit(value, revision)
+            if commit is None:
+                return None
+            tokenizer = AutoTokenizer.from_pretrained(value, revision=commit, local_files_only=_offline())
+            return model_identity(source, revision=revision or commit), tokenizer
+        folder = model_dir(value) if kind == "zoo" else Path(value).expanduser()
+        return model_identity(source), AutoTokenizer.from_pretrained(str(folder))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
 # ---- the zoo's catalogue ------------------------------------------------------------------
 
 
@@ -338,7 +383,8 @@ def model_identity(source, model=None, *, revision: str | None = None) -> dict:
 
     A local folder, or "zoo:NAME": folder_identity of its files. A hub id: the id and
     the revision (the one asked for, else the commit the loaded model came from,
-    ``model.config._commit_hash``; None when unknown).
+    ``model.config._commit_hash`` where transformers records it, else `hub_commit`; None
+    when unknown).
     """
     kind, value = parse_source(source)
     if kind == "zoo":
@@ -347,4 +393,5 @@ def model_identity(source, model=None, *, revision: str | None = None) -> dict:
         folder = Path(value).expanduser()
         return {"source": str(folder.resolve()), **folder_identity(folder)}
     commit = getattr(getattr(model, "config", None), "_commit_hash", None) if model is not None else None
-    return {"kind": "hub", "source": value, "revision": revision or commit}
+    # transformers 5 no longer records the commit on the config: ask where loading took it from
+    return {"kind": "hub", "source": value, "revision": revision or commit or hub_commit(value)}

@@ -57,6 +57,7 @@ def fake(ref, monkeypatch, tmp_path):
     monkeypatch.setattr(cli, "_load_model", load)
     monkeypatch.setattr(cli, "_analyze", analyze)
     monkeypatch.setattr(cli, "_identity", lambda source, model, revision: {"kind": "fake", "source": source})
+    monkeypatch.setattr(cli, "_identity_without_weights", lambda source, revision: None)
     monkeypatch.setattr(cli, "_default_source", lambda: "zoo:default-for-test")
     monkeypatch.setenv("ESS_EXPLORER_CACHE", str(tmp_path / "cache"))
     return calls
@@ -301,3 +302,33 @@ def test_a_cache_hit_on_a_zoo_model_loads_no_weights(capsys, tmp_path, monkeypat
     assert code == 0 and "cache hit" in out
     code, _, err = run(capsys, *argv, "--tol", "0.01")  # another tolerance is another entry: it loads
     assert code != 0 and "must not load" in err
+
+
+def test_a_cache_hit_on_a_cached_hub_model_loads_no_weights(tmp_path):
+    """A hub id offline: the commit comes from the hub cache's refs, so the second run finds
+    its entry with the weights file gone (loading it would fail)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from ess_explorer import sources
+
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hub" / "models--test-org--tiny-mamba2"
+    shutil.copytree(sources.model_dir("mamba2_n4"), repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    env = {
+        **os.environ,
+        "HF_HUB_CACHE": str(tmp_path / "hub"),
+        "HF_HUB_OFFLINE": "1",
+        "ESS_EXPLORER_CACHE": str(tmp_path / "cache"),
+    }
+    argv = [sys.executable, "-m", "ess_explorer.app.cli", "analyze", "--model", "test-org/tiny-mamba2"]
+    argv += ["-p", "ba 07 ko 31 | ba", "-q"]
+    first = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    assert first.returncode == 0 and "cache miss" in first.stdout, first.stderr
+    (repo / "snapshots" / commit / "model.safetensors").unlink()
+    second = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
+    assert second.returncode == 0 and "cache hit" in second.stdout, second.stderr

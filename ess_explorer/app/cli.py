@@ -123,19 +123,10 @@ def _analyze(
     )
 
 
-def _local_identity_and_ids(source: str, prompt: str):
-    """(identity, token ids) of a zoo model or local folder from its files alone (no
-    weights); None for a hub id, or when its tokenizer cannot be read that way."""
-    from ..sources import model_identity, parse_source
-    from .session import local_tokenizer
+def _identity_without_weights(source: str, revision):
+    from ..sources import identity_without_weights
 
-    try:
-        if parse_source(source)[0] == "hub":
-            return None
-        tokenizer = local_tokenizer(source)
-        return None if tokenizer is None else (model_identity(source), _tokenize(tokenizer, prompt))
-    except (OSError, ValueError):
-        return None  # the load below reports what is wrong with the folder
+    return identity_without_weights(source, revision)
 
 
 def _identity(source: str, model, revision):
@@ -177,12 +168,13 @@ def compute_result(args):
             revision=args.revision,
         )
 
-    # A zoo model or a local folder is identified by its files and read by its own
-    # tokenizer, and load_model always loads float32 weights: its cache entry is found
-    # without loading the weights.
-    local = _local_identity_and_ids(source, prompt) if cache is not None else None
-    if local is not None:
-        hit = cache.get(key(*local, "float32"))
+    # The identity and the tokenizer come from the files (a hub id: the commit loading would
+    # use), and load_model always loads float32 weights: a cache entry is found without
+    # loading the weights.
+    found = _identity_without_weights(source, args.revision) if cache is not None else None
+    if found is not None:
+        identity, tokenizer = found
+        hit = cache.get(key(identity, _tokenize(tokenizer, prompt), "float32"))
         if hit is not None:
             return hit, True
     say(args, f"loading {source} ...")

@@ -37,7 +37,6 @@ import sys
 import threading
 import time
 from collections import deque
-from pathlib import Path
 from typing import Callable
 
 import torch
@@ -107,23 +106,6 @@ def default_layer(captured, layer: int, *, stride, tol: float, relative: bool) -
     from ..analysis import analyze_captured
 
     return analyze_captured(captured, [layer], stride=stride, tol=tol, relative=relative).layers[layer]
-
-
-def local_tokenizer(source: str):
-    """The tokenizer of a zoo model or local folder, read from its files (no weights);
-    None for a hub id (its identity needs the loaded model) or a folder without one."""
-    from ..sources import model_dir, parse_source
-
-    kind, value = parse_source(source)
-    if kind == "hub":
-        return None
-    folder = model_dir(value) if kind == "zoo" else Path(value).expanduser()
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(str(folder))
-    except (OSError, ValueError, TypeError):
-        return None
 
 
 class _NoBar:
@@ -416,24 +398,27 @@ class ExplorerSession:
 
     def _cache_lookup(self, source, prompt, tol, relative, *, model=None, tokenizer=None):
         """(key, cached result or None); (None, None) when no key can be made (no cache, an
-        injected pipeline, a hub id before loading, no tokenizer)."""
+        injected pipeline, no tokenizer, a hub id whose commit cannot be told before loading)."""
         if self.cache is None or (self.load_fn is not default_load):
             return None, None
         from ..io import cache_key
-        from ..sources import model_identity, parse_source
+        from ..sources import identity_without_weights, model_identity
 
         try:
-            kind, _ = parse_source(source)
-            if model is None and kind == "hub":
-                return None, None
-            tokenizer = tokenizer if tokenizer is not None else local_tokenizer(source)
+            if model is None:  # before loading: from the files (sources.identity_without_weights)
+                found = identity_without_weights(source)
+                if found is None:
+                    return None, None
+                identity, tokenizer = found
+            else:
+                identity = model_identity(source, model)
             if tokenizer is None:
                 return None, None
             ids = [int(i) for i in tokenizer(prompt, add_special_tokens=False)["input_ids"]]
             # the same key as `ess-explorer analyze` (float32 weights, every layer, exact,
             # per-cut scope, the model's device, no revision)
             key = cache_key(
-                model_identity(source, model),
+                identity,
                 ids,
                 layers=None,
                 dtype="float32",
