@@ -170,6 +170,13 @@ def test_explorer_in_browser(server):
                 "[...document.querySelectorAll('.vega-embed svg text')].some(e => e.textContent.includes(' σ above '))",
                 timeout=90_000,
             )
+            # the first chart can come before the rest of the analysis, whose updates redraw the
+            # views; the clicks below are checked on the finished result
+            page.wait_for_function(
+                "[...document.querySelectorAll('.ess-explorer .widget-html-content')]"
+                ".some(e => e.textContent.includes('analysed '))",
+                timeout=120_000,
+            )
             before = _spectrum_label(page)
             assert before.startswith("t = "), before
             # the live widget, not the static copy (in the page, hidden by the widget's style)
