@@ -7,7 +7,8 @@
 #   1. the gpu-marked tests: CUDA results equal to the CPU's within the accuracy bound
 #   2. a Mamba-130m-shaped layer (1536 channels, N = 16, L = 1024, all cuts, both variants)
 #   3. factored scan vs sweep vs dense; 4. dense batched vs per-cut (GPT-2 heads, L = 1024)
-#   5. whole GPT-2-small and Mamba-130m shaped models at L = 512 and 1024 (Mamba also 2048) through analyze
+#   5. whole models through analyze, the targets first (Mamba-130m at L = 2048, GPT-2-small at 1024), then
+#      the rest of bench_engine.MODEL_CASES["gpu"] while time remains
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
