@@ -6,9 +6,9 @@
 
 A run, in order (each step moves the progress bar; its ETA is tqdm's):
 1. the cache: a result stored for (model identity, token ids, tol, relative) answers at
-   once. For a zoo model or a local folder the identity (hashes of its files) and the
-   token ids (its tokenizer) need no weights, so a hit never loads the model; a hub id is
-   looked up after loading (its identity is the commit the loaded model came from).
+   once. The identity (a zoo model's or folder's file hashes, a hub id's commit) and the
+   token ids (its tokenizer) need no weights (sources.identity_without_weights), so a hit
+   never loads the model; a hub id whose commit cannot be told is looked up after loading.
 2. the model is loaded (and kept while the source stays the same).
 3. ONE forward pass captures the unit operators of every layer (analysis.capture_layers),
    in a background thread: the next step starts as soon as the selected layer is captured,
