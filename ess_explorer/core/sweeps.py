@@ -258,12 +258,11 @@ def _sweep_chunk(
     for step in stops:
         if step > previous + 1:
             _segment_update(state, scales[previous + 1 : step + 1], vectors[previous + 1 : step + 1])
-        elif low_rank is None:
-            _times_transition(state, scales[step])
-            vector.copy_(vectors[step])
-            _rank_one_update_upper(state, vector, rotations)
         else:
-            _times_transition(state, scales[step], lefts[step], rights[step])
+            if low_rank is None:
+                _times_transition(state, scales[step])
+            else:
+                _times_transition(state, scales[step], lefts[step], rights[step])
             vector.copy_(vectors[step])
             _rank_one_update_upper(state, vector, rotations)
         previous = step
