@@ -46,10 +46,12 @@ DENSE_BUDGET_BYTES = 2 * 1024**3
 
 def dense_bytes(batch: int, length: int, n_positions: int, k_out: int, itemsize: int, copies: bool) -> int:
     """Bytes the dense path allocates for ``batch`` operators of size L: the output
-    (batch, P, K), one cut's Gram matrix (batch, L/2, L/2) and, when the operator is
+    (batch, P, K), the Gram matrices (batch, L/2, L/2) in flight (the running one and one
+    per worker thread plus one queued, `_recursive_gram_fill`) and, when the operator is
     converted to another dtype or device, its copy (batch, L, L)."""
     half = (length + 1) // 2
-    return itemsize * batch * (n_positions * k_out + half * half + (length * length if copies else 0))
+    grams = min(n_positions + 1, torch.get_num_threads() + 2)
+    return itemsize * batch * (n_positions * k_out + grams * half * half + (length * length if copies else 0))
 
 
 def validate_operator(op, name: str = "op") -> torch.Tensor:
@@ -350,7 +352,7 @@ def _recursive_gram_fill(flat, pos, method: str, out, k_out: int, workers: int, 
     with ThreadPoolExecutor(workers) as pool, single_threaded_torch():  # the workers have the cores
         for t, gram in _gram_sequence(flat, list(rows_of)):
             pending.append(pool.submit(finish, t, gram))
-            while len(pending) > 2 * workers:  # a few Grams in flight: memory stays bounded
+            while len(pending) > workers:  # Grams in flight: one per worker and one queued (dense_bytes)
                 pending.popleft().result()
         for future in pending:
             future.result()
