@@ -212,7 +212,10 @@ def compute_result(args):
     dtype = (
         str(next(iter(model.parameters())).dtype).replace("torch.", "") if hasattr(model, "parameters") else "unknown"
     )
-    return cache.get_or_compute(key(_identity(source, model, args.revision), ids, dtype), run)
+    # the identity read before loading is the loaded model's (identity_without_weights): a hub
+    # id's commit is not asked for twice
+    identity = found[0] if found is not None else _identity(source, model, args.revision)
+    return cache.get_or_compute(key(identity, ids, dtype), run)
 
 
 def cmd_analyze(args) -> int:

@@ -246,9 +246,9 @@ class SSMCapture(CapturedLayer):
         """Both in one pass where the factored path runs (the forward half of the sweep or
         the scan is the reachability factor: core/sweeps.py), else one after the other."""
         positions = torch.as_tensor(positions)
-        ssm = self.ssm(units)
         if self.spectra_path(positions, device)["method"] == "dense":
             return super().spectra_and_causal(units, positions, device=device, dtype=dtype)
+        ssm = self.ssm(units)  # realised only here: the dense route realises its own
         try:
             sigma, reach = factored_hankel_singular_values(
                 ssm, positions=positions, dtype=dtype, device=device, causal=True
