@@ -162,6 +162,39 @@ def test_operator_budget_and_mamba_never_dense_for_all_channels(monkeypatch):
     assert whole.unit_kind == "head" and sorted(whole.operators) == list(range(whole.n_units))
 
 
+def test_channels_split_by_the_gate_share_their_heads_reachability(monkeypatch):
+    """With gates inside, a Mamba2 head's channels differ in c only (core/gates.py): causal
+    ESS sweeps each head's reachability once for all its requested channels, and every
+    channel gets the values of its own sweep; the Hankel spectra are unchanged."""
+    import ess_explorer.core.units as units_module
+    from ess_explorer.core.causal import reachability_singular_values
+
+    model, ids = build("mamba2")
+    outside, inside = _captured(model, ids, 0, "outside"), _captured(model, ids, 0, "inside")
+    channels = inside.n_units // outside.n_units
+    picked = [1, channels + 1, channels + 2, 3, 2 * channels]  # heads 0, 1, 1, 0, 2
+    positions = torch.arange(LENGTH)
+    swept = []
+
+    def counting(ssm, *args, **kwargs):
+        swept.append(int(np.prod(ssm.batch_shape)))
+        return reachability_singular_values(ssm, *args, **kwargs)
+
+    monkeypatch.setattr(units_module, "reachability_singular_values", counting)
+    sigma, reach = inside.spectra_and_causal(picked, positions)
+    assert swept == [3]  # one sweep, one unit per head
+    own = torch.cat([reachability_singular_values(inside.ssm([unit]), positions) for unit in picked])
+    torch.testing.assert_close(reach, own, rtol=1e-12, atol=0)
+    torch.testing.assert_close(reach, outside.causal_spectra([0, 1, 1, 0, 2], positions), rtol=1e-12, atol=0)
+    assert reach[:, -1, 0].min() > 0  # a real spectrum, not zeros
+    torch.testing.assert_close(sigma, inside.spectra(picked, positions), rtol=1e-12, atol=0)
+    # where the factored path is the scan (a GPU), the owners' reachability comes from its roots
+    monkeypatch.setattr(type(inside), "spectra_path", lambda self, positions, device=None: {"method": "scan"})
+    swept.clear()
+    torch.testing.assert_close(inside.causal_spectra(picked, positions), own, rtol=1e-9, atol=1e-12)
+    assert swept == []  # no per-step reachability sweep on that route
+
+
 def test_units_selects_rows():
     model, ids = build("mamba")
     full = analyze(model, ids, layers=[0], progress=False).layers[0]

@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 
 from .operators import DPLRSSM, DiagonalSSM
-from .sweeps import _rank_one_update_upper, _times_transition
+from .sweeps import _rank_one_update_upper, _times_transition, over_chunks
 
 __all__ = ["reachability_singular_values", "shift_register_singular_values"]
 
@@ -39,34 +39,52 @@ def reachability_singular_values(
     Row t = 0 (no past) is all zeros. Cost: one forward sweep, O(L N^3) per unit. A DPLR
     transition A_t = diag(a_t) + p_t q_t^T enters as U_c A_t^T = U_c (diag(a_t) + q_t p_t^T),
     after which the factor is re-triangularised by QR.
+
+    Before step t < N the state holds t inputs, so only the first t rows of U_c can be
+    nonzero: on CPU those steps take the QR of the (t + 1) x N stack and the SVD of its
+    (t + 1) x N factor, O(t^2 N) instead of O(N^3) (the early cuts of a large state). On
+    CPU the units run in chunks on parallel threads (`over_chunks`).
     """
     device = torch.device(device) if device is not None else ssm.a.device
     positions = torch.as_tensor(positions, dtype=torch.long).flatten().cpu()
     length, n = ssm.length, ssm.state_size
-    a, b = (x.reshape(-1, length, n).to(device=device, dtype=dtype) for x in (ssm.a, ssm.b))
+    a, b = (x.reshape(-1, length, n) for x in (ssm.a, ssm.b))
     low_rank = None
     if isinstance(ssm, DPLRSSM) and ssm.rank > 0:
-        low_rank = [x.reshape(-1, length, n, ssm.rank).to(device=device, dtype=dtype) for x in (ssm.p, ssm.q)]
+        low_rank = [x.reshape(-1, length, n, ssm.rank) for x in (ssm.p, ssm.q)]
     units = a.shape[0]
     out = torch.zeros(units, len(positions), n, dtype=dtype, device=device)
     wanted = {}
     for row, t in enumerate(positions.tolist()):
         if 1 <= t <= length:
             wanted.setdefault(t, []).append(row)
-    if units and wanted:
-        state = torch.zeros(units, n, n, dtype=dtype, device=device)
-        vector = torch.empty(units, n, dtype=dtype, device=device)
+    trim = device.type == "cpu"  # a GPU keeps one shape per step (rotations, no per-size calls)
+
+    def run(sl: slice) -> None:
+        ac, bc = (x[sl].to(device=device, dtype=dtype) for x in (a, b))
+        pq = None if low_rank is None else [x[sl].to(device=device, dtype=dtype) for x in low_rank]
+        state = torch.zeros(ac.shape[0], n, n, dtype=dtype, device=device)
+        vector = torch.empty(ac.shape[0], n, dtype=dtype, device=device)
         for step in range(max(wanted)):
-            if low_rank is None:
-                state.mul_(a[:, step, None, :])  # U_c diag(a_t): the past decays
-            else:  # U_c A_t^T, no longer triangular: the QR route below re-triangularises it
-                p, q = low_rank
-                _times_transition(state, a[:, step], q[:, step], p[:, step])
-            vector.copy_(b[:, step])
-            _rank_one_update_upper(state, vector, rotations=False if low_rank is not None else None)  # b_t u_t enters
+            live = min(step, n) if trim else n  # rows of U_c that can be nonzero: one per input so far
+            if pq is None:
+                state[:, :live].mul_(ac[:, step, None, :])  # U_c diag(a_t): the past decays
+            else:  # U_c A_t^T, no longer triangular: the QR below re-triangularises it
+                _times_transition(state[:, :live], ac[:, step], pq[1][:, step], pq[0][:, step])
+            vector.copy_(bc[:, step])
+            if live < n:  # b_t u_t enters as one more row: R of the (live + 1) x N stack
+                state[:, : live + 1] = torch.linalg.qr(torch.cat([state[:, :live], vector[:, None]], 1), mode="r").R
+            else:
+                _rank_one_update_upper(state, vector, rotations=False if pq is not None else None)
             rows = wanted.get(step + 1)  # the state now holds u_0..u_step: R_{step + 1}
             if rows:
-                out[:, rows] = torch.linalg.svdvals(state)[:, None, :]
+                values = torch.linalg.svdvals(state[:, : min(live + 1, n)])
+                out[sl, rows, : values.shape[-1]] = values[:, None, :]
+
+    if units and wanted:
+        workers = torch.get_num_threads() if device.type == "cpu" else 1
+        chunk = -(-units // max(1, workers))
+        over_chunks(run, [slice(start, min(units, start + chunk)) for start in range(0, units, chunk)], workers)
     return out.reshape(*ssm.batch_shape, len(positions), n)
 
 

@@ -29,7 +29,6 @@ import dataclasses
 
 import torch
 
-from .operators import DiagonalSSM
 from .units import CapturedLayer, DenseCapture, ShortConvCapture, SSMCapture
 
 __all__ = ["GATES", "DEFAULT_GATES", "check_gates", "gates_inside"]
@@ -81,16 +80,12 @@ def gates_inside(layer: CapturedLayer) -> CapturedLayer:
         info=info,
     )
 
-    if isinstance(layer, SSMCapture):
-        realize = layer.realize
-
-        def gated(index: torch.Tensor) -> DiagonalSSM:
-            ssm = realize(owner[index]).to(torch.float64)
-            scale = g[index]  # (u, L): row i of T is scaled by g_i
-            d = None if ssm.d is None else ssm.d * scale
-            return DiagonalSSM.derived(a=ssm.a, b=ssm.b, c=ssm.c * scale[..., None], d=d)
-
-        return dataclasses.replace(layer, realize=gated, shape=(len(owner), layer.length), **common)
+    if isinstance(layer, SSMCapture):  # unit u' = diag(g_u') T of its unit's owner
+        row_scale = g if layer.row_scale is None else layer.row_scale[owner].to(torch.float64) * g
+        owner = owner if layer.owner is None else layer.owner[owner]
+        return dataclasses.replace(
+            layer, owner=owner, row_scale=row_scale, shape=(len(row_scale), layer.length), **common
+        )
     if isinstance(layer, ShortConvCapture):
         return dataclasses.replace(
             layer,

@@ -15,7 +15,7 @@ from .checks import require
 from .operators import DPLRSSM, DiagonalSSM
 from .scan import scan_chunk
 
-__all__ = ["factored_hankel_singular_values", "single_threaded_torch"]
+__all__ = ["factored_hankel_singular_values", "over_chunks", "single_threaded_torch"]
 
 
 def _rank_one_update_upper(r: torch.Tensor, x: torch.Tensor, rotations: bool | None = None) -> torch.Tensor:
@@ -127,6 +127,16 @@ def factored_hankel_singular_values(
             reach_out[sl, inside] = reach[:, row_of_wanted]
         out[sl, inside] = sigma[:, row_of_wanted, :k_out]
 
+    over_chunks(run, chunks, workers)
+    return result()
+
+
+def over_chunks(run, chunks: list[slice], workers: int) -> None:
+    """run(chunk) for every chunk of units: in ``workers`` threads, each with single-threaded
+    torch ops, when there are several of both; else one after the other in this thread.
+    Batched small LAPACK calls (QR, SVD) loop over the batch on one core, so only threads
+    over chunks put both cores to work."""
+
     def run_single_threaded(sl: slice) -> None:
         with single_threaded_torch():
             run(sl)
@@ -137,7 +147,6 @@ def factored_hankel_singular_values(
     else:
         for sl in chunks:
             run(sl)
-    return result()
 
 
 class single_threaded_torch:

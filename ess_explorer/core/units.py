@@ -200,19 +200,42 @@ class DenseCapture(CapturedLayer):
 @dataclass
 class SSMCapture(CapturedLayer):
     """T as a DiagonalSSM per unit, built on demand by ``realize(index) -> DiagonalSSM``
-    with batch shape (len(index),), so a whole layer never needs (U, L, L)."""
+    with batch shape (len(index),), so a whole layer never needs (U, L, L).
+
+    A unit may be a row-scaled copy of another operator: ``owner`` (U,) names the operator
+    ``realize`` builds for unit u, ``row_scale`` (U, L) the scale g_u of its rows, so
+    T_u = diag(g_u) T_owner(u) (an output gate folded into T, core/gates.py). Such units
+    share their owner's transitions and inputs (a, b): each owner is materialised once
+    for them and its reachability factor (causal ESS) swept once. None: the identity / 1.
+    """
 
     realize: Callable[[torch.Tensor], DiagonalSSM] | None = None
     shape: tuple[int, int] | None = None  # (units, L) when there are no captured inputs
+    owner: torch.Tensor | None = None
+    row_scale: torch.Tensor | None = None
 
     def _shape(self) -> tuple[int, int]:
         return self.shape if self.inputs is None else tuple(self.inputs.shape[:2])
 
+    def _owners(self, units) -> tuple[torch.Tensor, torch.Tensor]:
+        """(distinct owners of ``units``, for each unit the row of its owner among them)."""
+        index = _index(units)
+        return torch.unique(index if self.owner is None else self.owner[index], return_inverse=True)
+
     def ssm(self, units) -> DiagonalSSM:
-        return self.realize(_index(units))
+        index = _index(units)
+        base = self.realize(index if self.owner is None else self.owner[index])
+        if self.row_scale is None:
+            return base
+        base = base.to(torch.float64)
+        scale = self.row_scale[index].to(torch.float64)  # (u, L): row i of T is scaled by g_i
+        d = None if base.d is None else base.d * scale
+        return type(base).derived(**dict(base.__dict__, c=base.c * scale[..., None], d=d))
 
     def dense(self, units) -> torch.Tensor:
-        return self.ssm(units).to(torch.float64).materialize()
+        owners, inverse = self._owners(units)
+        dense = self.realize(owners).to(torch.float64).materialize()[inverse]
+        return dense if self.row_scale is None else dense * self.row_scale[_index(units), :, None].to(torch.float64)
 
     @property
     def max_rank(self) -> int | None:
@@ -231,22 +254,32 @@ class SSMCapture(CapturedLayer):
 
     def spectra(self, units, positions, *, device=None, dtype=torch.float64) -> torch.Tensor:
         positions = torch.as_tensor(positions)
-        ssm = self.ssm(units)
         if self.spectra_path(positions, device)["method"] == "dense":
             # the dense path returns L // 2 values per cut; rank(H_t) <= N keeps the first N
-            dense = ssm.to(torch.float64).materialize()
-            sigma = hankel_singular_values(dense, positions=positions, dtype=dtype, device=device)
-            return sigma[..., : min(sigma.shape[-1], ssm.state_size)]
-        return hankel_singular_values(ssm, positions=positions, dtype=dtype, device=device)
+            sigma = hankel_singular_values(self.dense(units), positions=positions, dtype=dtype, device=device)
+            n = self.state_size if self.state_size is not None else self.ssm([0]).state_size
+            return sigma[..., : min(sigma.shape[-1], n)]
+        return hankel_singular_values(self.ssm(units), positions=positions, dtype=dtype, device=device)
 
     def causal_spectra(self, units, positions, *, device=None, dtype=torch.float64) -> torch.Tensor:
-        return reachability_singular_values(self.ssm(units), positions, dtype=dtype, device=device)
+        """One forward pass per distinct owner among ``units``: a row scale leaves a and b."""
+        owners, inverse = self._owners(units)
+        ssm, positions = self.realize(owners), torch.as_tensor(positions)
+        if self.spectra_path(positions, device)["method"] == "scan":  # a GPU: the scan's roots, no per-step launches
+            _, reach = factored_hankel_singular_values(
+                ssm, positions=positions, dtype=dtype, device=device, causal=True
+            )
+        else:
+            reach = reachability_singular_values(ssm, positions, dtype=dtype, device=device)
+        return reach[inverse]
 
     def spectra_and_causal(self, units, positions, *, device=None, dtype=torch.float64):
         """Both in one pass where the factored path runs (the forward half of the sweep or
-        the scan is the reachability factor: core/sweeps.py), else one after the other."""
+        the scan is the reachability factor: core/sweeps.py), else one after the other. Units
+        that share an owner take its reachability from one sweep (`causal_spectra`)."""
         positions = torch.as_tensor(positions)
-        if self.spectra_path(positions, device)["method"] == "dense":
+        shared = len(self._owners(units)[0]) < len(_index(units))  # several units per reachability factor
+        if shared or self.spectra_path(positions, device)["method"] == "dense":
             return super().spectra_and_causal(units, positions, device=device, dtype=dtype)
         ssm = self.ssm(units)  # realised only here: the dense route realises its own
         try:
