@@ -190,3 +190,64 @@ def test_cuda_batched_dense_equals_cpu():
     cpu = hankel_singular_values(op, batched=False)
     gpu = hankel_singular_values(op, device="cuda").cpu()
     assert ((gpu - cpu).abs() <= 1e-6 * cpu + 1e-10 * cpu[..., :1]).all()
+
+
+def _gated_heads(length=40, modes=24, heads=2, channels=5, seed=4, reset=None):
+    """Mamba2-like heads (scalar decay, N >= L / 2) and per-channel gates: the capture that
+    gates="inside" makes of them (core/gates.py), and its materialised channels."""
+    g = torch.Generator().manual_seed(seed)
+    a = 0.5 + 0.5 * torch.rand(heads, length, 1, generator=g, dtype=torch.float64)
+    if reset is not None:
+        a[:, reset] = 0.0  # nothing before the reset reaches the outputs from it on
+    a = a.expand(heads, length, modes)
+    ssm = DiagonalSSM(
+        a,
+        torch.randn(heads, length, modes, generator=g, dtype=torch.float64),
+        torch.randn(heads, length, modes, generator=g, dtype=torch.float64),
+    )
+    gate = torch.rand(heads * channels, length, generator=g, dtype=torch.float64) + 0.1
+    owner = torch.arange(heads).repeat_interleave(channels)
+    capture = SSMCapture(
+        layer=0,
+        family="mamba2",
+        state_size=modes,
+        realize=lambda index: ssm[index],
+        shape=(heads * channels, length),
+        owner=owner,
+        row_scale=gate,
+    )
+    return capture, gate[..., None] * ssm.materialize()[owner]
+
+
+def test_row_scaled_channels_match_their_own_dense_svd():
+    """The channels of a split head take their spectra from one SVD of the head's cut per
+    cut (core/row_scaled.py): equal to one SVD of each channel's own materialised cut."""
+    capture, channels = _gated_heads()
+    positions = np.array([0, 39, 1, 20, 20, 7, 33])  # unsorted, repeated, both ends
+    assert capture.spectra_path(positions)["method"] == "dense"
+    units = [9, 0, 3, 5, 6]  # both heads, out of order
+    chosen = capture.spectra(units, positions)
+    dense = hankel_singular_values(channels[units], method="svd", positions=positions)
+    assert (chosen[:, 0] == 0).all()
+    assert_spectra_match(chosen, dense[..., : chosen.shape[-1]])
+    assert capture.dense(units).equal(channels[units])
+
+
+def test_row_scaled_channel_whose_bound_fails_is_redone(monkeypatch):
+    """After an exact reset at step 30 the head's cuts have zero rows from 30 on; with a gate
+    of 1e12 there, the worst-case bound on the shared factor's rounding (1e12 times it) no
+    longer certifies that channel's values, so its cut is redone by its own SVD; every value
+    matches the dense SVD."""
+    from ess_explorer.core import row_scaled
+
+    capture, _ = _gated_heads(heads=1, channels=3, reset=30)
+    capture.row_scale[1, 30:] = 1e12
+    head = capture.realize(torch.tensor([0])).materialize()
+    channels = capture.row_scale[..., None] * head[[0, 0, 0]]
+    calls = []
+    original = torch.linalg.svdvals
+    monkeypatch.setattr(torch.linalg, "svdvals", lambda x: calls.append(tuple(x.shape)) or original(x))
+    owner_of = torch.zeros(3, dtype=torch.long)
+    chosen = row_scaled.row_scaled_hankel_singular_values(head, owner_of, capture.row_scale, torch.arange(40))
+    assert any(shape[0] == 1 for shape in calls)  # one channel redone on its own
+    assert_spectra_match(chosen[..., :20], hankel_singular_values(channels, method="svd")[..., :20])

@@ -41,6 +41,7 @@ import torch
 from .causal import reachability_singular_values, shift_register_singular_values
 from .diagnostics import theoretical_state_size, unit_kind
 from .operators import DiagonalSSM
+from .row_scaled import row_scaled_hankel_singular_values
 from .short_conv import short_conv_hankel_singular_values, short_conv_operator
 from .spectra import choose_ssm_path, hankel_singular_values, overflow_error
 from .sweeps import factored_hankel_singular_values
@@ -256,7 +257,13 @@ class SSMCapture(CapturedLayer):
         positions = torch.as_tensor(positions)
         if self.spectra_path(positions, device)["method"] == "dense":
             # the dense path returns L // 2 values per cut; rank(H_t) <= N keeps the first N
-            sigma = hankel_singular_values(self.dense(units), positions=positions, dtype=dtype, device=device)
+            owners, inverse = self._owners(units)
+            if self.row_scale is not None and len(owners) < len(inverse):  # one SVD per owner and cut
+                base = self.realize(owners).to(torch.float64).materialize()
+                scales = self.row_scale[_index(units)]
+                sigma = row_scaled_hankel_singular_values(base, inverse, scales, positions, dtype=dtype, device=device)
+            else:
+                sigma = hankel_singular_values(self.dense(units), positions=positions, dtype=dtype, device=device)
             n = self.state_size if self.state_size is not None else self.ssm([0]).state_size
             return sigma[..., : min(sigma.shape[-1], n)]
         return hankel_singular_values(self.ssm(units), positions=positions, dtype=dtype, device=device)

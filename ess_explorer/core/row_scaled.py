@@ -1,0 +1,94 @@
+"""Spectra of many row-scaled copies of a few operators: T_u = diag(g_u) T_owner(u).
+
+An output gate folded into T (core/gates.py) splits a head into its channels, each the
+head's T with its rows scaled by the channel's gate: Mamba2's 64 channels per head. Their
+cuts are diag(g_u[t:]) H_t, H_t = T_owner[t:, :t], so one SVD of the owner's cut serves
+all of its channels:
+
+    H_t = U S V^T   =>   sigma(diag(g) H_t) = sigma(diag(g) U S)      (V has orthonormal columns)
+
+and U S keeps only the r columns with S_k > TRUNCATE * S_1, so each channel costs one SVD of
+an (L - t) x r matrix instead of a Gram and an SVD of its own (L - t) x t cut.
+
+Accuracy. Dropping the columns past r and the rounding of the owner's SVD change
+diag(g) H_t by at most ||diag(g)|| (S_{r+1} + ROUNDING * S_1) in the 2-norm, so by Weyl's
+inequality every singular value moves by at most that much. A channel keeps the result
+only where that bound is within BOUND * sigma_1 of its own cut (the accuracy every path
+of the project keeps: docs/spectra.md); any other channel's cut is redone by its own SVD.
+Cost per cut: one SVD with vectors per owner, one (L - t) x r SVD per channel.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .checks import require
+from .sweeps import over_chunks
+
+__all__ = ["row_scaled_hankel_singular_values"]
+
+TRUNCATE = 1e-15  # owner values kept: above this times the owner's sigma_1 (rounding level)
+ROUNDING = 1e-14  # the owner SVD's backward error, relative to its sigma_1 (a few hundred eps)
+BOUND = 1e-10  # a channel keeps the shared result when it is this accurate relative to its sigma_1
+
+
+def row_scaled_hankel_singular_values(
+    owners: torch.Tensor,
+    owner_of: torch.Tensor,
+    scales: torch.Tensor,
+    positions: torch.Tensor,
+    *,
+    dtype: torch.dtype = torch.float64,
+    device=None,
+) -> torch.Tensor:
+    """sigma(H_t) of T_u = diag(scales[u]) owners[owner_of[u]] at every t in ``positions``.
+
+    owners (O, L, L) lower triangular; owner_of (U,) rows into owners; scales (U, L).
+    Returns (U, P, L // 2), descending, zero padded; row t = 0 all zeros, as
+    `hankel_singular_values` of the materialised T_u.
+    """
+    device = torch.device(device) if device is not None else owners.device
+    owners = owners.to(device=device, dtype=dtype)
+    scales = scales.to(device=device, dtype=dtype)
+    owner_of = torch.as_tensor(owner_of, dtype=torch.long, device=device)
+    length = owners.shape[-1]
+    require(
+        owners.shape[-2:] == (length, length) and scales.shape == (len(owner_of), length),
+        f"row-scaled spectra: owners (O, L, L) and scales (U, L) expected, got {tuple(owners.shape)} "
+        f"and {tuple(scales.shape)}",
+    )
+    positions = torch.as_tensor(positions, dtype=torch.long).flatten().cpu()
+    out = torch.zeros(len(owner_of), len(positions), length // 2, dtype=dtype, device=device)
+    cuts = sorted({int(t) for t in positions.tolist() if 0 < t < length})
+    rows_of = {t: (positions == t).nonzero().flatten().tolist() for t in cuts}
+
+    def one_cut(t: int) -> torch.Tensor:
+        cut = owners[:, t:, :t]  # (O, m, n)
+        left, values, _ = torch.linalg.svd(cut, full_matrices=False)  # (O, m, k), (O, k)
+        kept = max(1, int((values > TRUNCATE * values[:, :1]).sum(-1).max()))
+        dropped = values[:, kept] if kept < values.shape[-1] else torch.zeros_like(values[:, 0])
+        factor = (left[..., :kept] * values[:, None, :kept])[owner_of]  # (U, m, r)
+        gate = scales[:, t:]  # (U, m)
+        sigma = torch.linalg.svdvals(gate[..., None] * factor)  # (U, min(m, r))
+        # Weyl: every value is off by at most ||diag(g)|| ||dropped part + rounding||
+        error = gate.abs().amax(-1) * (dropped + ROUNDING * values[:, 0])[owner_of]
+        redo = error > BOUND * sigma[:, 0]
+        if bool(redo.any()):  # the cut of a channel whose gate peaks where its rows are small
+            own = torch.linalg.svdvals(gate[redo, :, None] * cut[owner_of[redo]])
+            sigma = torch.nn.functional.pad(sigma, (0, max(0, own.shape[-1] - sigma.shape[-1])))
+            sigma[redo] = torch.nn.functional.pad(own, (0, sigma.shape[-1] - own.shape[-1]))
+        return sigma
+
+    def run(chunk: slice) -> None:
+        for t in cuts[chunk]:
+            sigma = one_cut(t)
+            width = min(sigma.shape[-1], out.shape[-1])
+            for row in rows_of[t]:
+                out[:, row, :width] = sigma[:, :width]
+
+    workers = torch.get_num_threads() if device.type == "cpu" else 1
+    # Small chunks of cuts, handed out as threads free up: the cheap cuts near the ends
+    # balance the costly ones in the middle.
+    size = max(1, len(cuts) // (8 * workers))
+    over_chunks(run, [slice(start, start + size) for start in range(0, len(cuts), size)], workers)
+    return out
