@@ -53,6 +53,7 @@ def _dense_reference(model, ids, layer, unit, relative=True, gates="inside"):
         ("gla", 1, 1, "inside"),
         ("gla", 1, 1, "outside"),
         ("la", 0, 0, "inside"),
+        ("qwen3_next", 1, 3, "inside"),  # gated attention: a head's channels share one SVD per cut
     ],
 )
 def test_ess_equals_dense_core_of_the_materialised_operator(name, layer, unit, gates):

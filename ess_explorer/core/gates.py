@@ -80,12 +80,12 @@ def gates_inside(layer: CapturedLayer) -> CapturedLayer:
         info=info,
     )
 
-    if isinstance(layer, SSMCapture):  # unit u' = diag(g_u') T of its unit's owner
+    if isinstance(layer, (SSMCapture, DenseCapture)):  # unit u' = diag(g_u') T of its unit's owner
         row_scale = g if layer.row_scale is None else layer.row_scale[owner].to(torch.float64) * g
         owner = owner if layer.owner is None else layer.owner[owner]
-        return dataclasses.replace(
-            layer, owner=owner, row_scale=row_scale, shape=(len(row_scale), layer.length), **common
-        )
+        if isinstance(layer, SSMCapture):
+            common["shape"] = (len(row_scale), layer.length)
+        return dataclasses.replace(layer, owner=owner, row_scale=row_scale, **common)
     if isinstance(layer, ShortConvCapture):
         return dataclasses.replace(
             layer,
@@ -94,6 +94,4 @@ def gates_inside(layer: CapturedLayer) -> CapturedLayer:
             weight=layer.weight[owner],
             **common,
         )
-    if isinstance(layer, DenseCapture):
-        return dataclasses.replace(layer, operator=layer.operator[owner].to(torch.float64) * g[..., None], **common)
     raise TypeError(f"no gate folding for {type(layer).__name__}; fold its out_gate into its T here")

@@ -60,6 +60,12 @@ class CapturedLayer:
     Subclasses implement `dense`, `spectra` and `max_rank`. Sizes: ``state_size`` (N or d_k,
     for the TSS of recurrent families), ``window`` (sliding-window attention), ``kernel_size``
     (short conv).
+
+    A unit may be a row-scaled copy of a stored operator (SSMCapture, DenseCapture): unit u
+    is T_u = diag(row_scale[u]) T_owner[u], the stored operator ``owner[u]`` with its rows
+    scaled (an output gate folded into T, core/gates.py). Units with one owner share its
+    materialisation, its reachability factor (causal ESS) and, on the dense path, one SVD
+    per cut (core/row_scaled.py). None: unit u is stored operator u, unscaled.
     """
 
     layer: int
@@ -73,6 +79,28 @@ class CapturedLayer:
     kernel_size: int | None = None
     multiplicity: int | None = None
     info: dict = field(default_factory=dict)
+    owner: torch.Tensor | None = None  # (U,) the stored operator of each unit
+    row_scale: torch.Tensor | None = None  # (U, L) the scale of each unit's rows
+
+    def _owners(self, units) -> tuple[torch.Tensor, torch.Tensor]:
+        """(distinct owners of ``units``, for each unit the row of its owner among them)."""
+        index = _index(units)
+        return torch.unique(index if self.owner is None else self.owner[index], return_inverse=True)
+
+    def _shares_owners(self, units) -> bool:
+        owners, inverse = self._owners(units)
+        return len(owners) < len(inverse)
+
+    def _scaled(self, stored: torch.Tensor, units) -> torch.Tensor:
+        """The units' T (u, L, L) float64 from their owners' ``stored`` T (u, L, L)."""
+        stored = stored.to(torch.float64)
+        return stored if self.row_scale is None else stored * self.row_scale[_index(units), :, None].to(torch.float64)
+
+    def _row_scaled_spectra(self, stored_owners: torch.Tensor, units, positions, dtype, device) -> torch.Tensor:
+        """Spectra of units that share owners: one SVD of each owner's cut serves them all."""
+        _, inverse = self._owners(units)
+        scales = self.row_scale[_index(units)]
+        return row_scaled_hankel_singular_values(stored_owners, inverse, scales, positions, dtype=dtype, device=device)
 
     @property
     def unit_kind(self) -> str:
@@ -165,15 +193,21 @@ class CapturedLayer:
 
 @dataclass
 class DenseCapture(CapturedLayer):
-    """T stored whole: ``operator`` (U, L, L). Spectra by the dense core path."""
+    """T stored whole: ``operator`` (O, L, L), one per unit or per owner (see CapturedLayer).
+    Spectra by the dense core path."""
 
     operator: torch.Tensor | None = None
 
     def _shape(self) -> tuple[int, int]:
-        return (self.operator.shape[0], self.operator.shape[-1])
+        units = self.operator.shape[0] if self.owner is None else len(self.owner)
+        return (units, self.operator.shape[-1])
+
+    def _stored(self, units) -> torch.Tensor:
+        index = _index(units)
+        return self.operator[index if self.owner is None else self.owner[index]]
 
     def dense(self, units) -> torch.Tensor:
-        return self.operator[_index(units)].to(torch.float64)
+        return self._scaled(self._stored(units), units)
 
     @property
     def max_rank(self) -> int | None:
@@ -187,9 +221,12 @@ class DenseCapture(CapturedLayer):
         }
 
     def spectra(self, units, positions, *, device=None, dtype=torch.float64) -> torch.Tensor:
-        return hankel_singular_values(
-            self.operator[_index(units)], positions=torch.as_tensor(positions), dtype=dtype, device=device
-        )
+        positions = torch.as_tensor(positions)
+        if self.row_scale is not None and self._shares_owners(units):
+            owners, _ = self._owners(units)
+            return self._row_scaled_spectra(self.operator[owners], units, positions, dtype, device)
+        operator = self._stored(units) if self.row_scale is None else self.dense(units)
+        return hankel_singular_values(operator, positions=positions, dtype=dtype, device=device)
 
     def causal_count(self, positions) -> np.ndarray | None:
         # Softmax attention keeps every past token (t, or w - 1 with a window; chunked: the
@@ -201,27 +238,15 @@ class DenseCapture(CapturedLayer):
 @dataclass
 class SSMCapture(CapturedLayer):
     """T as a DiagonalSSM per unit, built on demand by ``realize(index) -> DiagonalSSM``
-    with batch shape (len(index),), so a whole layer never needs (U, L, L).
-
-    A unit may be a row-scaled copy of another operator: ``owner`` (U,) names the operator
-    ``realize`` builds for unit u, ``row_scale`` (U, L) the scale g_u of its rows, so
-    T_u = diag(g_u) T_owner(u) (an output gate folded into T, core/gates.py). Such units
-    share their owner's transitions and inputs (a, b): each owner is materialised once
-    for them and its reachability factor (causal ESS) swept once. None: the identity / 1.
-    """
+    with batch shape (len(index),), so a whole layer never needs (U, L, L). With ``owner``,
+    ``realize`` builds the owners' operators (see CapturedLayer); a row scale changes c and
+    d only, so units of one owner share its a and b."""
 
     realize: Callable[[torch.Tensor], DiagonalSSM] | None = None
     shape: tuple[int, int] | None = None  # (units, L) when there are no captured inputs
-    owner: torch.Tensor | None = None
-    row_scale: torch.Tensor | None = None
 
     def _shape(self) -> tuple[int, int]:
         return self.shape if self.inputs is None else tuple(self.inputs.shape[:2])
-
-    def _owners(self, units) -> tuple[torch.Tensor, torch.Tensor]:
-        """(distinct owners of ``units``, for each unit the row of its owner among them)."""
-        index = _index(units)
-        return torch.unique(index if self.owner is None else self.owner[index], return_inverse=True)
 
     def ssm(self, units) -> DiagonalSSM:
         index = _index(units)
@@ -234,9 +259,8 @@ class SSMCapture(CapturedLayer):
         return type(base).derived(**dict(base.__dict__, c=base.c * scale[..., None], d=d))
 
     def dense(self, units) -> torch.Tensor:
-        owners, inverse = self._owners(units)
-        dense = self.realize(owners).to(torch.float64).materialize()[inverse]
-        return dense if self.row_scale is None else dense * self.row_scale[_index(units), :, None].to(torch.float64)
+        owners, inverse = self._owners(units)  # each owner materialised once
+        return self._scaled(self.realize(owners).to(torch.float64).materialize()[inverse], units)
 
     @property
     def max_rank(self) -> int | None:
@@ -257,11 +281,10 @@ class SSMCapture(CapturedLayer):
         positions = torch.as_tensor(positions)
         if self.spectra_path(positions, device)["method"] == "dense":
             # the dense path returns L // 2 values per cut; rank(H_t) <= N keeps the first N
-            owners, inverse = self._owners(units)
-            if self.row_scale is not None and len(owners) < len(inverse):  # one SVD per owner and cut
+            if self.row_scale is not None and self._shares_owners(units):  # one SVD per owner and cut
+                owners, _ = self._owners(units)
                 base = self.realize(owners).to(torch.float64).materialize()
-                scales = self.row_scale[_index(units)]
-                sigma = row_scaled_hankel_singular_values(base, inverse, scales, positions, dtype=dtype, device=device)
+                sigma = self._row_scaled_spectra(base, units, positions, dtype, device)
             else:
                 sigma = hankel_singular_values(self.dense(units), positions=positions, dtype=dtype, device=device)
             n = self.state_size if self.state_size is not None else self.ssm([0]).state_size
@@ -285,8 +308,8 @@ class SSMCapture(CapturedLayer):
         the scan is the reachability factor: core/sweeps.py), else one after the other. Units
         that share an owner take its reachability from one sweep (`causal_spectra`)."""
         positions = torch.as_tensor(positions)
-        shared = len(self._owners(units)[0]) < len(_index(units))  # several units per reachability factor
-        if shared or self.spectra_path(positions, device)["method"] == "dense":
+        # units that share an owner share its reachability factor: swept once (causal_spectra)
+        if self._shares_owners(units) or self.spectra_path(positions, device)["method"] == "dense":
             return super().spectra_and_causal(units, positions, device=device, dtype=dtype)
         ssm = self.ssm(units)  # realised only here: the dense route realises its own
         try:
