@@ -19,7 +19,8 @@ Cases:
 4. (--models) whole models through ess_explorer.analyze (random weights, built from
    transformers configs in benchmarks/_models.py, nothing downloaded): GPT-2-small and
    Mamba-130m at L = 512 and 1024 (Mamba also 2048 on a GPU), Mamba2-130m (N = 128) at
-   L = 256 with gates outside, LFM2-350M at L = 512; skipped when transformers is missing.
+   L = 256 with gates outside (and one layer with gates inside), LFM2-350M at L = 512;
+   skipped when transformers is missing.
 """
 
 from __future__ import annotations
@@ -127,7 +128,8 @@ def run_model(params: dict, device: torch.device) -> dict:
     ids = token_ids(model, params["L"])
     _sync(device)
     start, cpu_start = time.perf_counter(), time.process_time()
-    result = analyze(model, ids, progress=False, device=device, gates=params.get("gates", "inside"))
+    layers = range(params["layers"]) if "layers" in params else None  # the first n layers, else all
+    result = analyze(model, ids, progress=False, device=device, gates=params.get("gates", "inside"), layers=layers)
     _sync(device)
     lay = result.layers[min(result.layers)]
     return {
@@ -238,10 +240,19 @@ def layer_case(args, dev: str) -> None:
     )
 
 
-# (kind, L, gates) of the whole-model cases. Mamba2 with gates inside makes each of a head's 64
-# value channels a unit with the head's N = 128 state (64x the work): it runs with gates outside.
+# (kind, L, gates, layers) of the model cases: every layer unless a count is given. Mamba2 with
+# gates inside makes each of a head's 64 value channels a unit with the head's N = 128 state
+# (64x the units of gates outside): one layer of it is timed, the whole model with gates outside.
 MODEL_CASES = {
-    "cpu": [("gpt2", 512), ("gpt2", 1024), ("mamba", 512), ("mamba", 1024), ("mamba2", 256, "outside"), ("lfm2", 512)],
+    "cpu": [
+        ("gpt2", 512),
+        ("gpt2", 1024),
+        ("mamba", 512),
+        ("mamba", 1024),
+        ("mamba2", 256, "outside"),
+        ("mamba2", 256, "inside", 1),
+        ("lfm2", 512),
+    ],
     "gpu": [  # the targets first: gpu_check.sh gives this step a fixed time
         ("mamba", 2048),
         ("gpt2", 1024),
@@ -249,6 +260,7 @@ MODEL_CASES = {
         ("gpt2", 512),
         ("mamba", 1024),
         ("mamba2", 256, "outside"),
+        ("mamba2", 256, "inside", 1),
     ],
 }
 
@@ -261,11 +273,14 @@ def model_cases(dev: str) -> None:
         return
     from _models import KINDS
 
-    print("\n4. whole models through analyze (random weights, built from configs), every layer, all cuts")
-    for kind, length, *gates in MODEL_CASES["cpu" if dev == "cpu" else "gpu"]:
-        gates = gates[0] if gates else "inside"
-        case = child("model", {"kind": kind, "L": length, "gates": gates}, dev)
-        label = f"{KINDS[kind].split(' (')[0]}, L = {length}" + (f", gates {gates}" if gates != "inside" else "")
+    print("\n4. models through analyze (random weights, built from configs), every layer unless said, all cuts")
+    for kind, length, *rest in MODEL_CASES["cpu" if dev == "cpu" else "gpu"]:
+        params = {"kind": kind, "L": length, "gates": rest[0] if rest else "inside"}
+        if len(rest) > 1:
+            params["layers"] = rest[1]
+        case = child("model", params, dev)
+        label = f"{KINDS[kind].split(' (')[0]}, L = {length}, gates {params['gates']}"
+        label += f", {rest[1]} layer(s)" if len(rest) > 1 else ""
         show(label, case, f"{case.get('layers', '?')} layers, layer-0 path {case.get('path', {}).get('method')}")
 
 
