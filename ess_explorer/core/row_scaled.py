@@ -7,8 +7,9 @@ all of its channels:
 
     H_t = U S V^T   =>   sigma(diag(g) H_t) = sigma(diag(g) U S)      (V has orthonormal columns)
 
-and U S keeps only the r columns with S_k > TRUNCATE * S_1, so each channel costs one SVD of
-an (L - t) x r matrix instead of a Gram and an SVD of its own (L - t) x t cut.
+and U S keeps only the r columns with S_k > TRUNCATE * S_1 (and at most the rank bound of
+the structure, N for a recurrence), so each channel costs one SVD of an (L - t) x r matrix
+instead of a Gram and an SVD of its own (L - t) x t cut.
 
 Accuracy. Dropping the columns past r and the rounding of the owner's SVD change
 diag(g) H_t by at most ||diag(g)|| (S_{r+1} + ROUNDING * S_1) in the 2-norm, so by Weyl's
@@ -27,7 +28,7 @@ from .sweeps import over_chunks
 
 __all__ = ["row_scaled_hankel_singular_values"]
 
-TRUNCATE = 1e-15  # owner values kept: above this times the owner's sigma_1 (rounding level)
+TRUNCATE = 1e-14  # owner values kept: above this times the owner's sigma_1 (past it: rounding)
 ROUNDING = 1e-14  # the owner SVD's backward error, relative to its sigma_1 (a few hundred eps)
 BOUND = 1e-10  # a channel keeps the shared result when it is this accurate relative to its sigma_1
 
@@ -38,12 +39,15 @@ def row_scaled_hankel_singular_values(
     scales: torch.Tensor,
     positions: torch.Tensor,
     *,
+    max_rank: int | None = None,
     dtype: torch.dtype = torch.float64,
     device=None,
 ) -> torch.Tensor:
     """sigma(H_t) of T_u = diag(scales[u]) owners[owner_of[u]] at every t in ``positions``.
 
-    owners (O, L, L) lower triangular; owner_of (U,) rows into owners; scales (U, L).
+    owners (O, L, L) lower triangular; owner_of (U,) rows into owners; scales (U, L);
+    max_rank: a bound on rank(H_t) from the structure (N for a recurrence), or None: the
+    owner's values past it are rounding, and dropping them is within the bound below.
     Returns (U, P, L // 2), descending, zero padded; row t = 0 all zeros, as
     `hankel_singular_values` of the materialised T_u.
     """
@@ -66,6 +70,7 @@ def row_scaled_hankel_singular_values(
         cut = owners[:, t:, :t]  # (O, m, n)
         left, values, _ = torch.linalg.svd(cut, full_matrices=False)  # (O, m, k), (O, k)
         kept = max(1, int((values > TRUNCATE * values[:, :1]).sum(-1).max()))
+        kept = kept if max_rank is None else min(kept, max(1, max_rank))
         dropped = values[:, kept] if kept < values.shape[-1] else torch.zeros_like(values[:, 0])
         factor = (left[..., :kept] * values[:, None, :kept])[owner_of]  # (U, m, r)
         gate = scales[:, t:]  # (U, m)

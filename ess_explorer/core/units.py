@@ -100,7 +100,9 @@ class CapturedLayer:
         """Spectra of units that share owners: one SVD of each owner's cut serves them all."""
         _, inverse = self._owners(units)
         scales = self.row_scale[_index(units)]
-        return row_scaled_hankel_singular_values(stored_owners, inverse, scales, positions, dtype=dtype, device=device)
+        return row_scaled_hankel_singular_values(
+            stored_owners, inverse, scales, positions, max_rank=self.max_rank, dtype=dtype, device=device
+        )
 
     @property
     def unit_kind(self) -> str:
