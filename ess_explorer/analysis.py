@@ -206,11 +206,14 @@ def analyze_captured(
     units: int | Sequence[int] | None = None,
     progress: bool = False,
     release: bool = False,
+    on_chunk: Callable[[int, int], None] | None = None,
 ) -> ESSResult:
     """The ESSResult of ``layers`` (default: every captured layer) of a `capture_layers`
     capture; options as in `analyze`. No forward pass: call it once per layer (or stride)
     as the work is wanted. ``release``: drop each layer's operators from ``captured`` once
-    computed (frees memory; that layer cannot be computed again)."""
+    computed (frees memory; that layer cannot be computed again). ``on_chunk(done, units)``
+    after each chunk of a layer's units (core/layer.py): progress within a layer, and a
+    place to stop it by raising."""
     _check_options(tol, stride, top_k, keep_operators, scope=scope, relative=relative)
     available = sorted(captured.layers)
     if layers is None:
@@ -237,6 +240,7 @@ def analyze_captured(
             top_k=top_k,
             device=captured.device,
             operator_rows=_operator_rows(keep_operators, layer, len(unit_ids)),
+            on_chunk=on_chunk,
         )
     meta = {
         **captured.meta,

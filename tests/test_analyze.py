@@ -196,6 +196,35 @@ def test_channels_split_by_the_gate_share_their_heads_reachability(monkeypatch):
     assert swept == []  # no per-step reachability sweep on that route
 
 
+def test_on_chunk_reports_each_chunk_of_units_and_can_stop_the_layer(monkeypatch):
+    """core/layer.py calls on_chunk(done, units) after each chunk of units; raising from it
+    stops the layer there (the explorer's cancel), before the remaining chunks are computed."""
+    import ess_explorer.core.layer as layer_module
+    from ess_explorer.result import LayerESS
+
+    model, ids = build("mamba")
+    layer = _captured(model, ids, 0)
+    monkeypatch.setattr(layer_module, "UNIT_CHUNK_VALUES", 3 * LENGTH * layer.state_size)  # 3 units a chunk
+    reports = []
+    LayerESS.from_units(layer, tol=TOL, relative=True, on_chunk=lambda done, units: reports.append((done, units)))
+    units = layer.n_units
+    assert reports == [(min(done, units), units) for done in range(3, units + 3, 3)]
+
+    computed = []
+    original = type(layer).spectra_and_causal
+    monkeypatch.setattr(
+        type(layer), "spectra_and_causal", lambda self, *a, **k: computed.append(1) or original(self, *a, **k)
+    )
+
+    def stop(done, units):
+        if done >= 6:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        LayerESS.from_units(layer, tol=TOL, relative=True, on_chunk=stop)
+    assert len(computed) == 2 < -(-units // 3)
+
+
 def test_units_selects_rows():
     model, ids = build("mamba")
     full = analyze(model, ids, layers=[0], progress=False).layers[0]

@@ -145,7 +145,7 @@ def _fake_session(**kw):
     full, captured = _fake_captured()
     calls = []
 
-    def layer_fn(cap, layer, *, stride, tol, relative):
+    def layer_fn(cap, layer, *, stride, tol, relative, on_chunk=None):
         calls.append((layer, stride))
         return _strided(full.layers[layer], stride)
 
@@ -206,6 +206,33 @@ def test_cancel_stops_between_steps():
     with pytest.raises(S.Cancelled):
         session.run("zoo:fake", "x", layer=2)
     assert calls == [(2, None)] and sorted(session.result.layers) == [2]
+
+
+def test_cancel_takes_effect_between_chunks_of_a_layer_and_resume_redoes_it():
+    """A long layer reports each chunk of its units (on_chunk): the bar moves within it and a
+    cancel stops it there, not after the whole layer; resume computes that layer again."""
+    Bar.made.clear()
+    session, calls = _fake_session(stride=4, progress=Bar)
+    original = session.layer_fn
+    chunks = []
+
+    def layer_fn(cap, layer, **kw):
+        kw["on_chunk"](1, 4)  # a quarter of the units done
+        chunks.append(Bar.made[-1].n)
+        if len(chunks) == 1:
+            session.cancel()  # the user asks for something else while layer 2 is computed
+            kw["on_chunk"](2, 4)
+            raise AssertionError("the cancel did not stop the layer")
+        return original(cap, layer, **kw)
+
+    session.layer_fn = layer_fn
+    with pytest.raises(S.Cancelled):
+        session.run("zoo:fake", "x", layer=2)
+    assert calls == [] and session.result is None and chunks == [40 // 4]  # a quarter of 40 cuts
+    done = session.resume()
+    assert calls[0] == (2, None) and done.meta["exact_layers"] == [0, 1, 2, 3]
+    last = Bar.made[-1]  # the resumed run's: the partial reports add up to each layer's cuts
+    assert last.n == last.total and last.closed
 
 
 def test_bad_input_in_words():

@@ -68,8 +68,10 @@ class FakePipeline:
             meta={**full.meta, "model_id": model, "n_layers": 4},
         )
 
-    def layer(self, captured, layer, *, stride, tol, relative):
+    def layer(self, captured, layer, *, stride, tol, relative, on_chunk=None):
         self.calls.append({"layer": layer, "stride": stride, "tol": tol, "relative": relative})
+        if on_chunk is not None:  # halfway through the units, as the real pipeline reports
+            on_chunk(1, 2)
         if self.fail_layer:
             raise self.fail_layer
         return _strided(captured.layers[layer], stride)

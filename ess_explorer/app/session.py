@@ -24,7 +24,8 @@ Each (layer, stride) is computed once from the one capture. ``on_result(result, 
 called after each step of 4 and after 5, during refinement for a layer asked for, at the
 end and at most every REFRESH_EVERY_S seconds otherwise, with info = {"phase": "selected"
 | "overview" | "refined", "layer", "stride", "exact_layers", "final"}; `cancel` stops a
-run between steps, and `resume` continues one that was cancelled or failed.
+run between steps (or between chunks of a layer's units), and `resume` continues one that
+was cancelled or failed.
 
 Nothing here imports ipywidgets or the zoo's training code (a local folder is read with
 transformers alone).
@@ -101,11 +102,13 @@ def default_capture(model, tokenizer, prompt: str, *, gates: str = "inside", on_
         return capture_layers(model, prompt=prompt, tokenizer=tokenizer, gates=gates, on_layer=on_layer)
 
 
-def default_layer(captured, layer: int, *, stride, tol: float, relative: bool) -> LayerESS:
+def default_layer(captured, layer: int, *, stride, tol: float, relative: bool, on_chunk=None) -> LayerESS:
     """One layer of a capture at ``stride`` (analysis.analyze_captured; LayerESS.from_units)."""
     from ..analysis import analyze_captured
 
-    return analyze_captured(captured, [layer], stride=stride, tol=tol, relative=relative).layers[layer]
+    return analyze_captured(captured, [layer], stride=stride, tol=tol, relative=relative, on_chunk=on_chunk).layers[
+        layer
+    ]
 
 
 class _NoBar:
@@ -131,7 +134,8 @@ class ExplorerSession:
     load_fn(source) -> (model, tokenizer); capture_fn(model, tokenizer, prompt, *, gates,
         on_layer) -> analysis.CapturedPrompt (one forward pass; it may call
         on_layer(captured, index) as layers arrive, or not); layer_fn(captured, layer, *, stride,
-        tol, relative) -> LayerESS: the pipeline (defaults: sources.load_model,
+        tol, relative, on_chunk) -> LayerESS, calling on_chunk(done, units) as it goes through
+        the layer's units, or not: the pipeline (defaults: sources.load_model,
         analysis.capture_layers, analysis.analyze_captured); injection points for tests.
     cache : an io.ResultCache, or None (no cache).
     stride : "auto" (see overview_stride), None (everything exact at once) or an int.
@@ -299,14 +303,32 @@ class ExplorerSession:
                     bar.set_description("forward pass (the remaining layers)")
                     captured = self._captured = self._finish_forward()
                 bar.set_description(f"layer {index} " + ("exactly" if stride is None else f"at stride {stride}"))
-                lay = self.layer_fn(captured, index, stride=stride, tol=settings["tol"], relative=settings["relative"])
+                cuts = len(range(0, len(captured.input_ids), stride or 1))
+                reported = [0]
+
+                def on_chunk(done: int, units: int) -> None:
+                    """Within a long layer: the bar moves and a cancel takes effect."""
+                    self._check_cancel()
+                    step = cuts * done // max(units, 1) - reported[0]
+                    if step > 0:
+                        bar.update(step)
+                        reported[0] += step
+
+                lay = self.layer_fn(
+                    captured,
+                    index,
+                    stride=stride,
+                    tol=settings["tol"],
+                    relative=settings["relative"],
+                    on_chunk=on_chunk,
+                )
                 missing_before = [i for i in captured.layers if self.result is None or i not in self.result.layers]
                 first = self.result is None
                 self.result = self._merge(captured, index, lay, exact=stride is None)
                 with self._lock:
                     self._tasks.popleft()
                     final = not self._tasks
-                bar.update(len(lay.positions))
+                bar.update(len(lay.positions) - reported[0])
                 missing = [i for i in captured.layers if i not in self.result.layers]
                 if first or (index == self._selected and stride is None and missing):
                     phase = "selected"  # the first chart, and the selected layer made exact

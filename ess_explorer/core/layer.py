@@ -17,6 +17,8 @@ Memory budgets (per layer):
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import torch
 
@@ -57,6 +59,7 @@ def layer_arrays(
     tss=None,
     operator_dtype=torch.float32,
     scope: str = DEFAULT_SCOPE,
+    on_chunk: Callable[[int, int], None] | None = None,
 ) -> dict:
     """The fields of a LayerESS for the units ``unit_ids`` (default all) of ``layer``.
 
@@ -66,7 +69,8 @@ def layer_arrays(
     with "layer" it is the largest sigma_1 over every unit in ``unit_ids``, so a layer
     computed in more than one chunk is swept twice (the counts need the maximum first).
     Causal ESS (core/causal.py) follows the same tol / relative / scope; NaN for units with
-    no known realisation.
+    no known realisation. on_chunk(units done, units in all) is called after each chunk of
+    units: a progress report, and the place a caller may stop a long layer by raising.
     """
     unit_ids = list(range(layer.n_units)) if unit_ids is None else list(unit_ids)
     positions = np.asarray(positions, dtype=np.int64)
@@ -118,8 +122,12 @@ def layer_arrays(
                 top["causal"] = max(top["causal"], float(tolerance_reference(csig, "layer")))
         else:
             count(rows, sigma, csig, {})
+        if on_chunk is not None:
+            on_chunk(rows.stop, n_units)
     for rows in chunks if deferred else ():
         count(rows, *chunk_spectra(rows), top)
+        if on_chunk is not None:
+            on_chunk(n_units, n_units)
 
     operators = {int(row): layer.dense([unit_ids[row]])[0].to(operator_dtype).cpu().numpy() for row in operator_rows}
     return dict(
