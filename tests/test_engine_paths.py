@@ -252,3 +252,15 @@ def test_row_scaled_channel_whose_bound_fails_is_redone(monkeypatch):
     chosen = row_scaled.row_scaled_hankel_singular_values(head, owner_of, capture.row_scale, torch.arange(40))
     assert any(shape[0] == 1 for shape in calls)  # one channel redone on its own
     assert_spectra_match(chosen[..., :20], hankel_singular_values(channels, method="svd")[..., :20])
+
+
+@pytest.mark.gpu
+@cuda
+def test_cuda_row_scaled_channels_and_shared_causal_equal_cpu():
+    capture, _ = _gated_heads(length=64, modes=24)
+    positions = np.arange(64)
+    units = list(range(capture.n_units))
+    sigma, reach = capture.spectra_and_causal(units, positions)
+    gpu_sigma, gpu_reach = capture.spectra_and_causal(units, positions, device="cuda")
+    assert_spectra_match(gpu_sigma.cpu(), sigma)
+    assert_spectra_match(gpu_reach.cpu(), reach)
