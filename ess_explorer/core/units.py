@@ -313,7 +313,6 @@ class SSMCapture(CapturedLayer):
         the scan is the reachability factor: core/sweeps.py), else one after the other. Units
         that share an owner take its reachability from one sweep (`causal_spectra`)."""
         positions = torch.as_tensor(positions)
-        # units that share an owner share its reachability factor: swept once (causal_spectra)
         if self._shares_owners(units) or self.spectra_path(positions, device)["method"] == "dense":
             return super().spectra_and_causal(units, positions, device=device, dtype=dtype)
         ssm = self.ssm(units)  # realised only here: the dense route realises its own
