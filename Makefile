@@ -40,7 +40,7 @@ test-fast: setup
 # Mamba-130m-shaped layer at L = 1024, whole models, the explorer's first chart, then the views.
 bench: setup
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_engine.py --full --models
-	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_explorer.py --first-only --models gpt2 mamba lfm2 --lengths 128 512
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_explorer.py --first-only --models gpt2 mamba lfm2 mamba2 --lengths 128 512
 	$(BIN)/python benchmarks/bench_core.py
 	$(BIN)/python benchmarks/bench_analyze.py
 	$(BIN)/python benchmarks/bench_views.py
