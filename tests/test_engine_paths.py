@@ -140,6 +140,11 @@ def test_cost_choice_is_dense_when_the_state_is_large_and_recorded():
     assert choose_ssm_path(128, 128, np.arange(128)) == {"method": "dense", "reason": "N=128 >= L/2=64"}
     assert choose_ssm_path(1024, 16, np.arange(1024))["method"] == "sweep"
     assert choose_ssm_path(1024, 16, np.arange(1024), device="cuda")["method"] == "scan"
+    # a Mamba2 head's 64 channels at L = 512: factored per channel, unless they share the
+    # head's SVDs on the dense path (measured: 3.3x faster there, core/row_scaled.py)
+    assert choose_ssm_path(512, 128, np.arange(512))["method"] == "sweep"
+    shared = choose_ssm_path(512, 128, np.arange(512), units_per_owner=64)
+    assert shared["method"] == "dense" and "row-scaled" in shared["reason"]
 
     # a Mamba2-like head: scalar decay over N = 24 modes at L = 40 (N >= L / 2)
     g = torch.Generator().manual_seed(3)
@@ -225,6 +230,7 @@ def test_row_scaled_channels_match_their_own_dense_svd(modes, monkeypatch):
     cut (core/row_scaled.py): equal to one SVD of each channel's own materialised cut."""
     capture, channels = _gated_heads(modes=modes)
     positions = np.array([0, 39, 1, 20, 20, 7, 33])  # unsorted, repeated, both ends
+    assert "5 units per owner" in capture.spectra_path(positions)["reason"] or modes * 2 >= 40
     monkeypatch.setattr(SSMCapture, "spectra_path", lambda self, positions, device=None: {"method": "dense"})
     units = [9, 0, 3, 5, 6]  # both heads, out of order
     chosen = capture.spectra(units, positions)

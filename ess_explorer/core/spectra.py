@@ -103,7 +103,7 @@ def _positions(length: int, positions, stride: int | None) -> torch.Tensor:
     return torch.arange(0, length, stride)
 
 
-def choose_ssm_path(length: int, state_size: int, positions, device=None) -> dict:
+def choose_ssm_path(length: int, state_size: int, positions, device=None, units_per_owner: float = 1.0) -> dict:
     """The cheaper exact path for one DiagonalSSM unit: ``{"method", "reason"}``.
 
     "dense" (materialise T, then the dense path) where the state is large against L, else
@@ -116,7 +116,10 @@ def choose_ssm_path(length: int, state_size: int, positions, device=None) -> dic
                   2 (L - t) t g (its Gram) + 6 g^3 (eigvalsh / SVD)
 
     Where N >= L / 2 no cut has rank above N, so the N x N factors are no smaller than the
-    cuts themselves and dense always wins.
+    cuts themselves and dense always wins. ``units_per_owner`` > 1: the units are row-scaled
+    copies of shared operators (a head's channels, core/row_scaled.py), whose dense path
+    costs per unit (2 L^2 N + sum_t 6 (L - t) g^2) / units_per_owner (the owner's
+    materialising and SVDs) + sum_t 4 (L - t) min(g, N)^2 (each channel's own SVD).
     """
     device = torch.device(device) if device is not None else torch.device("cpu")
     factored_method = "sweep" if device.type == "cpu" else "scan"
@@ -126,16 +129,22 @@ def choose_ssm_path(length: int, state_size: int, positions, device=None) -> dic
     t = torch.as_tensor(positions, dtype=torch.float64).flatten()
     t = t[(t > 0) & (t < length)]
     g = torch.minimum(t, length - t)
-    dense = 2.0 * length**2 * n + float((2 * (length - t) * t * g + 6 * g**3).sum())
     factored = 4.0 * length * n**3 + 12.0 * n**3 * len(t)
+    if units_per_owner > 1:
+        owner = 2.0 * length**2 * n + float((6 * (length - t) * g**2).sum())
+        dense = owner / units_per_owner + float((4 * (length - t) * g.clamp(max=n) ** 2).sum())
+        how = f"row-scaled dense ({units_per_owner:g} units per owner)"
+    else:
+        dense = 2.0 * length**2 * n + float((2 * (length - t) * t * g + 6 * g**3).sum())
+        how = "dense"
     if dense < factored:
         return {
             "method": "dense",
-            "reason": f"N={n}, L={length}: est. flops dense {dense:.2g} < factored {factored:.2g}",
+            "reason": f"N={n}, L={length}: est. flops {how} {dense:.2g} < factored {factored:.2g}",
         }
     return {
         "method": factored_method,
-        "reason": f"N={n}, L={length}: est. flops factored {factored:.2g} <= dense {dense:.2g}",
+        "reason": f"N={n}, L={length}: est. flops factored {factored:.2g} <= {how} {dense:.2g}",
     }
 
 

@@ -277,7 +277,10 @@ class SSMCapture(CapturedLayer):
             device = device if device is not None else probe.a.device
         else:
             state_size = self.state_size
-        return choose_ssm_path(self.length, state_size, positions, device)
+        shared = 1.0  # units per owner: row-scaled copies take the dense path's shared SVDs
+        if self.row_scale is not None and self.owner is not None:
+            shared = len(self.owner) / max(1, len(torch.unique(self.owner)))
+        return choose_ssm_path(self.length, state_size, positions, device, units_per_owner=shared)
 
     def spectra(self, units, positions, *, device=None, dtype=torch.float64) -> torch.Tensor:
         positions = torch.as_tensor(positions)
