@@ -270,3 +270,23 @@ def test_cuda_row_scaled_channels_and_shared_causal_equal_cpu():
     gpu_sigma, gpu_reach = capture.spectra_and_causal(units, positions, device="cuda")
     assert_spectra_match(gpu_sigma.cpu(), sigma)
     assert_spectra_match(gpu_reach.cpu(), reach)
+
+
+def test_row_scaled_channels_of_well_conditioned_heads_take_their_grams(monkeypatch):
+    """Where a head's cut is well conditioned (a random dense head: its smallest value above
+    10x the Gram guard), its channels' values come from their Grams (eigvalsh, guarded), not
+    the shared factor; both routes match each channel's own dense SVD."""
+    from ess_explorer.core.units import DenseCapture
+
+    g = torch.Generator().manual_seed(8)
+    heads = torch.tril(torch.randn(2, 40, 40, generator=g, dtype=torch.float64))
+    owner = torch.tensor([0, 0, 0, 1, 1])
+    scale = torch.rand(5, 40, generator=g, dtype=torch.float64) + 0.5
+    capture = DenseCapture(layer=0, family="softmax_attention", operator=heads, owner=owner, row_scale=scale)
+    grams = []
+    original = torch.linalg.eigvalsh
+    monkeypatch.setattr(torch.linalg, "eigvalsh", lambda x: grams.append(x.shape[0]) or original(x))
+    chosen = capture.spectra(range(5), np.arange(40))
+    assert sum(grams) > 0  # some cuts went by the Grams
+    expected = hankel_singular_values(scale[..., None] * heads[owner], method="svd")
+    assert_spectra_match(chosen, expected)

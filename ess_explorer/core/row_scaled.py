@@ -16,7 +16,9 @@ diag(g) H_t by at most ||diag(g)|| (S_{r+1} + ROUNDING * S_1) in the 2-norm, so 
 inequality every singular value moves by at most that much. A channel keeps the result
 only where that bound is within BOUND * sigma_1 of its own cut (the accuracy every path
 of the project keeps: docs/spectra.md); any other channel's cut is redone by its own SVD.
-Cost per cut: one SVD with vectors per owner, one (L - t) x r SVD per channel.
+Cost per cut: one SVD with vectors per owner, one (L - t) x r SVD per channel. Where the
+owner's cut is well conditioned, each channel's Gram and `eigvalsh` (the dense path's guarded
+route, core/spectra.py) cost less than that SVD and are used instead.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import torch
 
 from .checks import require
+from .spectra import GRAM_GUARD, _gram_values
 from .sweeps import over_chunks
 
 __all__ = ["row_scaled_hankel_singular_values"]
@@ -69,19 +72,20 @@ def row_scaled_hankel_singular_values(
     def one_cut(t: int) -> torch.Tensor:
         cut = owners[:, t:, :t]  # (O, m, n)
         left, values, _ = torch.linalg.svd(cut, full_matrices=False)  # (O, m, k), (O, k)
-        kept = max(1, int((values > TRUNCATE * values[:, :1]).sum(-1).max()))
-        kept = kept if max_rank is None else min(kept, max(1, max_rank))
-        dropped = values[:, kept] if kept < values.shape[-1] else torch.zeros_like(values[:, 0])
-        factor = (left[..., :kept] * values[:, None, :kept])[owner_of]  # (U, m, r)
         gate = scales[:, t:]  # (U, m)
-        sigma = torch.linalg.svdvals(gate[..., None] * factor)  # (U, min(m, r))
-        # Weyl: every value is off by at most ||diag(g)|| ||dropped part + rounding||
-        error = gate.abs().amax(-1) * (dropped + ROUNDING * values[:, 0])[owner_of]
-        redo = error > BOUND * sigma[:, 0]
-        if bool(redo.any()):  # the cut of a channel whose gate peaks where its rows are small
-            own = torch.linalg.svdvals(gate[redo, :, None] * cut[owner_of[redo]])
-            sigma = torch.nn.functional.pad(sigma, (0, max(0, own.shape[-1] - sigma.shape[-1])))
-            sigma[redo] = torch.nn.functional.pad(own, (0, sigma.shape[-1] - own.shape[-1]))
+        sigma = cut.new_zeros(len(owner_of), values.shape[-1])
+        # A well-conditioned owner cut (smallest value 10x above the Gram guard): its channels'
+        # Grams keep every value (core/spectra.py) for a fraction of an SVD each (attention
+        # heads, mostly). A recurrence's cuts fall far below it and take the shared factor.
+        by_gram = (values[:, -1] >= 10 * GRAM_GUARD * values[:, 0])[owner_of]
+        if bool(by_gram.any()):
+            scaled = gate[by_gram, :, None] * cut[owner_of[by_gram]]
+            gram = scaled.mT @ scaled if scaled.shape[-1] <= scaled.shape[-2] else scaled @ scaled.mT
+            sigma[by_gram] = _gram_values(gram, scaled, "auto")
+        if not bool(by_gram.all()):
+            rest = ~by_gram
+            shared = _shared_factor_values(cut, left, values, gate[rest], owner_of[rest], max_rank)
+            sigma[rest, : shared.shape[-1]] = shared
         return sigma
 
     def run(chunk: slice) -> None:
@@ -97,3 +101,21 @@ def row_scaled_hankel_singular_values(
     size = max(1, len(cuts) // (8 * workers))
     over_chunks(run, [slice(start, start + size) for start in range(0, len(cuts), size)], workers)
     return out
+
+
+def _shared_factor_values(cut, left, values, gate, owner_of, max_rank) -> torch.Tensor:
+    """sigma(diag(g_u) H) for each unit from its owner's H = U S V^T (module docstring): the
+    SVD of diag(g_u) U_r S_r, or of the unit's own cut where Weyl's bound does not certify it."""
+    kept = max(1, int((values > TRUNCATE * values[:, :1]).sum(-1).max()))
+    kept = kept if max_rank is None else min(kept, max(1, max_rank))
+    dropped = values[:, kept] if kept < values.shape[-1] else torch.zeros_like(values[:, 0])
+    factor = (left[..., :kept] * values[:, None, :kept])[owner_of]  # (u, m, r)
+    sigma = torch.linalg.svdvals(gate[..., None] * factor)  # (u, min(m, r))
+    # Weyl: every value is off by at most ||diag(g)|| ||dropped part + rounding||
+    error = gate.abs().amax(-1) * (dropped + ROUNDING * values[:, 0])[owner_of]
+    redo = error > BOUND * sigma[:, 0]
+    if bool(redo.any()):  # the cut of a channel whose gate peaks where its rows are small
+        own = torch.linalg.svdvals(gate[redo, :, None] * cut[owner_of[redo]])
+        sigma = torch.nn.functional.pad(sigma, (0, max(0, own.shape[-1] - sigma.shape[-1])))
+        sigma[redo] = torch.nn.functional.pad(own, (0, sigma.shape[-1] - own.shape[-1]))
+    return sigma
