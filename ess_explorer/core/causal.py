@@ -83,8 +83,7 @@ def reachability_singular_values(
 
     if units and wanted:
         workers = torch.get_num_threads() if device.type == "cpu" else 1
-        chunk = -(-units // max(1, workers))
-        over_chunks(run, [slice(start, min(units, start + chunk)) for start in range(0, units, chunk)], workers)
+        over_chunks(run, units, -(-units // max(1, workers)), workers)
     return out.reshape(*ssm.batch_shape, len(positions), n)
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 
 from .checks import require
-from .spectra import GRAM_GUARD, _gram_values
+from .spectra import GRAM_GUARD, gram_singular_values
 from .sweeps import over_chunks
 
 __all__ = ["row_scaled_hankel_singular_values"]
@@ -79,9 +79,7 @@ def row_scaled_hankel_singular_values(
         # heads, mostly). A recurrence's cuts fall far below it and take the shared factor.
         by_gram = (values[:, -1] >= 10 * GRAM_GUARD * values[:, 0])[owner_of]
         if bool(by_gram.any()):
-            scaled = gate[by_gram, :, None] * cut[owner_of[by_gram]]
-            gram = scaled.mT @ scaled if scaled.shape[-1] <= scaled.shape[-2] else scaled @ scaled.mT
-            sigma[by_gram] = _gram_values(gram, scaled, "auto")
+            sigma[by_gram] = gram_singular_values(gate[by_gram, :, None] * cut[owner_of[by_gram]])
         if not bool(by_gram.all()):
             rest = ~by_gram
             shared = _shared_factor_values(cut, left, values, gate[rest], owner_of[rest], max_rank)
@@ -98,8 +96,7 @@ def row_scaled_hankel_singular_values(
     workers = torch.get_num_threads() if device.type == "cpu" else 1
     # Small chunks of cuts, handed out as threads free up: the cheap cuts near the ends
     # balance the costly ones in the middle.
-    size = max(1, len(cuts) // (8 * workers))
-    over_chunks(run, [slice(start, start + size) for start in range(0, len(cuts), size)], workers)
+    over_chunks(run, len(cuts), len(cuts) // (8 * workers), workers)
     return out
 
 

@@ -31,6 +31,7 @@ __all__ = [
     "choose_ssm_path",
     "DENSE_BUDGET_BYTES",
     "dense_bytes",
+    "gram_singular_values",
 ]
 
 # The Gram route (eigvalsh of H^T H or H H^T) squares the spectrum: a singular value
@@ -365,6 +366,13 @@ def _recursive_gram_fill(flat, pos, method: str, out, k_out: int, workers: int, 
                 pending.popleft().result()
         for future in pending:
             future.result()
+
+
+def gram_singular_values(cut: torch.Tensor, method: str = "auto") -> torch.Tensor:
+    """Descending singular values of a batch of cuts (B, m, n) by the Gram route: the smaller
+    Gram, then `_gram_values` (with "auto", an SVD of every cut the guard does not pass)."""
+    gram = cut.mT @ cut if cut.shape[-1] <= cut.shape[-2] else cut @ cut.mT
+    return _gram_values(gram, cut, method)
 
 
 def _gram_values(gram: torch.Tensor, cut: torch.Tensor, method: str) -> torch.Tensor:

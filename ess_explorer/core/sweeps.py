@@ -112,7 +112,6 @@ def factored_hankel_singular_values(
         bytes_per_unit = (2 * length + 4 * len(wanted)) * n * n * torch.finfo(dtype).bits // 8
     workers = torch.get_num_threads() if device.type == "cpu" else 1
     chunk = max(1, min(-(-units // workers), chunk_bytes // max(1, bytes_per_unit)))  # >= one chunk per worker
-    chunks = [slice(start, min(units, start + chunk)) for start in range(0, units, chunk)]
     row_of_wanted = torch.searchsorted(wanted, positions[inside])
 
     def run(sl: slice) -> None:
@@ -127,15 +126,17 @@ def factored_hankel_singular_values(
             reach_out[sl, inside] = reach[:, row_of_wanted]
         out[sl, inside] = sigma[:, row_of_wanted, :k_out]
 
-    over_chunks(run, chunks, workers)
+    over_chunks(run, units, chunk, workers)
     return result()
 
 
-def over_chunks(run, chunks: list[slice], workers: int) -> None:
-    """run(chunk) for every chunk of units: in ``workers`` threads, each with single-threaded
-    torch ops, when there are several of both; else one after the other in this thread.
-    Batched small LAPACK calls (QR, SVD) loop over the batch on one core, so only threads
-    over chunks put both cores to work."""
+def over_chunks(run, total: int, size: int, workers: int) -> None:
+    """run(chunk) for the slices of ``size`` items that cover range(total): in ``workers``
+    threads, each with single-threaded torch ops, when there are several of both; else one
+    after the other in this thread. Batched small LAPACK calls (QR, SVD) loop over the batch
+    on one core, so only threads over chunks put both cores to work."""
+    size = max(1, size)
+    chunks = [slice(start, min(total, start + size)) for start in range(0, total, size)]
 
     def run_single_threaded(sl: slice) -> None:
         with single_threaded_torch():

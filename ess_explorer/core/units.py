@@ -91,17 +91,26 @@ class CapturedLayer:
         owners, inverse = self._owners(units)
         return len(owners) < len(inverse)
 
-    def _scaled(self, stored: torch.Tensor, units) -> torch.Tensor:
-        """The units' T (u, L, L) float64 from their owners' ``stored`` T (u, L, L)."""
-        stored = stored.to(torch.float64)
+    def _stored_owners(self, owners: torch.Tensor) -> torch.Tensor:
+        """The stored operators ``owners`` as dense T (o, L, L), unscaled (subclasses)."""
+        raise NotImplementedError
+
+    def dense(self, units) -> torch.Tensor:
+        """T of the given units, (len(units), L, L) float64, lower triangular: each owner
+        materialised once, its rows scaled per unit."""
+        owners, inverse = self._owners(units)
+        stored = self._stored_owners(owners)[inverse].to(torch.float64)
         return stored if self.row_scale is None else stored * self.row_scale[_index(units), :, None].to(torch.float64)
 
-    def _row_scaled_spectra(self, stored_owners: torch.Tensor, units, positions, dtype, device) -> torch.Tensor:
-        """Spectra of units that share owners: one SVD of each owner's cut serves them all."""
-        _, inverse = self._owners(units)
+    def _row_scaled_spectra(self, units, positions, dtype, device) -> torch.Tensor | None:
+        """Spectra of units that share owners (one SVD of each owner's cut serves them all),
+        or None where no two of ``units`` share one."""
+        owners, inverse = self._owners(units)
+        if self.row_scale is None or len(owners) == len(inverse):
+            return None
         scales = self.row_scale[_index(units)]
         return row_scaled_hankel_singular_values(
-            stored_owners, inverse, scales, positions, max_rank=self.max_rank, dtype=dtype, device=device
+            self._stored_owners(owners), inverse, scales, positions, max_rank=self.max_rank, dtype=dtype, device=device
         )
 
     @property
@@ -131,10 +140,6 @@ class CapturedLayer:
         if self.inputs is None:
             raise NotImplementedError
         return tuple(self.inputs.shape[:2])
-
-    def dense(self, units) -> torch.Tensor:
-        """T of the given units, (len(units), L, L) float64, lower triangular."""
-        raise NotImplementedError
 
     def spectra(self, units, positions, *, device=None, dtype=torch.float64) -> torch.Tensor:
         """Full spectra of the cuts: (len(units), P, K) with K >= max_rank, descending."""
@@ -204,12 +209,8 @@ class DenseCapture(CapturedLayer):
         units = self.operator.shape[0] if self.owner is None else len(self.owner)
         return (units, self.operator.shape[-1])
 
-    def _stored(self, units) -> torch.Tensor:
-        index = _index(units)
-        return self.operator[index if self.owner is None else self.owner[index]]
-
-    def dense(self, units) -> torch.Tensor:
-        return self._scaled(self._stored(units), units)
+    def _stored_owners(self, owners: torch.Tensor) -> torch.Tensor:
+        return self.operator[owners]
 
     @property
     def max_rank(self) -> int | None:
@@ -224,10 +225,11 @@ class DenseCapture(CapturedLayer):
 
     def spectra(self, units, positions, *, device=None, dtype=torch.float64) -> torch.Tensor:
         positions = torch.as_tensor(positions)
-        if self.row_scale is not None and self._shares_owners(units):
-            owners, _ = self._owners(units)
-            return self._row_scaled_spectra(self.operator[owners], units, positions, dtype, device)
-        operator = self._stored(units) if self.row_scale is None else self.dense(units)
+        sigma = self._row_scaled_spectra(units, positions, dtype, device)
+        if sigma is not None:
+            return sigma
+        owners, inverse = self._owners(units)
+        operator = self.operator[owners][inverse] if self.row_scale is None else self.dense(units)
         return hankel_singular_values(operator, positions=positions, dtype=dtype, device=device)
 
     def causal_count(self, positions) -> np.ndarray | None:
@@ -260,9 +262,8 @@ class SSMCapture(CapturedLayer):
         d = None if base.d is None else base.d * scale
         return type(base).derived(**dict(base.__dict__, c=base.c * scale[..., None], d=d))
 
-    def dense(self, units) -> torch.Tensor:
-        owners, inverse = self._owners(units)  # each owner materialised once
-        return self._scaled(self.realize(owners).to(torch.float64).materialize()[inverse], units)
+    def _stored_owners(self, owners: torch.Tensor) -> torch.Tensor:
+        return self.realize(owners).to(torch.float64).materialize()
 
     @property
     def max_rank(self) -> int | None:
@@ -286,11 +287,8 @@ class SSMCapture(CapturedLayer):
         positions = torch.as_tensor(positions)
         if self.spectra_path(positions, device)["method"] == "dense":
             # the dense path returns L // 2 values per cut; rank(H_t) <= N keeps the first N
-            if self.row_scale is not None and self._shares_owners(units):  # one SVD per owner and cut
-                owners, _ = self._owners(units)
-                base = self.realize(owners).to(torch.float64).materialize()
-                sigma = self._row_scaled_spectra(base, units, positions, dtype, device)
-            else:
+            sigma = self._row_scaled_spectra(units, positions, dtype, device)
+            if sigma is None:
                 # "svd": a recurrence's cut spectra decay far below the Gram guard, so "auto"
                 # would redo most cuts by SVD after its eigvalsh (measured: 92% of a Mamba2 head's)
                 dense = self.dense(units)
