@@ -279,3 +279,20 @@ def test_a_local_folder_imports_neither_the_zoo_training_code_nor_widgets(tmp_pa
     """)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_torch_thread_runs_with_the_callers_torch_thread_count():
+    """The explorer's worker and forward-pass threads: a new thread can start with one torch
+    thread, which would put the analysis on one core."""
+    import torch
+
+    before = torch.get_num_threads()
+    seen = []
+    try:
+        torch.set_num_threads(3)
+        thread = S.torch_thread(lambda: seen.append(torch.get_num_threads()), "test")
+        thread.start()
+        thread.join()
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [3] and thread.daemon

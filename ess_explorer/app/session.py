@@ -53,6 +53,7 @@ __all__ = [
     "first_chart_stride",
     "OVERVIEW_POSITIONS",
     "FIRST_CHART_FLOPS",
+    "torch_thread",
 ]
 
 # During refinement the views are updated at most this often (each update recomputes the
@@ -371,12 +372,7 @@ class ExplorerSession:
                 outcome["captured"] = captured
                 ready.set()
 
-        threads = torch.get_num_threads()
-
         def forward():
-            # A new thread does not reliably start with the caller's torch thread count: take
-            # the caller's, so the pass computes exactly as it would in the caller.
-            torch.set_num_threads(threads)
             _yield_cpu_to_the_analysis()
             try:
                 outcome["captured"] = self.capture_fn(model, tokenizer, prompt, gates=gates, on_layer=on_layer)
@@ -385,7 +381,7 @@ class ExplorerSession:
             finally:
                 ready.set()
 
-        thread = threading.Thread(target=forward, name="ess-explorer forward pass", daemon=True)
+        thread = torch_thread(forward, "ess-explorer forward pass")  # computes as it would in the caller
         self._forward = (thread, outcome)
         self.forward_passes += 1
         thread.start()
@@ -485,6 +481,19 @@ class ExplorerSession:
         result.meta.setdefault("exact_layers", sorted(result.layers))
         result.meta.setdefault("overview_stride", None)
         return result
+
+
+def torch_thread(target: Callable[[], None], name: str) -> threading.Thread:
+    """A daemon thread (not started) running ``target`` with the calling thread's torch
+    thread count: a new thread does not reliably start with it (it can start with 1), and
+    the work would then run on one core."""
+    threads = torch.get_num_threads()
+
+    def run() -> None:
+        torch.set_num_threads(threads)
+        target()
+
+    return threading.Thread(target=run, name=name, daemon=True)
 
 
 def _yield_cpu_to_the_analysis() -> None:

@@ -30,7 +30,6 @@ from typing import Callable
 import altair as alt
 import ipywidgets as W
 import numpy as np
-import torch
 import traitlets as T
 
 from ..core.diagnostics import COLLAPSED_AT, SATURATED_AT
@@ -47,7 +46,7 @@ from .controls import (
     with_selection,
     zoo_models,
 )
-from .session import Cancelled, ExplorerSession
+from .session import Cancelled, ExplorerSession, torch_thread
 from .static import (
     EXAMPLE_PROMPT,  # noqa: F401  (public name of this module since the first release)
     HIDE_STATIC_CSS,
@@ -347,12 +346,7 @@ class ESSExplorer(StaticCopy, W.VBox):
         self.progress_w.value, self.progress_w.bar_style = 0.0, "info"
         self._say("starting …", "busy")
 
-        threads = torch.get_num_threads()
-
         def job():
-            # A new thread does not reliably start with the caller's torch thread count (it
-            # can start with 1): take the caller's, or the analysis runs on one core.
-            torch.set_num_threads(threads)
             if previous is not None:
                 previous.join()
             self._work(work)
@@ -360,7 +354,7 @@ class ESSExplorer(StaticCopy, W.VBox):
         if not self._background:
             job()
             return bool(self._ok)
-        self._thread = threading.Thread(target=job, name="ess-explorer", daemon=True)
+        self._thread = torch_thread(job, "ess-explorer")  # with the caller's torch threads, not one core
         self._thread.start()
         return bool(self.wait()) if wait else True
 
