@@ -8,6 +8,7 @@ from test_ess_core import assert_spectra_match, random_ssm
 
 from ess_explorer import DiagonalSSM, hankel_singular_values
 from ess_explorer.core.spectra import choose_ssm_path
+from ess_explorer.core.sweeps import balanced_chunk
 from ess_explorer.core.units import SSMCapture
 from ess_explorer.result import ESSResult, LayerESS
 from ess_explorer.synthetic import diagonal_ssm, softmax_attention
@@ -290,3 +291,16 @@ def test_row_scaled_channels_of_well_conditioned_heads_take_their_grams(monkeypa
     assert sum(grams) > 0  # some cuts went by the Grams
     expected = hankel_singular_values(scale[..., None] * heads[owner], method="svd")
     assert_spectra_match(chosen, expected)
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3, 8])
+def test_balanced_chunks_keep_the_budget_and_load_every_worker_equally(workers):
+    for total in (1, 2, 5, 127, 1536):
+        for most in (1, 3, 100, 512, 4096):
+            size = balanced_chunk(total, most, workers)
+            rounds = -(-total // (most * workers))  # chunks per worker the budget forces
+            assert 1 <= size <= most
+            assert -(-total // size) <= rounds * workers
+            # the busiest worker holds its fair share, up to one item per round of rounding
+            # (1536 items, at most 512 per chunk, 2 workers: 4 chunks of 384, not 512 + 512 + 512)
+            assert size * rounds <= -(-total // workers) + rounds

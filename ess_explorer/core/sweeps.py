@@ -15,7 +15,7 @@ from .checks import require
 from .operators import DPLRSSM, DiagonalSSM
 from .scan import scan_chunk
 
-__all__ = ["factored_hankel_singular_values", "over_chunks", "single_threaded_torch"]
+__all__ = ["balanced_chunk", "factored_hankel_singular_values", "over_chunks", "single_threaded_torch"]
 
 
 def _rank_one_update_upper(r: torch.Tensor, x: torch.Tensor, rotations: bool | None = None) -> torch.Tensor:
@@ -111,7 +111,7 @@ def factored_hankel_singular_values(
     if method == "scan":  # the local roots of both halves at every step, plus the stacked fix-up
         bytes_per_unit = (2 * length + 4 * len(wanted)) * n * n * torch.finfo(dtype).bits // 8
     workers = torch.get_num_threads() if device.type == "cpu" else 1
-    chunk = max(1, min(-(-units // workers), chunk_bytes // max(1, bytes_per_unit)))  # >= one chunk per worker
+    chunk = balanced_chunk(units, chunk_bytes // max(1, bytes_per_unit), workers)
     row_of_wanted = torch.searchsorted(wanted, positions[inside])
 
     def run(sl: slice) -> None:
@@ -128,6 +128,14 @@ def factored_hankel_singular_values(
 
     over_chunks(run, units, chunk, workers)
     return result()
+
+
+def balanced_chunk(total: int, most: int, workers: int) -> int:
+    """The chunk size for ``total`` items in chunks of at most ``most`` whose count is a
+    multiple of ``workers``: equal chunks, so that no thread is left with one more chunk
+    than the others (3 chunks on 2 threads take as long as 4)."""
+    rounds = -(-total // max(1, most * workers))  # chunks per worker
+    return max(1, -(-total // (rounds * workers)))
 
 
 def over_chunks(run, total: int, size: int, workers: int) -> None:
