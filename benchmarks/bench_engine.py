@@ -129,7 +129,15 @@ def run_model(params: dict, device: torch.device) -> dict:
     _sync(device)
     start, cpu_start = time.perf_counter(), time.process_time()
     layers = range(params["layers"]) if "layers" in params else None  # the first n layers, else all
-    result = analyze(model, ids, progress=False, device=device, gates=params.get("gates", "inside"), layers=layers)
+    result = analyze(
+        model,
+        ids,
+        progress=False,
+        device=device,
+        gates=params.get("gates", "inside"),
+        layers=layers,
+        causal=params.get("causal", True),
+    )
     _sync(device)
     lay = result.layers[min(result.layers)]
     return {
@@ -248,6 +256,7 @@ MODEL_CASES = {
         ("gpt2", 512),
         ("gpt2", 1024),
         ("mamba", 512),
+        ("mamba", 512, "inside", None, False),  # causal=False: what causal ESS costs
         ("mamba", 1024),
         ("mamba2", 256, "outside"),
         ("mamba2", 256, "inside", 1),
@@ -274,13 +283,17 @@ def model_cases(dev: str) -> None:
     from _models import KINDS
 
     print("\n4. models through analyze (random weights, built from configs), every layer unless said, all cuts")
+    # (kind, L[, gates[, the first n layers (None: all)[, causal]]])
     for kind, length, *rest in MODEL_CASES["cpu" if dev == "cpu" else "gpu"]:
         params = {"kind": kind, "L": length, "gates": rest[0] if rest else "inside"}
-        if len(rest) > 1:
+        if len(rest) > 1 and rest[1] is not None:
             params["layers"] = rest[1]
+        if len(rest) > 2:
+            params["causal"] = rest[2]
         case = child("model", params, dev)
         label = f"{KINDS[kind].split(' (')[0]}, L = {length}, gates {params['gates']}"
-        label += f", {rest[1]} layer(s)" if len(rest) > 1 else ""
+        label += f", {rest[1]} layer(s)" if "layers" in params else ""
+        label += ", no causal ESS" if params.get("causal") is False else ""
         show(label, case, f"{case.get('layers', '?')} layers, layer-0 path {case.get('path', {}).get('method')}")
 
 

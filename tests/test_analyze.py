@@ -123,6 +123,25 @@ def test_stride_computes_the_same_cuts():
     np.testing.assert_allclose(strided.entropy_ess, full.entropy_ess[:, ::4], rtol=1e-9)
 
 
+@pytest.mark.parametrize("name", ["mamba", "gpt2"])
+def test_no_causal_skips_the_reachability_and_keeps_the_rest(name, monkeypatch):
+    """causal=False leaves causal ESS NaN (also attention's free structural count) and
+    never asks for the reachability spectra; every other field is the full run's."""
+    from ess_explorer.core.units import CapturedLayer, SSMCapture
+
+    model, ids = build(name)
+    full = analyze(model, ids, layers=[0], progress=False)
+    for cls in (CapturedLayer, SSMCapture):
+        monkeypatch.setattr(cls, "spectra_and_causal", lambda *a, **k: pytest.fail("causal spectra asked for"))
+        monkeypatch.setattr(cls, "causal_spectra", lambda *a, **k: pytest.fail("causal spectra asked for"))
+    skipped = analyze(model, ids, layers=[0], progress=False, causal=False)
+    assert full.meta["causal"] is True and skipped.meta["causal"] is False
+    assert np.isfinite(full.layers[0].causal_ess).all() and np.isnan(skipped.layers[0].causal_ess).all()
+    np.testing.assert_array_equal(skipped.layers[0].tolerance_ess, full.layers[0].tolerance_ess)
+    np.testing.assert_array_equal(skipped.layers[0].entropy_ess, full.layers[0].entropy_ess)
+    np.testing.assert_array_equal(skipped.layers[0].singular_values, full.layers[0].singular_values)
+
+
 def test_top_k_cuts_stored_values_not_the_ess():
     model, ids = build("gpt2")
     full = analyze(model, ids, layers=[0], progress=False).layers[0]
@@ -289,6 +308,7 @@ def _untouched(model):
         (dict(input_ids=[1, 2, 3], top_k=0), "top_k"),
         (dict(input_ids=[1, 2, 3], tol=-1.0), "tol"),
         (dict(input_ids=[1, 2, 3], keep_operators="all"), "keep_operators"),
+        (dict(input_ids=[1, 2, 3], causal="no"), "causal must be True or False"),
     ],
 )
 def test_bad_input_is_a_clear_value_error(kwargs, match):

@@ -124,6 +124,15 @@ def test_second_run_is_a_cache_hit_and_no_cache_bypasses(fake, capsys, tmp_path)
     assert list((tmp_path / "cache" / "results").glob("*/*.npz")) == entries  # untouched
 
 
+def test_no_causal_reaches_analyze_and_has_its_own_cache_entry(fake, capsys):
+    assert run(capsys, "analyze", "-p", "same prompt", "-q")[0] == 0
+    code, out, _ = run(capsys, "analyze", "-p", "same prompt", "--no-causal", "-q")
+    assert code == 0 and "cache miss" in out and len(fake["analyze"]) == 2  # not the full result's entry
+    assert [call["causal"] for call in fake["analyze"]] == [True, False]
+    code, out, _ = run(capsys, "analyze", "-p", "same prompt", "--no-causal", "-q")
+    assert "cache hit" in out and len(fake["analyze"]) == 2
+
+
 def test_a_truncated_cache_entry_is_recomputed_by_the_cli(fake, capsys, tmp_path):
     assert run(capsys, "analyze", "-p", "cached", "-q")[0] == 0
     (entry,) = (tmp_path / "cache" / "results").glob("*/*.npz")

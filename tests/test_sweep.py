@@ -160,6 +160,25 @@ def test_rerun_computes_nothing_and_other_options_are_refused(local):
         sweep(MODELS, seg_prompts(4), out=local.out, backend="dask")
 
 
+def test_no_causal_sweep_leaves_the_column_empty_and_an_older_plan_resumes(local, tmp_path):
+    table = local.table()
+    skipped = sweep(MODELS, seg_prompts(4), out=tmp_path / "fast", shard_size=2, causal=False, progress=False)
+    fast = skipped.table()
+    assert fast.causal_ess.isna().all() and table.causal_ess.notna().any()
+    for column in ("tolerance_ess", "entropy_ess", "tss"):
+        np.testing.assert_array_equal(fast[column].to_numpy(), table[column].to_numpy(), err_msg=column)
+    with pytest.raises(ValueError, match="another options"):  # one table never mixes the two
+        sweep(MODELS, seg_prompts(4), out=local.out, shard_size=2, causal=False, progress=False)
+    # a sweep folder written before the option existed (no "causal" in its plan) ran with causal ESS
+    older = tmp_path / "older"
+    shutil.copytree(local.out, older)
+    plan = json.loads((older / "sweep.json").read_text())
+    del plan["options"]["causal"]
+    (older / "sweep.json").write_text(json.dumps(plan))
+    again = sweep(MODELS, seg_prompts(4), out=older, shard_size=2, progress=False)
+    assert (again.computed, again.skipped) == (0, 4)
+
+
 # ---- resumption -----------------------------------------------------------------------------
 def _cli(out, prompts_file, *extra):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}

@@ -434,7 +434,7 @@ class ExplorerSession:
                 return None, None
             ids = [int(i) for i in tokenizer(prompt, add_special_tokens=False)["input_ids"]]
             # the same key as `ess-explorer analyze` (float32 weights, every layer, exact,
-            # per-cut scope, the model's device, no revision)
+            # per-cut scope, the model's device, no revision, causal ESS)
             key = cache_key(
                 identity,
                 ids,
@@ -448,6 +448,7 @@ class ExplorerSession:
                 gates=self._settings["gates"],
                 device=None,
                 revision=None,
+                causal=True,
             )
         except ValueError:
             return None, None

@@ -60,6 +60,7 @@ def layer_arrays(
     operator_dtype=torch.float32,
     scope: str = DEFAULT_SCOPE,
     on_chunk: Callable[[int, int], None] | None = None,
+    causal: bool = True,
 ) -> dict:
     """The fields of a LayerESS for the units ``unit_ids`` (default all) of ``layer``.
 
@@ -69,7 +70,8 @@ def layer_arrays(
     with "layer" it is the largest sigma_1 over every unit in ``unit_ids``, so a layer
     computed in more than one chunk is swept twice (the counts need the maximum first).
     Causal ESS (core/causal.py) follows the same tol / relative / scope; NaN for units with
-    no known realisation. on_chunk(units done, units in all) is called after each chunk of
+    no known realisation, and for every unit with ``causal=False``, which skips its spectra
+    (for a recurrence one more N x N SVD per cut: a third of a Mamba layer). on_chunk(units done, units in all) is called after each chunk of
     units: a progress report, and the place a caller may stop a long layer by raising.
     """
     unit_ids = list(range(layer.n_units)) if unit_ids is None else list(unit_ids)
@@ -86,9 +88,9 @@ def layer_arrays(
     chunks = [slice(start, min(n_units, start + chunk)) for start in range(0, n_units, chunk)]
     tol_ess = np.zeros((n_units, n_pos), dtype=np.int64)
     ent_ess = np.zeros((n_units, n_pos), dtype=np.float64)
-    causal = np.full((n_units, n_pos), np.nan)
+    causal_ess = np.full((n_units, n_pos), np.nan)
     kept = np.zeros((n_units, n_pos, keep), dtype=np.float64)
-    structural = layer.causal_count(positions)
+    structural = layer.causal_count(positions) if causal else None
     # scope "layer" over several chunks: the counts wait for the layer's largest sigma_1.
     deferred = scope == "layer" and len(chunks) > 1
     top = {"hankel": 0.0, "causal": 0.0}
@@ -100,13 +102,15 @@ def layer_arrays(
             .numpy()
         )
         if csig is not None:
-            causal[rows] = (
+            causal_ess[rows] = (
                 tolerance_ess(spectra=csig, tol=tol, relative=relative, scope=scope, reference=references.get("causal"))
                 .cpu()
                 .numpy()
             )
 
     def chunk_spectra(rows):
+        if not causal:
+            return layer.spectra(unit_ids[rows], positions, device=device, dtype=torch.float64), None
         return layer.spectra_and_causal(unit_ids[rows], positions, device=device, dtype=torch.float64)
 
     for rows in chunks:
@@ -115,7 +119,7 @@ def layer_arrays(
         width = min(keep, sigma.shape[-1])
         kept[rows, :, :width] = sigma[..., :width].cpu().numpy()
         if structural is not None:
-            causal[rows] = structural
+            causal_ess[rows] = structural
         if deferred:
             top["hankel"] = max(top["hankel"], float(tolerance_reference(sigma, "layer")))
             if csig is not None:
@@ -145,5 +149,5 @@ def layer_arrays(
         operators=operators,
         path=path,
         multiplicity=np.full(n_units, layer.unit_multiplicity(), dtype=np.int64),
-        causal_ess=causal,
+        causal_ess=causal_ess,
     )

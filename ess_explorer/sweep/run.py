@@ -36,6 +36,8 @@ __all__ = ["sweep", "SweepResult", "Shard", "PLAN_FILE", "PROMPTS_FILE", "BACKEN
 
 PLAN_FILE, PROMPTS_FILE = "sweep.json", "prompts.jsonl"
 PLAN_FORMAT = 1
+# Options added since PLAN_FORMAT 1, with the value an older plan (which lacks them) ran with.
+LATER_OPTIONS = {"causal": True}
 BACKENDS = ("local", "ray")
 
 
@@ -95,6 +97,8 @@ def _check_plan(out: Path, plan: dict, runs: list[Run]) -> dict:
         old = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as error:
         raise ValueError(f"{path} is not a readable sweep plan ({error}); use another --out") from None
+    if isinstance(old.get("options"), dict):  # a plan from before an option existed used its default
+        old["options"] = {**LATER_OPTIONS, **old["options"]}
     for key in ("format", "prompts_sha256", "n_prompts", "shard_size", "bucket_by_length", "options"):
         if old.get(key) != plan[key]:
             raise ValueError(
@@ -142,6 +146,7 @@ def sweep(
     gates: str = DEFAULT_GATES,
     stride: int | None = None,
     units=None,
+    causal: bool = True,
     device=None,
     progress: bool = True,
     ray_address: str | None = None,
@@ -154,7 +159,8 @@ def sweep(
         checkpoint-STEP subfolders); see sweep/inputs.py.
     prompts : a list of strings / token-id lists, a .txt (one per line) or .jsonl file
         (``text_field``), or a datasets.Dataset.
-    layers, tol, relative, scope, gates, stride, units : as in analyze (the same for every run).
+    layers, tol, relative, scope, gates, stride, units, causal : as in analyze (the same for
+        every run; ``causal=False`` leaves the causal_ess column NaN and saves its spectra).
     backend : "local" (this process) or "ray" (``ray_address`` to join a running cluster,
         else ``ray.init(**ray_init)`` starts a local one; ``device="cuda"`` asks each task for
         ``num_gpus`` GPUs, default 1).
@@ -185,6 +191,7 @@ def sweep(
         "gates": gates,
         "stride": stride,
         "units": units if units is None or isinstance(units, int) else [int(u) for u in units],
+        "causal": bool(causal),
     }
     plan = {
         "format": PLAN_FORMAT,

@@ -21,7 +21,7 @@ from .table import SCHEMA, result_table
 __all__ = ["compute_shard", "cached_model", "ANALYSIS_OPTIONS"]
 
 # The analyze options a sweep passes through (everything that changes the numbers).
-ANALYSIS_OPTIONS = ("layers", "tol", "relative", "scope", "gates", "stride", "units")
+ANALYSIS_OPTIONS = ("layers", "tol", "relative", "scope", "gates", "stride", "units", "causal")
 
 _LOADED: dict = {}  # source -> (model, tokenizer): at most one model per process
 
@@ -42,7 +42,7 @@ def compute_shard(run: Run, model, tokenizer, items, options: dict) -> tuple[pa.
     analyze's meta of the first prompt (model id, revision, dtype, tolerance, versions), the
     host and the seconds spent. ``options`` holds ANALYSIS_OPTIONS."""
     start = time.perf_counter()
-    analysis = {name: options.get(name) for name in ANALYSIS_OPTIONS}
+    analysis = {name: options[name] for name in ANALYSIS_OPTIONS if name in options}  # else analyze's default
     tables, lengths, first_meta = [], [], None
     for prompt_id, prompt in items:
         if isinstance(prompt, str):
