@@ -103,37 +103,11 @@ def _tokenize(tokenizer, prompt: str) -> list[int]:
     return [int(i) for i in tokenizer(prompt, add_special_tokens=False)["input_ids"]]
 
 
-def _analyze(
-    model,
-    input_ids,
-    tokenizer,
-    *,
-    layers,
-    tol,
-    relative,
-    stride,
-    device,
-    progress,
-    scope="cut",
-    gates="inside",
-    causal=True,
-):
+def _analyze(model, input_ids, tokenizer, **options):
+    """`analysis.analyze` (imported late: `--help` needs no torch); tests replace it."""
     from ..analysis import analyze
 
-    return analyze(
-        model,
-        input_ids,
-        tokenizer=tokenizer,
-        layers=layers,
-        tol=tol,
-        relative=relative,
-        scope=scope,
-        gates=gates,
-        stride=stride,
-        device=device,
-        progress=progress,
-        causal=causal,
-    )
+    return analyze(model, input_ids, tokenizer=tokenizer, **options)
 
 
 def _identity_without_weights(source: str, revision):
