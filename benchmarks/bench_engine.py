@@ -12,6 +12,7 @@ is the steadier figure on a shared machine.
 Cases:
 1. factored: scan vs sweep on a batch of Mamba-shaped channels (N = 16), and the dense
    path on the materialised operator of one channel; max |dsigma| / sigma_1 against the sweep.
+   1b. the same scan vs sweep on Gated DeltaNet heads (DPLR transitions, N = 128 with --full).
 2. dense: the batched path (cuts grouped by size) vs the per-cut loop, GPT-2-shaped softmax
    heads (head_dim 64), float64.
 3. a Mamba-130m-shaped layer: 1536 channels, N = 16, L = 1024 (--full; default 192
@@ -50,6 +51,20 @@ def mamba_like(channels: int, length: int, state: int, seed: int = 0):
     return DiagonalSSM(torch.exp(dt * A), (dt * B).expand(shape), C.expand(shape))
 
 
+def delta_rule_like(units: int, length: int, state: int, seed: int = 0):
+    """Gated DeltaNet heads: A_t = alpha_t (I - beta_t k_t k_t^T), ||k_t|| = 1, b = beta_t k_t,
+    c = q_t / sqrt(N); alpha in (0.9, 1) as in a trained model, beta in (0, 1)."""
+    from ess_explorer import DPLRSSM
+
+    g = torch.Generator().manual_seed(seed)
+    shape = (units, length, state)
+    k = torch.nn.functional.normalize(torch.randn(shape, generator=g, dtype=torch.float64), dim=-1)
+    alpha = 0.9 + 0.1 * torch.rand(units, length, 1, generator=g, dtype=torch.float64)
+    beta = torch.rand(units, length, 1, generator=g, dtype=torch.float64)
+    c = torch.randn(shape, generator=g, dtype=torch.float64) / state**0.5
+    return DPLRSSM(alpha.expand(shape), (-alpha * beta * k)[..., None], k[..., None], beta * k, c)
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -82,6 +97,10 @@ def run_case(name: str, params: dict, device_name: str) -> dict:
             fn = lambda: hankel_singular_values(op, device=device)  # noqa: E731
         else:
             fn = lambda: hankel_singular_values(ssm, device=device, method=name)  # noqa: E731
+        fn_ref = lambda: hankel_singular_values(ssm[:1], method="sweep")  # noqa: E731
+    elif name in ("dplr_sweep", "dplr_scan"):
+        ssm = delta_rule_like(params["units"], params["L"], params["N"])
+        fn = lambda: hankel_singular_values(ssm, device=device, method=name[5:])  # noqa: E731
         fn_ref = lambda: hankel_singular_values(ssm[:1], method="sweep")  # noqa: E731
     elif name in ("batched", "per_cut"):
         from ess_explorer.synthetic import softmax_attention
@@ -222,6 +241,14 @@ def factored_cases(args, dev: str) -> None:
     show("dense, 1 channel materialised", case, f"max err/sigma_1 vs CPU sweep {_get(case, 'max_err_vs_sweep'):.1e}")
     if "error" not in case and times["sweep"]:
         print(f"  dense per channel / sweep per channel: {case['seconds'] / (times['sweep'] / units):.0f}x")
+    heads, n = (16, 128) if args.full else (4, 32)
+    print(f"\n1b. factored, Gated DeltaNet heads (DPLR, rank 1, N = {n}), L = {length}, all cuts")
+    for method in ("sweep", "scan"):
+        case = child(f"dplr_{method}", {"units": heads, "L": length, "N": n}, dev)
+        times[method] = case.get("seconds")
+        show(f"{method:<5} {heads} heads", case, f"max err/sigma_1 vs CPU sweep {_get(case, 'max_err_vs_sweep'):.1e}")
+    if times["sweep"] and times["scan"]:
+        print(f"  scan / sweep time: {times['scan'] / times['sweep']:.2f}")
 
 
 def dense_cases(args, dev: str) -> None:

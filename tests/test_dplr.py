@@ -152,10 +152,11 @@ def test_bad_inputs_are_clear_value_errors():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_cuda_sweep_of_a_delta_rule_matches_the_cpu():
+def test_cuda_scan_and_sweep_of_a_delta_rule_match_the_cpu():
     ssm = gated_delta(256, 16, units=4, seed=13, alpha=(0.9, 1.0), beta=(0.0, 1.0))
     cpu = hankel_singular_values(ssm)
-    assert_spectra_match(hankel_singular_values(ssm, device="cuda").cpu(), cpu)
+    for method in ("auto", "sweep"):  # auto: the scan on a GPU
+        assert_spectra_match(hankel_singular_values(ssm, device="cuda", method=method).cpu(), cpu)
 
 
 def test_causal_ess_of_a_delta_rule_is_the_rank_of_its_reachability_matrix():
@@ -188,3 +189,41 @@ def test_one_sweep_gives_the_spectra_and_the_reachability_spectra(rank):
     sigma, reach = factored_hankel_singular_values(ssm, positions=positions, method="sweep", causal=True)
     torch.testing.assert_close(sigma, factored_hankel_singular_values(ssm, positions=positions, method="sweep"))
     torch.testing.assert_close(reach, reachability_singular_values(ssm, positions), rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "alpha, beta, per_key",
+    [
+        ((0.3, 0.99), (0.0, 1.0), False),
+        ((0.999, 1.0), (0.999, 1.0), False),  # a projection: eigenvalues near 0 and 1
+        ((1e-6, 1e-2), (0.2, 0.8), False),  # decays near 0
+        ((0.9, 1.0), (1.95, 2.0), False),  # eigenvalues near -1
+        ((0.5, 1.0), (0.0, 1.0), True),  # KDA
+    ],
+)
+def test_the_scan_of_delta_rule_transitions_matches_dense_svd_and_the_sweep(alpha, beta, per_key):
+    """The blocked scan (the GPU default) combines DPLR transitions as N x N products within
+    each block; its spectra are the dense SVD's and the sweep's, and its forward roots give
+    the reachability sweep's causal spectrum."""
+    from ess_explorer.core.causal import reachability_singular_values
+    from ess_explorer.core.sweeps import factored_hankel_singular_values
+
+    ssm = gated_delta(83, 8, units=2, seed=int(100 * beta[1]) + 1, alpha=alpha, beta=beta, per_key=per_key)
+    dense = hankel_singular_values(ssm.materialize(), method="svd")
+    positions = torch.arange(ssm.length)
+    scan, reach = factored_hankel_singular_values(ssm, positions=positions, method="scan", causal=True)
+    assert_spectra_match(scan, dense)
+    assert_spectra_match(scan, hankel_singular_values(ssm, method="sweep"))
+    reference = reachability_singular_values(ssm, positions)
+    assert ((reach - reference).abs() <= 1e-6 * reference + 1e-10 * reference[..., :1]).all()
+
+
+@pytest.mark.parametrize("block", [1, 4, 9, 100])
+def test_the_dplr_scan_is_exact_for_any_block_size(block):
+    from ess_explorer.core.scan import scan_chunk
+
+    ssm = random_dplr(64, 6, 2, units=3, seed=block)
+    wanted = torch.tensor([1, 8, 9, 10, 40, 63])
+    dense = hankel_singular_values(ssm.materialize(), method="svd", positions=wanted)
+    scan = scan_chunk(ssm.a, ssm.b, ssm.c, wanted, block=block, low_rank=(ssm.p, ssm.q))
+    assert_spectra_match(scan, dense)

@@ -26,7 +26,8 @@ from __future__ import annotations
 import torch
 
 from .operators import DPLRSSM, DiagonalSSM
-from .sweeps import _rank_one_update_upper, _times_transition, over_chunks
+from .scan import times_transition
+from .sweeps import _rank_one_update_upper, over_chunks
 
 __all__ = ["reachability_singular_values", "shift_register_singular_values"]
 
@@ -70,7 +71,7 @@ def reachability_singular_values(
             if pq is None:
                 state[:, :live].mul_(ac[:, step, None, :])  # U_c diag(a_t): the past decays
             else:  # U_c A_t^T, no longer triangular: the QR below re-triangularises it
-                _times_transition(state[:, :live], ac[:, step], pq[1][:, step], pq[0][:, step])
+                times_transition(state[:, :live], ac[:, step], pq[1][:, step], pq[0][:, step])
             vector.copy_(bc[:, step])
             if live < n:  # b_t u_t enters as one more row: R of the (live + 1) x N stack
                 state[:, : live + 1] = torch.linalg.qr(torch.cat([state[:, :live], vector[:, None]], 1), mode="r").R

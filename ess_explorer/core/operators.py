@@ -177,7 +177,9 @@ class DPLRSSM(_Recurrence):
 
     Spectra use the same square-root sweeps as `DiagonalSSM` (core/sweeps.py): the
     triangular factors are multiplied by A_t (a diagonal scaling plus a rank-r update,
-    O(N^2 r)) before each QR, so no Gramian and no product of transitions is formed.
+    O(N^2 r)) before each QR, so no Gramian and no product of transitions is formed. The
+    blocked scan (core/scan.py, the default on GPUs) also forms the products of the
+    transitions within each block of about sqrt(L) steps, as N x N matrices.
     """
 
     a: torch.Tensor

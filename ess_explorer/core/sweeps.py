@@ -13,7 +13,7 @@ import torch
 
 from .checks import require
 from .operators import DPLRSSM, DiagonalSSM
-from .scan import scan_chunk
+from .scan import scan_chunk, times_transition
 
 __all__ = ["balanced_chunk", "factored_hankel_singular_values", "over_chunks", "single_threaded_torch"]
 
@@ -99,28 +99,27 @@ def factored_hankel_singular_values(
 
     if units == 0 or len(wanted) == 0:
         return result()
-    require(
-        not (has_low_rank and method == "scan"),
-        "method='scan' combines diagonal transitions only; use 'sweep' for a DPLRSSM",
-    )
     if method == "auto":
-        method = "sweep" if device.type == "cpu" or has_low_rank else "scan"
+        method = "sweep" if device.type == "cpu" else "scan"
     if chunk_bytes is None:  # a GPU is fed larger chunks: fewer, larger launches
         chunk_bytes = 512 << 20 if device.type != "cuda" else min(8 << 30, torch.cuda.mem_get_info(device)[0] // 4)
     bytes_per_unit = len(wanted) * n * n * torch.finfo(dtype).bits // 8
-    if method == "scan":  # the local roots of both halves at every step, plus the stacked fix-up
-        bytes_per_unit = (2 * length + 4 * len(wanted)) * n * n * torch.finfo(dtype).bits // 8
+    if method == "scan":  # the local roots of both halves at every step (and a DPLR's transition
+        # products beside them), plus the stacked fix-up
+        bytes_per_unit = (
+            (2 * length * (2 if has_low_rank else 1) + 4 * len(wanted)) * n * n * torch.finfo(dtype).bits // 8
+        )
     workers = torch.get_num_threads() if device.type == "cpu" else 1
     chunk = balanced_chunk(units, chunk_bytes // max(1, bytes_per_unit), workers)
     row_of_wanted = torch.searchsorted(wanted, positions[inside])
 
     def run(sl: slice) -> None:
         ac, bc, cc = (x[sl].to(device=device, dtype=dtype) for x in (a, b, c))
-        if method == "sweep":  # DPLR transitions always take it (the scan combines diagonal steps only)
-            pq = None if low_rank is None else tuple(x[sl].to(device=device, dtype=dtype) for x in low_rank)
+        pq = None if low_rank is None else tuple(x[sl].to(device=device, dtype=dtype) for x in low_rank)
+        if method == "sweep":
             sigma = _sweep_chunk(ac, bc, cc, wanted, low_rank=pq, causal=causal)  # (chunk, W, N)
         else:
-            sigma = scan_chunk(ac, bc, cc, wanted, causal=causal)  # (chunk, W, N)
+            sigma = scan_chunk(ac, bc, cc, wanted, causal=causal, low_rank=pq)  # (chunk, W, N)
         if causal:
             sigma, reach = sigma
             reach_out[sl, inside] = reach[:, row_of_wanted]
@@ -173,24 +172,6 @@ class single_threaded_torch:
         torch.set_num_threads(self.saved)
 
 
-def _times_transition(
-    state: torch.Tensor, scale: torch.Tensor, left: torch.Tensor | None = None, right: torch.Tensor | None = None
-) -> torch.Tensor:
-    """S <- S (diag(scale) + left right^T), IN PLACE, batched: the factor times a transition.
-
-    state (B, N, N); scale (B, N); left, right (B, N, r) or None (a diagonal transition).
-    The low-rank part costs O(N^2 r): (S left) right^T, with S taken before the scaling.
-    The sweeps call it with A_t^T = diag(a) + q p^T (forward) and A_t = diag(a) + p q^T
-    (backward). After a low-rank update S is no longer triangular; the QR that follows
-    re-triangularises it.
-    """
-    coefficients = None if left is None else state @ left  # (B, N, r)
-    state.mul_(scale[:, None, :])
-    if coefficients is not None:
-        state.baddbmm_(coefficients, right.transpose(-1, -2))
-    return state
-
-
 def _segment_update(state: torch.Tensor, scales: torch.Tensor, vectors: torch.Tensor) -> torch.Tensor:
     """m diagonal steps of a sweep at once, IN PLACE: the root X (B, N, N) after steps
     p + 1..p + m from the root after step p. scales, vectors: (m, B, N).
@@ -224,7 +205,7 @@ def _sweep_chunk(
     for diagonal ones. Returns (B, len(wanted), N); with ``causal`` also sigma(U_c(t)) =
     sigma(R_t) at the same cuts, (B, len(wanted), N).
 
-    Both sweeps have the form S <- rank_one(S M, vector) (`_times_transition`):
+    Both sweeps have the form S <- rank_one(S M, vector) (`scan.times_transition`):
         forward   U_c(t+1) = rank_one(U_c(t) A_t^T, b_t)          U_c^T U_c = R_t R_t^T
         backward  W_t      = rank_one(W_{t+1} A_{t+1}, c_t)       U_o(t) = W_t A_t
     (A_t = diag(a_t) for a DiagonalSSM.)
@@ -258,7 +239,7 @@ def _sweep_chunk(
         """U_o(t) U_c(t)^T with U_o(t) = W_t A_t."""
         if low_rank is None:
             return (observe * a[:, t, None, :]) @ reach.transpose(-1, -2)
-        return _times_transition(observe.clone(), a[:, t], low_rank[0][:, t], low_rank[1][:, t]) @ reach.transpose(
+        return times_transition(observe.clone(), a[:, t], low_rank[0][:, t], low_rank[1][:, t]) @ reach.transpose(
             -1, -2
         )
 
@@ -280,9 +261,9 @@ def _sweep_chunk(
             _segment_update(state, scales[previous + 1 : step + 1], vectors[previous + 1 : step + 1])
         else:
             if low_rank is None:
-                _times_transition(state, scales[step])
+                times_transition(state, scales[step])
             else:
-                _times_transition(state, scales[step], lefts[step], rights[step])
+                times_transition(state, scales[step], lefts[step], rights[step])
             vector.copy_(vectors[step])
             _rank_one_update_upper(state, vector, rotations)
         previous = step
