@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 
 from .operators import DPLRSSM, DiagonalSSM
-from .scan import times_transition
+from .scan import stacked_qr_r, times_transition
 from .sweeps import _rank_one_update_upper, over_chunks
 
 __all__ = ["reachability_singular_values", "shift_register_singular_values"]
@@ -74,7 +74,7 @@ def reachability_singular_values(
                 times_transition(state[:, :live], ac[:, step], pq[1][:, step], pq[0][:, step])
             vector.copy_(bc[:, step])
             if live < n:  # b_t u_t enters as one more row: R of the (live + 1) x N stack
-                state[:, : live + 1] = torch.linalg.qr(torch.cat([state[:, :live], vector[:, None]], 1), mode="r").R
+                state[:, : live + 1] = stacked_qr_r(state[:, :live], vector[:, None])
             else:
                 _rank_one_update_upper(state, vector, rotations=False if pq is not None else None)
             rows = wanted.get(step + 1)  # the state now holds u_0..u_step: R_{step + 1}

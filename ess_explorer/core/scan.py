@@ -32,12 +32,21 @@ import math
 
 import torch
 
-__all__ = ["scan_chunk", "scan_roots", "times_transition"]
+__all__ = ["scan_chunk", "scan_roots", "stacked_qr_r", "times_transition"]
 
 
-def _qr_r(stacked: torch.Tensor) -> torch.Tensor:
-    """R factor (*, N, N) of a batch of (*, m, N) matrices, m >= N."""
-    return torch.linalg.qr(stacked, mode="r").R
+def stacked_qr_r(top: torch.Tensor, bottom: torch.Tensor) -> torch.Tensor:
+    """R factor (*, N, N) of the stacked [top; bottom], top (*, k, N), bottom (*, j, N), k + j >= N.
+
+    The stack is written in column-major order (LAPACK's): torch's QR then copies it as one
+    block instead of transposing it, about a quarter of a batched 17 x 16 QR on CPU. The R
+    factor comes back column-major too.
+    """
+    rows = top.shape[-2] + bottom.shape[-2]
+    stack = top.new_empty(*top.shape[:-2], top.shape[-1], rows).mT  # (*, k + j, N), column-major
+    stack[..., : top.shape[-2], :] = top
+    stack[..., top.shape[-2] :, :] = bottom
+    return torch.linalg.qr(stack, mode="r").R
 
 
 def times_transition(
@@ -102,7 +111,7 @@ def scan_roots(
         decay = scales.new_empty(blocks, block, m, n)
         running = scales.new_ones(blocks, m, n)
     for k in range(block):
-        state = _qr_r(torch.cat([step(state, k), vc[:, k, :, None, :]], dim=-2))
+        state = stacked_qr_r(step(state, k), vc[:, k, :, None, :])
         local[:, k] = state
         running = step(running, k) if low_rank else running * sc[:, k]
         decay[:, k] = running
@@ -113,7 +122,7 @@ def scan_roots(
     # 2. roots at the block boundaries: carry[j] = X at the last step before block j
     carry = scales.new_zeros(blocks, m, n, n)
     for j in range(1, blocks):
-        carry[j] = _qr_r(torch.cat([times_product(carry[j - 1], decay[j - 1, -1]), local[j - 1, -1]], dim=-2))
+        carry[j] = stacked_qr_r(times_product(carry[j - 1], decay[j - 1, -1]), local[j - 1, -1])
 
     # 3. the wanted steps: combine their block's boundary root with the local root
     steps = steps.to(torch.long)
@@ -122,7 +131,7 @@ def scan_roots(
     column = torch.arange(m, device=steps.device).expand_as(steps)
     j, k = steps // block, steps % block
     base = times_product(carry[j, column], decay[j, k, column])
-    return _qr_r(torch.cat([base, local[j, k, column]], dim=-2))
+    return stacked_qr_r(base, local[j, k, column])
 
 
 def scan_chunk(

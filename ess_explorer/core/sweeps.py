@@ -13,7 +13,7 @@ import torch
 
 from .checks import require
 from .operators import DPLRSSM, DiagonalSSM
-from .scan import scan_chunk, times_transition
+from .scan import scan_chunk, stacked_qr_r, times_transition
 
 __all__ = ["balanced_chunk", "factored_hankel_singular_values", "over_chunks", "single_threaded_torch"]
 
@@ -36,7 +36,7 @@ def _rank_one_update_upper(r: torch.Tensor, x: torch.Tensor, rotations: bool | N
         # rotations for a large batch, much faster for a small one (the rotations cost
         # torch-op overhead, not flops), and one call releases the GIL, so chunks of
         # units run in parallel threads. On a GPU the rotations avoid per-matrix solvers.
-        r.copy_(torch.linalg.qr(torch.cat([r, x[:, None, :]], dim=1), mode="r").R)
+        r.copy_(stacked_qr_r(r, x[:, None, :]))
         return r
     for k in range(n):
         z = torch.complex(r[:, k, k:], x[:, k:])  # (B, N - k)
@@ -187,7 +187,7 @@ def _segment_update(state: torch.Tensor, scales: torch.Tensor, vectors: torch.Te
         after[:-1] = scales[1:].flip(0).cumprod(0).flip(0)
     total = scales[0] * after[0]  # (B, N)
     rows = (vectors * after).transpose(0, 1)  # (B, m, N)
-    state.copy_(torch.linalg.qr(torch.cat([state * total[:, None, :], rows], dim=1), mode="r").R)
+    state.copy_(stacked_qr_r(state * total[:, None, :], rows))
     return state
 
 
@@ -214,7 +214,7 @@ def _sweep_chunk(
     U_c(s + 1) and the backward half W_{L-1-s}. Whichever root of a cut t comes first
     waits in ``buffer``; when its partner arrives the slot is replaced by the product
     U_o(t) U_c(t)^T, since H_t = (Q_o U_o(t)) (U_c(t)^T Q_c^T) gives
-    sigma(H_t) = sigma(U_o(t) U_c(t)^T). Memory: one (B, W, N, N) buffer.
+    sigma(H_t) = sigma(U_o(t) U_c(t)^T). Memory: one (W, B, N, N) buffer.
     Only the steps after which a root is needed are stopped at; the diagonal steps between
     two stops are taken as one segment (`_segment_update`), so cuts at a stride s cost
     about 2 L / s QRs instead of L.
@@ -223,7 +223,10 @@ def _sweep_chunk(
     slot = {int(t): i for i, t in enumerate(wanted.tolist())}
     # every slot is written (each wanted t is a stop of both halves): no zero fill, which
     # costs as much as a tenth of the sweep at (1536 channels, L = 1024)
-    buffer = torch.empty(units, len(slot), n, n, dtype=a.dtype, device=a.device)
+    # Roots and products are kept column-major (`.mT` of a row-major block), LAPACK's order:
+    # the QRs and the final SVD then copy them as blocks instead of transposing them.
+    # Slot-major (W, B, N, N): a slot is one contiguous block, not B blocks a slot apart.
+    buffer = torch.empty(len(slot), units, n, n, dtype=a.dtype, device=a.device).mT
     reach_sigma = torch.zeros(units, len(slot), n, dtype=a.dtype, device=a.device) if causal else None
 
     if low_rank is not None:
@@ -235,20 +238,21 @@ def _sweep_chunk(
         lefts = torch.cat([q, p_next.flip(1)]).transpose(0, 1).contiguous()  # (L, 2B, N, r)
         rights = torch.cat([p, q_next.flip(1)]).transpose(0, 1).contiguous()
 
-    def product(observe: torch.Tensor, t: int, reach: torch.Tensor) -> torch.Tensor:
-        """U_o(t) U_c(t)^T with U_o(t) = W_t A_t."""
+    def store_product(i: int, observe: torch.Tensor, t: int, reach: torch.Tensor) -> None:
+        """buffer[i] = U_o(t) U_c(t)^T with U_o(t) = W_t A_t, written as its transpose
+        U_c U_o^T into the row-major view of the column-major slot (a block copy)."""
         if low_rank is None:
-            return (observe * a[:, t, None, :]) @ reach.transpose(-1, -2)
-        return times_transition(observe.clone(), a[:, t], low_rank[0][:, t], low_rank[1][:, t]) @ reach.transpose(
-            -1, -2
-        )
+            observe = observe * a[:, t, None, :]
+        else:
+            observe = times_transition(observe.clone(), a[:, t], low_rank[0][:, t], low_rank[1][:, t])
+        buffer[i].mT.copy_(reach @ observe.mT)
 
     # Time-major copies so that each step reads contiguous rows; the backward half runs
     # in reversed time and its scale is a_{t+1} (zero past the end, where W is still 0).
     shifted = torch.cat([a[:, 1:], torch.zeros_like(a[:, :1])], 1)
     scales = torch.cat([a, shifted.flip(1)]).transpose(0, 1).contiguous()  # (L, 2B, N)
     vectors = torch.cat([b, c.flip(1)]).transpose(0, 1).contiguous()  # (L, 2B, N)
-    state = torch.zeros(2 * units, n, n, dtype=a.dtype, device=a.device)  # [U_c ; W]
+    state = torch.zeros(2 * units, n, n, dtype=a.dtype, device=a.device).mT  # [U_c ; W], column-major
     vector = torch.empty(2 * units, n, dtype=a.dtype, device=a.device)
     # The steps after which a root is needed: t - 1 (forward) and L - 1 - t (backward) for
     # each wanted t. Between two of them the diagonal steps are taken as one segment.
@@ -272,13 +276,19 @@ def _sweep_chunk(
         if causal and forward_t in slot:  # U_c(t): what the past u_0..u_{t-1} wrote
             reach_sigma[:, slot[forward_t]] = torch.linalg.svdvals(reach)
         if forward_t == backward_t and forward_t in slot:
-            buffer[:, slot[forward_t]] = product(observe, forward_t, reach)
+            store_product(slot[forward_t], observe, forward_t, reach)
             continue
         if forward_t in slot:  # W_t was stored earlier iff the backward half passed t already
             i = slot[forward_t]
-            buffer[:, i] = product(buffer[:, i], forward_t, reach) if forward_t > backward_t else reach
+            if forward_t > backward_t:
+                store_product(i, buffer[i], forward_t, reach)
+            else:
+                buffer[i] = reach
         if backward_t in slot:
             i = slot[backward_t]
-            buffer[:, i] = product(observe, backward_t, buffer[:, i]) if backward_t < forward_t else observe
-    sigma = torch.linalg.svdvals(buffer)
+            if backward_t < forward_t:
+                store_product(i, observe, backward_t, buffer[i])
+            else:
+                buffer[i] = observe
+    sigma = torch.linalg.svdvals(buffer).transpose(0, 1)  # (B, W, N)
     return (sigma, reach_sigma) if causal else sigma
