@@ -71,8 +71,9 @@ def layer_arrays(
     computed in more than one chunk is swept twice (the counts need the maximum first).
     Causal ESS (core/causal.py) follows the same tol / relative / scope; NaN for units with
     no known realisation, and for every unit with ``causal=False``, which skips its spectra
-    (for a recurrence one more N x N SVD per cut: a third of a Mamba layer). on_chunk(units done, units in all) is called after each chunk of
-    units: a progress report, and the place a caller may stop a long layer by raising.
+    (for a recurrence one more N x N SVD per cut: a third of a Mamba layer).
+    on_chunk(units done, units in all) is called after each chunk of units: a progress
+    report, and the place a caller may stop a long layer by raising.
     """
     unit_ids = list(range(layer.n_units)) if unit_ids is None else list(unit_ids)
     positions = np.asarray(positions, dtype=np.int64)
