@@ -52,6 +52,7 @@ def fake(ref, monkeypatch, tmp_path):
         calls["analyze"].append({"ids": list(ids), **kw})
         result = copy.deepcopy(ref)
         result.meta["model_id"] = "fake/model"
+        result.meta["causal"] = kw.get("causal", True)  # as analyze records it
         return result
 
     monkeypatch.setattr(cli, "_load_model", load)
@@ -125,9 +126,11 @@ def test_second_run_is_a_cache_hit_and_no_cache_bypasses(fake, capsys, tmp_path)
 
 
 def test_no_causal_reaches_analyze_and_has_its_own_cache_entry(fake, capsys):
-    assert run(capsys, "analyze", "-p", "same prompt", "-q")[0] == 0
+    code, out, _ = run(capsys, "analyze", "-p", "same prompt", "-q")
+    assert code == 0 and "no causal ESS" not in out
     code, out, _ = run(capsys, "analyze", "-p", "same prompt", "--no-causal", "-q")
     assert code == 0 and "cache miss" in out and len(fake["analyze"]) == 2  # not the full result's entry
+    assert "no causal ESS" in out.splitlines()[0]  # the summary says what is missing
     assert [call["causal"] for call in fake["analyze"]] == [True, False]
     code, out, _ = run(capsys, "analyze", "-p", "same prompt", "--no-causal", "-q")
     assert "cache hit" in out and len(fake["analyze"]) == 2

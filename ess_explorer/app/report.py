@@ -150,6 +150,7 @@ def report_html(
         f"<p class='sub'>{result.length} tokens · layers {', '.join(str(i) for i in sorted(result.layers))} · "
         f"tolerance {html.escape(str(result.meta.get('tol')))} ({'relative' if result.meta.get('relative', True) else 'absolute'}, "
         f"scope {html.escape(str(result.meta.get('scope', 'cut')))}) · gates {html.escape(str(result.meta.get('gates', 'outside')))} · "
+        f"{'no causal ESS · ' if result.meta.get('causal') is False else ''}"
         f"ess-explorer {html.escape(str(result.meta.get('package_version')))}. Click a position on the ESS chart to move "
         "the spectrum and the H<sub>t</sub> outline; click a layer in the overview to mark it. "
         "Everything on this page works offline.</p>"

@@ -78,6 +78,8 @@ def format_summary(result, *, cache_hit: bool | None = None) -> str:
         f"{meta.get('source') or meta.get('model_id', 'model')} · {result.length} tokens · tol {meta.get('tol')} "
         f"({'relative' if meta.get('relative', True) else 'absolute'}, scope {meta.get('scope', 'cut')}, gates {meta.get('gates', 'outside')})"
     )
+    if meta.get("causal") is False:
+        head += " · no causal ESS"
     if cache_hit is not None:
         head += " · cache " + ("hit" if cache_hit else "miss (computed)")
     # Per-unit means, then the layer totals in scalars (sum over units of channels x value).
