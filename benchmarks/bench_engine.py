@@ -189,10 +189,10 @@ def _get(case: dict, key: str) -> float:
 
 def show(label: str, case: dict, extra: str = "") -> None:
     if "error" in case:
-        print(f"  {label:<44} failed: {case['error']}", flush=True)
+        print(f"  {label:<52} failed: {case['error']}", flush=True)
         return
     print(
-        f"  {label:<36} {case['seconds']:8.2f} s wall {case['cpu_seconds']:8.2f} s CPU   "
+        f"  {label:<52} {case['seconds']:8.2f} s wall {case['cpu_seconds']:8.2f} s CPU   "
         f"peak {case['peak_gb']:6.2f} GB  {extra}",
         flush=True,
     )
