@@ -97,7 +97,9 @@ def scan_roots(
     lc, rc = (x.reshape(blocks, block, *x.shape[1:]) for x in (lefts, rights)) if low_rank else (None, None)
 
     def step(state: torch.Tensor, k: int) -> torch.Tensor:  # state M_k for every block at once
-        return times_transition(state.clone(), sc[:, k], *((lc[:, k], rc[:, k]) if low_rank else ()))
+        if not low_rank:
+            return state * sc[:, k, :, None, :]
+        return times_transition(state.clone(), sc[:, k], lc[:, k], rc[:, k])
 
     # 1. local roots and transition products inside every block, all blocks at once
     local = scales.new_empty(blocks, block, m, n, n)

@@ -243,7 +243,10 @@ def _sweep_chunk(
     def store_product(i: int, observe: torch.Tensor, t: int, reach: torch.Tensor) -> None:
         """buffer[i] = U_o(t) U_c(t)^T with U_o(t) = W_t A_t, written as its transpose
         U_c U_o^T into the row-major view of the column-major slot (a block copy)."""
-        observe = times_transition(observe.clone(), a[:, t], *(x[:, t] for x in low_rank or ()))
+        if low_rank is None:
+            observe = observe * a[:, t, None, :]
+        else:
+            observe = times_transition(observe.clone(), a[:, t], low_rank[0][:, t], low_rank[1][:, t])
         buffer[i].mT.copy_(reach @ observe.mT)
 
     # Time-major copies so that each step reads contiguous rows; the backward half runs
