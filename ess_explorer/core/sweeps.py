@@ -243,7 +243,7 @@ def _sweep_chunk(
     def store_product(i: int, observe: torch.Tensor, t: int, reach: torch.Tensor) -> None:
         """buffer[i] = U_o(t) U_c(t)^T with U_o(t) = W_t A_t, written as its transpose
         U_c U_o^T into the row-major view of the column-major slot (a block copy)."""
-        if low_rank is None:
+        if low_rank is None:  # one multiply; clone-then-scale would be a second pass per cut
             observe = observe * a[:, t, None, :]
         else:
             observe = times_transition(observe.clone(), a[:, t], low_rank[0][:, t], low_rank[1][:, t])
