@@ -52,6 +52,20 @@ def random_model(kind: str):
     return model
 
 
+def mamba_like(channels: int, length: int, state: int, seed: int = 0):
+    """One Mamba layer's operator with Mamba's parameter ranges (a = exp(dt * A), b = dt * B,
+    c = C; B and C shared by the channels of the layer, dt and A per channel), float64."""
+    from ess_explorer import DiagonalSSM
+
+    g = torch.Generator().manual_seed(seed)
+    dt = torch.nn.functional.softplus(torch.randn(channels, length, 1, generator=g, dtype=torch.float64) - 4)
+    A = -torch.arange(1, state + 1, dtype=torch.float64).expand(channels, 1, state)
+    B = torch.randn(1, length, state, generator=g, dtype=torch.float64)
+    C = torch.randn(1, length, state, generator=g, dtype=torch.float64)
+    shape = (channels, length, state)
+    return DiagonalSSM(torch.exp(dt * A), (dt * B).expand(shape), C.expand(shape))
+
+
 def token_ids(model, length: int) -> list[int]:
     """A fixed prompt of ``length`` ids within the model's vocabulary."""
     vocab = model.get_input_embeddings().num_embeddings

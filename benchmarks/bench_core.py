@@ -25,8 +25,9 @@ import sys
 import time
 
 import torch
+from _models import mamba_like
 
-from ess_explorer import DiagonalSSM, entropy_ess, hankel_singular_values, tolerance_ess
+from ess_explorer import entropy_ess, hankel_singular_values, tolerance_ess
 from ess_explorer.synthetic import softmax_attention
 
 
@@ -50,24 +51,12 @@ def timed(fn, device):
     return value, time.perf_counter() - start
 
 
-def mamba_like_layer(channels: int, length: int, state: int, device, seed: int = 0) -> DiagonalSSM:
-    """Shapes and parameter ranges of a Mamba layer: a = exp(dt * A), b = dt * B, c = C.
-    B and C are shared by the channels of a layer; dt and A are per channel."""
-    g = torch.Generator().manual_seed(seed)
-    dt = torch.nn.functional.softplus(torch.randn(channels, length, 1, generator=g, dtype=torch.float64) - 4)
-    A = -torch.arange(1, state + 1, dtype=torch.float64).expand(channels, 1, state)
-    B = torch.randn(1, length, state, generator=g, dtype=torch.float64)
-    C = torch.randn(1, length, state, generator=g, dtype=torch.float64)
-    shape = (channels, length, state)
-    return DiagonalSSM(torch.exp(dt * A), (dt * B).expand(shape), C.expand(shape)).to(device)
-
-
 def layer_case(channels, length, state, device_name) -> dict:
     """Run in a fresh process so that peak RSS belongs to this case alone."""
     import resource
 
     device = torch.device(device_name)
-    ssm = mamba_like_layer(channels, length, state, device)
+    ssm = mamba_like(channels, length, state).to(device)
     (sigma, tol, ent), seconds = timed(
         lambda: (lambda s: (s, tolerance_ess(spectra=s), entropy_ess(spectra=s)))(
             hankel_singular_values(ssm, device=device)
@@ -108,7 +97,7 @@ def main() -> None:
         print(f"{length:>6} {loop_s:>9.2f} {fast_s:>9.2f} {loop_s / fast_s:>8.1f}x {error:>22.2e}")
 
     print("\n2. factored vs dense, L = 512, N = 16 (target >= 100x)")
-    ssm = mamba_like_layer(1, 512, 16, device)
+    ssm = mamba_like(1, 512, 16).to(device)
     dense_op = ssm.materialize()[0]
     dense, dense_s = timed(lambda: hankel_singular_values(dense_op, device=device), device)
     factored, factored_s = timed(lambda: hankel_singular_values(ssm, device=device)[0], device)
@@ -117,7 +106,7 @@ def main() -> None:
         f"one unit alone:   dense {dense_s:.3f} s, factored {factored_s:.4f} s: {dense_s / factored_s:.0f}x faster; "
         f"max |dsigma|/sigma_1 = {error:.1e}"
     )
-    batch = mamba_like_layer(256, 512, 16, device, seed=1)  # how a layer's channels are swept
+    batch = mamba_like(256, 512, 16, seed=1).to(device)  # how a layer's channels are swept
     _, batch_s = timed(lambda: hankel_singular_values(batch, device=device), device)
     per_unit = batch_s / 256
     print(f"per unit in a batch of 256: factored {per_unit * 1e3:.1f} ms: {dense_s / per_unit:.0f}x faster than dense")

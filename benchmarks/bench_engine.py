@@ -16,7 +16,8 @@ Cases:
 2. dense: the batched path (cuts grouped by size) vs the per-cut loop, GPT-2-shaped softmax
    heads (head_dim 64), float64.
 3. a Mamba-130m-shaped layer: 1536 channels, N = 16, L = 1024 (--full; default 192
-   channels, L = 512), all cuts, both ESS variants, method "auto".
+   channels, L = 512), all cuts, both ESS variants, method "auto"; on a CPU also the floor
+   that its SVDs alone set (their per-call cost, measured in the run, spread over the threads).
 4. (--models) whole models through ess_explorer.analyze (random weights, built from
    transformers configs in benchmarks/_models.py, nothing downloaded): GPT-2-small and
    Mamba-130m at L = 512 and 1024 (Mamba also 2048 on a GPU), Mamba2-130m (N = 128) at
@@ -36,19 +37,6 @@ import time
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def mamba_like(channels: int, length: int, state: int, seed: int = 0):
-    """Mamba parameter ranges: a = exp(dt * A), b = dt * B, c = C; B, C shared by the channels."""
-    from ess_explorer import DiagonalSSM
-
-    g = torch.Generator().manual_seed(seed)
-    dt = torch.nn.functional.softplus(torch.randn(channels, length, 1, generator=g, dtype=torch.float64) - 4)
-    A = -torch.arange(1, state + 1, dtype=torch.float64).expand(channels, 1, state)
-    B = torch.randn(1, length, state, generator=g, dtype=torch.float64)
-    C = torch.randn(1, length, state, generator=g, dtype=torch.float64)
-    shape = (channels, length, state)
-    return DiagonalSSM(torch.exp(dt * A), (dt * B).expand(shape), C.expand(shape))
 
 
 def delta_rule_like(units: int, length: int, state: int, seed: int = 0):
@@ -86,6 +74,8 @@ def _error(values: torch.Tensor, reference: torch.Tensor) -> float:
 
 def run_case(name: str, params: dict, device_name: str) -> dict:
     """One case, in this (fresh) process. Returns seconds, peak memory and accuracy figures."""
+    from _models import mamba_like
+
     from ess_explorer import entropy_ess, hankel_singular_values, tolerance_ess
 
     device = torch.device(device_name)
@@ -118,6 +108,8 @@ def run_case(name: str, params: dict, device_name: str) -> dict:
         fn_ref = None
     elif name == "model":
         return run_model(params, device)
+    elif name == "svd_call":
+        return svd_call_cost(params["N"])
     else:
         raise ValueError(f"unknown case {name}")
     _sync(device)
@@ -136,6 +128,19 @@ def run_case(name: str, params: dict, device_name: str) -> dict:
         ref = hankel_singular_values(op[:2], batched=False)
         out["max_err_vs_per_cut"] = _error(value[:2], ref)
     return out
+
+
+def svd_call_cost(state: int, batch: int = 256, repeats: int = 40) -> dict:
+    """Microseconds per matrix of the N x N svdvals a factored cut makes on a CPU: one thread,
+    float64, in batches of about a chunk's size, warm in cache, the best of ``repeats``."""
+    torch.set_num_threads(1)
+    square = torch.randn(batch, state, state, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.linalg.svdvals(square)
+        best = min(best, time.perf_counter() - start)
+    return {"svd_us": best / batch * 1e6}
 
 
 def run_model(params: dict, device: torch.device) -> dict:
@@ -273,6 +278,25 @@ def layer_case(args, dev: str) -> None:
         f"mean tol-ESS {case.get('mean_tolerance_ess', float('nan')):.2f}, "
         f"mean entropy-ESS {case.get('mean_entropy_ess', float('nan')):.2f}",
     )
+    if dev == "cpu":
+        svd_floor(case, channels, length)
+
+
+def svd_floor(case: dict, channels: int, length: int) -> None:
+    """What the SVDs alone cost at this machine's per-call speed, spread over every thread
+    with nothing else to do: one N x N SVD per (channel, cut), one more for causal ESS.
+    torch.linalg has no cheaper route to these spectra at N = 16 (docs/spectra.md), so a
+    time below this line is out of reach for a CPU engine built on it."""
+    call = child("svd_call", {"N": 16}, "cpu")
+    if "error" in call:
+        print(f"  SVD floor: failed: {call['error']}")
+        return
+    threads, svd = torch.get_num_threads(), call["svd_us"] * 1e-6
+    floor = channels * (length - 1) * svd / threads
+    ratio = f"; measured {case['seconds'] / floor:.2f}x it" if "seconds" in case else ""
+    print(f"  SVD floor on {threads} threads ({svd * 1e6:.1f} us per 16 x 16 svdvals): this layer {floor:.1f} s{ratio}")
+    whole = 24 * 1536 * 511 * 2 * svd / threads
+    print(f"  SVD floor of a whole Mamba-130m at L = 512 with causal ESS: {whole:.0f} s ({whole / 2:.0f} s without)")
 
 
 # (kind, L, gates, layers) of the model cases: every layer unless a count is given. Mamba2 with
