@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# GPU check of the spectra engine: one run on a CUDA machine, under 8 minutes in all.
+# GPU check of the spectra engine: one run on a CUDA machine, under 9 minutes in all.
 # Installs nothing: needs python3 with a CUDA build of torch, numpy and pytest (transformers
 # for the whole-model cases, which are skipped without it). From the repository root:
 #     bash benchmarks/gpu_check.sh        # logs in $OUT when set, else ./gpu_check_logs
 # Steps, each under its own time limit (a step that runs out is reported, the next runs):
 #   1. the gpu-marked tests: CUDA results equal to the CPU's within the accuracy bound
 #   2. a Mamba-130m-shaped layer (1536 channels, N = 16, L = 1024, all cuts, both variants)
-#   3. factored scan vs sweep vs dense; 4. dense batched vs per-cut (GPT-2 heads, L = 1024)
+#   3. factored scan vs sweep vs dense; 4. dense batched vs per-cut (GPT-2 heads, L = 1024),
+#      on the GPU and on the same machine's CPU cores (cuSOLVER's eigvalsh loops over the batch,
+#      so the host's cores may be the faster place for attention's cut spectra)
 #   5. whole models through analyze, the targets first (Mamba-130m at L = 2048, GPT-2-small at 1024), then
 #      the rest of bench_engine.MODEL_CASES["gpu"] while time remains
 set -u
@@ -34,8 +36,9 @@ step gpu_tests 80 $PY -m pytest -q -m gpu tests/test_engine_paths.py tests/test_
 step layer 80 $PY benchmarks/bench_engine.py --device cuda --full --only layer
 step factored 70 $PY benchmarks/bench_engine.py --device cuda --full --only factored
 step dense 80 $PY benchmarks/bench_engine.py --device cuda --full --only dense
+step dense_host 60 $PY benchmarks/bench_engine.py --device cpu --full --only dense
 if $PY -c "import transformers" 2>/dev/null; then
-  step models 170 $PY benchmarks/bench_engine.py --device cuda --models-only
+  step models 150 $PY benchmarks/bench_engine.py --device cuda --models-only
 else
   say "models: skipped (transformers is not installed)"
 fi
