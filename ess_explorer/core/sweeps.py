@@ -35,9 +35,9 @@ def _rank_one_update_upper(r: torch.Tensor, x: torch.Tensor, rotations: bool | N
         # On CPU one batched LAPACK QR of the stacked [R; x^T]. In one thread the N vectorised
         # rotations below are faster for a large batch (0.9 against 3.2 ms for 768 16 x 16
         # factors), but they are about 6N small torch ops whose Python steps hold the GIL, so
-        # with a thread per core a whole Mamba layer runs slower with them (6.2 against 5.8 s
-        # at L = 512); the QR is one call that releases the GIL. On a GPU the rotations avoid
-        # per-matrix solvers.
+        # with a thread per core a whole Mamba layer gains nothing from them (6.2 against 5.8 s
+        # at L = 512 on one machine, within run-to-run noise on another); the QR is one call
+        # that releases the GIL. On a GPU the rotations avoid per-matrix solvers.
         r.copy_(stacked_qr_r(r, x[:, None, :]))
         return r
     for k in range(n):
