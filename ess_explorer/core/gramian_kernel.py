@@ -1,0 +1,404 @@
+"""The Gramian route for diagonal recurrences as one compiled CPU kernel (numba).
+
+Same math, same outputs as core/gramian_naive.py (the reference the tests compare it with):
+the Gramian scans, the balance, the shifted Cholesky, the sandwich C^T Q C and its
+eigenvalues, per cut. What the kernel adds is speed where LAPACK is slow: a batched 16 x 16
+`eigvalsh` costs about 7 us per matrix on a CPU core, mostly per-matrix overhead, while the
+arithmetic is about 10,000 multiply-adds. Here LANES units run side by side, every loop
+innermost over the lanes (contiguous), so the compiler vectorises each operation across
+them; each cut's whole pipeline stays in cache; nothing is stored per cut but the outputs.
+
+Eigenvalues of the symmetric sandwich: Householder tridiagonalisation, then the implicit QL
+iteration with Wilkinson-type shifts (Numerical Recipes' tqli, eigenvalues only), run for all
+lanes at once: each lane has its own shift and its own split point, and a rotation past a
+lane's split point leaves that lane unchanged (masked by a select), so control flow is
+shared. A lane whose iteration does not converge gets an infinite error: the caller redoes
+its cut by the square-root sweep.
+
+numba is an optional dependency (`pip install ess-explorer[fast]`); `available()` says
+whether it imports, and core/precision.py falls back to the reference where it does not.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+try:  # optional: the reference (core/gramian_naive.py) runs without it
+    import numba
+except ImportError:  # pragma: no cover - exercised where numba is absent
+    numba = None
+
+__all__ = ["LANES", "available", "gramian_spectra_kernel"]
+
+LANES = 64  # cuts solved side by side: long enough for the compiler to vectorise each lane loop
+EPS = float(np.finfo(np.float64).eps)
+TINY = float(np.finfo(np.float64).tiny)
+# An off-diagonal below DEFLATE (the matrix is scaled to trace 1) is dropped: that moves an
+# eigenvalue by less than the error bound the caller already allows (>= 128 eps ||M||).
+DEFLATE = EPS
+MAX_QL_SWEEPS = 60
+BLOCK = 32  # steps between the checkpoints of the forward scan (`_kernel`)  # per eigenvalue; QL converges in 2-3 (cubically), so this only stops a failure
+
+
+def available() -> bool:
+    """Whether the compiled kernel can run here (numba imports)."""
+    return numba is not None
+
+
+def _jit(function):
+    if numba is None:
+        return function
+    # error_model "numpy": a division by zero gives inf / nan (discarded by a select) instead of
+    # raising, so the lane loops stay branch-free and vectorise; "contract" allows FMA only.
+    return numba.njit(nogil=True, cache=True, error_model="numpy", fastmath={"contract"})(function)
+
+
+@_jit
+def _tridiagonal(m, n, diag, off, v, pv):  # pragma: no cover - compiled
+    """Householder reduction of the symmetric m (n, n, LANES), IN PLACE, to tridiagonal:
+    diag (n, LANES), off (n, LANES) with off[k] coupling k and k + 1 (off[n - 1] = 0)."""
+    beta = np.empty(LANES)
+    alpha = np.empty(LANES)
+    kk = np.empty(LANES)
+    for k in range(n - 2):
+        for w in range(LANES):
+            alpha[w] = 0.0
+        for i in range(k + 1, n):
+            for w in range(LANES):
+                alpha[w] += m[i, k, w] * m[i, k, w]
+        for w in range(LANES):
+            s2 = alpha[w]
+            x0 = m[k + 1, k, w]
+            norm = np.sqrt(s2)
+            a = -norm if x0 >= 0 else norm
+            v0 = x0 - a
+            vnorm2 = s2 - x0 * x0 + v0 * v0
+            live = vnorm2 > TINY
+            beta[w] = 2.0 / vnorm2 if live else 0.0
+            off[k, w] = a if live else x0
+            v[k + 1, w] = v0
+        for i in range(k + 2, n):
+            for w in range(LANES):
+                v[i, w] = m[i, k, w]
+        for i in range(k + 1, n):  # pv = beta A v
+            for w in range(LANES):
+                pv[i, w] = 0.0
+            for j in range(k + 1, n):
+                for w in range(LANES):
+                    pv[i, w] += m[i, j, w] * v[j, w]
+            for w in range(LANES):
+                pv[i, w] *= beta[w]
+        for w in range(LANES):
+            kk[w] = 0.0
+        for i in range(k + 1, n):
+            for w in range(LANES):
+                kk[w] += v[i, w] * pv[i, w]
+        for w in range(LANES):
+            kk[w] *= 0.5 * beta[w]
+        for i in range(k + 1, n):  # pv <- p - K v; A <- A - v pv^T - pv v^T
+            for w in range(LANES):
+                pv[i, w] -= kk[w] * v[i, w]
+        for i in range(k + 1, n):
+            for j in range(k + 1, n):
+                for w in range(LANES):
+                    m[i, j, w] -= v[i, w] * pv[j, w] + pv[i, w] * v[j, w]
+        for w in range(LANES):
+            diag[k, w] = m[k, k, w]
+    for w in range(LANES):
+        if n >= 2:
+            diag[n - 2, w] = m[n - 2, n - 2, w]
+            off[n - 2, w] = m[n - 1, n - 2, w]
+        diag[n - 1, w] = m[n - 1, n - 1, w]
+        off[n - 1, w] = 0.0
+
+
+@_jit
+def _tridiagonal_eigenvalues(d, e, n, failed):  # pragma: no cover - compiled
+    """Eigenvalues of the tridiagonal (d, e) of every lane, IN PLACE in d (unsorted): the
+    implicit QL iteration (module docstring). failed[w] is set where a lane does not converge.
+
+    Branch-free over the lanes (selects, not ifs), so that the compiler vectorises it: each
+    lane's split point, shift and rotations are its own; a lane past its split point, or
+    converged, is left unchanged by a select."""
+    split = np.empty(LANES, dtype=np.int64)
+    at_split = np.empty(LANES)
+    s = np.empty(LANES)
+    c = np.empty(LANES)
+    g = np.empty(LANES)
+    p = np.empty(LANES)
+    live = np.empty(LANES, dtype=np.bool_)
+    for l in range(n - 1):
+        for sweep in range(MAX_QL_SWEEPS + 1):
+            for w in range(LANES):
+                split[w] = n - 1
+                at_split[w] = d[n - 1, w]
+            for m in range(n - 2, l - 1, -1):  # the first negligible off-diagonal at or after l
+                for w in range(LANES):
+                    small = abs(e[m, w]) <= EPS * (abs(d[m, w]) + abs(d[m + 1, w])) or abs(e[m, w]) <= DEFLATE
+                    split[w] = m if small else split[w]
+                    at_split[w] = d[m, w] if small else at_split[w]
+            active = 0
+            for w in range(LANES):
+                live[w] = split[w] != l
+                active += live[w]
+            if active == 0:
+                break
+            if sweep == MAX_QL_SWEEPS:
+                for w in range(LANES):
+                    failed[w] = failed[w] or live[w]
+                break
+            for w in range(LANES):
+                el = e[l, w] if live[w] else 1.0
+                gg = (d[l + 1, w] - d[l, w]) / (2.0 * el)
+                r = np.sqrt(gg * gg + 1.0)
+                g[w] = at_split[w] - d[l, w] + el / (gg + (r if gg >= 0 else -r))
+                s[w] = 1.0
+                c[w] = 1.0
+                p[w] = 0.0
+            for i in range(n - 2, l - 1, -1):
+                for w in range(LANES):
+                    on = live[w] and i < split[w]
+                    f = s[w] * e[i, w]
+                    b = c[w] * e[i, w]
+                    r = np.sqrt(f * f + g[w] * g[w])
+                    rotate = on and r > 0
+                    inv = 1.0 / (r if r > 0 else 1.0)
+                    sn = f * inv
+                    cn = g[w] * inv
+                    gi = d[i + 1, w] - p[w]
+                    r2 = (d[i, w] - gi) * sn + 2.0 * cn * b
+                    pn = sn * r2
+                    e[i + 1, w] = r if on else e[i + 1, w]
+                    d[i + 1, w] = (gi + pn) if rotate else ((d[i + 1, w] - p[w]) if on else d[i + 1, w])
+                    # r == 0 (underflow): this lane's sweep stops here and restarts (tqli's recovery)
+                    live[w] = live[w] and not (on and not rotate)
+                    s[w] = sn if rotate else s[w]
+                    c[w] = cn if rotate else c[w]
+                    g[w] = (cn * r2 - b) if rotate else g[w]
+                    p[w] = pn if rotate else p[w]
+            for w in range(LANES):
+                d[l, w] = d[l, w] - p[w] if live[w] else d[l, w]
+                e[l, w] = g[w] if live[w] else e[l, w]
+            for i in range(l + 1, n):  # e[split] = 0 for the lanes that rotated (or stalled) up to it
+                for w in range(LANES):
+                    e[i, w] = 0.0 if (i == split[w] and split[w] != l) else e[i, w]
+
+
+@_jit
+def _symmetric_eigenvalues(m, n, rank, out, failed, diag, off, v, pv):  # pragma: no cover - compiled
+    """Eigenvalues of the symmetric m (n, n, LANES) (destroyed) into out (n, LANES),
+    descending, clamped at 0, zero from index rank[w] on. Scaled by the trace first, so the
+    rotations neither underflow nor overflow."""
+    scale = np.empty(LANES)
+    for w in range(LANES):
+        scale[w] = 0.0
+    for i in range(n):
+        for w in range(LANES):
+            scale[w] += abs(m[i, i, w])
+    for w in range(LANES):
+        scale[w] = scale[w] if scale[w] > TINY else 1.0
+    for i in range(n):
+        for j in range(n):
+            for w in range(LANES):
+                m[i, j, w] /= scale[w]
+    _tridiagonal(m, n, diag, off, v, pv)
+    _tridiagonal_eigenvalues(diag, off, n, failed)
+    for sweep in range(n):  # odd-even transposition sort, descending: n rounds of selects
+        for i in range(sweep % 2, n - 1, 2):
+            for w in range(LANES):
+                hi = max(diag[i, w], diag[i + 1, w])
+                lo = min(diag[i, w], diag[i + 1, w])
+                diag[i, w] = hi
+                diag[i + 1, w] = lo
+    for i in range(n):
+        for w in range(LANES):
+            value = diag[i, w] * scale[w]
+            out[i, w] = value if (value > 0 and i < rank[w]) else 0.0
+
+
+@_jit
+def _cut_batch(ps, qs, ranks, filled, n, causal, error_factor, lam, err, reach, work):  # pragma: no cover
+    """Steps 1-4 of the module docstring of core/gramian_naive.py for LANES cuts at once:
+    ps, qs (n, n, LANES) their Gramians, ranks (LANES, 2) the rank bounds of H_t and R_t;
+    lanes from ``filled`` on are padding. Writes lam, reach (n, LANES) and err (LANES)."""
+    root, qb, x, sandwich, diag, off, v, pv, acc, inv, norm_p, norm_q, trace, balance, failed, rank = work
+    for w in range(LANES):
+        failed[w] = False
+        norm_p[w] = 0.0
+        norm_q[w] = 0.0
+        trace[w] = 0.0
+        rank[w] = ranks[w, 0] if w < filled else 0
+    for i in range(n):  # balance: equal diagonals
+        for w in range(LANES):
+            pi = ps[i, i, w]
+            qi = qs[i, i, w]
+            balance[i, w] = np.sqrt(np.sqrt(qi / pi)) if (pi > TINY and qi > TINY) else 1.0
+    for i in range(n):
+        for j in range(n):
+            for w in range(LANES):
+                scale = balance[i, w] * balance[j, w]
+                pij = ps[i, j, w] * scale
+                qij = qs[i, j, w] / scale
+                root[i, j, w] = pij
+                qb[i, j, w] = qij
+                norm_p[w] += pij * pij
+                norm_q[w] += qij * qij
+    for i in range(n):
+        for w in range(LANES):
+            trace[w] += root[i, i, w]
+    for j in range(n):  # shifted Cholesky, lower, in place in root
+        for w in range(LANES):
+            acc[w] = root[j, j, w] + n * EPS * trace[w] + TINY
+        for k in range(j):
+            for w in range(LANES):
+                acc[w] -= root[j, k, w] * root[j, k, w]
+        for w in range(LANES):
+            pivot = acc[w]
+            failed[w] = failed[w] or not (pivot > 0)
+            root[j, j, w] = np.sqrt(pivot) if pivot > 0 else 1.0
+            inv[w] = 1.0 / root[j, j, w]
+        for i in range(j + 1, n):
+            for w in range(LANES):
+                acc[w] = root[i, j, w]
+            for k in range(j):
+                for w in range(LANES):
+                    acc[w] -= root[i, k, w] * root[j, k, w]
+            for w in range(LANES):
+                root[i, j, w] = acc[w] * inv[w]
+    for i in range(n):  # x = Q C (C lower)
+        for j in range(n):
+            for w in range(LANES):
+                acc[w] = 0.0
+            for k in range(j, n):
+                for w in range(LANES):
+                    acc[w] += qb[i, k, w] * root[k, j, w]
+            for w in range(LANES):
+                x[i, j, w] = acc[w]
+    for i in range(n):  # sandwich = C^T x, symmetric
+        for j in range(i, n):
+            for w in range(LANES):
+                acc[w] = 0.0
+            for k in range(i, n):
+                for w in range(LANES):
+                    acc[w] += root[k, i, w] * x[k, j, w]
+            for w in range(LANES):
+                sandwich[i, j, w] = acc[w]
+                sandwich[j, i, w] = acc[w]
+    _symmetric_eigenvalues(sandwich, n, rank, lam, failed, diag, off, v, pv)
+    for w in range(LANES):
+        error = error_factor * EPS * np.sqrt(norm_p[w] * norm_q[w])
+        err[w] = np.inf if (failed[w] or not np.isfinite(error)) else error
+    if causal:
+        for i in range(n):
+            for j in range(n):
+                for w in range(LANES):
+                    sandwich[i, j, w] = ps[i, j, w]
+        for w in range(LANES):
+            rank[w] = ranks[w, 1] if w < filled else 0
+        _symmetric_eigenvalues(sandwich, n, rank, reach, failed, diag, off, v, pv)
+
+
+@_jit
+def _kernel(a, b, c, slot_of, n_slots, lam_out, err_out, reach_out, causal, error_factor):  # pragma: no cover
+    """a, b, c: (G, L, N, LANES), LANES units per group side by side. Per group: the forward
+    scan (P_t kept at the wanted cuts), then the backward scan; at each wanted cut the LANES
+    units' (P_t, Q_t) are solved together by `_cut_batch`. Outputs (G, W, N, LANES), (G, W, LANES)."""
+    groups, length, n = a.shape[0], a.shape[1], a.shape[2]
+    # P_t is needed in reverse order: the forward scan keeps every BLOCK-th P_t (a checkpoint)
+    # and each block is scanned forward again during the backward scan. Keeping every P_t
+    # instead (128 KiB each) costs more in page faults than the whole eigensolve.
+    blocks = -(-length // BLOCK)
+    checkpoints = np.empty((blocks, n, n, LANES))
+    recent = np.empty((BLOCK, n, n, LANES))
+    p = np.empty((n, n, LANES))
+    q = np.empty((n, n, LANES))
+    ranks = np.zeros((LANES, 2), dtype=np.int64)
+    work = (
+        np.empty((n, n, LANES)),
+        np.empty((n, n, LANES)),
+        np.empty((n, n, LANES)),
+        np.empty((n, n, LANES)),
+        np.empty((n, LANES)),
+        np.empty((n, LANES)),
+        np.empty((n, LANES)),
+        np.empty((n, LANES)),
+        np.empty(LANES),
+        np.empty(LANES),
+        np.empty(LANES),
+        np.empty(LANES),
+        np.empty(LANES),
+        np.empty((n, LANES)),
+        np.empty(LANES, dtype=np.bool_),
+        np.empty(LANES, dtype=np.int64),
+    )
+    for g in range(groups):
+        ag, bg, cg = a[g], b[g], c[g]
+        p[:] = 0.0
+        for t in range(length):  # forward scan: P_t at every checkpoint t = k BLOCK
+            if t % BLOCK == 0:
+                checkpoints[t // BLOCK] = p
+            _reach_step(p, ag[t], bg[t], n)  # p becomes P_{t+1}
+        q[:] = 0.0
+        for k in range(blocks - 1, -1, -1):
+            first, last = k * BLOCK, min(length, (k + 1) * BLOCK) - 1
+            p[:] = checkpoints[k]
+            for t in range(first, last + 1):  # this block's P_t again, kept
+                recent[t - first] = p
+                _reach_step(p, ag[t], bg[t], n)
+            for t in range(last, max(first, 1) - 1, -1):  # backward scan: q becomes Q_t
+                _observe_step(q, ag[t], cg[t], n)
+                slot = slot_of[t]
+                if slot < 0:
+                    continue
+                for w in range(LANES):
+                    ranks[w, 0] = min(min(t, length - t), n)
+                    ranks[w, 1] = min(t, n)
+                _cut_batch(
+                    recent[t - first], q, ranks, LANES, n, causal, error_factor, lam_out[g, slot],
+                    err_out[g, slot], reach_out[g, slot], work,
+                )
+
+
+@_jit
+def _reach_step(p, a, b, n):  # pragma: no cover - compiled
+    """P <- (a a^T) * P + b b^T for every lane; a, b (N, LANES)."""
+    for i in range(n):
+        for j in range(n):
+            for w in range(LANES):
+                p[i, j, w] = a[i, w] * a[j, w] * p[i, j, w] + b[i, w] * b[j, w]
+
+
+@_jit
+def _observe_step(q, a, c, n):  # pragma: no cover - compiled
+    """Q <- (a a^T) * (Q + c c^T) for every lane; a, c (N, LANES)."""
+    for i in range(n):
+        for j in range(n):
+            for w in range(LANES):
+                q[i, j, w] = a[i, w] * a[j, w] * (q[i, j, w] + c[i, w] * c[j, w])
+
+
+def gramian_spectra_kernel(a: np.ndarray, b: np.ndarray, c: np.ndarray, wanted: np.ndarray, causal: bool, error_factor: float):
+    """The kernel's counterpart of `gramian_naive.gramian_spectra_reference`, on numpy
+    float64 arrays a, b, c (B, L, N) and sorted cuts ``wanted`` in 1..L-1: (sigma^2 (B, W, N)
+    descending, error of each sigma^2 (B, W), sigma(R_t)^2 (B, W, N) or None).
+    Units are padded with zero operators to a multiple of LANES."""
+    units, length, n = a.shape
+    groups = -(-units // LANES)
+    slot_of = np.full(length + 1, -1, dtype=np.int64)
+    slot_of[np.asarray(wanted, dtype=np.int64)] = np.arange(len(wanted))
+
+    def lanes_last(x):  # (B, L, N) -> (G, L, N, LANES), zero padded
+        padded = np.zeros((groups * LANES, length, n))
+        padded[:units] = x
+        return np.ascontiguousarray(padded.reshape(groups, LANES, length, n).transpose(0, 2, 3, 1))
+
+    lam = np.empty((groups, len(wanted), n, LANES))
+    err = np.empty((groups, len(wanted), LANES))
+    reach = np.empty((groups, len(wanted), n if causal else 1, LANES))
+    _kernel(lanes_last(a), lanes_last(b), lanes_last(c), slot_of, len(wanted), lam, err, reach, bool(causal), float(error_factor))
+
+    def units_first(x):  # (G, W, ..., LANES) -> (B, W, ...)
+        moved = np.moveaxis(x, -1, 1)  # (G, LANES, W, ...)
+        return np.ascontiguousarray(moved.reshape(groups * LANES, *moved.shape[2:])[:units])
+
+    return units_first(lam), units_first(err), (units_first(reach) if causal else None)

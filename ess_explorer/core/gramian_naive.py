@@ -1,0 +1,100 @@
+"""The Gramian route for diagonal recurrences, in plain torch: the reference beside the kernel.
+
+For one unit (core/operators.py, DiagonalSSM) the cut H_t = O_t R_t has
+
+    sigma(H_t)^2 = eig(P_t Q_t),    P_t = R_t R_t^T,    Q_t = O_t^T O_t,
+
+and both Gramians obey elementwise recurrences (N^2 independent scalar scans, no QR):
+
+    P_1 = b_0 b_0^T,          P_{t+1} = (a_t a_t^T) * P_t + b_t b_t^T
+    Q_{L-1} = (a a^T)(c c^T), Q_t     = (a_t a_t^T) * (Q_{t+1} + c_t c_t^T)
+
+Per cut (docs/spectra.md, "The ESS-grade routes"):
+1. balance: a diagonal change of the state's coordinates D (d_i = (Q_ii / P_ii)^(1/4)) maps
+   P -> D P D and Q -> D^-1 Q D^-1 and leaves eig(P Q) alone; it makes the two diagonals
+   equal, which removes a realisation's imbalance between modes (a mode written 1e4 times
+   louder and read 1e4 times softer);
+2. a shifted Cholesky P + delta I = C C^T (delta = N eps tr P: P may be singular), then
+   sigma^2 = eigvalsh(C^T Q C);
+3. the error bound of every sigma^2, ``GRAMIAN_ERROR`` eps ||P||_F ||Q||_F (balanced),
+   returned per cut: the caller (core/precision.py) keeps a cut only where that error cannot
+   move its tolerance count, and redoes the others by the square-root sweep.
+4. the causal spectrum needs no second Gramian: sigma(R_t)^2 = eigvalsh(P_t).
+
+Values past the structural rank bound min(t, L - t, N) (and min(t, N) for R_t) are exactly
+zero and are set so; what the eigensolver returns there is rounding of size sqrt(error).
+
+This module is the test oracle of core/gramian_kernel.py and the route on devices the
+kernel does not run on (a GPU: every step is one batched torch op over the chunk).
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["GRAMIAN_ERROR", "gramian_spectra_reference", "gramians"]
+
+# The error of every computed sigma^2, in units of eps ||P||_F ||Q||_F (balanced): the
+# rounding of the scans, the Cholesky, the sandwich and eigvalsh together. Measured on
+# Mamba-like operators at most about 42 (tests/test_precision.py checks 2x headroom).
+GRAMIAN_ERROR = 128.0
+
+
+def gramians(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, wanted: torch.Tensor):
+    """(P_t, Q_t) at the cuts ``wanted`` (sorted, in 1..L-1): each (B, W, N, N).
+    a, b, c: (B, L, N)."""
+    units, length, n = a.shape
+    slot = {int(t): i for i, t in enumerate(wanted.tolist())}
+    p_out = a.new_empty(units, len(slot), n, n)
+    q_out = a.new_empty(units, len(slot), n, n)
+    p = a.new_zeros(units, n, n)
+    for t in range(length - 1):  # p becomes P_{t+1}: what u_0..u_t wrote
+        p = a[:, t, :, None] * a[:, t, None, :] * p + b[:, t, :, None] * b[:, t, None, :]
+        if t + 1 in slot:
+            p_out[:, slot[t + 1]] = p
+    q = a.new_zeros(units, n, n)
+    for t in range(length - 1, 0, -1):  # q becomes Q_t: what y_t..y_{L-1} read of h_{t-1}
+        q = a[:, t, :, None] * a[:, t, None, :] * (q + c[:, t, :, None] * c[:, t, None, :])
+        if t in slot:
+            q_out[:, slot[t]] = q
+    return p_out, q_out
+
+
+def _rank_mask(values: torch.Tensor, rank: torch.Tensor) -> torch.Tensor:
+    """Values (..., W, N) descending with entries at k >= rank (W,) set to zero."""
+    k = torch.arange(values.shape[-1], device=values.device)
+    return torch.where(k < rank[:, None].to(values.device), values, values.new_zeros(()))
+
+
+def gramian_spectra_reference(
+    a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, wanted: torch.Tensor, causal: bool = False
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """(sigma^2 (B, W, N) descending, error of each sigma^2 (B, W), sigma(R_t)^2 (B, W, N) or None).
+
+    a, b, c: (B, L, N) float64; wanted: sorted cuts in 1..L-1. The error is inf where a
+    Gramian is not finite (a growing recurrence): such cuts go to the exact route, which
+    raises the overflow error."""
+    length, n = a.shape[1], a.shape[2]
+    p, q = gramians(a, b, c, wanted)
+    eps = torch.finfo(a.dtype).eps
+    tiny = torch.finfo(a.dtype).tiny
+    dp, dq = p.diagonal(0, -2, -1), q.diagonal(0, -2, -1)
+    both = (dp > tiny) & (dq > tiny)
+    d = torch.where(both, (dq.clamp_min(tiny) / dp.clamp_min(tiny)) ** 0.25, torch.ones_like(dp))
+    pb = p * d[..., :, None] * d[..., None, :]
+    qb = q / (d[..., :, None] * d[..., None, :])
+    shift = n * eps * pb.diagonal(0, -2, -1).sum(-1)
+    eye = torch.eye(n, dtype=a.dtype, device=a.device)
+    root, info = torch.linalg.cholesky_ex(pb + (shift[..., None, None] + tiny) * eye)
+    lam = torch.linalg.eigvalsh(root.mT @ qb @ root).flip(-1).clamp_min(0)
+    error = GRAMIAN_ERROR * eps * torch.linalg.matrix_norm(pb) * torch.linalg.matrix_norm(qb)
+    bad = (info != 0) | ~torch.isfinite(error) | ~torch.isfinite(lam).all(-1)
+    error = torch.where(bad, torch.full_like(error, float("inf")), error)
+    lam = torch.where(bad[..., None], torch.zeros_like(lam), lam)
+    t = wanted.to(torch.long)
+    lam = _rank_mask(lam, torch.clamp(torch.minimum(t, length - t), max=n))
+    reach = None
+    if causal:
+        reach = torch.linalg.eigvalsh(torch.where(torch.isfinite(p), p, torch.zeros_like(p))).flip(-1).clamp_min(0)
+        reach = _rank_mask(reach, torch.clamp(t, max=n))
+    return lam, error, reach
