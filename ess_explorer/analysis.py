@@ -29,6 +29,7 @@ from .capture import capture, layer_slots, skipped_layers
 from .core.ess import DEFAULT_RELATIVE, DEFAULT_SCOPE, DEFAULT_TOL, check_scope
 from .core.gates import DEFAULT_GATES, check_gates, gates_inside
 from .core.layer import SPECTRA_BUDGET
+from .core.precision import DEFAULT_PRECISION, check_precision
 from .core.units import CapturedLayer
 from .result import ESSResult, LayerESS
 
@@ -56,6 +57,7 @@ def analyze(
     keep_operators="auto",
     units: int | Sequence[int] | None = None,
     causal: bool = True,
+    precision: str = DEFAULT_PRECISION,
 ) -> ESSResult:
     """ESS of every unit of the chosen layers of ``model`` on one prompt.
 
@@ -85,17 +87,24 @@ def analyze(
     causal : compute causal ESS (core/causal.py; default True). False leaves it NaN and
         skips the reachability spectra: for a recurrence one N x N SVD per cut and unit,
         about a third of the time of a Mamba layer.
+    precision : the accuracy contract (core/precision.py). "ess" (default): every ESS as an
+        exact SVD of each cut would give it (tolerance-ESS identical but for singular values
+        within 1e-6 of tau; entropy- and causal ESS within 1e-5), by guarded Gram and Gramian
+        eigenvalues, which resolve the stored singular values down to about 1e-7 sigma_1.
+        "exact": every singular value within 1e-6 sigma_k + 1e-10 sigma_1 (slower).
 
     Returns
     -------
     ESSResult with meta: model_id, revision, model_type, dtype, device, tol, relative,
-    scope, gates, stride, top_k, units, causal, transformers, created, spectra_budget.
+    scope, gates, stride, top_k, units, causal, precision, transformers, created, spectra_budget.
 
     Raises ValueError (before any work) for an unsupported model type, no or empty
     prompt, a prompt longer than the model's context, token ids out of range, a layer
     index out of range, or bad options.
     """
-    _check_options(tol, stride, top_k, keep_operators, scope=scope, relative=relative, causal=causal)
+    _check_options(
+        tol, stride, top_k, keep_operators, scope=scope, relative=relative, causal=causal, precision=precision
+    )
     _units(units)  # bad options fail before the forward pass
     captured = capture_layers(
         model, input_ids, prompt=prompt, tokenizer=tokenizer, layers=layers, device=device, gates=gates
@@ -112,6 +121,7 @@ def analyze(
         progress=progress,
         release=True,
         causal=causal,
+        precision=precision,
     )
 
 
@@ -213,6 +223,7 @@ def analyze_captured(
     release: bool = False,
     on_chunk: Callable[[int, int], None] | None = None,
     causal: bool = True,
+    precision: str = DEFAULT_PRECISION,
 ) -> ESSResult:
     """The ESSResult of ``layers`` (default: every captured layer) of a `capture_layers`
     capture; options as in `analyze`. No forward pass: call it once per layer (or stride)
@@ -220,7 +231,9 @@ def analyze_captured(
     computed (frees memory; that layer cannot be computed again). ``on_chunk(done, units)``
     after each chunk of a layer's units (core/layer.py): progress within a layer, and a
     place to stop it by raising."""
-    _check_options(tol, stride, top_k, keep_operators, scope=scope, relative=relative, causal=causal)
+    _check_options(
+        tol, stride, top_k, keep_operators, scope=scope, relative=relative, causal=causal, precision=precision
+    )
     available = sorted(captured.layers)
     if layers is None:
         chosen = available
@@ -248,6 +261,7 @@ def analyze_captured(
             operator_rows=_operator_rows(keep_operators, layer, len(unit_ids)),
             on_chunk=on_chunk,
             causal=causal,
+            precision=precision,
         )
     meta = {
         **captured.meta,
@@ -263,6 +277,7 @@ def analyze_captured(
         if not isinstance(unit_rows, int)
         else list(range(unit_rows)),
         "causal": bool(causal),
+        "precision": precision,
         "spectra_budget": SPECTRA_BUDGET,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
@@ -273,9 +288,18 @@ def analyze_captured(
 
 
 def _check_options(
-    tol, stride, top_k, keep_operators, *, scope=DEFAULT_SCOPE, relative=DEFAULT_RELATIVE, causal=True
+    tol,
+    stride,
+    top_k,
+    keep_operators,
+    *,
+    scope=DEFAULT_SCOPE,
+    relative=DEFAULT_RELATIVE,
+    causal=True,
+    precision=DEFAULT_PRECISION,
 ) -> None:
     _check_number("tol", tol, minimum=0.0)
+    check_precision(precision)
     if not isinstance(causal, bool):
         raise ValueError(f"causal must be True or False, got {causal!r}")
     check_scope(scope, relative)

@@ -30,14 +30,17 @@ except ImportError:  # pragma: no cover - exercised where numba is absent
 
 __all__ = ["LANES", "available", "gramian_spectra_kernel"]
 
-LANES = 64  # cuts solved side by side: long enough for the compiler to vectorise each lane loop
+# Units solved side by side. Each lane loop must be long enough for LLVM's loop vectoriser,
+# which checks at run time that the arrays do not overlap: at 8 or 16 lanes it leaves the
+# loops scalar (measured), at 64 it emits packed FMAs.
+LANES = 64
 EPS = float(np.finfo(np.float64).eps)
 TINY = float(np.finfo(np.float64).tiny)
 # An off-diagonal below DEFLATE (the matrix is scaled to trace 1) is dropped: that moves an
 # eigenvalue by less than the error bound the caller already allows (>= 128 eps ||M||).
 DEFLATE = EPS
-MAX_QL_SWEEPS = 60
-BLOCK = 32  # steps between the checkpoints of the forward scan (`_kernel`)  # per eigenvalue; QL converges in 2-3 (cubically), so this only stops a failure
+MAX_QL_SWEEPS = 60  # per eigenvalue; QL converges in 2-3 (cubically), so this only stops a failure
+BLOCK = 32  # steps between the checkpoints of the forward scan (`_kernel`)
 
 
 def available() -> bool:
@@ -127,19 +130,19 @@ def _tridiagonal_eigenvalues(d, e, n, failed):  # pragma: no cover - compiled
     g = np.empty(LANES)
     p = np.empty(LANES)
     live = np.empty(LANES, dtype=np.bool_)
-    for l in range(n - 1):
+    for top in range(n - 1):
         for sweep in range(MAX_QL_SWEEPS + 1):
             for w in range(LANES):
                 split[w] = n - 1
                 at_split[w] = d[n - 1, w]
-            for m in range(n - 2, l - 1, -1):  # the first negligible off-diagonal at or after l
+            for m in range(n - 2, top - 1, -1):  # the first negligible off-diagonal at or after top
                 for w in range(LANES):
                     small = abs(e[m, w]) <= EPS * (abs(d[m, w]) + abs(d[m + 1, w])) or abs(e[m, w]) <= DEFLATE
                     split[w] = m if small else split[w]
                     at_split[w] = d[m, w] if small else at_split[w]
             active = 0
             for w in range(LANES):
-                live[w] = split[w] != l
+                live[w] = split[w] != top
                 active += live[w]
             if active == 0:
                 break
@@ -148,14 +151,14 @@ def _tridiagonal_eigenvalues(d, e, n, failed):  # pragma: no cover - compiled
                     failed[w] = failed[w] or live[w]
                 break
             for w in range(LANES):
-                el = e[l, w] if live[w] else 1.0
-                gg = (d[l + 1, w] - d[l, w]) / (2.0 * el)
+                el = e[top, w] if live[w] else 1.0
+                gg = (d[top + 1, w] - d[top, w]) / (2.0 * el)
                 r = np.sqrt(gg * gg + 1.0)
-                g[w] = at_split[w] - d[l, w] + el / (gg + (r if gg >= 0 else -r))
+                g[w] = at_split[w] - d[top, w] + el / (gg + (r if gg >= 0 else -r))
                 s[w] = 1.0
                 c[w] = 1.0
                 p[w] = 0.0
-            for i in range(n - 2, l - 1, -1):
+            for i in range(n - 2, top - 1, -1):
                 for w in range(LANES):
                     on = live[w] and i < split[w]
                     f = s[w] * e[i, w]
@@ -177,11 +180,11 @@ def _tridiagonal_eigenvalues(d, e, n, failed):  # pragma: no cover - compiled
                     g[w] = (cn * r2 - b) if rotate else g[w]
                     p[w] = pn if rotate else p[w]
             for w in range(LANES):
-                d[l, w] = d[l, w] - p[w] if live[w] else d[l, w]
-                e[l, w] = g[w] if live[w] else e[l, w]
-            for i in range(l + 1, n):  # e[split] = 0 for the lanes that rotated (or stalled) up to it
+                d[top, w] = d[top, w] - p[w] if live[w] else d[top, w]
+                e[top, w] = g[w] if live[w] else e[top, w]
+            for i in range(top + 1, n):  # e[split] = 0 for the lanes that rotated (or stalled) up to it
                 for w in range(LANES):
-                    e[i, w] = 0.0 if (i == split[w] and split[w] != l) else e[i, w]
+                    e[i, w] = 0.0 if (i == split[w] and split[w] != top) else e[i, w]
 
 
 @_jit
@@ -354,8 +357,17 @@ def _kernel(a, b, c, slot_of, n_slots, lam_out, err_out, reach_out, causal, erro
                     ranks[w, 0] = min(min(t, length - t), n)
                     ranks[w, 1] = min(t, n)
                 _cut_batch(
-                    recent[t - first], q, ranks, LANES, n, causal, error_factor, lam_out[g, slot],
-                    err_out[g, slot], reach_out[g, slot], work,
+                    recent[t - first],
+                    q,
+                    ranks,
+                    LANES,
+                    n,
+                    causal,
+                    error_factor,
+                    lam_out[g, slot],
+                    err_out[g, slot],
+                    reach_out[g, slot],
+                    work,
                 )
 
 
@@ -377,7 +389,9 @@ def _observe_step(q, a, c, n):  # pragma: no cover - compiled
                 q[i, j, w] = a[i, w] * a[j, w] * (q[i, j, w] + c[i, w] * c[j, w])
 
 
-def gramian_spectra_kernel(a: np.ndarray, b: np.ndarray, c: np.ndarray, wanted: np.ndarray, causal: bool, error_factor: float):
+def gramian_spectra_kernel(
+    a: np.ndarray, b: np.ndarray, c: np.ndarray, wanted: np.ndarray, causal: bool, error_factor: float
+):
     """The kernel's counterpart of `gramian_naive.gramian_spectra_reference`, on numpy
     float64 arrays a, b, c (B, L, N) and sorted cuts ``wanted`` in 1..L-1: (sigma^2 (B, W, N)
     descending, error of each sigma^2 (B, W), sigma(R_t)^2 (B, W, N) or None).
@@ -395,7 +409,18 @@ def gramian_spectra_kernel(a: np.ndarray, b: np.ndarray, c: np.ndarray, wanted: 
     lam = np.empty((groups, len(wanted), n, LANES))
     err = np.empty((groups, len(wanted), LANES))
     reach = np.empty((groups, len(wanted), n if causal else 1, LANES))
-    _kernel(lanes_last(a), lanes_last(b), lanes_last(c), slot_of, len(wanted), lam, err, reach, bool(causal), float(error_factor))
+    _kernel(
+        lanes_last(a),
+        lanes_last(b),
+        lanes_last(c),
+        slot_of,
+        len(wanted),
+        lam,
+        err,
+        reach,
+        bool(causal),
+        float(error_factor),
+    )
 
     def units_first(x):  # (G, W, ..., LANES) -> (B, W, ...)
         moved = np.moveaxis(x, -1, 1)  # (G, LANES, W, ...)

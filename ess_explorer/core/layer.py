@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from .ess import DEFAULT_SCOPE, check_scope, entropy_ess, tolerance_ess, tolerance_reference
+from .precision import DEFAULT_PRECISION, Accuracy
 from .units import CapturedLayer, DenseCapture, SSMCapture
 
 __all__ = ["layer_arrays", "SPECTRA_BUDGET"]
@@ -61,6 +62,7 @@ def layer_arrays(
     scope: str = DEFAULT_SCOPE,
     on_chunk: Callable[[int, int], None] | None = None,
     causal: bool = True,
+    precision: str = DEFAULT_PRECISION,
 ) -> dict:
     """The fields of a LayerESS for the units ``unit_ids`` (default all) of ``layer``.
 
@@ -72,6 +74,8 @@ def layer_arrays(
     Causal ESS (core/causal.py) follows the same tol / relative / scope; NaN for units with
     no known realisation, and for every unit with ``causal=False``, which skips its spectra
     (for a recurrence one more N x N SVD per cut: a third of a Mamba layer).
+    precision: the accuracy contract of the spectra (core/precision.py): "ess" (default: every
+    ESS as exact spectra give it, by guarded Gram / Gramian eigenvalues) or "exact".
     on_chunk(units done, units in all) is called after each chunk of units: a progress
     report, and the place a caller may stop a long layer by raising.
     """
@@ -84,6 +88,7 @@ def layer_arrays(
     keep = keep if top_k is None else min(keep, top_k)
 
     check_scope(scope, relative)
+    accuracy = Accuracy(precision, tol, relative)
     path = layer.spectra_path(positions, device)
     chunk = _chunk_size(layer, n_pos, most, path)
     chunks = [slice(start, min(n_units, start + chunk)) for start in range(0, n_units, chunk)]
@@ -111,8 +116,10 @@ def layer_arrays(
 
     def chunk_spectra(rows):
         if not causal:
-            return layer.spectra(unit_ids[rows], positions, device=device, dtype=torch.float64), None
-        return layer.spectra_and_causal(unit_ids[rows], positions, device=device, dtype=torch.float64)
+            return layer.spectra(unit_ids[rows], positions, device=device, dtype=torch.float64, accuracy=accuracy), None
+        return layer.spectra_and_causal(
+            unit_ids[rows], positions, device=device, dtype=torch.float64, accuracy=accuracy
+        )
 
     for rows in chunks:
         sigma, csig = chunk_spectra(rows)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import torch
 
 from .checks import require
+from .precision import EXACT, Accuracy
 from .spectra import GRAM_GUARD, gram_singular_values
 from .sweeps import over_chunks
 
@@ -45,6 +46,7 @@ def row_scaled_hankel_singular_values(
     max_rank: int | None = None,
     dtype: torch.dtype = torch.float64,
     device=None,
+    accuracy: Accuracy = EXACT,
 ) -> torch.Tensor:
     """sigma(H_t) of T_u = diag(scales[u]) owners[owner_of[u]] at every t in ``positions``.
 
@@ -79,7 +81,7 @@ def row_scaled_hankel_singular_values(
         # heads, mostly). A recurrence's cuts fall far below it and take the shared factor.
         by_gram = (values[:, -1] >= 10 * GRAM_GUARD * values[:, 0])[owner_of]
         if bool(by_gram.any()):
-            sigma[by_gram] = gram_singular_values(gate[by_gram, :, None] * cut[owner_of[by_gram]])
+            sigma[by_gram] = gram_singular_values(gate[by_gram, :, None] * cut[owner_of[by_gram]], accuracy=accuracy)
         if not bool(by_gram.all()):
             rest = ~by_gram
             shared = _shared_factor_values(cut, left, values, gate[rest], owner_of[rest], max_rank)

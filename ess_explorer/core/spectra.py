@@ -21,7 +21,9 @@ import torch
 from tqdm.auto import tqdm
 
 from .checks import as_tensor, require
-from .operators import FACTORED_OPERATORS
+from .gramian import gramian_hankel_singular_values
+from .operators import FACTORED_OPERATORS, DiagonalSSM
+from .precision import EXACT, Accuracy, check_precision
 from .sweeps import factored_hankel_singular_values, single_threaded_torch
 
 __all__ = [
@@ -39,6 +41,9 @@ __all__ = [
 # smallest value (so estimated) is above GRAM_GUARD * sigma_1 therefore keeps every value
 # to ~1e-10 relative (measured; 1e-6 worst case); any other cut is redone by SVD.
 GRAM_GUARD = 1e-4
+# Under the "ess" contract (core/precision.py) a Gram's eigenvalues are kept wherever their
+# error, at most GRAM_ERROR * g * eps * sigma_1^2 for a g x g Gram, cannot move a count.
+GRAM_ERROR = 4.0
 
 # The most memory the dense path may allocate (its copy of T, the output and one cut's
 # Gram matrix), checked before anything is allocated; raise it deliberately if needed.
@@ -160,6 +165,7 @@ def hankel_singular_values(
     method: str = "auto",
     batched: bool | None = None,
     progress: bool = False,
+    precision: str | Accuracy = "exact",
 ) -> torch.Tensor:
     """Singular values of every cut H_t = T[t:, :t].
 
@@ -180,6 +186,10 @@ def hankel_singular_values(
         within memory-bounded groups of similar size (a few dozen calls per head at L = 1024,
         the GPU path); False: one call per cut, in threads on CPU. None (default): batched
         on any device but the CPU.
+    precision : "exact" (default: every value within 1e-6 sigma_k + 1e-10 sigma_1 of an SVD
+        of the cut) or "ess" (core/precision.py: values good for ESS at tol = 1e-3, resolved
+        down to about 1e-7 sigma_1, by Gram and Gramian eigenvalues); an `Accuracy` names
+        the tolerance too.
 
     Returns
     -------
@@ -193,8 +203,11 @@ def hankel_singular_values(
         top_k is None or (isinstance(top_k, (int, np.integer)) and not isinstance(top_k, bool) and top_k >= 1),
         f"top_k must be a positive integer or None, got {top_k!r}",
     )
+    accuracy = Accuracy(check_precision(precision)) if isinstance(precision, str) else precision
     try:
-        sigma = _hankel_singular_values(op, top_k, dtype, device, positions, stride, method, batched, progress)
+        sigma = _hankel_singular_values(
+            op, top_k, dtype, device, positions, stride, method, batched, progress, accuracy
+        )
     except torch.linalg.LinAlgError as error:
         raise overflow_error(op) from error
     if not bool(torch.isfinite(sigma).all()):
@@ -214,9 +227,15 @@ def overflow_error(op) -> ValueError:
     )
 
 
-def _hankel_singular_values(op, top_k, dtype, device, positions, stride, method, batched, progress) -> torch.Tensor:
+def _hankel_singular_values(
+    op, top_k, dtype, device, positions, stride, method, batched, progress, accuracy
+) -> torch.Tensor:
     if isinstance(op, FACTORED_OPERATORS):
         pos = _positions(op.length, positions, stride)
+        if accuracy.fast and isinstance(op, DiagonalSSM) and method == "auto":
+            return gramian_hankel_singular_values(
+                op, positions=pos, accuracy=accuracy, top_k=top_k, dtype=dtype, device=device
+            )
         return factored_hankel_singular_values(
             op, positions=pos, top_k=top_k, dtype=dtype, device=device, method=method
         )
@@ -234,14 +253,14 @@ def _hankel_singular_values(op, top_k, dtype, device, positions, stride, method,
     if batched if batched is not None else dense.device.type != "cpu":
         groups = _size_groups(pos, length, flat.shape[0])
         for rows in tqdm(groups, disable=not progress, desc="cut groups", leave=False):
-            sigma = _group_singular_values(flat, pos[rows], method)  # (B, len(rows), g)
+            sigma = _group_singular_values(flat, pos[rows], method, accuracy)  # (B, len(rows), g)
             width = min(k_out, sigma.shape[-1])
             out[:, rows, :width] = sigma[..., :width]
         return out.reshape(*batch_shape, len(pos), k_out)
     bar = tqdm(total=len(pos), disable=not progress, desc="cuts", leave=False)
     workers = torch.get_num_threads() if dense.device.type == "cpu" else 1
     if method != "svd":
-        _recursive_gram_fill(flat, pos, method, out, k_out, workers, bar)
+        _recursive_gram_fill(flat, pos, method, out, k_out, workers, bar, accuracy)
         bar.close()
         return out.reshape(*batch_shape, len(pos), k_out)
 
@@ -335,7 +354,9 @@ def _gram_sequence(flat: torch.Tensor, times: list[int]):
             yield t, gram.clone()
 
 
-def _recursive_gram_fill(flat, pos, method: str, out, k_out: int, workers: int, bar) -> None:
+def _recursive_gram_fill(
+    flat, pos, method: str, out, k_out: int, workers: int, bar, accuracy: Accuracy = EXACT
+) -> None:
     """The per-cut dense path for method "gram" / "auto": Grams from `_gram_sequence` (one
     thread, cheap), their eigenvalues in ``workers`` threads (the cost), the guard of
     `_gram_values` per cut. Writes ``out[:, row, :width]`` for every row of ``pos``."""
@@ -348,7 +369,7 @@ def _recursive_gram_fill(flat, pos, method: str, out, k_out: int, workers: int, 
 
     def finish(t: int, gram: torch.Tensor) -> None:
         with single_threaded_torch():
-            sigma = _gram_values(gram, flat[:, t:, :t], method)
+            sigma = _gram_values(gram, flat[:, t:, :t], method, accuracy)
         width = min(k_out, sigma.shape[-1])
         for row in rows_of[t]:
             out[:, row, :width] = sigma[:, :width]
@@ -368,20 +389,34 @@ def _recursive_gram_fill(flat, pos, method: str, out, k_out: int, workers: int, 
             future.result()
 
 
-def gram_singular_values(cut: torch.Tensor, method: str = "auto") -> torch.Tensor:
+def gram_singular_values(cut: torch.Tensor, method: str = "auto", accuracy: Accuracy = EXACT) -> torch.Tensor:
     """Descending singular values of a batch of cuts (B, m, n) by the Gram route: the smaller
     Gram, then `_gram_values` (with "auto", an SVD of every cut the guard does not pass)."""
     gram = cut.mT @ cut if cut.shape[-1] <= cut.shape[-2] else cut @ cut.mT
-    return _gram_values(gram, cut, method)
+    return _gram_values(gram, cut, method, accuracy)
 
 
-def _gram_values(gram: torch.Tensor, cut: torch.Tensor, method: str) -> torch.Tensor:
+def _gram_unsafe(sigma: torch.Tensor, rank: torch.Tensor | int, accuracy: Accuracy) -> torch.Tensor:
+    """The cuts (*) whose Gram values (*, g) descending must be redone by SVD: under "exact",
+    those whose smallest value within their rank is below GRAM_GUARD sigma_1 (each value
+    then keeps ~1e-10 relative); under "ess", those whose eigenvalue error could move a count
+    (core/precision.py)."""
+    top = sigma[..., 0] ** 2
+    if accuracy.fast:
+        error = GRAM_ERROR * sigma.shape[-1] * torch.finfo(sigma.dtype).eps * top
+        return ~accuracy.certain(top, error)
+    index = torch.as_tensor(rank, device=sigma.device).expand(sigma.shape[:-1]) - 1
+    smallest = sigma.gather(-1, index[..., None])[..., 0]
+    return smallest < GRAM_GUARD * sigma[..., 0]
+
+
+def _gram_values(gram: torch.Tensor, cut: torch.Tensor, method: str, accuracy: Accuracy = EXACT) -> torch.Tensor:
     """Descending singular values of ``cut`` (B, m, n) from its Gram (B, g, g), g = min(m, n):
-    eigvalsh, then ("auto") an SVD of every cut whose smallest value is below GRAM_GUARD."""
+    eigvalsh, then ("auto") an SVD of every cut `_gram_unsafe` names."""
     sigma = torch.linalg.eigvalsh(gram).flip(-1).clamp_min(0).sqrt()
     if method == "gram":
         return sigma
-    unsafe = sigma[:, -1] < GRAM_GUARD * sigma[:, 0]
+    unsafe = _gram_unsafe(sigma, sigma.shape[-1], accuracy)
     if bool(unsafe.any()):
         sigma[unsafe] = torch.linalg.svdvals(cut[unsafe])
     return sigma
@@ -408,7 +443,9 @@ def _size_groups(pos: torch.Tensor, length: int, units: int) -> list[torch.Tenso
     return groups
 
 
-def _group_singular_values(flat: torch.Tensor, times: torch.Tensor, method: str) -> torch.Tensor:
+def _group_singular_values(
+    flat: torch.Tensor, times: torch.Tensor, method: str, accuracy: Accuracy = EXACT
+) -> torch.Tensor:
     """Descending singular values (B, C, g_max) of the cuts t in ``times`` of every operator
     in ``flat`` (B, L, L), padded with zeros (padding a matrix with zero rows or columns
     only adds zero singular values, so nothing is approximated).
@@ -447,8 +484,7 @@ def _group_singular_values(flat: torch.Tensor, times: torch.Tensor, method: str)
                 # guard as in _gram_values, on each cut's own rank min(t, L - t):
                 # padded zeros are not small values
                 rank = torch.minimum(t, length - t).reshape(1, -1).expand(values.shape[0], -1)
-                smallest = values.gather(-1, (rank - 1)[..., None])[..., 0]
-                unsafe = smallest < GRAM_GUARD * values[..., 0]
+                unsafe = _gram_unsafe(values, rank, accuracy)
                 if bool(unsafe.any()):
                     values[unsafe] = torch.linalg.svdvals(cut[unsafe])
         sigma[:, select] = values

@@ -40,7 +40,9 @@ import torch
 
 from .causal import reachability_singular_values, shift_register_singular_values
 from .diagnostics import theoretical_state_size, unit_kind
+from .gramian import gramian_hankel_singular_values
 from .operators import DiagonalSSM
+from .precision import EXACT, Accuracy
 from .row_scaled import row_scaled_hankel_singular_values
 from .short_conv import short_conv_hankel_singular_values, short_conv_operator
 from .spectra import choose_ssm_path, hankel_singular_values, overflow_error
@@ -102,7 +104,7 @@ class CapturedLayer:
         stored = self._stored_owners(owners)[inverse].to(torch.float64)
         return stored if self.row_scale is None else stored * self.row_scale[_index(units), :, None].to(torch.float64)
 
-    def _row_scaled_spectra(self, units, positions, dtype, device) -> torch.Tensor | None:
+    def _row_scaled_spectra(self, units, positions, dtype, device, accuracy: Accuracy = EXACT) -> torch.Tensor | None:
         """Spectra of units that share owners (one SVD of each owner's cut serves them all),
         or None where no two of ``units`` share one."""
         owners, inverse = self._owners(units)
@@ -110,7 +112,14 @@ class CapturedLayer:
             return None
         scales = self.row_scale[_index(units)]
         return row_scaled_hankel_singular_values(
-            self._stored_owners(owners), inverse, scales, positions, max_rank=self.max_rank, dtype=dtype, device=device
+            self._stored_owners(owners),
+            inverse,
+            scales,
+            positions,
+            max_rank=self.max_rank,
+            dtype=dtype,
+            device=device,
+            accuracy=accuracy,
         )
 
     @property
@@ -141,8 +150,11 @@ class CapturedLayer:
             raise NotImplementedError
         return tuple(self.inputs.shape[:2])
 
-    def spectra(self, units, positions, *, device=None, dtype=torch.float64) -> torch.Tensor:
-        """Full spectra of the cuts: (len(units), P, K) with K >= max_rank, descending."""
+    def spectra(
+        self, units, positions, *, device=None, dtype=torch.float64, accuracy: Accuracy = EXACT
+    ) -> torch.Tensor:
+        """Full spectra of the cuts: (len(units), P, K) with K >= max_rank, descending, within
+        ``accuracy`` (core/precision.py)."""
         raise NotImplementedError
 
     def spectra_path(self, positions, device=None) -> dict:
@@ -154,17 +166,19 @@ class CapturedLayer:
         """An upper bound on rank(H_t) from the structure (N, d_k, k - 1, w - 1), or None."""
         return None
 
-    def causal_spectra(self, units, positions, *, device=None, dtype=torch.float64) -> torch.Tensor | None:
+    def causal_spectra(
+        self, units, positions, *, device=None, dtype=torch.float64, accuracy: Accuracy = EXACT
+    ) -> torch.Tensor | None:
         """sigma(R_t), the reachability factor of each cut, (len(units), P, K) descending, for a
         family with a known realisation; None otherwise (core/causal.py)."""
         return None
 
-    def spectra_and_causal(self, units, positions, *, device=None, dtype=torch.float64):
+    def spectra_and_causal(self, units, positions, *, device=None, dtype=torch.float64, accuracy: Accuracy = EXACT):
         """(`spectra`, `causal_spectra`) of the same units and cuts; a family that computes
         both in one pass overrides it."""
         return (
-            self.spectra(units, positions, device=device, dtype=dtype),
-            self.causal_spectra(units, positions, device=device, dtype=dtype),
+            self.spectra(units, positions, device=device, dtype=dtype, accuracy=accuracy),
+            self.causal_spectra(units, positions, device=device, dtype=dtype, accuracy=accuracy),
         )
 
     def causal_count(self, positions) -> np.ndarray | None:
@@ -223,14 +237,16 @@ class DenseCapture(CapturedLayer):
             "reason": "the operator is stored dense" + ("; cuts batched by size" if batched else "; one call per cut"),
         }
 
-    def spectra(self, units, positions, *, device=None, dtype=torch.float64) -> torch.Tensor:
+    def spectra(
+        self, units, positions, *, device=None, dtype=torch.float64, accuracy: Accuracy = EXACT
+    ) -> torch.Tensor:
         positions = torch.as_tensor(positions)
-        sigma = self._row_scaled_spectra(units, positions, dtype, device)
+        sigma = self._row_scaled_spectra(units, positions, dtype, device, accuracy)
         if sigma is not None:
             return sigma
         owners, inverse = self._owners(units)
         operator = self.operator[owners][inverse] if self.row_scale is None else self.dense(units)
-        return hankel_singular_values(operator, positions=positions, dtype=dtype, device=device)
+        return hankel_singular_values(operator, positions=positions, dtype=dtype, device=device, precision=accuracy)
 
     def causal_count(self, positions) -> np.ndarray | None:
         # Softmax attention keeps every past token (t, or w - 1 with a window; chunked: the
@@ -283,22 +299,33 @@ class SSMCapture(CapturedLayer):
             shared = len(self.owner) / max(1, len(torch.unique(self.owner)))
         return choose_ssm_path(self.length, state_size, positions, device, units_per_owner=shared)
 
-    def spectra(self, units, positions, *, device=None, dtype=torch.float64) -> torch.Tensor:
+    def spectra(
+        self, units, positions, *, device=None, dtype=torch.float64, accuracy: Accuracy = EXACT
+    ) -> torch.Tensor:
         positions = torch.as_tensor(positions)
         if self.spectra_path(positions, device)["method"] == "dense":
             # the dense path returns L // 2 values per cut; rank(H_t) <= N keeps the first N
-            sigma = self._row_scaled_spectra(units, positions, dtype, device)
+            sigma = self._row_scaled_spectra(units, positions, dtype, device, accuracy)
             if sigma is None:
-                # "svd": a recurrence's cut spectra decay far below the Gram guard, so "auto"
-                # would redo most cuts by SVD after its eigvalsh (measured: 92% of a Mamba2 head's)
+                # exact: "svd", since a recurrence's cut spectra decay far below the Gram guard and
+                # "auto" would redo most cuts by SVD after its eigvalsh (measured: 92% of a Mamba2
+                # head's); "ess": the Gram's eigenvalues, whose guard reads tau (core/precision.py)
                 dense = self.dense(units)
-                sigma = hankel_singular_values(dense, positions=positions, dtype=dtype, device=device, method="svd")
+                method = "auto" if accuracy.fast else "svd"
+                sigma = hankel_singular_values(
+                    dense, positions=positions, dtype=dtype, device=device, method=method, precision=accuracy
+                )
             n = self.state_size if self.state_size is not None else self.ssm([0]).state_size
             return sigma[..., : min(sigma.shape[-1], n)]
-        return hankel_singular_values(self.ssm(units), positions=positions, dtype=dtype, device=device)
+        return hankel_singular_values(
+            self.ssm(units), positions=positions, dtype=dtype, device=device, precision=accuracy
+        )
 
-    def causal_spectra(self, units, positions, *, device=None, dtype=torch.float64) -> torch.Tensor:
-        """One forward pass per distinct owner among ``units``: a row scale leaves a and b."""
+    def causal_spectra(
+        self, units, positions, *, device=None, dtype=torch.float64, accuracy: Accuracy = EXACT
+    ) -> torch.Tensor:
+        """One forward pass per distinct owner among ``units``: a row scale leaves a and b.
+        Exact under either contract: one sweep per owner is a small share of the layer."""
         owners, inverse = self._owners(units)
         ssm, positions = self.realize(owners), torch.as_tensor(positions)
         if self.spectra_path(positions, device)["method"] == "scan":  # a GPU: the scan's roots, no per-step launches
@@ -309,18 +336,23 @@ class SSMCapture(CapturedLayer):
             reach = reachability_singular_values(ssm, positions, dtype=dtype, device=device)
         return reach[inverse]
 
-    def spectra_and_causal(self, units, positions, *, device=None, dtype=torch.float64):
+    def spectra_and_causal(self, units, positions, *, device=None, dtype=torch.float64, accuracy: Accuracy = EXACT):
         """Both in one pass where the factored path runs (the forward half of the sweep or
         the scan is the reachability factor: core/sweeps.py), else one after the other. Units
         that share an owner take its reachability from one sweep (`causal_spectra`)."""
         positions = torch.as_tensor(positions)
         if self._shares_owners(units) or self.spectra_path(positions, device)["method"] == "dense":
-            return super().spectra_and_causal(units, positions, device=device, dtype=dtype)
+            return super().spectra_and_causal(units, positions, device=device, dtype=dtype, accuracy=accuracy)
         ssm = self.ssm(units)  # realised only here: the dense route realises its own
         try:
-            sigma, reach = factored_hankel_singular_values(
-                ssm, positions=positions, dtype=dtype, device=device, causal=True
-            )
+            if accuracy.fast and isinstance(ssm, DiagonalSSM):
+                sigma, reach = gramian_hankel_singular_values(
+                    ssm, positions=positions, accuracy=accuracy, dtype=dtype, device=device, causal=True
+                )
+            else:
+                sigma, reach = factored_hankel_singular_values(
+                    ssm, positions=positions, dtype=dtype, device=device, causal=True
+                )
         except torch.linalg.LinAlgError as error:
             raise overflow_error(ssm) from error
         if not (bool(torch.isfinite(sigma).all()) and bool(torch.isfinite(reach).all())):
@@ -356,12 +388,16 @@ class ShortConvCapture(CapturedLayer):
         size = self.kernel_size - 1
         return {"method": "short_conv", "reason": f"exact from the {size} x {size} block of each cut"}
 
-    def spectra(self, units, positions, *, device=None, dtype=torch.float64) -> torch.Tensor:
-        index = _index(units)
+    def spectra(
+        self, units, positions, *, device=None, dtype=torch.float64, accuracy: Accuracy = EXACT
+    ) -> torch.Tensor:
+        index = _index(units)  # exact under either contract: (k - 1) x (k - 1) blocks
         return short_conv_hankel_singular_values(
             self.gate_in[index], self.gate_out[index], self.weight[index], positions, device=device, dtype=dtype
         )
 
-    def causal_spectra(self, units, positions, *, device=None, dtype=torch.float64) -> torch.Tensor:
+    def causal_spectra(
+        self, units, positions, *, device=None, dtype=torch.float64, accuracy: Accuracy = EXACT
+    ) -> torch.Tensor:
         gate_in = self.gate_in[_index(units)].to(device=device, dtype=dtype)
         return shift_register_singular_values(gate_in, self.kernel_size, positions)

@@ -1,0 +1,73 @@
+"""The two accuracy contracts of the spectra, and the guard that keeps a fast route inside one.
+
+    "ess"    (the default for ESS): tolerance-ESS identical to an exact SVD's at every cut,
+             except where a singular value lies within 1e-6 (relative) of tau; entropy-ESS
+             and causal ESS within 1e-5 (relative). Float64 eigenvalues of Grams (dense
+             units) and of Gramians (diagonal recurrences, core/gramian_naive.py) meet it;
+             they resolve a singular value only down to about sqrt(error), i.e. 1e-7 to 1e-6
+             of sigma_1, which no count at tau = 1e-3 sigma_1 and no entropy reads.
+    "exact"  every singular value within 1e-6 sigma_k + 1e-10 sigma_1 of an SVD of the cut:
+             the square-root sweeps, and SVDs of every cut the Gram guard does not pass.
+             The reference in the tests, and the route for spectra drawn far below tau.
+
+Why the guard reads tau: a route whose eigenvalues lambda_k = sigma_k^2 carry an absolute
+error e moves a singular value near tau by about e / (2 tau). The count at tau is therefore
+certain, to the contract's 1e-6 relative band, when e <= 2e-6 tau^2. The smallest tau any
+scope can use is tol * sigma_1 of the cut itself (a relative tolerance: "unit" and "layer"
+refer to a larger sigma_1) or tol (an absolute one), so the guard checks that one. A cut
+that fails it is computed by the exact route. Entropy-ESS reads the whole spectrum, and the
+values below the resolution are set to zero past the structural rank; its 1e-5 is a
+measured property (tests/test_precision.py), not a bound this guard proves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .checks import require
+
+__all__ = ["PRECISIONS", "DEFAULT_PRECISION", "Accuracy", "check_precision", "TAU_BAND"]
+
+PRECISIONS = ("ess", "exact")
+DEFAULT_PRECISION = "ess"
+TAU_BAND = 1e-6  # the contract's band around tau within which a count may differ
+
+
+def check_precision(precision: str) -> str:
+    """The one place that accepts a precision name; anything else is a ValueError."""
+    require(
+        precision in PRECISIONS,
+        f"precision must be one of {', '.join(map(repr, PRECISIONS))}; got {precision!r} "
+        "('ess': fast, every ESS as an exact SVD would give it; 'exact': every singular value exact)",
+    )
+    return precision
+
+
+@dataclass(frozen=True)
+class Accuracy:
+    """What the spectra will be read for: the contract, and the tolerance that counts them.
+
+    precision "exact" asks every route for exact spectra; "ess" lets the fast routes answer
+    where `certain` says their error cannot change a count (module docstring)."""
+
+    precision: str = DEFAULT_PRECISION
+    tol: float = 1e-3
+    relative: bool = True
+
+    def __post_init__(self):
+        check_precision(self.precision)
+
+    @property
+    def fast(self) -> bool:
+        return self.precision == "ess"
+
+    def certain(self, top: torch.Tensor, error: torch.Tensor) -> torch.Tensor:
+        """Where a cut whose largest eigenvalue is ``top`` (sigma_1^2) and whose eigenvalues
+        carry the absolute error ``error`` (same shape) counts exactly: error <= 2e-6 tau_min^2."""
+        tau_squared = self.tol**2 * top if self.relative else torch.full_like(top, float(self.tol) ** 2)
+        return torch.isfinite(error) & (error <= 2 * TAU_BAND * tau_squared)
+
+
+EXACT = Accuracy("exact")
