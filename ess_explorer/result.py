@@ -47,6 +47,7 @@ from .core.diagnostics import utilisation
 from .core.ess import DEFAULT_SCOPE, check_scope, check_variant, tolerance_reference
 from .core.layer import layer_arrays
 from .core.operators import DiagonalSSM
+from .core.precision import DEFAULT_PRECISION
 from .core.units import CapturedLayer, DenseCapture, SSMCapture
 
 FORMAT_VERSION = 1
@@ -159,6 +160,7 @@ class LayerESS:
         kernel_size: int | None = None,
         multiplicity: int | None = None,
         scope: str = DEFAULT_SCOPE,
+        precision: str = DEFAULT_PRECISION,
     ) -> "LayerESS":
         """The LayerESS of a layer given directly by its operators, built like `analyze`'s.
 
@@ -166,7 +168,8 @@ class LayerESS:
         capacity (TSS) follows ``family`` (core/diagnostics.py) with ``state_size`` (taken
         from a DiagonalSSM when not given), ``window`` or ``kernel_size``, unless ``tss``
         ((P,) or (U, P)) gives it. Units listed in ``keep_operators`` keep their dense T.
-        multiplicity: scalar channels sharing each unit's T (default 1).
+        multiplicity: scalar channels sharing each unit's T (default 1). precision: the
+        accuracy contract of the spectra (core/precision.py).
         """
         import torch
 
@@ -203,6 +206,7 @@ class LayerESS:
             tss=tss,
             operator_dtype=torch.float64,
             scope=scope,
+            precision=precision,
         )
 
     def ess(self, variant: str = "tolerance") -> np.ndarray:

@@ -7,14 +7,19 @@ made from seeded random parameters with the closed forms of docs/math.md ("Close
     linear_attention(d_k)     ESS(t) <= min(d_k, t, L - t), = for generic keys
     diagonal_ssm(n)           ESS(t) <= n
     softmax_attention()       ESS(t) = min(t, L - t) generically
+    trained_like_attention()  the head kinds of trained models: attention sinks (98-100% of
+                              the weight on token 0), sharp (near one-hot) and near-uniform heads
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
 from .core.ess import DEFAULT_RELATIVE, DEFAULT_TOL
 from .core.operators import DiagonalSSM
+from .core.precision import DEFAULT_PRECISION
 from .result import ESSResult, LayerESS
 
 __all__ = [
@@ -22,6 +27,8 @@ __all__ = [
     "linear_attention",
     "diagonal_ssm",
     "softmax_attention",
+    "trained_like_attention",
+    "HEAD_KINDS",
     "reference_result",
     "reference_tokens",
 ]
@@ -60,14 +67,44 @@ def diagonal_ssm(length: int, state_size: int, *, units: int = 1, seed: int = 0,
     return DiagonalSSM(a, b, c, d)
 
 
-def softmax_attention(length: int, *, head_dim: int = 16, units: int = 1, seed: int = 0) -> torch.Tensor:
-    """Causal softmax attention maps softmax(q k^T / sqrt(d) + mask), (units, L, L)."""
+def softmax_attention(
+    length: int, *, head_dim: int = 16, units: int = 1, seed: int = 0, sink: float = 0.0, sharpness: float = 1.0
+) -> torch.Tensor:
+    """Causal softmax attention maps softmax(sharpness q k^T / sqrt(d) + mask), (units, L, L).
+    ``sink`` is added to every score of token 0 (an attention sink: with sink = log(200 L) every
+    row puts more than 98% of its weight there); ``sharpness`` > 1 makes rows near one-hot,
+    < 1 near uniform."""
     g = _generator(seed)
     q = torch.randn(units, length, head_dim, generator=g, dtype=torch.float64)
     k = torch.randn(units, length, head_dim, generator=g, dtype=torch.float64)
-    scores = q @ k.transpose(-1, -2) / head_dim**0.5
+    scores = sharpness * (q @ k.transpose(-1, -2)) / head_dim**0.5
+    scores[..., 0] += sink
     causal = torch.ones(length, length, dtype=torch.bool).tril()
     return torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1)
+
+
+# The head kinds of trained softmax attention, as softmax_attention options. Random weights give
+# only "random" heads; a trained LLM's layers mix all four, and the sink heads (whose cut spectra
+# fall steeply below sigma_1) are the ones a spectrum route finds hardest.
+HEAD_KINDS = {
+    "sink": lambda length: {"sink": math.log(200 * length)},
+    "sharp": lambda length: {"sharpness": 6.0},
+    "uniform": lambda length: {"sharpness": 0.1},
+    "random": lambda length: {},
+}
+
+
+def trained_like_attention(
+    length: int, *, units: int = 12, head_dim: int = 64, seed: int = 0, mix=("sink", "sink", "sharp", "uniform")
+) -> torch.Tensor:
+    """(units, L, L) softmax heads whose kinds cycle through ``mix`` (HEAD_KINDS): by default
+    half attention sinks, a quarter sharp and a quarter near-uniform heads, the mix of a
+    trained small LLM's layers (where 9-90% of the cuts per layer defeat a Gram guard)."""
+    heads = [
+        softmax_attention(length, head_dim=head_dim, seed=seed + u, **HEAD_KINDS[mix[u % len(mix)]](length))[0]
+        for u in range(units)
+    ]
+    return torch.stack(heads)
 
 
 def reference_tokens(length: int, segment: int = 16) -> list[str]:
@@ -82,13 +119,19 @@ def reference_tokens(length: int, segment: int = 16) -> list[str]:
 
 
 def reference_result(
-    length: int = 48, *, seed: int = 0, tol: float = DEFAULT_TOL, relative: bool = DEFAULT_RELATIVE
+    length: int = 48,
+    *,
+    seed: int = 0,
+    tol: float = DEFAULT_TOL,
+    relative: bool = DEFAULT_RELATIVE,
+    precision: str = DEFAULT_PRECISION,
 ) -> ESSResult:
     """An ESSResult with four layers of different families and known behaviour.
 
     layer 0 softmax attention (2 heads), 1 short convolution (4 channels, k = 4),
     2 diagonal SSM (4 channels, N = 4, state emptied at every separator),
-    3 linear attention (2 heads, d_k = 4). Operators of every unit are kept.
+    3 linear attention (2 heads, d_k = 4). Operators of every unit are kept. precision: the
+    accuracy contract of the spectra (core/precision.py).
     """
     tokens = reference_tokens(length)
     separators = [t for t, tok in enumerate(tokens) if tok == "|"]
@@ -102,7 +145,14 @@ def reference_result(
     for index, (family, operator, sizes) in enumerate(specs):
         units = operator.batch_shape[0] if isinstance(operator, DiagonalSSM) else operator.shape[0]
         layers[index] = LayerESS.from_operator(
-            index, family, operator, tol=tol, relative=relative, keep_operators=range(units), **sizes
+            index,
+            family,
+            operator,
+            tol=tol,
+            relative=relative,
+            keep_operators=range(units),
+            precision=precision,
+            **sizes,
         )
     meta = {
         "model_id": "synthetic:reference",
@@ -112,6 +162,7 @@ def reference_result(
         "tol": tol,
         "relative": relative,
         "stride": None,
+        "precision": precision,
         "separators": separators,
     }
     return ESSResult(tokens=tokens, input_ids=list(range(length)), layers=layers, meta=meta)

@@ -154,6 +154,7 @@ def compute_result(args):
             device=args.device,
             revision=args.revision,
             causal=not args.no_causal,
+            precision=args.precision,
         )
 
     # The identity and the tokenizer come from the files (a hub id: the commit loading would
@@ -191,6 +192,7 @@ def compute_result(args):
             device=args.device,
             progress=not args.quiet,
             causal=not args.no_causal,
+            precision=args.precision,
         )
         result.meta["prompt"] = prompt
         result.meta["source"] = source
@@ -340,6 +342,7 @@ def cmd_sweep(args) -> int:
         gates=args.gates,
         stride=args.stride,
         causal=not args.no_causal,
+        precision=args.precision,
         device=args.device,
         progress=not args.quiet,
         ray_address=args.ray_address,
@@ -383,10 +386,23 @@ def _analysis_options(parser) -> None:
         action="store_true",
         help="skip causal ESS (about a third of the time of a recurrent layer such as Mamba's)",
     )
+    _precision_argument(parser)
     parser.add_argument("--device", help="torch device for the spectra (default: the model's)")
     parser.add_argument("--no-cache", action="store_true", help="compute afresh; neither read nor write the cache")
     parser.add_argument("--cache-dir", help="cache folder (default: $ESS_EXPLORER_CACHE or ~/.cache/ess-explorer)")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress output on stderr")
+
+
+def _precision_argument(parser) -> None:
+    from ..core.precision import DEFAULT_PRECISION, PRECISIONS
+
+    parser.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default=DEFAULT_PRECISION,
+        help="accuracy contract: 'ess' (default) gives every ESS as exact spectra would, fast; "
+        "'exact' keeps every singular value exact (for spectra far below the tolerance)",
+    )
 
 
 # The figure kinds (figures.KINDS), listed here so that `--help` needs no Altair import;
@@ -457,6 +473,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sw.add_argument("--stride", type=_positive_int, help="compute every STRIDE-th cut only")
     sw.add_argument("--no-causal", action="store_true", help="skip causal ESS (its column stays empty)")
+    _precision_argument(sw)
     sw.add_argument("--device", help="torch device, e.g. cuda (Ray: each task asks for one GPU)")
     sw.add_argument("--ray-address", help="join a running Ray cluster (e.g. auto); default: start a local one")
     sw.add_argument("--num-cpus", type=_positive_int, help="CPUs of the local Ray cluster (default: all)")

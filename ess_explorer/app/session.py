@@ -42,6 +42,7 @@ from typing import Callable
 
 import torch
 
+from ..core.precision import DEFAULT_PRECISION
 from ..result import ESSResult, LayerESS
 from .plan import FIRST_CHART_FLOPS, OVERVIEW_POSITIONS, first_chart_stride, overview_stride, plan
 
@@ -434,7 +435,7 @@ class ExplorerSession:
                 return None, None
             ids = [int(i) for i in tokenizer(prompt, add_special_tokens=False)["input_ids"]]
             # the same key as `ess-explorer analyze` (float32 weights, every layer, exact,
-            # per-cut scope, the model's device, no revision, causal ESS)
+            # per-cut scope, the model's device, no revision, causal ESS, the default precision)
             key = cache_key(
                 identity,
                 ids,
@@ -449,6 +450,7 @@ class ExplorerSession:
                 device=None,
                 revision=None,
                 causal=True,
+                precision=DEFAULT_PRECISION,
             )
         except ValueError:
             return None, None

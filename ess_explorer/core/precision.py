@@ -24,9 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
-from .checks import require
+# No torch import: the CLI builds its --precision choices from here before torch loads.
 
 __all__ = ["PRECISIONS", "DEFAULT_PRECISION", "Accuracy", "check_precision", "TAU_BAND"]
 
@@ -37,11 +35,11 @@ TAU_BAND = 1e-6  # the contract's band around tau within which a count may diffe
 
 def check_precision(precision: str) -> str:
     """The one place that accepts a precision name; anything else is a ValueError."""
-    require(
-        precision in PRECISIONS,
-        f"precision must be one of {', '.join(map(repr, PRECISIONS))}; got {precision!r} "
-        "('ess': fast, every ESS as an exact SVD would give it; 'exact': every singular value exact)",
-    )
+    if not (isinstance(precision, str) and precision in PRECISIONS):
+        raise ValueError(
+            f"precision must be one of {', '.join(map(repr, PRECISIONS))}; got {precision!r} "
+            "('ess': fast, every ESS as an exact SVD would give it; 'exact': every singular value exact)"
+        )
     return precision
 
 
@@ -63,11 +61,19 @@ class Accuracy:
     def fast(self) -> bool:
         return self.precision == "ess"
 
-    def certain(self, top: torch.Tensor, error: torch.Tensor) -> torch.Tensor:
+    @property
+    def resolution(self) -> float:
+        """How far a kept singular value may be from the exact one under this contract: that
+        times sigma_1 of its cut (a relative tolerance) or absolute; 0 for "exact" (whose
+        1e-6 sigma_k + 1e-10 sigma_1 is the SVD's own). From `certain`: |s^2 - sigma^2| <= e
+        gives |s - sigma| <= sqrt(e) <= sqrt(2 TAU_BAND) tau_min."""
+        return (2 * TAU_BAND) ** 0.5 * float(self.tol) if self.fast else 0.0
+
+    def certain(self, top, error):
         """Where a cut whose largest eigenvalue is ``top`` (sigma_1^2) and whose eigenvalues
         carry the absolute error ``error`` (same shape) counts exactly: error <= 2e-6 tau_min^2."""
-        tau_squared = self.tol**2 * top if self.relative else torch.full_like(top, float(self.tol) ** 2)
-        return torch.isfinite(error) & (error <= 2 * TAU_BAND * tau_squared)
+        tau_squared = self.tol**2 * top if self.relative else top.new_full(top.shape, float(self.tol) ** 2)
+        return error.isfinite() & (error <= 2 * TAU_BAND * tau_squared)
 
 
 EXACT = Accuracy("exact")

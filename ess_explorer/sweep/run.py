@@ -27,6 +27,7 @@ from .._version import __version__
 from ..atomic import atomic_write
 from ..core.ess import DEFAULT_RELATIVE, DEFAULT_SCOPE, DEFAULT_TOL, check_scope
 from ..core.gates import DEFAULT_GATES, check_gates
+from ..core.precision import DEFAULT_PRECISION, check_precision
 from ..sources import load_model
 from .inputs import Run, expand_models, load_prompts
 from .table import read_metadata, read_table, shard_path, write_shard
@@ -37,7 +38,7 @@ __all__ = ["sweep", "SweepResult", "Shard", "PLAN_FILE", "PROMPTS_FILE", "BACKEN
 PLAN_FILE, PROMPTS_FILE = "sweep.json", "prompts.jsonl"
 PLAN_FORMAT = 1
 # Options added since PLAN_FORMAT 1, with the value an older plan (which lacks them) ran with.
-LATER_OPTIONS = {"causal": True}
+LATER_OPTIONS = {"causal": True, "precision": "exact"}
 BACKENDS = ("local", "ray")
 
 
@@ -147,6 +148,7 @@ def sweep(
     stride: int | None = None,
     units=None,
     causal: bool = True,
+    precision: str = DEFAULT_PRECISION,
     device=None,
     progress: bool = True,
     ray_address: str | None = None,
@@ -159,8 +161,8 @@ def sweep(
         checkpoint-STEP subfolders); see sweep/inputs.py.
     prompts : a list of strings / token-id lists, a .txt (one per line) or .jsonl file
         (``text_field``), or a datasets.Dataset.
-    layers, tol, relative, scope, gates, stride, units, causal : as in analyze (the same for
-        every run; ``causal=False`` leaves the causal_ess column NaN and saves its spectra).
+    layers, tol, relative, scope, gates, stride, units, causal, precision : as in analyze (the
+        same for every run; ``causal=False`` leaves the causal_ess column NaN and saves its spectra).
     backend : "local" (this process) or "ray" (``ray_address`` to join a running cluster,
         else ``ray.init(**ray_init)`` starts a local one; ``device="cuda"`` asks each task for
         ``num_gpus`` GPUs, default 1).
@@ -176,6 +178,7 @@ def sweep(
     _check_options(tol, relative, stride, units)
     check_scope(scope, relative)
     check_gates(gates)
+    check_precision(precision)
     runs = expand_models(models)
     items = load_prompts(prompts, text_field=text_field)
     out = Path(out).expanduser()
@@ -192,6 +195,7 @@ def sweep(
         "stride": stride,
         "units": units if units is None or isinstance(units, int) else [int(u) for u in units],
         "causal": bool(causal),
+        "precision": precision,
     }
     plan = {
         "format": PLAN_FORMAT,

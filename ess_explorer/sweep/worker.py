@@ -21,7 +21,7 @@ from .table import SCHEMA, result_table
 __all__ = ["compute_shard", "cached_model", "ANALYSIS_OPTIONS"]
 
 # The analyze options a sweep passes through (everything that changes the numbers).
-ANALYSIS_OPTIONS = ("layers", "tol", "relative", "scope", "gates", "stride", "units", "causal")
+ANALYSIS_OPTIONS = ("layers", "tol", "relative", "scope", "gates", "stride", "units", "causal", "precision")
 
 _LOADED: dict = {}  # source -> (model, tokenizer): at most one model per process
 

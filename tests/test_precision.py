@@ -1,0 +1,259 @@
+"""The two accuracy contracts (core/precision.py) against an SVD of every cut.
+
+"ess": tolerance-ESS identical except where a singular value lies within 1e-6 (relative) of
+tau; entropy-ESS and causal ESS within 1e-5 (relative). "exact": every value within
+1e-6 sigma_k + 1e-10 sigma_1. Checked on the operators that stress each route: trained-like
+attention (sinks, sharp and near-uniform heads), decays within 1e-6 of 0 and 1, realisations
+whose Gramians are imbalanced by 1e8 (the guard must fall back), and spectra placed just
+above and below tau.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from ess_explorer import DiagonalSSM, entropy_ess, hankel_singular_values, tolerance_ess
+from ess_explorer.core import gramian, gramian_kernel
+from ess_explorer.core.gramian_naive import gramian_spectra_reference
+from ess_explorer.core.precision import TAU_BAND, Accuracy, check_precision
+from ess_explorer.synthetic import trained_like_attention
+
+TOL = 1e-3
+
+
+def exact_spectra(dense: torch.Tensor) -> torch.Tensor:
+    """The oracle: one numpy SVD per cut of each (L, L) operator, (U, L, L // 2)."""
+    units, length, _ = dense.shape
+    out = np.zeros((units, length, length // 2))
+    for u in range(units):
+        for t in range(1, length):
+            values = np.linalg.svd(dense[u, t:, :t].numpy(), compute_uv=False)
+            out[u, t, : len(values)] = values[: length // 2]
+    return torch.from_numpy(out)
+
+
+def assert_ess_contract(fast: torch.Tensor, exact: torch.Tensor, tol: float = TOL) -> None:
+    """The "ess" contract of ``fast`` spectra against ``exact`` ones (both (U, P, K))."""
+    width = min(fast.shape[-1], exact.shape[-1])
+    fast, exact = fast[..., :width], exact[..., :width]
+    counted, expected = (tolerance_ess(spectra=x, tol=tol) for x in (fast, exact))
+    tau = tol * exact[..., :1]
+    near = ((exact - tau).abs() <= TAU_BAND * tau).any(-1)  # the only cuts allowed to differ
+    assert bool(((counted == expected) | near).all()), f"{int(((counted != expected) & ~near).sum())} miscounts"
+    entropy, reference = entropy_ess(spectra=fast), entropy_ess(spectra=exact)
+    relative = (entropy - reference).abs() / reference.clamp_min(1e-300)
+    assert float(relative.max()) <= 1e-5
+
+
+def mamba_like(units: int, length: int, state: int, seed: int = 0, dt_shift: float = -4.0) -> DiagonalSSM:
+    g = torch.Generator().manual_seed(seed)
+    dt = torch.nn.functional.softplus(torch.randn(units, length, 1, generator=g, dtype=torch.float64) + dt_shift)
+    rates = torch.arange(1, state + 1, dtype=torch.float64)
+    b = torch.randn(units, length, state, generator=g, dtype=torch.float64)
+    c = torch.randn(units, length, state, generator=g, dtype=torch.float64)
+    return DiagonalSSM(torch.exp(-dt * rates), dt * b, c)
+
+
+def decays_at(value: float, units: int = 3, length: int = 40, state: int = 6, seed: int = 1) -> DiagonalSSM:
+    """Decays within 1e-6 of ``value`` (0: a reset at every step; 1: nothing forgets)."""
+    g = torch.Generator().manual_seed(seed)
+    jitter = 1e-6 * torch.rand(units, length, state, generator=g, dtype=torch.float64)
+    a = value + jitter if value == 0 else value - jitter
+    b, c = (torch.randn(units, length, state, generator=g, dtype=torch.float64) for _ in range(2))
+    return DiagonalSSM(a, b, c)
+
+
+def cancelling(units: int = 2, length: int = 48, scale: float = 1e4, seed: int = 2) -> DiagonalSSM:
+    """Two modes with nearly equal decays written alike and read with opposite signs, scaled
+    by 1e4: ||P|| ||Q|| is 1e8 times sigma_1^2, an imbalance no diagonal balance removes."""
+    g = torch.Generator().manual_seed(seed)
+    a = torch.empty(units, length, 4, dtype=torch.float64)
+    a[..., 0], a[..., 1] = 0.9, 0.9 + 1e-6
+    a[..., 2:] = 0.5 + 0.4 * torch.rand(units, length, 2, generator=g, dtype=torch.float64)
+    b = torch.randn(units, length, 4, generator=g, dtype=torch.float64)
+    b[..., 1] = b[..., 0]
+    c = torch.randn(units, length, 4, generator=g, dtype=torch.float64)
+    c[..., 0], c[..., 1] = scale * c[..., 0], -scale * c[..., 0]
+    return DiagonalSSM(a, b, c)
+
+
+# ---- the contracts on the routes ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["sink", "sharp", "uniform", "random"])
+def test_dense_ess_contract_on_trained_like_heads(kind):
+    heads = trained_like_attention(96, units=2, head_dim=16, seed=3, mix=(kind,))
+    exact = exact_spectra(heads)
+    fast = hankel_singular_values(heads, precision="ess")
+    assert_ess_contract(fast, exact)
+    # the fast values are within the contract's resolution of the exact ones
+    assert bool(((fast - exact).abs() <= Accuracy("ess").resolution * exact[..., :1] + 1e-15).all())
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_dense_exact_contract_on_sink_heads(batched):
+    heads = trained_like_attention(64, units=2, head_dim=16, seed=4, mix=("sink",))
+    exact = exact_spectra(heads)
+    sigma = hankel_singular_values(heads, precision="exact", batched=batched)
+    assert bool(((sigma - exact).abs() <= 1e-6 * exact + 1e-10 * exact[..., :1]).all())
+
+
+@pytest.mark.parametrize(
+    "ssm",
+    [
+        mamba_like(5, 80, 16),
+        mamba_like(3, 60, 8, dt_shift=0.0),  # fast decays
+        mamba_like(3, 60, 8, dt_shift=-7.0),  # broad (slow) decays
+        decays_at(0.0),
+        decays_at(1.0),
+    ],
+    ids=["mamba", "fast-decays", "slow-decays", "decays-near-0", "decays-near-1"],
+)
+def test_diagonal_ess_contract(ssm):
+    exact = exact_spectra(ssm.materialize())
+    fast, reach = gramian.gramian_hankel_singular_values(
+        ssm, positions=torch.arange(ssm.length), accuracy=Accuracy("ess"), causal=True
+    )
+    assert_ess_contract(fast, exact)
+    _, exact_reach = hankel_singular_values_with_reach(ssm)
+    counted, expected = (tolerance_ess(spectra=x, tol=TOL) for x in (reach, exact_reach))
+    np.testing.assert_array_equal(counted.numpy(), expected.numpy())  # causal ESS
+
+
+def hankel_singular_values_with_reach(ssm):
+    from ess_explorer.core.sweeps import factored_hankel_singular_values
+
+    return factored_hankel_singular_values(ssm, positions=torch.arange(ssm.length), method="sweep", causal=True)
+
+
+def test_an_imbalanced_realisation_falls_back_to_the_sweep(monkeypatch):
+    ssm = cancelling()
+    positions = torch.arange(ssm.length)
+    lam, error, _ = gramian_spectra_reference(ssm.a, ssm.b, ssm.c, positions[1:])
+    uncertain = ~Accuracy("ess").certain(lam[..., 0], error)
+    assert bool(uncertain.any())  # the guard sees the imbalance ...
+    calls = []
+    real = gramian.factored_hankel_singular_values
+    monkeypatch.setattr(
+        gramian, "factored_hankel_singular_values", lambda *a, **k: calls.append(k["positions"]) or real(*a, **k)
+    )
+    fast = gramian.gramian_hankel_singular_values(ssm, positions=positions, accuracy=Accuracy("ess"))
+    assert calls and len(calls[0]) == int(uncertain.any(0).sum())  # ... and only those cuts are redone
+    assert_ess_contract(fast, exact_spectra(ssm.materialize()))
+
+
+def test_without_the_guard_the_imbalanced_realisation_would_miscount():
+    """The guard is needed: the raw Gramian eigenvalues of the cancelling realisation are
+    wrong at the level a count reads (so the fall-back test above tests something)."""
+    ssm = cancelling()
+    lam, _, _ = gramian_spectra_reference(ssm.a, ssm.b, ssm.c, torch.arange(1, ssm.length))
+    exact = exact_spectra(ssm.materialize())[:, 1:, : lam.shape[-1]]
+    raw = lam.sqrt()
+    assert float(((raw - exact).abs() / exact[..., :1]).max()) > 1e-4
+
+
+def test_values_just_above_and_below_tau_are_counted_right():
+    """A cut whose singular values are placed at tau (1 +- 1e-4) and far from it: both
+    contracts count each side; values within 1e-6 of tau are the contract's only freedom."""
+    length, t = 40, 20
+    tau = TOL
+    values = torch.tensor(
+        [1.0, 0.3, tau * (1 + 1e-4), tau * (1 - 1e-4), tau * (1 + 1e-3), tau * 0.5, 1e-9], dtype=torch.float64
+    )
+    g = torch.Generator().manual_seed(5)
+    left = torch.linalg.qr(torch.randn(length - t, len(values), generator=g, dtype=torch.float64)).Q
+    right = torch.linalg.qr(torch.randn(t, len(values), generator=g, dtype=torch.float64)).Q
+    dense = torch.zeros(1, length, length, dtype=torch.float64)
+    dense[0, t:, :t] = left @ torch.diag(values) @ right.T
+    for precision in ("ess", "exact"):
+        sigma = hankel_singular_values(dense, positions=[t], precision=precision)
+        assert int(tolerance_ess(spectra=sigma, tol=TOL)[0, 0]) == 4  # 1, 0.3, tau(1 + 1e-4), tau(1 + 1e-3)
+
+
+def test_kernel_matches_its_reference():
+    if not gramian_kernel.available():
+        pytest.skip("numba is not installed: the reference is the route")
+    ssm = mamba_like(70, 50, 6, seed=7)  # 70 units: a full lane group and a padded one
+    wanted = torch.tensor([1, 2, 9, 25, 48, 49])
+    expected = gramian_spectra_reference(ssm.a, ssm.b, ssm.c, wanted, causal=True)
+    got = gramian_kernel.gramian_spectra_kernel(
+        ssm.a.numpy(), ssm.b.numpy(), ssm.c.numpy(), wanted.numpy(), True, gramian.GRAMIAN_ERROR
+    )
+    scale = expected[0][..., :1].numpy()
+    np.testing.assert_allclose(got[0] / scale, expected[0].numpy() / scale, atol=1e-12)
+    np.testing.assert_allclose(got[1], expected[1].numpy(), rtol=1e-10)
+    reach_scale = expected[2][..., :1].numpy()
+    np.testing.assert_allclose(got[2] / reach_scale, expected[2].numpy() / reach_scale, atol=1e-12)
+
+
+def test_kernel_and_reference_routes_give_the_same_spectra():
+    if not gramian_kernel.available():
+        pytest.skip("numba is not installed")
+    ssm = mamba_like(9, 40, 16, seed=8)
+    positions = torch.arange(0, 40, 3)
+    options = dict(positions=positions, accuracy=Accuracy("ess"), causal=True)
+    by_kernel = gramian.gramian_hankel_singular_values(ssm, kernel=True, **options)
+    by_reference = gramian.gramian_hankel_singular_values(ssm, kernel=False, **options)
+    for x, y in zip(by_kernel, by_reference):
+        torch.testing.assert_close(x, y, atol=1e-9 * float(y.max()), rtol=0)
+
+
+def test_the_error_model_holds_with_headroom():
+    """GRAMIAN_ERROR bounds the measured error of every sigma^2 with at least 2x to spare."""
+    ssm = mamba_like(6, 120, 16, seed=9)
+    wanted = torch.arange(1, ssm.length)
+    lam, error, _ = gramian_spectra_reference(ssm.a, ssm.b, ssm.c, wanted)
+    exact = exact_spectra(ssm.materialize())[:, 1:, :16]
+    measured = (lam - exact**2).abs().amax(-1)
+    assert bool((2 * measured <= error).all())
+
+
+def test_absolute_and_tiny_tolerances_take_the_exact_route():
+    ssm = mamba_like(2, 40, 8, seed=10)
+    exact = exact_spectra(ssm.materialize())[..., :8]
+    sigma = gramian.gramian_hankel_singular_values(
+        ssm, positions=torch.arange(40), accuracy=Accuracy("ess", tol=1e-9, relative=True)
+    )
+    assert bool(((sigma - exact).abs() <= 1e-6 * exact + 1e-10 * exact[..., :1]).all())
+
+
+def test_precision_names_are_checked():
+    assert check_precision("exact") == "exact"
+    with pytest.raises(ValueError, match="precision must be one of 'ess', 'exact'"):
+        check_precision("fast")
+    with pytest.raises(ValueError, match="precision must be one of"):
+        hankel_singular_values(torch.eye(4)[None].tril(), precision="float32")
+
+
+# ---- the contract through analyze ----------------------------------------------------------
+
+
+@pytest.fixture(scope="module", params=["mamba", "gpt2"])
+def tiny_model(request):
+    import transformers as tf
+
+    torch.manual_seed(0)
+    ids = dict(vocab_size=64, bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    if request.param == "mamba":
+        config = tf.MambaConfig(num_hidden_layers=2, hidden_size=16, state_size=8, **ids)
+    else:
+        config = tf.GPT2Config(n_layer=2, n_head=2, n_embd=16, n_positions=64, **ids)
+    model = tf.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+    return model, [(7 * i + 3) % 64 for i in range(40)]
+
+
+def test_analyze_records_the_contract_and_both_agree(tiny_model):
+    from ess_explorer import analyze
+
+    model, ids = tiny_model
+    fast = analyze(model, ids, progress=False)
+    exact = analyze(model, ids, progress=False, precision="exact")
+    assert fast.meta["precision"] == "ess" and exact.meta["precision"] == "exact"
+    for index, layer in exact.layers.items():
+        np.testing.assert_array_equal(fast.layers[index].tolerance_ess, layer.tolerance_ess)
+        np.testing.assert_allclose(fast.layers[index].entropy_ess, layer.entropy_ess, rtol=1e-5)
+        np.testing.assert_array_equal(fast.layers[index].causal_ess, layer.causal_ess)
+    with pytest.raises(ValueError, match="precision must be one of"):
+        analyze(model, ids, progress=False, precision="fast")
