@@ -9,20 +9,24 @@ Every case runs in a fresh subprocess, so that its peak memory is its own: peak 
 (ru_maxrss, whole process: torch included) on CPU, torch.cuda.max_memory_allocated on a GPU.
 Each time is printed as wall seconds and as the process's CPU seconds (all threads), which
 is the steadier figure on a shared machine.
-Cases:
+Cases (each timed under both accuracy contracts where they differ, core/precision.py:
+"ess", the default, and "exact"):
 1. factored: scan vs sweep on a batch of Mamba-shaped channels (N = 16), and the dense
    path on the materialised operator of one channel; max |dsigma| / sigma_1 against the sweep.
    1b. the same scan vs sweep on Gated DeltaNet heads (DPLR transitions, N = 128 with --full).
 2. dense: the batched path (cuts grouped by size) vs the per-cut loop, GPT-2-shaped softmax
-   heads (head_dim 64), float64.
+   heads (head_dim 64), float64: random-weight heads and trained-like ones (half attention
+   sinks, a quarter sharp, a quarter near-uniform: synthetic.trained_like_attention), whose
+   steep spectra defeat the exact contract's Gram guard.
 3. a Mamba-130m-shaped layer: 1536 channels, N = 16, L = 1024 (--full; default 192
    channels, L = 512), all cuts, both ESS variants, method "auto"; on a CPU also the floor
-   that its SVDs alone set (their per-call cost, measured in the run, spread over the threads).
+   that its SVDs alone set (their per-call cost, measured in the run, spread over the threads)
+   and each contract's time as a ratio of it.
 4. (--models) whole models through ess_explorer.analyze (random weights, built from
    transformers configs in benchmarks/_models.py, nothing downloaded): GPT-2-small and
    Mamba-130m at L = 512 and 1024 (Mamba also 2048 on a GPU), Mamba2-130m (N = 128) at
-   L = 256 with gates outside (and one layer with gates inside), LFM2-350M at L = 512;
-   skipped when transformers is missing.
+   L = 256 with gates inside and outside, LFM2-350M at L = 512, each under "ess" and some
+   under "exact" (MODEL_CASES); skipped when transformers is missing.
 """
 
 from __future__ import annotations
@@ -93,16 +97,20 @@ def run_case(name: str, params: dict, device_name: str) -> dict:
         fn = lambda: hankel_singular_values(ssm, device=device, method=name[5:])  # noqa: E731
         fn_ref = lambda: hankel_singular_values(ssm[:1], method="sweep")  # noqa: E731
     elif name in ("batched", "per_cut"):
-        from ess_explorer.synthetic import softmax_attention
+        from ess_explorer.synthetic import softmax_attention, trained_like_attention
 
-        op = softmax_attention(params["L"], head_dim=64, units=params["units"], seed=1)
-        fn = lambda: hankel_singular_values(op, device=device, batched=name == "batched")  # noqa: E731
+        if params.get("heads") == "trained":
+            op = trained_like_attention(params["L"], head_dim=64, units=params["units"], seed=1)
+        else:
+            op = softmax_attention(params["L"], head_dim=64, units=params["units"], seed=1)
+        precision = params.get("precision", "exact")
+        fn = lambda: hankel_singular_values(op, device=device, batched=name == "batched", precision=precision)  # noqa: E731
         fn_ref = None
     elif name == "mamba_layer":
         ssm = mamba_like(params["units"], params["L"], 16)
 
         def fn():
-            sigma = hankel_singular_values(ssm, device=device)
+            sigma = hankel_singular_values(ssm, device=device, precision=params.get("precision", "exact"))
             return sigma, tolerance_ess(spectra=sigma), entropy_ess(spectra=sigma)
 
         fn_ref = None
@@ -124,9 +132,12 @@ def run_case(name: str, params: dict, device_name: str) -> dict:
         out["mean_entropy_ess"] = value[2].double().mean().item()
     elif fn_ref is not None:
         out["max_err_vs_sweep"] = _error(value[:1], fn_ref())
-    elif name == "batched":  # against the per-cut loop on CPU, a few heads
+    elif name in ("batched", "per_cut"):  # against the exact per-cut loop on CPU, two heads
         ref = hankel_singular_values(op[:2], batched=False)
         out["max_err_vs_per_cut"] = _error(value[:2], ref)
+        out["miscounts"] = int((tolerance_ess(spectra=value[:2].cpu()) != tolerance_ess(spectra=ref)).sum())
+        entropy, reference = entropy_ess(spectra=value[:2].cpu()), entropy_ess(spectra=ref)
+        out["entropy_err"] = float(((entropy - reference).abs() / reference.clamp_min(1e-300)).max())
     return out
 
 
@@ -161,6 +172,7 @@ def run_model(params: dict, device: torch.device) -> dict:
         gates=params.get("gates", "inside"),
         layers=layers,
         causal=params.get("causal", True),
+        precision=params.get("precision", "ess"),
     )
     _sync(device)
     lay = result.layers[min(result.layers)]
@@ -259,30 +271,44 @@ def factored_cases(args, dev: str) -> None:
 def dense_cases(args, dev: str) -> None:
     length, heads = (1024, 12) if args.full else (256, 2)
     print(f"\n2. dense, softmax heads (head_dim 64), L = {length}, {heads} heads, all cuts, float64")
-    batched = child("batched", {"units": heads, "L": length}, dev)
-    loop = child("per_cut", {"units": heads, "L": length}, dev)
-    error = _get(batched, "max_err_vs_per_cut")
-    show("batched (cuts grouped by size)", batched, f"max err/sigma_1 vs per-cut {error:.1e}")
-    show("per-cut loop", loop)
-    if "error" not in batched and "error" not in loop:
-        print(f"  per-cut / batched time: {loop['seconds'] / batched['seconds']:.2f}")
+    # the GPU's path is the batched one, the CPU's the per-cut loop (hankel_singular_values)
+    path = "per_cut" if dev == "cpu" else "batched"
+    for kind in ("random", "trained"):
+        times = {}
+        for precision in ("exact", "ess"):
+            case = child(path, {"units": heads, "L": length, "heads": kind, "precision": precision}, dev)
+            times[precision] = case.get("seconds")
+            accuracy = (
+                f"vs exact per-cut: max err/sigma_1 {_get(case, 'max_err_vs_per_cut'):.1e}, "
+                f"{case.get('miscounts', '?')} miscounts, entropy {_get(case, 'entropy_err'):.1e}"
+            )
+            show(f"{kind} heads, {path}, precision {precision}", case, accuracy)
+        if times["exact"] and times["ess"]:
+            print(f"  {kind} heads: exact / ess time {times['exact'] / times['ess']:.2f}")
+    if dev != "cpu":
+        loop = child("per_cut", {"units": heads, "L": length, "precision": "ess"}, dev)
+        show("random heads, per-cut loop, precision ess", loop)
 
 
 def layer_case(args, dev: str) -> None:
     channels, length = (1536, 1024) if args.full else (192, 512)
     print(f"\n3. Mamba-130m-shaped layer: {channels} channels, N = 16, L = {length}, all cuts, both variants")
-    case = child("mamba_layer", {"units": channels, "L": length}, dev)
-    show(
-        "method auto",
-        case,
-        f"mean tol-ESS {case.get('mean_tolerance_ess', float('nan')):.2f}, "
-        f"mean entropy-ESS {case.get('mean_entropy_ess', float('nan')):.2f}",
-    )
+    cases = {}
+    for precision in ("ess", "exact"):
+        cases[precision] = child("mamba_layer", {"units": channels, "L": length, "precision": precision}, dev)
+        show(
+            f"precision {precision}",
+            cases[precision],
+            f"mean tol-ESS {cases[precision].get('mean_tolerance_ess', float('nan')):.4f}, "
+            f"mean entropy-ESS {cases[precision].get('mean_entropy_ess', float('nan')):.6f}",
+        )
+    if "seconds" in cases["ess"] and "seconds" in cases["exact"]:
+        print(f"  exact / ess time: {cases['exact']['seconds'] / cases['ess']['seconds']:.2f}")
     if dev == "cpu":
-        svd_floor(case, channels, length)
+        svd_floor(cases, channels, length)
 
 
-def svd_floor(case: dict, channels: int, length: int) -> None:
+def svd_floor(cases: dict, channels: int, length: int) -> None:
     """What the SVDs alone cost at this machine's per-call speed, spread over every thread
     with nothing else to do: one N x N SVD per (channel, cut), one more for causal ESS.
     torch.linalg has no cheaper route to these spectra at N = 16 (docs/spectra.md), so a
@@ -293,34 +319,44 @@ def svd_floor(case: dict, channels: int, length: int) -> None:
         return
     threads, svd = torch.get_num_threads(), call["svd_us"] * 1e-6
     floor = channels * (length - 1) * svd / threads
-    ratio = f"; measured {case['seconds'] / floor:.2f}x it" if "seconds" in case else ""
-    print(f"  SVD floor on {threads} threads ({svd * 1e6:.1f} us per 16 x 16 svdvals): this layer {floor:.1f} s{ratio}")
+    ratio = "; ".join(f"{p} {c['seconds'] / floor:.2f}x it" for p, c in cases.items() if "seconds" in c)
+    print(
+        f"  SVD floor on {threads} threads ({svd * 1e6:.1f} us per 16 x 16 svdvals): this layer {floor:.1f} s; {ratio}"
+    )
     whole = 24 * 1536 * 511 * 2 * svd / threads
     print(f"  SVD floor of a whole Mamba-130m at L = 512 with causal ESS: {whole:.0f} s ({whole / 2:.0f} s without)")
 
 
-# (kind, L, gates, layers) of the model cases: every layer unless a count is given. Mamba2 with
-# gates inside makes each of a head's 64 value channels a unit with the head's N = 128 state
-# (64x the units of gates outside): one layer of it is timed, the whole model with gates outside.
+def _model(kind: str, length: int, **options) -> dict:
+    """One model case: every layer, gates inside, causal ESS, precision "ess" unless said."""
+    return {"kind": kind, "L": length, "gates": "inside", **options}
+
+
+# Mamba2 with gates inside makes each of a head's 64 value channels a unit with the head's
+# N = 128 state (64x the units of gates outside). The "exact" cases show what the default
+# contract saves; the targets are the "ess" ones.
 MODEL_CASES = {
     "cpu": [
-        ("gpt2", 512),
-        ("gpt2", 1024),
-        ("mamba", 512),
-        ("mamba", 512, "inside", None, False),  # causal=False: what causal ESS costs
-        ("mamba", 1024),
-        ("mamba2", 256, "outside"),
-        ("mamba2", 256, "inside", 1),
-        ("lfm2", 512),
+        _model("gpt2", 512),
+        _model("gpt2", 512, precision="exact"),
+        _model("mamba", 512),
+        _model("mamba", 512, precision="exact", layers=4),
+        _model("mamba", 512, causal=False),
+        _model("mamba", 1024),
+        _model("mamba2", 256),
+        _model("mamba2", 256, gates="outside"),
+        _model("mamba2", 256, precision="exact", layers=1),
+        _model("lfm2", 512),
+        _model("gpt2", 1024),
     ],
     "gpu": [  # the targets first: gpu_check.sh gives this step a fixed time
-        ("mamba", 2048),
-        ("gpt2", 1024),
-        ("mamba", 512),
-        ("gpt2", 512),
-        ("mamba", 1024),
-        ("mamba2", 256, "outside"),
-        ("mamba2", 256, "inside", 1),
+        _model("mamba", 2048),
+        _model("gpt2", 1024),
+        _model("gpt2", 2048),
+        _model("mamba", 512),
+        _model("gpt2", 512),
+        _model("mamba2", 256),
+        _model("mamba", 512, precision="exact", layers=4),
     ],
 }
 
@@ -334,17 +370,12 @@ def model_cases(dev: str) -> None:
     from _models import KINDS
 
     print("\n4. models through analyze (random weights, built from configs), every layer unless said, all cuts")
-    # (kind, L[, gates[, the first n layers (None: all)[, causal]]])
-    for kind, length, *rest in MODEL_CASES["cpu" if dev == "cpu" else "gpu"]:
-        params = {"kind": kind, "L": length, "gates": rest[0] if rest else "inside"}
-        if len(rest) > 1 and rest[1] is not None:
-            params["layers"] = rest[1]
-        if len(rest) > 2:
-            params["causal"] = rest[2]
+    for params in MODEL_CASES["cpu" if dev == "cpu" else "gpu"]:
         case = child("model", params, dev)
-        label = f"{KINDS[kind].split(' (')[0]}, L = {length}, gates {params['gates']}"
-        label += f", {rest[1]} layer(s)" if "layers" in params else ""
+        label = f"{KINDS[params['kind']].split(' (')[0]}, L = {params['L']}, gates {params['gates']}"
+        label += f", {params['layers']} layer(s)" if "layers" in params else ""
         label += ", no causal ESS" if params.get("causal") is False else ""
+        label += f", {params.get('precision', 'ess')}"
         show(label, case, f"{case.get('layers', '?')} layers, layer-0 path {case.get('path', {}).get('method')}")
 
 
