@@ -92,26 +92,31 @@ def gramian_hankel_singular_values(
     return out, reach_out.to(device=device, dtype=dtype).reshape(*batch_shape, len(positions), n)
 
 
+# Units per sweep of the redo. A sweep costs a QR per stop for every unit it carries, plus a
+# fixed Python cost per call (about 1 ms): small groups share the calls without making many
+# units pay for each other's stops (a whole Mamba layer: 1.1 s one unit per call, 2.4 s all
+# units in one call, 0.4 s in groups of 16).
+REDO_GROUP = 16
+
+
 def _redo_uncertain(a, b, c, wanted, lam, error, reach, accuracy: Accuracy) -> None:
     """Recompute, by the exact sweep, the cuts whose count the Gramian route cannot certify,
-    IN PLACE (lam and reach hold squares). One sweep over the units that have any, at the
-    union of their uncertain cuts (the sweep's cost is in its stops, not its units). A
-    non-finite bound (a Gramian that overflowed) lands here too; the sweep then raises the
-    overflow error, as the exact route does."""
+    IN PLACE (lam and reach hold squares), in groups of REDO_GROUP units that stop at the
+    union of their uncertain cuts. A non-finite bound (a Gramian that overflowed) lands here
+    too; the sweep then raises the overflow error, as the exact route does."""
     uncertain = ~accuracy.certain(lam[..., 0], error)  # (U, W)
     units = torch.nonzero(uncertain.any(-1)).flatten()
-    if len(units) == 0:
-        return
-    rows = torch.nonzero(uncertain[units].any(0)).flatten()
-    op = DiagonalSSM.derived(a=a[units], b=b[units], c=c[units])
-    result = factored_hankel_singular_values(
-        op, positions=wanted[rows], dtype=torch.float64, method="sweep", causal=reach is not None
-    )
-    sigma, reach_sigma = result if reach is not None else (result, None)
-    redo = uncertain[units][:, rows]  # (u, r): the cuts to replace
-    unit_index, row_index = torch.nonzero(redo, as_tuple=True)
-    target = (units[unit_index], rows[row_index])
-    lam[target] = 0.0
-    lam[target[0], target[1], : sigma.shape[-1]] = sigma[unit_index, row_index] ** 2
-    if reach is not None:
-        reach[target] = reach_sigma[unit_index, row_index] ** 2
+    for start in range(0, len(units), REDO_GROUP):
+        group = units[start : start + REDO_GROUP]
+        rows = torch.nonzero(uncertain[group].any(0)).flatten()
+        op = DiagonalSSM.derived(a=a[group], b=b[group], c=c[group])
+        result = factored_hankel_singular_values(
+            op, positions=wanted[rows], dtype=torch.float64, method="sweep", causal=reach is not None
+        )
+        sigma, reach_sigma = result if reach is not None else (result, None)
+        unit_index, row_index = torch.nonzero(uncertain[group][:, rows], as_tuple=True)
+        target = (group[unit_index], rows[row_index])
+        lam[target] = 0.0
+        lam[target[0], target[1], : sigma.shape[-1]] = sigma[unit_index, row_index] ** 2
+        if reach is not None:
+            reach[target] = reach_sigma[unit_index, row_index] ** 2
