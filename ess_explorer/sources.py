@@ -49,6 +49,7 @@ __all__ = [
     "model_identity",
     "hub_commit",
     "identity_without_weights",
+    "file_sha256",
 ]
 
 ZOO_PREFIX = "zoo:"
@@ -95,6 +96,8 @@ def load_model(
 
     from . import architectures  # noqa: F401  (registers model_type "ess_linear_attention"; imports transformers)
 
+    if not isinstance(trust_remote_code, bool):  # only an explicit True runs a model's own code
+        raise ValueError(f"trust_remote_code must be True or False, got {trust_remote_code!r}")
     for fixed in ("use_safetensors", "dtype", "torch_dtype"):
         if fixed in kwargs:
             raise ValueError(f"load_model fixes {fixed} (safetensors, float32); do not pass it")
@@ -111,6 +114,12 @@ def load_model(
             raise ValueError(f"cannot read {Path(path) / 'config.json'}: {_first_line(error)}") from error
         raise _unreachable(label, path, error) from error
     except Exception as error:  # an unknown model_type, or a config transformers finds inconsistent
+        if not trust_remote_code and "custom code" in str(error):
+            raise ValueError(
+                f"{label} ships its own Python code (auto_map in config.json), which ess-explorer never runs "
+                "unless asked by name: use a model whose type transformers knows, or, if you trust the code, "
+                "load_model(..., trust_remote_code=True)"
+            ) from None
         raise ValueError(f"cannot read the config of {label}: {_first_line(error)}") from error
     try:
         model, info = AutoModelForCausalLM.from_pretrained(
@@ -230,11 +239,13 @@ def identity_without_weights(source: str, revision: str | None = None):
             commit = hub_commit(value, revision)
             if commit is None:
                 return None
-            tokenizer = AutoTokenizer.from_pretrained(value, revision=commit, local_files_only=_offline())
+            tokenizer = AutoTokenizer.from_pretrained(
+                value, revision=commit, local_files_only=_offline(), trust_remote_code=False
+            )
             return model_identity(source, revision=revision or commit), tokenizer
         folder = model_dir(value) if kind == "zoo" else Path(value).expanduser()
-        return model_identity(source), AutoTokenizer.from_pretrained(str(folder))
-    except (OSError, ValueError, TypeError):
+        return model_identity(source), AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False)
+    except (OSError, ValueError, TypeError):  # remote code refused included: loading will say so
         return None
 
 
@@ -248,9 +259,18 @@ def list_models() -> list[str]:
     return sorted(p.name for p in ZOO_DIR.iterdir() if (p / "config.json").is_file())
 
 
+# A zoo name is a name: "zoo:../x" or "zoo:/abs" must never reach a folder outside the zoo.
+_ZOO_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
 def model_dir(name: str) -> Path:
     """The folder of zoo model ``name`` (loadable with from_pretrained, offline)."""
-    folder = ZOO_DIR / str(name)
+    if not isinstance(name, str) or not _ZOO_NAME.fullmatch(name) or ".." in name:
+        raise ValueError(
+            f"{name!r} is not a zoo model name (letters, digits, _ . -; no paths); pass a folder without "
+            f"'zoo:', or one of: {', '.join(list_models()) or 'none'}"
+        )
+    folder = ZOO_DIR / name
     if not (folder / "config.json").is_file():
         raise ValueError(f"no zoo model named {name!r}; available: {', '.join(list_models()) or 'none'}")
     return folder
@@ -350,7 +370,7 @@ def _tokenizer(path: str, revision, trust_remote_code, label: str = ""):
 # ---- identity (what the cache keys a model by) -------------------------------------------
 
 
-def _sha256_file(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -371,11 +391,11 @@ def folder_identity(folder) -> dict:
         for path in sorted(folder.glob(pattern)):
             stat = path.stat()
             weights[path.name] = (
-                _sha256_file(path)
+                file_sha256(path)
                 if stat.st_size <= HASH_BYTES_UP_TO
                 else f"size={stat.st_size},mtime_ns={stat.st_mtime_ns}"
             )
-    return {"kind": "folder", "config_sha256": _sha256_file(config), "weights": weights}
+    return {"kind": "folder", "config_sha256": file_sha256(config), "weights": weights}
 
 
 def model_identity(source, model=None, *, revision: str | None = None) -> dict:

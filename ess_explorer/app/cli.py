@@ -126,9 +126,14 @@ def _identity(source: str, model, revision):
 # No model has this many layers: a bigger index is refused before a range is expanded
 # (the model's own layer count is checked by analyze once it is loaded).
 # ---- commands ----------------------------------------------------------------------------
+def _nothing_to_store() -> None:
+    return None
+
+
 def compute_result(args):
     """Load the model, tokenise, and analyse through the cache (unless --no-cache).
-    Returns (result, cache_hit)."""
+    Returns (result, cache_hit, store): ``store()`` writes a computed result to the cache, and
+    is called after --out is written, so a cache that cannot be written never costs it."""
     from ..io import ResultCache, cache_key
 
     layers = parse_layers(args.layers)  # usage errors first, before reading stdin or loading
@@ -164,7 +169,7 @@ def compute_result(args):
         identity, tokenizer = found
         hit = cache.get(key(identity, _tokenize(tokenizer, prompt), "float32"))
         if hit is not None:
-            return hit, True
+            return hit, True, _nothing_to_store
     say(args, f"loading {source} ...")
     if args.quiet:  # transformers draws its own bar while loading weights
         try:
@@ -197,24 +202,30 @@ def compute_result(args):
         return result
 
     if cache is None:
-        return run(), False
+        return run(), False, _nothing_to_store
     dtype = (
         str(next(iter(model.parameters())).dtype).replace("torch.", "") if hasattr(model, "parameters") else "unknown"
     )
     # the identity read before loading is the loaded model's (identity_without_weights): a hub
     # id's commit is not asked for twice
     identity = found[0] if found is not None else _identity(source, model, args.revision)
-    return cache.get_or_compute(key(identity, ids, dtype), run)
+    entry = key(identity, ids, dtype)
+    cached = cache.get(entry)
+    if cached is not None:
+        return cached, True, _nothing_to_store
+    result = run()
+    return result, False, lambda: cache.put(entry, result)
 
 
 def cmd_analyze(args) -> int:
     from ..io import write_result_dir
 
-    result, hit = compute_result(args)
+    result, hit, store = compute_result(args)
     print(format_summary(result, cache_hit=None if args.no_cache else hit))
     if args.out:
         out = write_result_dir(result, args.out)
         print(f"wrote {out}/ (result.npz, table.csv, meta.json)")
+    store()
     return 0
 
 
@@ -283,9 +294,9 @@ def cmd_report(args) -> int:
     if args.result is not None:
         if args.prompt is not None or args.prompt_file is not None or args.model is not None:
             raise UsageError("--result reports a saved result: give no --model / --prompt with it")
-        result, hit = read_result(args.result), None
+        result, hit, store = read_result(args.result), None, _nothing_to_store
     else:
-        result, hit = compute_result(args)
+        result, hit, store = compute_result(args)
         hit = None if args.no_cache else hit
     print(format_summary(result, cache_hit=hit))
     layer = parse_layers(args.layer) if args.layer is not None else None
@@ -293,6 +304,7 @@ def cmd_report(args) -> int:
         raise UsageError("--layer takes one layer index")
     path = write_report(result, args.out, layer=None if layer is None else layer[0])
     print(f"wrote {path} (self-contained, works offline)")
+    store()
     return 0
 
 
