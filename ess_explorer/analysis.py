@@ -26,16 +26,31 @@ import torch
 from tqdm.auto import tqdm
 
 from .capture import capture, layer_slots, skipped_layers
-from .core.ess import DEFAULT_RELATIVE, DEFAULT_SCOPE, DEFAULT_TOL, check_scope
+from .core.ess import DEFAULT_RELATIVE, DEFAULT_SCOPE, DEFAULT_TOL, check_scope, check_tolerance
 from .core.gates import DEFAULT_GATES, check_gates, gates_inside
 from .core.layer import SPECTRA_BUDGET
 from .core.units import CapturedLayer
 from .result import ESSResult, LayerESS
 
-__all__ = ["analyze", "capture_layers", "analyze_captured", "CapturedPrompt", "OPERATOR_BUDGET", "OPERATOR_CHANNELS"]
+__all__ = [
+    "analyze",
+    "capture_layers",
+    "analyze_captured",
+    "estimate_seconds",
+    "CapturedPrompt",
+    "OPERATOR_BUDGET",
+    "OPERATOR_CHANNELS",
+]
 
 OPERATOR_BUDGET = 4_000_000
 OPERATOR_CHANNELS = 4
+
+# The time estimate of the spectra (`estimate_seconds`): per unit and cut a fixed cost of the
+# small SVDs and QRs (measured on a 2-core machine: about 25 us for a state of 16, causal ESS
+# included) plus the flops of a cut's SVD (4 r^2 m for rank r of an m-wide cut) at the
+# batched LAPACK rate. Within a factor of about 2 of the README's benchmarks.
+SECONDS_PER_UNIT_CUT = 25e-6
+FLOPS_PER_SECOND = 1e11
 
 
 def analyze(
@@ -56,6 +71,7 @@ def analyze(
     keep_operators="auto",
     units: int | Sequence[int] | None = None,
     causal: bool = True,
+    max_seconds: float | None = None,
 ) -> ESSResult:
     """ESS of every unit of the chosen layers of ``model`` on one prompt.
 
@@ -85,6 +101,8 @@ def analyze(
     causal : compute causal ESS (core/causal.py; default True). False leaves it NaN and
         skips the reachability spectra: for a recurrence one N x N SVD per cut and unit,
         about a third of the time of a Mamba layer.
+    max_seconds : refuse (ValueError, after the forward pass and before the spectra) a run
+        whose `estimate_seconds` is above this; None (default): no limit.
 
     Returns
     -------
@@ -97,9 +115,13 @@ def analyze(
     """
     _check_options(tol, stride, top_k, keep_operators, scope=scope, relative=relative, causal=causal)
     _units(units)  # bad options fail before the forward pass
+    if max_seconds is not None:
+        _check_number("max_seconds", max_seconds, minimum=0.0)
     captured = capture_layers(
         model, input_ids, prompt=prompt, tokenizer=tokenizer, layers=layers, device=device, gates=gates
     )
+    if max_seconds is not None:
+        _check_estimate(captured, stride, max_seconds)
     return analyze_captured(
         captured,
         tol=tol,
@@ -231,6 +253,11 @@ def analyze_captured(
         _select(unit_rows, captured.layers[index])
         _operator_rows(keep_operators, captured.layers[index], len(_select(unit_rows, captured.layers[index])))
     positions = np.arange(0, captured.length, stride or 1)
+    if len(positions) == 1 and captured.length > 1:
+        raise ValueError(
+            f"stride {stride} leaves only the cut t = 0 (where ESS is 0) of a {captured.length}-token prompt; "
+            f"give a stride below {captured.length}"
+        )
 
     result_layers: dict[int, LayerESS] = {}
     for index in tqdm(chosen, desc="layers", disable=not progress):
@@ -269,13 +296,43 @@ def analyze_captured(
     return ESSResult(tokens=list(captured.tokens), input_ids=list(captured.input_ids), layers=result_layers, meta=meta)
 
 
+def estimate_seconds(captured: CapturedPrompt, stride: int | None = None) -> float:
+    """A rough estimate of the seconds `analyze_captured` takes on ``captured`` at ``stride``
+    on a CPU (see SECONDS_PER_UNIT_CUT): per layer, units x the cost of each cut."""
+    total = 0.0
+    for layer in captured.layers.values():
+        cuts = np.arange(0, layer.length, stride or 1)
+        width = np.minimum(cuts, layer.length - cuts).astype(np.float64)
+        rank = width if layer.max_rank is None else np.minimum(width, layer.max_rank)
+        height = width if layer.max_rank is None else rank  # a factored cut is r x r
+        per_cut = SECONDS_PER_UNIT_CUT * (rank > 0) + 4 * rank**2 * height / FLOPS_PER_SECOND
+        total += layer.n_units * float(per_cut.sum())
+    return total
+
+
+def _check_estimate(captured: CapturedPrompt, stride, max_seconds: float) -> None:
+    seconds = estimate_seconds(captured, stride)
+    if seconds <= max_seconds:
+        return
+    what = f"{captured.length} tokens x {len(captured.layers)} layer(s)"
+    limit = f"limit {_duration(max_seconds)}"
+    raise ValueError(
+        f"this analysis of {what} would take about {_duration(seconds)} ({limit}); analyse fewer tokens or "
+        "layers, a preview at a stride, or raise the limit (max_seconds=, --max-seconds; 0 for none)"
+    )
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"
+
+
 # ---- validation ---------------------------------------------------------------------------
 
 
 def _check_options(
     tol, stride, top_k, keep_operators, *, scope=DEFAULT_SCOPE, relative=DEFAULT_RELATIVE, causal=True
 ) -> None:
-    _check_number("tol", tol, minimum=0.0)
+    check_tolerance(tol, relative)
     if not isinstance(causal, bool):
         raise ValueError(f"causal must be True or False, got {causal!r}")
     check_scope(scope, relative)
@@ -299,6 +356,8 @@ def _check_device(device) -> torch.device:
     CUDA would otherwise fail only after the forward pass)."""
     try:
         target = torch.device(device)
+        if target.type == "meta":  # tensors without data: every spectrum would be empty
+            raise ValueError("the meta device holds no data")
         torch.empty(1, device=target)
     except (RuntimeError, TypeError, ValueError, AssertionError) as error:
         first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
@@ -317,6 +376,11 @@ def _model_device(model) -> torch.device:
 
 
 def _input_ids(model, input_ids, prompt, tokenizer) -> list[int]:
+    if not isinstance(model, torch.nn.Module):
+        raise ValueError(
+            f"analyze takes a loaded model, got {type(model).__name__} {model!r:.40}; load it first: "
+            "model, tokenizer = ess_explorer.load_model(source)"
+        )
     if (input_ids is None) == (prompt is None):
         raise ValueError("pass exactly one of input_ids or prompt= (with tokenizer=)")
     if prompt is not None:
@@ -327,11 +391,13 @@ def _input_ids(model, input_ids, prompt, tokenizer) -> list[int]:
         if not prompt:
             raise ValueError("the prompt is empty: ESS needs at least 2 tokens")
         input_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        _check_unknown(input_ids, tokenizer)
     try:
         ids = torch.as_tensor(input_ids)
-    except (TypeError, ValueError, RuntimeError):
+    except (TypeError, ValueError, RuntimeError, OverflowError) as error:
         raise ValueError(
-            f"input_ids must be a list or tensor of integer token ids, got {type(input_ids).__name__}"
+            f"input_ids must be one flat list (or a tensor) of integer token ids, not ragged nor beyond int64; "
+            f"the {type(input_ids).__name__} given is not ({str(error).splitlines()[0] if str(error) else error!r})"
         ) from None
     if ids.ndim == 2:
         if ids.shape[0] != 1:
@@ -355,6 +421,27 @@ def _input_ids(model, input_ids, prompt, tokenizer) -> list[int]:
             "(config.max_position_embeddings); shorten it"
         )
     return [int(i) for i in ids.tolist()]
+
+
+def _check_unknown(input_ids, tokenizer) -> None:
+    """A prompt the tokenizer does not know: all <unk> is refused (there is nothing to analyse),
+    some <unk> is a warning (those words are one and the same token to the model)."""
+    import warnings
+
+    unk = getattr(tokenizer, "unk_token_id", None)
+    ids = list(input_ids) if isinstance(input_ids, (list, tuple)) else []
+    unknown = sum(1 for i in ids if unk is not None and i == unk)
+    if ids and unknown == len(ids):
+        raise ValueError(
+            f"every token of the prompt is unknown to the tokenizer ({len(ids)} x <unk>); write it in the model's "
+            "vocabulary (a zoo model knows only its task's symbols: see its example prompt)"
+        )
+    if unknown:
+        warnings.warn(
+            f"{unknown} of {len(ids)} tokens of the prompt are unknown to the tokenizer (<unk>): the model sees "
+            "them as one and the same token",
+            stacklevel=4,
+        )
 
 
 def _slot_meta(slots: dict, model) -> dict:

@@ -38,7 +38,7 @@ def _size(limit: int) -> str:
 
 
 def read_text(handle, what: str, limit: int = MAX_PROMPT_BYTES) -> str:
-    """At most ``limit`` bytes of UTF-8 text from a binary or text ``handle``; a longer
+    """At most ``limit`` bytes (characters for a text ``handle``) of UTF-8 text; a longer
     stream (an endless device, a huge file) is refused after reading limit + 1."""
     data = handle.read(limit + 1)
     if len(data) > limit:
@@ -46,14 +46,13 @@ def read_text(handle, what: str, limit: int = MAX_PROMPT_BYTES) -> str:
             f"{what} is longer than {_size(limit)}, the limit of a prompt; give a shorter text "
             "(ESS of a prompt that long would take days)"
         )
-    if isinstance(data, str):
-        return data
     try:
-        return data.decode("utf-8")
+        text = data if isinstance(data, str) else data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise ValueError(
             f"{what} is not valid UTF-8 text (byte {data[error.start]:#04x} at offset {error.start}); save it as UTF-8"
         ) from None
+    return text.replace("\r\n", "\n").replace("\r", "\n")  # newlines as Python's text mode reads them
 
 
 _STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"')

@@ -121,6 +121,7 @@ def load_model(
                 "load_model(..., trust_remote_code=True)"
             ) from None
         raise ValueError(f"cannot read the config of {label}: {_first_line(error)}") from error
+    _check_layer_count(config, label)
     try:
         model, info = AutoModelForCausalLM.from_pretrained(
             path,
@@ -141,9 +142,10 @@ def load_model(
     except TypeError:  # a keyword from_pretrained does not take: the caller's mistake, shown as is
         raise
     except Exception as error:  # a truncated / corrupt safetensors file, a weight of the wrong shape
+        files = sorted(p.name for p in Path(path).glob("*.safetensors")) if Path(path).is_dir() else []
         raise ValueError(
-            f"could not load the weights of {label}: {_first_line(error)}; check that the weight "
-            "files are complete and were saved with this config.json"
+            f"could not load the weights of {label}{' (' + ', '.join(files) + ')' if files else ''}: "
+            f"{_first_line(error)}; check that the weight files are complete and were saved with this config.json"
         ) from error
     _check_loading_info(label, info)
     model.eval()
@@ -154,6 +156,20 @@ def load_model(
     if device is not None:
         model.to(device)
     return model, _tokenizer(path, revision, trust_remote_code, label)
+
+
+# Far above any released model (about 130 layers at most): a config beyond it is damaged or
+# hostile, and building it would take gigabytes before the weights are even compared.
+MAX_LAYERS = 2048
+
+
+def _check_layer_count(config, label: str) -> None:
+    layers = getattr(config, "num_hidden_layers", None)
+    if isinstance(layers, int) and layers > MAX_LAYERS:
+        raise ValueError(
+            f"the config of {label} declares {layers} layers, above the limit of {MAX_LAYERS}; "
+            "it is damaged or not a real model: restore the config.json the weights were saved with"
+        )
 
 
 def _first_line(error: Exception) -> str:
@@ -362,8 +378,12 @@ def _tokenizer(path: str, revision, trust_remote_code, label: str = ""):
         return None
     try:
         return AutoTokenizer.from_pretrained(path, revision=revision, trust_remote_code=trust_remote_code)
-    except (OSError, ValueError, TypeError) as error:
-        warnings.warn(f"no tokenizer for {path} ({error}); pass input_ids to analyze", stacklevel=3)
+    except Exception as error:  # noqa: BLE001 (a damaged tokenizer file fails in many ways)
+        warnings.warn(
+            f"the tokenizer files of {label or path} cannot be read ({_first_line(error)}): the tokenizer is None; "
+            "repair or remove them, or pass input_ids to analyze",
+            stacklevel=3,
+        )
         return None
 
 

@@ -16,16 +16,19 @@ import shutil
 import subprocess
 import sys
 import threading
+import warnings
 import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_hostile import assert_clean, fake_cli, files_in, run_cli
+from test_hostile import assert_clean, fake_cli, files_in, no_forward, run_cli
 
 from ess_explorer import bounded
+from ess_explorer.core.ess import entropy_ess, tolerance_ess
 from ess_explorer.io import ResultCache, cache_key, read_result, write_result_dir
 from ess_explorer.result import ESSResult
 from ess_explorer.sources import model_dir
@@ -310,3 +313,310 @@ def test_property_json_headers_are_parsed_within_the_limits(depth, size):
             bounded.parse_json(text, "the header")
     else:
         assert bounded.parse_json(text, "the header") is not None  # brackets inside strings do not count
+
+
+# ---- the core: silent answers become refusals -------------------------------------------------
+SIGMA = np.array([[2.0, 1.0, 0.5]])
+LOWER = np.tril(np.random.default_rng(0).standard_normal((6, 6)))
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: tolerance_ess(spectra=SIGMA, tol=1.0), "below 1"),
+        (lambda: tolerance_ess(spectra=SIGMA, tol=7.5), "below 1"),
+        (lambda: tolerance_ess(spectra=SIGMA, reference=-1), "reference"),
+        (lambda: tolerance_ess(spectra=SIGMA, reference=float("nan")), "reference"),
+        (lambda: tolerance_ess(spectra=SIGMA[:, ::-1].copy()), "descending"),
+        (lambda: entropy_ess(spectra=np.array([[0.0, 1.0]])), "descending"),
+        (lambda: tolerance_ess(LOWER, stride=1.5), "stride"),
+        (lambda: tolerance_ess(LOWER, stride=True), "stride"),
+        (lambda: entropy_ess(LOWER, positions=["a"]), "positions"),
+        (lambda: tolerance_ess(torch.tensor(LOWER).to(torch.int32)), "floating"),
+    ],
+)
+def test_core_inputs_that_were_silent_or_raw_are_refused(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_an_absolute_tolerance_above_1_is_a_threshold(ref):
+    assert tolerance_ess(spectra=SIGMA, tol=1.5, relative=False).tolist() == [1]
+
+
+@PROPERTIES
+@given(
+    sigma=st.lists(st.floats(0, 1e6), min_size=1, max_size=8),
+    tol=st.floats(0, 0.999),
+)
+def test_property_tolerance_ess_counts_above_the_threshold(sigma, tol):
+    values = sorted(sigma, reverse=True)
+    count = int(tolerance_ess(spectra=np.array([values]), tol=tol)[0])
+    assert count == sum(v > tol * values[0] for v in values)
+    assert 0 <= float(entropy_ess(spectra=np.array([values]))[0]) <= len(values) + 1e-9
+
+
+# ---- analyze and load_model -------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny():
+    from ess_explorer.sources import load_model
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return load_model("zoo:mamba2_n16")
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"input_ids": [[1, 2], [3]]}, "ragged"),
+        ({"input_ids": [2**70, 1]}, "int64"),
+        ({"input_ids": [1, 2, 3], "device": "meta"}, "no data"),
+        ({"input_ids": [1, 2, 3], "device": "gpu9"}, "not usable"),
+        ({"input_ids": [1, 2, 3], "tol": 1.0}, "below 1"),
+        ({"input_ids": [1, 2, 3], "max_seconds": -1}, "max_seconds"),
+    ],
+)
+def test_analyze_refuses_before_the_forward_pass(tiny, monkeypatch, kwargs, message):
+    from ess_explorer.analysis import analyze
+
+    no_forward(monkeypatch)
+    with pytest.raises(ValueError, match=message):
+        analyze(tiny[0], progress=False, **kwargs)
+
+
+def test_analyze_refuses_a_source_name_for_a_model():
+    from ess_explorer.analysis import analyze
+
+    with pytest.raises(ValueError, match="load it first"):
+        analyze("zoo:llama", [1, 2, 3])
+
+
+def test_a_stride_beyond_the_prompt_is_refused(tiny):
+    from ess_explorer.analysis import analyze
+
+    with pytest.raises(ValueError, match="leaves only the cut t = 0"):
+        analyze(tiny[0], [3, 4, 5, 6], stride=4, progress=False)
+    assert analyze(tiny[0], [3, 4, 5, 6], stride=3, layers=[0], progress=False).layer(0).positions.tolist() == [0, 3]
+
+
+def test_unknown_words_are_refused_or_warned(tiny):
+    from ess_explorer.analysis import analyze
+
+    model, tokenizer = tiny
+    with pytest.raises(ValueError, match="unknown to the tokenizer"):
+        analyze(model, prompt="hello world", tokenizer=tokenizer, progress=False)
+    with pytest.warns(UserWarning, match="1 of 3 tokens"):
+        analyze(model, prompt="ba hello bo", tokenizer=tokenizer, layers=[0], progress=False)
+
+
+def test_a_long_run_is_refused_with_its_estimate(tiny):
+    from ess_explorer.analysis import analyze, capture_layers, estimate_seconds
+
+    ids = [3 + i % 10 for i in range(600)]
+    with pytest.raises(ValueError, match=r"would take about \d+ s \(limit 1 s\)"):
+        analyze(tiny[0], ids, max_seconds=1, progress=False)
+    estimate = estimate_seconds(capture_layers(tiny[0], ids))
+    assert estimate_seconds(capture_layers(tiny[0], ids), stride=8) < estimate / 4
+
+
+def test_a_config_with_100000_layers_is_refused_before_it_is_built(tmp_path, monkeypatch):
+    from ess_explorer.sources import load_model
+
+    folder = tmp_path / "model"
+    shutil.copytree(model_dir("mamba2_n16"), folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 100_000}))
+    monkeypatch.setattr("transformers.AutoModelForCausalLM.from_pretrained", lambda *a, **k: pytest.fail("built"))
+    with pytest.raises(ValueError, match="declares 100000 layers"):
+        load_model(str(folder))
+
+
+def test_damaged_model_files_are_named(tmp_path):
+    from ess_explorer.sources import load_model
+
+    folder = tmp_path / "model"
+    shutil.copytree(model_dir("mamba2_n16"), folder)
+    (folder / "tokenizer.json").write_text("{broken")
+    with pytest.warns(UserWarning, match="tokenizer files of .* cannot be read"):
+        load_model(str(folder))
+    weights = (folder / "model.safetensors").read_bytes()
+    (folder / "model.safetensors").write_bytes(weights[: len(weights) // 3])
+    with pytest.raises(ValueError, match=r"model\.safetensors"):
+        load_model(str(folder))
+
+
+# ---- the command line -------------------------------------------------------------------------
+def binary_stdin(path: str):
+    return io.TextIOWrapper(open(path, "rb"), encoding="utf-8")  # noqa: SIM115 (closed by the test)
+
+
+@pytest.mark.parametrize(
+    "argv, stdin, code, message",
+    [
+        (["--prompt-file", "/dev/zero"], None, 1, "longer than 1 MiB"),
+        (["--prompt-file", "/dev/urandom"], None, 1, "longer than 1 MiB"),
+        (["-p", "-"], "/dev/zero", 1, "longer than 1 MiB"),
+        (["--prompt-file", "-"], "closed", 1, "stdin is closed"),
+        (["-p", "-"], "closed", 1, "stdin is closed"),
+        (["-p", "abc", "--tol", "1"], None, 1, "below 1"),
+        (["-p", "abc", "--tol", "3", "--absolute"], None, 0, ""),
+        (["-p", "abc", "--max-seconds", "-1"], None, 2, "max-seconds"),
+    ],
+)
+def test_analyze_on_the_command_line(ref, tmp_path, monkeypatch, argv, stdin, code, message):
+    with fake_cli(ref, tmp_path) as calls:
+        if stdin == "closed":
+            closed = io.StringIO("")
+            closed.close()
+            monkeypatch.setattr("sys.stdin", closed)
+        elif stdin is not None:
+            monkeypatch.setattr("sys.stdin", binary_stdin(stdin))
+        got, _, err = run_cli(["analyze", *argv, "-q", "--no-cache"])
+    assert got == code and message in err, err
+    assert_clean(got, err)
+    assert calls["analyze"] == (1 if code == 0 else 0)
+
+
+def test_a_20000_token_prompt_on_the_default_model_is_refused_with_an_estimate(tmp_path):
+    prompt = tmp_path / "long.txt"
+    prompt.write_text(" ".join(f"ba {i % 100:02d}" for i in range(10_000)))
+    code, _, err = run_cli(["analyze", "--prompt-file", prompt, "--no-cache", "-q"])
+    assert code == 1 and "would take about" in err and "--max-seconds" in err, err
+    assert_clean(code, err)
+
+
+@pytest.mark.parametrize("ppi", ["0.0001", "5"])
+def test_a_resolution_too_low_to_draw_is_refused(ref, tmp_path, ppi):
+    write_result_dir(ref, tmp_path / "r")
+    with fake_cli(ref, tmp_path):
+        code, _, err = run_cli(
+            ["figure", tmp_path / "r", "--kind", "overview", "--out", tmp_path / "f.png", "--ppi", ppi]
+        )
+    assert code == 2 and "--ppi must be in [10," in err
+    assert_clean(code, err)
+
+
+def test_figures_refuse_an_unknown_font_and_results_of_other_prompts(ref, other):
+    from ess_explorer.views.figures import figure
+
+    with pytest.raises(ValueError, match="font must be"):
+        figure(ref, "overview", font="comic")
+    assert figure(ref, "overview", font="Comic Neue, sans-serif") is not None
+    with pytest.raises(ValueError, match="one prompt"):
+        figure({"a": ref, "b": other}, "compare")
+
+
+# ---- the explorer and the magic ---------------------------------------------------------------
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"layer": 99}, "layer 99 is not in the result"),
+        ({"layer": -1}, "layer must be a layer index"),
+        ({"unit": 999}, "unit 999 is not in layer"),
+        ({"unit": "median"}, "unit must be one of"),
+        ({"cache": "yes"}, "cache must be"),
+        ({"tol": True}, "tol must be"),
+        ({"tol": 2.0}, "below 1"),
+    ],
+)
+def test_the_explorer_refuses_options_it_would_replace(ref, options, message):
+    from ess_explorer.app.widget import ESSExplorer
+
+    with pytest.raises(ValueError, match=message):
+        ESSExplorer(result=ref, static=False, **options)
+
+
+@pytest.mark.parametrize("value, message", [(True, "tol must be"), (float("nan"), "finite"), (1.0, "below 1")])
+def test_the_explorer_tol_trait_refuses_in_words(ref, value, message):
+    import traitlets
+
+    from ess_explorer.app.widget import ESSExplorer
+
+    explorer = ESSExplorer(result=ref, static=False)
+    with pytest.raises(traitlets.TraitError, match=message):
+        explorer.tol = value
+    assert explorer.tol == pytest.approx(ref.meta["tol"]) and explorer.tol_w.value == explorer.tol
+
+
+def test_the_magic_refuses_a_layer_not_in_the_result_and_takes_causal(ref, tmp_path, capsys):
+    from ess_explorer.app.magic import ess_magic
+
+    path = ref.save(tmp_path / "r.npz")
+    assert ess_magic(f"--result {path} --layer 7") is None
+    assert "%ess: error: layer 7 is not in the result" in capsys.readouterr().out
+    assert ess_magic(f"--result {path} --variant causal").variant == "causal"
+
+
+# ---- sweeps -----------------------------------------------------------------------------------
+SWEEP = dict(models="zoo:mamba2_n4", prompts=["ba 01 bo 02", "bi 03 bu 04"], layers=[0], shard_size=1, progress=False)
+
+
+def test_sweep_refuses_a_layer_string_and_a_plan_that_is_no_plan(tmp_path):
+    from ess_explorer.sweep import sweep
+
+    with pytest.raises(ValueError, match="layers must be an int or a list"):
+        sweep(**{**SWEEP, "layers": "10"}, out=tmp_path / "s")
+    assert not (tmp_path / "s").exists()
+
+
+def test_sweep_recomputes_damaged_shards_with_a_warning(tmp_path):
+    from ess_explorer.sweep import read_table, sweep
+
+    out = tmp_path / "s"
+    first = sweep(**SWEEP, out=out)
+    table = read_table(out)
+    shards = sorted((out / "table").rglob("*.parquet"))
+    assert first.computed == 2 and len(shards) == 2
+    for damage in ("truncate", "empty", "swap"):
+        if damage == "truncate":
+            shards[0].write_bytes(shards[0].read_bytes()[:100])
+        elif damage == "empty":
+            shards[0].write_bytes(b"")
+        else:
+            shutil.copy(shards[1], shards[0])  # a shard of the other prompt in its place
+        with pytest.warns(UserWarning, match="recomputing the damaged shard"):
+            again = sweep(**SWEEP, out=out)
+        assert (again.computed, again.skipped) == (1, 1)
+        assert read_table(out).equals(table)
+    (out / "sweep.json").write_text("[]")
+    with pytest.raises(ValueError, match="not a sweep plan"):
+        sweep(**SWEEP, out=out)
+
+
+def test_a_refused_sweep_can_be_rerun_corrected_into_the_same_folder(tmp_path):
+    from ess_explorer.sweep import sweep
+
+    out = tmp_path / "s"
+    with pytest.raises(ValueError, match="out of range"):
+        sweep(**{**SWEEP, "layers": [7]}, out=out)
+    assert sweep(**SWEEP, out=out).computed == 2
+
+
+def test_a_bad_prompt_in_a_sweep_is_named(tmp_path):
+    from ess_explorer.sweep import sweep
+
+    with pytest.raises(ValueError, match=r"prompt 1 \(\[999999, 1\]\)"):
+        sweep(**{**SWEEP, "prompts": [[3, 4, 5], [999999, 1]]}, out=tmp_path / "s")
+
+
+def test_a_ray_address_where_nothing_listens_is_refused_quickly(tmp_path):
+    import time
+
+    from ess_explorer.sweep.ray_backend import check_address
+
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match="no Ray cluster answers at 127.0.0.1:1"):
+        check_address("127.0.0.1:1")
+    assert time.perf_counter() - start < 5
+    with pytest.raises(ValueError, match="host:port"):
+        check_address("nowhere")
+
+
+def test_the_trainer_callback_refuses_text_prompts_without_a_tokenizer_before_training():
+    from ess_explorer.sweep.callback import ESSCallback
+
+    callback = ESSCallback(["ba 01 bo 02"], every_n_steps=1)
+    with pytest.raises(ValueError, match="neither tokenizer="):
+        callback.on_train_begin(None, None, None, processing_class=None)
+    assert ESSCallback([[3, 4, 5]]).on_train_begin(None, None, "go", processing_class=None) == "go"

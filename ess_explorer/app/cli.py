@@ -33,10 +33,12 @@ from pathlib import Path
 from .._version import __version__
 from .arguments import (  # noqa: F401  (parse_layers and MAX_LAYER_INDEX are part of the CLI module's API)
     MAX_LAYER_INDEX,
+    MAX_SECONDS,
     UsageError,
     _height,
     _positive_int,
     _ppi,
+    _seconds,
     _tolerance,
     _width,
     parse_layers,
@@ -142,6 +144,9 @@ def compute_result(args):
     relative = not args.absolute
     if args.absolute and args.scope != "cut":
         raise ValueError("--scope chooses which sigma_1 a relative tolerance refers to; drop it with --absolute")
+    from ..core.ess import check_tolerance
+
+    check_tolerance(args.tol, relative)  # before the model is loaded
     cache = None if args.no_cache else ResultCache(args.cache_dir)
 
     def key(identity, ids, dtype):
@@ -196,6 +201,7 @@ def compute_result(args):
             device=args.device,
             progress=not args.quiet,
             causal=not args.no_causal,
+            max_seconds=args.max_seconds or None,  # 0: no limit
         )
         result.meta["prompt"] = prompt
         result.meta["source"] = source
@@ -396,6 +402,7 @@ def _analysis_options(parser) -> None:
         help="skip causal ESS (about a third of the time of a recurrent layer such as Mamba's)",
     )
     parser.add_argument("--device", help="torch device for the spectra (default: the model's)")
+    parser.add_argument("--max-seconds", type=_seconds, default=MAX_SECONDS, help="refuse a longer run (0: no limit)")
     parser.add_argument("--no-cache", action="store_true", help="compute afresh; neither read nor write the cache")
     parser.add_argument("--cache-dir", help="cache folder (default: $ESS_EXPLORER_CACHE or ~/.cache/ess-explorer)")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress output on stderr")
