@@ -26,6 +26,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .capture import capture, layer_slots, skipped_layers
+from .core.checks import check_device
 from .core.ess import DEFAULT_RELATIVE, DEFAULT_SCOPE, DEFAULT_TOL, check_scope, check_tolerance
 from .core.gates import DEFAULT_GATES, check_gates, gates_inside
 from .core.layer import SPECTRA_BUDGET
@@ -184,7 +185,7 @@ def capture_layers(
 
     ids = _input_ids(model, input_ids, prompt, tokenizer)
     check_gates(gates)
-    spectra_device = _check_device(device) if device is not None else None
+    spectra_device = check_device(device) if device is not None else None
     slots = {slot.index: slot for slot in layer_slots(model)}  # key -> slot (keys need not be 0..n-1)
     chosen = _layers(layers, sorted(slots))
     model_device = _model_device(model)
@@ -349,23 +350,6 @@ def _check_options(
 def _check_number(name, value, minimum):
     if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value) or value < minimum:
         raise ValueError(f"{name} must be a finite number >= {minimum}, got {value!r}")
-
-
-def _check_device(device) -> torch.device:
-    """The torch device ``device`` names, checked to exist before any work (a missing
-    CUDA would otherwise fail only after the forward pass)."""
-    try:
-        target = torch.device(device)
-        if target.type == "meta":  # tensors without data: every spectrum would be empty
-            raise ValueError("the meta device holds no data")
-        torch.empty(1, device=target)
-    except (RuntimeError, TypeError, ValueError, AssertionError) as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ValueError(
-            f"device {device!r} is not usable here ({first}); pass device='cpu' or leave it out "
-            "to compute where the model is"
-        ) from None
-    return target
 
 
 def _model_device(model) -> torch.device:

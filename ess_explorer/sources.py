@@ -36,6 +36,8 @@ from pathlib import Path
 
 import torch
 
+from .core.checks import check_device
+
 __all__ = [
     "ZOO_DIR",
     "ZOO_PREFIX",
@@ -101,6 +103,8 @@ def load_model(
     for fixed in ("use_safetensors", "dtype", "torch_dtype"):
         if fixed in kwargs:
             raise ValueError(f"load_model fixes {fixed} (safetensors, float32); do not pass it")
+    if device is not None:
+        check_device(device)  # before any file is read: a missing CUDA is not a load failure
     path, label = _resolve(source)
     common = {"revision": revision, "trust_remote_code": trust_remote_code}
     if parse_source(source)[0] == "hub" and not _offline() and not _hub_reachable():

@@ -620,3 +620,18 @@ def test_the_trainer_callback_refuses_text_prompts_without_a_tokenizer_before_tr
     with pytest.raises(ValueError, match="neither tokenizer="):
         callback.on_train_begin(None, None, None, processing_class=None)
     assert ESSCallback([[3, 4, 5]]).on_train_begin(None, None, "go", processing_class=None) == "go"
+
+
+@pytest.mark.parametrize("device", ["gpu9", "meta"] + ([] if torch.cuda.is_available() else ["cuda"]))
+def test_a_device_that_cannot_hold_data_is_refused_before_loading(device, tmp_path, monkeypatch):
+    from ess_explorer.sources import load_model
+
+    monkeypatch.setattr("transformers.AutoConfig.from_pretrained", lambda *a, **k: pytest.fail("loading began"))
+    with pytest.raises(ValueError, match="not usable here"):
+        load_model("zoo:mamba2_n4", device=device)
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("ba 01 bo 02\n")
+    argv = ["sweep", "--models", "zoo:mamba2_n4", "--prompts", prompts, "--out", tmp_path / "s", "--device", device]
+    code, _, err = run_cli([*argv, "-q"])
+    assert code == 1 and "not usable here" in err
+    assert_clean(code, err)
