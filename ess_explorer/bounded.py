@@ -17,16 +17,20 @@ import numpy as np
 
 __all__ = [
     "MAX_PROMPT_BYTES",
+    "MAX_PROMPTS_FILE_BYTES",
     "MAX_RESULT_BYTES",
     "MAX_HEADER_BYTES",
     "MAX_JSON_DEPTH",
     "read_text",
     "parse_json",
+    "read_json",
     "open_npz",
 ]
 
 # About 250 000 tokens of text: far beyond what an analysis can compute in hours.
 MAX_PROMPT_BYTES = 1 << 20
+# A sweep's prompt file: a few hundred thousand prompts.
+MAX_PROMPTS_FILE_BYTES = 256 << 20
 # All arrays of one result file, uncompressed (the dense spectra budget is 2 GiB too).
 MAX_RESULT_BYTES = 2 << 30
 MAX_HEADER_BYTES = 64 << 20
@@ -42,10 +46,7 @@ def read_text(handle, what: str, limit: int = MAX_PROMPT_BYTES) -> str:
     stream (an endless device, a huge file) is refused after reading limit + 1."""
     data = handle.read(limit + 1)
     if len(data) > limit:
-        raise ValueError(
-            f"{what} is longer than {_size(limit)}, the limit of a prompt; give a shorter text "
-            "(ESS of a prompt that long would take days)"
-        )
+        raise ValueError(f"{what} is longer than {_size(limit)}, the most that is read from it; give a shorter text")
     try:
         text = data if isinstance(data, str) else data.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -56,6 +57,13 @@ def read_text(handle, what: str, limit: int = MAX_PROMPT_BYTES) -> str:
 
 
 _STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"')
+
+
+def read_json(path, what: str, limit: int = MAX_HEADER_BYTES):
+    """The JSON value of the file ``path``, read and parsed within ``limit`` bytes (and
+    MAX_JSON_DEPTH levels); OSError when it cannot be opened."""
+    with open(path, "rb") as handle:
+        return parse_json(handle.read(limit + 1), what, limit)
 
 
 def parse_json(data: bytes, what: str, limit: int = MAX_HEADER_BYTES, depth: int = MAX_JSON_DEPTH):

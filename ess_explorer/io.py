@@ -42,7 +42,7 @@ import pandas as pd
 
 from ._version import __version__
 from .atomic import atomic_write, exclusive
-from .bounded import MAX_HEADER_BYTES, parse_json
+from .bounded import read_json
 from .core.diagnostics import COLLAPSED_AT, SATURATED_AT, layer_diagnostics
 from .result import ESSResult
 from .sources import file_sha256
@@ -265,8 +265,7 @@ def _check_members(folder: Path) -> None:
     """ValueError when meta.json's record of the members does not match result.npz (a
     folder left mixing two runs); folders without the record (older versions) pass."""
     try:
-        with open(folder / META_FILE, "rb") as handle:
-            meta = parse_json(handle.read(MAX_HEADER_BYTES + 1), str(folder / META_FILE))
+        meta = read_json(folder / META_FILE, str(folder / META_FILE))
     except (OSError, ValueError):
         return  # no or unreadable meta.json: result.npz stands on its own
     members = meta.get("members") if isinstance(meta, dict) else None

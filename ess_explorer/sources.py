@@ -36,6 +36,7 @@ from pathlib import Path
 
 import torch
 
+from .bounded import read_json
 from .core.checks import check_device
 
 __all__ = [
@@ -336,11 +337,9 @@ def _check_folder(folder: Path) -> str:
     if not (folder / "config.json").is_file():
         raise ValueError(f"{folder} has no config.json: not a transformers model folder")
     try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(
-            f"{folder / 'config.json'} is not valid JSON ({error}); restore the file the model was saved with"
-        ) from None
+        config = read_json(folder / "config.json", str(folder / "config.json"))  # bounded: never /dev/zero
+    except ValueError as error:
+        raise ValueError(f"{error}; restore the file the model was saved with") from None
     if not isinstance(config, dict):
         raise ValueError(f"{folder / 'config.json'} must hold a JSON object, got {type(config).__name__}")
     if not any(folder.glob("*.safetensors")) and not (folder / "model.safetensors.index.json").is_file():

@@ -635,3 +635,16 @@ def test_a_device_that_cannot_hold_data_is_refused_before_loading(device, tmp_pa
     code, _, err = run_cli([*argv, "-q"])
     assert code == 1 and "not usable here" in err
     assert_clean(code, err)
+
+
+def test_sweep_prompt_files_are_read_within_a_bound(tmp_path, monkeypatch):
+    from ess_explorer.sweep.inputs import load_prompts
+
+    monkeypatch.setattr("ess_explorer.sweep.inputs.MAX_PROMPTS_FILE_BYTES", 64)
+    (tmp_path / "big.txt").write_text("ba 01 bo 02\n" * 100)
+    with pytest.raises(ValueError, match="longer than"):
+        load_prompts(tmp_path / "big.txt")
+    (tmp_path / "deep.jsonl").write_text("[" * 5000 + "]" * 5000 + "\n")
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match="nested deeper"):
+        load_prompts(tmp_path / "deep.jsonl")

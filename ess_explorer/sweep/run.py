@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 
 from .._version import __version__
 from ..atomic import atomic_write
+from ..bounded import read_json
 from ..core.ess import DEFAULT_RELATIVE, DEFAULT_SCOPE, DEFAULT_TOL, check_scope, check_tolerance
 from ..core.gates import DEFAULT_GATES, check_gates
 from ..sources import load_model
@@ -95,8 +96,8 @@ def _check_plan(out: Path, plan: dict, runs: list[Run]) -> dict:
         # no shard finished: nothing to mix, so a corrected rerun may replace the plan
         return {**plan, "runs": [r.to_dict() for r in runs]}
     try:
-        old = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        old = read_json(path, str(path))
+    except (OSError, ValueError) as error:
         raise ValueError(f"{path} is not a readable sweep plan ({error}); use another --out") from None
     if not isinstance(old, dict) or not isinstance(old.get("runs", []), list):
         raise ValueError(f"{path} is not a sweep plan (a JSON object with runs); use another --out")
