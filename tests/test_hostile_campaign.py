@@ -333,6 +333,7 @@ LOWER = np.tril(np.random.default_rng(0).standard_normal((6, 6)))
         (lambda: tolerance_ess(LOWER, stride=True), "stride"),
         (lambda: entropy_ess(LOWER, positions=["a"]), "positions"),
         (lambda: tolerance_ess(torch.tensor(LOWER).to(torch.int32)), "floating"),
+        (lambda: tolerance_ess(LOWER, dtype=torch.int32), "dtype"),
     ],
 )
 def test_core_inputs_that_were_silent_or_raw_are_refused(call, message):

@@ -101,7 +101,8 @@ def _is_index(value) -> bool:
 
 
 def _check_cut_options(kwargs: dict) -> None:
-    """stride and positions as integers: 1.5 or True is refused, never rounded to 1."""
+    """stride and positions as integers (1.5 or True is refused, never rounded to 1), dtype a
+    real floating torch dtype (the SVDs have no integer kernels)."""
     stride = kwargs.get("stride")
     require(stride is None or (_is_index(stride) and stride >= 1), f"stride must be a positive integer, got {stride!r}")
     positions = kwargs.get("positions")
@@ -111,6 +112,11 @@ def _check_cut_options(kwargs: dict) -> None:
             array.dtype != object and np.issubdtype(array.dtype, np.integer),
             f"positions must be integers (cut indices t), got {positions!r:.60}",
         )
+    dtype = kwargs.get("dtype")
+    require(
+        dtype is None or (isinstance(dtype, torch.dtype) and dtype.is_floating_point),
+        f"dtype must be a real floating torch dtype such as torch.float64, got {dtype!r}",
+    )
 
 
 def check_tolerance(tol, relative) -> None:
