@@ -26,17 +26,33 @@ import torch
 from tqdm.auto import tqdm
 
 from .capture import capture, layer_slots, skipped_layers
-from .core.ess import DEFAULT_RELATIVE, DEFAULT_SCOPE, DEFAULT_TOL, check_scope
+from .core.checks import check_device
+from .core.ess import DEFAULT_RELATIVE, DEFAULT_SCOPE, DEFAULT_TOL, check_scope, check_tolerance
 from .core.gates import DEFAULT_GATES, check_gates, gates_inside
 from .core.layer import SPECTRA_BUDGET
 from .core.precision import DEFAULT_PRECISION, check_precision
 from .core.units import CapturedLayer
 from .result import ESSResult, LayerESS
 
-__all__ = ["analyze", "capture_layers", "analyze_captured", "CapturedPrompt", "OPERATOR_BUDGET", "OPERATOR_CHANNELS"]
+__all__ = [
+    "analyze",
+    "capture_layers",
+    "analyze_captured",
+    "estimate_seconds",
+    "CapturedPrompt",
+    "OPERATOR_BUDGET",
+    "OPERATOR_CHANNELS",
+]
 
 OPERATOR_BUDGET = 4_000_000
 OPERATOR_CHANNELS = 4
+
+# The time estimate of the spectra (`estimate_seconds`): per unit and cut a fixed cost of the
+# small SVDs and QRs (measured on a 2-core machine: about 25 us for a state of 16, causal ESS
+# included) plus the flops of a cut's SVD (4 r^2 m for rank r of an m-wide cut) at the
+# batched LAPACK rate. Within a factor of about 2 of the README's benchmarks.
+SECONDS_PER_UNIT_CUT = 25e-6
+FLOPS_PER_SECOND = 1e11
 
 
 def analyze(
@@ -58,6 +74,7 @@ def analyze(
     units: int | Sequence[int] | None = None,
     causal: bool = True,
     precision: str = DEFAULT_PRECISION,
+    max_seconds: float | None = None,
 ) -> ESSResult:
     """ESS of every unit of the chosen layers of ``model`` on one prompt.
 
@@ -92,6 +109,8 @@ def analyze(
         within 1e-6 of tau; entropy- and causal ESS within 1e-5), by guarded Gram and Gramian
         eigenvalues, which resolve the stored singular values down to about 1e-7 sigma_1.
         "exact": every singular value within 1e-6 sigma_k + 1e-10 sigma_1 (slower).
+    max_seconds : refuse (ValueError, after the forward pass and before the spectra) a run
+        whose `estimate_seconds` is above this; None (default): no limit.
 
     Returns
     -------
@@ -106,9 +125,13 @@ def analyze(
         tol, stride, top_k, keep_operators, scope=scope, relative=relative, causal=causal, precision=precision
     )
     _units(units)  # bad options fail before the forward pass
+    if max_seconds is not None:
+        _check_number("max_seconds", max_seconds, minimum=0.0)
     captured = capture_layers(
         model, input_ids, prompt=prompt, tokenizer=tokenizer, layers=layers, device=device, gates=gates
     )
+    if max_seconds is not None:
+        _check_estimate(captured, stride, max_seconds)
     return analyze_captured(
         captured,
         tol=tol,
@@ -172,7 +195,7 @@ def capture_layers(
 
     ids = _input_ids(model, input_ids, prompt, tokenizer)
     check_gates(gates)
-    spectra_device = _check_device(device) if device is not None else None
+    spectra_device = check_device(device) if device is not None else None
     slots = {slot.index: slot for slot in layer_slots(model)}  # key -> slot (keys need not be 0..n-1)
     chosen = _layers(layers, sorted(slots))
     model_device = _model_device(model)
@@ -244,6 +267,11 @@ def analyze_captured(
         _select(unit_rows, captured.layers[index])
         _operator_rows(keep_operators, captured.layers[index], len(_select(unit_rows, captured.layers[index])))
     positions = np.arange(0, captured.length, stride or 1)
+    if len(positions) == 1 and captured.length > 1:
+        raise ValueError(
+            f"stride {stride} leaves only the cut t = 0 (where ESS is 0) of a {captured.length}-token prompt; "
+            f"give a stride below {captured.length}"
+        )
 
     result_layers: dict[int, LayerESS] = {}
     for index in tqdm(chosen, desc="layers", disable=not progress):
@@ -284,6 +312,36 @@ def analyze_captured(
     return ESSResult(tokens=list(captured.tokens), input_ids=list(captured.input_ids), layers=result_layers, meta=meta)
 
 
+def estimate_seconds(captured: CapturedPrompt, stride: int | None = None) -> float:
+    """A rough estimate of the seconds `analyze_captured` takes on ``captured`` at ``stride``
+    on a CPU (see SECONDS_PER_UNIT_CUT): per layer, units x the cost of each cut."""
+    total = 0.0
+    for layer in captured.layers.values():
+        cuts = np.arange(0, layer.length, stride or 1)
+        width = np.minimum(cuts, layer.length - cuts).astype(np.float64)
+        rank = width if layer.max_rank is None else np.minimum(width, layer.max_rank)
+        height = width if layer.max_rank is None else rank  # a factored cut is r x r
+        per_cut = SECONDS_PER_UNIT_CUT * (rank > 0) + 4 * rank**2 * height / FLOPS_PER_SECOND
+        total += layer.n_units * float(per_cut.sum())
+    return total
+
+
+def _check_estimate(captured: CapturedPrompt, stride, max_seconds: float) -> None:
+    seconds = estimate_seconds(captured, stride)
+    if seconds <= max_seconds:
+        return
+    what = f"{captured.length} tokens x {len(captured.layers)} layer(s)"
+    limit = f"limit {_duration(max_seconds)}"
+    raise ValueError(
+        f"this analysis of {what} would take about {_duration(seconds)} ({limit}); analyse fewer tokens or "
+        "layers, a preview at a stride, or raise the limit (max_seconds=, --max-seconds; 0 for none)"
+    )
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 120 else f"{seconds:.0f} s"
+
+
 # ---- validation ---------------------------------------------------------------------------
 
 
@@ -298,7 +356,7 @@ def _check_options(
     causal=True,
     precision=DEFAULT_PRECISION,
 ) -> None:
-    _check_number("tol", tol, minimum=0.0)
+    check_tolerance(tol, relative)
     check_precision(precision)
     if not isinstance(causal, bool):
         raise ValueError(f"causal must be True or False, got {causal!r}")
@@ -318,21 +376,6 @@ def _check_number(name, value, minimum):
         raise ValueError(f"{name} must be a finite number >= {minimum}, got {value!r}")
 
 
-def _check_device(device) -> torch.device:
-    """The torch device ``device`` names, checked to exist before any work (a missing
-    CUDA would otherwise fail only after the forward pass)."""
-    try:
-        target = torch.device(device)
-        torch.empty(1, device=target)
-    except (RuntimeError, TypeError, ValueError, AssertionError) as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ValueError(
-            f"device {device!r} is not usable here ({first}); pass device='cpu' or leave it out "
-            "to compute where the model is"
-        ) from None
-    return target
-
-
 def _model_device(model) -> torch.device:
     try:
         return next(model.parameters()).device
@@ -341,6 +384,11 @@ def _model_device(model) -> torch.device:
 
 
 def _input_ids(model, input_ids, prompt, tokenizer) -> list[int]:
+    if not isinstance(model, torch.nn.Module):
+        raise ValueError(
+            f"analyze takes a loaded model, got {type(model).__name__} {model!r:.40}; load it first: "
+            "model, tokenizer = ess_explorer.load_model(source)"
+        )
     if (input_ids is None) == (prompt is None):
         raise ValueError("pass exactly one of input_ids or prompt= (with tokenizer=)")
     if prompt is not None:
@@ -351,11 +399,13 @@ def _input_ids(model, input_ids, prompt, tokenizer) -> list[int]:
         if not prompt:
             raise ValueError("the prompt is empty: ESS needs at least 2 tokens")
         input_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        _check_unknown(input_ids, tokenizer)
     try:
         ids = torch.as_tensor(input_ids)
-    except (TypeError, ValueError, RuntimeError):
+    except (TypeError, ValueError, RuntimeError, OverflowError) as error:
         raise ValueError(
-            f"input_ids must be a list or tensor of integer token ids, got {type(input_ids).__name__}"
+            f"input_ids must be one flat list (or a tensor) of integer token ids, not ragged nor beyond int64; "
+            f"the {type(input_ids).__name__} given is not ({str(error).splitlines()[0] if str(error) else error!r})"
         ) from None
     if ids.ndim == 2:
         if ids.shape[0] != 1:
@@ -379,6 +429,27 @@ def _input_ids(model, input_ids, prompt, tokenizer) -> list[int]:
             "(config.max_position_embeddings); shorten it"
         )
     return [int(i) for i in ids.tolist()]
+
+
+def _check_unknown(input_ids, tokenizer) -> None:
+    """A prompt the tokenizer does not know: all <unk> is refused (there is nothing to analyse),
+    some <unk> is a warning (those words are one and the same token to the model)."""
+    import warnings
+
+    unk = getattr(tokenizer, "unk_token_id", None)
+    ids = list(input_ids) if isinstance(input_ids, (list, tuple)) else []
+    unknown = sum(1 for i in ids if unk is not None and i == unk)
+    if ids and unknown == len(ids):
+        raise ValueError(
+            f"every token of the prompt is unknown to the tokenizer ({len(ids)} x <unk>); write it in the model's "
+            "vocabulary (a zoo model knows only its task's symbols: see its example prompt)"
+        )
+    if unknown:
+        warnings.warn(
+            f"{unknown} of {len(ids)} tokens of the prompt are unknown to the tokenizer (<unk>): the model sees "
+            "them as one and the same token",
+            stacklevel=4,
+        )
 
 
 def _slot_meta(slots: dict, model) -> dict:

@@ -8,12 +8,13 @@ included.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
 from typing import Callable
 
-__all__ = ["atomic_write", "atomic_write_with"]
+__all__ = ["atomic_write", "atomic_write_with", "exclusive"]
 
 
 def _umask() -> int:
@@ -47,3 +48,18 @@ def atomic_write(path, data: bytes | str) -> Path:
     """Write ``data`` (bytes, or text as UTF-8) to ``path`` atomically."""
     payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
     return atomic_write_with(path, lambda handle: handle.write(payload))
+
+
+@contextlib.contextmanager
+def exclusive(folder):
+    """Hold an exclusive lock on ``folder`` itself for the block: writers of the files in it
+    take turns instead of interleaving (POSIX ``flock`` on the folder, so no lock file is
+    left behind; the lock goes with the process, so a killed writer never leaves it held)."""
+    import fcntl
+
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock

@@ -31,6 +31,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
+import tempfile
 import warnings
 from pathlib import Path
 from typing import Callable
@@ -39,9 +41,11 @@ import numpy as np
 import pandas as pd
 
 from ._version import __version__
-from .atomic import atomic_write
+from .atomic import atomic_write, exclusive
+from .bounded import read_json
 from .core.diagnostics import COLLAPSED_AT, SATURATED_AT, layer_diagnostics
 from .result import ESSResult
+from .sources import file_sha256
 
 __all__ = [
     "RESULT_FILE",
@@ -58,6 +62,7 @@ __all__ = [
     "CACHE_ENV",
     "default_cache_dir",
     "cache_key",
+    "CacheKey",
     "ResultCache",
 ]
 
@@ -225,22 +230,61 @@ def export_table(result: ESSResult, path) -> Path:
 
 
 def write_result_dir(result: ESSResult, out_dir) -> Path:
-    """Write result.npz, table.csv and meta.json into ``out_dir`` (created); returns it."""
+    """Write result.npz, table.csv and meta.json into ``out_dir`` (created) as a unit; returns it.
+
+    Every member's place is checked before anything is written (a folder where a file should
+    be refuses the whole write); the members are written to a staging folder inside
+    ``out_dir`` and renamed into place, meta.json last, under a lock, so concurrent writers
+    take turns; meta.json records the sha256 of the other two, so `read_result` refuses a
+    folder whose members come from different runs (e.g. after a crash between the renames).
+    """
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise ValueError(f"{out_dir} exists and is not a directory; give a directory for the result")
     out_dir.mkdir(parents=True, exist_ok=True)
-    result.save(out_dir / RESULT_FILE)  # atomic
-    export_table(result, out_dir / TABLE_FILE)
-    atomic_write(out_dir / META_FILE, json.dumps(result_metadata(result), indent=2).encode("utf-8"))
+    with exclusive(out_dir):
+        for name in (RESULT_FILE, TABLE_FILE, META_FILE):
+            target = out_dir / name
+            if target.exists() and not target.is_file():
+                raise ValueError(f"{target} exists and is not a file; remove it or write the result to another --out")
+        staging = Path(tempfile.mkdtemp(prefix=".staging.", dir=out_dir))
+        try:
+            result.save(staging / RESULT_FILE)
+            export_table(result, staging / TABLE_FILE)
+            meta = result_metadata(result)
+            meta["members"] = {name: file_sha256(staging / name) for name in (RESULT_FILE, TABLE_FILE)}
+            atomic_write(staging / META_FILE, json.dumps(meta, indent=2).encode("utf-8"))
+            for name in (RESULT_FILE, TABLE_FILE, META_FILE):
+                os.replace(staging / name, out_dir / name)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     return out_dir
 
 
+def _check_members(folder: Path) -> None:
+    """ValueError when meta.json's record of the members does not match result.npz (a
+    folder left mixing two runs); folders without the record (older versions) pass."""
+    try:
+        meta = read_json(folder / META_FILE, str(folder / META_FILE))
+    except (OSError, ValueError):
+        return  # no or unreadable meta.json: result.npz stands on its own
+    members = meta.get("members") if isinstance(meta, dict) else None
+    recorded = members.get(RESULT_FILE) if isinstance(members, dict) else None
+    if isinstance(recorded, str) and file_sha256(folder / RESULT_FILE) != recorded:
+        raise ValueError(
+            f"{folder} mixes files of different runs ({RESULT_FILE} is not the one {META_FILE} records); "
+            "write the result again with `ess-explorer analyze --out`"
+        )
+
+
 def read_result(path) -> ESSResult:
-    """An ESSResult from a result directory (its result.npz) or an .npz file.
-    FileNotFoundError when nothing is there; ValueError when the file is not a result."""
+    """An ESSResult from a result directory (its result.npz, checked against meta.json's
+    record of it) or an .npz file. FileNotFoundError when nothing is there; ValueError when
+    the file is not a result or the folder mixes runs."""
     path = Path(path)
     if path.is_dir():
+        if (path / RESULT_FILE).is_file():
+            _check_members(path)
         path = path / RESULT_FILE
     if not path.exists():
         raise FileNotFoundError(
@@ -267,6 +311,13 @@ def default_cache_dir() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "ess-explorer"
 
 
+class CacheKey(str):
+    """A cache key (the sha256 hex digest) that carries the record it digests, so an entry
+    can be checked against the run it claims to be before it is served."""
+
+    record: str | None = None
+
+
 def cache_key(
     identity: dict,
     input_ids,
@@ -280,7 +331,7 @@ def cache_key(
     version: str = __version__,
     scope: str = "cut",
     **options,
-) -> str:
+) -> CacheKey:
     """sha256 hex of the canonical JSON of everything that determines a result (the tolerance
     scope included; other analysis options such as gates go in ``options``)."""
     record = {
@@ -297,7 +348,35 @@ def cache_key(
         "options": {k: options[k] for k in sorted(options)},
     }
     text = json.dumps(record, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    key = CacheKey(hashlib.sha256(text.encode("utf-8")).hexdigest())
+    key.record = text
+    return key
+
+
+def _mismatch(key: str, result: ESSResult) -> str | None:
+    """Why the entry ``result`` is not the run ``key`` describes (None: it is). The entry must
+    carry the very record the key digests, and its own token ids, layers and options must be
+    those of that record: a result copied under another run's key is never served."""
+    if result.meta.get("cache_key") != key or not result.layers:
+        return "it records another key"
+    text = getattr(key, "record", None)
+    if text is None:  # a bare digest: nothing more to compare
+        return None
+    if result.meta.get("cache_record") != text:
+        return "it was written for another run (model, prompt or options)"
+    record = json.loads(text)
+    if [int(i) for i in result.input_ids] != record["input_ids"]:
+        return f"it holds {len(result.input_ids)} other tokens than this run's {len(record['input_ids'])}"
+    if record["layers"] is not None and sorted(result.layers) != record["layers"]:
+        return "it holds other layers"
+    meta = result.meta
+    if (meta.get("tol"), meta.get("relative"), meta.get("stride")) != (
+        record["tol"],
+        record["relative"],
+        record["stride"],
+    ):
+        return "it was computed with another tolerance or stride"
+    return None
 
 
 def _forget(path: Path) -> None:
@@ -340,8 +419,9 @@ class ResultCache:
             )
             _forget(path)
             return None
-        if result.meta.get("cache_key") != key or not result.layers:
-            warnings.warn(f"ignoring cache entry {path.name}: it records another key; recomputing", stacklevel=2)
+        why = _mismatch(key, result)
+        if why is not None:
+            warnings.warn(f"ignoring cache entry {path.name}: {why}; recomputing", stacklevel=2)
             _forget(path)
             return None
         return result
@@ -356,14 +436,18 @@ class ResultCache:
         if not isinstance(result, ESSResult):
             raise ValueError(f"the cache stores ESSResults, got {type(result).__name__}")
         path = self.path(key)
-        result.meta["cache_key"] = key
+        result.meta["cache_key"] = str(key)
+        if getattr(key, "record", None) is not None:
+            result.meta["cache_record"] = key.record
         try:
             return result.save(path)  # atomic (atomic.py)
-        except OSError as error:
+        except (OSError, ValueError) as error:  # ValueError: the entry's path is a folder
             result.meta.pop("cache_key", None)
+            result.meta.pop("cache_record", None)
+            why = getattr(error, "strerror", None) or error
             warnings.warn(
                 f"could not write the cache entry under {self.root} ({type(error).__name__}: "
-                f"{error.strerror or error}); the result is kept but not cached. Free space, fix the "
+                f"{why}); the result is kept but not cached. Free space, fix the "
                 f"folder's permissions, set ${CACHE_ENV} to a writable folder, or use --no-cache",
                 stacklevel=2,
             )

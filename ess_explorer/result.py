@@ -43,6 +43,7 @@ import numpy as np
 
 from ._version import __version__
 from .atomic import atomic_write_with
+from .bounded import open_npz, parse_json
 from .core.diagnostics import utilisation
 from .core.ess import DEFAULT_SCOPE, check_scope, check_variant, tolerance_reference
 from .core.layer import layer_arrays
@@ -337,10 +338,10 @@ class ESSResult:
         if not path.exists():
             raise FileNotFoundError(f"no ESS result at {path}")
         try:
-            with np.load(path, allow_pickle=False) as data:
+            with open_npz(path) as data:  # sizes and depth bounded; never unpickled (bounded.py)
                 if not hasattr(data, "files") or "__header__" not in data.files:
                     raise ValueError("it has no __header__ (not an ESS result)")
-                header = json.loads(bytes(data["__header__"]).decode("utf-8"))
+                header = parse_json(bytes(data["__header__"]), "the header")
                 _check_header(header)
                 layers = {}
                 for key, info in header["layers"].items():

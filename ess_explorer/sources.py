@@ -36,6 +36,9 @@ from pathlib import Path
 
 import torch
 
+from .bounded import read_json
+from .core.checks import check_device
+
 __all__ = [
     "ZOO_DIR",
     "ZOO_PREFIX",
@@ -49,6 +52,7 @@ __all__ = [
     "model_identity",
     "hub_commit",
     "identity_without_weights",
+    "file_sha256",
 ]
 
 ZOO_PREFIX = "zoo:"
@@ -95,9 +99,13 @@ def load_model(
 
     from . import architectures  # noqa: F401  (registers model_type "ess_linear_attention"; imports transformers)
 
+    if not isinstance(trust_remote_code, bool):  # only an explicit True runs a model's own code
+        raise ValueError(f"trust_remote_code must be True or False, got {trust_remote_code!r}")
     for fixed in ("use_safetensors", "dtype", "torch_dtype"):
         if fixed in kwargs:
             raise ValueError(f"load_model fixes {fixed} (safetensors, float32); do not pass it")
+    if device is not None:
+        check_device(device)  # before any file is read: a missing CUDA is not a load failure
     path, label = _resolve(source)
     common = {"revision": revision, "trust_remote_code": trust_remote_code}
     if parse_source(source)[0] == "hub" and not _offline() and not _hub_reachable():
@@ -111,7 +119,14 @@ def load_model(
             raise ValueError(f"cannot read {Path(path) / 'config.json'}: {_first_line(error)}") from error
         raise _unreachable(label, path, error) from error
     except Exception as error:  # an unknown model_type, or a config transformers finds inconsistent
+        if not trust_remote_code and "custom code" in str(error):
+            raise ValueError(
+                f"{label} ships its own Python code (auto_map in config.json), which ess-explorer never runs "
+                "unless asked by name: use a model whose type transformers knows, or, if you trust the code, "
+                "load_model(..., trust_remote_code=True)"
+            ) from None
         raise ValueError(f"cannot read the config of {label}: {_first_line(error)}") from error
+    _check_layer_count(config, label)
     try:
         model, info = AutoModelForCausalLM.from_pretrained(
             path,
@@ -132,9 +147,10 @@ def load_model(
     except TypeError:  # a keyword from_pretrained does not take: the caller's mistake, shown as is
         raise
     except Exception as error:  # a truncated / corrupt safetensors file, a weight of the wrong shape
+        files = sorted(p.name for p in Path(path).glob("*.safetensors")) if Path(path).is_dir() else []
         raise ValueError(
-            f"could not load the weights of {label}: {_first_line(error)}; check that the weight "
-            "files are complete and were saved with this config.json"
+            f"could not load the weights of {label}{' (' + ', '.join(files) + ')' if files else ''}: "
+            f"{_first_line(error)}; check that the weight files are complete and were saved with this config.json"
         ) from error
     _check_loading_info(label, info)
     model.eval()
@@ -145,6 +161,20 @@ def load_model(
     if device is not None:
         model.to(device)
     return model, _tokenizer(path, revision, trust_remote_code, label)
+
+
+# Far above any released model (about 130 layers at most): a config beyond it is damaged or
+# hostile, and building it would take gigabytes before the weights are even compared.
+MAX_LAYERS = 2048
+
+
+def _check_layer_count(config, label: str) -> None:
+    layers = getattr(config, "num_hidden_layers", None)
+    if isinstance(layers, int) and layers > MAX_LAYERS:
+        raise ValueError(
+            f"the config of {label} declares {layers} layers, above the limit of {MAX_LAYERS}; "
+            "it is damaged or not a real model: restore the config.json the weights were saved with"
+        )
 
 
 def _first_line(error: Exception) -> str:
@@ -230,11 +260,13 @@ def identity_without_weights(source: str, revision: str | None = None):
             commit = hub_commit(value, revision)
             if commit is None:
                 return None
-            tokenizer = AutoTokenizer.from_pretrained(value, revision=commit, local_files_only=_offline())
+            tokenizer = AutoTokenizer.from_pretrained(
+                value, revision=commit, local_files_only=_offline(), trust_remote_code=False
+            )
             return model_identity(source, revision=revision or commit), tokenizer
         folder = model_dir(value) if kind == "zoo" else Path(value).expanduser()
-        return model_identity(source), AutoTokenizer.from_pretrained(str(folder))
-    except (OSError, ValueError, TypeError):
+        return model_identity(source), AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False)
+    except (OSError, ValueError, TypeError):  # remote code refused included: loading will say so
         return None
 
 
@@ -248,9 +280,18 @@ def list_models() -> list[str]:
     return sorted(p.name for p in ZOO_DIR.iterdir() if (p / "config.json").is_file())
 
 
+# A zoo name is a name: "zoo:../x" or "zoo:/abs" must never reach a folder outside the zoo.
+_ZOO_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
 def model_dir(name: str) -> Path:
     """The folder of zoo model ``name`` (loadable with from_pretrained, offline)."""
-    folder = ZOO_DIR / str(name)
+    if not isinstance(name, str) or not _ZOO_NAME.fullmatch(name) or ".." in name:
+        raise ValueError(
+            f"{name!r} is not a zoo model name (letters, digits, _ . -; no paths); pass a folder without "
+            f"'zoo:', or one of: {', '.join(list_models()) or 'none'}"
+        )
+    folder = ZOO_DIR / name
     if not (folder / "config.json").is_file():
         raise ValueError(f"no zoo model named {name!r}; available: {', '.join(list_models()) or 'none'}")
     return folder
@@ -296,11 +337,9 @@ def _check_folder(folder: Path) -> str:
     if not (folder / "config.json").is_file():
         raise ValueError(f"{folder} has no config.json: not a transformers model folder")
     try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(
-            f"{folder / 'config.json'} is not valid JSON ({error}); restore the file the model was saved with"
-        ) from None
+        config = read_json(folder / "config.json", str(folder / "config.json"))  # bounded: never /dev/zero
+    except ValueError as error:
+        raise ValueError(f"{error}; restore the file the model was saved with") from None
     if not isinstance(config, dict):
         raise ValueError(f"{folder / 'config.json'} must hold a JSON object, got {type(config).__name__}")
     if not any(folder.glob("*.safetensors")) and not (folder / "model.safetensors.index.json").is_file():
@@ -342,15 +381,19 @@ def _tokenizer(path: str, revision, trust_remote_code, label: str = ""):
         return None
     try:
         return AutoTokenizer.from_pretrained(path, revision=revision, trust_remote_code=trust_remote_code)
-    except (OSError, ValueError, TypeError) as error:
-        warnings.warn(f"no tokenizer for {path} ({error}); pass input_ids to analyze", stacklevel=3)
+    except Exception as error:  # noqa: BLE001 (a damaged tokenizer file fails in many ways)
+        warnings.warn(
+            f"the tokenizer files of {label or path} cannot be read ({_first_line(error)}): the tokenizer is None; "
+            "repair or remove them, or pass input_ids to analyze",
+            stacklevel=3,
+        )
         return None
 
 
 # ---- identity (what the cache keys a model by) -------------------------------------------
 
 
-def _sha256_file(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -371,11 +414,11 @@ def folder_identity(folder) -> dict:
         for path in sorted(folder.glob(pattern)):
             stat = path.stat()
             weights[path.name] = (
-                _sha256_file(path)
+                file_sha256(path)
                 if stat.st_size <= HASH_BYTES_UP_TO
                 else f"size={stat.st_size},mtime_ns={stat.st_mtime_ns}"
             )
-    return {"kind": "folder", "config_sha256": _sha256_file(config), "weights": weights}
+    return {"kind": "folder", "config_sha256": file_sha256(config), "weights": weights}
 
 
 def model_identity(source, model=None, *, revision: str | None = None) -> dict:

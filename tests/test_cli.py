@@ -25,9 +25,15 @@ def ref():
     return reference_result()
 
 
+def fake_ids(text: str) -> list[int]:
+    """As many ids as the reference result has tokens (48), from the text: the cache serves an
+    entry only to the run whose token ids it holds."""
+    return [ord(c) % 64 for c in (text * 48)[:48]]
+
+
 class FakeTokenizer:
     def __call__(self, text, add_special_tokens=False):
-        return {"input_ids": [ord(c) % 64 for c in text]}
+        return {"input_ids": fake_ids(text)}
 
 
 class FakeModel:
@@ -51,6 +57,7 @@ def fake(ref, monkeypatch, tmp_path):
     def analyze(model, ids, tokenizer, **kw):
         calls["analyze"].append({"ids": list(ids), **kw})
         result = copy.deepcopy(ref)
+        result.input_ids = list(ids)
         result.meta["model_id"] = "fake/model"
         result.meta["causal"] = kw.get("causal", True)  # as analyze records it
         return result
@@ -95,7 +102,7 @@ def test_analyze_writes_a_result_dir_and_prints_a_summary(fake, capsys, tmp_path
     code, out, err = run(capsys, "analyze", "--prompt", "hello world", "--layers", "0-3", "--out", str(tmp_path / "r"))
     assert code == 0, err
     assert fake["load"] == ["zoo:default-for-test"]  # no --model: the built-in default
-    assert fake["analyze"][0]["ids"] == [ord(c) % 64 for c in "hello world"]
+    assert fake["analyze"][0]["ids"] == fake_ids("hello world")
     assert fake["analyze"][0]["layers"] == [0, 1, 2, 3] and fake["analyze"][0]["tol"] == 1e-3
     lines = out.splitlines()
     assert "cache miss" in lines[0]
@@ -149,14 +156,14 @@ def test_a_truncated_cache_entry_is_recomputed_by_the_cli(fake, capsys, tmp_path
 def test_prompt_from_stdin_and_file(fake, capsys, tmp_path, monkeypatch):
     monkeypatch.setattr("sys.stdin", io.StringIO("from stdin\n"))
     assert run(capsys, "analyze", "-q")[0] == 0
-    assert fake["analyze"][-1]["ids"] == [ord(c) % 64 for c in "from stdin"]  # trailing newline dropped
+    assert fake["analyze"][-1]["ids"] == fake_ids("from stdin")  # trailing newline dropped
     monkeypatch.setattr("sys.stdin", io.StringIO("dash means stdin"))
     assert run(capsys, "analyze", "-q", "--prompt", "-")[0] == 0
-    assert len(fake["analyze"][-1]["ids"]) == len("dash means stdin")
+    assert fake["analyze"][-1]["ids"] == fake_ids("dash means stdin")
     long_prompt = tmp_path / "long.txt"
     long_prompt.write_text("a longer prompt\nover two lines\n")
     assert run(capsys, "analyze", "-q", "--prompt-file", str(long_prompt))[0] == 0
-    assert len(fake["analyze"][-1]["ids"]) == len("a longer prompt\nover two lines")
+    assert fake["analyze"][-1]["ids"] == fake_ids("a longer prompt\nover two lines")
 
 
 def test_no_prompt_uses_the_zoo_example(fake, capsys, monkeypatch):
@@ -164,7 +171,7 @@ def test_no_prompt_uses_the_zoo_example(fake, capsys, monkeypatch):
     monkeypatch.setattr("sys.stdin", io.StringIO(""))
     code, _, err = run(capsys, "analyze")
     assert code == 0, err
-    assert "example prompt" in err and fake["analyze"][-1]["ids"] == [ord(c) % 64 for c in "k1 v1 k1"]
+    assert "example prompt" in err and fake["analyze"][-1]["ids"] == fake_ids("k1 v1 k1")
 
 
 def test_errors_are_one_line_and_non_zero(fake, capsys, tmp_path, monkeypatch):

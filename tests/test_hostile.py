@@ -170,8 +170,11 @@ def test_fuzz_diagonal_ssm():
 
 # ---- fuzzing: the command line -----------------------------------------------------------------
 class FakeTokenizer:
+    """As many ids as the reference result has tokens (16), from the text: the cache serves an
+    entry only to the run whose token ids it holds."""
+
     def __call__(self, text, add_special_tokens=False):
-        return {"input_ids": [ord(c) % 64 for c in text]}
+        return {"input_ids": [ord(c) % 64 for c in (text * 16)[:16]]}
 
 
 class FakeModel:
@@ -189,7 +192,9 @@ def fake_cli(ref, tmp_path):
 
     def analyze(model, ids, tokenizer, **kw):
         calls["analyze"] += 1
-        return copy.deepcopy(ref)
+        result = copy.deepcopy(ref)
+        result.input_ids = list(ids)
+        return result
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(cli, "_load_model", lambda source, revision: (FakeModel(), FakeTokenizer()))

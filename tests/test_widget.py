@@ -432,3 +432,12 @@ def test_changing_the_gate_policy_runs_the_analysis_again(ex, fake):
     ex.gates = "outside"
     assert ex.wait(60)
     assert fake.gates == ["inside", "outside"] and len(fake.captures) == 2
+
+
+@pytest.mark.parametrize(
+    "options, said", [({"layer": 99}, "layer 99 is not in the result"), ({"unit": 999}, "unit 999")]
+)
+def test_a_layer_or_unit_the_model_lacks_is_said_not_replaced_silently(fake, options, said):
+    ex = _open(fake, "zoo:fake", PROMPT, **options)
+    assert said in ex.status_w.value and "showing layer 0" in ex.status_w.value
+    assert ex.layer == 0 and ex.unit == "mean"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["UsageError", "MAX_LAYER_INDEX", "parse_layers"]
+__all__ = ["UsageError", "MAX_LAYER_INDEX", "MAX_SECONDS", "parse_layers"]
 
 
 class UsageError(Exception):
@@ -16,6 +16,9 @@ class UsageError(Exception):
 
 
 MAX_LAYER_INDEX = 100_000
+# An analysis estimated to take longer than this is refused before its spectra
+# (analysis.estimate_seconds); --max-seconds raises it, 0 lifts it.
+MAX_SECONDS = 60.0
 
 
 def parse_layers(text: str | None) -> list[int] | None:
@@ -60,14 +63,22 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _tolerance(text: str) -> float:
+def _finite_non_negative(text: str, example: str, what: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number such as 1e-3, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a number such as {example}, got {text!r}") from None
     if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"the tolerance must be a finite number >= 0, got {text!r}")
+        raise argparse.ArgumentTypeError(f"{what} must be a finite number >= 0, got {text!r}")
     return value
+
+
+def _tolerance(text: str) -> float:
+    return _finite_non_negative(text, "1e-3", "the tolerance")
+
+
+def _seconds(text: str) -> float:
+    return _finite_non_negative(text, "600 (seconds; 0: no limit)", "--max-seconds")
 
 
 def _points(text: str, what: str) -> float:
@@ -97,12 +108,14 @@ def _height(text: str) -> float:
 
 
 def _ppi(text: str) -> float:
-    from ..views.render import MAX_PPI
+    from ..views.render import MAX_PPI, MIN_PPI
 
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"--ppi is a number such as 300, got {text!r}") from None
-    if not 0 < value <= MAX_PPI:
-        raise argparse.ArgumentTypeError(f"--ppi must be in (0, {MAX_PPI}] (300 is print resolution), got {text!r}")
+    if not MIN_PPI <= value <= MAX_PPI:
+        raise argparse.ArgumentTypeError(
+            f"--ppi must be in [{MIN_PPI}, {MAX_PPI}] (300 is print resolution), got {text!r}"
+        )
     return value

@@ -33,10 +33,12 @@ from pathlib import Path
 from .._version import __version__
 from .arguments import (  # noqa: F401  (parse_layers and MAX_LAYER_INDEX are part of the CLI module's API)
     MAX_LAYER_INDEX,
+    MAX_SECONDS,
     UsageError,
     _height,
     _positive_int,
     _ppi,
+    _seconds,
     _tolerance,
     _width,
     parse_layers,
@@ -126,9 +128,14 @@ def _identity(source: str, model, revision):
 # No model has this many layers: a bigger index is refused before a range is expanded
 # (the model's own layer count is checked by analyze once it is loaded).
 # ---- commands ----------------------------------------------------------------------------
+def _nothing_to_store() -> None:
+    return None
+
+
 def compute_result(args):
     """Load the model, tokenise, and analyse through the cache (unless --no-cache).
-    Returns (result, cache_hit)."""
+    Returns (result, cache_hit, store): ``store()`` writes a computed result to the cache, and
+    is called after --out is written, so a cache that cannot be written never costs it."""
     from ..io import ResultCache, cache_key
 
     layers = parse_layers(args.layers)  # usage errors first, before reading stdin or loading
@@ -137,6 +144,9 @@ def compute_result(args):
     relative = not args.absolute
     if args.absolute and args.scope != "cut":
         raise ValueError("--scope chooses which sigma_1 a relative tolerance refers to; drop it with --absolute")
+    from ..core.ess import check_tolerance
+
+    check_tolerance(args.tol, relative)  # before the model is loaded
     cache = None if args.no_cache else ResultCache(args.cache_dir)
 
     def key(identity, ids, dtype):
@@ -165,7 +175,7 @@ def compute_result(args):
         identity, tokenizer = found
         hit = cache.get(key(identity, _tokenize(tokenizer, prompt), "float32"))
         if hit is not None:
-            return hit, True
+            return hit, True, _nothing_to_store
     say(args, f"loading {source} ...")
     if args.quiet:  # transformers draws its own bar while loading weights
         try:
@@ -193,30 +203,37 @@ def compute_result(args):
             progress=not args.quiet,
             causal=not args.no_causal,
             precision=args.precision,
+            max_seconds=args.max_seconds or None,  # 0: no limit
         )
         result.meta["prompt"] = prompt
         result.meta["source"] = source
         return result
 
     if cache is None:
-        return run(), False
+        return run(), False, _nothing_to_store
     dtype = (
         str(next(iter(model.parameters())).dtype).replace("torch.", "") if hasattr(model, "parameters") else "unknown"
     )
     # the identity read before loading is the loaded model's (identity_without_weights): a hub
     # id's commit is not asked for twice
     identity = found[0] if found is not None else _identity(source, model, args.revision)
-    return cache.get_or_compute(key(identity, ids, dtype), run)
+    entry = key(identity, ids, dtype)
+    cached = cache.get(entry)
+    if cached is not None:
+        return cached, True, _nothing_to_store
+    result = run()
+    return result, False, lambda: cache.put(entry, result)
 
 
 def cmd_analyze(args) -> int:
     from ..io import write_result_dir
 
-    result, hit = compute_result(args)
+    result, hit, store = compute_result(args)
     print(format_summary(result, cache_hit=None if args.no_cache else hit))
     if args.out:
         out = write_result_dir(result, args.out)
         print(f"wrote {out}/ (result.npz, table.csv, meta.json)")
+    store()
     return 0
 
 
@@ -285,9 +302,9 @@ def cmd_report(args) -> int:
     if args.result is not None:
         if args.prompt is not None or args.prompt_file is not None or args.model is not None:
             raise UsageError("--result reports a saved result: give no --model / --prompt with it")
-        result, hit = read_result(args.result), None
+        result, hit, store = read_result(args.result), None, _nothing_to_store
     else:
-        result, hit = compute_result(args)
+        result, hit, store = compute_result(args)
         hit = None if args.no_cache else hit
     print(format_summary(result, cache_hit=hit))
     layer = parse_layers(args.layer) if args.layer is not None else None
@@ -295,6 +312,7 @@ def cmd_report(args) -> int:
         raise UsageError("--layer takes one layer index")
     path = write_report(result, args.out, layer=None if layer is None else layer[0])
     print(f"wrote {path} (self-contained, works offline)")
+    store()
     return 0
 
 
@@ -388,6 +406,7 @@ def _analysis_options(parser) -> None:
     )
     _precision_argument(parser)
     parser.add_argument("--device", help="torch device for the spectra (default: the model's)")
+    parser.add_argument("--max-seconds", type=_seconds, default=MAX_SECONDS, help="refuse a longer run (0: no limit)")
     parser.add_argument("--no-cache", action="store_true", help="compute afresh; neither read nor write the cache")
     parser.add_argument("--cache-dir", help="cache folder (default: $ESS_EXPLORER_CACHE or ~/.cache/ess-explorer)")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress output on stderr")

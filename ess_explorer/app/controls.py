@@ -9,14 +9,19 @@ from typing import Callable
 
 import ipywidgets as W
 import numpy as np
+import traitlets as T
 
+from ..core.ess import check_tolerance
+from ..io import ResultCache
 from ..result import ESSResult
 from ..views import charts
 
 __all__ = [
     "CUSTOM",
     "ProgressBar",
+    "Tolerance",
     "check_options",
+    "check_view",
     "make_controls",
     "layout_rows",
     "status_html",
@@ -25,7 +30,23 @@ __all__ = [
 ]
 
 
-def check_options(*, variant, overview_metric, saturated, collapsed, result, tol, relative) -> None:
+class Tolerance(T.Float):
+    """A tolerance trait: True, NaN or a negative number is refused in words (T.Float would
+    take True as 1.0, and a NaN would break the link to the control)."""
+
+    def validate(self, obj, value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise T.TraitError(f"tol must be a finite number >= 0 (e.g. 1e-3), got {value!r}")
+        try:
+            check_tolerance(value, bool(getattr(obj, "relative", True)))
+        except ValueError as error:
+            raise T.TraitError(str(error)) from None
+        return super().validate(obj, value)
+
+
+def check_options(
+    *, variant, overview_metric, saturated, collapsed, result, tol, relative, layer=None, unit="mean", cache=True
+) -> None:
     """The explorer's options, checked before any state changes: a ValueError in words."""
     if variant not in charts.VARIANTS:
         raise ValueError(f"variant must be one of {charts.VARIANTS}, got {variant!r}")
@@ -35,15 +56,35 @@ def check_options(*, variant, overview_metric, saturated, collapsed, result, tol
         raise ValueError(f"need 0 <= collapsed < saturated, got collapsed={collapsed}, saturated={saturated}")
     if result is not None and not isinstance(result, ESSResult):
         raise ValueError(f"result must be an ESSResult, got {type(result).__name__}")
-    if tol is not None and (
-        isinstance(tol, bool)
-        or not isinstance(tol, (int, float, np.integer, np.floating))
-        or not np.isfinite(tol)
-        or tol < 0
-    ):
-        raise ValueError(f"tol must be a finite number >= 0 (e.g. 1e-3), got {tol!r}")
     if relative is not None and not isinstance(relative, (bool, np.bool_)):
         raise ValueError(f"relative must be True or False, got {relative!r}")
+    if tol is not None:
+        check_tolerance(tol, True if relative is None else relative)
+    if not (isinstance(cache, (bool, ResultCache)) or cache is None):
+        raise ValueError(f"cache must be True, False or a ResultCache, got {cache!r}")
+    check_view(layer, unit, result)
+
+
+def _is_index(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)) and value >= 0
+
+
+def check_view(layer, unit, result) -> None:
+    """``layer`` (None or an index) and ``unit`` (an aggregate or an index) as asked for, and,
+    given a ``result``, present in it: never replaced by layer 0 or the mean without a word."""
+    if layer is not None and not _is_index(layer):
+        raise ValueError(f"layer must be a layer index (an int >= 0) or None, got {layer!r}")
+    if unit not in charts.AGGREGATES and not _is_index(unit):
+        raise ValueError(f"unit must be one of {', '.join(charts.AGGREGATES)} or a unit index, got {unit!r}")
+    if result is None or not result.layers:
+        return
+    if layer is not None and layer not in result.layers:
+        raise ValueError(f"layer {layer} is not in the result; it has layers {sorted(result.layers)}")
+    shown = result.layers[layer if layer is not None else min(result.layers)]
+    if _is_index(unit) and unit >= shown.n_units:
+        raise ValueError(
+            f"unit {unit} is not in layer {shown.layer}: it has {shown.n_units} {shown.unit_kind}s (0..{shown.n_units - 1})"
+        )
 
 
 def status_html(message: str, kind: str = "info") -> str:

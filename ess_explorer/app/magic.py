@@ -51,7 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--model", "-m", default=None, help="zoo:NAME, a hub id or a local folder")
     p.add_argument("--layer", "-l", type=int, default=None)
     p.add_argument("--unit", "-u", type=_unit, default="mean", help="mean, max, sum or a head / channel index")
-    p.add_argument("--variant", choices=["tolerance", "entropy"], default="tolerance")
+    p.add_argument("--variant", choices=["tolerance", "entropy", "causal"], default="tolerance")
     p.add_argument("--tol", type=_tolerance, default=None, help="tolerance (relative to sigma_1 unless --absolute)")
     p.add_argument("--absolute", action="store_true", help="the tolerance is absolute, not relative to sigma_1")
     p.add_argument("--stride", type=int, default=None, help="position stride of the overview pass (default: auto)")

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
+from ..bounded import read_text
 from .arguments import UsageError
 
 __all__ = ["read_prompt", "read_stdin", "say", "format_summary"]
@@ -23,20 +24,16 @@ def read_prompt(args, source: str, example_prompt: Callable[[str], str | None]) 
     elif args.prompt_file is not None:
         path = Path(args.prompt_file)
         try:
-            text = path.read_text(encoding="utf-8")
+            with open(path, "rb") as handle:
+                text = read_text(handle, f"the prompt file {path}")
         except FileNotFoundError:
             raise ValueError(f"cannot read the prompt file {path}: no such file") from None
-        except UnicodeDecodeError as error:
-            raise ValueError(
-                f"the prompt file {path} is not valid UTF-8 text (byte {error.object[error.start]:#04x} "
-                f"at offset {error.start}); save it as UTF-8"
-            ) from None
         except OSError as error:
             raise ValueError(f"cannot read the prompt file {path}: {error}") from None
     elif args.prompt is not None:
         text = args.prompt
     else:
-        text = "" if sys.stdin is None or sys.stdin.isatty() else read_stdin()
+        text = "" if sys.stdin is None or sys.stdin.closed or sys.stdin.isatty() else read_stdin()
         if not text.strip():  # nothing given and nothing piped
             example = example_prompt(source)
             if example is None:
@@ -57,10 +54,21 @@ def read_prompt(args, source: str, example_prompt: Callable[[str], str | None]) 
 
 
 def read_stdin() -> str:
+    """The prompt piped on stdin, read up to MAX_PROMPT_BYTES (an endless stream such as
+    /dev/zero is refused at the limit)."""
+    stream = sys.stdin
+    if stream is None or stream.closed:
+        raise ValueError("stdin is closed: give the prompt with --prompt TEXT or --prompt-file FILE")
     try:
-        return sys.stdin.read()
-    except UnicodeDecodeError:
+        return read_text(getattr(stream, "buffer", stream), "the prompt on stdin")
+    except UnicodeDecodeError:  # a text stream that decodes itself (no binary buffer)
         raise ValueError("the prompt on stdin is not valid UTF-8 text; convert it to UTF-8 (e.g. with iconv)") from None
+    except ValueError as error:
+        if "closed file" in str(error):
+            raise ValueError("stdin is closed: give the prompt with --prompt TEXT or --prompt-file FILE") from None
+        raise
+    except OSError as error:
+        raise ValueError(f"cannot read the prompt on stdin ({error}); give it with --prompt-file FILE") from None
 
 
 def say(args, message: str) -> None:

@@ -39,7 +39,9 @@ from ..views import charts
 from .controls import (
     CUSTOM,
     ProgressBar,
+    Tolerance,
     check_options,
+    check_view,
     layout_rows,
     make_controls,
     status_html,
@@ -82,7 +84,7 @@ class ESSExplorer(StaticCopy, W.VBox):
     layer = T.Int(None, allow_none=True)
     unit = T.Union([T.Int(), T.Unicode()], default_value="mean")
     variant = T.Enum(charts.VARIANTS, default_value="tolerance")
-    tol = T.Float(1e-3)
+    tol = Tolerance(1e-3)
     relative = T.Bool(True)
     scope = T.Enum(("cut", "unit", "layer"), default_value="cut")
     gates = T.Enum(("inside", "outside"), default_value="inside")
@@ -122,6 +124,9 @@ class ESSExplorer(StaticCopy, W.VBox):
             result=result,
             tol=tol,
             relative=relative,
+            layer=layer,
+            unit=unit,
+            cache=cache,
         )
         enable_offline()  # the widget's JS from vl-convert, never a CDN (kept on disk: app/static.py)
         cache = ResultCache() if cache is True else (cache or None)
@@ -381,7 +386,17 @@ class ESSExplorer(StaticCopy, W.VBox):
         self.progress_w.value, self.progress_w.bar_style = 1.0, "success"
         how = "from the cache" if self.session.cache_hit else f"in {time.perf_counter() - started:.1f} s"
         self._say(f"analysed {len(result.layers)} layers of {self.model} on {result.length} tokens {how}", "ok")
+        self._say_unmet_request(result)
         self._update_static()
+
+    def _say_unmet_request(self, result: ESSResult) -> None:
+        """The layer or unit asked for at the start, when the model has no such one: said on the
+        status line (the explorer shows the first layer / the mean instead)."""
+        asked, self._initial = self._initial, {"layer": None, "unit": "mean"}
+        try:
+            check_view(asked["layer"], asked["unit"], result)
+        except ValueError as error:
+            self._say(f"{error}; showing layer {self.layer}, {self.unit}", "error")
 
     def _on_result(self, result: ESSResult, info: dict) -> None:
         """The session's progress: show the first result, then update the views."""

@@ -23,3 +23,20 @@ def as_tensor(value, name: str) -> torch.Tensor:
         )
         return torch.from_numpy(np.ascontiguousarray(array))
     raise ValueError(f"{name} must be a numpy array or a torch tensor, got {type(value).__name__}")
+
+
+def check_device(device) -> torch.device:
+    """The torch device ``device`` names, checked to exist and to hold data before any work
+    (a missing CUDA would otherwise fail only after a model is loaded or a forward pass ran)."""
+    try:
+        target = torch.device(device)
+        if target.type == "meta":  # tensors without data: every spectrum would be empty
+            raise ValueError("the meta device holds no data")
+        torch.empty(1, device=target)
+    except (RuntimeError, TypeError, ValueError, AssertionError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ValueError(
+            f"device {device!r} is not usable here ({first}); pass device='cpu' or leave it out "
+            "to compute where the model is"
+        ) from None
+    return target

@@ -42,6 +42,7 @@ __all__ = [
     "SCOPES",
     "VARIANTS",
     "check_scope",
+    "check_tolerance",
     "tolerance_reference",
     "check_variant",
     "tolerance_ess",
@@ -77,7 +78,13 @@ def _singular_values(op, spectra, kwargs: dict) -> torch.Tensor:
         require(tensor.ndim >= 2, f"spectra must have shape (*batch, P, K), got {tuple(tensor.shape)}")
         require(bool(torch.isfinite(tensor).all()), "singular values contain NaN or infinite values")
         require(bool((tensor >= 0).all()), "singular values must be non-negative")
+        require(
+            bool((tensor[..., 1:] <= tensor[..., :-1]).all()),
+            "singular values must be in descending order along the last axis (as svdvals gives them); "
+            "sort them with torch.sort(sigma, descending=True)",
+        )
         return tensor
+    _check_cut_options(kwargs)
     if isinstance(op, FACTORED_OPERATORS):
         return hankel_singular_values(op, **kwargs)
     tensor = as_tensor(op, "operator")
@@ -89,15 +96,53 @@ def _singular_values(op, spectra, kwargs: dict) -> torch.Tensor:
     return hankel_singular_values(tensor, **kwargs)
 
 
-def _check_tolerance(tol, relative) -> None:
+def _is_index(value) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def _check_cut_options(kwargs: dict) -> None:
+    """stride and positions as integers (1.5 or True is refused, never rounded to 1), dtype a
+    real floating torch dtype (the SVDs have no integer kernels)."""
+    stride = kwargs.get("stride")
+    require(stride is None or (_is_index(stride) and stride >= 1), f"stride must be a positive integer, got {stride!r}")
+    positions = kwargs.get("positions")
+    if positions is not None and not isinstance(positions, torch.Tensor):
+        array = np.asarray(positions)
+        require(
+            array.dtype != object and np.issubdtype(array.dtype, np.integer),
+            f"positions must be integers (cut indices t), got {positions!r:.60}",
+        )
+    dtype = kwargs.get("dtype")
+    require(
+        dtype is None or (isinstance(dtype, torch.dtype) and dtype.is_floating_point),
+        f"dtype must be a real floating torch dtype such as torch.float64, got {dtype!r}",
+    )
+
+
+def check_tolerance(tol, relative) -> None:
+    """The one check of a tolerance: a finite number >= 0 and, relative to sigma_1, below 1
+    (tau = tol * sigma_1 >= sigma_1 would make every ESS 0)."""
     require(
         isinstance(tol, (int, float, np.floating, np.integer))
         and not isinstance(tol, bool)
         and np.isfinite(tol)
         and tol >= 0,
-        f"tol must be a finite non-negative number, got {tol!r}",
+        f"tol must be a finite number >= 0 (e.g. 1e-3), got {tol!r}",
     )
     require(isinstance(relative, (bool, np.bool_)), f"relative must be True or False, got {relative!r}")
+    require(
+        not relative or tol < 1,
+        f"a relative tol is a fraction of sigma_1 and must be below 1 (got {tol!r}: every ESS would be 0); "
+        "give e.g. 1e-3, or an absolute threshold with relative=False (--absolute)",
+    )
+
+
+def _check_reference(reference) -> None:
+    values = as_tensor(torch.as_tensor(reference) if isinstance(reference, (int, float)) else reference, "reference")
+    require(
+        not values.is_complex() and bool(torch.isfinite(values).all()) and bool((values >= 0).all()),
+        f"reference is a sigma_1: finite and >= 0, got {reference!r:.60}",
+    )
 
 
 def check_scope(scope: str, relative: bool = True) -> str:
@@ -143,8 +188,10 @@ def tolerance_ess(
     `hankel_singular_values` (positions, stride; top_k is refused: a count from cut spectra
     would be wrong) when given an operator.
     """
-    _check_tolerance(tol, relative)
+    check_tolerance(tol, relative)
     check_scope(scope, relative)
+    if reference is not None:
+        _check_reference(reference)
     require(
         "top_k" not in kwargs, "top_k would cut the spectra before counting; tolerance_ess counts the full spectrum"
     )

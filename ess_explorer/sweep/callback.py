@@ -139,6 +139,16 @@ class ESSCallback(TrainerCallback):
             model.train(training)
         return results
 
+    def on_train_begin(self, args, state, control, processing_class=None, **kwargs):
+        """Text prompts need a tokenizer: refused before the first training step, not at the
+        first measurement after training has run for a while."""
+        if self.tokenizer is None and processing_class is None and any(isinstance(p, str) for p in self.prompts):
+            raise ValueError(
+                "ESSCallback got text prompts but neither tokenizer= nor a Trainer with a processing_class "
+                "(tokenizer): pass tokenizer= to ESSCallback, or give the prompts as token ids"
+            )
+        return control
+
     def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
         step = state.global_step
         if step % self.every_n_steps or model is None or not state.is_world_process_zero:

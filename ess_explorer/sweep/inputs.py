@@ -13,13 +13,13 @@ column access, so the datasets package is optional).
 
 from __future__ import annotations
 
-import json
 import numbers
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..bounded import MAX_PROMPTS_FILE_BYTES, parse_json, read_text
 from ..sources import parse_source
 
 __all__ = ["Run", "expand_models", "load_prompts", "CHECKPOINT_PATTERN"]
@@ -106,24 +106,20 @@ def _check_prompt(index: int, prompt):
     return ids
 
 
-def _read_jsonl(path: Path, text_field: str) -> list:
+def _read_jsonl(path: Path, lines: list[str], text_field: str) -> list:
     prompts = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{path}:{number} is not JSON ({error.msg})") from None
-            if isinstance(record, dict) and text_field in record:
-                prompts.append(record[text_field])
-            elif isinstance(record, dict) and "input_ids" in record:
-                prompts.append(record["input_ids"])
-            elif isinstance(record, str):
-                prompts.append(record)
-            else:
-                raise ValueError(f"{path}:{number} has no {text_field!r} field (nor input_ids); pass text_field=")
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        record = parse_json(line.encode("utf-8"), f"{path}:{number}")  # depth-bounded: no RecursionError
+        if isinstance(record, dict) and text_field in record:
+            prompts.append(record[text_field])
+        elif isinstance(record, dict) and "input_ids" in record:
+            prompts.append(record["input_ids"])
+        elif isinstance(record, str):
+            prompts.append(record)
+        else:
+            raise ValueError(f"{path}:{number} has no {text_field!r} field (nor input_ids); pass text_field=")
     return prompts
 
 
@@ -131,11 +127,13 @@ def _read_file(path: Path, text_field: str) -> list:
     if not path.is_file():
         raise ValueError(f"no prompt file {path}; give a text file (one prompt per line), a .jsonl file or a list")
     try:
-        if path.suffix.lower() in (".jsonl", ".ndjson"):
-            return _read_jsonl(path, text_field)
-        return [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    except (OSError, UnicodeDecodeError) as error:
+        with open(path, "rb") as handle:
+            lines = read_text(handle, f"the prompt file {path}", limit=MAX_PROMPTS_FILE_BYTES).splitlines()
+    except OSError as error:
         raise ValueError(f"cannot read the prompt file {path}: {error}") from None
+    if path.suffix.lower() in (".jsonl", ".ndjson"):
+        return _read_jsonl(path, lines, text_field)
+    return [line for line in lines if line.strip()]
 
 
 def load_prompts(prompts, *, text_field: str = "text") -> list:

@@ -18,7 +18,9 @@ from __future__ import annotations
 from .inputs import Run
 from .worker import cached_model, compute_shard
 
-__all__ = ["run_ray", "shard_task"]
+__all__ = ["run_ray", "shard_task", "check_address", "CONNECT_TIMEOUT"]
+
+CONNECT_TIMEOUT = 10.0  # seconds to reach a cluster's address before giving up
 
 
 def shard_task(run: dict, items: list, options: dict, device):
@@ -27,6 +29,28 @@ def shard_task(run: dict, items: list, options: dict, device):
     model, tokenizer = cached_model(run.source, device)
     table, meta = compute_shard(run, model, tokenizer, items, options)
     return table, meta
+
+
+def check_address(address) -> None:
+    """ValueError when ``address`` ("host:port", "ray://host:port") accepts no connection
+    within CONNECT_TIMEOUT seconds: ray.init would otherwise wait without end. "auto" and
+    None are left to Ray (a local cluster, or the one this machine runs)."""
+    import socket
+
+    if address is None or address == "auto":
+        return
+    if not isinstance(address, str):
+        raise ValueError(f"ray_address must be a string such as 'auto' or 'host:6379', got {address!r}")
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"ray_address must be 'auto' or 'host:port' (e.g. 127.0.0.1:6379), got {address!r}")
+    try:
+        socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT).close()
+    except (OSError, OverflowError) as error:
+        raise ValueError(
+            f"no Ray cluster answers at {address} within {CONNECT_TIMEOUT:g} s ({error}); start one "
+            "(`ray start --head`), check the address, or leave --ray-address out for a local cluster"
+        ) from None
 
 
 def _import_ray():

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
+import warnings
 from dataclasses import dataclass, field
 from itertools import groupby
 from pathlib import Path
@@ -25,12 +25,13 @@ from tqdm.auto import tqdm
 
 from .._version import __version__
 from ..atomic import atomic_write
-from ..core.ess import DEFAULT_RELATIVE, DEFAULT_SCOPE, DEFAULT_TOL, check_scope
+from ..bounded import read_json
+from ..core.ess import DEFAULT_RELATIVE, DEFAULT_SCOPE, DEFAULT_TOL, check_scope, check_tolerance
 from ..core.gates import DEFAULT_GATES, check_gates
 from ..core.precision import DEFAULT_PRECISION, check_precision
 from ..sources import load_model
 from .inputs import Run, expand_models, load_prompts
-from .table import read_metadata, read_table, shard_path, write_shard
+from .table import TABLE_DIR, read_metadata, read_table, shard_path, shard_problem, write_shard
 from .worker import compute_shard
 
 __all__ = ["sweep", "SweepResult", "Shard", "PLAN_FILE", "PROMPTS_FILE", "BACKENDS"]
@@ -92,12 +93,15 @@ def _check_plan(out: Path, plan: dict, runs: list[Run]) -> dict:
     """The plan to record: ``plan`` with the runs of an earlier sweep in ``out`` first.
     ValueError when that sweep used other prompts or options."""
     path = out / PLAN_FILE
-    if not path.is_file():
+    if not path.is_file() or not any((out / TABLE_DIR).glob("model=*/*.parquet")):
+        # no shard finished: nothing to mix, so a corrected rerun may replace the plan
         return {**plan, "runs": [r.to_dict() for r in runs]}
     try:
-        old = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as error:
+        old = read_json(path, str(path))
+    except (OSError, ValueError) as error:
         raise ValueError(f"{path} is not a readable sweep plan ({error}); use another --out") from None
+    if not isinstance(old, dict) or not isinstance(old.get("runs", []), list):
+        raise ValueError(f"{path} is not a sweep plan (a JSON object with runs); use another --out")
     if isinstance(old.get("options"), dict):  # a plan from before an option existed used its default
         old["options"] = {**LATER_OPTIONS, **old["options"]}
     for key in ("format", "prompts_sha256", "n_prompts", "shard_size", "bucket_by_length", "options"):
@@ -117,10 +121,7 @@ def _positive_int(value) -> bool:
 
 def _check_options(tol, relative, stride, units) -> None:
     """What analyze would refuse, refused before the plan is recorded (a rerun must match it)."""
-    if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol) or tol < 0:
-        raise ValueError(f"tol must be a finite number >= 0, got {tol!r}")
-    if not isinstance(relative, bool):
-        raise ValueError(f"relative must be True or False, got {relative!r}")
+    check_tolerance(tol, relative)
     if stride is not None and not _positive_int(stride):
         raise ValueError(f"stride must be a positive integer or None, got {stride!r}")
     if units is not None and not _positive_int(units):
@@ -129,6 +130,19 @@ def _check_options(tol, relative, stride, units) -> None:
         rows = list(units)
         if not rows or not all(isinstance(u, int) and not isinstance(u, bool) and u >= 0 for u in rows):
             raise ValueError(f"units must be a positive count or a non-empty list of unit indices, got {units!r}")
+
+
+def _layer_list(layers) -> list[int] | None:
+    """``layers`` as sorted indices; a string ("10") is refused, not read digit by digit."""
+    if layers is None:
+        return None
+    given = [layers] if isinstance(layers, int) else layers
+    if isinstance(layers, (str, bytes, bool)) or not hasattr(given, "__iter__"):
+        raise ValueError(f"layers must be an int or a list of ints (e.g. [10]), got {layers!r}")
+    chosen = list(given)
+    if not chosen or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in chosen):
+        raise ValueError(f"layers must be a non-empty list of non-negative ints, got {layers!r}")
+    return sorted(set(chosen))
 
 
 def sweep(
@@ -185,9 +199,7 @@ def sweep(
     if out.exists() and not out.is_dir():
         raise ValueError(f"{out} exists and is not a folder; give a folder for the sweep")
     options = {
-        "layers": None
-        if layers is None
-        else sorted({int(i) for i in ([layers] if isinstance(layers, int) else layers)}),
+        "layers": _layer_list(layers),
         "tol": float(tol),
         "relative": bool(relative),
         "scope": scope,
@@ -207,13 +219,17 @@ def sweep(
         "package_version": __version__,
     }
     record = _check_plan(out, plan, runs)
+    if backend == "ray":
+        from .ray_backend import check_address
+
+        check_address(ray_address)
     out.mkdir(parents=True, exist_ok=True)
-    if not (out / PROMPTS_FILE).is_file():
-        atomic_write(out / PROMPTS_FILE, "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in items))
+    # the prompts match the plan's digest: rewriting them repairs a damaged copy
+    atomic_write(out / PROMPTS_FILE, "".join(json.dumps(p, ensure_ascii=False) + "\n" for p in items))
     atomic_write(out / PLAN_FILE, json.dumps(record, indent=2))
 
     shards = plan_shards(runs, items, shard_size, bucket_by_length)
-    pending = [s for s in shards if not s.path(out).is_file()]
+    pending = [s for s in shards if not _finished(s, out)]
     total = sum(len(s.prompt_ids) for s in pending)
     bar = tqdm(total=total, unit="seq", desc=f"sweep ({backend})", disable=not progress or not pending)
 
@@ -241,6 +257,17 @@ def sweep(
     finally:
         bar.close()
     return SweepResult(out, runs, computed=len(pending), skipped=len(shards) - len(pending), shards=shards)
+
+
+def _finished(shard: Shard, out: Path) -> bool:
+    """True for a shard whose file is there and whole; a damaged file is recomputed, with a warning."""
+    path = shard.path(out)
+    if not path.is_file():
+        return False
+    problem = shard_problem(path, shard.prompt_ids)
+    if problem is not None:
+        warnings.warn(f"recomputing the damaged shard {path.relative_to(out)}: {problem}", stacklevel=3)
+    return problem is None
 
 
 def _run_local(pending: list[Shard], prompts: list, options: dict, device, finish) -> None:

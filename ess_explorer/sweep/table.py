@@ -46,6 +46,7 @@ __all__ = [
     "write_shard",
     "read_table",
     "read_metadata",
+    "shard_problem",
 ]
 
 TABLE_DIR = "table"
@@ -125,6 +126,23 @@ def write_shard(path, table: pa.Table, metadata: dict) -> Path:
     buffer = _io.BytesIO()
     pq.write_table(table, buffer)
     return atomic_write(path, buffer.getvalue())
+
+
+def shard_problem(path, prompt_ids) -> str | None:
+    """Why the shard file ``path`` is not a finished shard of ``prompt_ids`` (None: it is):
+    unreadable (truncated, emptied, another file), another schema, or rows of other prompts."""
+    try:
+        file = pq.ParquetFile(path)
+        meta = json.loads((file.schema_arrow.metadata or {}).get(METADATA_KEY, b"null"))
+        ids = file.read(columns=["prompt_id"]).column("prompt_id").to_pylist()
+    except Exception as error:  # noqa: BLE001 (pyarrow raises several kinds for a damaged file)
+        return f"unreadable ({type(error).__name__})"
+    if file.schema_arrow.remove_metadata() != SCHEMA:
+        return "another schema"
+    wanted = [int(i) for i in prompt_ids]
+    if not isinstance(meta, dict) or meta.get("prompt_ids") != wanted or sorted(set(ids)) != sorted(wanted):
+        return "rows of other prompts"
+    return None
 
 
 def _shard_files(out) -> list[Path]:

@@ -36,6 +36,11 @@ def cached_model(source: str, device=None):
     return _LOADED[key]
 
 
+def _excerpt(prompt) -> str:
+    text = repr(prompt if isinstance(prompt, str) else list(prompt))
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def compute_shard(run: Run, model, tokenizer, items, options: dict) -> tuple[pa.Table, dict]:
     """Analyse each (prompt_id, prompt) of ``items`` with ``model``; returns the rows of all
     of them (prompt by prompt) and the shard's metadata: the run, the prompt ids and lengths,
@@ -45,10 +50,17 @@ def compute_shard(run: Run, model, tokenizer, items, options: dict) -> tuple[pa.
     analysis = {name: options[name] for name in ANALYSIS_OPTIONS if name in options}  # else analyze's default
     tables, lengths, first_meta = [], [], None
     for prompt_id, prompt in items:
-        if isinstance(prompt, str):
-            result = analyze(model, prompt=prompt, tokenizer=tokenizer, progress=False, keep_operators=None, **analysis)
-        else:
-            result = analyze(model, list(prompt), tokenizer=tokenizer, progress=False, keep_operators=None, **analysis)
+        try:
+            if isinstance(prompt, str):
+                result = analyze(
+                    model, prompt=prompt, tokenizer=tokenizer, progress=False, keep_operators=None, **analysis
+                )
+            else:
+                result = analyze(
+                    model, list(prompt), tokenizer=tokenizer, progress=False, keep_operators=None, **analysis
+                )
+        except ValueError as error:  # say which prompt: a sweep has thousands
+            raise ValueError(f"prompt {prompt_id} ({_excerpt(prompt)}) under {run.model}: {error}") from None
         tables.append(result_table(result, prompt_id=int(prompt_id), checkpoint_step=run.checkpoint_step))
         lengths.append(result.length)
         first_meta = first_meta or dict(result.meta)

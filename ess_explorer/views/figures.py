@@ -391,7 +391,7 @@ def _compare(results, *, layers=None, variant="tolerance", unit="mean", check_pr
     series = _series(results)
     if check_prompt:
         prompts = {r.meta.get("prompt") for _, r in series if r.meta.get("prompt") is not None}
-        if len(prompts) > 1:
+        if len(prompts) > 1 or len({tuple(r.input_ids) for _, r in series}) > 1:  # the tokens tell too
             raise ValueError(
                 "compare needs results of one prompt; these were analysed on different prompts "
                 "(pass check_prompt=False to compare anyway)"

@@ -18,6 +18,7 @@ __all__ = [
     "SUFFIXES",
     "MAX_POINTS",
     "MAX_PPI",
+    "MIN_PPI",
     "PIXEL_BUDGET",
     "check_figure_size",
     "figure_bytes",
@@ -33,6 +34,7 @@ SUFFIXES = (".pdf", ".svg", ".png")
 # a canvas it cannot allocate (a huge width or resolution) and panics on a zero resolution.
 MAX_POINTS = 20_000  # the largest width / height of a figure or a panel, in points (~7 m)
 MAX_PPI = 2_400  # the highest PNG resolution
+MIN_PPI = 10  # below this a figure is a few pixels, and the renderer fails without a reason
 PIXEL_BUDGET = 100_000_000  # the most pixels of a PNG (10000 x 10000, ~400 MB of RGBA)
 
 
@@ -53,9 +55,13 @@ def _sizes(spec) -> list[float]:
 
 def check_figure_size(spec: dict, *, scale: float | None = None, ppi: float = 300) -> None:
     """ValueError unless every width / height in ``spec`` is a finite number in
-    (0, MAX_POINTS] points, ``ppi`` is finite in (0, MAX_PPI] and ``scale`` positive."""
-    if isinstance(ppi, bool) or not isinstance(ppi, (int, float, np.integer, np.floating)) or not (0 < ppi <= MAX_PPI):
-        raise ValueError(f"ppi must be a number in (0, {MAX_PPI}], got {ppi!r}; 300 is print resolution")
+    (0, MAX_POINTS] points, ``ppi`` is in [MIN_PPI, MAX_PPI] and ``scale`` positive."""
+    if (
+        isinstance(ppi, bool)
+        or not isinstance(ppi, (int, float, np.integer, np.floating))
+        or not (MIN_PPI <= ppi <= MAX_PPI)
+    ):
+        raise ValueError(f"ppi must be a number in [{MIN_PPI}, {MAX_PPI}], got {ppi!r}; 300 is print resolution")
     if scale is not None and (isinstance(scale, bool) or not np.isfinite(scale) or not 0 < scale <= MAX_PPI / 72):
         raise ValueError(f"scale must be a positive number up to {MAX_PPI / 72:g}, got {scale!r}")
     for size in _sizes(spec):

@@ -47,7 +47,9 @@ PAPER_WIDTHS = {"single": 240, "double": 504}  # points (1/72 in), axes and lege
 FONTS = {
     "serif": "Liberation Serif, Times New Roman, Times, serif",
     "sans": "Liberation Sans, Helvetica, Arial, sans-serif",
-}  # No text in a printed figure is smaller than this (points).
+}
+GENERIC_FONTS = ("serif", "sans-serif", "monospace")
+# No text in a printed figure is smaller than this (points).
 MIN_FONT_SIZE = 7.0
 
 
@@ -58,8 +60,13 @@ def paper_config(font: str = "serif", size: float = 8.0) -> dict:
     if not isinstance(size, (int, float)) or not MIN_FONT_SIZE + 1 <= size <= 14:
         raise ValueError(f"size must be a label size in points between {MIN_FONT_SIZE + 1:g} and 14, got {size!r}")
     family = FONTS.get(font, font)
-    if not isinstance(family, str) or not family.strip():
-        raise ValueError(f"font must be 'serif', 'sans' or a CSS font-family list, got {font!r}")
+    # A CSS list must end in a generic family, so a font missing on the renderer falls back to
+    # a stated kind instead of silently to whatever the renderer has ("comic" is refused).
+    if not isinstance(family, str) or family.rsplit(",", 1)[-1].strip() not in GENERIC_FONTS:
+        raise ValueError(
+            f"font must be 'serif', 'sans' or a CSS font-family list ending in one of {', '.join(GENERIC_FONTS)} "
+            f"(e.g. 'Comic Neue, sans-serif'), got {font!r}"
+        )
     ink, rule = "#222222", "#444444"
     text = {"font": family, "fontSize": size, "color": ink}
     return {

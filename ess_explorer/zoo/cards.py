@@ -72,7 +72,7 @@ def write_card(name: str, folder: Path | None = None, n_samples: int = TEST_SAMP
     folder = Path(folder) if folder is not None else model_dir(name)
     record = json.loads((folder / "training.json").read_text())
     task = MQARTask.from_dict(record["task"])
-    model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True).eval()
+    model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, trust_remote_code=False).eval()
     untrained = untrained_copy(name)
     ks = sweep_pairs(task)
     torch.manual_seed(0)
