@@ -257,3 +257,58 @@ def test_analyze_records_the_contract_and_both_agree(tiny_model):
         np.testing.assert_array_equal(fast.layers[index].causal_ess, layer.causal_ess)
     with pytest.raises(ValueError, match="precision must be one of"):
         analyze(model, ids, progress=False, precision="fast")
+
+
+# ---- inputs and the GPU dispatch ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"stride": 1.5}, "stride must be a positive integer"),
+        ({"stride": True}, "stride must be a positive integer"),
+        ({"positions": ["a"]}, "positions must be integers"),
+        ({"positions": [1.5]}, "positions must be integers"),
+        ({"dtype": torch.int32}, "dtype must be a real floating-point"),
+    ],
+)
+def test_spectra_options_are_checked_where_they_enter(options, message):
+    with pytest.raises(ValueError, match=message):
+        hankel_singular_values(torch.rand(1, 8, 8, dtype=torch.float64).tril(), **options)
+
+
+def test_eigvalsh_dispatch_keeps_torch_off_the_gpu(monkeypatch):
+    """The cuSOLVER route is taken only for a CUDA batch with n > 32: a CPU batch answers by
+    torch even where the binding imports."""
+    from ess_explorer.core import eigen
+
+    monkeypatch.setattr(eigen, "cusolver_batched_available", lambda: True)
+    monkeypatch.setattr(eigen, "_cusolver_eigvalsh", lambda m: pytest.fail("cuSOLVER called for a CPU tensor"))
+    x = torch.randn(5, 40, 40, dtype=torch.float64)
+    x = x @ x.mT
+    torch.testing.assert_close(eigen.eigvalsh(x), torch.linalg.eigvalsh(x))
+
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+@pytest.mark.gpu
+@cuda
+@pytest.mark.parametrize("n", [16, 64, 200])
+def test_cuda_batched_eigvalsh_equals_cpu(n):
+    from ess_explorer.core import eigen
+
+    x = torch.randn(300, n, n, dtype=torch.float64)
+    x = x @ x.mT
+    torch.testing.assert_close(eigen.eigvalsh(x.cuda()).cpu(), torch.linalg.eigvalsh(x), rtol=1e-10, atol=1e-9 * n)
+
+
+@pytest.mark.gpu
+@cuda
+def test_cuda_gramian_route_meets_the_contract():
+    ssm = mamba_like(70, 120, 16, seed=11)
+    exact = exact_spectra(ssm.materialize())
+    fast, reach = gramian.gramian_hankel_singular_values(
+        ssm, positions=torch.arange(ssm.length), accuracy=Accuracy("ess"), causal=True, device="cuda"
+    )
+    assert_ess_contract(fast.cpu(), exact)

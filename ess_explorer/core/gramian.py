@@ -20,9 +20,14 @@ from .sweeps import balanced_chunk, factored_hankel_singular_values, over_chunks
 
 __all__ = ["gramian_hankel_singular_values", "uses_kernel"]
 
-# Units per call: the reference holds (units, cuts, N, N) Gramians twice; the kernel only its
-# lanes' checkpoints, so its chunks are set by thread balance.
+# Units per call: the reference holds about REFERENCE_COPIES (units, cuts, N, N) float64 arrays
+# at once (both Gramians, the balanced pair, the root and the sandwich); the kernel only its
+# lanes' checkpoints, so its chunks are set by thread balance. On a GPU the chunk grows to
+# GPU_BUDGET_BYTES (or a quarter of the free memory, if less): a Mamba-130m layer at L = 1024
+# (1536 channels, N = 16) is then 3 calls, within 8 GB.
+REFERENCE_COPIES = 8
 REFERENCE_CHUNK_BYTES = 256 << 20
+GPU_BUDGET_BYTES = 8 << 30
 
 
 def uses_kernel(device: torch.device) -> bool:
@@ -78,7 +83,10 @@ def gramian_hankel_singular_values(
             lanes = gramian_kernel.LANES
             chunk = lanes * balanced_chunk(-(-units // lanes), max(1, 4096 // lanes), workers)
         else:
-            chunk = balanced_chunk(units, REFERENCE_CHUNK_BYTES // max(1, 16 * len(wanted) * n * n), workers)
+            budget = REFERENCE_CHUNK_BYTES
+            if device.type == "cuda":
+                budget = min(GPU_BUDGET_BYTES, torch.cuda.mem_get_info(device)[0] // 4)
+            chunk = balanced_chunk(units, budget // max(1, REFERENCE_COPIES * 8 * len(wanted) * n * n), workers)
         over_chunks(run, units, chunk, workers)
         _redo_uncertain(a, b, c, wanted, lam, error, reach, accuracy)
     sigma = lam[..., :k_out].sqrt()

@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import torch
 
+from .eigen import eigvalsh
+
 __all__ = ["GRAMIAN_ERROR", "gramian_spectra_reference", "gramians"]
 
 # The error of every computed sigma^2, in units of eps ||P||_F ||Q||_F (balanced): the
@@ -86,7 +88,7 @@ def gramian_spectra_reference(
     shift = n * eps * pb.diagonal(0, -2, -1).sum(-1)
     eye = torch.eye(n, dtype=a.dtype, device=a.device)
     root, info = torch.linalg.cholesky_ex(pb + (shift[..., None, None] + tiny) * eye)
-    lam = torch.linalg.eigvalsh(root.mT @ qb @ root).flip(-1).clamp_min(0)
+    lam = eigvalsh(root.mT @ qb @ root).flip(-1).clamp_min(0)
     error = GRAMIAN_ERROR * eps * torch.linalg.matrix_norm(pb) * torch.linalg.matrix_norm(qb)
     bad = (info != 0) | ~torch.isfinite(error) | ~torch.isfinite(lam).all(-1)
     error = torch.where(bad, torch.full_like(error, float("inf")), error)
@@ -95,6 +97,6 @@ def gramian_spectra_reference(
     lam = _rank_mask(lam, torch.clamp(torch.minimum(t, length - t), max=n))
     reach = None
     if causal:
-        reach = torch.linalg.eigvalsh(torch.where(torch.isfinite(p), p, torch.zeros_like(p))).flip(-1).clamp_min(0)
+        reach = eigvalsh(torch.where(torch.isfinite(p), p, torch.zeros_like(p))).flip(-1).clamp_min(0)
         reach = _rank_mask(reach, torch.clamp(t, max=n))
     return lam, error, reach

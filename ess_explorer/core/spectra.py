@@ -21,6 +21,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .checks import as_tensor, require
+from .eigen import eigvalsh
 from .gramian import gramian_hankel_singular_values
 from .operators import FACTORED_OPERATORS, DiagonalSSM
 from .precision import EXACT, Accuracy, check_precision
@@ -92,7 +93,13 @@ def validate_operator(op, name: str = "op") -> torch.Tensor:
 def _positions(length: int, positions, stride: int | None) -> torch.Tensor:
     if positions is not None:
         require(stride is None, "give either positions or stride, not both")
-        given = torch.as_tensor(np.asarray(positions) if not isinstance(positions, torch.Tensor) else positions)
+        if not isinstance(positions, torch.Tensor):
+            positions = np.asarray(positions)
+            require(
+                positions.dtype.kind in "iub",
+                f"positions must be integers, got {positions.dtype} (e.g. {positions.flatten()[:1].tolist()})",
+            )
+        given = torch.as_tensor(positions)
         require(given.numel() > 0, "positions is empty; give at least one position t")
         require(
             not given.is_floating_point() and not given.is_complex() and given.dtype != torch.bool,
@@ -104,8 +111,11 @@ def _positions(length: int, positions, stride: int | None) -> torch.Tensor:
             f"positions must lie in [0, {length - 1}]; got min {pos.min().item()}, max {pos.max().item()}",
         )
         return pos
+    require(
+        stride is None or (isinstance(stride, (int, np.integer)) and not isinstance(stride, bool) and stride >= 1),
+        f"stride must be a positive integer, got {stride!r}",
+    )
     stride = 1 if stride is None else int(stride)
-    require(stride >= 1, f"stride must be a positive integer, got {stride}")
     return torch.arange(0, length, stride)
 
 
@@ -202,6 +212,10 @@ def hankel_singular_values(
     require(
         top_k is None or (isinstance(top_k, (int, np.integer)) and not isinstance(top_k, bool) and top_k >= 1),
         f"top_k must be a positive integer or None, got {top_k!r}",
+    )
+    require(
+        isinstance(dtype, torch.dtype) and dtype.is_floating_point and not dtype.is_complex,
+        f"dtype must be a real floating-point torch dtype such as torch.float64, got {dtype!r}",
     )
     accuracy = Accuracy(check_precision(precision)) if isinstance(precision, str) else precision
     try:
@@ -413,7 +427,7 @@ def _gram_unsafe(sigma: torch.Tensor, rank: torch.Tensor | int, accuracy: Accura
 def _gram_values(gram: torch.Tensor, cut: torch.Tensor, method: str, accuracy: Accuracy = EXACT) -> torch.Tensor:
     """Descending singular values of ``cut`` (B, m, n) from its Gram (B, g, g), g = min(m, n):
     eigvalsh, then ("auto") an SVD of every cut `_gram_unsafe` names."""
-    sigma = torch.linalg.eigvalsh(gram).flip(-1).clamp_min(0).sqrt()
+    sigma = eigvalsh(gram).flip(-1).clamp_min(0).sqrt()
     if method == "gram":
         return sigma
     unsafe = _gram_unsafe(sigma, sigma.shape[-1], accuracy)
@@ -479,7 +493,7 @@ def _group_singular_values(
         if method == "svd":
             values = torch.linalg.svdvals(cut)
         else:
-            values = torch.linalg.eigvalsh(gram).flip(-1).clamp_min(0).sqrt()
+            values = eigvalsh(gram).flip(-1).clamp_min(0).sqrt()
             if method == "auto":
                 # guard as in _gram_values, on each cut's own rank min(t, L - t):
                 # padded zeros are not small values

@@ -1,0 +1,114 @@
+"""Eigenvalues of many symmetric matrices at once: torch, or cuSOLVER's batched solver on a GPU.
+
+`torch.linalg.eigvalsh` on CUDA solves a batch in one call only for n <= 32 (cuSOLVER's
+batched Jacobi); above that it calls `syevd` once per matrix, so a batch of 10,000 Grams of
+size 100 is 10,000 launches with a host round trip each. cuSOLVER 12.6 has a batched
+solver for any n, `cusolverDnXsyevBatched`; nvmath-python (the optional `gpu` extra) binds
+it. `eigvalsh` uses it where it helps (a CUDA tensor, n > 32, nvmath importable) and torch
+everywhere else, so the CPU path, the tests and a machine without nvmath are unchanged.
+Both give ascending eigenvalues, as `torch.linalg.eigvalsh` does.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+__all__ = ["eigvalsh", "cusolver_batched_available", "TORCH_BATCHED_LIMIT"]
+
+TORCH_BATCHED_LIMIT = 32  # the largest n torch's CUDA eigvalsh solves as one batched call
+_CUDA_R_64F, _CUDA_R_32F = 1, 0  # cudaDataType
+_NO_VECTORS, _LOWER = 0, 0  # cusolverEigMode_t, cublasFillMode_t
+_failed_once = False
+
+
+def cusolver_batched_available() -> bool:
+    """Whether nvmath-python's binding of cusolverDnXsyevBatched imports here."""
+    try:
+        from nvmath.bindings import cusolverDn  # noqa: F401
+    except Exception:  # ImportError, or a binding whose CUDA libraries are missing
+        return False
+    return hasattr(cusolverDn, "xsyev_batched")
+
+
+def eigvalsh(matrices: torch.Tensor) -> torch.Tensor:
+    """Ascending eigenvalues (..., n) of the symmetric (..., n, n) ``matrices`` (lower
+    triangle read). cuSOLVER's batched solver for a CUDA batch with n > 32 where nvmath is
+    installed (falls back to torch, with one warning, if that call fails), torch otherwise."""
+    n = matrices.shape[-1]
+    if (
+        matrices.device.type == "cuda"
+        and n > TORCH_BATCHED_LIMIT
+        and matrices.dtype in (torch.float64, torch.float32)
+        and matrices[..., 0, 0].numel() > 1
+        and cusolver_batched_available()
+    ):
+        global _failed_once
+        try:
+            return _cusolver_eigvalsh(matrices)
+        except Exception as error:  # a driver without the batched solver: torch still answers
+            if not _failed_once:
+                warnings.warn(f"cuSOLVER's batched eigensolver failed ({error}); using torch.linalg.eigvalsh")
+                _failed_once = True
+    return torch.linalg.eigvalsh(matrices)
+
+
+def _cusolver_eigvalsh(matrices: torch.Tensor) -> torch.Tensor:
+    """cusolverDnXsyevBatched on a contiguous copy (it overwrites its input): one call for the
+    whole batch, on torch's current stream, workspace from torch's allocator."""
+    from nvmath.bindings import cusolverDn
+
+    shape, n = matrices.shape[:-2], matrices.shape[-1]
+    batch = matrices.reshape(-1, n, n).contiguous().clone()  # symmetric: row- or column-major alike
+    count = batch.shape[0]
+    values = torch.empty(count, n, dtype=batch.dtype, device=batch.device)
+    info = torch.zeros(count, dtype=torch.int32, device=batch.device)
+    kind = _CUDA_R_64F if batch.dtype == torch.float64 else _CUDA_R_32F
+    handle = _handle(batch.device)
+    params = cusolverDn.create_params()
+    try:
+        cusolverDn.set_stream(handle, torch.cuda.current_stream(batch.device).cuda_stream)
+        device_bytes, host_bytes = cusolverDn.xsyev_batched_buffer_size(
+            handle, params, _NO_VECTORS, _LOWER, n, kind, batch.data_ptr(), n, kind, values.data_ptr(), kind, count
+        )
+        device_work = torch.empty(max(1, device_bytes), dtype=torch.uint8, device=batch.device)
+        host_work = torch.empty(max(1, host_bytes), dtype=torch.uint8)
+        cusolverDn.xsyev_batched(
+            handle,
+            params,
+            _NO_VECTORS,
+            _LOWER,
+            n,
+            kind,
+            batch.data_ptr(),
+            n,
+            kind,
+            values.data_ptr(),
+            kind,
+            device_work.data_ptr(),
+            device_bytes,
+            host_work.data_ptr(),
+            host_bytes,
+            info.data_ptr(),
+            count,
+        )
+    finally:
+        cusolverDn.destroy_params(params)
+    if bool((info != 0).any()):  # one check per call, not per matrix
+        raise RuntimeError(f"{int((info != 0).sum())} of {count} matrices did not converge")
+    return values.reshape(*shape, n)
+
+
+_handles: dict = {}
+
+
+def _handle(device: torch.device) -> int:
+    """One cuSOLVER handle per device, made on first use (creating one costs milliseconds)."""
+    from nvmath.bindings import cusolverDn
+
+    key = torch.device(device).index if torch.device(device).index is not None else torch.cuda.current_device()
+    if key not in _handles:
+        with torch.cuda.device(key):
+            _handles[key] = cusolverDn.create()
+    return _handles[key]
