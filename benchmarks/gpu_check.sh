@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# GPU check of the spectra engine: one run on a CUDA machine, under 9 minutes in all.
-# Installs nothing: needs python3 with a CUDA build of torch, numpy and pytest (transformers
-# for the whole-model cases, which are skipped without it). From the repository root:
+# GPU check of the spectra engine: one run on a CUDA machine, under 8 minutes in all.
+# Needs python3 with a CUDA build of torch, numpy and pytest; installs from the registries what
+# else it can (numba, nvmath-python for cuSOLVER's batched eigensolver, transformers for the
+# whole-model cases, which are skipped without it). From the repository root:
 #     bash benchmarks/gpu_check.sh        # logs in $OUT when set, else ./gpu_check_logs
 # Steps, each under its own time limit (a step that runs out is reported, the next runs):
-#   1. the gpu-marked tests: CUDA results equal to the CPU's within the accuracy bound
-#   2. a Mamba-130m-shaped layer (1536 channels, N = 16, L = 1024, all cuts, both variants)
+#   0. install what is missing (pip, time-limited)
+#   1. the gpu-marked tests: CUDA results equal to the CPU's within the accuracy bound, cuSOLVER's
+#      batched eigenvalues equal to torch's, the Gramian route within the "ess" contract
+#   2. a Mamba-130m-shaped layer (1536 channels, N = 16, L = 1024, all cuts, both variants),
+#      under both accuracy contracts
 #   3. factored scan vs sweep vs dense; 4. dense batched vs per-cut (GPT-2 heads, L = 1024),
 #      on the GPU and on the same machine's CPU cores (cuSOLVER's eigvalsh loops over the batch,
 #      so the host's cores may be the faster place for attention's cut spectra)
@@ -32,11 +36,16 @@ date -u | tee -a "$LOGS/summary.txt"
 say "torch: $($PY -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0) if torch.cuda.is_available() else "NO CUDA")' 2>&1)"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >> "$LOGS/summary.txt" 2>&1 || true
 
-step gpu_tests 80 $PY -m pytest -q -m gpu tests/test_engine_paths.py tests/test_dplr.py -p no:cacheprovider
-step layer 80 $PY benchmarks/bench_engine.py --device cuda --full --only layer
-step factored 70 $PY benchmarks/bench_engine.py --device cuda --full --only factored
-step dense 80 $PY benchmarks/bench_engine.py --device cuda --full --only dense
-step dense_host 60 $PY benchmarks/bench_engine.py --device cpu --full --only dense
+missing=""
+for pkg in numba "nvmath-python[cu12]:nvmath" "transformers<6:transformers" tqdm; do
+  $PY -c "import ${pkg##*:}" 2>/dev/null || missing="$missing ${pkg%%:*}"
+done
+[ -n "$missing" ] && step install 60 $PY -m pip install -q $missing
+step gpu_tests 60 $PY -m pytest -q -m gpu tests/test_engine_paths.py tests/test_dplr.py tests/test_precision.py -p no:cacheprovider
+step layer 60 $PY benchmarks/bench_engine.py --device cuda --full --only layer
+step factored 40 $PY benchmarks/bench_engine.py --device cuda --full --only factored
+step dense 60 $PY benchmarks/bench_engine.py --device cuda --full --only dense
+step dense_host 40 $PY benchmarks/bench_engine.py --device cpu --full --only dense
 if $PY -c "import transformers" 2>/dev/null; then
   step models 150 $PY benchmarks/bench_engine.py --device cuda --models-only
 else
