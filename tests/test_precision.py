@@ -18,6 +18,7 @@ from ess_explorer import DiagonalSSM, entropy_ess, hankel_singular_values, toler
 from ess_explorer.core import gramian, gramian_kernel
 from ess_explorer.core.gramian_naive import gramian_spectra_reference
 from ess_explorer.core.precision import TAU_BAND, Accuracy, check_precision
+from ess_explorer.core.sturm import TridiagonalSpectra
 from ess_explorer.synthetic import trained_like_attention
 
 TOL = 1e-3
@@ -184,8 +185,13 @@ def test_kernel_matches_its_reference():
     scale = expected[0][..., :1].numpy()
     np.testing.assert_allclose(got[0] / scale, expected[0].numpy() / scale, atol=1e-12)
     np.testing.assert_allclose(got[1], expected[1].numpy(), rtol=1e-10)
-    reach_scale = expected[2][..., :1].numpy()
-    np.testing.assert_allclose(got[2] / reach_scale, expected[2].numpy() / reach_scale, atol=1e-12)
+    # the kernel stops at P_t's tridiagonal form, the reference has its eigenvalues: same
+    # spectrum, same largest eigenvalue (to the bisection's 2^-32 of the trace), same bound
+    tridiagonal = TridiagonalSpectra(*(torch.from_numpy(x) for x in got[2][:3]))
+    top = expected[2][2][..., None]
+    np.testing.assert_allclose((tridiagonal.values() ** 2 / top).numpy(), (expected[2][0] / top).numpy(), atol=1e-12)
+    np.testing.assert_allclose(got[2][2], expected[2][2].numpy(), rtol=1e-8)
+    np.testing.assert_allclose(got[2][3], expected[2][3].numpy(), rtol=1e-10)
 
 
 def test_kernel_and_reference_routes_give_the_same_spectra():
@@ -196,8 +202,13 @@ def test_kernel_and_reference_routes_give_the_same_spectra():
     options = dict(positions=positions, accuracy=Accuracy("ess"), causal=True)
     by_kernel = gramian.gramian_hankel_singular_values(ssm, kernel=True, **options)
     by_reference = gramian.gramian_hankel_singular_values(ssm, kernel=False, **options)
-    for x, y in zip(by_kernel, by_reference):
-        torch.testing.assert_close(x, y, atol=1e-9 * float(y.max()), rtol=0)
+    torch.testing.assert_close(by_kernel[0], by_reference[0], atol=1e-9 * float(by_reference[0].max()), rtol=0)
+    # eigenvalues of P_t (squares: their square roots differ by sqrt(eps) where they are rounding)
+    reach_kernel, reach_reference = by_kernel[1].values() ** 2, by_reference[1].values() ** 2
+    torch.testing.assert_close(reach_kernel, reach_reference, atol=1e-12 * float(reach_reference.max()), rtol=0)
+    for tol in (1e-3, 1e-1):  # the Sturm counts of both forms
+        counts = [tolerance_ess(spectra=x[1], tol=tol) for x in (by_kernel, by_reference)]
+        torch.testing.assert_close(counts[0], counts[1])
 
 
 def test_the_error_model_holds_with_headroom():
@@ -312,3 +323,23 @@ def test_cuda_gramian_route_meets_the_contract():
         ssm, positions=torch.arange(ssm.length), accuracy=Accuracy("ess"), causal=True, device="cuda"
     )
     assert_ess_contract(fast.cpu(), exact)
+
+
+def test_sturm_counts_equal_counts_of_the_eigenvalues():
+    """The causal counts of a tridiagonal form (core/sturm.py) against its eigenvalues at
+    thresholds between them, and the scope reductions of tolerance_ess on it."""
+    g = torch.Generator().manual_seed(12)
+    diag = torch.rand(3, 7, 6, generator=g, dtype=torch.float64)
+    off = 0.3 * torch.randn(3, 7, 6, generator=g, dtype=torch.float64)
+    sigma = TridiagonalSpectra(diag, off, torch.zeros(3, 7, dtype=torch.float64)).values()
+    spectra = TridiagonalSpectra(diag, off, sigma[..., 0] ** 2)
+    for tau in (0.05, 0.3, 0.6, 0.9, 2.0):
+        np.testing.assert_array_equal(spectra.count_above(torch.tensor(tau)).numpy(), (sigma > tau).sum(-1).numpy())
+    for scope in ("cut", "unit", "layer"):
+        np.testing.assert_array_equal(
+            tolerance_ess(spectra=spectra, tol=0.4, scope=scope).numpy(),
+            tolerance_ess(spectra=sigma, tol=0.4, scope=scope).numpy(),
+        )
+    np.testing.assert_array_equal(
+        tolerance_ess(spectra=spectra, tol=0.5, relative=False).numpy(), (sigma > 0.5).sum(-1).numpy()
+    )

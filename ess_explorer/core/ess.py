@@ -33,6 +33,7 @@ import torch
 from .checks import as_tensor, require
 from .operators import FACTORED_OPERATORS
 from .spectra import hankel_singular_values
+from .sturm import TridiagonalSpectra
 
 __all__ = [
     "DEFAULT_TOL",
@@ -158,8 +159,9 @@ def check_scope(scope: str, relative: bool = True) -> str:
 
 def tolerance_reference(sigma, scope: str):
     """sigma_1 that a relative tolerance refers to, broadcastable against ``sigma``
-    (*batch, P, K) (torch or numpy): per cut, per unit (max over P) or over everything."""
-    first = sigma[..., :1]  # (*batch, P, 1)
+    (*batch, P, K) (torch or numpy, or a `TridiagonalSpectra` (*batch, P)): per cut, per unit
+    (max over P) or over everything."""
+    first = sigma.sigma_1()[..., None] if isinstance(sigma, TridiagonalSpectra) else sigma[..., :1]  # (*batch, P, 1)
     empty = (first.size if isinstance(first, np.ndarray) else first.numel()) == 0
     if scope == "cut" or empty:
         return first
@@ -195,6 +197,12 @@ def tolerance_ess(
     require(
         "top_k" not in kwargs, "top_k would cut the spectra before counting; tolerance_ess counts the full spectrum"
     )
+    if isinstance(spectra, TridiagonalSpectra) and op is None:  # counted by Sturm sequences
+        if not relative:
+            return spectra.count_above(torch.as_tensor(float(tol)))
+        ref = tolerance_reference(spectra, scope) if reference is None else torch.as_tensor(reference)
+        ref = ref.to(spectra.top.dtype)
+        return spectra.count_above(tol * (ref[..., 0] if ref.ndim else ref))  # (*batch, P, 1) -> (*batch, P)
     sigma = _singular_values(op, spectra, kwargs)
     if not relative:
         return (sigma > tol).sum(-1)

@@ -16,6 +16,7 @@ from . import gramian_kernel
 from .gramian_naive import GRAMIAN_ERROR, gramian_spectra_reference
 from .operators import DiagonalSSM
 from .precision import Accuracy
+from .sturm import TridiagonalSpectra
 from .sweeps import balanced_chunk, factored_hankel_singular_values, over_chunks
 
 __all__ = ["gramian_hankel_singular_values", "uses_kernel"]
@@ -47,9 +48,10 @@ def gramian_hankel_singular_values(
     kernel: bool | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """sigma(H_t) of every unit of ``ssm`` at ``positions``, as `factored_hankel_singular_values`
-    returns them ((*batch, P, K), descending, and with ``causal`` also sigma(R_t), (*batch, P, N)),
-    within ``accuracy`` (an "ess" contract). kernel: force the compiled kernel (True) or the
-    torch reference (False); default `uses_kernel`."""
+    returns them ((*batch, P, K), descending), within ``accuracy`` (an "ess" contract). With
+    ``causal`` also sigma(R_t) as a `TridiagonalSpectra` (*batch, P): causal ESS is a count,
+    and the Gramian's tridiagonal form gives it at any tolerance (core/sturm.py). kernel:
+    force the compiled kernel (True) or the torch reference (False); default `uses_kernel`."""
     device = torch.device(device) if device is not None else ssm.a.device
     batch_shape, length, n = ssm.batch_shape, ssm.length, ssm.state_size
     k_out = min(n, length // 2) if top_k is None else min(top_k, n, length // 2)
@@ -61,7 +63,8 @@ def gramian_hankel_singular_values(
     row_of_wanted = torch.searchsorted(wanted, positions[inside])
     lam = torch.zeros(units, len(wanted), n, dtype=torch.float64)
     error = torch.zeros(units, len(wanted), dtype=torch.float64)
-    reach = torch.zeros(units, len(wanted), n, dtype=torch.float64) if causal else None
+    # causal: P_t's (diag, off, top, error), as the kernel returns them
+    reach = [lam.clone(), lam.clone(), error.clone(), error.clone()] if causal else None
     use_kernel = uses_kernel(device) if kernel is None else kernel
 
     def run(sl: slice) -> None:
@@ -69,13 +72,14 @@ def gramian_hankel_singular_values(
             parts = gramian_kernel.gramian_spectra_kernel(
                 *(x[sl].to(torch.float64).numpy() for x in (a, b, c)), wanted.numpy(), causal, GRAMIAN_ERROR
             )
-            parts = [None if x is None else torch.from_numpy(x) for x in parts]
+            convert = torch.from_numpy
         else:
             on = (x[sl].to(device=device, dtype=torch.float64) for x in (a, b, c))
-            parts = [None if x is None else x.cpu() for x in gramian_spectra_reference(*on, wanted.to(device), causal)]
-        lam[sl], error[sl] = parts[0], parts[1]
-        if causal:
-            reach[sl] = parts[2]
+            parts = gramian_spectra_reference(*on, wanted.to(device), causal)
+            convert = torch.Tensor.cpu
+        lam[sl], error[sl] = convert(parts[0]), convert(parts[1])
+        for whole, part in zip(reach or (), parts[2] or ()):
+            whole[sl] = convert(part)
 
     if units and len(wanted):
         workers = torch.get_num_threads() if device.type == "cpu" else 1
@@ -95,36 +99,33 @@ def gramian_hankel_singular_values(
     out = out.to(device=device, dtype=dtype).reshape(*batch_shape, len(positions), k_out)
     if not causal:
         return out
-    reach_out = torch.zeros(units, len(positions), n, dtype=torch.float64)
-    reach_out[:, inside] = reach.sqrt()[:, row_of_wanted]
-    return out, reach_out.to(device=device, dtype=dtype).reshape(*batch_shape, len(positions), n)
-
-
-# Units per sweep of the redo. A sweep costs a QR per stop for every unit it carries, plus a
-# fixed Python cost per call (about 1 ms): small groups share the calls without making many
-# units pay for each other's stops (a whole Mamba layer: 1.1 s one unit per call, 2.4 s all
-# units in one call, 0.4 s in groups of 16).
-REDO_GROUP = 16
+    spread = [torch.zeros(units, len(positions), *x.shape[2:], dtype=torch.float64) for x in reach[:3]]
+    for whole, part in zip(spread, reach[:3]):
+        whole[:, inside] = part[:, row_of_wanted]  # t = 0 (no past): all zero
+    tridiagonal = TridiagonalSpectra(*(x.to(device=device, dtype=dtype) for x in spread))
+    return out, tridiagonal.reshape(*batch_shape, len(positions))
 
 
 def _redo_uncertain(a, b, c, wanted, lam, error, reach, accuracy: Accuracy) -> None:
-    """Recompute, by the exact sweep, the cuts whose count the Gramian route cannot certify,
-    IN PLACE (lam and reach hold squares), in groups of REDO_GROUP units that stop at the
-    union of their uncertain cuts. A non-finite bound (a Gramian that overflowed) lands here
-    too; the sweep then raises the overflow error, as the exact route does."""
+    """Recompute, by the exact sweep, the cuts whose count the Gramian route cannot certify
+    (for ESS, or with ``reach`` for causal ESS), IN PLACE: lam (squares) and reach (the
+    tridiagonal form, an exact spectrum as its diagonal). One sweep per unit that has any,
+    stopping at its own uncertain cuts only (a sweep costs O(L N^2) plus a QR per stop, so a
+    few scattered cuts cost little; a shared set of stops would make every unit pay for all).
+    A non-finite bound (a Gramian that overflowed) lands here too; the sweep then raises the
+    overflow error, as the exact route does."""
     uncertain = ~accuracy.certain(lam[..., 0], error)  # (U, W)
-    units = torch.nonzero(uncertain.any(-1)).flatten()
-    for start in range(0, len(units), REDO_GROUP):
-        group = units[start : start + REDO_GROUP]
-        rows = torch.nonzero(uncertain[group].any(0)).flatten()
-        op = DiagonalSSM.derived(a=a[group], b=b[group], c=c[group])
+    if reach is not None:
+        uncertain |= ~accuracy.certain(reach[2], reach[3])
+    for unit in torch.nonzero(uncertain.any(-1)).flatten().tolist():
+        rows = torch.nonzero(uncertain[unit]).flatten()
+        op = DiagonalSSM.derived(a=a[unit : unit + 1], b=b[unit : unit + 1], c=c[unit : unit + 1])
         result = factored_hankel_singular_values(
             op, positions=wanted[rows], dtype=torch.float64, method="sweep", causal=reach is not None
         )
         sigma, reach_sigma = result if reach is not None else (result, None)
-        unit_index, row_index = torch.nonzero(uncertain[group][:, rows], as_tuple=True)
-        target = (group[unit_index], rows[row_index])
-        lam[target] = 0.0
-        lam[target[0], target[1], : sigma.shape[-1]] = sigma[unit_index, row_index] ** 2
+        lam[unit, rows] = 0.0
+        lam[unit, rows, : sigma.shape[-1]] = sigma[0] ** 2
         if reach is not None:
-            reach[target] = reach_sigma[unit_index, row_index] ** 2
+            exact = TridiagonalSpectra.from_values(reach_sigma[0])
+            reach[0][unit, rows], reach[1][unit, rows], reach[2][unit, rows] = exact.diag, exact.off, exact.top

@@ -40,6 +40,7 @@ TINY = float(np.finfo(np.float64).tiny)
 # eigenvalue by less than the error bound the caller already allows (>= 128 eps ||M||).
 DEFLATE = EPS
 MAX_QL_SWEEPS = 60  # per eigenvalue; QL converges in 2-3 (cubically), so this only stops a failure
+BISECTIONS = 32  # of lambda_max of P_t's tridiagonal form (`_tridiagonal_top`)
 BLOCK = 32  # steps between the checkpoints of the forward scan (`_kernel`)
 
 
@@ -220,10 +221,68 @@ def _symmetric_eigenvalues(m, n, rank, out, failed, diag, off, v, pv):  # pragma
 
 
 @_jit
+def _tridiagonal_top(m, n, diag, off, top, v, pv):  # pragma: no cover - compiled
+    """The Householder tridiagonal (diag, off) of the symmetric m (n, n, LANES) (destroyed)
+    and its largest eigenvalue ``top`` (LANES,), by bisection on Sturm counts: what
+    core/sturm.py needs to count the eigenvalues above any threshold later. Scaled by the
+    trace for the bisection; returned in m's own scale."""
+    scale = np.empty(LANES)
+    lo = np.empty(LANES)
+    hi = np.empty(LANES)
+    below = np.empty(LANES)
+    q = np.empty(LANES)
+    for w in range(LANES):
+        scale[w] = 0.0
+    for i in range(n):
+        for w in range(LANES):
+            scale[w] += abs(m[i, i, w])
+    for w in range(LANES):
+        scale[w] = scale[w] if scale[w] > TINY else 1.0
+    for i in range(n):
+        for j in range(n):
+            for w in range(LANES):
+                m[i, j, w] /= scale[w]
+    _tridiagonal(m, n, diag, off, v, pv)
+    for w in range(LANES):  # lambda_max lies in [max d_i, the Gershgorin bound]
+        lo[w] = diag[0, w]
+        hi[w] = diag[0, w] + abs(off[0, w])
+    for i in range(1, n):
+        for w in range(LANES):
+            lo[w] = max(lo[w], diag[i, w])
+            hi[w] = max(hi[w], diag[i, w] + abs(off[i - 1, w]) + abs(off[i, w]))
+    # lambda_max >= trace / n = 1 / n here, so 2^-BISECTIONS of a width <= 2 is far below the
+    # 1e-6 relative that a count at tau needs
+    for _ in range(BISECTIONS):
+        for w in range(LANES):
+            below[w] = 0.0
+            q[w] = 1.0
+        for i in range(n):
+            for w in range(LANES):
+                x = 0.5 * (lo[w] + hi[w])
+                e2 = off[i - 1, w] * off[i - 1, w] if i > 0 else 0.0
+                value = diag[i, w] - x - e2 / q[w]
+                value = -TINY if value == 0 else value
+                q[w] = value
+                below[w] += value < 0
+        for w in range(LANES):
+            x = 0.5 * (lo[w] + hi[w])
+            above = below[w] < n  # some eigenvalue lies above x
+            lo[w] = x if above else lo[w]
+            hi[w] = hi[w] if above else x
+    for i in range(n):
+        for w in range(LANES):
+            diag[i, w] *= scale[w]
+            off[i, w] *= scale[w]
+    for w in range(LANES):
+        top[w] = hi[w] * scale[w]
+
+
+@_jit
 def _cut_batch(ps, qs, ranks, filled, n, causal, error_factor, lam, err, reach, work):  # pragma: no cover
     """Steps 1-4 of the module docstring of core/gramian_naive.py for LANES cuts at once:
     ps, qs (n, n, LANES) their Gramians, ranks (LANES, 2) the rank bounds of H_t and R_t;
-    lanes from ``filled`` on are padding. Writes lam, reach (n, LANES) and err (LANES)."""
+    lanes from ``filled`` on are padding. Writes lam (n, LANES) and err (LANES); with
+    ``causal``, reach = (diag, off, top, error): P_t's tridiagonal form (core/sturm.py)."""
     root, qb, x, sandwich, diag, off, v, pv, acc, inv, norm_p, norm_q, trace, balance, failed, rank = work
     for w in range(LANES):
         failed[w] = False
@@ -292,17 +351,23 @@ def _cut_batch(ps, qs, ranks, filled, n, causal, error_factor, lam, err, reach, 
         error = error_factor * EPS * np.sqrt(norm_p[w] * norm_q[w])
         err[w] = np.inf if (failed[w] or not np.isfinite(error)) else error
     if causal:
+        reach_diag, reach_off, reach_top, reach_err = reach
+        for w in range(LANES):
+            norm_p[w] = 0.0
         for i in range(n):
             for j in range(n):
                 for w in range(LANES):
                     sandwich[i, j, w] = ps[i, j, w]
+                    norm_p[w] += ps[i, j, w] * ps[i, j, w]
+        _tridiagonal_top(sandwich, n, reach_diag, reach_off, reach_top, v, pv)
         for w in range(LANES):
-            rank[w] = ranks[w, 1] if w < filled else 0
-        _symmetric_eigenvalues(sandwich, n, rank, reach, failed, diag, off, v, pv)
+            reach_err[w] = error_factor * EPS * np.sqrt(norm_p[w])
 
 
 @_jit
-def _kernel(a, b, c, slot_of, n_slots, lam_out, err_out, reach_out, causal, error_factor):  # pragma: no cover
+def _kernel(  # pragma: no cover - compiled
+    a, b, c, slot_of, n_slots, lam_out, err_out, reach_diag, reach_off, reach_top, reach_err, causal, error_factor
+):
     """a, b, c: (G, L, N, LANES), LANES units per group side by side. Per group: the forward
     scan (P_t kept at the wanted cuts), then the backward scan; at each wanted cut the LANES
     units' (P_t, Q_t) are solved together by `_cut_batch`. Outputs (G, W, N, LANES), (G, W, LANES)."""
@@ -356,6 +421,7 @@ def _kernel(a, b, c, slot_of, n_slots, lam_out, err_out, reach_out, causal, erro
                 for w in range(LANES):
                     ranks[w, 0] = min(min(t, length - t), n)
                     ranks[w, 1] = min(t, n)
+                reach = (reach_diag[g, slot], reach_off[g, slot], reach_top[g, slot], reach_err[g, slot])
                 _cut_batch(
                     recent[t - first],
                     q,
@@ -366,7 +432,7 @@ def _kernel(a, b, c, slot_of, n_slots, lam_out, err_out, reach_out, causal, erro
                     error_factor,
                     lam_out[g, slot],
                     err_out[g, slot],
-                    reach_out[g, slot],
+                    reach,
                     work,
                 )
 
@@ -394,7 +460,8 @@ def gramian_spectra_kernel(
 ):
     """The kernel's counterpart of `gramian_naive.gramian_spectra_reference`, on numpy
     float64 arrays a, b, c (B, L, N) and sorted cuts ``wanted`` in 1..L-1: (sigma^2 (B, W, N)
-    descending, error of each sigma^2 (B, W), sigma(R_t)^2 (B, W, N) or None).
+    descending, error of each sigma^2 (B, W), and with ``causal`` the reachability Gramians
+    as (diag, off, top, error): (B, W, N), (B, W, N), (B, W), (B, W); else None).
     Units are padded with zero operators to a multiple of LANES."""
     units, length, n = a.shape
     groups = -(-units // LANES)
@@ -406,24 +473,22 @@ def gramian_spectra_kernel(
         padded[:units] = x
         return np.ascontiguousarray(padded.reshape(groups, LANES, length, n).transpose(0, 2, 3, 1))
 
-    lam = np.empty((groups, len(wanted), n, LANES))
-    err = np.empty((groups, len(wanted), LANES))
-    reach = np.empty((groups, len(wanted), n if causal else 1, LANES))
+    width = len(wanted)
+    lam = np.empty((groups, width, n, LANES))
+    err = np.empty((groups, width, LANES))
+    reach_n = n if causal else 1
+    reach = (
+        np.empty((groups, width, reach_n, LANES)),
+        np.empty((groups, width, reach_n, LANES)),
+        np.empty((groups, width, LANES)),
+        np.empty((groups, width, LANES)),
+    )
     _kernel(
-        lanes_last(a),
-        lanes_last(b),
-        lanes_last(c),
-        slot_of,
-        len(wanted),
-        lam,
-        err,
-        reach,
-        bool(causal),
-        float(error_factor),
+        lanes_last(a), lanes_last(b), lanes_last(c), slot_of, width, lam, err, *reach, bool(causal), float(error_factor)
     )
 
     def units_first(x):  # (G, W, ..., LANES) -> (B, W, ...)
         moved = np.moveaxis(x, -1, 1)  # (G, LANES, W, ...)
         return np.ascontiguousarray(moved.reshape(groups * LANES, *moved.shape[2:])[:units])
 
-    return units_first(lam), units_first(err), (units_first(reach) if causal else None)
+    return units_first(lam), units_first(err), (tuple(units_first(x) for x in reach) if causal else None)

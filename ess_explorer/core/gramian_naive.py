@@ -19,7 +19,9 @@ Per cut (docs/spectra.md, "The ESS-grade routes"):
 3. the error bound of every sigma^2, ``GRAMIAN_ERROR`` eps ||P||_F ||Q||_F (balanced),
    returned per cut: the caller (core/precision.py) keeps a cut only where that error cannot
    move its tolerance count, and redoes the others by the square-root sweep.
-4. the causal spectrum needs no second Gramian: sigma(R_t)^2 = eigvalsh(P_t).
+4. the causal spectrum needs no second Gramian: sigma(R_t)^2 = eig(P_t), returned in the
+   form core/sturm.py counts (here its eigenvalues on the diagonal; the kernel stops at
+   P_t's tridiagonal form), with its own error bound GRAMIAN_ERROR eps ||P_t||_F.
 
 Values past the structural rank bound min(t, L - t, N) (and min(t, N) for R_t) are exactly
 zero and are set so; what the eigensolver returns there is rounding of size sqrt(error).
@@ -70,8 +72,10 @@ def _rank_mask(values: torch.Tensor, rank: torch.Tensor) -> torch.Tensor:
 
 def gramian_spectra_reference(
     a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, wanted: torch.Tensor, causal: bool = False
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """(sigma^2 (B, W, N) descending, error of each sigma^2 (B, W), sigma(R_t)^2 (B, W, N) or None).
+) -> tuple[torch.Tensor, torch.Tensor, tuple | None]:
+    """(sigma^2 (B, W, N) descending, error of each sigma^2 (B, W), and with ``causal`` the
+    reachability Gramians as (diag, off, top, error): eig(P_t) (B, W, N) descending on the
+    diagonal, zeros (B, W, N), the largest eigenvalue (B, W), its error bound (B, W)).
 
     a, b, c: (B, L, N) float64; wanted: sorted cuts in 1..L-1. The error is inf where a
     Gramian is not finite (a growing recurrence): such cuts go to the exact route, which
@@ -97,6 +101,9 @@ def gramian_spectra_reference(
     lam = _rank_mask(lam, torch.clamp(torch.minimum(t, length - t), max=n))
     reach = None
     if causal:
-        reach = eigvalsh(torch.where(torch.isfinite(p), p, torch.zeros_like(p))).flip(-1).clamp_min(0)
-        reach = _rank_mask(reach, torch.clamp(t, max=n))
+        finite = torch.isfinite(p).flatten(-2).all(-1)
+        values = eigvalsh(torch.where(finite[..., None, None], p, torch.zeros_like(p))).flip(-1)
+        reach_error = GRAMIAN_ERROR * eps * torch.linalg.matrix_norm(p)
+        reach_error = torch.where(finite, reach_error, torch.full_like(reach_error, float("inf")))
+        reach = (values, torch.zeros_like(values), values[..., 0], reach_error)
     return lam, error, reach

@@ -46,6 +46,7 @@ from .precision import EXACT, Accuracy
 from .row_scaled import row_scaled_hankel_singular_values
 from .short_conv import short_conv_hankel_singular_values, short_conv_operator
 from .spectra import choose_ssm_path, hankel_singular_values, overflow_error
+from .sturm import TridiagonalSpectra
 from .sweeps import factored_hankel_singular_values
 
 __all__ = ["CapturedLayer", "DenseCapture", "SSMCapture", "ShortConvCapture"]
@@ -355,7 +356,8 @@ class SSMCapture(CapturedLayer):
                 )
         except torch.linalg.LinAlgError as error:
             raise overflow_error(ssm) from error
-        if not (bool(torch.isfinite(sigma).all()) and bool(torch.isfinite(reach).all())):
+        top = reach.top if isinstance(reach, TridiagonalSpectra) else reach
+        if not (bool(torch.isfinite(sigma).all()) and bool(torch.isfinite(top).all())):
             raise overflow_error(ssm)  # as hankel_singular_values does: never inf / NaN
         return sigma, reach
 

@@ -1,0 +1,76 @@
+"""Spectra kept as symmetric tridiagonal matrices, counted by Sturm sequences.
+
+Causal ESS (core/causal.py) is a count only: how many eigenvalues of the reachability
+Gramian P_t = R_t R_t^T lie above tau^2. The Gramian route (core/gramian_kernel.py) therefore
+stops at P_t's Householder tridiagonal form T (same eigenvalues) and its largest eigenvalue,
+instead of solving for every eigenvalue: the count at any tau, known only once a scope's
+sigma_1 is known, is then one Sturm sequence (Sylvester's law of inertia applied to
+T - x I = L D L^T):
+
+    q_0 = d_0 - x,   q_i = d_i - x - e_{i-1}^2 / q_{i-1},   #{lambda < x} = #{i : q_i < 0}
+
+which is backward stable for a tridiagonal matrix, so the count is exact for a matrix within
+a few eps ||T|| of T. An exact spectrum sigma is the diagonal T = diag(sigma^2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["TridiagonalSpectra"]
+
+
+@dataclass
+class TridiagonalSpectra:
+    """Spectra sigma_k = sqrt(lambda_k(T)) of cuts (*batch, P), each given by a symmetric
+    tridiagonal T: ``diag`` (*batch, P, N), ``off`` (*batch, P, N) (off[..., k] couples k and
+    k + 1; the last is unused) and ``top`` (*batch, P), its largest eigenvalue."""
+
+    diag: torch.Tensor
+    off: torch.Tensor
+    top: torch.Tensor
+
+    @classmethod
+    def from_values(cls, sigma: torch.Tensor) -> "TridiagonalSpectra":
+        """Exact spectra (*batch, P, K) descending, as diagonal matrices."""
+        squares = sigma**2
+        return cls(squares, torch.zeros_like(squares), squares[..., 0])
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.top.shape
+
+    def __getitem__(self, index) -> "TridiagonalSpectra":
+        return TridiagonalSpectra(self.diag[index], self.off[index], self.top[index])
+
+    def reshape(self, *shape) -> "TridiagonalSpectra":
+        n = self.diag.shape[-1]
+        return TridiagonalSpectra(self.diag.reshape(*shape, n), self.off.reshape(*shape, n), self.top.reshape(*shape))
+
+    def sigma_1(self) -> torch.Tensor:
+        """(*batch, P) the largest singular value of each cut."""
+        return self.top.clamp_min(0).sqrt()
+
+    def count_above(self, tau: torch.Tensor) -> torch.Tensor:
+        """(*batch, P) #{k : sigma_k > tau}, tau broadcastable to (*batch, P); 0 where tau < 0."""
+        x = torch.as_tensor(tau, dtype=self.diag.dtype, device=self.diag.device) ** 2
+        x = x.expand(self.top.shape)
+        n = self.diag.shape[-1]
+        tiny = torch.finfo(self.diag.dtype).tiny
+        below = torch.zeros(self.top.shape, dtype=torch.long, device=self.diag.device)
+        q = torch.ones_like(x)
+        for i in range(n):
+            q = self.diag[..., i] - x - (self.off[..., i - 1] ** 2 / q if i else 0.0)
+            q = torch.where(q == 0, torch.full_like(q, -tiny), q)  # a zero pivot: x is an eigenvalue
+            below += q < 0
+        return n - below
+
+    def values(self) -> torch.Tensor:
+        """(*batch, P, N) the singular values, descending (tests and checks: eigvalsh of T)."""
+        n = self.diag.shape[-1]
+        matrix = torch.diag_embed(self.diag)
+        if n > 1:
+            matrix = matrix + torch.diag_embed(self.off[..., :-1], 1) + torch.diag_embed(self.off[..., :-1], -1)
+        return torch.linalg.eigvalsh(matrix).flip(-1).clamp_min(0).sqrt()
