@@ -85,7 +85,6 @@ def _singular_values(op, spectra, kwargs: dict) -> torch.Tensor:
             "sort them with torch.sort(sigma, descending=True)",
         )
         return tensor
-    _check_cut_options(kwargs)
     if isinstance(op, FACTORED_OPERATORS):
         return hankel_singular_values(op, **kwargs)
     tensor = as_tensor(op, "operator")
@@ -95,29 +94,6 @@ def _singular_values(op, spectra, kwargs: dict) -> torch.Tensor:
         "to count singular values you already have, pass them as spectra=",
     )
     return hankel_singular_values(tensor, **kwargs)
-
-
-def _is_index(value) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-
-
-def _check_cut_options(kwargs: dict) -> None:
-    """stride and positions as integers (1.5 or True is refused, never rounded to 1), dtype a
-    real floating torch dtype (the SVDs have no integer kernels)."""
-    stride = kwargs.get("stride")
-    require(stride is None or (_is_index(stride) and stride >= 1), f"stride must be a positive integer, got {stride!r}")
-    positions = kwargs.get("positions")
-    if positions is not None and not isinstance(positions, torch.Tensor):
-        array = np.asarray(positions)
-        require(
-            array.dtype != object and np.issubdtype(array.dtype, np.integer),
-            f"positions must be integers (cut indices t), got {positions!r:.60}",
-        )
-    dtype = kwargs.get("dtype")
-    require(
-        dtype is None or (isinstance(dtype, torch.dtype) and dtype.is_floating_point),
-        f"dtype must be a real floating torch dtype such as torch.float64, got {dtype!r}",
-    )
 
 
 def check_tolerance(tol, relative) -> None:
