@@ -2,7 +2,8 @@
 lists as ``name : what it is`` on one line (numpy style reads the text after the colon as
 a type), a Returns section as a sentence that starts with the type, and "Raises ValueError
 for ..." as a sentence. This rewrites those into numpy sections before griffe parses them,
-so the docstrings render as written, with no warnings."""
+so the docstrings render as written, with no warnings. Shapes such as ``(*batch, L, L)`` keep
+their asterisk (Markdown would read it as emphasis)."""
 
 from __future__ import annotations
 
@@ -51,8 +52,16 @@ def numpyish_to_numpy(text: str) -> str:
     return "\n".join(out)
 
 
+def escape_shapes(text: str) -> str:
+    """``*batch`` in a shape, escaped for Markdown outside code spans (where it shows as is)."""
+    parts = re.split(r"(`+[^`]*`+)", text)
+    return "".join(p if p.startswith("`") else re.sub(r"(?<!\\)\*batch", r"\\*batch", p) for p in parts)
+
+
 class NumpyishDocstrings(griffe.Extension):
     def on_instance(self, *, node, obj, agent, **kwargs) -> None:
-        value = obj.docstring.value if obj.docstring is not None else ""
+        if obj.docstring is None:
+            return
+        value = obj.docstring.value = escape_shapes(obj.docstring.value)
         if re.search(r"^(Parameters|Returns)\n-+$", value, re.M):
             obj.docstring.value = numpyish_to_numpy(value)

@@ -165,3 +165,9 @@ def test_the_api_reference_reads_the_numpyish_docstrings(written, numpy):
     from griffe_docstrings import numpyish_to_numpy
 
     assert numpyish_to_numpy(written) == numpy
+
+
+def test_shapes_keep_their_asterisk_outside_code():
+    from griffe_docstrings import escape_shapes
+
+    assert escape_shapes("a (*batch, L) and ``(*batch, L)``") == "a (\\*batch, L) and ``(*batch, L)``"
