@@ -1,12 +1,13 @@
 # Two entry points for a fresh machine (Python 3.11, registries only, no GPU needed):
 #   make run    set up, then analyse the built-in default model and write ess-report.html
-#   make test   set up (plus Debian chromium for the browser tests), then run the test suite
+#   make test   set up (plus Debian chromium for the browser tests), lint, build the docs with
+#               warnings as errors, then run the test suite
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 PROMPT ?=
 
-.PHONY: setup run test test-fast lint bench lab browser clean
+.PHONY: setup run test test-fast lint docs assets bench lab browser clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -16,7 +17,7 @@ $(BIN)/python:
 setup: $(BIN)/python
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e ".[test]"
+	$(BIN)/pip install -q -e ".[test,docs]"
 
 run: setup
 	HF_HUB_OFFLINE=1 $(BIN)/ess-explorer report --out ess-report.html $(if $(PROMPT),--prompt "$(PROMPT)",) < /dev/null
@@ -27,10 +28,19 @@ browser:
 # The house rules: the import layers (import-linter contract in pyproject.toml), lint and format.
 lint: setup
 	$(BIN)/lint-imports
-	$(BIN)/ruff check ess_explorer tests benchmarks
-	$(BIN)/ruff format --check ess_explorer tests benchmarks
+	$(BIN)/ruff check ess_explorer tests benchmarks scripts
+	$(BIN)/ruff format --check ess_explorer tests benchmarks scripts
 
-test: setup browser lint
+# The documentation site (mkdocs.yml) into site/; --strict: a warning (a broken link, a renamed
+# function in the API reference, a docstring the handler cannot read) fails the build.
+docs: setup
+	HF_HUB_OFFLINE=1 NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
+# The pictures in assets/ (README and docs), from the shipped default model, offline.
+assets: setup
+	HF_HUB_OFFLINE=1 $(BIN)/python scripts/make_assets.py
+
+test: setup browser lint docs
 	HF_HUB_OFFLINE=1 REQUIRE_BROWSER=1 REQUIRE_RAY=1 $(BIN)/python -m pytest -q
 
 test-fast: setup
@@ -49,4 +59,4 @@ lab: setup
 	$(BIN)/jupyter lab notebooks/
 
 clean:
-	rm -rf $(VENV) .pytest_cache test-artifacts
+	rm -rf $(VENV) .pytest_cache test-artifacts site

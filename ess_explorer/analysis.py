@@ -50,7 +50,7 @@ OPERATOR_CHANNELS = 4
 # The time estimate of the spectra (`estimate_seconds`): per unit and cut a fixed cost of the
 # small SVDs and QRs (measured on a 2-core machine: about 25 us for a state of 16, causal ESS
 # included) plus the flops of a cut's SVD (4 r^2 m for rank r of an m-wide cut) at the
-# batched LAPACK rate. Within a factor of about 2 of the README's benchmarks.
+# batched LAPACK rate. Within a factor of about 2 of docs/benchmarks.md.
 SECONDS_PER_UNIT_CUT = 25e-6
 FLOPS_PER_SECOND = 1e11
 

@@ -6,7 +6,7 @@ with its task, training and cards, sits above the analysis and re-exports these 
 
 load_model:
 
-Rules (README "Loading models"):
+Rules (docs/usage.md, "Models"):
 - ``source`` is a hub id ("state-spaces/mamba-130m-hf"), a local folder in the standard
   transformers layout (config.json + *.safetensors), or "zoo:NAME" for a built-in model
   (ess_explorer.zoo.model_dir(NAME)).

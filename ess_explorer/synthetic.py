@@ -1,6 +1,6 @@
 """Reference operators with known ESS, and a small ESSResult built from them.
 
-Used by the README demo, the teaching notebook and the view tests: everything here is
+Used by the teaching notebook and the view tests: everything here is
 made from seeded random parameters with the closed forms of docs/math.md ("Closed forms"), no model.
 
     convolution(k)            ESS(t) = k - 1 once min(t, L - t) >= k - 1

@@ -1,0 +1,43 @@
+"""MkDocs hooks (mkdocs.yml: hooks):
+
+- the pictures in the top-level assets/ folder are served at assets/ on the site, so the
+  README and the docs show the same files;
+- the `<!-- cli-help -->` marker in cli.md becomes the help of every `ess-explorer` command,
+  taken from the parser itself, so the page cannot fall behind the code.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from mkdocs.structure.files import File
+
+ROOT = Path(__file__).resolve().parents[1]
+ASSETS = ROOT / "assets"
+CLI_MARKER = "<!-- cli-help -->"
+
+
+def on_files(files, config):
+    for picture in sorted(ASSETS.glob("*.png")):
+        files.append(File.generated(config, f"assets/{picture.name}", abs_src_path=str(picture)))
+    return files
+
+
+def cli_help() -> str:
+    """Markdown with the --help text of `ess-explorer` and of each of its commands."""
+    os.environ["COLUMNS"] = "100"  # argparse wraps to the terminal: fix it for the page
+    from ess_explorer.app.cli import build_parser
+
+    parser = build_parser()
+    parts = ["### ess-explorer --help", "", "```text", parser.format_help().rstrip(), "```"]
+    subcommands = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    for name, sub in subcommands.choices.items():
+        parts += ["", f"### ess-explorer {name} --help", "", "```text", sub.format_help().rstrip(), "```"]
+    return "\n".join(parts) + "\n"
+
+
+def on_page_markdown(markdown, page, config, files):
+    if CLI_MARKER in markdown:
+        return markdown.replace(CLI_MARKER, cli_help())
+    return markdown
