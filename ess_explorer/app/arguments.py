@@ -8,7 +8,14 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["UsageError", "MAX_LAYER_INDEX", "MAX_SECONDS", "parse_layers"]
+__all__ = [
+    "UsageError",
+    "MAX_LAYER_INDEX",
+    "MAX_SECONDS",
+    "parse_layers",
+    "add_analysis_options",
+    "add_precision_argument",
+]
 
 
 class UsageError(Exception):
@@ -119,3 +126,55 @@ def _ppi(text: str) -> float:
             f"--ppi must be in [{MIN_PPI}, {MAX_PPI}] (300 is print resolution), got {text!r}"
         )
     return value
+
+
+def add_analysis_options(parser) -> None:
+    """The options of `analyze` and `report`: the model, the prompt and the analysis."""
+    parser.add_argument("--model", "-m", help="hub id, local folder, or zoo:NAME (default: the built-in default model)")
+    parser.add_argument("--revision", help="hub revision (branch, tag or commit)")
+    parser.add_argument("--prompt", "-p", help="the prompt text ('-' reads stdin)")
+    parser.add_argument("--prompt-file", "-f", help="read the prompt from this file ('-' for stdin)")
+    parser.add_argument("--layers", "-l", help="layers to analyse, e.g. 0,2,5-7 (default: all)")
+    parser.add_argument("--tol", type=_tolerance, default=None, help="tolerance-ESS threshold (default 1e-3)")
+    parser.add_argument(
+        "--absolute", action="store_true", help="the tolerance is absolute (default: relative to sigma_1)"
+    )
+    parser.add_argument(
+        "--scope",
+        choices=["cut", "unit", "layer"],
+        default="cut",
+        help="which sigma_1 a relative tolerance refers to: the cut's (default), the largest of the "
+        "unit's cuts (reset-aware) or of the layer's",
+    )
+    parser.add_argument(
+        "--gates",
+        choices=["inside", "outside"],
+        default="inside",
+        help="per-token gates around the sequence mixing (silu(z), gated norms) are part of T "
+        "(inside, default) or not (outside)",
+    )
+    parser.add_argument("--stride", type=_positive_int, help="compute every STRIDE-th cut only (a quick preview)")
+    parser.add_argument(
+        "--no-causal",
+        action="store_true",
+        help="skip causal ESS (about a third of the time of a recurrent layer such as Mamba's)",
+    )
+    add_precision_argument(parser)
+    parser.add_argument("--device", help="torch device for the spectra (default: the model's)")
+    parser.add_argument("--max-seconds", type=_seconds, default=MAX_SECONDS, help="refuse a longer run (0: no limit)")
+    parser.add_argument("--no-cache", action="store_true", help="compute afresh; neither read nor write the cache")
+    parser.add_argument("--cache-dir", help="cache folder (default: $ESS_EXPLORER_CACHE or ~/.cache/ess-explorer)")
+    parser.add_argument("--quiet", "-q", action="store_true", help="no progress output on stderr")
+
+
+def add_precision_argument(parser) -> None:
+    """--precision (core/precision.py), for analyses and sweeps."""
+    from ..core.precision import DEFAULT_PRECISION, PRECISIONS
+
+    parser.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default=DEFAULT_PRECISION,
+        help="accuracy contract: 'ess' (default) gives every ESS as exact spectra would, fast; "
+        "'exact' keeps every singular value exact (for spectra far below the tolerance)",
+    )

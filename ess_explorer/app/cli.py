@@ -33,14 +33,14 @@ from pathlib import Path
 from .._version import __version__
 from .arguments import (  # noqa: F401  (parse_layers and MAX_LAYER_INDEX are part of the CLI module's API)
     MAX_LAYER_INDEX,
-    MAX_SECONDS,
     UsageError,
     _height,
     _positive_int,
     _ppi,
-    _seconds,
     _tolerance,
     _width,
+    add_analysis_options,
+    add_precision_argument,
     parse_layers,
 )
 from .terminal import format_summary, read_prompt, say
@@ -374,56 +374,6 @@ def cmd_sweep(args) -> int:
 
 
 # ---- parser ------------------------------------------------------------------------------
-def _analysis_options(parser) -> None:
-    parser.add_argument("--model", "-m", help="hub id, local folder, or zoo:NAME (default: the built-in default model)")
-    parser.add_argument("--revision", help="hub revision (branch, tag or commit)")
-    parser.add_argument("--prompt", "-p", help="the prompt text ('-' reads stdin)")
-    parser.add_argument("--prompt-file", "-f", help="read the prompt from this file ('-' for stdin)")
-    parser.add_argument("--layers", "-l", help="layers to analyse, e.g. 0,2,5-7 (default: all)")
-    parser.add_argument("--tol", type=_tolerance, default=None, help="tolerance-ESS threshold (default 1e-3)")
-    parser.add_argument(
-        "--absolute", action="store_true", help="the tolerance is absolute (default: relative to sigma_1)"
-    )
-    parser.add_argument(
-        "--scope",
-        choices=["cut", "unit", "layer"],
-        default="cut",
-        help="which sigma_1 a relative tolerance refers to: the cut's (default), the largest of the "
-        "unit's cuts (reset-aware) or of the layer's",
-    )
-    parser.add_argument(
-        "--gates",
-        choices=["inside", "outside"],
-        default="inside",
-        help="per-token gates around the sequence mixing (silu(z), gated norms) are part of T "
-        "(inside, default) or not (outside)",
-    )
-    parser.add_argument("--stride", type=_positive_int, help="compute every STRIDE-th cut only (a quick preview)")
-    parser.add_argument(
-        "--no-causal",
-        action="store_true",
-        help="skip causal ESS (about a third of the time of a recurrent layer such as Mamba's)",
-    )
-    _precision_argument(parser)
-    parser.add_argument("--device", help="torch device for the spectra (default: the model's)")
-    parser.add_argument("--max-seconds", type=_seconds, default=MAX_SECONDS, help="refuse a longer run (0: no limit)")
-    parser.add_argument("--no-cache", action="store_true", help="compute afresh; neither read nor write the cache")
-    parser.add_argument("--cache-dir", help="cache folder (default: $ESS_EXPLORER_CACHE or ~/.cache/ess-explorer)")
-    parser.add_argument("--quiet", "-q", action="store_true", help="no progress output on stderr")
-
-
-def _precision_argument(parser) -> None:
-    from ..core.precision import DEFAULT_PRECISION, PRECISIONS
-
-    parser.add_argument(
-        "--precision",
-        choices=PRECISIONS,
-        default=DEFAULT_PRECISION,
-        help="accuracy contract: 'ess' (default) gives every ESS as exact spectra would, fast; "
-        "'exact' keeps every singular value exact (for spectra far below the tolerance)",
-    )
-
-
 # The figure kinds (figures.KINDS), listed here so that `--help` needs no Altair import;
 # tests/test_cli.py checks the two stay equal.
 FIGURE_KINDS = ("ess_time", "spectrum", "operator", "overview", "utilisation", "diagnostics", "compare")
@@ -435,7 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
 
     analyze = sub.add_parser("analyze", help="analyse one prompt; print ESS per layer; save a result directory")
-    _analysis_options(analyze)
+    add_analysis_options(analyze)
     analyze.add_argument("--out", "-o", help="result directory to write (result.npz, table.csv, meta.json)")
     analyze.set_defaults(func=cmd_analyze)
 
@@ -455,7 +405,7 @@ def build_parser() -> argparse.ArgumentParser:
     fig.set_defaults(func=cmd_figure)
 
     report = sub.add_parser("report", help="one self-contained HTML report with the linked views")
-    _analysis_options(report)
+    add_analysis_options(report)
     report.add_argument("--result", help="report a saved result directory instead of analysing")
     report.add_argument("--layer", help="the layer the explorer opens on (default: the first)")
     report.add_argument("--out", "-o", required=True, help="output .html file")
@@ -492,7 +442,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sw.add_argument("--stride", type=_positive_int, help="compute every STRIDE-th cut only")
     sw.add_argument("--no-causal", action="store_true", help="skip causal ESS (its column stays empty)")
-    _precision_argument(sw)
+    add_precision_argument(sw)
     sw.add_argument("--device", help="torch device, e.g. cuda (Ray: each task asks for one GPU)")
     sw.add_argument("--ray-address", help="join a running Ray cluster (e.g. auto); default: start a local one")
     sw.add_argument("--num-cpus", type=_positive_int, help="CPUs of the local Ray cluster (default: all)")
