@@ -368,19 +368,26 @@ def _cut_batch(ps, qs, ranks, filled, n, causal, error_factor, lam, err, reach, 
 def _kernel(  # pragma: no cover - compiled
     a, b, c, slot_of, n_slots, lam_out, err_out, reach_diag, reach_off, reach_top, reach_err, causal, error_factor
 ):
-    """a, b, c: (G, L, N, LANES), LANES units per group side by side. Per group: the forward
-    scan (P_t kept at the wanted cuts), then the backward scan; at each wanted cut the LANES
-    units' (P_t, Q_t) are solved together by `_cut_batch`. Outputs (G, W, N, LANES), (G, W, LANES)."""
-    groups, length, n = a.shape[0], a.shape[1], a.shape[2]
+    """a, b, c: (U, L, N). LANES units at a time are copied side by side (lanes last, zero
+    operators past the last unit), then: the forward scan (P_t kept at checkpoints), the
+    backward scan, and at each wanted cut the LANES units' (P_t, Q_t) solved together by
+    `_cut_batch`. Outputs (U, W, N) and (U, W), as `gramian_spectra_kernel` returns them."""
+    units, length, n = a.shape
     # P_t is needed in reverse order: the forward scan keeps every BLOCK-th P_t (a checkpoint)
     # and each block is scanned forward again during the backward scan. Keeping every P_t
     # instead (128 KiB each) costs more in page faults than the whole eigensolve.
     blocks = -(-length // BLOCK)
     checkpoints = np.empty((blocks, n, n, LANES))
     recent = np.empty((BLOCK, n, n, LANES))
+    ag = np.empty((length, n, LANES))
+    bg = np.empty((length, n, LANES))
+    cg = np.empty((length, n, LANES))
     p = np.empty((n, n, LANES))
     q = np.empty((n, n, LANES))
     ranks = np.zeros((LANES, 2), dtype=np.int64)
+    lam = np.empty((n, LANES))
+    err = np.empty(LANES)
+    reach = (np.empty((n, LANES)), np.empty((n, LANES)), np.empty(LANES), np.empty(LANES))
     work = (
         np.empty((n, n, LANES)),
         np.empty((n, n, LANES)),
@@ -399,8 +406,15 @@ def _kernel(  # pragma: no cover - compiled
         np.empty(LANES, dtype=np.bool_),
         np.empty(LANES, dtype=np.int64),
     )
-    for g in range(groups):
-        ag, bg, cg = a[g], b[g], c[g]
+    for first_unit in range(0, units, LANES):
+        lanes = min(LANES, units - first_unit)
+        for w in range(LANES):  # lanes last; lanes past the last unit are zero operators
+            for t in range(length):
+                for i in range(n):
+                    inside = w < lanes
+                    ag[t, i, w] = a[first_unit + w, t, i] if inside else 0.0
+                    bg[t, i, w] = b[first_unit + w, t, i] if inside else 0.0
+                    cg[t, i, w] = c[first_unit + w, t, i] if inside else 0.0
         p[:] = 0.0
         for t in range(length):  # forward scan: P_t at every checkpoint t = k BLOCK
             if t % BLOCK == 0:
@@ -421,20 +435,18 @@ def _kernel(  # pragma: no cover - compiled
                 for w in range(LANES):
                     ranks[w, 0] = min(min(t, length - t), n)
                     ranks[w, 1] = min(t, n)
-                reach = (reach_diag[g, slot], reach_off[g, slot], reach_top[g, slot], reach_err[g, slot])
-                _cut_batch(
-                    recent[t - first],
-                    q,
-                    ranks,
-                    LANES,
-                    n,
-                    causal,
-                    error_factor,
-                    lam_out[g, slot],
-                    err_out[g, slot],
-                    reach,
-                    work,
-                )
+                _cut_batch(recent[t - first], q, ranks, LANES, n, causal, error_factor, lam, err, reach, work)
+                for w in range(lanes):
+                    unit = first_unit + w
+                    err_out[unit, slot] = err[w]
+                    for i in range(n):
+                        lam_out[unit, slot, i] = lam[i, w]
+                    if causal:
+                        reach_top[unit, slot] = reach[2][w]
+                        reach_err[unit, slot] = reach[3][w]
+                        for i in range(n):
+                            reach_diag[unit, slot, i] = reach[0][i, w]
+                            reach_off[unit, slot, i] = reach[1][i, w]
 
 
 @_jit
@@ -459,36 +471,23 @@ def gramian_spectra_kernel(
     a: np.ndarray, b: np.ndarray, c: np.ndarray, wanted: np.ndarray, causal: bool, error_factor: float
 ):
     """The kernel's counterpart of `gramian_naive.gramian_spectra_reference`, on numpy
-    float64 arrays a, b, c (B, L, N) and sorted cuts ``wanted`` in 1..L-1: (sigma^2 (B, W, N)
-    descending, error of each sigma^2 (B, W), and with ``causal`` the reachability Gramians
-    as (diag, off, top, error): (B, W, N), (B, W, N), (B, W), (B, W); else None).
-    Units are padded with zero operators to a multiple of LANES."""
+    float64 arrays a, b, c (B, L, N) (any strides) and sorted cuts ``wanted`` in 1..L-1:
+    (sigma^2 (B, W, N) descending, error of each sigma^2 (B, W), and with ``causal`` the
+    reachability Gramians as (diag, off, top, error): (B, W, N), (B, W, N), (B, W), (B, W);
+    else None)."""
     units, length, n = a.shape
-    groups = -(-units // LANES)
     slot_of = np.full(length + 1, -1, dtype=np.int64)
     slot_of[np.asarray(wanted, dtype=np.int64)] = np.arange(len(wanted))
-
-    def lanes_last(x):  # (B, L, N) -> (G, L, N, LANES), zero padded
-        padded = np.zeros((groups * LANES, length, n))
-        padded[:units] = x
-        return np.ascontiguousarray(padded.reshape(groups, LANES, length, n).transpose(0, 2, 3, 1))
-
     width = len(wanted)
-    lam = np.empty((groups, width, n, LANES))
-    err = np.empty((groups, width, LANES))
-    reach_n = n if causal else 1
+    lam = np.empty((units, width, n))
+    err = np.empty((units, width))
+    reach_n = n if causal else 0
     reach = (
-        np.empty((groups, width, reach_n, LANES)),
-        np.empty((groups, width, reach_n, LANES)),
-        np.empty((groups, width, LANES)),
-        np.empty((groups, width, LANES)),
+        np.empty((units, width, reach_n)),
+        np.empty((units, width, reach_n)),
+        np.empty((units, width if causal else 0)),
+        np.empty((units, width if causal else 0)),
     )
-    _kernel(
-        lanes_last(a), lanes_last(b), lanes_last(c), slot_of, width, lam, err, *reach, bool(causal), float(error_factor)
-    )
-
-    def units_first(x):  # (G, W, ..., LANES) -> (B, W, ...)
-        moved = np.moveaxis(x, -1, 1)  # (G, LANES, W, ...)
-        return np.ascontiguousarray(moved.reshape(groups * LANES, *moved.shape[2:])[:units])
-
-    return units_first(lam), units_first(err), (tuple(units_first(x) for x in reach) if causal else None)
+    as_float = lambda x: np.asarray(x, dtype=np.float64)  # noqa: E731  (no copy of a float64 view)
+    _kernel(as_float(a), as_float(b), as_float(c), slot_of, width, lam, err, *reach, bool(causal), float(error_factor))
+    return lam, err, (reach if causal else None)
