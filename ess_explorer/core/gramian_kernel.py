@@ -194,6 +194,7 @@ def _symmetric_eigenvalues(m, n, rank, out, failed, diag, off, v, pv):  # pragma
     descending, clamped at 0, zero from index rank[w] on. Scaled by the trace first, so the
     rotations neither underflow nor overflow."""
     scale = np.empty(LANES)
+    inverse = np.empty(LANES)
     for w in range(LANES):
         scale[w] = 0.0
     for i in range(n):
@@ -201,10 +202,11 @@ def _symmetric_eigenvalues(m, n, rank, out, failed, diag, off, v, pv):  # pragma
             scale[w] += abs(m[i, i, w])
     for w in range(LANES):
         scale[w] = scale[w] if scale[w] > TINY else 1.0
+        inverse[w] = 1.0 / scale[w]  # one division per lane, not per entry
     for i in range(n):
         for j in range(n):
             for w in range(LANES):
-                m[i, j, w] /= scale[w]
+                m[i, j, w] *= inverse[w]
     _tridiagonal(m, n, diag, off, v, pv)
     _tridiagonal_eigenvalues(diag, off, n, failed)
     for sweep in range(n):  # odd-even transposition sort, descending: n rounds of selects
@@ -227,6 +229,7 @@ def _tridiagonal_top(m, n, diag, off, top, v, pv):  # pragma: no cover - compile
     core/sturm.py needs to count the eigenvalues above any threshold later. Scaled by the
     trace for the bisection; returned in m's own scale."""
     scale = np.empty(LANES)
+    inverse = np.empty(LANES)
     lo = np.empty(LANES)
     hi = np.empty(LANES)
     below = np.empty(LANES)
@@ -238,10 +241,11 @@ def _tridiagonal_top(m, n, diag, off, top, v, pv):  # pragma: no cover - compile
             scale[w] += abs(m[i, i, w])
     for w in range(LANES):
         scale[w] = scale[w] if scale[w] > TINY else 1.0
+        inverse[w] = 1.0 / scale[w]  # one division per lane, not per entry
     for i in range(n):
         for j in range(n):
             for w in range(LANES):
-                m[i, j, w] /= scale[w]
+                m[i, j, w] *= inverse[w]
     _tridiagonal(m, n, diag, off, v, pv)
     for w in range(LANES):  # lambda_max lies in [max d_i, the Gershgorin bound]
         lo[w] = diag[0, w]
@@ -283,7 +287,7 @@ def _cut_batch(ps, qs, ranks, filled, n, causal, error_factor, lam, err, reach, 
     ps, qs (n, n, LANES) their Gramians, ranks (LANES, 2) the rank bounds of H_t and R_t;
     lanes from ``filled`` on are padding. Writes lam (n, LANES) and err (LANES); with
     ``causal``, reach = (diag, off, top, error): P_t's tridiagonal form (core/sturm.py)."""
-    root, qb, x, sandwich, diag, off, v, pv, acc, inv, norm_p, norm_q, trace, balance, failed, rank = work
+    root, qb, x, sandwich, diag, off, v, pv, acc, inv, norm_p, norm_q, trace, balance, unbalance, failed, rank = work
     for w in range(LANES):
         failed[w] = False
         norm_p[w] = 0.0
@@ -295,12 +299,12 @@ def _cut_batch(ps, qs, ranks, filled, n, causal, error_factor, lam, err, reach, 
             pi = ps[i, i, w]
             qi = qs[i, i, w]
             balance[i, w] = np.sqrt(np.sqrt(qi / pi)) if (pi > TINY and qi > TINY) else 1.0
+            unbalance[i, w] = 1.0 / balance[i, w]
     for i in range(n):
         for j in range(n):
             for w in range(LANES):
-                scale = balance[i, w] * balance[j, w]
-                pij = ps[i, j, w] * scale
-                qij = qs[i, j, w] / scale
+                pij = ps[i, j, w] * (balance[i, w] * balance[j, w])
+                qij = qs[i, j, w] * (unbalance[i, w] * unbalance[j, w])
                 root[i, j, w] = pij
                 qb[i, j, w] = qij
                 norm_p[w] += pij * pij
@@ -402,6 +406,7 @@ def _kernel(  # pragma: no cover - compiled
         np.empty(LANES),
         np.empty(LANES),
         np.empty(LANES),
+        np.empty((n, LANES)),
         np.empty((n, LANES)),
         np.empty(LANES, dtype=np.bool_),
         np.empty(LANES, dtype=np.int64),
