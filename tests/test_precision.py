@@ -19,7 +19,7 @@ from ess_explorer.core import gramian, gramian_kernel
 from ess_explorer.core.gramian_naive import gramian_spectra_reference
 from ess_explorer.core.precision import TAU_BAND, Accuracy, check_precision
 from ess_explorer.core.sturm import TridiagonalSpectra
-from ess_explorer.synthetic import trained_like_attention
+from ess_explorer.synthetic import diagonal_ssm, trained_like_attention
 
 TOL = 1e-3
 
@@ -129,20 +129,32 @@ def hankel_singular_values_with_reach(ssm):
     return factored_hankel_singular_values(ssm, positions=torch.arange(ssm.length), method="sweep", causal=True)
 
 
-def test_an_imbalanced_realisation_falls_back_to_the_sweep(monkeypatch):
+def test_an_imbalanced_realisation_falls_back_to_the_exact_route(monkeypatch):
     ssm = cancelling()
     positions = torch.arange(ssm.length)
     lam, error, _ = gramian_spectra_reference(ssm.a, ssm.b, ssm.c, positions[1:])
-    uncertain = ~Accuracy("ess").certain(lam[..., 0], error)
+    uncertain = ~Accuracy("ess").certain(lam[..., 0], error, lam)
     assert bool(uncertain.any())  # the guard sees the imbalance ...
     calls = []
-    real = gramian.factored_hankel_singular_values
-    monkeypatch.setattr(
-        gramian, "factored_hankel_singular_values", lambda *a, **k: calls.append(k["positions"]) or real(*a, **k)
-    )
+    real = gramian._exact_cuts
+    monkeypatch.setattr(gramian, "_exact_cuts", lambda *a: calls.append(len(a[3])) or real(*a))
     fast = gramian.gramian_hankel_singular_values(ssm, positions=positions, accuracy=Accuracy("ess"))
-    assert calls and len(calls[0]) == int(uncertain.any(0).sum())  # ... and only those cuts are redone
+    assert sum(calls) == int(uncertain.sum())  # ... and exactly those cuts are redone
     assert_ess_contract(fast, exact_spectra(ssm.materialize()))
+
+
+def test_exact_cuts_equal_the_sweep():
+    """The redo's one-segment roots (gramian._exact_cuts) against the square-root sweep, at
+    cuts before, at and after exact resets (decay 0), and at both ends."""
+    ssm = diagonal_ssm(40, 6, units=3, seed=1, resets=[10, 25])
+    times = torch.tensor([1, 5, 10, 11, 20, 26, 39])
+    units = torch.tensor([0, 1, 2, 0, 1, 2, 0])
+    sigma, reach = gramian._exact_cuts(ssm.a[units], ssm.b[units], ssm.c[units], times)
+    expected, expected_reach = hankel_singular_values_with_reach(ssm)
+    expected, expected_reach = expected[units, times][:, :6], expected_reach[units, times]
+    scale = expected[:, :1].clamp_min(1e-300)
+    assert bool(((sigma - expected).abs() <= 1e-6 * expected + 1e-10 * scale).all())
+    assert bool(((reach - expected_reach).abs() <= 1e-6 * expected_reach + 1e-10 * expected_reach[:, :1]).all())
 
 
 def test_without_the_guard_the_imbalanced_realisation_would_miscount():
@@ -343,3 +355,20 @@ def test_sturm_counts_equal_counts_of_the_eigenvalues():
     np.testing.assert_array_equal(
         tolerance_ess(spectra=spectra, tol=0.5, relative=False).numpy(), (sigma > 0.5).sum(-1).numpy()
     )
+
+
+def test_the_guard_certifies_a_larger_error_only_away_from_tau():
+    """An error above the strict bound (2e-6 tau^2) is accepted where no eigenvalue lies
+    within it of tau^2, for a cut's own tau only, and never above WINDOW_ERROR sigma_1^2."""
+    from ess_explorer.core.precision import WINDOW_ERROR
+
+    top = torch.tensor([1.0, 1.0, 1.0, 1.0], dtype=torch.float64)
+    error = torch.tensor([1e-11, 1e-11, 1e-11, 10 * WINDOW_ERROR], dtype=torch.float64)
+    tau2 = TOL**2
+    values = torch.tensor(
+        [[1.0, 0.5, tau2 * 10], [1.0, tau2 * (1 + 1e-6), 0.0], [1.0, tau2 * (1 + 1e-4), 0.0], [1.0, 0.5, 0.0]],
+        dtype=torch.float64,
+    )
+    assert Accuracy("ess").certain(top, error, values).tolist() == [True, False, True, False]
+    assert not bool(Accuracy("ess", scope="unit").certain(top, error, values).any())  # tau not known yet
+    assert not bool(Accuracy("ess").certain(top, error).any())  # without the values: the strict bound

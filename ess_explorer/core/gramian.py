@@ -106,26 +106,52 @@ def gramian_hankel_singular_values(
     return out, tridiagonal.reshape(*batch_shape, len(positions))
 
 
+# (unit, cut) pairs per batched call of `_exact_cuts`: it holds about six (pairs, L, N) arrays.
+REDO_PAIRS = 256
+
+
 def _redo_uncertain(a, b, c, wanted, lam, error, reach, accuracy: Accuracy) -> None:
-    """Recompute, by the exact sweep, the cuts whose count the Gramian route cannot certify
+    """Recompute exactly (`_exact_cuts`) the cuts whose count the Gramian route cannot certify
     (for ESS, or with ``reach`` for causal ESS), IN PLACE: lam (squares) and reach (the
-    tridiagonal form, an exact spectrum as its diagonal). One sweep per unit that has any,
-    stopping at its own uncertain cuts only (a sweep costs O(L N^2) plus a QR per stop, so a
-    few scattered cuts cost little; a shared set of stops would make every unit pay for all).
-    A non-finite bound (a Gramian that overflowed) lands here too; the sweep then raises the
-    overflow error, as the exact route does."""
-    uncertain = ~accuracy.certain(lam[..., 0], error)  # (U, W)
+    tridiagonal form, an exact spectrum as its diagonal). A non-finite bound (a Gramian that
+    overflowed) lands here too; so does a pair whose factors overflow, which the unit's sweep
+    then reports as the exact route does."""
+    uncertain = ~accuracy.certain(lam[..., 0], error, lam)  # (U, W)
     if reach is not None:
         uncertain |= ~accuracy.certain(reach[2], reach[3])
-    for unit in torch.nonzero(uncertain.any(-1)).flatten().tolist():
-        rows = torch.nonzero(uncertain[unit]).flatten()
-        op = DiagonalSSM.derived(a=a[unit : unit + 1], b=b[unit : unit + 1], c=c[unit : unit + 1])
-        result = factored_hankel_singular_values(
-            op, positions=wanted[rows], dtype=torch.float64, method="sweep", causal=reach is not None
-        )
-        sigma, reach_sigma = result if reach is not None else (result, None)
-        lam[unit, rows] = 0.0
-        lam[unit, rows, : sigma.shape[-1]] = sigma[0] ** 2
+    units, rows = torch.nonzero(uncertain, as_tuple=True)
+    for start in range(0, len(units), REDO_PAIRS):
+        unit, row = units[start : start + REDO_PAIRS], rows[start : start + REDO_PAIRS]
+        sigma, reach_sigma = _exact_cuts(a[unit], b[unit], c[unit], wanted[row])
+        if not (bool(torch.isfinite(sigma).all()) and bool(torch.isfinite(reach_sigma).all())):
+            bad = unit[0:1]  # let the sweep raise the overflow error for this unit
+            op = DiagonalSSM.derived(a=a[bad], b=b[bad], c=c[bad])
+            factored_hankel_singular_values(op, positions=wanted[row[:1]], method="sweep")
+        lam[unit, row] = sigma**2
         if reach is not None:
-            exact = TridiagonalSpectra.from_values(reach_sigma[0])
-            reach[0][unit, rows], reach[1][unit, rows], reach[2][unit, rows] = exact.diag, exact.off, exact.top
+            exact = TridiagonalSpectra.from_values(reach_sigma)
+            reach[0][unit, row], reach[1][unit, row], reach[2][unit, row] = exact.diag, exact.off, exact.top
+
+
+def _exact_cuts(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, times: torch.Tensor):
+    """sigma(H_t) and sigma(R_t) (each (k, N), descending) of k (unit, cut) pairs, exact: a
+    unit's a, b, c (k, L, N) and its cut t (k,).
+
+    H_t = G F^T with F_j = b_j prod_{m=j+1..t-1} a_m (j < t: R_t^T) and G_i = c_i prod_{m=t..i} a_m
+    (i >= t: O_t), so sigma(H_t) = sigma(R_G R_F^T) from QRs of the two factors, and
+    sigma(R_t) = sigma(R_F): one segment of the square-root sweep (core/sweeps.py) from zero,
+    for all pairs in one batched call. The running products only multiply decays (no
+    cancellation, relative error about L eps); one that underflows drops a term below
+    1e-300 of the state, as in the sweep."""
+    length = a.shape[1]
+    time = torch.arange(length, device=a.device)[None, :, None]
+    t = times.to(a.device)[:, None, None]
+    ones = torch.ones_like(a)
+    after = torch.where((time >= 1) & (time <= t - 1), a, ones).flip(1).cumprod(1).flip(1)  # prod_{m>=j}
+    after = torch.cat([after[:, 1:], ones[:, :1]], 1)  # prod_{m=j+1..t-1}
+    past = torch.where(time < t, b * after, torch.zeros_like(b))  # F (k, L, N)
+    since = torch.where(time >= t, a, ones).cumprod(1)  # prod_{m=t..i}
+    future = torch.where(time >= t, c * since, torch.zeros_like(c))  # G (k, L, N)
+    reach_root = torch.linalg.qr(past, mode="r").R  # (k, N, N)
+    observe_root = torch.linalg.qr(future, mode="r").R
+    return torch.linalg.svdvals(observe_root @ reach_root.mT), torch.linalg.svdvals(reach_root)

@@ -88,7 +88,7 @@ def layer_arrays(
     keep = keep if top_k is None else min(keep, top_k)
 
     check_scope(scope, relative)
-    accuracy = Accuracy(precision, tol, relative)
+    accuracy = Accuracy(precision, tol, relative, scope)
     path = layer.spectra_path(positions, device)
     chunk = _chunk_size(layer, n_pos, most, path)
     chunks = [slice(start, min(n_units, start + chunk)) for start in range(0, n_units, chunk)]
