@@ -10,7 +10,7 @@ from . import sweep, zoo  # sweep is also callable: sweep(models, prompts, out=.
 from ._version import __version__
 from .analysis import analyze
 from .core.diagnostics import layer_diagnostics, modulation_at, theoretical_state_size
-from .core.ess import DEFAULT_RELATIVE, DEFAULT_TOL, aggregate_units, entropy_ess, tolerance_ess
+from .core.ess import DEFAULT_RELATIVE, DEFAULT_TOL, aggregate_units, causal_ess, entropy_ess, tolerance_ess
 from .core.operators import DPLRSSM, DiagonalSSM
 from .core.spectra import hankel_singular_values
 from .io import ResultCache, export_table, read_result, write_result_dir
@@ -27,6 +27,7 @@ __all__ = [
     "hankel_singular_values",
     "tolerance_ess",
     "entropy_ess",
+    "causal_ess",
     "aggregate_units",
     "theoretical_state_size",
     "layer_diagnostics",

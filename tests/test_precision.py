@@ -372,3 +372,23 @@ def test_the_guard_certifies_a_larger_error_only_away_from_tau():
     assert Accuracy("ess").certain(top, error, values).tolist() == [True, False, True, False]
     assert not bool(Accuracy("ess", scope="unit").certain(top, error, values).any())  # tau not known yet
     assert not bool(Accuracy("ess").certain(top, error).any())  # without the values: the strict bound
+
+
+def test_causal_ess_counts_the_reachability_factor():
+    """causal_ess beside tolerance_ess: equal to the rank of R_t counted from an explicit
+    reachability matrix, under both contracts; refused for a dense operator."""
+    from ess_explorer import causal_ess
+
+    ssm = diagonal_ssm(30, 5, units=2, seed=13, resets=[12])
+    expected = np.zeros((2, 30), dtype=np.int64)
+    for u in range(2):
+        for t in range(1, 30):  # R_t: column j is prod_{m=j+1..t-1} a_m b_j
+            columns = [ssm.b[u, j] * torch.prod(ssm.a[u, j + 1 : t], 0) for j in range(t)]
+            sigma = torch.linalg.svdvals(torch.stack(columns, 1))
+            expected[u, t] = int((sigma > TOL * sigma[0]).sum())
+    for precision in ("ess", "exact"):
+        np.testing.assert_array_equal(causal_ess(ssm, precision=precision).numpy(), expected)
+    assert causal_ess(ssm)[:, 13].tolist() == [1, 1]  # the step after the reset: only u_12 is held
+    np.testing.assert_array_equal(causal_ess(ssm, positions=[3, 20]).numpy(), expected[:, [3, 20]])
+    with pytest.raises(ValueError, match="needs a realisation"):
+        causal_ess(ssm.materialize())

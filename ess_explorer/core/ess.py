@@ -30,9 +30,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .causal import reachability_singular_values
 from .checks import as_tensor, require
-from .operators import FACTORED_OPERATORS
-from .spectra import hankel_singular_values
+from .gramian import gramian_hankel_singular_values
+from .operators import FACTORED_OPERATORS, DiagonalSSM
+from .precision import DEFAULT_PRECISION, Accuracy, check_precision
+from .spectra import cut_positions, hankel_singular_values
 from .sturm import TridiagonalSpectra
 
 __all__ = [
@@ -48,6 +51,7 @@ __all__ = [
     "check_variant",
     "tolerance_ess",
     "entropy_ess",
+    "causal_ess",
     "aggregate_units",
 ]
 
@@ -184,6 +188,49 @@ def tolerance_ess(
         return (sigma > tol).sum(-1)
     ref = tolerance_reference(sigma, scope) if reference is None else torch.as_tensor(reference, dtype=sigma.dtype)
     return (sigma > tol * ref).sum(-1)
+
+
+def causal_ess(
+    op=None,
+    tol: float = DEFAULT_TOL,
+    relative: bool = DEFAULT_RELATIVE,
+    *,
+    spectra=None,
+    scope: str = DEFAULT_SCOPE,
+    reference=None,
+    positions=None,
+    stride: int | None = None,
+    precision: str = DEFAULT_PRECISION,
+) -> torch.Tensor:
+    """causal ESS: the tolerance-rank of the reachability factor R_t of each cut (core/causal.py:
+    how many state directions the past u_0..u_{t-1} has written), shape (*batch, P), int64.
+
+    Same tolerance rules as `tolerance_ess` (tol, relative, scope, reference). Input: a
+    factored operator (`DiagonalSSM` or `DPLRSSM`: causal ESS is a property of the realisation
+    the model computes with, so it needs one), or the reachability spectra by keyword
+    (``spectra=`` sigma(R_t), (*batch, P, K) descending, or a `TridiagonalSpectra`). A dense
+    operator has no realisation: ValueError. positions / stride: the cuts (default every t).
+    precision: "ess" (Sturm counts on the Gramian's tridiagonal form, core/sturm.py) or
+    "exact" (the square-root sweep); the counts agree but within 1e-6 of tau.
+    """
+    if spectra is None:
+        require(
+            isinstance(op, FACTORED_OPERATORS),
+            "causal ESS needs a realisation (a DiagonalSSM or DPLRSSM): a dense operator T fixes the "
+            f"ESS of its cuts but not which state coordinates wrote them; got {type(op).__name__}. "
+            "Pass sigma(R_t) as spectra= if you have them",
+        )
+        check_precision(precision)
+        check_tolerance(tol, relative)
+        cuts = cut_positions(op.length, positions, stride)
+        if precision == "ess" and isinstance(op, DiagonalSSM):
+            accuracy = Accuracy(precision, tol, relative, scope)
+            _, spectra = gramian_hankel_singular_values(op, positions=cuts, accuracy=accuracy, causal=True)
+        else:
+            spectra = reachability_singular_values(op, cuts)
+    else:
+        require(op is None, "pass an operator positionally or spectra= by keyword, not both")
+    return tolerance_ess(spectra=spectra, tol=tol, relative=relative, scope=scope, reference=reference)
 
 
 def entropy_ess(op=None, *, spectra=None, **kwargs) -> torch.Tensor:

@@ -90,7 +90,9 @@ def validate_operator(op, name: str = "op") -> torch.Tensor:
     return tensor
 
 
-def _positions(length: int, positions, stride: int | None) -> torch.Tensor:
+def cut_positions(length: int, positions, stride: int | None) -> torch.Tensor:
+    """The cuts t (long, (P,)) that ``positions`` or ``stride`` name on a prompt of ``length``
+    (default every t), checked: integers in [0, L - 1], a positive integer stride, not both."""
     if positions is not None:
         require(stride is None, "give either positions or stride, not both")
         if not isinstance(positions, torch.Tensor):
@@ -245,7 +247,7 @@ def _hankel_singular_values(
     op, top_k, dtype, device, positions, stride, method, batched, progress, accuracy
 ) -> torch.Tensor:
     if isinstance(op, FACTORED_OPERATORS):
-        pos = _positions(op.length, positions, stride)
+        pos = cut_positions(op.length, positions, stride)
         if accuracy.fast and isinstance(op, DiagonalSSM) and method == "auto":
             return gramian_hankel_singular_values(
                 op, positions=pos, accuracy=accuracy, top_k=top_k, dtype=dtype, device=device
@@ -257,7 +259,7 @@ def _hankel_singular_values(
     _check_dense_budget(as_tensor(op, "op"), top_k, dtype, device, positions, stride)  # before any allocation
     dense = validate_operator(op)
     length = dense.shape[-1]
-    pos = _positions(length, positions, stride)
+    pos = cut_positions(length, positions, stride)
     dense = dense.to(device=device if device is not None else dense.device, dtype=dtype)
     batch_shape = dense.shape[:-2]
     flat = dense.reshape(-1, length, length)
