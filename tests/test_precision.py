@@ -271,13 +271,14 @@ def test_analyze_records_the_contract_and_both_agree(tiny_model):
     from ess_explorer import analyze
 
     model, ids = tiny_model
-    fast = analyze(model, ids, progress=False)
-    exact = analyze(model, ids, progress=False, precision="exact")
-    assert fast.meta["precision"] == "ess" and exact.meta["precision"] == "exact"
-    for index, layer in exact.layers.items():
-        np.testing.assert_array_equal(fast.layers[index].tolerance_ess, layer.tolerance_ess)
-        np.testing.assert_allclose(fast.layers[index].entropy_ess, layer.entropy_ess, rtol=1e-5)
-        np.testing.assert_array_equal(fast.layers[index].causal_ess, layer.causal_ess)
+    for scope in ("cut", "unit", "layer"):
+        fast = analyze(model, ids, progress=False, scope=scope)
+        exact = analyze(model, ids, progress=False, precision="exact", scope=scope)
+        assert fast.meta["precision"] == "ess" and exact.meta["precision"] == "exact"
+        for index, layer in exact.layers.items():
+            np.testing.assert_array_equal(fast.layers[index].tolerance_ess, layer.tolerance_ess)
+            np.testing.assert_allclose(fast.layers[index].entropy_ess, layer.entropy_ess, rtol=1e-5)
+            np.testing.assert_array_equal(fast.layers[index].causal_ess, layer.causal_ess)
     with pytest.raises(ValueError, match="precision must be one of"):
         analyze(model, ids, progress=False, precision="fast")
 
