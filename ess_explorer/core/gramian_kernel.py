@@ -59,8 +59,9 @@ def _jit(function):
 
 @_jit
 def _tridiagonal(m, n, diag, off, v, pv):  # pragma: no cover - compiled
-    """Householder reduction of the symmetric m (n, n, LANES), IN PLACE, to tridiagonal:
-    diag (n, LANES), off (n, LANES) with off[k] coupling k and k + 1 (off[n - 1] = 0)."""
+    """Householder reduction of the symmetric m (n, n, LANES) to tridiagonal: diag (n, LANES),
+    off (n, LANES) with off[k] coupling k and k + 1 (off[n - 1] = 0). Reads and updates m's
+    lower triangle only (IN PLACE)."""
     beta = np.empty(LANES)
     alpha = np.empty(LANES)
     kk = np.empty(LANES)
@@ -84,12 +85,15 @@ def _tridiagonal(m, n, diag, off, v, pv):  # pragma: no cover - compiled
         for i in range(k + 2, n):
             for w in range(LANES):
                 v[i, w] = m[i, k, w]
-        for i in range(k + 1, n):  # pv = beta A v
+        for i in range(k + 1, n):  # pv = beta A v, A read from its lower triangle
             for w in range(LANES):
                 pv[i, w] = 0.0
-            for j in range(k + 1, n):
+            for j in range(k + 1, i + 1):
                 for w in range(LANES):
                     pv[i, w] += m[i, j, w] * v[j, w]
+            for j in range(i + 1, n):
+                for w in range(LANES):
+                    pv[i, w] += m[j, i, w] * v[j, w]
             for w in range(LANES):
                 pv[i, w] *= beta[w]
         for w in range(LANES):
@@ -102,8 +106,8 @@ def _tridiagonal(m, n, diag, off, v, pv):  # pragma: no cover - compiled
         for i in range(k + 1, n):  # pv <- p - K v; A <- A - v pv^T - pv v^T
             for w in range(LANES):
                 pv[i, w] -= kk[w] * v[i, w]
-        for i in range(k + 1, n):
-            for j in range(k + 1, n):
+        for i in range(k + 1, n):  # the lower triangle only: the upper one is never read again
+            for j in range(k + 1, i + 1):
                 for w in range(LANES):
                     m[i, j, w] -= v[i, w] * pv[j, w] + pv[i, w] * v[j, w]
         for w in range(LANES):
@@ -203,8 +207,8 @@ def _symmetric_eigenvalues(m, n, rank, out, failed, diag, off, v, pv):  # pragma
     for w in range(LANES):
         scale[w] = scale[w] if scale[w] > TINY else 1.0
         inverse[w] = 1.0 / scale[w]  # one division per lane, not per entry
-    for i in range(n):
-        for j in range(n):
+    for i in range(n):  # the lower triangle: all that `_tridiagonal` reads
+        for j in range(i + 1):
             for w in range(LANES):
                 m[i, j, w] *= inverse[w]
     _tridiagonal(m, n, diag, off, v, pv)
@@ -242,8 +246,8 @@ def _tridiagonal_top(m, n, diag, off, top, v, pv):  # pragma: no cover - compile
     for w in range(LANES):
         scale[w] = scale[w] if scale[w] > TINY else 1.0
         inverse[w] = 1.0 / scale[w]  # one division per lane, not per entry
-    for i in range(n):
-        for j in range(n):
+    for i in range(n):  # the lower triangle: all that `_tridiagonal` reads
+        for j in range(i + 1):
             for w in range(LANES):
                 m[i, j, w] *= inverse[w]
     _tridiagonal(m, n, diag, off, v, pv)
@@ -348,8 +352,7 @@ def _cut_batch(ps, qs, ranks, filled, n, causal, error_factor, lam, err, reach, 
                 for w in range(LANES):
                     acc[w] += root[k, i, w] * x[k, j, w]
             for w in range(LANES):
-                sandwich[i, j, w] = acc[w]
-                sandwich[j, i, w] = acc[w]
+                sandwich[j, i, w] = acc[w]  # its lower triangle, the half `_tridiagonal` reads
     _symmetric_eigenvalues(sandwich, n, rank, lam, failed, diag, off, v, pv)
     for w in range(LANES):
         error = error_factor * EPS * np.sqrt(norm_p[w] * norm_q[w])
@@ -361,7 +364,7 @@ def _cut_batch(ps, qs, ranks, filled, n, causal, error_factor, lam, err, reach, 
         for i in range(n):
             for j in range(n):
                 for w in range(LANES):
-                    sandwich[i, j, w] = ps[i, j, w]
+                    sandwich[i, j, w] = ps[i, j, w]  # (the lower triangle would do; the norm reads all)
                     norm_p[w] += ps[i, j, w] * ps[i, j, w]
         _tridiagonal_top(sandwich, n, reach_diag, reach_off, reach_top, v, pv)
         for w in range(LANES):
