@@ -101,10 +101,16 @@ class MambaAdapter(ScanAdapter):
         group = torch.cat([torch.full((p["u"].shape[0],), g, dtype=torch.long) for g, p in enumerate(parts)])
         channels, length = u.shape
         n = A.shape[-1]
+        # Checked once here, on the small tensors the operators are made of, rather than on every
+        # (units, L, N) realisation (as much time as the counting, per Mamba layer):
+        # exp(dt A) with dt >= 0 and A <= 0 and the products of finite values stay finite.
+        for name, value in (("dt", dt), ("A", A), ("B", B), ("C", C), ("D", D)):
+            if not bool(torch.isfinite(value).all()):
+                raise ValueError(f"layer {slot.index}: the model's {name} contains NaN or infinite values")
 
         def realize(index: torch.Tensor) -> DiagonalSSM:
             step = dt[index][..., None]  # (u, L, 1)
-            return DiagonalSSM(
+            return DiagonalSSM.derived(
                 a=torch.exp(step * A[index][:, None, :]),
                 b=step * B[group[index]],
                 c=C[group[index]],

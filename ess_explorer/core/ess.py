@@ -52,6 +52,8 @@ __all__ = [
     "tolerance_ess",
     "entropy_ess",
     "causal_ess",
+    "count_above_tolerance",
+    "entropy_of",
     "aggregate_units",
 ]
 
@@ -177,13 +179,21 @@ def tolerance_ess(
     require(
         "top_k" not in kwargs, "top_k would cut the spectra before counting; tolerance_ess counts the full spectrum"
     )
-    if isinstance(spectra, TridiagonalSpectra) and op is None:  # counted by Sturm sequences
+    checked = (
+        spectra if isinstance(spectra, TridiagonalSpectra) and op is None else _singular_values(op, spectra, kwargs)
+    )
+    return count_above_tolerance(checked, tol, relative, scope, reference)
+
+
+def count_above_tolerance(sigma, tol: float, relative: bool, scope: str, reference=None) -> torch.Tensor:
+    """The count of `tolerance_ess` on spectra already known to be valid (the engine's own:
+    no checks). sigma: (*batch, P, K) descending, or a `TridiagonalSpectra` (Sturm counts)."""
+    if isinstance(sigma, TridiagonalSpectra):
         if not relative:
-            return spectra.count_above(torch.as_tensor(float(tol)))
-        ref = tolerance_reference(spectra, scope) if reference is None else torch.as_tensor(reference)
-        ref = ref.to(spectra.top.dtype)
-        return spectra.count_above(tol * (ref[..., 0] if ref.ndim else ref))  # (*batch, P, 1) -> (*batch, P)
-    sigma = _singular_values(op, spectra, kwargs)
+            return sigma.count_above(torch.as_tensor(float(tol)))
+        ref = tolerance_reference(sigma, scope) if reference is None else torch.as_tensor(reference)
+        ref = ref.to(sigma.top.dtype)
+        return sigma.count_above(tol * (ref[..., 0] if ref.ndim else ref))  # (*batch, P, 1) -> (*batch, P)
     if not relative:
         return (sigma > tol).sum(-1)
     ref = tolerance_reference(sigma, scope) if reference is None else torch.as_tensor(reference, dtype=sigma.dtype)
@@ -237,7 +247,12 @@ def entropy_ess(op=None, *, spectra=None, **kwargs) -> torch.Tensor:
     """entropy-ESS: exp(-sum p_k log p_k), p = sigma / sum(sigma); 0 for an all-zero cut.
     Input as for `tolerance_ess`."""
     require("top_k" not in kwargs, "top_k would cut the spectra; entropy_ess needs the full spectrum")
-    sigma = _singular_values(op, spectra, kwargs)
+    return entropy_of(_singular_values(op, spectra, kwargs))
+
+
+def entropy_of(sigma: torch.Tensor) -> torch.Tensor:
+    """The value of `entropy_ess` on spectra (*batch, P, K) already known to be valid (the
+    engine's own: no checks)."""
     total = sigma.sum(-1, keepdim=True)
     p = sigma / torch.where(total > 0, total, torch.ones_like(total))
     plogp = torch.where(p > 0, p * torch.log(torch.where(p > 0, p, torch.ones_like(p))), torch.zeros_like(p))

@@ -22,7 +22,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .ess import DEFAULT_SCOPE, check_scope, entropy_ess, tolerance_ess, tolerance_reference
+from .ess import DEFAULT_SCOPE, check_scope, check_tolerance, count_above_tolerance, entropy_of, tolerance_reference
 from .precision import DEFAULT_PRECISION, Accuracy
 from .units import CapturedLayer, DenseCapture, SSMCapture
 
@@ -87,6 +87,7 @@ def layer_arrays(
     keep = max(1, min(most, SPECTRA_BUDGET // max(1, n_units * n_pos)))
     keep = keep if top_k is None else min(keep, top_k)
 
+    check_tolerance(tol, relative)
     check_scope(scope, relative)
     accuracy = Accuracy(precision, tol, relative, scope)
     path = layer.spectra_path(positions, device)
@@ -101,18 +102,12 @@ def layer_arrays(
     deferred = scope == "layer" and len(chunks) > 1
     top = {"hankel": 0.0, "causal": 0.0}
 
+    # The spectra come from the engine (finite, descending): counted without tolerance_ess's
+    # checks of a user's spectra, which cost as much as the counting on a Mamba layer.
     def count(rows, sigma, csig, references):
-        tol_ess[rows] = (
-            tolerance_ess(spectra=sigma, tol=tol, relative=relative, scope=scope, reference=references.get("hankel"))
-            .cpu()
-            .numpy()
-        )
+        tol_ess[rows] = count_above_tolerance(sigma, tol, relative, scope, references.get("hankel")).cpu().numpy()
         if csig is not None:
-            causal_ess[rows] = (
-                tolerance_ess(spectra=csig, tol=tol, relative=relative, scope=scope, reference=references.get("causal"))
-                .cpu()
-                .numpy()
-            )
+            causal_ess[rows] = count_above_tolerance(csig, tol, relative, scope, references.get("causal")).cpu().numpy()
 
     def chunk_spectra(rows):
         if not causal:
@@ -123,7 +118,7 @@ def layer_arrays(
 
     for rows in chunks:
         sigma, csig = chunk_spectra(rows)
-        ent_ess[rows] = entropy_ess(spectra=sigma).cpu().numpy()
+        ent_ess[rows] = entropy_of(sigma).cpu().numpy()
         width = min(keep, sigma.shape[-1])
         kept[rows, :, :width] = sigma[..., :width].cpu().numpy()
         if structural is not None:
