@@ -40,7 +40,7 @@ TINY = float(np.finfo(np.float64).tiny)
 # eigenvalue by less than the error bound the caller already allows (>= 128 eps ||M||).
 DEFLATE = EPS
 MAX_QL_SWEEPS = 60  # per eigenvalue; QL converges in 2-3 (cubically), so this only stops a failure
-BISECTIONS = 32  # of lambda_max of P_t's tridiagonal form (`_tridiagonal_top`)
+BISECTIONS = 28  # of lambda_max of P_t's tridiagonal form (`_tridiagonal_top`)
 BLOCK = 32  # steps between the checkpoints of the forward scan (`_kernel`)
 
 
