@@ -43,6 +43,8 @@ __all__ = [
     "overview_data",
     "diagnostics_data",
     "family_name",
+    "layer_label",
+    "layer_axis_title",
     "reduce_units",
     "ess_of",
     "thresholds_data",
@@ -92,6 +94,26 @@ def _sig(value: float, digits: int = 4) -> float | None:
 def family_name(family: str) -> str:
     """A family's code name as words for labels and legends: "short_conv" -> "short conv"."""
     return family.replace("_", " ")
+
+
+def single_family(result: ESSResult) -> str | None:
+    """The family of every analysed layer when they share one (a plain LLM), else None."""
+    families = {lay.family for lay in result.layers.values()}
+    return family_name(families.pop()) if len(families) == 1 else None
+
+
+def layer_label(result: ESSResult, index: int) -> str:
+    """A layer's row label: its index alone when every layer has one family (the axis title
+    names it: a 30-layer LLM's rows then stay short enough to read), else "index · family"."""
+    if single_family(result) is not None:
+        return str(index)
+    return f"{index} · {family_name(result.layer(index).family)}"
+
+
+def layer_axis_title(result: ESSResult) -> str | None:
+    """The title of a layer axis: "layer (family)" when the labels leave the family out."""
+    family = single_family(result)
+    return f"layer ({family})" if family else None
 
 
 def tol_label(tol: float, relative: bool) -> str:
@@ -359,7 +381,7 @@ def overview_rows(result: ESSResult, state: ViewState, max_cells: int | None = N
         pos = np.asarray(lay.positions)
         keep = np.arange(0, len(pos), stride)
         ends = np.append(pos[keep[1:]], result.length)
-        label = f"{index} · {family_name(lay.family)}"
+        label = layer_label(result, index)
         for col, end in zip(keep.tolist(), ends.tolist()):
             t0 = int(pos[col])
             records.append(
@@ -410,7 +432,7 @@ def diagnostics_rows(result: ESSResult, state: ViewState) -> list[dict]:
         records.append(
             {
                 "layer": int(index),
-                "label": f"{index} · {family_name(lay.family)}",
+                "label": layer_label(result, index),
                 "utilisation": round(float(diag["utilisation"]), 4),
                 "state": str(diag["state"]),
                 "n_saturated": int(diag["n_saturated"]),

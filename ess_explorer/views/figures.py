@@ -38,7 +38,7 @@ from .data import family_name, separator_positions
 from .difficulty import difficulty_figure
 from .frames import analysed_layers as _layers
 from .frames import default_label as _default_label
-from .frames import ess_over_time_frame, layer_summary_frame
+from .frames import envelope, ess_over_time_frame, layer_summary_frame
 from .frames import series_of as _series
 from .sweep_figures import SWEEP_KINDS
 from .theme import (
@@ -72,6 +72,12 @@ __all__ = [
 ]
 
 UNIT_AGGREGATES = ("mean", "sum", "max")
+# Above this many lines a legend entry per line outgrows the figure (and the palette):
+# ess_time colours by layer on a gradient instead, one legend bar for any depth.
+MANY_SERIES = len(OKABE_ITO)
+# A layer axis along x: upright numbers, every other one (or fewer) left out where they would
+# run together ("910", "1112" at 30 layers in one column).
+LAYER_AXIS = alt.Axis(labelAngle=0, labelOverlap="greedy", labelFlush=False)
 VARIANTS = ESS_VARIANTS  # tolerance, entropy, causal (core/ess.py)
 _ = (DASHES, _default_label)  # re-exported names of the former single module
 
@@ -91,16 +97,16 @@ def _y_title(variant: str, unit: str, units_word: str) -> str:
     return f"{variant}-ESS ({word} over {units_word})"
 
 
-def _series_scales(names) -> tuple[alt.Color, alt.StrokeDash]:
+def _series_scales(names, field: str = "series") -> tuple[alt.Color, alt.StrokeDash]:
     names = list(dict.fromkeys(names))
     colour = alt.Color(
-        "series:N",
+        f"{field}:N",
         title=None,
         sort=names,
         scale=alt.Scale(domain=names, range=[OKABE_ITO[k % len(OKABE_ITO)] for k in range(len(names))]),
     )
     dash = alt.StrokeDash(
-        "series:N",
+        f"{field}:N",
         title=None,
         sort=names,
         scale=alt.Scale(domain=names, range=[DASHES[k % len(DASHES)] for k in range(len(names))]),
@@ -130,23 +136,33 @@ def _separator_positions(result: ESSResult, separators) -> list[int]:
 def _ess_time(results, *, layers=None, variant="tolerance", unit="mean", show_tss=False, separators=None, legend="top"):
     frame = ess_over_time_frame(results, layers=layers, variant=variant, unit=unit)
     series = _series(results)
-    colour, dash = _series_scales(frame["series"])
     words = {_unit_word(r, _layers(r, layers)) for _, r in series}
     y_title = _y_title(variant, unit, words.pop() if len(words) == 1 else "units")
-    legend_spec = alt.Legend(
-        orient=legend,
-        direction="horizontal" if legend in ("top", "bottom") else "vertical",
-        columns=2 if legend in ("top", "bottom") else 1,
-        symbolType="stroke",
-    )
+    horizontal = legend in ("top", "bottom")
+    direction = "horizontal" if horizontal else "vertical"
+    keys = alt.Legend(orient=legend, direction=direction, columns=2 if horizontal else 1, symbolType="stroke")
+    if frame["series"].nunique() > MANY_SERIES and frame["layer"].nunique() > 1:
+        encoding = {
+            "color": alt.Color(
+                "layer:Q",
+                title="layer",
+                scale=alt.Scale(scheme="viridis"),
+                legend=alt.Legend(orient=legend, direction=direction),
+            )
+        }
+        if frame["model"].nunique() > 1:  # the models by dash, the layers by colour
+            encoding["strokeDash"] = _series_scales(frame["model"], "model")[1].legend(keys)
+    else:
+        colour, dash = _series_scales(frame["series"])
+        encoding = {"color": colour.legend(keys), "strokeDash": dash.legend(keys)}
+    frame = envelope(frame, ["series"])
     base = alt.Chart(frame)
     lines = base.mark_line().encode(
         x=alt.X("t:Q", title="position t", scale=alt.Scale(nice=False, zero=True)),
         y=alt.Y("ess:Q", title=y_title, scale=alt.Scale(zero=True)),
-        color=colour.legend(legend_spec),
-        strokeDash=dash.legend(legend_spec),
         detail="series:N",
         tooltip=["series:N", "t:Q", "token:N", alt.Tooltip("ess:Q", format=".2f")],
+        **encoding,
     )
     layers_ = []
     seps = _separator_positions(series[0][1], separators) if len(series) == 1 else []
@@ -329,7 +345,7 @@ def _utilisation(
         results, layers=layers, variant=variant, reduce=reduce, saturated=saturated, collapsed=collapsed
     )
     several = per_layer["model"].nunique() > 1
-    x = alt.X("layer:O", title="layer", axis=alt.Axis(labelAngle=0))
+    x = alt.X("layer:O", title="layer", axis=LAYER_AXIS)
     y_title = f"ESS / TSS ({'peak' if reduce == 'max' else 'mean'} over t)"
     enc = dict(x=x, y=alt.Y("utilisation:Q", title=y_title, scale=alt.Scale(domain=[0, 1])))
     tips = [alt.Tooltip("label:N", title="layer"), alt.Tooltip("utilisation:Q", format=".2f"), "state:N"]
@@ -404,7 +420,7 @@ def _compare(results, *, layers=None, variant="tolerance", unit="mean", check_pr
         means = frame.groupby("layer", as_index=False)["ess"].mean()
         means["model"] = label
         per_layer.append(means)
-    over_time = pd.concat(rows, ignore_index=True).rename(columns={"model": "series"})
+    over_time = envelope(pd.concat(rows, ignore_index=True).rename(columns={"model": "series"}), ["series"])
     by_layer = pd.concat(per_layer, ignore_index=True).rename(columns={"model": "series"})
     colour, dash = _series_scales(over_time["series"])
     legend_spec = alt.Legend(orient=legend, direction="horizontal", symbolType="stroke")
@@ -423,7 +439,7 @@ def _compare(results, *, layers=None, variant="tolerance", unit="mean", check_pr
         alt.Chart(by_layer)
         .mark_line(point=alt.OverlayMarkDef(size=14, filled=True))
         .encode(
-            x=alt.X("layer:O", title="layer", axis=alt.Axis(labelAngle=0)),
+            x=alt.X("layer:O", title="layer", axis=LAYER_AXIS),
             y=alt.Y("ess:Q", title=f"{variant}-ESS, mean over t"),
             color=colour.legend(None),
             strokeDash=dash.legend(None),
@@ -490,7 +506,62 @@ def figure(result_or_results, kind: str, *, width="single", height=None, font: s
         spec = _stacked(spec)
         height = round(total * 0.9) if height is None else height
     spec = theme_spec(spec, width=total, height=height, font=font, size=size)
+    _thin_layer_axes(spec, size)
     return to_chart(fit_width(spec, total))
+
+
+# Room around a panel's plot that its axes and legend take (points): an estimate, generous,
+# since a label left out costs less than two drawn over each other.
+_AXIS_ROOM = 45
+
+
+def _layer_order(spec: dict) -> list:
+    """Every layer label and layer index in the figure's data, in layer order."""
+    rows = [row for data in spec.get("datasets", {}).values() for row in data if isinstance(row, dict)]
+    pairs = sorted({(row["layer"], row.get("label", row["layer"])) for row in rows if "layer" in row})
+    return pairs
+
+
+def _thin_layer_axes(spec: dict, size: float) -> None:
+    """Layer axes of a figure show every k-th layer where all would not fit at print size: the
+    labels left out are not drawn at all (Vega's own overlap removal only hides them, and a PDF
+    still holds the hidden text). Rows (y) need a line of text each; columns (x) the width of
+    their longest label. The panel size is the nearest one set above the axis (theme_spec)."""
+    pairs = _layer_order(spec)
+    if not pairs:
+        return
+
+    def visit(node, width, height):
+        if isinstance(node, list):
+            for item in node:
+                visit(item, width, height)
+            return
+        if not isinstance(node, dict):
+            return
+        width = node["width"] if isinstance(node.get("width"), (int, float)) else width
+        height = node["height"] if isinstance(node.get("height"), (int, float)) else height
+        encoding = node.get("encoding")
+        for channel, room in (("y", height), ("x", width)):
+            enc = encoding.get(channel) if isinstance(encoding, dict) else None
+            if not isinstance(enc, dict) or enc.get("type") not in ("nominal", "ordinal") or room is None:
+                continue
+            if enc.get("field") == "label":
+                values = [label for _, label in pairs]
+            elif enc.get("field") == "layer":
+                values = sorted({layer for layer, _ in pairs})
+            else:
+                continue
+            longest = max(len(str(v)) for v in values)
+            need = size * 1.3 if channel == "y" else longest * size * 0.6 + 4
+            fit = max(1, int((room - _AXIS_ROOM) // need))
+            step = -(-len(values) // fit)
+            if step > 1 and isinstance(enc.get("axis", {}), dict):
+                enc["axis"] = {**enc.get("axis", {}), "values": values[::step]}
+        for key, value in node.items():
+            if key not in ("data", "datasets", "encoding"):
+                visit(value, width, height)
+
+    visit(spec, None, None)
 
 
 def _stacked(spec: dict) -> dict:

@@ -17,7 +17,19 @@ from ..result import ESSResult
 from .data import ess_of, family_name, reduce_units
 from .state import VARIANTS, ViewState, check_result
 
-__all__ = ["series_of", "default_label", "analysed_layers", "ess_over_time_frame", "layer_summary_frame"]
+__all__ = [
+    "series_of",
+    "default_label",
+    "analysed_layers",
+    "ess_over_time_frame",
+    "layer_summary_frame",
+    "envelope",
+    "FIGURE_ROWS",
+]
+
+# Rows one figure sends to Vega: below Altair's limit of 5,000, and more than a line drawn
+# across a 504 pt column can show.
+FIGURE_ROWS = 4500
 
 
 def series_of(result_or_results) -> list[tuple[str, ESSResult]]:
@@ -149,3 +161,20 @@ def layer_summary_frame(
                     }
                 )
     return pd.DataFrame(per_layer), pd.DataFrame(per_unit)
+
+
+def envelope(frame: pd.DataFrame, by: list[str], budget: int = FIGURE_ROWS, value: str = "ess") -> pd.DataFrame:
+    """``frame`` with each series (rows grouped by ``by``, in t order) cut to about
+    budget / series rows: its positions fall into equal bins and each bin keeps the rows of
+    its lowest and highest ``value`` (a min/max envelope: a one-token dip at a separator
+    stays drawn, as it would at full resolution). A frame that fits is returned as it is."""
+    groups = frame.groupby(by, sort=False)
+    per = max(8, budget // max(1, groups.ngroups))
+    if len(frame) <= budget or groups.size().max() <= per:
+        return frame
+    rank, size = groups.cumcount(), groups[value].transform("size")
+    bins = (rank * (per // 2) // size).rename("_bin")
+    keys = [frame[k] for k in by] + [bins]
+    lowest = frame[value].groupby(keys, sort=False).idxmin()
+    highest = frame[value].groupby(keys, sort=False).idxmax()
+    return frame.loc[np.unique(np.concatenate([lowest.to_numpy(), highest.to_numpy()]))]

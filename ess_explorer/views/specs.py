@@ -28,6 +28,7 @@ from .data import (
     MAX_SPECTRUM_K,
     diagnostics_rows,
     focus_unit,
+    layer_axis_title,
     overview_rows,
     overview_stride,
     start_position,
@@ -51,6 +52,30 @@ from .params import (
 from .state import ViewState
 
 __all__ = ["ViewNames", "ess_over_time", "spectrum", "operator_heatmap", "overview", "diagnostics_chart"]
+
+# Rows of the layer panels (overview, diagnostics): 22 px each up to 20 layers, then smaller so
+# a deep model stays about 440 px tall, never below the 12 px that an 11 px label needs.
+ROW_STEP, ROW_STEP_MIN, ROWS_HEIGHT = 22, 12, 440
+
+
+def row_step(result: ESSResult) -> int:
+    """Pixels per layer row of the overview and the diagnostics (the same, so rows align)."""
+    return max(ROW_STEP_MIN, min(ROW_STEP, ROWS_HEIGHT // max(1, len(result.layers))))
+
+
+def layer_y(result: ESSResult, **axis) -> alt.Y:
+    """The layer axis of the overview and the diagnostics panels: rows in numeric layer order.
+
+    The sort takes op "min": a layered panel unions the domains of its layers, and Vega-Lite
+    drops a sort by a field with the default op there, falling back to sorting the labels as
+    text (0, 1, 10, 11, ..., 2). Labels that would overlap (a figure's fixed height) are
+    thinned by Vega ("greedy"), never drawn over each other."""
+    return alt.Y(
+        "label:N",
+        title=layer_axis_title(result),
+        sort=alt.EncodingSortField("layer", op="min", order="ascending"),
+        axis=alt.Axis(labelOverlap="greedy", **axis),
+    )
 
 
 # ---------------------------------------------------------------- view 1 --------------
@@ -331,7 +356,7 @@ def overview_panel(result, layer, unit, metric, names, width=360):
         .encode(
             x=alt.X("t0:Q", title="position t", scale=alt.Scale(domain=[0, result.length], nice=False)),
             x2="t1:Q",
-            y=alt.Y("label:N", title=None, sort=alt.EncodingSortField("layer", order="ascending")),
+            y=layer_y(result),
             color=alt.Color("value:Q", title=what, scale=scale, legend=alt.Legend(gradientLength=80)),
             stroke=alt.condition(sel_layer, alt.value(SELECT_COLOR), alt.value(None)),
             strokeWidth=alt.condition(sel_layer, alt.value(0.8), alt.value(0)),
@@ -345,7 +370,7 @@ def overview_panel(result, layer, unit, metric, names, width=360):
         .add_params(sel_layer)
         .properties(
             width=width,
-            height=alt.Step(22),
+            height=alt.Step(row_step(result)),
             title=alt.Title(
                 f"Overview: {what} per layer ({agg} over units)", subtitle=" · ".join(notes), anchor="start"
             ),
@@ -383,10 +408,11 @@ def overview(
 
 
 # ---------------------------------------------------------------- view 5 --------------
-def diagnostics_panel(layer, names):
+def diagnostics_panel(result, layer, names):
     highlight = layer_selection(names, layer)  # the overview's selection, referenced by name
     data = alt.Chart(named("diagnostics"))
-    y = alt.Y("label:N", title=None, sort=alt.EncodingSortField("layer", order="ascending"))
+    y = layer_y(result)
+    step = alt.Step(row_step(result))
     bars = data.mark_bar(height={"band": 0.72}).encode(
         x=alt.X("utilisation:Q", title="utilisation (max ESS / max TSS)", scale=alt.Scale(domain=[0, 1])),
         y=y,
@@ -420,14 +446,12 @@ def diagnostics_panel(layer, names):
     )
     util = alt.layer(bars, rules, upper, lower).properties(
         width=220,
-        height=alt.Step(22),
+        height=step,
         title=alt.Title(
             "Utilisation per layer", subtitle="peak ESS / peak TSS per unit, mean over units", anchor="start", offset=16
         ),
     )
-    y_mod = alt.Y(
-        "label:N", title=None, sort=alt.EncodingSortField("layer", order="ascending"), axis=alt.Axis(labels=False)
-    )
+    y_mod = layer_y(result, labels=False, title=None)
     mod = (
         data.transform_filter("datum.modulation != null")
         .mark_bar(height={"band": 0.72}, color=SEP_COLOR)
@@ -449,7 +473,7 @@ def diagnostics_panel(layer, names):
     )
     mod = alt.layer(mod, none).properties(
         width=130,
-        height=alt.Step(22),
+        height=step,
         title=alt.Title("Modulation", subtitle="1 − ESS(sep) / ESS before", anchor="start", offset=16),
     )
     return alt.hconcat(util, mod, spacing=8)
@@ -476,7 +500,7 @@ def diagnostics_chart(
     names = names or ViewNames.fresh()
     layer = state.layer
     data = {DATASETS["diagnostics"]: diagnostics_rows(result, state), DATASETS["thresholds"]: thresholds_data(state)}
-    chart = diagnostics_panel(layer, names)
+    chart = diagnostics_panel(result, layer, names)
     # the highlight references names.layer: define it here (no overview to define it)
     chart = alt.hconcat(
         *[c.add_params(layer_selection(names, layer)) if i == 0 else c for i, c in enumerate(chart.hconcat)], spacing=8

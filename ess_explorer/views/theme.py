@@ -86,7 +86,9 @@ def paper_config(font: str = "serif", size: float = 8.0) -> dict:
             "labelFlush": True,
         },
         "axisY": {"grid": True, "gridColor": "#e8e8e8", "gridWidth": 0.5},
-        "axisBand": {"grid": False},
+        # flush labels suit a continuous axis; on a band axis they move the end rows' labels
+        # off their ticks
+        "axisBand": {"grid": False, "labelFlush": False},
         "legend": {
             "labelFont": family,
             "titleFont": family,
