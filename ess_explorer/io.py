@@ -88,9 +88,12 @@ def summary_table(
     """One row per analysed layer: layer, family, units (count and kind), scalars per unit
     (multiplicity), mean ESS and max ESS (mean over units, then mean / max over t), mean TSS,
     the layer totals in scalars at the peak cut (total_ess, total_tss: sum over units of
-    multiplicity x value, comparable across families; docs/conventions.md), utilisation (peak
-    ESS/TSS over t, mean over units; diagnostics.layer_diagnostics) and its state, and the
-    peak over t of the unit-mean causal ESS (NaN for a layer with no known realisation)."""
+    multiplicity x value, comparable across families; docs/conventions.md), utilisation: per
+    unit peak ESS over the peak of its attainable ceiling min(TSS, t, L - t), mean over units
+    (diagnostics.layer_diagnostics), with the means over units of that numerator and
+    denominator (peak_ess, peak_ceiling), its state, the paper's ratio to TSS
+    (tss_utilisation), and the peak over t of the unit-mean causal ESS (NaN for a layer with
+    no known realisation)."""
     saturated = SATURATED_AT if saturated is None else saturated
     collapsed = COLLAPSED_AT if collapsed is None else collapsed
     rows = []
@@ -110,8 +113,11 @@ def summary_table(
                 "mean_tss": float(np.asarray(lay.tss, dtype=np.float64).mean()) if lay.tss.size else 0.0,
                 "total_ess": float(diag["total_ess"]),
                 "total_tss": float(diag["total_tss"]),
+                "peak_ess": float(diag["peak_ess"]),
+                "peak_ceiling": float(diag["peak_ceiling"]),
                 "utilisation": float(diag["utilisation"]),
                 "state": str(diag["state"]),
+                "tss_utilisation": float(diag["tss_utilisation"]),
                 "max_causal_ess": _peak_causal(lay),
             }
         )
@@ -127,8 +133,11 @@ def summary_table(
             "mean_tss",
             "total_ess",
             "total_tss",
+            "peak_ess",
+            "peak_ceiling",
             "utilisation",
             "state",
+            "tss_utilisation",
             "max_causal_ess",
         ],
     )

@@ -3,6 +3,7 @@ layer order in every panel, no data-size limit reached, and line thinning that k
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import numpy as np
@@ -14,7 +15,7 @@ from ess_explorer.synthetic import reference_result
 from ess_explorer.views.charts import linked_views
 from ess_explorer.views.data import layer_label
 from ess_explorer.views.figures import figure
-from ess_explorer.views.frames import FIGURE_ROWS, envelope
+from ess_explorer.views.frames import FIGURE_ROWS, envelope, layer_summary_frame
 from ess_explorer.views.render import figure_bytes
 from ess_explorer.views.specs import diagnostics_chart
 
@@ -45,7 +46,7 @@ def test_diagnostics_rows_follow_the_layer_number_in_both_panels(deep):
     widths = {}
     for label in re.findall(r'aria-label="(utilisation[^"]*)"', svg):
         widths[int(re.search(r"; layer: (\d+)", label).group(1))] = float(
-            re.search(r"utilisation: ([0-9.]+)", label)[1]
+            re.search(r"of the ceiling: ([0-9.]+)", label)[1]
         )
     assert (
         np.argsort([widths[i] for i in range(N_LAYERS)]).tolist()
@@ -102,3 +103,58 @@ def test_envelope_keeps_every_dip_and_peak():
         envelope(frame.head(100), ["series"], budget=400) is not None
         and len(envelope(frame.head(100), ["series"])) == 100
     )
+
+
+def test_utilisation_of_thousands_of_channels_draws_their_spread(deep):
+    wide = dataclasses.replace(
+        deep,
+        layers={
+            i: dataclasses.replace(
+                lay,
+                tolerance_ess=np.tile(lay.tolerance_ess, (20, 1)),
+                entropy_ess=np.tile(lay.entropy_ess, (20, 1)),
+                tss=np.tile(lay.tss, (20, 1)),
+                singular_values=lay.singular_values[:1].repeat(180, 0),
+                rank_bound=np.tile(lay.rank_bound, (20, 1)),
+                multiplicity=None,
+                causal_ess=None,
+                operators={},
+            )
+            for i, lay in deep.layers.items()
+        },
+    )
+    spec = figure(wide, "utilisation").to_dict()
+    units = [row for rows in spec["datasets"].values() for row in rows if "unit" in row]
+    assert 30 * 5 <= len(units) <= FIGURE_ROWS
+    per_layer = pd.DataFrame(units).groupby("layer")["utilisation"]
+    # the extremes of every layer are drawn
+
+    full = layer_summary_frame(wide)[1].groupby("layer")["utilisation"]
+    assert np.allclose(per_layer.min(), full.min()) and np.allclose(per_layer.max(), full.max())
+    figure_bytes(figure(wide, "utilisation"), "svg")
+
+
+def summary_html(page: str) -> str:
+    start = page.index("<h2>Per-layer summary</h2>")
+    return page[start : page.index("</table>", start)]
+
+
+def test_the_report_table_shows_what_utilisation_divides_and_totals_in_full():
+    from ess_explorer.app.report import report_html
+    from ess_explorer.io import summary_table
+
+    result = reference_result()
+    page = report_html(result, embed_data=False)
+    table = summary_html(page)
+    header = re.findall(r"<th>([^<]*)</th>", table)
+    assert "max_ess" not in header and {"peak_ess", "peak_ceiling", "utilisation", "tss_utilisation"} <= set(header)
+    summary = summary_table(result)
+    # utilisation is the mean over units of per-unit peak ratios; for the equal units of a
+    # synthetic layer it is exactly peak_ess / peak_ceiling
+    assert np.allclose(summary["utilisation"], summary["peak_ess"] / summary["peak_ceiling"], atol=0.05)
+    big = dataclasses.replace(
+        result, layers={0: dataclasses.replace(result.layer(0), multiplicity=np.array([1280, 1280]))}
+    )
+    page = report_html(big, embed_data=False)
+    assert "e+0" not in summary_html(page)
+    assert f"{summary_table(big)['total_tss'][0]:,.0f}" in page

@@ -228,10 +228,12 @@ def _figure_options(args) -> dict:
             options["layer"] = layers[0]
         elif layers is not None:
             options["layers"] = layers
-    for name in ("t", "unit", "variant"):
+    for name in ("t", "unit", "variant", "against"):
         value = getattr(args, name)
         if value is not None:
             options[name] = value
+    if args.any_prompt:
+        options["check_prompt"] = False
     if args.positions is not None:
         try:
             options["positions"] = [int(p) for p in args.positions.split(",")]
@@ -265,7 +267,7 @@ def cmd_figure(args) -> int:
     taken = set(inspect.signature(KINDS[args.kind]).parameters)
     unknown = sorted(set(options) - taken)
     if unknown:  # e.g. --variant for the operator view: a command-line mistake
-        flags = ", ".join("--" + ("layers" if name == "layer" else name) for name in unknown)
+        flags = ", ".join("--" + {"layer": "layers", "check_prompt": "any-prompt"}.get(name, name) for name in unknown)
         raise UsageError(f"--kind {args.kind} takes no {flags}; it takes: {KIND_DOCS[args.kind]}")
     start = time.perf_counter()
     chart = figure(data, args.kind, width=args.width, height=args.height, font=args.font, **options)
@@ -413,6 +415,12 @@ def build_parser() -> argparse.ArgumentParser:
     fig.add_argument("--positions", help="several positions for the spectrum, e.g. 8,16,32")
     fig.add_argument("--unit", type=int, help="unit (head or channel) for spectrum / operator")
     fig.add_argument("--variant", choices=["tolerance", "entropy", "causal"], help="ESS variant (default tolerance)")
+    fig.add_argument(
+        "--against",
+        choices=["ceiling", "tss"],
+        help="utilisation: against the attainable ceiling min(TSS, t, L - t) (default) or TSS (the paper's)",
+    )
+    fig.add_argument("--any-prompt", action="store_true", help="compare: allow results of different prompts")
     fig.add_argument("--width", type=_width, default="single", help="single (3.33 in), double (7 in) or points")
     fig.add_argument("--height", type=_height, help="height in points (default: from the width)")
     fig.add_argument("--font", choices=["serif", "sans"], default="serif")

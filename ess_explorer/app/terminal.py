@@ -88,12 +88,15 @@ def format_summary(result, *, cache_hit: bool | None = None) -> str:
         ("family", "family", "{}"),
         ("units", "units", "{}"),
         ("mean_ess", "mean ESS", "{:.2f}"),
-        ("max_ess", "max ESS", "{:.2f}"),
         ("mean_tss", "mean TSS", "{:.2f}"),
         ("multiplicity", "ch/unit", "{}"),
         ("total_ess", "total ESS", "{:.0f}"),
         ("total_tss", "total TSS", "{:.0f}"),
-        ("utilisation", "ESS/TSS", "{:.2f}"),
+        # utilisation = peak ESS / peak ceiling (per unit, mean over units): numerator and denominator shown
+        ("peak_ess", "peak ESS", "{:.2f}"),
+        ("peak_ceiling", "ceiling", "{:.2f}"),
+        ("utilisation", "of ceil.", "{:.2f}"),
+        ("tss_utilisation", "ESS/TSS", "{:.2f}"),
         ("state", "state", "{}"),
     ]
     cells = [[title for _, title, _ in columns]]

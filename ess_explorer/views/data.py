@@ -23,7 +23,7 @@ import weakref
 
 import numpy as np
 
-from ..core.diagnostics import layer_diagnostics, layer_modulation
+from ..core.diagnostics import attainable_ceiling, layer_diagnostics, layer_modulation
 from ..result import ESSResult, LayerESS
 from .state import ViewState
 
@@ -176,6 +176,7 @@ def _series(result: ESSResult, state: ViewState) -> dict:
         "t": np.asarray(lay.positions, dtype=int),
         "ess": reduce_units(ess, state.unit, lay.multiplicity),
         "tss": reduce_units(lay.tss, state.unit, lay.multiplicity),
+        "ceiling": reduce_units(attainable_ceiling(lay), state.unit, lay.multiplicity),
         "exact": exact.all(0) if isinstance(state.unit, str) else exact[int(state.unit)],
     }
 
@@ -185,7 +186,8 @@ def unit_series(
 ) -> dict:
     """ESS, TSS and exactness of one unit (or an aggregate over units) along t.
 
-    Returns a dict of (P,) arrays: ``t`` (positions), ``ess``, ``tss``, ``exact`` (False
+    Returns a dict of (P,) arrays: ``t`` (positions), ``ess``, ``tss``, ``ceiling`` (the
+    attainable min(TSS, t, L - t), core/diagnostics.py), ``exact`` (False
     where a recomputed tolerance count may be a lower bound; for an aggregate, False if any
     unit is)."""
     return _series(result, ViewState.of(result, layer=layer, unit=unit, variant=variant, tol=tol, relative=relative))
@@ -234,7 +236,7 @@ def time_data(
     result: ESSResult, *, layer: int, unit="mean", variant="tolerance", tol=None, relative=None
 ) -> list[dict]:
     """Rows of the "time" dataset, one per computed t: ``t``, ``token``, the shown
-    ``ess``/``tss`` (unit or aggregate), ``exact``, ``sep`` (separator flag) and the focus
+    ``ess``/``tss``/``ceiling`` (unit or aggregate), ``exact``, ``sep`` (separator flag) and the focus
     unit's kept spectrum: ``sigma`` (descending, at most MAX_SPECTRUM_K, round-off
     dropped; flattened in the browser), its threshold ``thr``, ``unit_tol_ess``,
     ``unit_entropy_ess`` and ``complete`` (False when more values exist than were kept,
@@ -257,12 +259,14 @@ def _time_rows(result: ESSResult, state: ViewState) -> list[dict]:
     thr = state.tol * sigma1 if state.relative else np.full(sigma1.shape, state.tol)
     tol_text = tol_label(state.tol, state.relative)
     ess, tss, exact = series["ess"].tolist(), series["tss"].tolist(), series["exact"].tolist()
+    ceiling = series["ceiling"].tolist()
     unit_ess = at.tolerance_ess[focus].tolist()
     return [
         {
             **row,
             "ess": _sig(ess[i]),
             "tss": _sig(tss[i]),
+            "ceiling": _sig(ceiling[i]),
             "exact": bool(exact[i]),
             "thr": _sig(thr[i]) if thr[i] > 0 else None,
             "tol_label": tol_text,
@@ -406,8 +410,9 @@ def diagnostics_data(
     saturated: float | None = None,
     collapsed: float | None = None,
 ) -> list[dict]:
-    """Rows of the "diagnostics" dataset, one per layer: ``utilisation`` and ``state`` from
-    diagnostics.layer_diagnostics (ratio of peaks per unit, mean over units), unit counts, and
+    """Rows of the "diagnostics" dataset, one per layer: ``utilisation`` (against the
+    attainable ceiling) and ``state`` from diagnostics.layer_diagnostics (ratio of peaks per
+    unit, mean over units), ``tss_utilisation`` (the paper's ESS/TSS), unit counts, and
     ``modulation``: mean over separators of diagnostics.layer_modulation (tolerance-ESS at
     the reset-aware scope "unit", layer total in scalars; None when the prompt has no
     computed separator)."""
@@ -434,6 +439,7 @@ def diagnostics_rows(result: ESSResult, state: ViewState) -> list[dict]:
                 "layer": int(index),
                 "label": layer_label(result, index),
                 "utilisation": round(float(diag["utilisation"]), 4),
+                "tss_utilisation": round(float(diag["tss_utilisation"]), 4),
                 "state": str(diag["state"]),
                 "n_saturated": int(diag["n_saturated"]),
                 "n_collapsed": int(diag["n_collapsed"]),

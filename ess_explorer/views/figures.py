@@ -7,14 +7,16 @@ vl-convert with no network.
 
 Figure kinds; [w] = the widget's own view (specs.py) made print-ready by ``paperise``, so
 figure and widget are the same spec:
-    "ess_time"     ESS over time, several layers and/or models overlaid (TSS optional),
+    "ess_time"     ESS over time, several layers and/or models overlaid (TSS and the attainable
+                   ceiling min(TSS, t, L - t) optional),
                    separators drawn as labelled rules
     "spectrum"     singular values of H_t of one unit: one t [w], or several t overlaid
                    (values below float round-off, eps * sigma_1, are not data: dropped)
     "operator"     log10|T| of one kept unit, the cut H_t = T[t:, :t] outlined [w]
     "overview"     layer x position heatmap of ESS/TSS or ESS [w]
-    "utilisation"  ESS/TSS per layer (bar = mean over units, dots = units), thresholds;
-                   several models side by side
+    "utilisation"  utilisation per layer (bar = mean over units, dots = units), thresholds;
+                   against the attainable ceiling min(TSS, t, L - t) or (against="tss") the
+                   paper's TSS; several models side by side
     "diagnostics"  utilisation per layer by state, and modulation at separators [w]
                    (stacked at single width so the threshold names have room)
     "compare"      several models on one prompt: ESS over time and ESS per layer
@@ -38,7 +40,7 @@ from .data import family_name, separator_positions
 from .difficulty import difficulty_figure
 from .frames import analysed_layers as _layers
 from .frames import default_label as _default_label
-from .frames import envelope, ess_over_time_frame, layer_summary_frame
+from .frames import envelope, ess_over_time_frame, layer_summary_frame, spread
 from .frames import series_of as _series
 from .sweep_figures import SWEEP_KINDS
 from .theme import (
@@ -133,7 +135,17 @@ def _separator_positions(result: ESSResult, separators) -> list[int]:
 
 
 # ---- kinds ------------------------------------------------------------------------------
-def _ess_time(results, *, layers=None, variant="tolerance", unit="mean", show_tss=False, separators=None, legend="top"):
+def _ess_time(
+    results,
+    *,
+    layers=None,
+    variant="tolerance",
+    unit="mean",
+    show_tss=False,
+    show_ceiling=False,
+    separators=None,
+    legend="top",
+):
     frame = ess_over_time_frame(results, layers=layers, variant=variant, unit=unit)
     series = _series(results)
     words = {_unit_word(r, _layers(r, layers)) for _, r in series}
@@ -177,12 +189,13 @@ def _ess_time(results, *, layers=None, variant="tolerance", unit="mean", show_ts
             .mark_text(align="left", baseline="top", dx=2, dy=1, color="#666666")
             .encode(x="t:Q", y=alt.value(0), text="label:N")
         )
-    if show_tss:
-        layers_.append(
-            base.mark_line(color="#888888", strokeWidth=0.8, strokeDash=[1, 1.5]).encode(
-                x="t:Q", y="tss:Q", detail="series:N"
+    for shown, field, dash in ((show_tss, "tss", [1, 1.5]), (show_ceiling, "ceiling", [4, 2])):
+        if shown:  # grey, thin: the capacity (dotted) and the attainable ceiling (dashed) behind ESS
+            layers_.append(
+                base.mark_line(color="#888888", strokeWidth=0.8, strokeDash=dash).encode(
+                    x="t:Q", y=f"{field}:Q", detail="series:N"
+                )
             )
-        )
     layers_.append(lines)
     return alt.layer(*layers_) if len(layers_) > 1 else lines
 
@@ -337,16 +350,31 @@ def _diagnostics(results, *, variant="tolerance", saturated=None, collapsed=None
 
 
 def _utilisation(
-    results, *, layers=None, variant="tolerance", reduce="max", saturated=None, collapsed=None, legend="top"
+    results,
+    *,
+    layers=None,
+    variant="tolerance",
+    reduce="max",
+    saturated=None,
+    collapsed=None,
+    against="ceiling",
+    legend="top",
 ):
     saturated = SATURATED_AT if saturated is None else saturated
     collapsed = COLLAPSED_AT if collapsed is None else collapsed
     per_layer, per_unit = layer_summary_frame(
-        results, layers=layers, variant=variant, reduce=reduce, saturated=saturated, collapsed=collapsed
+        results,
+        layers=layers,
+        variant=variant,
+        reduce=reduce,
+        saturated=saturated,
+        collapsed=collapsed,
+        against=against,
     )
+    per_unit = spread(per_unit, ["model", "layer"], "utilisation")  # thousands of channels: their quantiles
     several = per_layer["model"].nunique() > 1
     x = alt.X("layer:O", title="layer", axis=LAYER_AXIS)
-    y_title = f"ESS / TSS ({'peak' if reduce == 'max' else 'mean'} over t)"
+    y_title = f"ESS / {'ceiling' if against == 'ceiling' else 'TSS'} ({'peak' if reduce == 'max' else 'mean'} over t)"
     enc = dict(x=x, y=alt.Y("utilisation:Q", title=y_title, scale=alt.Scale(domain=[0, 1])))
     tips = [alt.Tooltip("label:N", title="layer"), alt.Tooltip("utilisation:Q", format=".2f"), "state:N"]
     if several:  # one bar per model within each layer
@@ -410,7 +438,7 @@ def _compare(results, *, layers=None, variant="tolerance", unit="mean", check_pr
         if len(prompts) > 1:
             raise ValueError(
                 "compare needs results of one prompt; these were analysed on different prompts "
-                "(pass check_prompt=False to compare anyway)"
+                "(to compare anyway: check_prompt=False in Python, --any-prompt on the command line)"
             )
     rows, per_layer = [], []
     for label, res in series:
@@ -466,12 +494,14 @@ KINDS = {
     "compare": _compare,
 }
 KIND_DOCS = {
-    "ess_time": "ESS over time; layers=, variant=, unit=, show_tss=, separators=; several results overlay",
+    "ess_time": "ESS over time; layers=, variant=, unit=, show_tss=, show_ceiling=, separators=; "
+    "several results overlay",
     "spectrum": "singular values of H_t; layer=, unit=, t= (one cut) or positions=[...] (overlay), normalise=",
     "operator": "log10|T| heatmap with the cut H_t outlined; layer=, unit=, t=, max_side=",
     "overview": "layer x position heatmap; value='utilisation'|'ess', variant=, unit=, layers=",
     "diagnostics": "the widget's diagnostics: utilisation per layer by state, modulation at separators",
-    "utilisation": "ESS/TSS per layer and unit with thresholds; reduce='max'|'mean', saturated=, collapsed=",
+    "utilisation": "utilisation per layer and unit with thresholds; against='ceiling'|'tss', reduce='max'|'mean', "
+    "saturated=, collapsed=",
     "compare": "several models on one prompt: ESS over time and per layer",
 }
 

@@ -56,6 +56,9 @@ __all__ = ["ViewNames", "ess_over_time", "spectrum", "operator_heatmap", "overvi
 # Rows of the layer panels (overview, diagnostics): 22 px each up to 20 layers, then smaller so
 # a deep model stays about 440 px tall, never below the 12 px that an 11 px label needs.
 ROW_STEP, ROW_STEP_MIN, ROWS_HEIGHT = 22, 12, 440
+# The most ESS a unit can show at t (core/diagnostics.attainable_ceiling), drawn with ESS and TSS.
+CEILING = "ceiling min(TSS, t, L−t)"
+CEILING_COLOR = "#7f7f7f"
 
 
 def row_step(result: ESSResult) -> int:
@@ -84,19 +87,21 @@ def ess_over_time_panel(result, layer, unit, names, t0, width=720, height=190):
     sel_t, hover = t_selection(names, t0), hover_selection(names)
     x = alt.X("t:Q", title="position t", scale=alt.Scale(domain=[0, max(result.length - 1, 1)], nice=False))
     base = alt.Chart(named("time"))
-    series = base.transform_fold(["ess", "tss"], as_=["series", "value"]).transform_calculate(
-        series="datum.series === 'ess' ? 'ESS' : 'TSS (capacity)'"
+    series = base.transform_fold(["ess", "ceiling", "tss"], as_=["series", "value"]).transform_calculate(
+        series=f"datum.series === 'ess' ? 'ESS' : datum.series === 'tss' ? 'TSS (capacity)' : '{CEILING}'"
     )
-    domain = ["ESS", "TSS (capacity)"]
+    domain = ["ESS", CEILING, "TSS (capacity)"]
     lines = series.mark_line(strokeWidth=2).encode(
         x=x,
         y=alt.Y("value:Q", title="state size"),
         color=alt.Color(
             "series:N",
-            scale=alt.Scale(domain=domain, range=[ESS_COLOR, TSS_COLOR]),
+            scale=alt.Scale(domain=domain, range=[ESS_COLOR, CEILING_COLOR, TSS_COLOR]),
             legend=alt.Legend(orient="none", legendX=0, legendY=-20, title=None, direction="horizontal"),
         ),
-        strokeDash=alt.StrokeDash("series:N", scale=alt.Scale(domain=domain, range=[[1, 0], [5, 3]]), legend=None),
+        strokeDash=alt.StrokeDash(
+            "series:N", scale=alt.Scale(domain=domain, range=[[1, 0], [2, 2], [5, 3]]), legend=None
+        ),
     )
     points = (
         base.mark_point(filled=True)
@@ -112,6 +117,7 @@ def ess_over_time_panel(result, layer, unit, names, t0, width=720, height=190):
                 alt.Tooltip("t:Q", title="t"),
                 alt.Tooltip("ess:Q", title="ESS", format=".3~f"),
                 alt.Tooltip("tss:Q", title="TSS", format=".3~f"),
+                alt.Tooltip("ceiling:Q", title="ceiling", format=".3~f"),
             ],
         )
         .add_params(sel_t, hover)
@@ -414,7 +420,7 @@ def diagnostics_panel(result, layer, names):
     y = layer_y(result)
     step = alt.Step(row_step(result))
     bars = data.mark_bar(height={"band": 0.72}).encode(
-        x=alt.X("utilisation:Q", title="utilisation (max ESS / max TSS)", scale=alt.Scale(domain=[0, 1])),
+        x=alt.X("utilisation:Q", title="utilisation (peak ESS / peak ceiling)", scale=alt.Scale(domain=[0, 1])),
         y=y,
         color=alt.Color(
             "state:N",
@@ -424,7 +430,8 @@ def diagnostics_panel(result, layer, names):
         opacity=alt.condition(highlight, alt.value(1.0), alt.value(0.45)),
         tooltip=[
             alt.Tooltip("label:N", title="layer"),
-            alt.Tooltip("utilisation:Q", format=".3f"),
+            alt.Tooltip("utilisation:Q", title="of the ceiling", format=".3f"),
+            alt.Tooltip("tss_utilisation:Q", title="ESS/TSS (paper)", format=".3f"),
             alt.Tooltip("state:N"),
             alt.Tooltip("n_saturated:Q", title="saturated units"),
             alt.Tooltip("n_collapsed:Q", title="collapsed units"),
@@ -448,7 +455,10 @@ def diagnostics_panel(result, layer, names):
         width=220,
         height=step,
         title=alt.Title(
-            "Utilisation per layer", subtitle="peak ESS / peak TSS per unit, mean over units", anchor="start", offset=16
+            "Utilisation per layer",
+            subtitle="peak ESS / peak of min(TSS, t, L−t) per unit, mean over units",
+            anchor="start",
+            offset=16,
         ),
     )
     y_mod = layer_y(result, labels=False, title=None)
@@ -491,7 +501,7 @@ def diagnostics_chart(
     names: ViewNames | None = None,
 ) -> alt.HConcatChart:
     """Per layer: utilisation (diagnostics.layer_diagnostics: per unit the ratio of the
-    peaks over t, max ESS / max TSS; mean over units) coloured saturated / normal / collapsed with both thresholds drawn and named, and
+    peaks over t, max ESS / max attainable ceiling min(TSS, t, L - t); mean over units) coloured saturated / normal / collapsed with both thresholds drawn and named, and
     the mean modulation at separators (diagnostics.layer_modulation, reset-aware). Standalone, the layer
     ``layer`` is highlighted with a fixed selection of the same name as the overview's."""
     state = ViewState.of(
