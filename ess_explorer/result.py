@@ -28,7 +28,15 @@ singular values per cut):
                                        known realisation (and in files written before it existed)
 
 Saved as one ``.npz`` file (numpy arrays + a JSON header), loaded with
-``allow_pickle=False``: no code is ever unpickled from a result file.
+``allow_pickle=False``: no code is ever unpickled from a result file. A file holds what the
+views draw, sized for real models (a 30-layer, 523-token LLM result is about 26 MB; 281 MB
+before): the top SAVED_SPECTRUM_K singular values per cut in float32 (the ESS values were
+counted from the float64 spectra and are stored as computed; the counts at the analysis
+tolerance for every scope are stored too, so a recount there stays exact), stored as byte
+planes (the exponent bytes of a descending spectrum compress well once apart from the
+mantissas); operators longer than SAVED_OPERATOR_SIDE as the largest |T| of b x b blocks
+(what the operator view draws; ``operator_block`` says b). The in-memory result of
+``analyze`` keeps everything it computed.
 """
 
 from __future__ import annotations
@@ -51,6 +59,13 @@ from .core.units import CapturedLayer, DenseCapture, SSMCapture
 
 FORMAT_VERSION = 1
 OPTIONAL_ARRAYS = ("multiplicity", "causal_ess")  # per-layer arrays a file may lack (older files)
+# What a saved file keeps: the spectrum view draws the top 64 values of a cut, and the
+# operator view at most 64 x 64 blocks (views/data.py takes both from here).
+SAVED_SPECTRUM_K = 64
+SAVED_OPERATOR_SIDE = 64
+# How singular values are laid out in a file (header "spectra"): the float32 values' bytes
+# in four planes, lowest byte first.
+BYTE_PLANES = "float32-byteplanes"
 CONVENTION = (
     "0-based t; H_t = T[t:, :t] (past inputs u_0..u_{t-1} -> outputs y_t..y_{L-1}, diagonal excluded); "
     "ESS(0) = 0; tolerance-ESS counts sigma_k > tol (absolute) or > tol * sigma_1 (relative); "
@@ -74,6 +89,11 @@ class LayerESS:
     path: dict = field(default_factory=dict)
     multiplicity: np.ndarray | None = None
     causal_ess: np.ndarray | None = None
+    # operators[u] holds the largest |T| of each block of this side (1: T itself)
+    operator_block: int = 1
+    # tolerance-ESS at one (tol, relative) per scope, counted from the spectra before a save
+    # cut them: {"tol", "relative", scope: (ess, exact)}; None when the kept values are all
+    counts: dict | None = field(default=None, repr=False)
 
     def __post_init__(self):
         units = int(np.shape(self.tolerance_ess)[0])
@@ -127,6 +147,9 @@ class LayerESS:
         if not np.isfinite(tol) or tol < 0:
             raise ValueError(f"tol must be a finite non-negative number, got {tol}")
         check_scope(scope, relative)
+        stored = self.counts or {}
+        if stored.get("tol") == tol and stored.get("relative") == relative and scope in stored:
+            return stored[scope]
         sigma = self.singular_values
         threshold = tol * tolerance_reference(sigma, scope) if relative else np.full_like(sigma[..., :1], tol)
         ess = (sigma > threshold).sum(-1)
@@ -310,22 +333,27 @@ class ESSResult:
                 }
                 for i, lay in self.layers.items()
             },
+            "spectra": BYTE_PLANES,
         }
-        arrays = {"__header__": np.frombuffer(json.dumps(header).encode("utf-8"), dtype=np.uint8)}
+        arrays = {}
         for i, lay in self.layers.items():
-            for name in (
-                "positions",
-                "tolerance_ess",
-                "entropy_ess",
-                "tss",
-                "singular_values",
-                "rank_bound",
-                *OPTIONAL_ARRAYS,
-            ):
+            for name in ("positions", "tolerance_ess", "entropy_ess", "tss", "rank_bound", *OPTIONAL_ARRAYS):
                 arrays[f"L{i}/{name}"] = np.asarray(getattr(lay, name))
+            arrays[f"L{i}/singular_values"] = _byte_planes(lay.singular_values[..., :SAVED_SPECTRUM_K])
+            counts = _saved_counts(lay, self.meta)
+            if counts is not None:
+                header["layers"][str(i)]["counts"] = {k: counts[k] for k in ("tol", "relative")}
+                header["layers"][str(i)]["count_scopes"] = counts["scopes"]
+                arrays[f"L{i}/counts"] = counts["ess"]
+                arrays[f"L{i}/counts_exact"] = counts["exact"]
+            block = _saved_block(lay, len(self.input_ids))
+            header["layers"][str(i)]["operator_block"] = block
             for unit, op in lay.operators.items():
-                arrays[f"L{i}/operator/{unit}"] = np.asarray(op)
-        return atomic_write_with(path, lambda handle: np.savez_compressed(handle, **arrays))
+                arrays[f"L{i}/operator/{unit}"] = _block_max(np.asarray(op), block // lay.operator_block)
+        arrays["__header__"] = np.frombuffer(json.dumps(header).encode("utf-8"), dtype=np.uint8)
+        written = atomic_write_with(path, lambda handle: np.savez_compressed(handle, **arrays))
+        self._file = _file_stamp(written)
+        return written
 
     @classmethod
     def load(cls, path) -> "ESSResult":
@@ -346,12 +374,17 @@ class ESSResult:
                         if f"L{i}/{name}" not in data.files:
                             raise ValueError(f"field L{i}/{name} is missing")
                         fields[name] = data[f"L{i}/{name}"]
+                    if header.get("spectra") == BYTE_PLANES:
+                        fields["singular_values"] = _from_byte_planes(fields["singular_values"], i)
+                    block = info.get("operator_block", 1)
+                    if not isinstance(block, int) or isinstance(block, bool) or block < 1:
+                        raise ValueError(f"field layers.{key}.operator_block must be a positive integer")
                     operators = {}
                     for u in info["operators"]:
                         if f"L{i}/operator/{u}" not in data.files:
                             raise ValueError(f"field L{i}/operator/{u} is missing")
                         operators[int(u)] = data[f"L{i}/operator/{u}"]
-                    _check_layer_arrays(i, fields, operators, len(header["input_ids"]))
+                    _check_layer_arrays(i, fields, operators, len(header["input_ids"]), block)
                     # Optional arrays: files written before they existed load with the defaults
                     # (multiplicity 1 per unit, causal ESS NaN); LayerESS checks their shapes.
                     for name in OPTIONAL_ARRAYS:
@@ -360,7 +393,14 @@ class ESSResult:
                     route = info.get("path", {})  # not `path`: the error below names the file
                     route = {str(k): str(v) for k, v in route.items()} if isinstance(route, dict) else {}
                     layers[i] = LayerESS(
-                        i, info["family"], info["unit_kind"], operators=operators, path=route, **fields
+                        i,
+                        info["family"],
+                        info["unit_kind"],
+                        operators=operators,
+                        path=route,
+                        operator_block=block,
+                        counts=_loaded_counts(data, i, info, fields["tolerance_ess"].shape),
+                        **fields,
                     )
         except (
             OSError,
@@ -373,10 +413,104 @@ class ESSResult:
             zlib.error,
         ) as error:
             raise ValueError(f"{path} is not a readable ESS result ({error}); recompute it") from error
-        return cls(header["tokens"], header["input_ids"], layers, header["meta"])
+        result = cls(header["tokens"], header["input_ids"], layers, header["meta"])
+        result._file = _file_stamp(path)
+        return result
+
+    # The file this result was loaded from or saved to, as (path, size, mtime): io's
+    # write_result_dir links that file instead of writing the same bytes again. Not a
+    # field, so a changed copy (dataclasses.replace, a subset) never claims the file.
+    _file = None
+
+    def saved_file(self) -> Path | None:
+        """The file this result was loaded from or last saved to, if it is still as it was."""
+        if self._file is None:
+            return None
+        path, size, mtime = self._file
+        try:
+            stat = path.stat()
+        except OSError:
+            return None
+        return path if (stat.st_size, stat.st_mtime_ns) == (size, mtime) else None
 
 
 _ARRAY_FIELDS = ("positions", "tolerance_ess", "entropy_ess", "tss", "singular_values", "rank_bound")
+SCOPES_OF = {True: ("cut", "unit", "layer"), False: ("cut",)}  # relative or absolute tolerance
+
+
+def _file_stamp(path) -> tuple:
+    path = Path(path).resolve()
+    stat = path.stat()
+    return path, stat.st_size, stat.st_mtime_ns
+
+
+def _byte_planes(sigma) -> np.ndarray:
+    """(4, U, P, K) uint8: the bytes of float32 ``sigma`` (U, P, K), little-endian, plane by plane."""
+    values = np.ascontiguousarray(np.asarray(sigma, dtype="<f4"))
+    return np.moveaxis(values.view(np.uint8).reshape(values.shape + (4,)), -1, 0).copy()
+
+
+def _from_byte_planes(planes: np.ndarray, i: int) -> np.ndarray:
+    if planes.dtype != np.uint8 or planes.ndim != 4 or planes.shape[0] != 4:
+        raise ValueError(f"field L{i}/singular_values is not float32 byte planes (4, U, P, K)")
+    return np.ascontiguousarray(np.moveaxis(planes, 0, -1)).view("<f4")[..., 0]
+
+
+def _saved_counts(lay: LayerESS, meta: dict) -> dict | None:
+    """tolerance-ESS at the analysis tolerance for every scope, counted from the spectra this
+    layer holds, when a file keeps fewer values than that (else a recount is the same)."""
+    if lay.singular_values.shape[-1] <= SAVED_SPECTRUM_K or meta.get("tol") is None:
+        return None
+    tol, relative = float(meta["tol"]), bool(meta.get("relative", True))
+    scopes = SCOPES_OF[relative]
+    pairs = [lay.tolerance_ess_at(tol, relative, scope) for scope in scopes]
+    return {
+        "tol": tol,
+        "relative": relative,
+        "scopes": list(scopes),
+        "ess": np.stack([ess for ess, _ in pairs]).astype(np.int32),
+        "exact": np.stack([exact for _, exact in pairs]),
+    }
+
+
+def _loaded_counts(data, i: int, info: dict, shape: tuple) -> dict | None:
+    stored = info.get("counts")
+    if stored is None:
+        return None
+    scopes = info.get("count_scopes")
+    ess, exact = data[f"L{i}/counts"], data[f"L{i}/counts_exact"]
+    if (
+        not isinstance(stored, dict)
+        or not isinstance(stored.get("tol"), (int, float))
+        or not isinstance(stored.get("relative"), bool)
+        or not isinstance(scopes, list)
+        or not set(scopes) <= set(SCOPES_OF[True])
+        or ess.shape != (len(scopes), *shape)
+        or exact.shape != ess.shape
+        or not np.issubdtype(ess.dtype, np.integer)
+        or exact.dtype != np.bool_
+    ):
+        raise ValueError(f"field L{i}/counts does not match layers.{i}.counts")
+    out = {"tol": float(stored["tol"]), "relative": stored["relative"]}
+    out.update({scope: (ess[k].astype(np.int64), exact[k]) for k, scope in enumerate(scopes)})
+    return out
+
+
+def _saved_block(lay: LayerESS, length: int) -> int:
+    """The block side a file stores this layer's operators at: 1 (T itself) up to
+    SAVED_OPERATOR_SIDE positions, else the view's block (a multiple of the layer's own)."""
+    block = max(lay.operator_block, -(-length // SAVED_OPERATOR_SIDE))
+    return -(-block // lay.operator_block) * lay.operator_block
+
+
+def _block_max(op: np.ndarray, factor: int) -> np.ndarray:
+    """The largest |T| of each factor x factor block of ``op`` (``op`` itself for factor 1)."""
+    if factor <= 1:
+        return op
+    n = -(-op.shape[0] // factor)
+    padded = np.zeros((n * factor, n * factor), dtype=np.float32)
+    padded[: op.shape[0], : op.shape[1]] = np.abs(op)
+    return padded.reshape(n, factor, n, factor).max(axis=(1, 3))
 
 
 def _check_header(header) -> None:
@@ -413,7 +547,7 @@ def _check_header(header) -> None:
             raise ValueError(f"field layers.{key}.operators must be a list of unit rows")
 
 
-def _check_layer_arrays(i: int, fields: dict, operators: dict, length: int) -> None:
+def _check_layer_arrays(i: int, fields: dict, operators: dict, length: int, block: int = 1) -> None:
     """ValueError naming the first array of layer ``i`` whose dtype or shape is inconsistent."""
     for name, array in fields.items():
         if not (np.issubdtype(array.dtype, np.number) or array.dtype == np.bool_) or np.iscomplexobj(array):
@@ -434,9 +568,10 @@ def _check_layer_arrays(i: int, fields: dict, operators: dict, length: int) -> N
         raise ValueError(
             f"field L{i}/singular_values has shape {sigma.shape}, expected (U, P, K) with (U, P) = {units_positions}"
         )
+    side = -(-length // block)  # an operator stored as blocks of `block` positions
     for unit, op in operators.items():
-        if op.shape != (length, length) or not unit < units_positions[0]:
+        if op.shape != (side, side) or not unit < units_positions[0]:
             raise ValueError(
                 f"field L{i}/operator/{unit} has shape {op.shape} for unit {unit}, "
-                f"expected ({length}, {length}) for a unit below {units_positions[0]}"
+                f"expected ({side}, {side}) for a unit below {units_positions[0]}"
             )

@@ -117,7 +117,8 @@ def test_save_load_round_trip_without_pickle(result, tmp_path):
     for index, layer in result.layers.items():
         other = back.layer(index)
         assert other.family == layer.family and sorted(other.operators) == sorted(layer.operators)
-        np.testing.assert_array_equal(other.singular_values, layer.singular_values)
+        # stored in float32, the precision the views draw (the ESS values are stored as computed)
+        np.testing.assert_array_equal(other.singular_values, layer.singular_values.astype(np.float32))
         np.testing.assert_array_equal(other.tolerance_ess, layer.tolerance_ess)
     with zipfile.ZipFile(path) as archive:  # the header is plain JSON
         header = json.loads(np.lib.format.read_array(archive.open("__header__.npy")).tobytes())

@@ -24,7 +24,7 @@ import weakref
 import numpy as np
 
 from ..core.diagnostics import attainable_ceiling, layer_diagnostics, layer_modulation
-from ..result import ESSResult, LayerESS
+from ..result import SAVED_OPERATOR_SIDE, SAVED_SPECTRUM_K, ESSResult, LayerESS
 from .state import ViewState
 
 __all__ = [
@@ -40,6 +40,7 @@ __all__ = [
     "start_position",
     "time_data",
     "operator_data",
+    "operator_block_size",
     "overview_data",
     "diagnostics_data",
     "family_name",
@@ -51,8 +52,9 @@ __all__ = [
     "linked_data",
 ]
 
-MAX_SPECTRUM_K = 64
-MAX_OPERATOR_SIDE = 64
+# What a saved result keeps is what these views draw (result.py)
+MAX_SPECTRUM_K = SAVED_SPECTRUM_K
+MAX_OPERATOR_SIDE = SAVED_OPERATOR_SIDE
 MAX_OVERVIEW_CELLS = 4000
 # Singular values below this fraction of sigma_1 are float64 round-off, not signal: not drawn.
 ROUNDOFF = 1e-13
@@ -300,6 +302,13 @@ def _static_time_rows(result: ESSResult, layer: int, focus: int) -> list[dict]:
     return rows
 
 
+def operator_block_size(lay: LayerESS, length: int, max_side: int = MAX_OPERATOR_SIDE) -> int:
+    """Positions per side of one drawn block of T: ceil(L / max_side), rounded up to a
+    multiple of the blocks a saved file kept (``LayerESS.operator_block``)."""
+    stored = lay.operator_block
+    return stored * max(1, math.ceil(math.ceil(length / max_side) / stored))
+
+
 def operator_data(
     result: ESSResult, *, layer: int, unit="mean", max_side: int = MAX_OPERATOR_SIDE
 ) -> tuple[list[dict], int]:
@@ -314,12 +323,13 @@ def operator_data(
     if focus not in lay.operators:
         return [], 1
     op = np.abs(np.asarray(lay.operators[focus], dtype=np.float64))
-    length = op.shape[0]
-    size = max(1, math.ceil(length / max_side))
-    n = math.ceil(length / size)
-    pad = np.zeros((n * size, n * size))
-    pad[:length, :length] = op
-    blocks = pad.reshape(n, size, n, size).max(axis=(1, 3))
+    length = result.length
+    size = operator_block_size(lay, length, max_side)
+    factor = size // lay.operator_block  # a loaded long operator is already cut into blocks
+    n = math.ceil(op.shape[0] / factor)
+    pad = np.zeros((n * factor, n * factor))
+    pad[: op.shape[0], : op.shape[1]] = op
+    blocks = pad.reshape(n, factor, n, factor).max(axis=(1, 3))
     peak = blocks.max()
     if peak <= 0:
         return [], size

@@ -16,19 +16,17 @@ linked.py puts them in one spec whose params link them in the browser. Conventio
 
 from __future__ import annotations
 
-import math
-
 import altair as alt
 
 from ..core.diagnostics import COLLAPSED_AT, SATURATED_AT
 from ..result import ESSResult
 from .data import (
     DATASETS,
-    MAX_OPERATOR_SIDE,
     MAX_SPECTRUM_K,
     diagnostics_rows,
     focus_unit,
     layer_axis_title,
+    operator_block_size,
     overview_rows,
     overview_stride,
     start_position,
@@ -277,7 +275,7 @@ def operator_panel(result, layer, unit, names, t0, size=270):
             alt.Chart(alt.InlineData(values=[{"msg": msg}])).mark_text(fontSize=12, color="#666").encode(text="msg:N")
         )
         return note.properties(width=size, height=size, title=alt.Title("Operator T", anchor="start"))
-    block = max(1, math.ceil(length / MAX_OPERATOR_SIDE))
+    block = operator_block_size(lay, length)
     scale_x = alt.Scale(domain=[0, length], nice=False, zero=True)
     scale_y = alt.Scale(domain=[0, length], nice=False, zero=True, reverse=True)  # row 0 on top, as a matrix
     heat = (
