@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from ._version import __version__
-from .atomic import atomic_write
+from .atomic import atomic_link, atomic_write
 from .core.diagnostics import COLLAPSED_AT, SATURATED_AT, layer_diagnostics
 from .result import ESSResult
 
@@ -234,15 +234,32 @@ def export_table(result: ESSResult, path) -> Path:
 
 
 def write_result_dir(result: ESSResult, out_dir) -> Path:
-    """Write result.npz, table.csv and meta.json into ``out_dir`` (created); returns it."""
+    """Write result.npz, table.csv and meta.json into ``out_dir`` (created); returns it.
+
+    A result loaded from a file or saved to one (a cache entry) is not written again:
+    result.npz becomes a hard link to that file (a copy on another file system), and a folder
+    whose result.npz already is that file keeps the table and metadata it has."""
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise ValueError(f"{out_dir} exists and is not a directory; give a directory for the result")
     out_dir.mkdir(parents=True, exist_ok=True)
-    result.save(out_dir / RESULT_FILE)  # atomic
+    target, source = out_dir / RESULT_FILE, result.saved_file()
+    if source is None:
+        result.save(target)  # atomic
+    elif not _same_file(source, target):
+        atomic_link(source, target)
+    elif (out_dir / TABLE_FILE).is_file() and (out_dir / META_FILE).is_file():
+        return out_dir  # written by an earlier run from the same file
     export_table(result, out_dir / TABLE_FILE)
     atomic_write(out_dir / META_FILE, json.dumps(result_metadata(result), indent=2).encode("utf-8"))
     return out_dir
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def read_result(path) -> ESSResult:

@@ -352,7 +352,7 @@ class ESSResult:
                 arrays[f"L{i}/operator/{unit}"] = _block_max(np.asarray(op), block // lay.operator_block)
         arrays["__header__"] = np.frombuffer(json.dumps(header).encode("utf-8"), dtype=np.uint8)
         written = atomic_write_with(path, lambda handle: np.savez_compressed(handle, **arrays))
-        self._file = _file_stamp(written)
+        self._file = _file_stamp(written, self)
         return written
 
     @classmethod
@@ -414,34 +414,39 @@ class ESSResult:
         ) as error:
             raise ValueError(f"{path} is not a readable ESS result ({error}); recompute it") from error
         result = cls(header["tokens"], header["input_ids"], layers, header["meta"])
-        result._file = _file_stamp(path)
+        result._file = _file_stamp(path, result)
         return result
 
-    # The file this result was loaded from or saved to, as (path, size, mtime): io's
-    # write_result_dir links that file instead of writing the same bytes again. Not a
-    # field, so a changed copy (dataclasses.replace, a subset) never claims the file.
+    # The file this result was loaded from or saved to, as (path, size, mtime, what it holds
+    # besides arrays): io's write_result_dir links that file instead of writing the same bytes
+    # again. Not a field, so a changed copy (dataclasses.replace, a subset) never claims it.
     _file = None
 
     def saved_file(self) -> Path | None:
-        """The file this result was loaded from or last saved to, if it is still as it was."""
+        """The file this result was loaded from or last saved to, if neither has changed since
+        (the file's size and time, the result's tokens, metadata and layers)."""
         if self._file is None:
             return None
-        path, size, mtime = self._file
+        path, size, mtime, held = self._file
         try:
             stat = path.stat()
         except OSError:
             return None
-        return path if (stat.st_size, stat.st_mtime_ns) == (size, mtime) else None
+        return path if (stat.st_size, stat.st_mtime_ns, _held(self)) == (size, mtime, held) else None
 
 
 _ARRAY_FIELDS = ("positions", "tolerance_ess", "entropy_ess", "tss", "singular_values", "rank_bound")
 SCOPES_OF = {True: ("cut", "unit", "layer"), False: ("cut",)}  # relative or absolute tolerance
 
 
-def _file_stamp(path) -> tuple:
+def _held(result: ESSResult) -> str:
+    return json.dumps([result.tokens, list(result.input_ids), result.meta, sorted(result.layers)], default=str)
+
+
+def _file_stamp(path, result: ESSResult) -> tuple:
     path = Path(path).resolve()
     stat = path.stat()
-    return path, stat.st_size, stat.st_mtime_ns
+    return path, stat.st_size, stat.st_mtime_ns, _held(result)
 
 
 def _byte_planes(sigma) -> np.ndarray:

@@ -3,6 +3,7 @@ layer order in every panel, no data-size limit reached, and line thinning that k
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import re
 
@@ -158,3 +159,16 @@ def test_the_report_table_shows_what_utilisation_divides_and_totals_in_full():
     page = report_html(big, embed_data=False)
     assert "e+0" not in summary_html(page)
     assert f"{summary_table(big)['total_tss'][0]:,.0f}" in page
+
+
+def test_the_static_copy_of_a_deep_explorer_is_one_png_sized_for_a_notebook(deep):
+    from ess_explorer.app import static
+
+    bundle = static.static_bundle(linked_views(deep, layer=12).to_dict())
+    assert set(bundle) == {"text/plain", "text/html"}
+    (data,) = re.findall(r"data:image/png;base64,([^\"]+)\"", bundle["text/html"])
+    png = base64.b64decode(data)
+    assert len(png) <= static.STATIC_MAX_BYTES
+    # too large at twice its size, so drawn at its size: shown at the PNG's own pixels
+    width, height = static.png_size(png)
+    assert re.search(rf'width="{width}" height="{height}"', bundle["text/html"])

@@ -297,7 +297,8 @@ def test_static_copy_is_hidden_by_the_live_widget_and_drawn_at_its_size(fake):
 
     ex = widget.explore(result=reference_result(24))
     bundle = ex.static_bundle()
-    png = base64.b64decode(bundle["image/png"])
+    assert set(bundle) == {"text/plain", "text/html"}, "the PNG is stored once, inside the HTML"
+    png = base64.b64decode(re.search(r'src="data:image/png;base64,([^"]+)"', bundle["text/html"])[1])
     width, height = static.png_size(png)
     shown = re.search(r'<img [^>]*width="(\d+)" height="(\d+)"', bundle["text/html"])
     assert (int(shown[1]), int(shown[2])) == (width // 2, height // 2), "rendered at 2x, shown at 1x"
