@@ -178,6 +178,8 @@ def capture_layers(
         "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
         "gates": gates,
         "transformers": transformers.__version__,
+        # a model loaded from a GGUF file: the file and its quantisation (sources.gguf_info)
+        **({"gguf": config.gguf_source} if getattr(config, "gguf_source", None) else {}),
     }
     captured = CapturedPrompt(
         input_ids=list(ids),

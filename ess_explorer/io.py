@@ -42,6 +42,7 @@ from ._version import __version__
 from .atomic import atomic_link, atomic_write
 from .core.diagnostics import COLLAPSED_AT, SATURATED_AT, layer_diagnostics
 from .result import ESSResult
+from .sources import CACHE_ENV, default_cache_dir  # one cache root: sources keeps GGUF weights there
 
 __all__ = [
     "RESULT_FILE",
@@ -283,14 +284,6 @@ def read_result(path) -> ESSResult:
 
 
 # ---- the cache ------------------------------------------------------------------------------
-
-CACHE_ENV = "ESS_EXPLORER_CACHE"
-
-
-def default_cache_dir() -> Path:
-    """$ESS_EXPLORER_CACHE, else ~/.cache/ess-explorer."""
-    env = os.environ.get(CACHE_ENV)
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "ess-explorer"
 
 
 def cache_key(

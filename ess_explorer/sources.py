@@ -1,4 +1,5 @@
-"""Where models come from: a hub id, a local folder or "zoo:NAME" -> model, tokenizer, identity.
+"""Where models come from: a hub id, a local folder, a GGUF file or "zoo:NAME" -> model,
+tokenizer, identity.
 
 The one place that parses a model source. It also holds the zoo's catalogue (the shipped
 model folders are package data under ``ess_explorer/zoo/assets/``; the zoo package itself,
@@ -23,6 +24,14 @@ Rules (README "Loading models"):
   valid JSON, or that transformers refuses, is reported as such.
 The tokenizer is None when the source ships none (a warning says to pass input_ids to
 analyze then).
+
+GGUF (how many people keep models on their own machines): a ``.gguf`` file, or a folder whose
+only weights are one, loads through transformers' own GGUF reader (the optional ``gguf`` and
+``accelerate`` packages: ``pip install 'ess-explorer[gguf]'``), which dequantises to float32.
+The dequantised model and the file's tokenizer are kept as a safetensors folder in the cache
+(``<cache>/gguf/<file hash>``), so the next load is an ordinary safetensors load. The file and
+its quantisation (``general.file_type`` and the count of tensors per GGML type) are part of the
+model's identity and of the result's metadata (``meta["gguf"]``).
 """
 
 from __future__ import annotations
@@ -49,7 +58,20 @@ __all__ = [
     "model_identity",
     "hub_commit",
     "identity_without_weights",
+    "CACHE_ENV",
+    "default_cache_dir",
+    "gguf_info",
 ]
+
+CACHE_ENV = "ESS_EXPLORER_CACHE"
+GGUF_SUFFIX = ".gguf"
+
+
+def default_cache_dir() -> Path:
+    """$ESS_EXPLORER_CACHE, else ~/.cache/ess-explorer."""
+    env = os.environ.get(CACHE_ENV)
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "ess-explorer"
+
 
 ZOO_PREFIX = "zoo:"
 ZOO_DIR = Path(os.environ.get("ESS_EXPLORER_ZOO_DIR", Path(__file__).resolve().parent / "zoo" / "assets"))
@@ -99,6 +121,9 @@ def load_model(
         if fixed in kwargs:
             raise ValueError(f"load_model fixes {fixed} (safetensors, float32); do not pass it")
     path, label = _resolve(source)
+    gguf = parse_source(source)[0] == "gguf"
+    if gguf:  # the dequantised copy in the cache, made on the first load
+        path = str(_dequantised(Path(path), trust_remote_code))
     common = {"revision": revision, "trust_remote_code": trust_remote_code}
     if parse_source(source)[0] == "hub" and not _offline() and not _hub_reachable():
         if not _in_hub_cache(path, revision):
@@ -138,10 +163,12 @@ def load_model(
         ) from error
     _check_loading_info(label, info)
     model.eval()
-    if label.startswith(ZOO_PREFIX):
+    if label.startswith(ZOO_PREFIX) or gguf:
         # Results and reports name the model by what the user asked for, not by a path
-        # into this installation (analyze reads it as meta["model_id"]).
+        # into this installation or the cache (analyze reads it as meta["model_id"]).
         model.config._name_or_path = label
+    if gguf:
+        model.config.gguf_source = gguf_info(label)  # analyze records it as meta["gguf"]
     if device is not None:
         model.to(device)
     return model, _tokenizer(path, revision, trust_remote_code, label)
@@ -232,7 +259,12 @@ def identity_without_weights(source: str, revision: str | None = None):
                 return None
             tokenizer = AutoTokenizer.from_pretrained(value, revision=commit, local_files_only=_offline())
             return model_identity(source, revision=revision or commit), tokenizer
-        folder = model_dir(value) if kind == "zoo" else Path(value).expanduser()
+        if kind == "gguf":  # the tokenizer of the dequantised copy, once the first load made it
+            folder = _dequantised_dir(Path(value))
+            if not (folder / "config.json").is_file():
+                return None
+        else:
+            folder = model_dir(value) if kind == "zoo" else Path(value).expanduser()
         return model_identity(source), AutoTokenizer.from_pretrained(str(folder))
     except (OSError, ValueError, TypeError):
         return None
@@ -267,16 +299,34 @@ def card(name: str) -> dict:
 
 
 def parse_source(source) -> tuple[str, str]:
-    """("zoo", NAME) for "zoo:NAME", ("folder", path) for an existing folder or a path-like
+    """("zoo", NAME) for "zoo:NAME", ("gguf", file) for a .gguf file or a folder whose only
+    weights are one .gguf file, ("folder", path) for another existing folder or a path-like
     string, else ("hub", id). The one parser of model sources."""
     if not isinstance(source, (str, os.PathLike)) or not str(source).strip():
-        raise ValueError(f"a model source must be a hub id, a local folder, or 'zoo:NAME'; got {source!r}")
+        raise ValueError(
+            f"a model source must be a hub id, a local folder, a .gguf file, or 'zoo:NAME'; got {source!r}"
+        )
     text = str(source).strip()
     if text.startswith(ZOO_PREFIX):
         return "zoo", text[len(ZOO_PREFIX) :]
-    if isinstance(source, os.PathLike) or Path(text).expanduser().exists() or text.startswith((".", "/", "~")):
+    path = Path(text).expanduser()
+    if text.lower().endswith(GGUF_SUFFIX):
+        return "gguf", str(path)
+    if path.is_dir() and not _has_safetensors(path):
+        found = sorted(path.glob(f"*{GGUF_SUFFIX}"))
+        if len(found) == 1:
+            return "gguf", str(found[0])
+        if len(found) > 1:
+            raise ValueError(
+                f"{path} holds several GGUF files ({', '.join(f.name for f in found)}); pass the one to load"
+            )
+    if isinstance(source, os.PathLike) or path.exists() or text.startswith((".", "/", "~")):
         return "folder", text
     return "hub", text
+
+
+def _has_safetensors(folder: Path) -> bool:
+    return any(folder.glob("*.safetensors")) or (folder / "model.safetensors.index.json").is_file()
 
 
 def _resolve(source: str) -> tuple[str, str]:
@@ -284,6 +334,11 @@ def _resolve(source: str) -> tuple[str, str]:
     kind, value = parse_source(source)
     if kind == "zoo":
         return _check_folder(model_dir(value)), ZOO_PREFIX + value
+    if kind == "gguf":
+        file = Path(value)
+        if not file.is_file():
+            raise ValueError(f"{file} is not a file; pass a .gguf file or the folder that holds one")
+        return str(file.resolve()), str(file.resolve())
     if kind == "folder":
         folder = Path(value).expanduser()
         return _check_folder(folder), str(folder)
@@ -292,7 +347,7 @@ def _resolve(source: str) -> tuple[str, str]:
 
 def _check_folder(folder: Path) -> str:
     if not folder.is_dir():
-        raise ValueError(f"{folder} is not a folder; pass a hub id, a local model folder, or zoo:NAME")
+        raise ValueError(f"{folder} is not a folder; pass a hub id, a local model folder, a .gguf file, or zoo:NAME")
     if not (folder / "config.json").is_file():
         raise ValueError(f"{folder} has no config.json: not a transformers model folder")
     try:
@@ -311,7 +366,7 @@ def _check_folder(folder: Path) -> str:
                 "Convert them once in a trusted environment with "
                 "`AutoModelForCausalLM.from_pretrained(folder).save_pretrained(folder, safe_serialization=True)`"
             )
-        raise ValueError(f"{folder} has no *.safetensors weights")
+        raise ValueError(f"{folder} has no *.safetensors weights (nor one .gguf file)")
     return str(folder)
 
 
@@ -389,9 +444,105 @@ def model_identity(source, model=None, *, revision: str | None = None) -> dict:
     kind, value = parse_source(source)
     if kind == "zoo":
         return {"source": ZOO_PREFIX + value, **folder_identity(model_dir(value))}
+    if kind == "gguf":
+        return {"kind": "gguf", "source": str(Path(value).resolve()), **gguf_info(value)}
     if kind == "folder":
         folder = Path(value).expanduser()
         return {"source": str(folder.resolve()), **folder_identity(folder)}
     commit = getattr(getattr(model, "config", None), "_commit_hash", None) if model is not None else None
     # transformers 5 no longer records the commit on the config: ask where loading took it from
     return {"kind": "hub", "source": value, "revision": revision or commit or hub_commit(value)}
+
+
+# ---- GGUF files ---------------------------------------------------------------------------
+
+
+def _file_digest(path: Path) -> str:
+    """sha256 of a file, or its size and time above HASH_BYTES_UP_TO (as for weight files)."""
+    stat = path.stat()
+    if stat.st_size <= HASH_BYTES_UP_TO:
+        return _sha256_file(path)
+    return f"size={stat.st_size},mtime_ns={stat.st_mtime_ns}"
+
+
+def gguf_info(file) -> dict:
+    """What identifies a GGUF file: its name, digest (`_file_digest`), architecture,
+    ``general.file_type`` (e.g. "MOSTLY_Q8_0") and the count of tensors per GGML type (a file
+    may mix types: norms stay F32 in a Q4_K_M file). Reads the header only."""
+    gguf = _gguf_module()
+    file = Path(file)
+    reader = gguf.GGUFReader(str(file))
+
+    def value(key):
+        field = reader.fields.get(key)
+        return None if field is None else field.contents()
+
+    file_type = value("general.file_type")
+    try:
+        file_type = gguf.LlamaFileType(file_type).name if file_type is not None else None
+    except ValueError:  # a type this gguf version does not name: keep the number
+        pass
+    types: dict[str, int] = {}
+    for tensor in reader.tensors:
+        types[tensor.tensor_type.name] = types.get(tensor.tensor_type.name, 0) + 1
+    return {
+        "file": file.name,
+        "sha256": _file_digest(file),
+        "architecture": value("general.architecture"),
+        "file_type": file_type,
+        "tensor_types": dict(sorted(types.items())),
+    }
+
+
+def _gguf_module():
+    try:
+        import accelerate  # noqa: F401  (transformers' GGUF loading needs it)
+        import gguf
+    except ImportError as error:
+        raise ValueError(
+            f"loading a GGUF file needs the gguf and accelerate packages ({error}); "
+            "install them with `pip install 'ess-explorer[gguf]'`"
+        ) from error
+    return gguf
+
+
+def _dequantised_dir(file: Path) -> Path:
+    return default_cache_dir() / "gguf" / hashlib.sha256(_file_digest(file).encode()).hexdigest()[:32]
+
+
+def _dequantised(file: Path, trust_remote_code: bool) -> Path:
+    """The safetensors folder of a GGUF file's dequantised weights, config and tokenizer,
+    made on the first call through transformers' GGUF loader (module docstring)."""
+    folder = _dequantised_dir(file)
+    if (folder / "config.json").is_file() and _has_safetensors(folder):
+        return folder
+    _gguf_module()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    common = {"gguf_file": file.name, "trust_remote_code": trust_remote_code}
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(file.parent), dtype=torch.float32, **common)
+    except Exception as error:  # an architecture transformers cannot read from GGUF, a damaged file
+        raise ValueError(f"could not load the GGUF file {file}: {_first_line(error)}") from error
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(file.parent), **common)
+    except Exception as error:  # noqa: BLE001 (a model without a usable tokenizer still analyses ids)
+        warnings.warn(f"no tokenizer in {file} ({_first_line(error)}); pass input_ids to analyze", stacklevel=3)
+        tokenizer = None
+    # The weights are float32 now: saved as an ordinary model (transformers refuses to save one
+    # it still marks as GGUF-quantised), written beside the final folder and moved into place.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    import shutil
+
+    staging = folder.with_name(f".{folder.name}.{os.getpid()}.tmp")
+    model.save_pretrained(staging)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(staging)
+    shutil.rmtree(folder, ignore_errors=True)  # a copy cut short (the check above found it incomplete)
+    try:
+        os.replace(staging, folder)
+    except OSError:  # another process made it first: theirs is the same
+        shutil.rmtree(staging, ignore_errors=True)
+    return folder

@@ -107,7 +107,7 @@ def make_controls(options: list[tuple[str, str]]) -> dict[str, W.Widget]:
     c["model_w"] = W.Dropdown(
         options=options, value=CUSTOM, description="model", style=style, layout=W.Layout(width="260px")
     )
-    c["source_w"] = W.Text(placeholder="hub id (gpt2) or /path/to/folder", layout=W.Layout(width="300px"))
+    c["source_w"] = W.Text(placeholder="hub id (gpt2), /path/to/folder or model.gguf", layout=W.Layout(width="300px"))
     c["analyze_w"] = W.Button(
         description="Analyze", button_style="primary", icon="play", tooltip="run the model on the prompt"
     )
