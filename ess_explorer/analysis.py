@@ -32,7 +32,15 @@ from .core.layer import SPECTRA_BUDGET
 from .core.units import CapturedLayer
 from .result import ESSResult, LayerESS
 
-__all__ = ["analyze", "capture_layers", "analyze_captured", "CapturedPrompt", "OPERATOR_BUDGET", "OPERATOR_CHANNELS"]
+__all__ = [
+    "analyze",
+    "capture_layers",
+    "analyze_captured",
+    "chat_tokens",
+    "CapturedPrompt",
+    "OPERATOR_BUDGET",
+    "OPERATOR_CHANNELS",
+]
 
 OPERATOR_BUDGET = 4_000_000
 OPERATOR_CHANNELS = 4
@@ -43,6 +51,8 @@ def analyze(
     input_ids=None,
     *,
     prompt: str | None = None,
+    chat: Sequence[dict] | None = None,
+    separators: Sequence[int] | None = None,
     tokenizer=None,
     layers: Iterable[int] | int | None = None,
     tol: float = DEFAULT_TOL,
@@ -63,7 +73,12 @@ def analyze(
     ----------
     model : a transformers causal LM of a supported model type (adapters.MODEL_TYPES).
     input_ids : token ids, a list, a 1-D tensor or a (1, L) tensor; or pass ``prompt``
-        and ``tokenizer`` instead (exactly one of the two).
+        and ``tokenizer`` instead, or ``chat`` and ``tokenizer`` (exactly one of the three).
+    chat : a conversation, [{"role": "user", "content": "..."}, ...], formatted by the
+        tokenizer's chat template (`chat_tokens`); meta["chat"] keeps it, meta["prompt"] the
+        formatted text.
+    separators : positions t the diagnostics treat as separators (meta["separators"]); by
+        default the end of each turn for a ``chat``, else the views' separator / EOS tokens.
     layers : layer indices to analyse (default all); one int for a single layer.
     tol, relative : tolerance-ESS threshold (relative to sigma_1 by default).
     scope : which sigma_1 a relative tolerance refers to (core/ess.py): "cut" (default, each
@@ -98,7 +113,15 @@ def analyze(
     _check_options(tol, stride, top_k, keep_operators, scope=scope, relative=relative, causal=causal)
     _units(units)  # bad options fail before the forward pass
     captured = capture_layers(
-        model, input_ids, prompt=prompt, tokenizer=tokenizer, layers=layers, device=device, gates=gates
+        model,
+        input_ids,
+        prompt=prompt,
+        chat=chat,
+        separators=separators,
+        tokenizer=tokenizer,
+        layers=layers,
+        device=device,
+        gates=gates,
     )
     return analyze_captured(
         captured,
@@ -143,6 +166,8 @@ def capture_layers(
     input_ids=None,
     *,
     prompt: str | None = None,
+    chat: Sequence[dict] | None = None,
+    separators: Sequence[int] | None = None,
     tokenizer=None,
     layers: Iterable[int] | int | None = None,
     device=None,
@@ -151,8 +176,8 @@ def capture_layers(
 ) -> CapturedPrompt:
     """One forward pass of ``model`` capturing the unit operators of ``layers`` (default all).
 
-    Same inputs and the same ValueErrors as `analyze` (exactly one of input_ids or
-    prompt= with tokenizer=; layer indices in range). ``device``: where the spectra will be
+    Same inputs and the same ValueErrors as `analyze` (exactly one of input_ids, prompt= or
+    chat= with tokenizer=; separators; layer indices in range). ``device``: where the spectra will be
     computed (default: the model's). ``gates``: as in `analyze` (core/gates.py).
     ``on_layer(captured, index)``: called during the pass as each layer is captured, with
     the CapturedPrompt being filled (``captured.expected`` lists every layer to come), so
@@ -160,7 +185,15 @@ def capture_layers(
     """
     import transformers
 
+    conversation = {}
+    if chat is not None:
+        if input_ids is not None or prompt is not None:
+            raise ValueError("pass exactly one of input_ids, prompt= or chat= (with tokenizer=)")
+        text, input_ids, ends = chat_tokens(tokenizer, chat)
+        conversation = {"chat": [dict(m) for m in chat], "prompt": text}
+        separators = ends if separators is None else separators
     ids = _input_ids(model, input_ids, prompt, tokenizer)
+    separators = _separators(separators, len(ids))
     check_gates(gates)
     spectra_device = _check_device(device) if device is not None else None
     slots = {slot.index: slot for slot in layer_slots(model)}  # key -> slot (keys need not be 0..n-1)
@@ -180,6 +213,8 @@ def capture_layers(
         "transformers": transformers.__version__,
         # a model loaded from a GGUF file: the file and its quantisation (sources.gguf_info)
         **({"gguf": config.gguf_source} if getattr(config, "gguf_source", None) else {}),
+        **conversation,
+        **({"separators": separators} if separators is not None else {}),
     }
     captured = CapturedPrompt(
         input_ids=list(ids),
@@ -316,6 +351,60 @@ def _model_device(model) -> torch.device:
         return next(model.parameters()).device
     except StopIteration:
         return torch.device("cpu")
+
+
+def chat_tokens(tokenizer, chat) -> tuple[str, list[int], list[int]]:
+    """(text, token ids, turn ends) of a conversation formatted by the tokenizer's chat template.
+
+    chat: [{"role": str, "content": str}, ...]. The ids are the text's tokens with no special
+    tokens added (the template writes its own), as for a prompt. A turn ends at the last special
+    token of its span (ChatML's <|im_end|>, Llama 3's <|eot_id|>), else at its last token: each
+    turn's span is found by formatting the conversation up to it, which must give a prefix of
+    the whole (it does for the common templates; where it does not, no turn ends are given and
+    the views fall back to their separator tokens).
+    """
+    if tokenizer is None:
+        raise ValueError("chat= needs tokenizer= (load_model returns one)")
+    if (
+        not isinstance(chat, (list, tuple))
+        or not chat
+        or not all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in chat
+        )
+    ):
+        raise ValueError('chat must be a non-empty list of {"role": str, "content": str} messages')
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError("this tokenizer has no chat template; format the conversation yourself and pass prompt=")
+
+    def render(messages) -> tuple[str, list[int]]:
+        text = tokenizer.apply_chat_template(list(messages), tokenize=False)
+        return text, [int(i) for i in tokenizer(text, add_special_tokens=False)["input_ids"]]
+
+    text, ids = render(chat)
+    special = set(getattr(tokenizer, "all_special_ids", []) or [])
+    special |= {i for i, token in getattr(tokenizer, "added_tokens_decoder", {}).items() if token.special}
+    ends, start = [], 0
+    for k in range(1, len(chat) + 1):
+        _, part = render(chat[:k])
+        if ids[: len(part)] != part or len(part) <= start:
+            return text, ids, []
+        span = range(start, len(part))
+        marks = [t for t in span if ids[t] in special]
+        ends.append(marks[-1] if marks else span[-1])
+        start = len(part)
+    return text, ids, ends
+
+
+def _separators(separators, length: int) -> list[int] | None:
+    if separators is None:
+        return None
+    try:
+        positions = sorted({int(t) for t in separators})
+    except (TypeError, ValueError):
+        raise ValueError(f"separators must be token positions (integers), got {separators!r}") from None
+    if positions and not 0 <= positions[0] <= positions[-1] < length:
+        raise ValueError(f"separators must lie in [0, {length - 1}], got {positions}")
+    return positions
 
 
 def _input_ids(model, input_ids, prompt, tokenizer) -> list[int]:

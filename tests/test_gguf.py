@@ -14,6 +14,7 @@ from _gguf import write_tiny_gguf
 from ess_explorer import analyze, sources
 from ess_explorer.app import cli
 from ess_explorer.app.session import ExplorerSession
+from ess_explorer.io import read_result
 
 PROMPT = "the the cat sat on the mat | the cat"
 
@@ -91,6 +92,21 @@ def test_the_cli_analyses_a_gguf_file_and_the_second_run_is_a_cache_hit(gguf_fil
     capsys.readouterr()
     assert cli.main(argv) == 0
     assert "cache hit" in capsys.readouterr().out
+
+
+def test_the_cli_analyses_a_chat_with_the_files_template(gguf_file, cache, tmp_path, capsys):
+    chat = tmp_path / "chat.json"
+    messages = [{"role": "user", "content": "the cat?"}, {"role": "assistant", "content": "the mat"}]
+    chat.write_text(json.dumps({"messages": messages}))
+    out = tmp_path / "chat-run"
+    code = cli.main(["analyze", "--model", str(gguf_file), "--chat", str(chat), "-q", "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    meta = json.loads((out / "meta.json").read_text())["meta"]
+    assert meta["chat"] == messages and meta["prompt"].startswith("<|im_start|>user\nthe cat?<|im_end|>")
+    result = read_result(out)
+    assert [result.tokens[t] for t in meta["separators"]] == ["<|im_end|>", "<|im_end|>"]
+    code = cli.main(["analyze", "--model", str(gguf_file), "--chat", str(chat), "-p", "x", "-q"])
+    assert code == 2 and "not both" in capsys.readouterr().err
 
 
 def test_the_explorer_session_analyses_a_gguf_file(gguf_file, cache):

@@ -41,7 +41,7 @@ from .arguments import (  # noqa: F401  (parse_layers and MAX_LAYER_INDEX are pa
     _width,
     parse_layers,
 )
-from .terminal import format_summary, read_prompt, say
+from .terminal import format_summary, read_chat, read_prompt, say
 
 __all__ = ["main", "build_parser", "parse_layers"]
 
@@ -133,27 +133,40 @@ def compute_result(args):
 
     layers = parse_layers(args.layers)  # usage errors first, before reading stdin or loading
     source = _resolve_source(args.model)
-    prompt = read_prompt(args, source, _example_prompt)
+    chat = read_chat(args) if getattr(args, "chat", None) else None
+    prompt = None if chat is not None else read_prompt(args, source, _example_prompt)
     relative = not args.absolute
     if args.absolute and args.scope != "cut":
         raise ValueError("--scope chooses which sigma_1 a relative tolerance refers to; drop it with --absolute")
     cache = None if args.no_cache else ResultCache(args.cache_dir)
 
-    def key(identity, ids, dtype):
+    def inputs(tokenizer) -> dict:
+        """The token ids, the text and (a chat) the turn ends that analyse this prompt."""
+        if chat is None:
+            return {"ids": _tokenize(tokenizer, prompt), "text": prompt, "separators": None}
+        if tokenizer is None:
+            raise ValueError("this model ships no tokenizer; --chat needs one (and its chat template)")
+        from ..analysis import chat_tokens
+
+        text, ids, ends = chat_tokens(tokenizer, chat)
+        return {"ids": ids, "text": text, "separators": ends}
+
+    def key(identity, given, dtype):
         return cache_key(
             identity,
-            ids,
+            given["ids"],
             layers=layers,
             dtype=dtype,
             tol=args.tol,
             relative=relative,
             stride=args.stride,
-            prompt=prompt,
+            prompt=given["text"],
             scope=args.scope,
             gates=args.gates,
             device=args.device,
             revision=args.revision,
             causal=not args.no_causal,
+            **({"separators": given["separators"]} if given["separators"] is not None else {}),
         )
 
     # The identity and the tokenizer come from the files (a hub id: the commit loading would
@@ -162,7 +175,7 @@ def compute_result(args):
     found = _identity_without_weights(source, args.revision) if cache is not None else None
     if found is not None:
         identity, tokenizer = found
-        hit = cache.get(key(identity, _tokenize(tokenizer, prompt), "float32"))
+        hit = cache.get(key(identity, inputs(tokenizer), "float32"))
         if hit is not None:
             return hit, True
     say(args, f"loading {source} ...")
@@ -174,7 +187,8 @@ def compute_result(args):
         except ImportError:
             pass
     model, tokenizer = _load_model(source, args.revision)
-    ids = _tokenize(tokenizer, prompt)
+    given = inputs(tokenizer)
+    ids = given["ids"]
 
     def run():
         say(args, f"analysing {len(ids)} tokens ...")
@@ -191,9 +205,12 @@ def compute_result(args):
             device=args.device,
             progress=not args.quiet,
             causal=not args.no_causal,
+            **({"separators": given["separators"]} if given["separators"] is not None else {}),
         )
-        result.meta["prompt"] = prompt
+        result.meta["prompt"] = given["text"]
         result.meta["source"] = source
+        if chat is not None:
+            result.meta["chat"] = chat
         return result
 
     if cache is None:
@@ -204,7 +221,7 @@ def compute_result(args):
     # the identity read before loading is the loaded model's (identity_without_weights): a hub
     # id's commit is not asked for twice
     identity = found[0] if found is not None else _identity(source, model, args.revision)
-    return cache.get_or_compute(key(identity, ids, dtype), run)
+    return cache.get_or_compute(key(identity, given, dtype), run)
 
 
 def cmd_analyze(args) -> int:
@@ -360,6 +377,11 @@ def _analysis_options(parser) -> None:
     parser.add_argument("--revision", help="hub revision (branch, tag or commit)")
     parser.add_argument("--prompt", "-p", help="the prompt text ('-' reads stdin)")
     parser.add_argument("--prompt-file", "-f", help="read the prompt from this file ('-' for stdin)")
+    parser.add_argument(
+        "--chat",
+        help='a conversation as JSON ([{"role": ..., "content": ...}, ...]) formatted by the chat template; '
+        "its turn ends are the separators",
+    )
     parser.add_argument("--layers", "-l", help="layers to analyse, e.g. 0,2,5-7 (default: all)")
     parser.add_argument("--tol", type=_tolerance, default=None, help="tolerance-ESS threshold (default 1e-3)")
     parser.add_argument(
