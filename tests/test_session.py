@@ -296,3 +296,23 @@ def test_torch_thread_runs_with_the_callers_torch_thread_count():
     finally:
         torch.set_num_threads(before)
     assert seen == [3] and thread.daemon
+
+
+def test_a_run_opens_on_the_most_used_layer_when_all_are_known_else_the_middle_one(tmp_path):
+    from _deep import N_LAYERS, deep_result, level
+
+    from ess_explorer.core.diagnostics import layer_diagnostics
+
+    deep = deep_result()
+    layer, why = S.opening_layer(range(N_LAYERS), deep)
+    scores = [layer_diagnostics(deep.layer(i))["utilisation"] for i in range(N_LAYERS)]
+    assert layer == int(np.argmax(scores)) == max(range(N_LAYERS), key=level)
+    assert why.startswith("the highest utilisation against the ceiling")
+    assert S.opening_layer(range(N_LAYERS)) == (15, "the middle layer of 30")
+    assert S.opening_layer([0, 1])[0] == 0
+    # a cached run opens on its most used layer, and says so
+    cache = ResultCache(tmp_path)
+    S.ExplorerSession(cache=cache).run(MODEL, PROMPT)
+    second = S.ExplorerSession(cache=cache)
+    hit = second.run(MODEL, PROMPT)
+    assert second.cache_hit and second.opened == S.opening_layer(hit.layers, hit)

@@ -116,9 +116,11 @@ def _select(ex, t=None, layer=None):
 
 def test_opens_analysed_with_all_layers(ex, fake):
     assert fake.loads == ["zoo:fake"] and len(fake.captures) == 1, "one load, one forward pass"
-    assert [c["layer"] for c in fake.calls] == [0, 1, 2, 3], "each layer once, the selected one first"
-    assert sorted(ex.result.layers) == [0, 1, 2, 3] and ex.result.length == 32
+    # no layer asked for: the middle one opens (layer 0 of a deep model is the least telling)
+    assert [c["layer"] for c in fake.calls] == [2, 0, 1, 3], "each layer once, the selected one first"
+    assert sorted(ex.result.layers) == [0, 1, 2, 3] and ex.result.length == 32 and ex.layer == 2
     assert "analysed 4 layers" in ex.status_w.value and not ex.busy and ex.last_error is None
+    assert "opened on layer 2: the middle layer of 4" in ex.status_w.value
     assert ex.progress_w.value == 1.0 and ex.progress_w.bar_style == "success"
     assert [label for label, _ in ex.layer_w.options][2] == "2 · mamba"
     assert set(ex.chart.spec["datasets"]) == set(charts.DATASETS.values())
@@ -162,7 +164,7 @@ def test_tolerance_recomputes_from_kept_values_not_the_model(ex, fake):
     calls = len(fake.calls)
     ex.unit_w.value = 1
     ex.tol_w.value = 1e-2
-    op = torch.as_tensor(ex.result.layers[0].operators[1])
+    op = torch.as_tensor(ex.result.layers[ex.layer].operators[1])
     assert [r["ess"] for r in _rows(ex)] == tolerance_ess(op, tol=1e-2, relative=True).numpy().tolist()
     ex.relative_w.value = False
     ex.tol_w.value = 0.05
@@ -173,7 +175,7 @@ def test_tolerance_recomputes_from_kept_values_not_the_model(ex, fake):
 def test_variant_and_unit(ex):
     ex.variant_w.value = "entropy"
     assert ex.chart.spec["datasets"][charts.DATASETS["labels"]] == [{"variant": "entropy-ESS"}]
-    lay = ex.result.layers[0]
+    lay = ex.result.layers[ex.layer]
     assert np.allclose([r["ess"] for r in _rows(ex)], lay.entropy_ess.mean(0), rtol=1e-3)
     ex.unit_w.value = "max"
     assert np.allclose([r["ess"] for r in _rows(ex)], lay.entropy_ess.max(0), rtol=1e-3)

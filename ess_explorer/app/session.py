@@ -47,6 +47,7 @@ from .plan import FIRST_CHART_FLOPS, OVERVIEW_POSITIONS, first_chart_stride, ove
 
 __all__ = [
     "ExplorerSession",
+    "opening_layer",
     "Cancelled",
     "plan",
     "overview_stride",
@@ -128,6 +129,26 @@ class _NoBar:
         pass
 
 
+def opening_layer(layers, result: ESSResult | None = None) -> tuple[int, str]:
+    """(layer, why) the explorer opens on when none was asked for.
+
+    With every layer computed (``result``: a cached run), the layer whose units come closest to
+    their attainable ceiling (core.diagnostics.layer_diagnostics: the highest utilisation
+    against min(TSS, t, L - t)); before any is computed, the middle layer: layer 0 of a deep
+    LLM mostly mixes neighbouring tokens, the least informative picture it has.
+    """
+    layers = sorted(layers)
+    if result is not None and set(layers) <= set(result.layers):
+        from ..core.diagnostics import layer_diagnostics
+
+        scores = {i: layer_diagnostics(result.layer(i))["utilisation"] for i in layers}
+        best = max(layers, key=lambda i: (scores[i], -i))
+        return best, f"the highest utilisation against the ceiling, {scores[best]:.2f}"
+    if len(layers) <= 2:
+        return layers[0], "the first layer"
+    return layers[len(layers) // 2], f"the middle layer of {len(layers)}"
+
+
 class ExplorerSession:
     """The progressive-analysis policy of the explorer (module docstring), without UI.
 
@@ -168,6 +189,7 @@ class ExplorerSession:
         self.source: str | None = None
         self.prompt: str | None = None
         self.cache_hit: bool | None = None  # whether the last run was answered by the cache
+        self.opened: tuple | None = None  # (layer, why) when the last run chose the layer it opens on
         self.forward_passes = 0  # forward passes made by this session (one per run that misses)
         self._loaded: tuple | None = None  # (source, model, tokenizer): one model in memory
         self._captured = None
@@ -225,7 +247,7 @@ class ExplorerSession:
         with self._lock:
             self._tasks.clear()
             self._wanted = None
-        self._captured, self._key, self.cache_hit = None, None, None
+        self._captured, self._key, self.cache_hit, self.opened = None, None, None, None
         self._settings = {
             "tol": float(tol),
             "relative": bool(relative),
@@ -246,6 +268,9 @@ class ExplorerSession:
                 self.cache_hit = True
                 self.source, self.prompt = source, prompt
                 self.result = self._finish_meta(hit)
+                if layer not in hit.layers:
+                    self.opened = opening_layer(hit.layers, hit)
+                    layer = self.opened[0]
                 bar.update(max(0, (getattr(bar, "total", None) or 1) - bar.n))
                 if on_result is not None:
                     on_result(
@@ -264,7 +289,10 @@ class ExplorerSession:
         try:
             self._captured = captured
             layers = list(captured.expected) if captured.expected else sorted(captured.layers)
-            selected = layer if layer in layers else layers[0]
+            selected = layer
+            if layer not in layers:
+                self.opened = opening_layer(layers)
+                selected = self.opened[0]
             length = len(captured.input_ids)
             stride = overview_stride(length, self.stride)
             first = first_chart_stride(captured.layers[selected], length) if self.stride is not None else None

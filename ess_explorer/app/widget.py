@@ -380,7 +380,9 @@ class ESSExplorer(StaticCopy, W.VBox):
         self.set_trait("last_error", None)
         self.progress_w.value, self.progress_w.bar_style = 1.0, "success"
         how = "from the cache" if self.session.cache_hit else f"in {time.perf_counter() - started:.1f} s"
-        self._say(f"analysed {len(result.layers)} layers of {self.model} on {result.length} tokens {how}", "ok")
+        opened = self.session.opened
+        why = f" · opened on layer {opened[0]}: {opened[1]}" if opened is not None else ""
+        self._say(f"analysed {len(result.layers)} layers of {self.model} on {result.length} tokens {how}{why}", "ok")
         self._update_static()
 
     def _on_result(self, result: ESSResult, info: dict) -> None:
