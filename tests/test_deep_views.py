@@ -12,13 +12,14 @@ import pandas as pd
 import pytest
 from _deep import N_LAYERS, deep_result, level
 
+from ess_explorer.result import ESSResult
 from ess_explorer.synthetic import reference_result
 from ess_explorer.views.charts import linked_views
-from ess_explorer.views.data import layer_label
+from ess_explorer.views.data import layer_label, time_data
 from ess_explorer.views.figures import figure
 from ess_explorer.views.frames import FIGURE_ROWS, envelope, layer_summary_frame
 from ess_explorer.views.render import figure_bytes
-from ess_explorer.views.specs import diagnostics_chart
+from ess_explorer.views.specs import diagnostics_chart, spectrum
 
 
 def bar_rows(svg: str, field: str) -> dict[int, float]:
@@ -172,3 +173,17 @@ def test_the_static_copy_of_a_deep_explorer_is_one_png_sized_for_a_notebook(deep
     # too large at twice its size, so drawn at its size: shown at the PNG's own pixels
     width, height = static.png_size(png)
     assert re.search(rf'width="{width}" height="{height}"', bundle["text/html"])
+
+
+def test_the_spectrum_title_states_the_full_count_and_how_many_values_are_drawn(deep, tmp_path):
+    rows = {row["t"]: row for row in time_data(deep, layer=12, unit=0)}
+    row = rows[261]
+    assert row["unit_exact"] and row["unit_tol_ess"] == deep.layer(12).tolerance_ess[0, 261] > 64
+    assert not row["complete"] and len(row["sigma"]) == 64
+    svg = figure_bytes(spectrum(deep, layer=12, unit=0, t=261), "svg").decode()
+    assert f"{row['unit_tol_ess']} σ above" in svg and "(top 64 drawn)" in svg and "of ≥" not in svg
+    # a saved file keeps 64 values: at another tolerance its count is a lower bound, marked
+    back = ESSResult.load(deep.save(tmp_path / "deep.npz"))
+    low = {r["t"]: r for r in time_data(back, layer=12, unit=0, tol=1e-6)}[261]
+    assert not low["unit_exact"] and low["unit_tol_ess"] == 64
+    assert "≥ 64 σ above" in figure_bytes(spectrum(back, layer=12, unit=0, t=261, tol=1e-6), "svg").decode()

@@ -165,15 +165,20 @@ def ess_of(lay: LayerESS, variant: str) -> np.ndarray:
     return lay.ess(variant)
 
 
+def _tolerance_exact(result: ESSResult, state: ViewState) -> np.ndarray:
+    """(U, P) False where the tolerance-ESS shown is only a lower bound (recounted from the K
+    kept values at a tolerance other than the analysis's)."""
+    lay = result.layer(state.layer)
+    if state.same_tolerance(result):
+        return np.ones(lay.tolerance_ess.shape, bool)
+    return lay.tolerance_ess_at(state.tol, state.relative, state.scope)[1]
+
+
 def _series(result: ESSResult, state: ViewState) -> dict:
     lay = result.layer(state.layer)
     at = _at(result, state)
     ess = ess_of(at, state.variant)
-    if state.variant == "tolerance" and not state.same_tolerance(result):
-        # False: only a lower bound (K values kept)
-        exact = lay.tolerance_ess_at(state.tol, state.relative, state.scope)[1]
-    else:
-        exact = np.ones(ess.shape, bool)
+    exact = _tolerance_exact(result, state) if state.variant == "tolerance" else np.ones(ess.shape, bool)
     return {
         "t": np.asarray(lay.positions, dtype=int),
         "ess": reduce_units(ess, state.unit, lay.multiplicity),
@@ -240,7 +245,8 @@ def time_data(
     """Rows of the "time" dataset, one per computed t: ``t``, ``token``, the shown
     ``ess``/``tss``/``ceiling`` (unit or aggregate), ``exact``, ``sep`` (separator flag) and the focus
     unit's kept spectrum: ``sigma`` (descending, at most MAX_SPECTRUM_K, round-off
-    dropped; flattened in the browser), its threshold ``thr``, ``unit_tol_ess``,
+    dropped; flattened in the browser), its threshold ``thr``, ``unit_tol_ess`` (with
+    ``unit_exact``: False where it is a lower bound),
     ``unit_entropy_ess`` and ``complete`` (False when more values exist than were kept,
     so counts are lower bounds)."""
     return _time_rows(result, ViewState.of(result, layer=layer, unit=unit, variant=variant, tol=tol, relative=relative))
@@ -263,6 +269,7 @@ def _time_rows(result: ESSResult, state: ViewState) -> list[dict]:
     ess, tss, exact = series["ess"].tolist(), series["tss"].tolist(), series["exact"].tolist()
     ceiling = series["ceiling"].tolist()
     unit_ess = at.tolerance_ess[focus].tolist()
+    unit_exact = _tolerance_exact(result, state)[focus].tolist()
     return [
         {
             **row,
@@ -273,6 +280,7 @@ def _time_rows(result: ESSResult, state: ViewState) -> list[dict]:
             "thr": _sig(thr[i]) if thr[i] > 0 else None,
             "tol_label": tol_text,
             "unit_tol_ess": int(unit_ess[i]),
+            "unit_exact": bool(unit_exact[i]),
         }
         for i, row in enumerate(static)
     ]

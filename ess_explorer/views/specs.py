@@ -218,8 +218,11 @@ def spectrum_panel(result, layer, unit, names, t0, width=360, height=230):
     label = (
         base.transform_calculate(
             label=(
-                "'t = ' + datum.t + ' \u201c' + datum.token + '\u201d:  ' + datum.unit_tol_ess + ' of ' + "
-                "(datum.complete ? '' : '\u2265') + length(datum.sigma) + ' σ above ' + datum.tol_label + "
+                # the count, from the full spectrum (a lower bound, "≥", when recounted from the kept
+                # values at another tolerance); then how many of the values are drawn
+                "'t = ' + datum.t + ' \u201c' + datum.token + '\u201d:  ' + (datum.unit_exact ? '' : '\u2265 ') + "
+                "datum.unit_tol_ess + ' σ above ' + datum.tol_label + "
+                "(datum.complete ? '' : ' (top ' + length(datum.sigma) + ' drawn)') + "
                 "'  ·  entropy-ESS ' + format(datum.unit_entropy_ess, '.3~f')"
             )
         )
