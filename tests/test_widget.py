@@ -435,3 +435,17 @@ def test_changing_the_gate_policy_runs_the_analysis_again(ex, fake):
     ex.gates = "outside"
     assert ex.wait(60)
     assert fake.gates == ["inside", "outside"] and len(fake.captures) == 2
+
+
+def test_the_progress_bar_counts_down_from_the_sessions_estimate():
+    import ipywidgets as W
+
+    from ess_explorer.app.controls import ProgressBar
+
+    said = []
+    bar = ProgressBar(W.FloatProgress(), lambda text, kind: said.append(text), total=100, desc="layer 3", unit="cut")
+    bar.update(50)  # a count alone: the ETA extrapolates it
+    bar.set_eta(120.0)
+    assert 119.0 <= bar.eta_s() <= 120.0 and said[-1].endswith("ETA 120 s")
+    bar.update(10)  # the told estimate holds until the next, whatever the count says
+    assert bar.eta_s() > 100

@@ -72,6 +72,13 @@ class ProgressBar:
         self.bar, self.say = bar, say
         self.total, self.n, self.desc, self.unit = total or 0, 0, desc, unit
         self.started = time.perf_counter()
+        self._eta: tuple[float, float] | None = None  # (seconds left, when told)
+        self._draw()
+
+    def set_eta(self, seconds: float) -> None:
+        """The seconds left as the caller estimates them (session.TaskClock): the ETA shown
+        counts down from it instead of extrapolating the count linearly."""
+        self._eta = (float(seconds), time.perf_counter())
         self._draw()
 
     def update(self, n=1):
@@ -86,6 +93,9 @@ class ProgressBar:
         pass
 
     def eta_s(self) -> float | None:
+        if self._eta is not None:
+            seconds, told = self._eta
+            return max(0.0, seconds - (time.perf_counter() - told))
         elapsed = time.perf_counter() - self.started
         return elapsed / self.n * (self.total - self.n) if self.n and self.total else None
 

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["plan", "overview_stride", "first_chart_stride", "OVERVIEW_POSITIONS", "FIRST_CHART_FLOPS"]
+__all__ = [
+    "plan",
+    "overview_stride",
+    "first_chart_stride",
+    "TaskClock",
+    "OVERVIEW_POSITIONS",
+    "FIRST_CHART_FLOPS",
+]
 
 # Prompts longer than this get the other layers at every ceil(L / OVERVIEW_POSITIONS)-th
 # cut first; the selected layer is made exact before them.
@@ -63,3 +70,50 @@ def plan(
     if stride is not None:
         tasks += [(i, None) for i in others]
     return tasks
+
+
+class TaskClock:
+    """Seconds the remaining (layer, stride) tasks of a run will take, from the ones done.
+
+    Cuts are not alike in cost: a layer at a stride costs more per cut than the same layer
+    exactly (the engine picks another path by cost, and a layer's fixed work is spread over
+    fewer cuts; measured: three times as much for attention at L = 523), and families differ by
+    orders of magnitude. Counting cuts alike put a 30-layer LLM's ETA at twice the real time.
+    So the time per cut is kept per kind of task, (family, strided or exact), and a kind not
+    seen yet is estimated from its family's other kind times the exact-to-strided ratio of a
+    family where both were timed, else from its family, else from the same kind of other
+    families, else from any task.
+    """
+
+    def __init__(self) -> None:
+        self.per_cut: dict[tuple, list[float]] = {}  # (family, strided) -> seconds per cut of each task
+
+    def record(self, family: str | None, stride: int | None, cuts: int, seconds: float) -> None:
+        self.per_cut.setdefault((family, stride is not None), []).append(max(float(seconds), 0.0) / max(cuts, 1))
+
+    def _rate(self, kind) -> float | None:
+        values = self.per_cut.get(kind)
+        return sum(values) / len(values) if values else None
+
+    def estimate(self, family: str | None, stride: int | None, cuts: int) -> float | None:
+        """Seconds for one task; None before any task is done."""
+        strided = stride is not None
+        rate = self._rate((family, strided))
+        if rate is None and self._rate((family, not strided)) is not None:
+            ratios = [
+                self._rate((f, strided)) / self._rate((f, not strided))
+                for f, s in self.per_cut
+                if s == strided and self._rate((f, not strided))
+            ]
+            rate = self._rate((family, not strided)) * (sum(ratios) / len(ratios) if ratios else 1.0)
+        if rate is None:
+            same = [self._rate(kind) for kind in self.per_cut if kind[1] == strided]
+            everything = [self._rate(kind) for kind in self.per_cut]
+            pool = same or everything
+            rate = sum(pool) / len(pool) if pool else None
+        return None if rate is None else rate * max(cuts, 1)
+
+    def remaining(self, tasks) -> float | None:
+        """Seconds for ``tasks``: (family, stride, cuts) each; None before any task is done."""
+        estimates = [self.estimate(*task) for task in tasks]
+        return None if any(e is None for e in estimates) else float(sum(estimates))

@@ -43,7 +43,7 @@ from typing import Callable
 import torch
 
 from ..result import ESSResult, LayerESS
-from .plan import FIRST_CHART_FLOPS, OVERVIEW_POSITIONS, first_chart_stride, overview_stride, plan
+from .plan import FIRST_CHART_FLOPS, OVERVIEW_POSITIONS, TaskClock, first_chart_stride, overview_stride, plan
 
 __all__ = [
     "ExplorerSession",
@@ -127,6 +127,17 @@ class _NoBar:
 
     def close(self):
         pass
+
+
+def tell_eta(bar, seconds: float | None) -> None:
+    """Give ``bar`` the session's estimate of the seconds left (TaskClock): the explorer's bar
+    takes it as its ETA (``set_eta``); a tqdm bar shows it beside its own."""
+    if seconds is None:
+        return
+    if hasattr(bar, "set_eta"):
+        bar.set_eta(seconds)
+    elif hasattr(bar, "set_postfix_str"):
+        bar.set_postfix_str(f"about {seconds:.0f} s left")
 
 
 def opening_layer(layers, result: ESSResult | None = None) -> tuple[int, str]:
@@ -311,10 +322,12 @@ class ExplorerSession:
             return self.result
         self._cancel.clear()
         captured, settings = self._captured, self._settings
+        length = len(captured.input_ids)
         with self._lock:
             total = sum(len(range(0, len(captured.input_ids), s or 1)) for _, s in self._tasks)
         bar = self.progress(total=total, desc="analysing", unit="cut")
         last_report = time.perf_counter()
+        clock = TaskClock()
         try:
             while True:
                 with self._lock:
@@ -343,6 +356,7 @@ class ExplorerSession:
                         bar.update(step)
                         reported[0] += step
 
+                started = time.perf_counter()
                 lay = self.layer_fn(
                     captured,
                     index,
@@ -351,6 +365,7 @@ class ExplorerSession:
                     relative=settings["relative"],
                     on_chunk=on_chunk,
                 )
+                clock.record(getattr(lay, "family", None), stride, cuts, time.perf_counter() - started)
                 missing_before = [i for i in captured.layers if self.result is None or i not in self.result.layers]
                 first = self.result is None
                 self.result = self._merge(captured, index, lay, exact=stride is None)
@@ -358,6 +373,9 @@ class ExplorerSession:
                     self._tasks.popleft()
                     final = not self._tasks
                 bar.update(len(lay.positions) - reported[0])
+                with self._lock:
+                    left = [(self._family(captured, i), s, len(range(0, length, s or 1))) for i, s in self._tasks]
+                tell_eta(bar, clock.remaining(left))
                 missing = [i for i in captured.layers if i not in self.result.layers]
                 if first or (index == self._selected and stride is None and missing):
                     phase = "selected"  # the first chart, and the selected layer made exact
@@ -387,16 +405,26 @@ class ExplorerSession:
         return self.result
 
     # ---------------------------------------------------------------- helpers
+    def _family(self, captured, index: int) -> str | None:
+        """The family of layer ``index`` for the ETA: from its capture, else (not captured yet)
+        from the result's layers, else None (any family's timing is used)."""
+        layer = captured.layers.get(index)
+        if layer is not None and hasattr(layer, "family"):
+            return layer.family
+        if self.result is not None and index in self.result.layers:
+            return self.result.layers[index].family
+        return None
+
     def _start_forward(self, model, tokenizer, prompt: str, gates: str, layer: int | None):
         """Start the one forward pass in a thread; return its CapturedPrompt as soon as the
-        wanted layer (``layer``, else the first) is in it, or when the pass has ended.
-        Raises the pass's error."""
+        wanted layer (``layer``, else the one `opening_layer` opens on) is in it, or when the
+        pass has ended. Raises the pass's error."""
         ready = threading.Event()
         outcome: dict = {}
 
         def on_layer(captured, index):
             expected = captured.expected or sorted(captured.layers)
-            if index == (layer if layer in expected else expected[0]):
+            if index == (layer if layer in expected else opening_layer(expected)[0]):
                 outcome["captured"] = captured
                 ready.set()
 
