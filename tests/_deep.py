@@ -57,3 +57,31 @@ def deep_result(n_layers: int = N_LAYERS, length: int = LENGTH) -> ESSResult:
         "separators": [t for t, tok in enumerate(tokens) if tok == "|"],
     }
     return ESSResult(tokens=tokens, input_ids=list(range(length)), layers=layers, meta=meta)
+
+
+def shaped_result(n_layers: int, length: int, units: int = 2, kept: int = 8) -> ESSResult:
+    """A result of any depth and length with made-up arrays of the right shapes and orders
+    (ESS min(t, L - t) capped per layer, TSS = t, descending spectra): for the views' limits
+    at 64 layers and 4,096 tokens, where real spectra would take minutes."""
+    t = np.arange(length)
+    bound = np.minimum(t, length - t)
+    rng = np.random.default_rng(0)
+    tokens = reference_tokens(length)
+    layers = {}
+    for index in range(n_layers):
+        ess = np.minimum(bound, 5 + (index * 7) % 40)[None].repeat(units, 0)
+        sigma = -np.sort(-rng.random((units, length, kept)), axis=-1) * (np.arange(kept) < bound[:, None])
+        layers[index] = LayerESS(
+            index,
+            "softmax_attention",
+            "head",
+            t,
+            ess,
+            ess * 0.8,
+            np.tile(t.astype(float), (units, 1)),
+            sigma,
+            np.tile(bound, (units, 1)),
+        )
+    meta = {"model_id": "synthetic:shaped", "tol": 1e-3, "relative": True}
+    meta["separators"] = [k for k, tok in enumerate(tokens) if tok == "|"]
+    return ESSResult(tokens=tokens, input_ids=list(range(length)), layers=layers, meta=meta)

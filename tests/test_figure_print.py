@@ -11,7 +11,7 @@ import re
 
 import numpy as np
 import pytest
-from _deep import deep_result
+from _deep import deep_result, shaped_result
 
 from ess_explorer.synthetic import reference_result
 from ess_explorer.views.figures import PAPER_WIDTHS, figure
@@ -102,6 +102,13 @@ def test_a_30_layer_523_token_result_prints_every_kind(kind, width):
     deep = deep_result()
     other = dataclasses.replace(deep, meta={**deep.meta, "model_id": "synthetic:other"})
     check_print(kind, width, figure_bytes(build(kind, width, (deep, other), DEEP_CASES), "pdf"))
+
+
+@pytest.mark.parametrize("kind", ["ess_time", "overview", "diagnostics", "utilisation", "compare"])
+def test_64_layers_of_4096_tokens_print_every_layer_view(kind):
+    shaped = shaped_result(64, 4096)
+    chart = figure({"a": shaped, "b": shaped} if kind == "compare" else shaped, kind, width="single")
+    check_print(kind, "single", figure_bytes(chart, "pdf"))
 
 
 def check_print(kind: str, width: str, data: bytes) -> None:
