@@ -39,7 +39,7 @@ EXAMPLE_PROMPT = "The key to the red box is 42. The key to the blue box is 17. |
 STATIC_CLASS = "ess-explorer-static"
 HIDE_STATIC_CSS = f"<style>.{STATIC_CLASS} {{ display: none; }}</style>"
 STATIC_SCALE = 2  # PNG pixels per CSS pixel
-STATIC_MAX_BYTES = 1_000_000  # above this a static copy is drawn at 1 pixel per CSS pixel
+STATIC_MAX_BYTES = 1_500_000  # above this a static copy is drawn at 1 pixel per CSS pixel
 
 
 def _zoo_name(source: str | None) -> str | None:
