@@ -114,6 +114,19 @@ def test_the_explorer_session_analyses_a_gguf_file(gguf_file, cache):
     assert result.meta["gguf"]["file"] == "tiny.gguf" and result.meta["exact_layers"] == [0, 1]
 
 
+def test_a_sweep_takes_the_gguf_file_as_a_source(gguf_file, cache, tmp_path):
+    import ess_explorer
+
+    prompts = [PROMPT, "the mat | the cat sat"]
+    done = ess_explorer.sweep([str(gguf_file)], prompts, out=tmp_path / "sweep", progress=False)
+    table = done.table()
+    model, tokenizer = sources.load_model(gguf_file)
+    reference = analyze(model, prompt=prompts[1], tokenizer=tokenizer, progress=False).to_frame()
+    mine = table[table.prompt_id == 1].reset_index(drop=True)
+    assert set(table.model) == {str(gguf_file)} and len(mine) == len(reference)
+    assert (mine.tolerance_ess.to_numpy() == reference.tolerance_ess.to_numpy()).all()
+
+
 def test_without_the_gguf_package_the_message_says_what_to_install(tmp_path, cache, monkeypatch):
     file = tmp_path / "m.gguf"
     file.write_bytes(b"GGUF")
