@@ -320,8 +320,8 @@ def test_a_run_opens_on_the_most_used_layer_when_all_are_known_else_the_middle_o
 
 def test_the_eta_follows_each_kind_of_task_not_a_count_of_cuts():
     """A layer at a stride costs more per cut than exactly (another engine path, fixed work
-    spread over fewer cuts): counted in cuts alike, the ETA of a 30-layer LLM was twice the
-    real time. Timed per kind of task, it stays within 1.5x of the real time from the first
+    spread over fewer cuts): counted in cuts alike, an LLM's ETA reads about twice the real
+    time. Timed per kind of task, it stays within 1.5x of the real time from the first
     layer on."""
     import dataclasses
     import time

@@ -78,8 +78,8 @@ class TaskClock:
     Cuts are not alike in cost: a layer at a stride costs more per cut than the same layer
     exactly (the engine picks another path by cost, and a layer's fixed work is spread over
     fewer cuts; measured: three times as much for attention at L = 523), and families differ by
-    orders of magnitude. Counting cuts alike put a 30-layer LLM's ETA at twice the real time.
-    So the time per cut is kept per kind of task, (family, strided or exact), and a kind not
+    orders of magnitude. Counted in cuts alike, an LLM's remaining time reads about twice the
+    real one. So the time per cut is kept per kind of task, (family, strided or exact), and a kind not
     seen yet is estimated from its family's other kind times the exact-to-strided ratio of a
     family where both were timed, else from its family, else from the same kind of other
     families, else from any task.
