@@ -452,7 +452,9 @@ def build_parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="one self-contained HTML report with the linked views")
     _analysis_options(report)
     report.add_argument("--result", help="report a saved result directory instead of analysing")
-    report.add_argument("--layer", help="the layer the explorer opens on (default: the first)")
+    report.add_argument(
+        "--layer", help="the layer the explorer opens on (default: the one closest to its attainable ceiling)"
+    )
     report.add_argument("--out", "-o", required=True, help="output .html file")
     report.set_defaults(func=cmd_report)
 

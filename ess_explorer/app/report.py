@@ -21,6 +21,7 @@ from ..io import META_FILE, RESULT_FILE, TABLE_FILE, jsonable, result_metadata, 
 from ..result import ESSResult
 from ..views import charts
 from ..views.render import javascript_bundle, vl_version
+from .session import opening_layer
 
 __all__ = ["write_report", "report_html", "MAX_EMBED_BYTES"]
 
@@ -35,7 +36,7 @@ def _script_json(value) -> str:
 def _report_chart(result: ESSResult, layer, view_options: dict):
     """The explorer's linked views (charts.linked_views): the widget's own spec."""
 
-    layer = min(result.layers) if layer is None else layer
+    layer = opening_layer(result.layers, result)[0] if layer is None else layer
     if layer not in result.layers:
         raise ValueError(f"layer {layer} was not analysed; analysed layers: {sorted(result.layers)}")
     return charts.linked_views(result, layer=layer, **view_options)

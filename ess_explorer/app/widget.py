@@ -46,7 +46,7 @@ from .controls import (
     with_selection,
     zoo_models,
 )
-from .session import Cancelled, ExplorerSession, torch_thread
+from .session import Cancelled, ExplorerSession, opening_layer, torch_thread
 from .static import (
     EXAMPLE_PROMPT,  # noqa: F401  (public name of this module since the first release)
     HIDE_STATIC_CSS,
@@ -408,7 +408,7 @@ class ESSExplorer(StaticCopy, W.VBox):
         with self._lock:
             self.result = result
             self._spec_cache.clear()
-            layer = layer if layer in result.layers else min(result.layers)
+            layer = layer if layer in result.layers else opening_layer(result.layers, result)[0]
             self._quiet = True  # filling the lists must not trigger one redraw per change
             try:
                 if not keep_t:
