@@ -56,16 +56,22 @@ from .core.ess import DEFAULT_SCOPE, check_scope, check_variant, tolerance_refer
 from .core.layer import layer_arrays
 from .core.operators import DiagonalSSM
 from .core.units import CapturedLayer, DenseCapture, SSMCapture
+from .result_file import (  # noqa: F401  (SAVED_*: what the views draw, taken from here)
+    BYTE_PLANES,
+    SAVED_OPERATOR_SIDE,
+    SAVED_SPECTRUM_K,
+    block_max,
+    byte_planes,
+    file_stamp,
+    from_byte_planes,
+    held,
+    loaded_counts,
+    saved_block,
+    saved_counts,
+)
 
 FORMAT_VERSION = 1
 OPTIONAL_ARRAYS = ("multiplicity", "causal_ess")  # per-layer arrays a file may lack (older files)
-# What a saved file keeps: the spectrum view draws the top 64 values of a cut, and the
-# operator view at most 64 x 64 blocks (views/data.py takes both from here).
-SAVED_SPECTRUM_K = 64
-SAVED_OPERATOR_SIDE = 64
-# How singular values are laid out in a file (header "spectra"): the float32 values' bytes
-# in four planes, lowest byte first.
-BYTE_PLANES = "float32-byteplanes"
 CONVENTION = (
     "0-based t; H_t = T[t:, :t] (past inputs u_0..u_{t-1} -> outputs y_t..y_{L-1}, diagonal excluded); "
     "ESS(0) = 0; tolerance-ESS counts sigma_k > tol (absolute) or > tol * sigma_1 (relative); "
@@ -339,20 +345,20 @@ class ESSResult:
         for i, lay in self.layers.items():
             for name in ("positions", "tolerance_ess", "entropy_ess", "tss", "rank_bound", *OPTIONAL_ARRAYS):
                 arrays[f"L{i}/{name}"] = np.asarray(getattr(lay, name))
-            arrays[f"L{i}/singular_values"] = _byte_planes(lay.singular_values[..., :SAVED_SPECTRUM_K])
-            counts = _saved_counts(lay, self.meta)
+            arrays[f"L{i}/singular_values"] = byte_planes(lay.singular_values[..., :SAVED_SPECTRUM_K])
+            counts = saved_counts(lay, self.meta)
             if counts is not None:
                 header["layers"][str(i)]["counts"] = {k: counts[k] for k in ("tol", "relative")}
                 header["layers"][str(i)]["count_scopes"] = counts["scopes"]
                 arrays[f"L{i}/counts"] = counts["ess"]
                 arrays[f"L{i}/counts_exact"] = counts["exact"]
-            block = _saved_block(lay, len(self.input_ids))
+            block = saved_block(lay, len(self.input_ids))
             header["layers"][str(i)]["operator_block"] = block
             for unit, op in lay.operators.items():
-                arrays[f"L{i}/operator/{unit}"] = _block_max(np.asarray(op), block // lay.operator_block)
+                arrays[f"L{i}/operator/{unit}"] = block_max(np.asarray(op), block // lay.operator_block)
         arrays["__header__"] = np.frombuffer(json.dumps(header).encode("utf-8"), dtype=np.uint8)
         written = atomic_write_with(path, lambda handle: np.savez_compressed(handle, **arrays))
-        self._file = _file_stamp(written, self)
+        self._file = file_stamp(written, self)
         return written
 
     @classmethod
@@ -375,7 +381,7 @@ class ESSResult:
                             raise ValueError(f"field L{i}/{name} is missing")
                         fields[name] = data[f"L{i}/{name}"]
                     if header.get("spectra") == BYTE_PLANES:
-                        fields["singular_values"] = _from_byte_planes(fields["singular_values"], i)
+                        fields["singular_values"] = from_byte_planes(fields["singular_values"], i)
                     block = info.get("operator_block", 1)
                     if not isinstance(block, int) or isinstance(block, bool) or block < 1:
                         raise ValueError(f"field layers.{key}.operator_block must be a positive integer")
@@ -399,7 +405,7 @@ class ESSResult:
                         operators=operators,
                         path=route,
                         operator_block=block,
-                        counts=_loaded_counts(data, i, info, fields["tolerance_ess"].shape),
+                        counts=loaded_counts(data, i, info, fields["tolerance_ess"].shape),
                         **fields,
                     )
         except (
@@ -414,7 +420,7 @@ class ESSResult:
         ) as error:
             raise ValueError(f"{path} is not a readable ESS result ({error}); recompute it") from error
         result = cls(header["tokens"], header["input_ids"], layers, header["meta"])
-        result._file = _file_stamp(path, result)
+        result._file = file_stamp(path, result)
         return result
 
     # The file this result was loaded from or saved to, as (path, size, mtime, what it holds
@@ -427,95 +433,15 @@ class ESSResult:
         (the file's size and time, the result's tokens, metadata and layers)."""
         if self._file is None:
             return None
-        path, size, mtime, held = self._file
+        path, size, mtime, stamp = self._file
         try:
             stat = path.stat()
         except OSError:
             return None
-        return path if (stat.st_size, stat.st_mtime_ns, _held(self)) == (size, mtime, held) else None
+        return path if (stat.st_size, stat.st_mtime_ns, held(self)) == (size, mtime, stamp) else None
 
 
 _ARRAY_FIELDS = ("positions", "tolerance_ess", "entropy_ess", "tss", "singular_values", "rank_bound")
-SCOPES_OF = {True: ("cut", "unit", "layer"), False: ("cut",)}  # relative or absolute tolerance
-
-
-def _held(result: ESSResult) -> str:
-    return json.dumps([result.tokens, list(result.input_ids), result.meta, sorted(result.layers)], default=str)
-
-
-def _file_stamp(path, result: ESSResult) -> tuple:
-    path = Path(path).resolve()
-    stat = path.stat()
-    return path, stat.st_size, stat.st_mtime_ns, _held(result)
-
-
-def _byte_planes(sigma) -> np.ndarray:
-    """(4, U, P, K) uint8: the bytes of float32 ``sigma`` (U, P, K), little-endian, plane by plane."""
-    values = np.ascontiguousarray(np.asarray(sigma, dtype="<f4"))
-    return np.moveaxis(values.view(np.uint8).reshape(values.shape + (4,)), -1, 0).copy()
-
-
-def _from_byte_planes(planes: np.ndarray, i: int) -> np.ndarray:
-    if planes.dtype != np.uint8 or planes.ndim != 4 or planes.shape[0] != 4:
-        raise ValueError(f"field L{i}/singular_values is not float32 byte planes (4, U, P, K)")
-    return np.ascontiguousarray(np.moveaxis(planes, 0, -1)).view("<f4")[..., 0]
-
-
-def _saved_counts(lay: LayerESS, meta: dict) -> dict | None:
-    """tolerance-ESS at the analysis tolerance for every scope, counted from the spectra this
-    layer holds, when a file keeps fewer values than that (else a recount is the same)."""
-    if lay.singular_values.shape[-1] <= SAVED_SPECTRUM_K or meta.get("tol") is None:
-        return None
-    tol, relative = float(meta["tol"]), bool(meta.get("relative", True))
-    scopes = SCOPES_OF[relative]
-    pairs = [lay.tolerance_ess_at(tol, relative, scope) for scope in scopes]
-    return {
-        "tol": tol,
-        "relative": relative,
-        "scopes": list(scopes),
-        "ess": np.stack([ess for ess, _ in pairs]).astype(np.int32),
-        "exact": np.stack([exact for _, exact in pairs]),
-    }
-
-
-def _loaded_counts(data, i: int, info: dict, shape: tuple) -> dict | None:
-    stored = info.get("counts")
-    if stored is None:
-        return None
-    scopes = info.get("count_scopes")
-    ess, exact = data[f"L{i}/counts"], data[f"L{i}/counts_exact"]
-    if (
-        not isinstance(stored, dict)
-        or not isinstance(stored.get("tol"), (int, float))
-        or not isinstance(stored.get("relative"), bool)
-        or not isinstance(scopes, list)
-        or not set(scopes) <= set(SCOPES_OF[True])
-        or ess.shape != (len(scopes), *shape)
-        or exact.shape != ess.shape
-        or not np.issubdtype(ess.dtype, np.integer)
-        or exact.dtype != np.bool_
-    ):
-        raise ValueError(f"field L{i}/counts does not match layers.{i}.counts")
-    out = {"tol": float(stored["tol"]), "relative": stored["relative"]}
-    out.update({scope: (ess[k].astype(np.int64), exact[k]) for k, scope in enumerate(scopes)})
-    return out
-
-
-def _saved_block(lay: LayerESS, length: int) -> int:
-    """The block side a file stores this layer's operators at: 1 (T itself) up to
-    SAVED_OPERATOR_SIDE positions, else the view's block (a multiple of the layer's own)."""
-    block = max(lay.operator_block, -(-length // SAVED_OPERATOR_SIDE))
-    return -(-block // lay.operator_block) * lay.operator_block
-
-
-def _block_max(op: np.ndarray, factor: int) -> np.ndarray:
-    """The largest |T| of each factor x factor block of ``op`` (``op`` itself for factor 1)."""
-    if factor <= 1:
-        return op
-    n = -(-op.shape[0] // factor)
-    padded = np.zeros((n * factor, n * factor), dtype=np.float32)
-    padded[: op.shape[0], : op.shape[1]] = np.abs(op)
-    return padded.reshape(n, factor, n, factor).max(axis=(1, 3))
 
 
 def _check_header(header) -> None:

@@ -187,3 +187,16 @@ def test_the_spectrum_title_states_the_full_count_and_how_many_values_are_drawn(
     low = {r["t"]: r for r in time_data(back, layer=12, unit=0, tol=1e-6)}[261]
     assert not low["unit_exact"] and low["unit_tol_ess"] == 64
     assert "≥ 64 σ above" in figure_bytes(spectrum(back, layer=12, unit=0, t=261, tol=1e-6), "svg").decode()
+
+
+def test_ess_time_draws_the_attainable_ceiling_it_is_asked_for():
+    result = reference_result()
+    spec = figure(result, "ess_time", layers=[0], show_ceiling=True).to_dict()
+    fields = [layer["encoding"]["y"].get("field") for layer in spec["layer"] if "y" in layer.get("encoding", {})]
+    assert "ceiling" in fields and "tss" not in fields
+    rows = [row for data in spec["datasets"].values() for row in data if "ceiling" in row]
+    lay = result.layer(0)
+    # attention: min(TSS = t, t, L - t) = min(t, L - t), mean over the heads
+    expected = np.minimum(lay.tss, lay.rank_bound).mean(0)
+    assert [row["ceiling"] for row in sorted(rows, key=lambda r: r["t"])] == pytest.approx(expected.tolist())
+    assert max(row["ceiling"] for row in rows) == result.length // 2

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["UsageError", "MAX_LAYER_INDEX", "parse_layers"]
+__all__ = ["UsageError", "MAX_LAYER_INDEX", "parse_layers", "figure_options"]
 
 
 class UsageError(Exception):
@@ -106,3 +106,28 @@ def _ppi(text: str) -> float:
     if not 0 < value <= MAX_PPI:
         raise argparse.ArgumentTypeError(f"--ppi must be in (0, {MAX_PPI}] (300 is print resolution), got {text!r}")
     return value
+
+
+def figure_options(args) -> dict:
+    """The keyword options of a figure kind from `figure`'s command line."""
+    options = {}
+    if args.layers is not None:
+        layers = parse_layers(args.layers)
+        if args.kind in ("spectrum", "operator"):
+            if layers is None or len(layers) != 1:
+                raise UsageError(f"--kind {args.kind} shows one layer: give --layers N")
+            options["layer"] = layers[0]
+        elif layers is not None:
+            options["layers"] = layers
+    for name in ("t", "unit", "variant", "against"):
+        value = getattr(args, name)
+        if value is not None:
+            options[name] = value
+    if args.any_prompt:
+        options["check_prompt"] = False
+    if args.positions is not None:
+        try:
+            options["positions"] = [int(p) for p in args.positions.split(",")]
+        except ValueError:
+            raise UsageError(f"--positions takes comma-separated integers, got {args.positions!r}") from None
+    return options

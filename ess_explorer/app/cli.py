@@ -39,6 +39,7 @@ from .arguments import (  # noqa: F401  (parse_layers and MAX_LAYER_INDEX are pa
     _ppi,
     _tolerance,
     _width,
+    figure_options,
     parse_layers,
 )
 from .terminal import format_summary, read_chat, read_prompt, say
@@ -235,30 +236,6 @@ def cmd_analyze(args) -> int:
     return 0
 
 
-def _figure_options(args) -> dict:
-    options = {}
-    if args.layers is not None:
-        layers = parse_layers(args.layers)
-        if args.kind in ("spectrum", "operator"):
-            if layers is None or len(layers) != 1:
-                raise UsageError(f"--kind {args.kind} shows one layer: give --layers N")
-            options["layer"] = layers[0]
-        elif layers is not None:
-            options["layers"] = layers
-    for name in ("t", "unit", "variant", "against"):
-        value = getattr(args, name)
-        if value is not None:
-            options[name] = value
-    if args.any_prompt:
-        options["check_prompt"] = False
-    if args.positions is not None:
-        try:
-            options["positions"] = [int(p) for p in args.positions.split(",")]
-        except ValueError:
-            raise UsageError(f"--positions takes comma-separated integers, got {args.positions!r}") from None
-    return options
-
-
 def cmd_figure(args) -> int:
     if args.kind not in FIGURE_KINDS:
         raise UsageError(f"unknown --kind {args.kind!r}; kinds: {', '.join(FIGURE_KINDS)}")
@@ -278,7 +255,7 @@ def cmd_figure(args) -> int:
             data[label if label not in data else f"{label} ({Path(path).name})"] = res
     else:
         data = results[0]
-    options = _figure_options(args)
+    options = figure_options(args)
     from ..views.figures import KIND_DOCS, KINDS
 
     taken = set(inspect.signature(KINDS[args.kind]).parameters)

@@ -1,15 +1,22 @@
-"""The order of an explorer run's work: which (layer, stride) tasks, and the strides of the
-first chart and of the overview (app/session.py runs them)."""
+"""The order of an explorer run's work: the layer it opens on, which (layer, stride) tasks,
+the strides of the first chart and of the overview, and how long the rest will take
+(app/session.py runs them)."""
 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..result import ESSResult
 
 __all__ = [
     "plan",
     "overview_stride",
     "first_chart_stride",
     "TaskClock",
+    "opening_layer",
+    "tell_eta",
     "OVERVIEW_POSITIONS",
     "FIRST_CHART_FLOPS",
 ]
@@ -117,3 +124,34 @@ class TaskClock:
         """Seconds for ``tasks``: (family, stride, cuts) each; None before any task is done."""
         estimates = [self.estimate(*task) for task in tasks]
         return None if any(e is None for e in estimates) else float(sum(estimates))
+
+
+def tell_eta(bar, seconds: float | None) -> None:
+    """Give ``bar`` the session's estimate of the seconds left (TaskClock): the explorer's bar
+    takes it as its ETA (``set_eta``); a tqdm bar shows it beside its own."""
+    if seconds is None:
+        return
+    if hasattr(bar, "set_eta"):
+        bar.set_eta(seconds)
+    elif hasattr(bar, "set_postfix_str"):
+        bar.set_postfix_str(f"about {seconds:.0f} s left")
+
+
+def opening_layer(layers, result: ESSResult | None = None) -> tuple[int, str]:
+    """(layer, why) the explorer opens on when none was asked for.
+
+    With every layer computed (``result``: a cached run), the layer whose units come closest to
+    their attainable ceiling (core.diagnostics.layer_diagnostics: the highest utilisation
+    against min(TSS, t, L - t)); before any is computed, the middle layer: layer 0 of a deep
+    LLM mostly mixes neighbouring tokens, the least informative picture it has.
+    """
+    layers = sorted(layers)
+    if result is not None and set(layers) <= set(result.layers):
+        from ..core.diagnostics import layer_diagnostics
+
+        scores = {i: layer_diagnostics(result.layer(i))["utilisation"] for i in layers}
+        best = max(layers, key=lambda i: (scores[i], -i))
+        return best, f"the highest utilisation against the ceiling, {scores[best]:.2f}"
+    if len(layers) <= 2:
+        return layers[0], "the first layer"
+    return layers[len(layers) // 2], f"the middle layer of {len(layers)}"

@@ -43,7 +43,16 @@ from typing import Callable
 import torch
 
 from ..result import ESSResult, LayerESS
-from .plan import FIRST_CHART_FLOPS, OVERVIEW_POSITIONS, TaskClock, first_chart_stride, overview_stride, plan
+from .plan import (
+    FIRST_CHART_FLOPS,
+    OVERVIEW_POSITIONS,
+    TaskClock,
+    first_chart_stride,
+    opening_layer,
+    overview_stride,
+    plan,
+    tell_eta,
+)
 
 __all__ = [
     "ExplorerSession",
@@ -127,37 +136,6 @@ class _NoBar:
 
     def close(self):
         pass
-
-
-def tell_eta(bar, seconds: float | None) -> None:
-    """Give ``bar`` the session's estimate of the seconds left (TaskClock): the explorer's bar
-    takes it as its ETA (``set_eta``); a tqdm bar shows it beside its own."""
-    if seconds is None:
-        return
-    if hasattr(bar, "set_eta"):
-        bar.set_eta(seconds)
-    elif hasattr(bar, "set_postfix_str"):
-        bar.set_postfix_str(f"about {seconds:.0f} s left")
-
-
-def opening_layer(layers, result: ESSResult | None = None) -> tuple[int, str]:
-    """(layer, why) the explorer opens on when none was asked for.
-
-    With every layer computed (``result``: a cached run), the layer whose units come closest to
-    their attainable ceiling (core.diagnostics.layer_diagnostics: the highest utilisation
-    against min(TSS, t, L - t)); before any is computed, the middle layer: layer 0 of a deep
-    LLM mostly mixes neighbouring tokens, the least informative picture it has.
-    """
-    layers = sorted(layers)
-    if result is not None and set(layers) <= set(result.layers):
-        from ..core.diagnostics import layer_diagnostics
-
-        scores = {i: layer_diagnostics(result.layer(i))["utilisation"] for i in layers}
-        best = max(layers, key=lambda i: (scores[i], -i))
-        return best, f"the highest utilisation against the ceiling, {scores[best]:.2f}"
-    if len(layers) <= 2:
-        return layers[0], "the first layer"
-    return layers[len(layers) // 2], f"the middle layer of {len(layers)}"
 
 
 class ExplorerSession:

@@ -54,7 +54,9 @@ from .theme import (
     paperise,
     paperise_spec,
     spec_of,
+    stacked,
     theme_spec,
+    thin_layer_axes,
     to_chart,
     width_points,
 )
@@ -533,83 +535,8 @@ def figure(result_or_results, kind: str, *, width="single", height=None, font: s
     spec = paperise_spec(spec_of(builder(result_or_results, **kw)), size)
     if kind == "diagnostics" and total < 400 and "hconcat" in spec:
         # two panels side by side leave a single column no room for the threshold names
-        spec = _stacked(spec)
+        spec = stacked(spec)
         height = round(total * 0.9) if height is None else height
     spec = theme_spec(spec, width=total, height=height, font=font, size=size)
-    _thin_layer_axes(spec, size)
+    thin_layer_axes(spec, size)
     return to_chart(fit_width(spec, total))
-
-
-# Room around a panel's plot that its axes and legend take (points): an estimate, generous,
-# since a label left out costs less than two drawn over each other.
-_AXIS_ROOM = 45
-
-
-def _layer_order(spec: dict) -> list:
-    """Every layer label and layer index in the figure's data, in layer order."""
-    rows = [row for data in spec.get("datasets", {}).values() for row in data if isinstance(row, dict)]
-    pairs = sorted({(row["layer"], row.get("label", row["layer"])) for row in rows if "layer" in row})
-    return pairs
-
-
-def _thin_layer_axes(spec: dict, size: float) -> None:
-    """Layer axes of a figure show every k-th layer where all would not fit at print size: the
-    labels left out are not drawn at all (Vega's own overlap removal only hides them, and a PDF
-    still holds the hidden text). Rows (y) need a line of text each; columns (x) the width of
-    their longest label. The panel size is the nearest one set above the axis (theme_spec)."""
-    pairs = _layer_order(spec)
-    if not pairs:
-        return
-
-    def visit(node, width, height):
-        if isinstance(node, list):
-            for item in node:
-                visit(item, width, height)
-            return
-        if not isinstance(node, dict):
-            return
-        width = node["width"] if isinstance(node.get("width"), (int, float)) else width
-        height = node["height"] if isinstance(node.get("height"), (int, float)) else height
-        encoding = node.get("encoding")
-        for channel, room in (("y", height), ("x", width)):
-            enc = encoding.get(channel) if isinstance(encoding, dict) else None
-            if not isinstance(enc, dict) or enc.get("type") not in ("nominal", "ordinal") or room is None:
-                continue
-            if enc.get("field") == "label":
-                values = [label for _, label in pairs]
-            elif enc.get("field") == "layer":
-                values = sorted({layer for layer, _ in pairs})
-            else:
-                continue
-            longest = max(len(str(v)) for v in values)
-            need = size * 1.3 if channel == "y" else longest * size * 0.6 + 4
-            fit = max(1, int((room - _AXIS_ROOM) // need))
-            step = -(-len(values) // fit)
-            if step > 1 and isinstance(enc.get("axis", {}), dict):
-                enc["axis"] = {**enc.get("axis", {}), "values": values[::step]}
-        for key, value in node.items():
-            if key not in ("data", "datasets", "encoding"):
-                visit(value, width, height)
-
-    visit(spec, None, None)
-
-
-def _stacked(spec: dict) -> dict:
-    """An hconcat spec as a vconcat whose panels all label their y axis."""
-
-    def show_labels(node):
-        if isinstance(node, dict):
-            axis = node.get("axis")
-            if isinstance(axis, dict) and axis.get("labels") is False:
-                axis.pop("labels")
-            for value in node.values():
-                show_labels(value)
-        elif isinstance(node, list):
-            for item in node:
-                show_labels(item)
-
-    panels = spec.pop("hconcat")
-    show_labels(panels)
-    spec.pop("spacing", None)
-    spec["vconcat"] = panels
-    return spec
