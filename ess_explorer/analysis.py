@@ -32,6 +32,7 @@ from .core.gates import DEFAULT_GATES, check_gates, gates_inside
 from .core.layer import SPECTRA_BUDGET
 from .core.precision import DEFAULT_PRECISION, check_precision
 from .core.units import CapturedLayer
+from .prompt_tokens import chat_tokens, check_separators, display_tokens, input_ids_of
 from .result import ESSResult, LayerESS
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "capture_layers",
     "analyze_captured",
     "estimate_seconds",
+    "chat_tokens",
     "CapturedPrompt",
     "OPERATOR_BUDGET",
     "OPERATOR_CHANNELS",
@@ -60,6 +62,8 @@ def analyze(
     input_ids=None,
     *,
     prompt: str | None = None,
+    chat: Sequence[dict] | None = None,
+    separators: Sequence[int] | None = None,
     tokenizer=None,
     layers: Iterable[int] | int | None = None,
     tol: float = DEFAULT_TOL,
@@ -82,7 +86,12 @@ def analyze(
     ----------
     model : a transformers causal LM of a supported model type (adapters.MODEL_TYPES).
     input_ids : token ids, a list, a 1-D tensor or a (1, L) tensor; or pass ``prompt``
-        and ``tokenizer`` instead (exactly one of the two).
+        and ``tokenizer`` instead, or ``chat`` and ``tokenizer`` (exactly one of the three).
+    chat : a conversation, [{"role": "user", "content": "..."}, ...], formatted by the
+        tokenizer's chat template (`chat_tokens`); meta["chat"] keeps it, meta["prompt"] the
+        formatted text.
+    separators : positions t the diagnostics treat as separators (meta["separators"]); by
+        default the end of each turn for a ``chat``, else the views' separator / EOS tokens.
     layers : layer indices to analyse (default all); one int for a single layer.
     tol, relative : tolerance-ESS threshold (relative to sigma_1 by default).
     scope : which sigma_1 a relative tolerance refers to (core/ess.py): "cut" (default, each
@@ -128,7 +137,15 @@ def analyze(
     if max_seconds is not None:
         _check_number("max_seconds", max_seconds, minimum=0.0)
     captured = capture_layers(
-        model, input_ids, prompt=prompt, tokenizer=tokenizer, layers=layers, device=device, gates=gates
+        model,
+        input_ids,
+        prompt=prompt,
+        chat=chat,
+        separators=separators,
+        tokenizer=tokenizer,
+        layers=layers,
+        device=device,
+        gates=gates,
     )
     if max_seconds is not None:
         _check_estimate(captured, stride, max_seconds)
@@ -176,6 +193,8 @@ def capture_layers(
     input_ids=None,
     *,
     prompt: str | None = None,
+    chat: Sequence[dict] | None = None,
+    separators: Sequence[int] | None = None,
     tokenizer=None,
     layers: Iterable[int] | int | None = None,
     device=None,
@@ -184,8 +203,8 @@ def capture_layers(
 ) -> CapturedPrompt:
     """One forward pass of ``model`` capturing the unit operators of ``layers`` (default all).
 
-    Same inputs and the same ValueErrors as `analyze` (exactly one of input_ids or
-    prompt= with tokenizer=; layer indices in range). ``device``: where the spectra will be
+    Same inputs and the same ValueErrors as `analyze` (exactly one of input_ids, prompt= or
+    chat= with tokenizer=; separators; layer indices in range). ``device``: where the spectra will be
     computed (default: the model's). ``gates``: as in `analyze` (core/gates.py).
     ``on_layer(captured, index)``: called during the pass as each layer is captured, with
     the CapturedPrompt being filled (``captured.expected`` lists every layer to come), so
@@ -193,7 +212,15 @@ def capture_layers(
     """
     import transformers
 
-    ids = _input_ids(model, input_ids, prompt, tokenizer)
+    conversation = {}
+    if chat is not None:
+        if input_ids is not None or prompt is not None:
+            raise ValueError("pass exactly one of input_ids, prompt= or chat= (with tokenizer=)")
+        text, input_ids, ends = chat_tokens(tokenizer, chat)
+        conversation = {"chat": [dict(m) for m in chat], "prompt": text}
+        separators = ends if separators is None else separators
+    ids = input_ids_of(model, input_ids, prompt, tokenizer)
+    separators = check_separators(separators, len(ids))
     check_gates(gates)
     spectra_device = check_device(device) if device is not None else None
     slots = {slot.index: slot for slot in layer_slots(model)}  # key -> slot (keys need not be 0..n-1)
@@ -211,10 +238,14 @@ def capture_layers(
         "dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
         "gates": gates,
         "transformers": transformers.__version__,
+        # a model loaded from a GGUF file: the file and its quantisation (sources.gguf_info)
+        **({"gguf": config.gguf_source} if getattr(config, "gguf_source", None) else {}),
+        **conversation,
+        **({"separators": separators} if separators is not None else {}),
     }
     captured = CapturedPrompt(
         input_ids=list(ids),
-        tokens=_tokens(ids, tokenizer),
+        tokens=display_tokens(ids, tokenizer),
         layers={},
         meta=meta,
         device=spectra_device if spectra_device is not None else model_device,
@@ -383,75 +414,6 @@ def _model_device(model) -> torch.device:
         return torch.device("cpu")
 
 
-def _input_ids(model, input_ids, prompt, tokenizer) -> list[int]:
-    if not isinstance(model, torch.nn.Module):
-        raise ValueError(
-            f"analyze takes a loaded model, got {type(model).__name__} {model!r:.40}; load it first: "
-            "model, tokenizer = ess_explorer.load_model(source)"
-        )
-    if (input_ids is None) == (prompt is None):
-        raise ValueError("pass exactly one of input_ids or prompt= (with tokenizer=)")
-    if prompt is not None:
-        if not isinstance(prompt, str):
-            raise ValueError(f"prompt must be a string, got {type(prompt).__name__}")
-        if tokenizer is None:
-            raise ValueError("prompt= needs tokenizer= (load_model returns one), or pass input_ids")
-        if not prompt:
-            raise ValueError("the prompt is empty: ESS needs at least 2 tokens")
-        input_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        _check_unknown(input_ids, tokenizer)
-    try:
-        ids = torch.as_tensor(input_ids)
-    except (TypeError, ValueError, RuntimeError, OverflowError) as error:
-        raise ValueError(
-            f"input_ids must be one flat list (or a tensor) of integer token ids, not ragged nor beyond int64; "
-            f"the {type(input_ids).__name__} given is not ({str(error).splitlines()[0] if str(error) else error!r})"
-        ) from None
-    if ids.ndim == 2:
-        if ids.shape[0] != 1:
-            raise ValueError(f"analyze takes one prompt (batch 1); got input_ids of shape {tuple(ids.shape)}")
-        ids = ids[0]
-    if ids.ndim != 1:
-        raise ValueError(f"input_ids must be 1-D (L,) or (1, L); got shape {tuple(ids.shape)}")
-    if ids.numel() and (ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool):
-        raise ValueError(f"input_ids must be integers, got {ids.dtype}")
-    length = ids.numel()
-    if length < 2:
-        raise ValueError(f"the prompt has {length} token(s); ESS needs at least 2 (a past and a future)")
-    vocab = model.get_input_embeddings().num_embeddings
-    low, high = int(ids.min()), int(ids.max())
-    if low < 0 or high >= vocab:
-        raise ValueError(f"token ids must lie in [0, {vocab - 1}] (the embedding size); got min {low}, max {high}")
-    context = getattr(model.config, "max_position_embeddings", None)
-    if isinstance(context, int) and length > context:
-        raise ValueError(
-            f"the prompt has {length} tokens, more than the model's context of {context} "
-            "(config.max_position_embeddings); shorten it"
-        )
-    return [int(i) for i in ids.tolist()]
-
-
-def _check_unknown(input_ids, tokenizer) -> None:
-    """A prompt the tokenizer does not know: all <unk> is refused (there is nothing to analyse),
-    some <unk> is a warning (those words are one and the same token to the model)."""
-    import warnings
-
-    unk = getattr(tokenizer, "unk_token_id", None)
-    ids = list(input_ids) if isinstance(input_ids, (list, tuple)) else []
-    unknown = sum(1 for i in ids if unk is not None and i == unk)
-    if ids and unknown == len(ids):
-        raise ValueError(
-            f"every token of the prompt is unknown to the tokenizer ({len(ids)} x <unk>); write it in the model's "
-            "vocabulary (a zoo model knows only its task's symbols: see its example prompt)"
-        )
-    if unknown:
-        warnings.warn(
-            f"{unknown} of {len(ids)} tokens of the prompt are unknown to the tokenizer (<unk>): the model sees "
-            "them as one and the same token",
-            stacklevel=4,
-        )
-
-
 def _slot_meta(slots: dict, model) -> dict:
     """meta entries for models whose analysed slots are not one per layer: "slots" (key ->
     label, e.g. Falcon-H1's two mixers per layer) and "skipped_layers" (index -> reason)."""
@@ -539,10 +501,3 @@ def _operator_rows(keep, layer: CapturedLayer, n_units: int) -> list[int]:
     if bad:
         raise ValueError(f"keep_operators rows {bad} are out of range (0..{n_units - 1})")
     return [int(r) for r in rows]
-
-
-def _tokens(ids: list[int], tokenizer) -> list[str]:
-    """Display strings, one per token (the decoded text of each id; the id without a tokenizer)."""
-    if tokenizer is None:
-        return [str(i) for i in ids]
-    return [tokenizer.decode([i]) for i in ids]

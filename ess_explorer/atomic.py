@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
-__all__ = ["atomic_write", "atomic_write_with", "exclusive"]
+__all__ = ["atomic_write", "atomic_write_with", "atomic_link", "exclusive"]
 
 
 def _umask() -> int:
@@ -23,24 +25,31 @@ def _umask() -> int:
     return mask
 
 
-def atomic_write_with(path, write: Callable, *, mode: str = "wb") -> Path:
-    """Write ``path`` atomically by calling ``write(handle)`` on an open temporary file."""
-    path = Path(path)
+@contextmanager
+def _temporary(path: Path):
+    """(fd, name) of a new temporary file beside ``path``, removed if the block fails."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; the file gets the usual permissions
-        with os.fdopen(fd, mode) as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        yield fd, tmp
     except BaseException:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
         raise
+
+
+def atomic_write_with(path, write: Callable, *, mode: str = "wb") -> Path:
+    """Write ``path`` atomically by calling ``write(handle)`` on an open temporary file."""
+    path = Path(path)
+    with _temporary(path) as (fd, tmp):
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; the file gets the usual permissions
+        with os.fdopen(fd, mode) as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
     return path
 
 
@@ -63,3 +72,24 @@ def exclusive(folder):
         yield
     finally:
         os.close(fd)  # closing releases the lock
+
+
+def atomic_link(source, path) -> Path:
+    """Make ``path`` a hard link to the file ``source`` (the same bytes, none written), or a
+    copy of it where a link cannot be made (another file system); atomically either way.
+    Safe with files that are only ever replaced, never written in place (as every file here)."""
+    source, path = Path(source), Path(path)
+    with _temporary(path) as (fd, tmp):
+        os.close(fd)
+        os.unlink(tmp)  # the name only: os.link makes the file
+        try:
+            os.link(source, tmp)
+        except OSError:  # another file system, or links not allowed
+            linked = False
+        else:
+            os.replace(tmp, path)
+            linked = True
+    if not linked:
+        with source.open("rb") as data:
+            atomic_write_with(path, lambda handle: shutil.copyfileobj(data, handle))
+    return path

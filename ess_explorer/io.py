@@ -41,11 +41,11 @@ import numpy as np
 import pandas as pd
 
 from ._version import __version__
-from .atomic import atomic_write, exclusive
+from .atomic import atomic_link, atomic_write, exclusive
 from .bounded import read_json
 from .core.diagnostics import COLLAPSED_AT, SATURATED_AT, layer_diagnostics
 from .result import ESSResult
-from .sources import file_sha256
+from .sources import CACHE_ENV, default_cache_dir, file_sha256  # one cache root: sources keeps GGUF weights there
 
 __all__ = [
     "RESULT_FILE",
@@ -93,9 +93,12 @@ def summary_table(
     """One row per analysed layer: layer, family, units (count and kind), scalars per unit
     (multiplicity), mean ESS and max ESS (mean over units, then mean / max over t), mean TSS,
     the layer totals in scalars at the peak cut (total_ess, total_tss: sum over units of
-    multiplicity x value, comparable across families; docs/conventions.md), utilisation (peak
-    ESS/TSS over t, mean over units; diagnostics.layer_diagnostics) and its state, and the
-    peak over t of the unit-mean causal ESS (NaN for a layer with no known realisation)."""
+    multiplicity x value, comparable across families; docs/conventions.md), utilisation: per
+    unit peak ESS over the peak of its attainable ceiling min(TSS, t, L - t), mean over units
+    (diagnostics.layer_diagnostics), with the means over units of that numerator and
+    denominator (peak_ess, peak_ceiling), its state, the paper's ratio to TSS
+    (tss_utilisation), and the peak over t of the unit-mean causal ESS (NaN for a layer with
+    no known realisation)."""
     saturated = SATURATED_AT if saturated is None else saturated
     collapsed = COLLAPSED_AT if collapsed is None else collapsed
     rows = []
@@ -115,8 +118,11 @@ def summary_table(
                 "mean_tss": float(np.asarray(lay.tss, dtype=np.float64).mean()) if lay.tss.size else 0.0,
                 "total_ess": float(diag["total_ess"]),
                 "total_tss": float(diag["total_tss"]),
+                "peak_ess": float(diag["peak_ess"]),
+                "peak_ceiling": float(diag["peak_ceiling"]),
                 "utilisation": float(diag["utilisation"]),
                 "state": str(diag["state"]),
+                "tss_utilisation": float(diag["tss_utilisation"]),
                 "max_causal_ess": _peak_causal(lay),
             }
         )
@@ -132,8 +138,11 @@ def summary_table(
             "mean_tss",
             "total_ess",
             "total_tss",
+            "peak_ess",
+            "peak_ceiling",
             "utilisation",
             "state",
+            "tss_utilisation",
             "max_causal_ess",
         ],
     )
@@ -237,6 +246,9 @@ def write_result_dir(result: ESSResult, out_dir) -> Path:
     ``out_dir`` and renamed into place, meta.json last, under a lock, so concurrent writers
     take turns; meta.json records the sha256 of the other two, so `read_result` refuses a
     folder whose members come from different runs (e.g. after a crash between the renames).
+    A result loaded from a file or saved to one (a cache entry) is not written again:
+    result.npz becomes a hard link to that file (a copy on another file system), and a folder
+    whose result.npz already is that file keeps the table and metadata it has.
     """
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
@@ -247,9 +259,16 @@ def write_result_dir(result: ESSResult, out_dir) -> Path:
             target = out_dir / name
             if target.exists() and not target.is_file():
                 raise ValueError(f"{target} exists and is not a file; remove it or write the result to another --out")
+        source = result.saved_file()
+        written = all((out_dir / name).is_file() for name in (TABLE_FILE, META_FILE))
+        if source is not None and _same_file(source, out_dir / RESULT_FILE) and written:
+            return out_dir  # written by an earlier run from the same file
         staging = Path(tempfile.mkdtemp(prefix=".staging.", dir=out_dir))
         try:
-            result.save(staging / RESULT_FILE)
+            if source is None:
+                result.save(staging / RESULT_FILE)
+            else:
+                atomic_link(source, staging / RESULT_FILE)
             export_table(result, staging / TABLE_FILE)
             meta = result_metadata(result)
             meta["members"] = {name: file_sha256(staging / name) for name in (RESULT_FILE, TABLE_FILE)}
@@ -259,6 +278,13 @@ def write_result_dir(result: ESSResult, out_dir) -> Path:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return out_dir
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def _check_members(folder: Path) -> None:
@@ -301,14 +327,6 @@ def read_result(path) -> ESSResult:
 
 
 # ---- the cache ------------------------------------------------------------------------------
-
-CACHE_ENV = "ESS_EXPLORER_CACHE"
-
-
-def default_cache_dir() -> Path:
-    """$ESS_EXPLORER_CACHE, else ~/.cache/ess-explorer."""
-    env = os.environ.get(CACHE_ENV)
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "ess-explorer"
 
 
 class CacheKey(str):

@@ -28,7 +28,15 @@ singular values per cut):
                                        known realisation (and in files written before it existed)
 
 Saved as one ``.npz`` file (numpy arrays + a JSON header), loaded with
-``allow_pickle=False``: no code is ever unpickled from a result file.
+``allow_pickle=False``: no code is ever unpickled from a result file. A file holds what the
+views draw, sized for real models (a 30-layer, 523-token attention result is about 25 MB, where
+float64 spectra of every rank and every head's T would take 277 MB): the top SAVED_SPECTRUM_K
+singular values per cut in float32 (the ESS values were counted from the float64 spectra and
+are stored as computed; the counts at the analysis tolerance for every scope are stored too,
+so a recount there stays exact), stored as byte planes (the exponent bytes of a descending
+spectrum compress well once apart from the mantissas); operators longer than
+SAVED_OPERATOR_SIDE as the largest |T| of b x b blocks (what the operator view draws;
+``operator_block`` says b). The in-memory result of ``analyze`` keeps everything it computed.
 """
 
 from __future__ import annotations
@@ -50,6 +58,19 @@ from .core.layer import layer_arrays
 from .core.operators import DiagonalSSM
 from .core.precision import DEFAULT_PRECISION
 from .core.units import CapturedLayer, DenseCapture, SSMCapture
+from .result_file import (  # noqa: F401  (SAVED_*: what the views draw, taken from here)
+    BYTE_PLANES,
+    SAVED_OPERATOR_SIDE,
+    SAVED_SPECTRUM_K,
+    block_max,
+    byte_planes,
+    file_stamp,
+    from_byte_planes,
+    held,
+    loaded_counts,
+    saved_block,
+    saved_counts,
+)
 
 FORMAT_VERSION = 1
 OPTIONAL_ARRAYS = ("multiplicity", "causal_ess")  # per-layer arrays a file may lack (older files)
@@ -76,6 +97,11 @@ class LayerESS:
     path: dict = field(default_factory=dict)
     multiplicity: np.ndarray | None = None
     causal_ess: np.ndarray | None = None
+    # operators[u] holds the largest |T| of each block of this side (1: T itself)
+    operator_block: int = 1
+    # tolerance-ESS at one (tol, relative) per scope, counted from the spectra before a save
+    # cut them: {"tol", "relative", scope: (ess, exact)}; None when the kept values are all
+    counts: dict | None = field(default=None, repr=False)
 
     def __post_init__(self):
         units = int(np.shape(self.tolerance_ess)[0])
@@ -129,6 +155,9 @@ class LayerESS:
         if not np.isfinite(tol) or tol < 0:
             raise ValueError(f"tol must be a finite non-negative number, got {tol}")
         check_scope(scope, relative)
+        stored = self.counts or {}
+        if stored.get("tol") == tol and stored.get("relative") == relative and scope in stored:
+            return stored[scope]
         sigma = self.singular_values
         threshold = tol * tolerance_reference(sigma, scope) if relative else np.full_like(sigma[..., :1], tol)
         ess = (sigma > threshold).sum(-1)
@@ -315,22 +344,27 @@ class ESSResult:
                 }
                 for i, lay in self.layers.items()
             },
+            "spectra": BYTE_PLANES,
         }
-        arrays = {"__header__": np.frombuffer(json.dumps(header).encode("utf-8"), dtype=np.uint8)}
+        arrays = {}
         for i, lay in self.layers.items():
-            for name in (
-                "positions",
-                "tolerance_ess",
-                "entropy_ess",
-                "tss",
-                "singular_values",
-                "rank_bound",
-                *OPTIONAL_ARRAYS,
-            ):
+            for name in ("positions", "tolerance_ess", "entropy_ess", "tss", "rank_bound", *OPTIONAL_ARRAYS):
                 arrays[f"L{i}/{name}"] = np.asarray(getattr(lay, name))
+            arrays[f"L{i}/singular_values"] = byte_planes(lay.singular_values[..., :SAVED_SPECTRUM_K])
+            counts = saved_counts(lay, self.meta)
+            if counts is not None:
+                header["layers"][str(i)]["counts"] = {k: counts[k] for k in ("tol", "relative")}
+                header["layers"][str(i)]["count_scopes"] = counts["scopes"]
+                arrays[f"L{i}/counts"] = counts["ess"]
+                arrays[f"L{i}/counts_exact"] = counts["exact"]
+            block = saved_block(lay, len(self.input_ids))
+            header["layers"][str(i)]["operator_block"] = block
             for unit, op in lay.operators.items():
-                arrays[f"L{i}/operator/{unit}"] = np.asarray(op)
-        return atomic_write_with(path, lambda handle: np.savez_compressed(handle, **arrays))
+                arrays[f"L{i}/operator/{unit}"] = block_max(np.asarray(op), block // lay.operator_block)
+        arrays["__header__"] = np.frombuffer(json.dumps(header).encode("utf-8"), dtype=np.uint8)
+        written = atomic_write_with(path, lambda handle: np.savez_compressed(handle, **arrays))
+        self._file = file_stamp(written, self)
+        return written
 
     @classmethod
     def load(cls, path) -> "ESSResult":
@@ -351,12 +385,17 @@ class ESSResult:
                         if f"L{i}/{name}" not in data.files:
                             raise ValueError(f"field L{i}/{name} is missing")
                         fields[name] = data[f"L{i}/{name}"]
+                    if header.get("spectra") == BYTE_PLANES:
+                        fields["singular_values"] = from_byte_planes(fields["singular_values"], i)
+                    block = info.get("operator_block", 1)
+                    if not isinstance(block, int) or isinstance(block, bool) or block < 1:
+                        raise ValueError(f"field layers.{key}.operator_block must be a positive integer")
                     operators = {}
                     for u in info["operators"]:
                         if f"L{i}/operator/{u}" not in data.files:
                             raise ValueError(f"field L{i}/operator/{u} is missing")
                         operators[int(u)] = data[f"L{i}/operator/{u}"]
-                    _check_layer_arrays(i, fields, operators, len(header["input_ids"]))
+                    _check_layer_arrays(i, fields, operators, len(header["input_ids"]), block)
                     # Optional arrays: files written before they existed load with the defaults
                     # (multiplicity 1 per unit, causal ESS NaN); LayerESS checks their shapes.
                     for name in OPTIONAL_ARRAYS:
@@ -365,7 +404,14 @@ class ESSResult:
                     route = info.get("path", {})  # not `path`: the error below names the file
                     route = {str(k): str(v) for k, v in route.items()} if isinstance(route, dict) else {}
                     layers[i] = LayerESS(
-                        i, info["family"], info["unit_kind"], operators=operators, path=route, **fields
+                        i,
+                        info["family"],
+                        info["unit_kind"],
+                        operators=operators,
+                        path=route,
+                        operator_block=block,
+                        counts=loaded_counts(data, i, info, fields["tolerance_ess"].shape),
+                        **fields,
                     )
         except (
             OSError,
@@ -378,7 +424,26 @@ class ESSResult:
             zlib.error,
         ) as error:
             raise ValueError(f"{path} is not a readable ESS result ({error}); recompute it") from error
-        return cls(header["tokens"], header["input_ids"], layers, header["meta"])
+        result = cls(header["tokens"], header["input_ids"], layers, header["meta"])
+        result._file = file_stamp(path, result)
+        return result
+
+    # The file this result was loaded from or saved to, as (path, size, mtime, what it holds
+    # besides arrays): io's write_result_dir links that file instead of writing the same bytes
+    # again. Not a field, so a changed copy (dataclasses.replace, a subset) never claims it.
+    _file = None
+
+    def saved_file(self) -> Path | None:
+        """The file this result was loaded from or last saved to, if neither has changed since
+        (the file's size and time, the result's tokens, metadata and layers)."""
+        if self._file is None:
+            return None
+        path, size, mtime, stamp = self._file
+        try:
+            stat = path.stat()
+        except OSError:
+            return None
+        return path if (stat.st_size, stat.st_mtime_ns, held(self)) == (size, mtime, stamp) else None
 
 
 _ARRAY_FIELDS = ("positions", "tolerance_ess", "entropy_ess", "tss", "singular_values", "rank_bound")
@@ -418,7 +483,7 @@ def _check_header(header) -> None:
             raise ValueError(f"field layers.{key}.operators must be a list of unit rows")
 
 
-def _check_layer_arrays(i: int, fields: dict, operators: dict, length: int) -> None:
+def _check_layer_arrays(i: int, fields: dict, operators: dict, length: int, block: int = 1) -> None:
     """ValueError naming the first array of layer ``i`` whose dtype or shape is inconsistent."""
     for name, array in fields.items():
         if not (np.issubdtype(array.dtype, np.number) or array.dtype == np.bool_) or np.iscomplexobj(array):
@@ -439,9 +504,10 @@ def _check_layer_arrays(i: int, fields: dict, operators: dict, length: int) -> N
         raise ValueError(
             f"field L{i}/singular_values has shape {sigma.shape}, expected (U, P, K) with (U, P) = {units_positions}"
         )
+    side = -(-length // block)  # an operator stored as blocks of `block` positions
     for unit, op in operators.items():
-        if op.shape != (length, length) or not unit < units_positions[0]:
+        if op.shape != (side, side) or not unit < units_positions[0]:
             raise ValueError(
                 f"field L{i}/operator/{unit} has shape {op.shape} for unit {unit}, "
-                f"expected ({length}, {length}) for a unit below {units_positions[0]}"
+                f"expected ({side}, {side}) for a unit below {units_positions[0]}"
             )

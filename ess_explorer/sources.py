@@ -1,4 +1,5 @@
-"""Where models come from: a hub id, a local folder or "zoo:NAME" -> model, tokenizer, identity.
+"""Where models come from: a hub id, a local folder, a GGUF file or "zoo:NAME" -> model,
+tokenizer, identity.
 
 The one place that parses a model source. It also holds the zoo's catalogue (the shipped
 model folders are package data under ``ess_explorer/zoo/assets/``; the zoo package itself,
@@ -23,11 +24,18 @@ Rules (docs/usage.md, "Models"):
   valid JSON, or that transformers refuses, is reported as such.
 The tokenizer is None when the source ships none (a warning says to pass input_ids to
 analyze then).
+
+GGUF (how many people keep models on their own machines): a ``.gguf`` file, or a folder whose
+only weights are one, loads through transformers' own GGUF reader (the optional ``gguf`` and
+``accelerate`` packages: ``pip install 'ess-explorer[gguf]'``), which dequantises to float32.
+The dequantised model and the file's tokenizer are kept as a safetensors folder in the cache
+(``<cache>/gguf/<file hash>``), so the next load is an ordinary safetensors load. The file and
+its quantisation (``general.file_type`` and the count of tensors per GGML type) are part of the
+model's identity and of the result's metadata (``meta["gguf"]``).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -38,6 +46,16 @@ import torch
 
 from .bounded import read_json
 from .core.checks import check_device
+from .model_files import (  # noqa: F401  (CACHE_ENV, default_cache_dir: the cache root, for io)
+    CACHE_ENV,
+    GGUF_SUFFIX,
+    HASH_BYTES_UP_TO,
+    default_cache_dir,
+    dequantised,
+    dequantised_dir,
+    file_sha256,
+    gguf_info,
+)
 
 __all__ = [
     "ZOO_DIR",
@@ -53,6 +71,9 @@ __all__ = [
     "hub_commit",
     "identity_without_weights",
     "file_sha256",
+    "CACHE_ENV",
+    "default_cache_dir",
+    "gguf_info",
 ]
 
 ZOO_PREFIX = "zoo:"
@@ -63,9 +84,8 @@ ZOO_DIR = Path(os.environ.get("ESS_EXPLORER_ZOO_DIR", Path(__file__).resolve().p
 # layer-0 heads are saturated on the example prompt. Its card says more.
 DEFAULT_MODEL = "mamba2_n16_sep"
 
-# Weight files up to this size are hashed byte by byte; larger ones by size + mtime (a
-# multi-GB checkpoint would otherwise cost seconds to minutes on every run).
-HASH_BYTES_UP_TO = 256 * 1024 * 1024
+# Weight files up to HASH_BYTES_UP_TO (model_files.py) are hashed byte by byte; larger ones by
+# size + mtime (a multi-GB checkpoint would otherwise cost seconds to minutes on every run).
 _WEIGHT_PATTERNS = ("*.safetensors", "model.safetensors.index.json")
 
 # Any of these in a folder means it ships a tokenizer.
@@ -107,6 +127,9 @@ def load_model(
     if device is not None:
         check_device(device)  # before any file is read: a missing CUDA is not a load failure
     path, label = _resolve(source)
+    gguf = parse_source(source)[0] == "gguf"
+    if gguf:  # the dequantised copy in the cache, made on the first load
+        path = str(dequantised(Path(path), trust_remote_code))
     common = {"revision": revision, "trust_remote_code": trust_remote_code}
     if parse_source(source)[0] == "hub" and not _offline() and not _hub_reachable():
         if not _in_hub_cache(path, revision):
@@ -154,10 +177,12 @@ def load_model(
         ) from error
     _check_loading_info(label, info)
     model.eval()
-    if label.startswith(ZOO_PREFIX):
+    if label.startswith(ZOO_PREFIX) or gguf:
         # Results and reports name the model by what the user asked for, not by a path
-        # into this installation (analyze reads it as meta["model_id"]).
+        # into this installation or the cache (analyze reads it as meta["model_id"]).
         model.config._name_or_path = label
+    if gguf:
+        model.config.gguf_source = gguf_info(label)  # analyze records it as meta["gguf"]
     if device is not None:
         model.to(device)
     return model, _tokenizer(path, revision, trust_remote_code, label)
@@ -264,7 +289,12 @@ def identity_without_weights(source: str, revision: str | None = None):
                 value, revision=commit, local_files_only=_offline(), trust_remote_code=False
             )
             return model_identity(source, revision=revision or commit), tokenizer
-        folder = model_dir(value) if kind == "zoo" else Path(value).expanduser()
+        if kind == "gguf":  # the tokenizer of the dequantised copy, once the first load made it
+            folder = dequantised_dir(Path(value))
+            if not (folder / "config.json").is_file():
+                return None
+        else:
+            folder = model_dir(value) if kind == "zoo" else Path(value).expanduser()
         return model_identity(source), AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False)
     except (OSError, ValueError, TypeError):  # remote code refused included: loading will say so
         return None
@@ -308,16 +338,34 @@ def card(name: str) -> dict:
 
 
 def parse_source(source) -> tuple[str, str]:
-    """("zoo", NAME) for "zoo:NAME", ("folder", path) for an existing folder or a path-like
+    """("zoo", NAME) for "zoo:NAME", ("gguf", file) for a .gguf file or a folder whose only
+    weights are one .gguf file, ("folder", path) for another existing folder or a path-like
     string, else ("hub", id). The one parser of model sources."""
     if not isinstance(source, (str, os.PathLike)) or not str(source).strip():
-        raise ValueError(f"a model source must be a hub id, a local folder, or 'zoo:NAME'; got {source!r}")
+        raise ValueError(
+            f"a model source must be a hub id, a local folder, a .gguf file, or 'zoo:NAME'; got {source!r}"
+        )
     text = str(source).strip()
     if text.startswith(ZOO_PREFIX):
         return "zoo", text[len(ZOO_PREFIX) :]
-    if isinstance(source, os.PathLike) or Path(text).expanduser().exists() or text.startswith((".", "/", "~")):
+    path = Path(text).expanduser()
+    if text.lower().endswith(GGUF_SUFFIX):
+        return "gguf", str(path)
+    if path.is_dir() and not _has_safetensors(path):
+        found = sorted(path.glob(f"*{GGUF_SUFFIX}"))
+        if len(found) == 1:
+            return "gguf", str(found[0])
+        if len(found) > 1:
+            raise ValueError(
+                f"{path} holds several GGUF files ({', '.join(f.name for f in found)}); pass the one to load"
+            )
+    if isinstance(source, os.PathLike) or path.exists() or text.startswith((".", "/", "~")):
         return "folder", text
     return "hub", text
+
+
+def _has_safetensors(folder: Path) -> bool:
+    return any(folder.glob("*.safetensors")) or (folder / "model.safetensors.index.json").is_file()
 
 
 def _resolve(source: str) -> tuple[str, str]:
@@ -325,6 +373,11 @@ def _resolve(source: str) -> tuple[str, str]:
     kind, value = parse_source(source)
     if kind == "zoo":
         return _check_folder(model_dir(value)), ZOO_PREFIX + value
+    if kind == "gguf":
+        file = Path(value)
+        if not file.is_file():
+            raise ValueError(f"{file} is not a file; pass a .gguf file or the folder that holds one")
+        return str(file.resolve()), str(file.resolve())
     if kind == "folder":
         folder = Path(value).expanduser()
         return _check_folder(folder), str(folder)
@@ -333,7 +386,7 @@ def _resolve(source: str) -> tuple[str, str]:
 
 def _check_folder(folder: Path) -> str:
     if not folder.is_dir():
-        raise ValueError(f"{folder} is not a folder; pass a hub id, a local model folder, or zoo:NAME")
+        raise ValueError(f"{folder} is not a folder; pass a hub id, a local model folder, a .gguf file, or zoo:NAME")
     if not (folder / "config.json").is_file():
         raise ValueError(f"{folder} has no config.json: not a transformers model folder")
     try:
@@ -350,7 +403,7 @@ def _check_folder(folder: Path) -> str:
                 "Convert them once in a trusted environment with "
                 "`AutoModelForCausalLM.from_pretrained(folder).save_pretrained(folder, safe_serialization=True)`"
             )
-        raise ValueError(f"{folder} has no *.safetensors weights")
+        raise ValueError(f"{folder} has no *.safetensors weights (nor one .gguf file)")
     return str(folder)
 
 
@@ -393,14 +446,6 @@ def _tokenizer(path: str, revision, trust_remote_code, label: str = ""):
 # ---- identity (what the cache keys a model by) -------------------------------------------
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def folder_identity(folder) -> dict:
     """Identity of a local model folder: sha256 of config.json and of each weight file
     (size + mtime for files above HASH_BYTES_UP_TO). Tokenizer files are not hashed: the
@@ -432,6 +477,8 @@ def model_identity(source, model=None, *, revision: str | None = None) -> dict:
     kind, value = parse_source(source)
     if kind == "zoo":
         return {"source": ZOO_PREFIX + value, **folder_identity(model_dir(value))}
+    if kind == "gguf":
+        return {"kind": "gguf", "source": str(Path(value).resolve()), **gguf_info(value)}
     if kind == "folder":
         folder = Path(value).expanduser()
         return {"source": str(folder.resolve()), **folder_identity(folder)}

@@ -7,7 +7,8 @@ Tensors and tables only (the charts are in views/teaching.py):
   at one cut (the argument that a state of size n bounds ``rank(H_t)`` by n);
 * ``truncation_errors``: the Eckart-Young table, the worst-case error of the best state of
   size m at one cut;
-* ``attainable_ceiling``: ``min(TSS, t, L - t)``, the most ESS a unit can reach at t;
+* ``attainable_ceiling``: ``min(TSS, t, L - t)``, the most ESS a unit can reach at t
+  (core/diagnostics.py, re-exported here);
 * ``memory_at_cut``: per layer, total ESS, TSS and ceiling (in scalars) at one cut of an ESSResult;
 * ``recall_answers``: what a causal LM answers at the queried positions of a recall prompt.
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .core.diagnostics import attainable_ceiling
 from .core.operators import DiagonalSSM
 
 IGNORE = -100  # label of a position that asks nothing (the causal-LM convention)
@@ -75,17 +77,6 @@ def truncation_errors(H: torch.Tensor, max_state: int) -> list[dict]:
         worst = float(torch.linalg.matrix_norm(H - H_m, ord=2))
         rows.append({"state size m": m, "worst-case error": worst, "sigma_{m+1}": float(S[m]) if m < len(S) else 0.0})
     return rows
-
-
-def attainable_ceiling(layer) -> np.ndarray:
-    """(U, P) ``min(TSS(t), t, L - t)`` of a LayerESS: the most ESS a unit can have at t.
-
-    ``H_t`` has t columns and L - t rows, so no cut of any operator has rank above
-    min(t, L - t); a state of TSS numbers caps it at TSS. A softmax-attention head
-    (TSS = t) can therefore reach only min(t, L - t), about half its cache at t = L / 2.
-    """
-    # rank_bound is min(t, L - t) (capped by the operator's own rank limit where it has one)
-    return np.minimum(np.asarray(layer.tss, dtype=np.float64), np.asarray(layer.rank_bound, dtype=np.float64))
 
 
 def memory_at_cut(result, t: int) -> list[dict]:

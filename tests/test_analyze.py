@@ -276,13 +276,49 @@ def test_prompt_with_tokenizer():
     assert result.input_ids == [ord(ch) + 3 for ch in "a=1; b=2"]
 
 
+def test_a_chat_is_formatted_by_the_template_and_its_turn_ends_are_the_separators():
+    tokenizer = tf.ByT5Tokenizer()
+    tokenizer.chat_template = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}</s>{% endfor %}"
+    config = tf.GPT2Config(
+        n_layer=1, n_head=2, n_embd=16, n_positions=128, vocab_size=len(tokenizer), bos_token_id=0, eos_token_id=1
+    )
+    torch.manual_seed(0)
+    model = tf.AutoModelForCausalLM.from_config(config).eval()
+    chat = [
+        {"role": "user", "content": "key 3?"},
+        {"role": "assistant", "content": "7"},
+        {"role": "user", "content": "and 4?"},
+    ]
+    result = analyze(model, chat=chat, tokenizer=tokenizer, progress=False)
+    text = "user: key 3?</s>assistant: 7</s>user: and 4?</s>"
+    assert result.meta["prompt"] == text and result.meta["chat"] == chat
+    ends = result.meta["separators"]
+    assert len(ends) == 3 and ends[-1] == result.length - 1
+    assert [result.input_ids[t] for t in ends] == [tokenizer.eos_token_id] * 3
+    assert "".join(result.tokens[: ends[0]]) == "user: key 3?"
+    from ess_explorer.views.data import separator_positions
+
+    assert separator_positions(result) == ends  # the diagnostics' modulation reads these
+    explicit = analyze(model, chat=chat, tokenizer=tokenizer, separators=[5], progress=False, layers=[0])
+    assert explicit.meta["separators"] == [5]
+    with pytest.raises(ValueError, match="exactly one of"):
+        analyze(model, chat=chat, prompt="x", tokenizer=tokenizer, progress=False)
+    with pytest.raises(ValueError, match="role"):
+        analyze(model, chat=[{"role": "user"}], tokenizer=tokenizer, progress=False)
+    tokenizer.chat_template = None
+    with pytest.raises(ValueError, match="no chat template"):
+        analyze(model, chat=chat, tokenizer=tokenizer, progress=False)
+    with pytest.raises(ValueError, match="separators must lie"):
+        analyze(model, prompt="abc", tokenizer=tokenizer, separators=[9], progress=False)
+
+
 def test_result_saves_and_loads(tmp_path):
     model, ids = build("lfm2")
     result = analyze(model, ids, progress=False)
     loaded = ESSResult.load(result.save(tmp_path / "r.npz"))
     assert loaded.meta == result.meta and loaded.input_ids == result.input_ids
     for index, lay in result.layers.items():
-        np.testing.assert_array_equal(loaded.layers[index].singular_values, lay.singular_values)
+        np.testing.assert_array_equal(loaded.layers[index].singular_values, lay.singular_values.astype(np.float32))
         assert loaded.layers[index].family == lay.family
 
 

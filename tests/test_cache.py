@@ -11,6 +11,7 @@ import pytest
 
 from ess_explorer import sources as sources_mod
 from ess_explorer.io import ResultCache, cache_key, default_cache_dir
+from ess_explorer.result import ESSResult
 from ess_explorer.sources import folder_identity, model_identity
 from ess_explorer.synthetic import reference_result
 
@@ -171,3 +172,27 @@ def test_hub_identity_uses_the_loaded_commit():
     assert model_identity("org/name", Model()) == {"kind": "hub", "source": "org/name", "revision": "0123abcd"}
     assert model_identity("org/name", Model(), revision="v2")["revision"] == "v2"
     assert model_identity("org/name")["revision"] is None
+
+
+def test_a_result_folder_links_the_cache_entry_and_a_hit_rewrites_nothing(tmp_path):
+    from ess_explorer.io import RESULT_FILE, TABLE_FILE, write_result_dir
+
+    cache = ResultCache(tmp_path / "cache")
+    k = key(prompt="linked")
+    result, hit = cache.get_or_compute(k, lambda: reference_result())
+    entry = cache.path(k)
+    assert not hit
+    out = write_result_dir(result, tmp_path / "run")
+    # one copy on disk: the folder's result.npz is the cache entry
+    assert (out / RESULT_FILE).samefile(entry) and entry.stat().st_nlink == 2
+    written = {name: (out / name).stat().st_mtime_ns for name in (RESULT_FILE, TABLE_FILE)}
+    again, hit = cache.get_or_compute(k, lambda: pytest.fail("a hit computes nothing"))
+    assert hit
+    write_result_dir(again, out)
+    assert {name: (out / name).stat().st_mtime_ns for name in written} == written
+    # a result changed in memory is written afresh, never linked to the file it came from
+    again.meta["note"] = "changed"
+    write_result_dir(again, tmp_path / "other")
+    assert not (tmp_path / "other" / RESULT_FILE).samefile(entry)
+    assert json.loads((tmp_path / "other" / "meta.json").read_text())["meta"]["note"] == "changed"
+    assert ESSResult.load(tmp_path / "other" / RESULT_FILE).meta["note"] == "changed"

@@ -264,6 +264,24 @@ def test_figure_and_report_round_trips(fake, capsys, tmp_path):
     assert code == 2 and "--result" in one_line_error(err)
 
 
+def test_compare_of_two_prompts_names_the_flag_that_allows_it(fake, capsys, tmp_path):
+    for name, prompt in (("a", "one prompt"), ("b", "another prompt")):
+        assert run(capsys, "analyze", "-p", prompt, "-q", "--out", str(tmp_path / name))[0] == 0
+    args = ["figure", str(tmp_path / "a"), str(tmp_path / "b"), "--kind", "compare", "--out"]
+    code, _, err = run(capsys, *args, str(tmp_path / "c.svg"))
+    assert code != 0 and "--any-prompt" in one_line_error(err)
+    code, _, err = run(capsys, *args, str(tmp_path / "c.svg"), "--any-prompt")
+    assert code == 0, err
+    assert (tmp_path / "c.svg").read_text().startswith("<svg")
+    for against, title in (("tss", "ESS / TSS"), ("ceiling", "ESS / ceiling")):
+        out = tmp_path / f"u-{against}.svg"
+        code, _, err = run(
+            capsys, "figure", str(tmp_path / "a"), "--kind", "utilisation", "--against", against, "--out", str(out)
+        )
+        assert code == 0, err
+        assert title in out.read_text()
+
+
 # ---- the real models: only when the zoo ships them ---------------------------------------
 def _zoo_models():
     try:

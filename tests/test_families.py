@@ -167,7 +167,7 @@ EXPECTED_FAMILIES = {
     "falcon_h1": ["mamba2", ATT] * 2,
     "granitemoehybrid": ["mamba2", ATT],
     "nemotron_h": ["mamba2", ATT],
-    "zamba": ["mamba"] * 3,
+    "zamba": ["mamba", ATT, "mamba", ATT, "mamba"],  # keys 1, 2, 3, 4, 5: the shared block at each hybrid depth
     "recurrent_gemma": ["rg_lru", ATT],
     "minimax": ["lightning_attention", ATT],
     "rwkv": ["rwkv"] * 2,
@@ -276,6 +276,31 @@ def test_falcon_h1_analyses_both_parallel_mixers_as_labelled_slots(tmp_path):
     # one mixer alone: its key, not a layer index
     only = analyze(model, ids, layers=[3], progress=False)
     assert sorted(only.layers) == [3] and only.layers[3].family == ATT
+
+
+def test_zamba_shared_attention_is_analysed_at_every_depth_it_is_called():
+    model, ids = build("zamba")
+    shared = [layer.shared_transf.self_attn for layer in model.model.layers[1:]]
+    assert shared[0].q_proj.weight is shared[1].q_proj.weight, "one set of weights, called at two depths"
+    # The tiny init leaves attention near uniform and the stream between the two calls nearly
+    # unchanged: sharpen the shared attention and let layer 1's mixer move the stream.
+    with torch.no_grad():
+        shared[0].q_proj.weight.mul_(20.0)
+        model.model.layers[1].mamba_decoder.mamba.out_proj.weight.mul_(50.0)
+    result = analyze(model, ids, progress=False)
+    assert result.meta["slots"] == {
+        "1": "layer 0 mamba",
+        "2": "layer 1 shared attention",
+        "3": "layer 1 mamba",
+        "4": "layer 2 shared attention",
+        "5": "layer 2 mamba",
+    }
+    # each call reads its own depth's input: the same weights apply different operators
+    first, second = result.layers[2].operators, result.layers[4].operators
+    assert result.layers[2].family == result.layers[4].family == ATT and first and second
+    assert np.abs(first[0] - second[0]).max() > 1e-3
+    only = analyze(model, ids, layers=[4], progress=False)  # the second call alone
+    np.testing.assert_allclose(only.layers[4].operators[0], second[0])
 
 
 def test_nemotron_mlp_blocks_are_skipped_with_a_reason_not_silently():

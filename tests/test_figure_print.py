@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import copy
 import ctypes
+import dataclasses
 import re
 
 import numpy as np
 import pytest
+from _deep import deep_result, shaped_result
 
 from ess_explorer.synthetic import reference_result
 from ess_explorer.views.figures import PAPER_WIDTHS, figure
@@ -27,6 +29,13 @@ CASES = {
     "utilisation": dict(),
     "diagnostics": dict(),
     "compare": dict(),
+}
+# The same kinds on a result as deep and long as a real LLM's (30 layers, 523 tokens).
+DEEP_CASES = {
+    **CASES,
+    "spectrum": dict(layer=12, positions=[100, 260, 400]),
+    "spectrum_one_t": dict(layer=12, t=200),
+    "operator": dict(layer=25, t=200),
 }
 
 
@@ -74,17 +83,35 @@ def collisions(data: bytes, pad: float = 0.5) -> list[tuple[str, str]]:
     return out
 
 
-def build(kind: str, width: str, results):
+def build(kind: str, width: str, results, cases=CASES):
     ref, other = results
     if kind == "compare":
         return figure({"model A": ref, "model B": other}, "compare", width=width)
-    return figure(ref, kind.replace("_one_t", ""), width=width, **CASES[kind])
+    return figure(ref, kind.replace("_one_t", ""), width=width, **cases[kind])
 
 
 @pytest.mark.parametrize("width", ["single", "double"])
 @pytest.mark.parametrize("kind", list(CASES))
 def test_pdf_fits_width_one_font_no_small_text_no_collisions(kind, width, results):
-    data = figure_bytes(build(kind, width, results), "pdf")
+    check_print(kind, width, figure_bytes(build(kind, width, results), "pdf"))
+
+
+@pytest.mark.parametrize("width", ["single", "double"])
+@pytest.mark.parametrize("kind", list(DEEP_CASES))
+def test_a_30_layer_523_token_result_prints_every_kind(kind, width):
+    deep = deep_result()
+    other = dataclasses.replace(deep, meta={**deep.meta, "model_id": "synthetic:other"})
+    check_print(kind, width, figure_bytes(build(kind, width, (deep, other), DEEP_CASES), "pdf"))
+
+
+@pytest.mark.parametrize("kind", ["ess_time", "overview", "diagnostics", "utilisation", "compare"])
+def test_64_layers_of_4096_tokens_print_every_layer_view(kind):
+    shaped = shaped_result(64, 4096)
+    chart = figure({"a": shaped, "b": shaped} if kind == "compare" else shaped, kind, width="single")
+    check_print(kind, "single", figure_bytes(chart, "pdf"))
+
+
+def check_print(kind: str, width: str, data: bytes) -> None:
     (page_w, page_h), chars = pdf_text(data)
     target = PAPER_WIDTHS[width]
     assert target - 2 <= page_w <= target, f"{kind} at {width}: page {page_w} pt wide for a {target} pt column"

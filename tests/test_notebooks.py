@@ -94,7 +94,13 @@ def texts(nb) -> str:
 
 
 def png_count(nb) -> int:
-    return sum("image/png" in out.get("data", {}) for out in outputs(nb))
+    return sum(shows_png(out) for out in outputs(nb))
+
+
+def shows_png(out) -> bool:
+    """A PNG output: image/png, or HTML holding one (the explorer's static copy, stored once)."""
+    data = out.get("data", {})
+    return "image/png" in data or "data:image/png;base64," in "".join(data.get("text/html", ""))
 
 
 def assert_clean_run(nb, seconds):
@@ -133,16 +139,13 @@ def code_cells(nb):
 
 
 def has(cell, mime) -> bool:
-    return any(mime in o.get("data", {}) for o in cell.get("outputs", []))
+    outs = cell.get("outputs", [])
+    return any(mime in o.get("data", {}) or (mime == "image/png" and shows_png(o)) for o in outs)
 
 
 def explorer_static_copies(nb) -> list:
     """The explorer's static copies: a PNG output whose HTML the live widget hides."""
-    return [
-        o
-        for o in outputs(nb)
-        if "image/png" in o.get("data", {}) and "ess-explorer-static" in "".join(o["data"].get("text/html", ""))
-    ]
+    return [o for o in outputs(nb) if shows_png(o) and "ess-explorer-static" in "".join(o["data"].get("text/html", ""))]
 
 
 def assert_every_widget_has_a_static_figure(nb):

@@ -296,3 +296,79 @@ def test_torch_thread_runs_with_the_callers_torch_thread_count():
     finally:
         torch.set_num_threads(before)
     assert seen == [3] and thread.daemon
+
+
+def test_a_run_opens_on_the_most_used_layer_when_all_are_known_else_the_middle_one(tmp_path):
+    from _deep import N_LAYERS, deep_result, level
+
+    from ess_explorer.core.diagnostics import layer_diagnostics
+
+    deep = deep_result()
+    layer, why = S.opening_layer(range(N_LAYERS), deep)
+    scores = [layer_diagnostics(deep.layer(i))["utilisation"] for i in range(N_LAYERS)]
+    assert layer == int(np.argmax(scores)) == max(range(N_LAYERS), key=level)
+    assert why.startswith("the highest utilisation against the ceiling")
+    assert S.opening_layer(range(N_LAYERS)) == (15, "the middle layer of 30")
+    assert S.opening_layer([0, 1])[0] == 0
+    # a cached run opens on its most used layer, and says so
+    cache = ResultCache(tmp_path)
+    S.ExplorerSession(cache=cache).run(MODEL, PROMPT)
+    second = S.ExplorerSession(cache=cache)
+    hit = second.run(MODEL, PROMPT)
+    assert second.cache_hit and second.opened == S.opening_layer(hit.layers, hit)
+
+
+def test_the_eta_follows_each_kind_of_task_not_a_count_of_cuts():
+    """A layer at a stride costs more per cut than exactly (another engine path, fixed work
+    spread over fewer cuts): counted in cuts alike, an LLM's ETA reads about twice the real
+    time. Timed per kind of task, it stays within 1.5x of the real time from the first
+    layer on."""
+    import dataclasses
+    import time
+
+    full, captured = _fake_captured(n_layers=4, length=40)
+    # four layers of one family (an LLM's): layer 0 of the reference result four times
+    full.layers = {i: dataclasses.replace(full.layers[0], layer=i) for i in range(4)}
+    seconds = {None: 0.3, 4: 0.2}  # exact: 40 cuts; at stride 4: 10 cuts, two thirds of the time
+    told = []
+
+    class Clocked(Bar):
+        def set_eta(self, eta):
+            told.append((time.perf_counter(), eta))
+
+    def layer_fn(cap, layer, *, stride, tol, relative, on_chunk=None):
+        time.sleep(seconds[stride])
+        return _strided(full.layers[layer], stride)
+
+    session = S.ExplorerSession(
+        load_fn=lambda s: ("model", "tok"),
+        capture_fn=lambda m, t, p, gates, on_layer=None: captured,
+        layer_fn=layer_fn,
+        stride=4,
+        progress=Clocked,
+    )
+    session.run("fake", "prompt", layer=0)
+    end = time.perf_counter()
+    assert len(told) == 7  # after each task: the selected layer, 3 strided, 3 exact
+    for when, eta in told[:-1]:
+        actual = end - when
+        assert actual / 1.5 <= eta <= actual * 1.5, (eta, actual)
+    assert told[-1][1] == 0.0
+    # what counting cuts alike would have said after the strided layers: far above the real time
+    _, after_overview = told[3]
+    linear = (told[3][0] - told[0][0] + 0.3) / 70 * 120
+    assert linear > 1.5 * (end - told[3][0]) and after_overview < 1.5 * (end - told[3][0])
+
+
+def test_the_clock_carries_the_strided_to_exact_ratio_from_one_family_to_another():
+    clock = P.TaskClock()
+    assert clock.remaining([("mamba", None, 40)]) is None  # nothing timed yet: no guess
+    clock.record("softmax_attention", 4, 10, 1.0)  # 0.1 s per cut at a stride
+    clock.record("softmax_attention", None, 40, 1.2)  # 0.03 s per cut exactly
+    clock.record("mamba", 4, 10, 0.2)  # a cheaper family, so far only at a stride
+    # exact Mamba: its strided rate times attention's exact / strided ratio, 0.02 x 0.3 x 40 cuts
+    assert clock.estimate("mamba", None, 40) == pytest.approx(0.24)
+    assert clock.estimate("softmax_attention", 4, 10) == pytest.approx(1.0)
+    assert clock.remaining([("mamba", None, 40), ("softmax_attention", None, 40)]) == pytest.approx(1.44)
+    # a family not seen at all: the mean rate of its kind of task over the families timed
+    assert clock.estimate("short_conv", 4, 10) == pytest.approx(0.6)

@@ -116,9 +116,11 @@ def _select(ex, t=None, layer=None):
 
 def test_opens_analysed_with_all_layers(ex, fake):
     assert fake.loads == ["zoo:fake"] and len(fake.captures) == 1, "one load, one forward pass"
-    assert [c["layer"] for c in fake.calls] == [0, 1, 2, 3], "each layer once, the selected one first"
-    assert sorted(ex.result.layers) == [0, 1, 2, 3] and ex.result.length == 32
+    # no layer asked for: the middle one opens (layer 0 of a deep model is the least telling)
+    assert [c["layer"] for c in fake.calls] == [2, 0, 1, 3], "each layer once, the selected one first"
+    assert sorted(ex.result.layers) == [0, 1, 2, 3] and ex.result.length == 32 and ex.layer == 2
     assert "analysed 4 layers" in ex.status_w.value and not ex.busy and ex.last_error is None
+    assert "opened on layer 2: the middle layer of 4" in ex.status_w.value
     assert ex.progress_w.value == 1.0 and ex.progress_w.bar_style == "success"
     assert [label for label, _ in ex.layer_w.options][2] == "2 · mamba"
     assert set(ex.chart.spec["datasets"]) == set(charts.DATASETS.values())
@@ -162,7 +164,7 @@ def test_tolerance_recomputes_from_kept_values_not_the_model(ex, fake):
     calls = len(fake.calls)
     ex.unit_w.value = 1
     ex.tol_w.value = 1e-2
-    op = torch.as_tensor(ex.result.layers[0].operators[1])
+    op = torch.as_tensor(ex.result.layers[ex.layer].operators[1])
     assert [r["ess"] for r in _rows(ex)] == tolerance_ess(op, tol=1e-2, relative=True).numpy().tolist()
     ex.relative_w.value = False
     ex.tol_w.value = 0.05
@@ -173,7 +175,7 @@ def test_tolerance_recomputes_from_kept_values_not_the_model(ex, fake):
 def test_variant_and_unit(ex):
     ex.variant_w.value = "entropy"
     assert ex.chart.spec["datasets"][charts.DATASETS["labels"]] == [{"variant": "entropy-ESS"}]
-    lay = ex.result.layers[0]
+    lay = ex.result.layers[ex.layer]
     assert np.allclose([r["ess"] for r in _rows(ex)], lay.entropy_ess.mean(0), rtol=1e-3)
     ex.unit_w.value = "max"
     assert np.allclose([r["ess"] for r in _rows(ex)], lay.entropy_ess.max(0), rtol=1e-3)
@@ -297,7 +299,8 @@ def test_static_copy_is_hidden_by_the_live_widget_and_drawn_at_its_size(fake):
 
     ex = widget.explore(result=reference_result(24))
     bundle = ex.static_bundle()
-    png = base64.b64decode(bundle["image/png"])
+    assert set(bundle) == {"text/plain", "text/html"}, "the PNG is stored once, inside the HTML"
+    png = base64.b64decode(re.search(r'src="data:image/png;base64,([^"]+)"', bundle["text/html"])[1])
     width, height = static.png_size(png)
     shown = re.search(r'<img [^>]*width="(\d+)" height="(\d+)"', bundle["text/html"])
     assert (int(shown[1]), int(shown[2])) == (width // 2, height // 2), "rendered at 2x, shown at 1x"
@@ -439,5 +442,20 @@ def test_changing_the_gate_policy_runs_the_analysis_again(ex, fake):
 )
 def test_a_layer_or_unit_the_model_lacks_is_said_not_replaced_silently(fake, options, said):
     ex = _open(fake, "zoo:fake", PROMPT, **options)
-    assert said in ex.status_w.value and "showing layer 0" in ex.status_w.value
-    assert ex.layer == 0 and ex.unit == "mean"
+    # the explorer opens on its own choice of layer instead, and says which
+    assert said in ex.status_w.value and f"showing layer {ex.layer}, mean" in ex.status_w.value
+    assert ex.layer in ex.result.layers and ex.unit == "mean"
+
+
+def test_the_progress_bar_counts_down_from_the_sessions_estimate():
+    import ipywidgets as W
+
+    from ess_explorer.app.controls import ProgressBar
+
+    said = []
+    bar = ProgressBar(W.FloatProgress(), lambda text, kind: said.append(text), total=100, desc="layer 3", unit="cut")
+    bar.update(50)  # a count alone: the ETA extrapolates it
+    bar.set_eta(120.0)
+    assert 119.0 <= bar.eta_s() <= 120.0 and said[-1].endswith("ETA 120 s")
+    bar.update(10)  # the told estimate holds until the next, whatever the count says
+    assert bar.eta_s() > 100

@@ -15,6 +15,7 @@ __all__ = [
     "parse_layers",
     "add_analysis_options",
     "add_precision_argument",
+    "figure_options",
 ]
 
 
@@ -134,6 +135,11 @@ def add_analysis_options(parser) -> None:
     parser.add_argument("--revision", help="hub revision (branch, tag or commit)")
     parser.add_argument("--prompt", "-p", help="the prompt text ('-' reads stdin)")
     parser.add_argument("--prompt-file", "-f", help="read the prompt from this file ('-' for stdin)")
+    parser.add_argument(
+        "--chat",
+        help='a conversation as JSON ([{"role": ..., "content": ...}, ...]) formatted by the chat template; '
+        "its turn ends are the separators",
+    )
     parser.add_argument("--layers", "-l", help="layers to analyse, e.g. 0,2,5-7 (default: all)")
     parser.add_argument("--tol", type=_tolerance, default=None, help="tolerance-ESS threshold (default 1e-3)")
     parser.add_argument(
@@ -178,3 +184,28 @@ def add_precision_argument(parser) -> None:
         help="accuracy contract: 'ess' (default) gives every ESS as exact spectra would, fast; "
         "'exact' keeps every singular value exact (for spectra far below the tolerance)",
     )
+
+
+def figure_options(args) -> dict:
+    """The keyword options of a figure kind from `figure`'s command line."""
+    options = {}
+    if args.layers is not None:
+        layers = parse_layers(args.layers)
+        if args.kind in ("spectrum", "operator"):
+            if layers is None or len(layers) != 1:
+                raise UsageError(f"--kind {args.kind} shows one layer: give --layers N")
+            options["layer"] = layers[0]
+        elif layers is not None:
+            options["layers"] = layers
+    for name in ("t", "unit", "variant", "against"):
+        value = getattr(args, name)
+        if value is not None:
+            options[name] = value
+    if args.any_prompt:
+        options["check_prompt"] = False
+    if args.positions is not None:
+        try:
+            options["positions"] = [int(p) for p in args.positions.split(",")]
+        except ValueError:
+            raise UsageError(f"--positions takes comma-separated integers, got {args.positions!r}") from None
+    return options

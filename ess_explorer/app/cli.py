@@ -41,9 +41,10 @@ from .arguments import (  # noqa: F401  (parse_layers and MAX_LAYER_INDEX are pa
     _width,
     add_analysis_options,
     add_precision_argument,
+    figure_options,
     parse_layers,
 )
-from .terminal import format_summary, read_prompt, say
+from .terminal import format_summary, read_chat, read_prompt, say
 
 __all__ = ["main", "build_parser", "parse_layers"]
 
@@ -140,7 +141,8 @@ def compute_result(args):
 
     layers = parse_layers(args.layers)  # usage errors first, before reading stdin or loading
     source = _resolve_source(args.model)
-    prompt = read_prompt(args, source, _example_prompt)
+    chat = read_chat(args) if getattr(args, "chat", None) else None
+    prompt = None if chat is not None else read_prompt(args, source, _example_prompt)
     relative = not args.absolute
     if args.absolute and args.scope != "cut":
         raise ValueError("--scope chooses which sigma_1 a relative tolerance refers to; drop it with --absolute")
@@ -149,22 +151,34 @@ def compute_result(args):
     check_tolerance(args.tol, relative)  # before the model is loaded
     cache = None if args.no_cache else ResultCache(args.cache_dir)
 
-    def key(identity, ids, dtype):
+    def inputs(tokenizer) -> dict:
+        """The token ids, the text and (a chat) the turn ends that analyse this prompt."""
+        if chat is None:
+            return {"ids": _tokenize(tokenizer, prompt), "text": prompt, "separators": None}
+        if tokenizer is None:
+            raise ValueError("this model ships no tokenizer; --chat needs one (and its chat template)")
+        from ..analysis import chat_tokens
+
+        text, ids, ends = chat_tokens(tokenizer, chat)
+        return {"ids": ids, "text": text, "separators": ends}
+
+    def key(identity, given, dtype):
         return cache_key(
             identity,
-            ids,
+            given["ids"],
             layers=layers,
             dtype=dtype,
             tol=args.tol,
             relative=relative,
             stride=args.stride,
-            prompt=prompt,
+            prompt=given["text"],
             scope=args.scope,
             gates=args.gates,
             device=args.device,
             revision=args.revision,
             causal=not args.no_causal,
             precision=args.precision,
+            **({"separators": given["separators"]} if given["separators"] is not None else {}),
         )
 
     # The identity and the tokenizer come from the files (a hub id: the commit loading would
@@ -173,7 +187,7 @@ def compute_result(args):
     found = _identity_without_weights(source, args.revision) if cache is not None else None
     if found is not None:
         identity, tokenizer = found
-        hit = cache.get(key(identity, _tokenize(tokenizer, prompt), "float32"))
+        hit = cache.get(key(identity, inputs(tokenizer), "float32"))
         if hit is not None:
             return hit, True, _nothing_to_store
     say(args, f"loading {source} ...")
@@ -185,7 +199,8 @@ def compute_result(args):
         except ImportError:
             pass
     model, tokenizer = _load_model(source, args.revision)
-    ids = _tokenize(tokenizer, prompt)
+    given = inputs(tokenizer)
+    ids = given["ids"]
 
     def run():
         say(args, f"analysing {len(ids)} tokens ...")
@@ -204,9 +219,12 @@ def compute_result(args):
             causal=not args.no_causal,
             precision=args.precision,
             max_seconds=args.max_seconds or None,  # 0: no limit
+            **({"separators": given["separators"]} if given["separators"] is not None else {}),
         )
-        result.meta["prompt"] = prompt
+        result.meta["prompt"] = given["text"]
         result.meta["source"] = source
+        if chat is not None:
+            result.meta["chat"] = chat
         return result
 
     if cache is None:
@@ -217,7 +235,7 @@ def compute_result(args):
     # the identity read before loading is the loaded model's (identity_without_weights): a hub
     # id's commit is not asked for twice
     identity = found[0] if found is not None else _identity(source, model, args.revision)
-    entry = key(identity, ids, dtype)
+    entry = key(identity, given, dtype)
     cached = cache.get(entry)
     if cached is not None:
         return cached, True, _nothing_to_store
@@ -235,28 +253,6 @@ def cmd_analyze(args) -> int:
         print(f"wrote {out}/ (result.npz, table.csv, meta.json)")
     store()
     return 0
-
-
-def _figure_options(args) -> dict:
-    options = {}
-    if args.layers is not None:
-        layers = parse_layers(args.layers)
-        if args.kind in ("spectrum", "operator"):
-            if layers is None or len(layers) != 1:
-                raise UsageError(f"--kind {args.kind} shows one layer: give --layers N")
-            options["layer"] = layers[0]
-        elif layers is not None:
-            options["layers"] = layers
-    for name in ("t", "unit", "variant"):
-        value = getattr(args, name)
-        if value is not None:
-            options[name] = value
-    if args.positions is not None:
-        try:
-            options["positions"] = [int(p) for p in args.positions.split(",")]
-        except ValueError:
-            raise UsageError(f"--positions takes comma-separated integers, got {args.positions!r}") from None
-    return options
 
 
 def cmd_figure(args) -> int:
@@ -278,13 +274,13 @@ def cmd_figure(args) -> int:
             data[label if label not in data else f"{label} ({Path(path).name})"] = res
     else:
         data = results[0]
-    options = _figure_options(args)
+    options = figure_options(args)
     from ..views.figures import KIND_DOCS, KINDS
 
     taken = set(inspect.signature(KINDS[args.kind]).parameters)
     unknown = sorted(set(options) - taken)
     if unknown:  # e.g. --variant for the operator view: a command-line mistake
-        flags = ", ".join("--" + ("layers" if name == "layer" else name) for name in unknown)
+        flags = ", ".join("--" + {"layer": "layers", "check_prompt": "any-prompt"}.get(name, name) for name in unknown)
         raise UsageError(f"--kind {args.kind} takes no {flags}; it takes: {KIND_DOCS[args.kind]}")
     start = time.perf_counter()
     chart = figure(data, args.kind, width=args.width, height=args.height, font=args.font, **options)
@@ -398,6 +394,12 @@ def build_parser() -> argparse.ArgumentParser:
     fig.add_argument("--positions", help="several positions for the spectrum, e.g. 8,16,32")
     fig.add_argument("--unit", type=int, help="unit (head or channel) for spectrum / operator")
     fig.add_argument("--variant", choices=["tolerance", "entropy", "causal"], help="ESS variant (default tolerance)")
+    fig.add_argument(
+        "--against",
+        choices=["ceiling", "tss"],
+        help="utilisation: against the attainable ceiling min(TSS, t, L - t) (default) or TSS (the paper's)",
+    )
+    fig.add_argument("--any-prompt", action="store_true", help="compare: allow results of different prompts")
     fig.add_argument("--width", type=_width, default="single", help="single (3.33 in), double (7 in) or points")
     fig.add_argument("--height", type=_height, help="height in points (default: from the width)")
     fig.add_argument("--font", choices=["serif", "sans"], default="serif")
@@ -407,7 +409,9 @@ def build_parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="one self-contained HTML report with the linked views")
     add_analysis_options(report)
     report.add_argument("--result", help="report a saved result directory instead of analysing")
-    report.add_argument("--layer", help="the layer the explorer opens on (default: the first)")
+    report.add_argument(
+        "--layer", help="the layer the explorer opens on (default: the one closest to its attainable ceiling)"
+    )
     report.add_argument("--out", "-o", required=True, help="output .html file")
     report.set_defaults(func=cmd_report)
 

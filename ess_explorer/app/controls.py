@@ -113,6 +113,13 @@ class ProgressBar:
         self.bar, self.say = bar, say
         self.total, self.n, self.desc, self.unit = total or 0, 0, desc, unit
         self.started = time.perf_counter()
+        self._eta: tuple[float, float] | None = None  # (seconds left, when told)
+        self._draw()
+
+    def set_eta(self, seconds: float) -> None:
+        """The seconds left as the caller estimates them (session.TaskClock): the ETA shown
+        counts down from it instead of extrapolating the count linearly."""
+        self._eta = (float(seconds), time.perf_counter())
         self._draw()
 
     def update(self, n=1):
@@ -127,6 +134,9 @@ class ProgressBar:
         pass
 
     def eta_s(self) -> float | None:
+        if self._eta is not None:
+            seconds, told = self._eta
+            return max(0.0, seconds - (time.perf_counter() - told))
         elapsed = time.perf_counter() - self.started
         return elapsed / self.n * (self.total - self.n) if self.n and self.total else None
 
@@ -148,7 +158,7 @@ def make_controls(options: list[tuple[str, str]]) -> dict[str, W.Widget]:
     c["model_w"] = W.Dropdown(
         options=options, value=CUSTOM, description="model", style=style, layout=W.Layout(width="260px")
     )
-    c["source_w"] = W.Text(placeholder="hub id (gpt2) or /path/to/folder", layout=W.Layout(width="300px"))
+    c["source_w"] = W.Text(placeholder="hub id (gpt2), /path/to/folder or model.gguf", layout=W.Layout(width="300px"))
     c["analyze_w"] = W.Button(
         description="Analyze", button_style="primary", icon="play", tooltip="run the model on the prompt"
     )

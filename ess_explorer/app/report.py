@@ -21,6 +21,7 @@ from ..io import META_FILE, RESULT_FILE, TABLE_FILE, jsonable, result_metadata, 
 from ..result import ESSResult
 from ..views import charts
 from ..views.render import javascript_bundle, vl_version
+from .session import opening_layer
 
 __all__ = ["write_report", "report_html", "MAX_EMBED_BYTES"]
 
@@ -35,17 +36,25 @@ def _script_json(value) -> str:
 def _report_chart(result: ESSResult, layer, view_options: dict):
     """The explorer's linked views (charts.linked_views): the widget's own spec."""
 
-    layer = min(result.layers) if layer is None else layer
+    layer = opening_layer(result.layers, result)[0] if layer is None else layer
     if layer not in result.layers:
         raise ValueError(f"layer {layer} was not analysed; analysed layers: {sorted(result.layers)}")
     return charts.linked_views(result, layer=layer, **view_options)
+
+
+def _cell(value, floats: str) -> str:
+    """A table cell's text: numbers from 1,000 up in full with thousands separators (a total of
+    30,720 scalars, not "3.07e+04"), smaller floats to ``floats``."""
+    if isinstance(value, float) and abs(value) >= 1000:
+        return f"{value:,.0f}"
+    return floats.format(value) if isinstance(value, float) else str(value)
 
 
 def _table_html(frame: pd.DataFrame, floats: str = "{:.3g}") -> str:
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
     rows = []
     for record in frame.itertuples(index=False):
-        cells = "".join(f"<td>{html.escape(floats.format(v) if isinstance(v, float) else str(v))}</td>" for v in record)
+        cells = "".join(f"<td>{html.escape(_cell(v, floats))}</td>" for v in record)
         rows.append(f"<tr>{cells}</tr>")
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
@@ -137,7 +146,8 @@ def report_html(
         vegaembed_script=bundle,
         vegalite_version=version,
     )
-    summary = summary_table(result)
+    # max_ess (the peak of the unit mean) is not what utilisation divides: peak_ess is
+    summary = summary_table(result).drop(columns=["max_ess"])
     meta_rows = pd.DataFrame(
         [(k, json.dumps(v) if not isinstance(v, str) else v) for k, v in meta["meta"].items() if k != "prompt"],
         columns=["key", "value"],

@@ -21,11 +21,10 @@ A run, in order (each step moves the progress bar; its ETA is tqdm's):
    (`prioritise`) is computed next.
 7. the whole exact result goes into the cache and the captured operators are released.
 Each (layer, stride) is computed once from the one capture. ``on_result(result, info)`` is
-called after each step of 4 and after 5, during refinement for a layer asked for, at the
-end and at most every REFRESH_EVERY_S seconds otherwise, with info = {"phase": "selected"
-| "overview" | "refined", "layer", "stride", "exact_layers", "final"}; `cancel` stops a
-run between steps (or between chunks of a layer's units), and `resume` continues one that
-was cancelled or failed.
+called after each step of 4 and after 5, during refinement for a layer asked for, at the end
+and at most every REFRESH_EVERY_S seconds otherwise, with info = {"phase": "selected" |
+"overview" | "refined", "layer", "stride", "exact_layers", "final"}; `cancel` stops a run
+between steps (or between chunks of a layer's units); `resume` continues a stopped one.
 
 Nothing here imports ipywidgets or the zoo's training code (a local folder is read with
 transformers alone).
@@ -44,10 +43,20 @@ import torch
 
 from ..core.precision import DEFAULT_PRECISION
 from ..result import ESSResult, LayerESS
-from .plan import FIRST_CHART_FLOPS, OVERVIEW_POSITIONS, first_chart_stride, overview_stride, plan
+from .plan import (
+    FIRST_CHART_FLOPS,
+    OVERVIEW_POSITIONS,
+    TaskClock,
+    first_chart_stride,
+    opening_layer,
+    overview_stride,
+    plan,
+    tell_eta,
+)
 
 __all__ = [
     "ExplorerSession",
+    "opening_layer",
     "Cancelled",
     "plan",
     "overview_stride",
@@ -169,6 +178,7 @@ class ExplorerSession:
         self.source: str | None = None
         self.prompt: str | None = None
         self.cache_hit: bool | None = None  # whether the last run was answered by the cache
+        self.opened: tuple | None = None  # (layer, why) when the last run chose the layer it opens on
         self.forward_passes = 0  # forward passes made by this session (one per run that misses)
         self._loaded: tuple | None = None  # (source, model, tokenizer): one model in memory
         self._captured = None
@@ -226,7 +236,7 @@ class ExplorerSession:
         with self._lock:
             self._tasks.clear()
             self._wanted = None
-        self._captured, self._key, self.cache_hit = None, None, None
+        self._captured, self._key, self.cache_hit, self.opened = None, None, None, None
         self._settings = {
             "tol": float(tol),
             "relative": bool(relative),
@@ -247,6 +257,9 @@ class ExplorerSession:
                 self.cache_hit = True
                 self.source, self.prompt = source, prompt
                 self.result = self._finish_meta(hit)
+                if layer not in hit.layers:
+                    self.opened = opening_layer(hit.layers, hit)
+                    layer = self.opened[0]
                 bar.update(max(0, (getattr(bar, "total", None) or 1) - bar.n))
                 if on_result is not None:
                     on_result(
@@ -265,7 +278,10 @@ class ExplorerSession:
         try:
             self._captured = captured
             layers = list(captured.expected) if captured.expected else sorted(captured.layers)
-            selected = layer if layer in layers else layers[0]
+            selected = layer
+            if layer not in layers:
+                self.opened = opening_layer(layers)
+                selected = self.opened[0]
             length = len(captured.input_ids)
             stride = overview_stride(length, self.stride)
             first = first_chart_stride(captured.layers[selected], length) if self.stride is not None else None
@@ -284,10 +300,12 @@ class ExplorerSession:
             return self.result
         self._cancel.clear()
         captured, settings = self._captured, self._settings
+        length = len(captured.input_ids)
         with self._lock:
             total = sum(len(range(0, len(captured.input_ids), s or 1)) for _, s in self._tasks)
         bar = self.progress(total=total, desc="analysing", unit="cut")
         last_report = time.perf_counter()
+        clock = TaskClock()
         try:
             while True:
                 with self._lock:
@@ -316,6 +334,7 @@ class ExplorerSession:
                         bar.update(step)
                         reported[0] += step
 
+                started = time.perf_counter()
                 lay = self.layer_fn(
                     captured,
                     index,
@@ -324,6 +343,7 @@ class ExplorerSession:
                     relative=settings["relative"],
                     on_chunk=on_chunk,
                 )
+                clock.record(getattr(lay, "family", None), stride, cuts, time.perf_counter() - started)
                 missing_before = [i for i in captured.layers if self.result is None or i not in self.result.layers]
                 first = self.result is None
                 self.result = self._merge(captured, index, lay, exact=stride is None)
@@ -331,6 +351,9 @@ class ExplorerSession:
                     self._tasks.popleft()
                     final = not self._tasks
                 bar.update(len(lay.positions) - reported[0])
+                with self._lock:
+                    left = [(self._family(captured, i), s, len(range(0, length, s or 1))) for i, s in self._tasks]
+                tell_eta(bar, clock.remaining(left))
                 missing = [i for i in captured.layers if i not in self.result.layers]
                 if first or (index == self._selected and stride is None and missing):
                     phase = "selected"  # the first chart, and the selected layer made exact
@@ -360,16 +383,26 @@ class ExplorerSession:
         return self.result
 
     # ---------------------------------------------------------------- helpers
+    def _family(self, captured, index: int) -> str | None:
+        """The family of layer ``index`` for the ETA: from its capture, else (not captured yet)
+        from the result's layers, else None (any family's timing is used)."""
+        layer = captured.layers.get(index)
+        if layer is not None and hasattr(layer, "family"):
+            return layer.family
+        if self.result is not None and index in self.result.layers:
+            return self.result.layers[index].family
+        return None
+
     def _start_forward(self, model, tokenizer, prompt: str, gates: str, layer: int | None):
         """Start the one forward pass in a thread; return its CapturedPrompt as soon as the
-        wanted layer (``layer``, else the first) is in it, or when the pass has ended.
-        Raises the pass's error."""
+        wanted layer (``layer``, else the one `opening_layer` opens on) is in it, or when the
+        pass has ended. Raises the pass's error."""
         ready = threading.Event()
         outcome: dict = {}
 
         def on_layer(captured, index):
             expected = captured.expected or sorted(captured.layers)
-            if index == (layer if layer in expected else expected[0]):
+            if index == (layer if layer in expected else opening_layer(expected)[0]):
                 outcome["captured"] = captured
                 ready.set()
 

@@ -2,12 +2,13 @@
 views, and the one place that touches Altair's private selection state.
 
 Static copy: next to the live widget the explorer displays a second output, an HTML
-``<div class="ess-explorer-static">`` holding a PNG of the views (plus the same PNG as
-image/png for renderers without HTML). A live widget carries a ``<style>`` that hides
-it, so a running notebook shows the widget alone; where no widget can be drawn (nbconvert
-HTML viewed offline, which leaves a saved widget's view empty; GitHub; an untrusted
-notebook) the style is absent and the figure shows, at its CSS size (the PNG is rendered
-at twice its size for sharpness and displayed at half).
+``<div class="ess-explorer-static">`` holding a PNG of the views, stored once (an image/png
+copy beside it would double every saved notebook, and could not be hidden). A live widget
+carries a ``<style>`` that hides it, so a running notebook shows the widget alone; where no
+widget can be drawn (nbconvert HTML viewed offline, which leaves a saved widget's view empty;
+an untrusted notebook) the style is absent and the figure shows, at its CSS size. The PNG is
+rendered at twice its size for sharpness and displayed at half, unless that is above
+STATIC_MAX_BYTES (a deep model's views): then at its size.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ EXAMPLE_PROMPT = "The key to the red box is 42. The key to the blue box is 17. |
 STATIC_CLASS = "ess-explorer-static"
 HIDE_STATIC_CSS = f"<style>.{STATIC_CLASS} {{ display: none; }}</style>"
 STATIC_SCALE = 2  # PNG pixels per CSS pixel
+STATIC_MAX_BYTES = 1_500_000  # above this a static copy is drawn at 1 pixel per CSS pixel
 
 
 def _zoo_name(source: str | None) -> str | None:
@@ -85,18 +87,17 @@ def static_bundle(spec: dict | None) -> dict:
     if spec is None:
         note = "the ESS explorer: no figure yet (analysis running)"
         return {"text/plain": note, "text/html": f'<div class="{STATIC_CLASS}"><em>{note}</em></div>'}
-    png = to_png(copy.deepcopy(spec), scale=STATIC_SCALE)
+    scale = STATIC_SCALE
+    png = to_png(copy.deepcopy(spec), scale=scale)
+    if len(png) > STATIC_MAX_BYTES:
+        scale, png = 1, to_png(copy.deepcopy(spec), scale=1)
     width, height = png_size(png)
     data = base64.b64encode(png).decode("ascii")
     img = (
-        f'<img src="data:image/png;base64,{data}" width="{width // STATIC_SCALE}" '
-        f'height="{height // STATIC_SCALE}" alt="ESS explorer views (static copy)">'
+        f'<img src="data:image/png;base64,{data}" width="{width // scale}" '
+        f'height="{height // scale}" alt="ESS explorer views (static copy)">'
     )
-    return {
-        "text/plain": "ESS explorer views (static copy)",
-        "image/png": data,
-        "text/html": f'<div class="{STATIC_CLASS}">{img}</div>',
-    }
+    return {"text/plain": "ESS explorer views (static copy)", "text/html": f'<div class="{STATIC_CLASS}">{img}</div>'}
 
 
 def _altair_major() -> int:

@@ -3,6 +3,7 @@ model's example), progress lines on stderr, and the per-layer summary table."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Callable
@@ -11,6 +12,21 @@ from ..bounded import read_text
 from .arguments import UsageError
 
 __all__ = ["read_prompt", "read_stdin", "say", "format_summary"]
+
+
+def read_chat(args) -> list:
+    """--chat FILE.json: a list of {"role", "content"} messages (or {"messages": [...]})."""
+    if args.prompt is not None or args.prompt_file is not None:
+        raise UsageError("give --chat or a prompt (--prompt, --prompt-file), not both")
+    path = Path(args.chat)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"cannot read the chat file {path}: no such file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"cannot read the chat file {path} as JSON ({error})") from None
+    # the messages themselves are checked where they are formatted (analysis.chat_tokens)
+    return data.get("messages") if isinstance(data, dict) else data
 
 
 def read_prompt(args, source: str, example_prompt: Callable[[str], str | None]) -> str:
@@ -96,12 +112,15 @@ def format_summary(result, *, cache_hit: bool | None = None) -> str:
         ("family", "family", "{}"),
         ("units", "units", "{}"),
         ("mean_ess", "mean ESS", "{:.2f}"),
-        ("max_ess", "max ESS", "{:.2f}"),
         ("mean_tss", "mean TSS", "{:.2f}"),
         ("multiplicity", "ch/unit", "{}"),
         ("total_ess", "total ESS", "{:.0f}"),
         ("total_tss", "total TSS", "{:.0f}"),
-        ("utilisation", "ESS/TSS", "{:.2f}"),
+        # utilisation = peak ESS / peak ceiling (per unit, mean over units): numerator and denominator shown
+        ("peak_ess", "peak ESS", "{:.2f}"),
+        ("peak_ceiling", "ceiling", "{:.2f}"),
+        ("utilisation", "of ceil.", "{:.2f}"),
+        ("tss_utilisation", "ESS/TSS", "{:.2f}"),
         ("state", "state", "{}"),
     ]
     cells = [[title for _, title, _ in columns]]

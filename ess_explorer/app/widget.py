@@ -17,8 +17,7 @@ What calls what
 - Python, from the kept singular values (no model): tol, relative, variant.
 - Python, a rebuild of the spec: layer, unit, overview metric (cached per layer and unit).
 - The session (background): a new model or prompt; a layer still strided is computed next.
-A failed load or analysis writes its message into the status line (``last_error``) and
-keeps the previous result on screen. Static copy: see app/static.py.
+A failure is said in the status line (``last_error``); the previous result stays on screen.
 """
 
 from __future__ import annotations
@@ -48,7 +47,7 @@ from .controls import (
     with_selection,
     zoo_models,
 )
-from .session import Cancelled, ExplorerSession, torch_thread
+from .session import Cancelled, ExplorerSession, opening_layer, torch_thread
 from .static import (
     EXAMPLE_PROMPT,  # noqa: F401  (public name of this module since the first release)
     HIDE_STATIC_CSS,
@@ -385,7 +384,9 @@ class ESSExplorer(StaticCopy, W.VBox):
         self.set_trait("last_error", None)
         self.progress_w.value, self.progress_w.bar_style = 1.0, "success"
         how = "from the cache" if self.session.cache_hit else f"in {time.perf_counter() - started:.1f} s"
-        self._say(f"analysed {len(result.layers)} layers of {self.model} on {result.length} tokens {how}", "ok")
+        opened = self.session.opened
+        why = f" · opened on layer {opened[0]}: {opened[1]}" if opened is not None else ""
+        self._say(f"analysed {len(result.layers)} layers of {self.model} on {result.length} tokens {how}{why}", "ok")
         self._say_unmet_request(result)
         self._update_static()
 
@@ -421,7 +422,7 @@ class ESSExplorer(StaticCopy, W.VBox):
         with self._lock:
             self.result = result
             self._spec_cache.clear()
-            layer = layer if layer in result.layers else min(result.layers)
+            layer = layer if layer in result.layers else opening_layer(result.layers, result)[0]
             self._quiet = True  # filling the lists must not trigger one redraw per change
             try:
                 if not keep_t:

@@ -49,7 +49,9 @@ Today's families (tests/test_families.py; docs/families.md says what T is for ea
     granitemoehybrid      model.layers[i]            "mamba" -> .mamba, mamba2; "attention" -> .self_attn
     nemotron_h            model.layers[i].mixer      "mamba" -> mamba2; "attention"; "mlp" / "moe": no
                                                      slot, listed by skipped_layers with the reason
-    zamba                 model.layers[i]            "mamba" -> .mamba, "hybrid" -> .mamba_decoder.mamba (mamba)
+    zamba                 model.layers[i]            "mamba" -> .mamba (mamba); "hybrid" -> the shared attention
+                                                     block .shared_transf.self_attn (attention) AND
+                                                     .mamba_decoder.mamba: keys 2 i and 2 i + 1, labelled
     recurrent_gemma       model.layers[i].temporal_block   "recurrent": rg_lru; "attention": local attention
     minimax               model.layers[i].self_attn  "linear_attention": lightning_attention; "full_attention"
     rwkv                  rwkv.blocks[i].attention   rwkv (WKV, normaliser as T's row scale)
@@ -214,6 +216,26 @@ def _falcon_h1(model):
     return out
 
 
+def _zamba(model):
+    """Zamba: a "hybrid" layer runs the shared attention block (one set of weights, tied
+    across the hybrid layers, called at each of their depths on that depth's input) and then
+    its own Mamba mixer; a "mamba" layer runs the Mamba mixer alone. Each call of the shared
+    block applies its own operator, so each is a slot of its own: key 2 i is hybrid layer i's
+    shared attention, 2 i + 1 layer i's Mamba mixer (the order they run in), labelled."""
+    out = []
+    for i, (layer, kind) in enumerate(zip(_find(model, "model.layers"), _layer_types(model))):
+        if kind == "hybrid":
+            out.append(
+                LayerSlot(2 * i, "attention", layer.shared_transf.self_attn, label=f"layer {i} shared attention")
+            )
+            out.append(LayerSlot(2 * i + 1, "mamba", layer.mamba_decoder.mamba, label=f"layer {i} mamba"))
+        elif kind in ("mamba", "linear_attention"):
+            out.append(LayerSlot(2 * i + 1, "mamba", layer.mamba, label=f"layer {i} mamba"))
+        else:
+            raise ValueError(f"zamba layer {i} has layer type {kind!r}, which no adapter handles")
+    return out
+
+
 def _mixers(path: str, attribute: str, table: dict[str, str], skip: dict[str, str]):
     """Layers that each hold one block at ``attribute`` whose kind comes from the config's
     layer types (Nemotron-H): kind -> adapter; kinds in ``skip`` hold no sequence mixer
@@ -311,14 +333,7 @@ MODEL_TYPES = {
     ),
     "rwkv": _uniform("rwkv.blocks", "attention", "rwkv"),
     "xlstm": _uniform("backbone.blocks", "mlstm_layer", "mlstm"),
-    "zamba": _hybrid(
-        "model.layers",
-        {
-            "mamba": ("mamba", "mamba"),
-            "linear_attention": ("mamba", "mamba"),
-            "hybrid": ("mamba_decoder.mamba", "mamba"),
-        },
-    ),
+    "zamba": _zamba,
 }
 
 # model_type -> function(model) -> {layer index: reason} for layers deliberately not analysed
@@ -367,7 +382,7 @@ MODEL_FAMILIES: dict[str, tuple[str, ...]] = {
     "jamba": ("mamba", _ATT),
     "bamba": ("mamba2", _ATT),
     "zamba2": ("mamba2",),
-    "zamba": ("mamba",),
+    "zamba": ("mamba", _ATT),
     "falcon_h1": ("mamba2", _ATT),
     "granitemoehybrid": ("mamba2", _ATT),
     "nemotron_h": ("mamba2", _ATT),

@@ -1,13 +1,21 @@
 """Capacity (TSS), utilisation and the memory diagnostics of docs/math.md.
 
 The paper gives no numeric thresholds; ours are parameters with documented defaults:
-a unit is *saturated* when its utilisation ESS / TSS >= 0.9 (it uses all the memory it
-has and may need more) and *collapsed* when it is <= 0.1 (capacity left unused).
-Utilisation of a unit over a prompt is the ratio of its peaks over time,
-max_t ESS(t) / max_t TSS(t): the most memory it needed at any cut against the most it
-had (``reduce="mean"``: mean ESS over mean TSS). Not the peak of the ratio: at t = 1 every
-generic softmax head has ESS = TSS = 1, so max_t ESS(t)/TSS(t) would call all attention
-saturated; by the ratio of peaks a full-rank head scores about (L/2) / (L-1) = 0.5.
+a unit is *saturated* when its utilisation >= 0.9 (it uses all the memory it could and may
+need more) and *collapsed* when it is <= 0.1 (capacity left unused).
+
+Utilisation of a unit over a prompt is a ratio of peaks over time: max_t ESS(t) against the
+peak of what it is judged by (``reduce="mean"``: the means instead). Not the peak of the
+ratio: at t = 1 every generic head has ESS = 1 = its capacity, so max_t of ESS(t)/TSS(t)
+would call all attention saturated. What it is judged by (``against``):
+
+- ``"ceiling"`` (the default): the attainable ceiling min(TSS(t), t, L - t) (`attainable_ceiling`).
+  H_t has t columns and L - t rows, so no unit of any family can exceed it. A softmax head
+  that uses all it can scores 1 (saturated), whatever the prompt length.
+- ``"tss"``: TSS alone, the paper's ESS/TSS. Attention's TSS = t reaches L - 1 while its ESS
+  cannot pass about L/2, so by this ratio attention is never saturated (a full-rank head
+  scores about (L/2) / (L-1) = 0.5) and collapses more easily on longer prompts.
+For a recurrent unit with L >= 2 N the two agree (both peaks are N).
 
 Modulation at separators: how far ESS falls at a separator relative to the ESS just
 before it, 1 - ESS(sep) / mean(ESS over the `window` positions before sep). 0 means no
@@ -37,6 +45,8 @@ __all__ = [
     "unit_kind",
     "theoretical_state_size",
     "utilisation",
+    "attainable_ceiling",
+    "AGAINST",
     "classify_utilisation",
     "layer_diagnostics",
     "modulation_at",
@@ -45,6 +55,8 @@ __all__ = [
 
 SATURATED_AT = 0.9
 COLLAPSED_AT = 0.1
+# What utilisation divides by (module docstring): the attainable ceiling (default) or TSS.
+AGAINST = ("ceiling", "tss")
 
 # family -> (unit kind, what its capacity is); one line each so the table reads as docs.
 FAMILIES = {
@@ -108,6 +120,21 @@ def utilisation(ess, tss) -> np.ndarray:
     return np.divide(ess, tss, out=np.zeros_like(ess), where=tss > 0)
 
 
+def attainable_ceiling(layer) -> np.ndarray:
+    """(U, P) min(TSS(t), t, L - t) of a LayerESS: the most ESS a unit can have at each cut.
+
+    ``rank_bound`` is min(t, L - t) (the shape of H_t), capped by the operator's own rank
+    limit where it has one, so the minimum with TSS is the ceiling.
+    """
+    return np.minimum(np.asarray(layer.tss, dtype=np.float64), np.asarray(layer.rank_bound, dtype=np.float64))
+
+
+def check_against(against: str) -> str:
+    if against not in AGAINST:
+        raise ValueError(f"against must be one of {list(AGAINST)}, got {against!r}")
+    return against
+
+
 def classify_utilisation(value, saturated: float = SATURATED_AT, collapsed: float = COLLAPSED_AT):
     """'saturated' (>= saturated), 'collapsed' (<= collapsed) or 'normal'; elementwise for arrays."""
     if not 0 <= collapsed < saturated:
@@ -135,19 +162,25 @@ def layer_diagnostics(
     reduce: str = "max",
     saturated: float = SATURATED_AT,
     collapsed: float = COLLAPSED_AT,
+    against: str = "ceiling",
 ) -> dict:
     """Per-unit and per-layer utilisation and flags for one LayerESS.
 
-    Cuts where TSS is 0 (t = 0) are left out. Returns a dict with per-unit arrays
-    ``unit_utilisation`` (U,), ``unit_state`` (U,) labels, and layer summaries
-    ``utilisation`` (mean over units), ``state`` (its label), ``n_saturated``,
-    ``n_collapsed``, ``mean_ess``, ``total_ess`` and ``total_tss`` (at the peak cut).
+    ``against`` "ceiling" (default) judges each unit against its attainable ceiling, "tss"
+    against TSS (the paper's ratio; module docstring). Cuts where TSS is 0 (t = 0) are left
+    out. Returns a dict with per-unit arrays ``unit_utilisation`` (U,), ``unit_state`` (U,)
+    labels, and layer summaries ``utilisation`` (mean over units), ``state`` (its label),
+    ``n_saturated``, ``n_collapsed``, ``mean_ess``, ``total_ess`` and ``total_tss`` (at the
+    peak cut); both ratios whatever ``against`` says: ``ceiling_utilisation`` and
+    ``tss_utilisation`` (mean over units), with the means over units of the peaks they
+    divide, ``peak_ess``, ``peak_ceiling`` and ``peak_tss`` (``reduce`` over t).
     ``variant`` "causal" reads the stored causal ESS (NaN for units without a realisation,
     which then give NaN summaries).
     Totals count scalars: each unit weighs its ``multiplicity`` (the channels that share its
     T; 1 when the layer has none), so totals compare across families (docs/conventions.md).
     """
     check_variant(variant)
+    check_against(against)
     ess = {
         "tolerance": layer.tolerance_ess,
         "entropy": layer.entropy_ess,
@@ -158,7 +191,13 @@ def layer_diagnostics(
     ess = np.asarray(ess, dtype=np.float64)
     tss = np.asarray(layer.tss, dtype=np.float64)
     valid = tss > 0
-    unit_util = utilisation(_reduce_time(ess, reduce, valid), _reduce_time(tss, reduce, valid))
+    peaks = {
+        "ess": _reduce_time(ess, reduce, valid),
+        "tss": _reduce_time(tss, reduce, valid),
+        "ceiling": _reduce_time(attainable_ceiling(layer), reduce, valid),
+    }
+    ratios = {name: utilisation(peaks["ess"], peaks[name]) for name in AGAINST}
+    unit_util = ratios[against]
     states = classify_utilisation(unit_util, saturated, collapsed)
     layer_util = float(unit_util.mean()) if unit_util.size else 0.0
     weight = np.asarray(
@@ -171,6 +210,7 @@ def layer_diagnostics(
     return {
         "variant": variant,
         "reduce": reduce,
+        "against": against,
         "thresholds": {"saturated": saturated, "collapsed": collapsed},
         "unit_utilisation": unit_util,
         "unit_state": np.atleast_1d(states),
@@ -178,6 +218,8 @@ def layer_diagnostics(
         "state": classify_utilisation(layer_util, saturated, collapsed),
         "n_saturated": int(np.sum(np.atleast_1d(states) == "saturated")),
         "n_collapsed": int(np.sum(np.atleast_1d(states) == "collapsed")),
+        **{f"{name}_utilisation": float(ratio.mean()) if ratio.size else 0.0 for name, ratio in ratios.items()},
+        **{f"peak_{name}": float(peak.mean()) if peak.size else 0.0 for name, peak in peaks.items()},
         "mean_ess": float(ess[:, valid.any(0)].mean()) if valid.any() else 0.0,
         "total_ess": float(total_ess.max()) if total_ess.size else 0.0,
         "total_tss": float((weight * tss).sum(0).max()) if tss.size else 0.0,

@@ -23,8 +23,8 @@ import weakref
 
 import numpy as np
 
-from ..core.diagnostics import layer_diagnostics, layer_modulation
-from ..result import ESSResult, LayerESS
+from ..core.diagnostics import attainable_ceiling, layer_diagnostics, layer_modulation
+from ..result import SAVED_OPERATOR_SIDE, SAVED_SPECTRUM_K, ESSResult, LayerESS
 from .state import ViewState
 
 __all__ = [
@@ -40,17 +40,21 @@ __all__ = [
     "start_position",
     "time_data",
     "operator_data",
+    "operator_block_size",
     "overview_data",
     "diagnostics_data",
     "family_name",
+    "layer_label",
+    "layer_axis_title",
     "reduce_units",
     "ess_of",
     "thresholds_data",
     "linked_data",
 ]
 
-MAX_SPECTRUM_K = 64
-MAX_OPERATOR_SIDE = 64
+# What a saved result keeps is what these views draw (result.py)
+MAX_SPECTRUM_K = SAVED_SPECTRUM_K
+MAX_OPERATOR_SIDE = SAVED_OPERATOR_SIDE
 MAX_OVERVIEW_CELLS = 4000
 # Singular values below this fraction of sigma_1 are float64 round-off, not signal: not drawn.
 ROUNDOFF = 1e-13
@@ -92,6 +96,26 @@ def _sig(value: float, digits: int = 4) -> float | None:
 def family_name(family: str) -> str:
     """A family's code name as words for labels and legends: "short_conv" -> "short conv"."""
     return family.replace("_", " ")
+
+
+def single_family(result: ESSResult) -> str | None:
+    """The family of every analysed layer when they share one (a plain LLM), else None."""
+    families = {lay.family for lay in result.layers.values()}
+    return family_name(families.pop()) if len(families) == 1 else None
+
+
+def layer_label(result: ESSResult, index: int) -> str:
+    """A layer's row label: its index alone when every layer has one family (the axis title
+    names it: a 30-layer LLM's rows then stay short enough to read), else "index · family"."""
+    if single_family(result) is not None:
+        return str(index)
+    return f"{index} · {family_name(result.layer(index).family)}"
+
+
+def layer_axis_title(result: ESSResult) -> str | None:
+    """The title of a layer axis: "layer (family)" when the labels leave the family out."""
+    family = single_family(result)
+    return f"layer ({family})" if family else None
 
 
 def tol_label(tol: float, relative: bool) -> str:
@@ -141,19 +165,25 @@ def ess_of(lay: LayerESS, variant: str) -> np.ndarray:
     return lay.ess(variant)
 
 
+def _tolerance_exact(result: ESSResult, state: ViewState) -> np.ndarray:
+    """(U, P) False where the tolerance-ESS shown is only a lower bound (recounted from the K
+    kept values at a tolerance other than the analysis's)."""
+    lay = result.layer(state.layer)
+    if state.same_tolerance(result):
+        return np.ones(lay.tolerance_ess.shape, bool)
+    return lay.tolerance_ess_at(state.tol, state.relative, state.scope)[1]
+
+
 def _series(result: ESSResult, state: ViewState) -> dict:
     lay = result.layer(state.layer)
     at = _at(result, state)
     ess = ess_of(at, state.variant)
-    if state.variant == "tolerance" and not state.same_tolerance(result):
-        # False: only a lower bound (K values kept)
-        exact = lay.tolerance_ess_at(state.tol, state.relative, state.scope)[1]
-    else:
-        exact = np.ones(ess.shape, bool)
+    exact = _tolerance_exact(result, state) if state.variant == "tolerance" else np.ones(ess.shape, bool)
     return {
         "t": np.asarray(lay.positions, dtype=int),
         "ess": reduce_units(ess, state.unit, lay.multiplicity),
         "tss": reduce_units(lay.tss, state.unit, lay.multiplicity),
+        "ceiling": reduce_units(attainable_ceiling(lay), state.unit, lay.multiplicity),
         "exact": exact.all(0) if isinstance(state.unit, str) else exact[int(state.unit)],
     }
 
@@ -163,7 +193,8 @@ def unit_series(
 ) -> dict:
     """ESS, TSS and exactness of one unit (or an aggregate over units) along t.
 
-    Returns a dict of (P,) arrays: ``t`` (positions), ``ess``, ``tss``, ``exact`` (False
+    Returns a dict of (P,) arrays: ``t`` (positions), ``ess``, ``tss``, ``ceiling`` (the
+    attainable min(TSS, t, L - t), core/diagnostics.py), ``exact`` (False
     where a recomputed tolerance count may be a lower bound; for an aggregate, False if any
     unit is)."""
     return _series(result, ViewState.of(result, layer=layer, unit=unit, variant=variant, tol=tol, relative=relative))
@@ -212,9 +243,10 @@ def time_data(
     result: ESSResult, *, layer: int, unit="mean", variant="tolerance", tol=None, relative=None
 ) -> list[dict]:
     """Rows of the "time" dataset, one per computed t: ``t``, ``token``, the shown
-    ``ess``/``tss`` (unit or aggregate), ``exact``, ``sep`` (separator flag) and the focus
+    ``ess``/``tss``/``ceiling`` (unit or aggregate), ``exact``, ``sep`` (separator flag) and the focus
     unit's kept spectrum: ``sigma`` (descending, at most MAX_SPECTRUM_K, round-off
-    dropped; flattened in the browser), its threshold ``thr``, ``unit_tol_ess``,
+    dropped; flattened in the browser), its threshold ``thr``, ``unit_tol_ess`` (with
+    ``unit_exact``: False where it is a lower bound),
     ``unit_entropy_ess`` and ``complete`` (False when more values exist than were kept,
     so counts are lower bounds)."""
     return _time_rows(result, ViewState.of(result, layer=layer, unit=unit, variant=variant, tol=tol, relative=relative))
@@ -235,16 +267,20 @@ def _time_rows(result: ESSResult, state: ViewState) -> list[dict]:
     thr = state.tol * sigma1 if state.relative else np.full(sigma1.shape, state.tol)
     tol_text = tol_label(state.tol, state.relative)
     ess, tss, exact = series["ess"].tolist(), series["tss"].tolist(), series["exact"].tolist()
+    ceiling = series["ceiling"].tolist()
     unit_ess = at.tolerance_ess[focus].tolist()
+    unit_exact = _tolerance_exact(result, state)[focus].tolist()
     return [
         {
             **row,
             "ess": _sig(ess[i]),
             "tss": _sig(tss[i]),
+            "ceiling": _sig(ceiling[i]),
             "exact": bool(exact[i]),
             "thr": _sig(thr[i]) if thr[i] > 0 else None,
             "tol_label": tol_text,
             "unit_tol_ess": int(unit_ess[i]),
+            "unit_exact": bool(unit_exact[i]),
         }
         for i, row in enumerate(static)
     ]
@@ -274,6 +310,13 @@ def _static_time_rows(result: ESSResult, layer: int, focus: int) -> list[dict]:
     return rows
 
 
+def operator_block_size(lay: LayerESS, length: int, max_side: int = MAX_OPERATOR_SIDE) -> int:
+    """Positions per side of one drawn block of T: ceil(L / max_side), rounded up to a
+    multiple of the blocks a saved file kept (``LayerESS.operator_block``)."""
+    stored = lay.operator_block
+    return stored * max(1, math.ceil(math.ceil(length / max_side) / stored))
+
+
 def operator_data(
     result: ESSResult, *, layer: int, unit="mean", max_side: int = MAX_OPERATOR_SIDE
 ) -> tuple[list[dict], int]:
@@ -288,12 +331,13 @@ def operator_data(
     if focus not in lay.operators:
         return [], 1
     op = np.abs(np.asarray(lay.operators[focus], dtype=np.float64))
-    length = op.shape[0]
-    size = max(1, math.ceil(length / max_side))
-    n = math.ceil(length / size)
-    pad = np.zeros((n * size, n * size))
-    pad[:length, :length] = op
-    blocks = pad.reshape(n, size, n, size).max(axis=(1, 3))
+    length = result.length
+    size = operator_block_size(lay, length, max_side)
+    factor = size // lay.operator_block  # a loaded long operator is already cut into blocks
+    n = math.ceil(op.shape[0] / factor)
+    pad = np.zeros((n * factor, n * factor))
+    pad[: op.shape[0], : op.shape[1]] = op
+    blocks = pad.reshape(n, factor, n, factor).max(axis=(1, 3))
     peak = blocks.max()
     if peak <= 0:
         return [], size
@@ -359,7 +403,7 @@ def overview_rows(result: ESSResult, state: ViewState, max_cells: int | None = N
         pos = np.asarray(lay.positions)
         keep = np.arange(0, len(pos), stride)
         ends = np.append(pos[keep[1:]], result.length)
-        label = f"{index} · {family_name(lay.family)}"
+        label = layer_label(result, index)
         for col, end in zip(keep.tolist(), ends.tolist()):
             t0 = int(pos[col])
             records.append(
@@ -384,8 +428,9 @@ def diagnostics_data(
     saturated: float | None = None,
     collapsed: float | None = None,
 ) -> list[dict]:
-    """Rows of the "diagnostics" dataset, one per layer: ``utilisation`` and ``state`` from
-    diagnostics.layer_diagnostics (ratio of peaks per unit, mean over units), unit counts, and
+    """Rows of the "diagnostics" dataset, one per layer: ``utilisation`` (against the
+    attainable ceiling) and ``state`` from diagnostics.layer_diagnostics (ratio of peaks per
+    unit, mean over units), ``tss_utilisation`` (the paper's ESS/TSS), unit counts, and
     ``modulation``: mean over separators of diagnostics.layer_modulation (tolerance-ESS at
     the reset-aware scope "unit", layer total in scalars; None when the prompt has no
     computed separator)."""
@@ -410,8 +455,9 @@ def diagnostics_rows(result: ESSResult, state: ViewState) -> list[dict]:
         records.append(
             {
                 "layer": int(index),
-                "label": f"{index} · {family_name(lay.family)}",
+                "label": layer_label(result, index),
                 "utilisation": round(float(diag["utilisation"]), 4),
+                "tss_utilisation": round(float(diag["tss_utilisation"]), 4),
                 "state": str(diag["state"]),
                 "n_saturated": int(diag["n_saturated"]),
                 "n_collapsed": int(diag["n_collapsed"]),

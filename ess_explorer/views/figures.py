@@ -7,14 +7,16 @@ vl-convert with no network.
 
 Figure kinds; [w] = the widget's own view (specs.py) made print-ready by ``paperise``, so
 figure and widget are the same spec:
-    "ess_time"     ESS over time, several layers and/or models overlaid (TSS optional),
+    "ess_time"     ESS over time, several layers and/or models overlaid (TSS and the attainable
+                   ceiling min(TSS, t, L - t) optional),
                    separators drawn as labelled rules
     "spectrum"     singular values of H_t of one unit: one t [w], or several t overlaid
                    (values below float round-off, eps * sigma_1, are not data: dropped)
     "operator"     log10|T| of one kept unit, the cut H_t = T[t:, :t] outlined [w]
     "overview"     layer x position heatmap of ESS/TSS or ESS [w]
-    "utilisation"  ESS/TSS per layer (bar = mean over units, dots = units), thresholds;
-                   several models side by side
+    "utilisation"  utilisation per layer (bar = mean over units, dots = units), thresholds;
+                   against the attainable ceiling min(TSS, t, L - t) or (against="tss") the
+                   paper's TSS; several models side by side
     "diagnostics"  utilisation per layer by state, and modulation at separators [w]
                    (stacked at single width so the threshold names have room)
     "compare"      several models on one prompt: ESS over time and ESS per layer
@@ -38,7 +40,7 @@ from .data import family_name, separator_positions
 from .difficulty import difficulty_figure
 from .frames import analysed_layers as _layers
 from .frames import default_label as _default_label
-from .frames import ess_over_time_frame, layer_summary_frame
+from .frames import envelope, ess_over_time_frame, layer_summary_frame, spread
 from .frames import series_of as _series
 from .sweep_figures import SWEEP_KINDS
 from .theme import (
@@ -52,7 +54,9 @@ from .theme import (
     paperise,
     paperise_spec,
     spec_of,
+    stacked,
     theme_spec,
+    thin_layer_axes,
     to_chart,
     width_points,
 )
@@ -72,6 +76,12 @@ __all__ = [
 ]
 
 UNIT_AGGREGATES = ("mean", "sum", "max")
+# Above this many lines a legend entry per line outgrows the figure (and the palette):
+# ess_time colours by layer on a gradient instead, one legend bar for any depth.
+MANY_SERIES = len(OKABE_ITO)
+# A layer axis along x: upright numbers, every other one (or fewer) left out where they would
+# run together ("910", "1112" at 30 layers in one column).
+LAYER_AXIS = alt.Axis(labelAngle=0, labelOverlap="greedy", labelFlush=False)
 VARIANTS = ESS_VARIANTS  # tolerance, entropy, causal (core/ess.py)
 _ = (DASHES, _default_label)  # re-exported names of the former single module
 
@@ -91,16 +101,16 @@ def _y_title(variant: str, unit: str, units_word: str) -> str:
     return f"{variant}-ESS ({word} over {units_word})"
 
 
-def _series_scales(names) -> tuple[alt.Color, alt.StrokeDash]:
+def _series_scales(names, field: str = "series") -> tuple[alt.Color, alt.StrokeDash]:
     names = list(dict.fromkeys(names))
     colour = alt.Color(
-        "series:N",
+        f"{field}:N",
         title=None,
         sort=names,
         scale=alt.Scale(domain=names, range=[OKABE_ITO[k % len(OKABE_ITO)] for k in range(len(names))]),
     )
     dash = alt.StrokeDash(
-        "series:N",
+        f"{field}:N",
         title=None,
         sort=names,
         scale=alt.Scale(domain=names, range=[DASHES[k % len(DASHES)] for k in range(len(names))]),
@@ -127,26 +137,46 @@ def _separator_positions(result: ESSResult, separators) -> list[int]:
 
 
 # ---- kinds ------------------------------------------------------------------------------
-def _ess_time(results, *, layers=None, variant="tolerance", unit="mean", show_tss=False, separators=None, legend="top"):
+def _ess_time(
+    results,
+    *,
+    layers=None,
+    variant="tolerance",
+    unit="mean",
+    show_tss=False,
+    show_ceiling=False,
+    separators=None,
+    legend="top",
+):
     frame = ess_over_time_frame(results, layers=layers, variant=variant, unit=unit)
     series = _series(results)
-    colour, dash = _series_scales(frame["series"])
     words = {_unit_word(r, _layers(r, layers)) for _, r in series}
     y_title = _y_title(variant, unit, words.pop() if len(words) == 1 else "units")
-    legend_spec = alt.Legend(
-        orient=legend,
-        direction="horizontal" if legend in ("top", "bottom") else "vertical",
-        columns=2 if legend in ("top", "bottom") else 1,
-        symbolType="stroke",
-    )
+    horizontal = legend in ("top", "bottom")
+    direction = "horizontal" if horizontal else "vertical"
+    keys = alt.Legend(orient=legend, direction=direction, columns=2 if horizontal else 1, symbolType="stroke")
+    if frame["series"].nunique() > MANY_SERIES and frame["layer"].nunique() > 1:
+        encoding = {
+            "color": alt.Color(
+                "layer:Q",
+                title="layer",
+                scale=alt.Scale(scheme="viridis"),
+                legend=alt.Legend(orient=legend, direction=direction),
+            )
+        }
+        if frame["model"].nunique() > 1:  # the models by dash, the layers by colour
+            encoding["strokeDash"] = _series_scales(frame["model"], "model")[1].legend(keys)
+    else:
+        colour, dash = _series_scales(frame["series"])
+        encoding = {"color": colour.legend(keys), "strokeDash": dash.legend(keys)}
+    frame = envelope(frame, ["series"])
     base = alt.Chart(frame)
     lines = base.mark_line().encode(
         x=alt.X("t:Q", title="position t", scale=alt.Scale(nice=False, zero=True)),
         y=alt.Y("ess:Q", title=y_title, scale=alt.Scale(zero=True)),
-        color=colour.legend(legend_spec),
-        strokeDash=dash.legend(legend_spec),
         detail="series:N",
         tooltip=["series:N", "t:Q", "token:N", alt.Tooltip("ess:Q", format=".2f")],
+        **encoding,
     )
     layers_ = []
     seps = _separator_positions(series[0][1], separators) if len(series) == 1 else []
@@ -161,12 +191,13 @@ def _ess_time(results, *, layers=None, variant="tolerance", unit="mean", show_ts
             .mark_text(align="left", baseline="top", dx=2, dy=1, color="#666666")
             .encode(x="t:Q", y=alt.value(0), text="label:N")
         )
-    if show_tss:
-        layers_.append(
-            base.mark_line(color="#888888", strokeWidth=0.8, strokeDash=[1, 1.5]).encode(
-                x="t:Q", y="tss:Q", detail="series:N"
+    for shown, field, dash in ((show_tss, "tss", [1, 1.5]), (show_ceiling, "ceiling", [4, 2])):
+        if shown:  # grey, thin: the capacity (dotted) and the attainable ceiling (dashed) behind ESS
+            layers_.append(
+                base.mark_line(color="#888888", strokeWidth=0.8, strokeDash=dash).encode(
+                    x="t:Q", y=f"{field}:Q", detail="series:N"
+                )
             )
-        )
     layers_.append(lines)
     return alt.layer(*layers_) if len(layers_) > 1 else lines
 
@@ -321,16 +352,31 @@ def _diagnostics(results, *, variant="tolerance", saturated=None, collapsed=None
 
 
 def _utilisation(
-    results, *, layers=None, variant="tolerance", reduce="max", saturated=None, collapsed=None, legend="top"
+    results,
+    *,
+    layers=None,
+    variant="tolerance",
+    reduce="max",
+    saturated=None,
+    collapsed=None,
+    against="ceiling",
+    legend="top",
 ):
     saturated = SATURATED_AT if saturated is None else saturated
     collapsed = COLLAPSED_AT if collapsed is None else collapsed
     per_layer, per_unit = layer_summary_frame(
-        results, layers=layers, variant=variant, reduce=reduce, saturated=saturated, collapsed=collapsed
+        results,
+        layers=layers,
+        variant=variant,
+        reduce=reduce,
+        saturated=saturated,
+        collapsed=collapsed,
+        against=against,
     )
+    per_unit = spread(per_unit, ["model", "layer"], "utilisation")  # thousands of channels: their quantiles
     several = per_layer["model"].nunique() > 1
-    x = alt.X("layer:O", title="layer", axis=alt.Axis(labelAngle=0))
-    y_title = f"ESS / TSS ({'peak' if reduce == 'max' else 'mean'} over t)"
+    x = alt.X("layer:O", title="layer", axis=LAYER_AXIS)
+    y_title = f"ESS / {'ceiling' if against == 'ceiling' else 'TSS'} ({'peak' if reduce == 'max' else 'mean'} over t)"
     enc = dict(x=x, y=alt.Y("utilisation:Q", title=y_title, scale=alt.Scale(domain=[0, 1])))
     tips = [alt.Tooltip("label:N", title="layer"), alt.Tooltip("utilisation:Q", format=".2f"), "state:N"]
     if several:  # one bar per model within each layer
@@ -394,7 +440,7 @@ def _compare(results, *, layers=None, variant="tolerance", unit="mean", check_pr
         if len(prompts) > 1 or len({tuple(r.input_ids) for _, r in series}) > 1:  # the tokens tell too
             raise ValueError(
                 "compare needs results of one prompt; these were analysed on different prompts "
-                "(pass check_prompt=False to compare anyway)"
+                "(to compare anyway: check_prompt=False in Python, --any-prompt on the command line)"
             )
     rows, per_layer = [], []
     for label, res in series:
@@ -404,7 +450,7 @@ def _compare(results, *, layers=None, variant="tolerance", unit="mean", check_pr
         means = frame.groupby("layer", as_index=False)["ess"].mean()
         means["model"] = label
         per_layer.append(means)
-    over_time = pd.concat(rows, ignore_index=True).rename(columns={"model": "series"})
+    over_time = envelope(pd.concat(rows, ignore_index=True).rename(columns={"model": "series"}), ["series"])
     by_layer = pd.concat(per_layer, ignore_index=True).rename(columns={"model": "series"})
     colour, dash = _series_scales(over_time["series"])
     legend_spec = alt.Legend(orient=legend, direction="horizontal", symbolType="stroke")
@@ -423,7 +469,7 @@ def _compare(results, *, layers=None, variant="tolerance", unit="mean", check_pr
         alt.Chart(by_layer)
         .mark_line(point=alt.OverlayMarkDef(size=14, filled=True))
         .encode(
-            x=alt.X("layer:O", title="layer", axis=alt.Axis(labelAngle=0)),
+            x=alt.X("layer:O", title="layer", axis=LAYER_AXIS),
             y=alt.Y("ess:Q", title=f"{variant}-ESS, mean over t"),
             color=colour.legend(None),
             strokeDash=dash.legend(None),
@@ -450,12 +496,14 @@ KINDS = {
     "compare": _compare,
 }
 KIND_DOCS = {
-    "ess_time": "ESS over time; layers=, variant=, unit=, show_tss=, separators=; several results overlay",
+    "ess_time": "ESS over time; layers=, variant=, unit=, show_tss=, show_ceiling=, separators=; "
+    "several results overlay",
     "spectrum": "singular values of H_t; layer=, unit=, t= (one cut) or positions=[...] (overlay), normalise=",
     "operator": "log10|T| heatmap with the cut H_t outlined; layer=, unit=, t=, max_side=",
     "overview": "layer x position heatmap; value='utilisation'|'ess', variant=, unit=, layers=",
     "diagnostics": "the widget's diagnostics: utilisation per layer by state, modulation at separators",
-    "utilisation": "ESS/TSS per layer and unit with thresholds; reduce='max'|'mean', saturated=, collapsed=",
+    "utilisation": "utilisation per layer and unit with thresholds; against='ceiling'|'tss', reduce='max'|'mean', "
+    "saturated=, collapsed=",
     "compare": "several models on one prompt: ESS over time and per layer",
 }
 
@@ -487,28 +535,8 @@ def figure(result_or_results, kind: str, *, width="single", height=None, font: s
     spec = paperise_spec(spec_of(builder(result_or_results, **kw)), size)
     if kind == "diagnostics" and total < 400 and "hconcat" in spec:
         # two panels side by side leave a single column no room for the threshold names
-        spec = _stacked(spec)
+        spec = stacked(spec)
         height = round(total * 0.9) if height is None else height
     spec = theme_spec(spec, width=total, height=height, font=font, size=size)
+    thin_layer_axes(spec, size)
     return to_chart(fit_width(spec, total))
-
-
-def _stacked(spec: dict) -> dict:
-    """An hconcat spec as a vconcat whose panels all label their y axis."""
-
-    def show_labels(node):
-        if isinstance(node, dict):
-            axis = node.get("axis")
-            if isinstance(axis, dict) and axis.get("labels") is False:
-                axis.pop("labels")
-            for value in node.values():
-                show_labels(value)
-        elif isinstance(node, list):
-            for item in node:
-                show_labels(item)
-
-    panels = spec.pop("hconcat")
-    show_labels(panels)
-    spec.pop("spacing", None)
-    spec["vconcat"] = panels
-    return spec

@@ -12,12 +12,25 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..core.diagnostics import layer_diagnostics
+from ..core.diagnostics import attainable_ceiling, layer_diagnostics
 from ..result import ESSResult
 from .data import ess_of, family_name, reduce_units
 from .state import VARIANTS, ViewState, check_result
 
-__all__ = ["series_of", "default_label", "analysed_layers", "ess_over_time_frame", "layer_summary_frame"]
+__all__ = [
+    "series_of",
+    "default_label",
+    "analysed_layers",
+    "ess_over_time_frame",
+    "layer_summary_frame",
+    "envelope",
+    "spread",
+    "FIGURE_ROWS",
+]
+
+# Rows one figure sends to Vega: below Altair's limit of 5,000, and more than a line drawn
+# across a 504 pt column can show.
+FIGURE_ROWS = 4500
 
 
 def series_of(result_or_results) -> list[tuple[str, ESSResult]]:
@@ -66,7 +79,7 @@ def analysed_layers(result: ESSResult, layers) -> list[int]:
 
 def ess_over_time_frame(result_or_results, *, layers=None, variant="tolerance", unit="mean") -> pd.DataFrame:
     """Long table for ESS-over-time plots: columns model, layer, family, series, t, token,
-    ess, tss (ESS and TSS reduced over units by ``unit``: "mean", "sum" (the total in scalars,
+    ess, tss, ceiling (ESS, TSS and the attainable min(TSS, t, L - t) reduced over units by ``unit``: "mean", "sum" (the total in scalars,
     sum over units of multiplicity x value, docs/conventions.md) or "max"). variant "causal"
     plots the causal ESS (core/causal.py)."""
     if variant not in VARIANTS:
@@ -88,6 +101,7 @@ def ess_over_time_frame(result_or_results, *, layers=None, variant="tolerance", 
                         "token": [res.tokens[k] if k < len(res.tokens) else "" for k in t],
                         "ess": reduce_units(ess_of(lay, variant), unit, lay.multiplicity),
                         "tss": reduce_units(lay.tss, unit, lay.multiplicity),
+                        "ceiling": reduce_units(attainable_ceiling(lay), unit, lay.multiplicity),
                     }
                 )
             )
@@ -104,13 +118,21 @@ def ess_over_time_frame(result_or_results, *, layers=None, variant="tolerance", 
 
 
 def layer_summary_frame(
-    result_or_results, *, layers=None, variant="tolerance", reduce="max", saturated=None, collapsed=None
+    result_or_results,
+    *,
+    layers=None,
+    variant="tolerance",
+    reduce="max",
+    against="ceiling",
+    saturated=None,
+    collapsed=None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(per_layer, per_unit) utilisation tables from diagnostics.layer_diagnostics.
 
     per_layer: model, layer, family, label, utilisation (mean over units), state, mean_ess.
     per_unit: model, layer, label, unit, utilisation, state. ``reduce`` over time: "max"
-    (peak, the diagnostics default) or "mean".
+    (peak, the diagnostics default) or "mean"; ``against`` "ceiling" (the attainable
+    min(TSS, t, L - t), default) or "tss" (the paper's ESS/TSS).
     """
     per_layer, per_unit = [], []
     for label, res in series_of(result_or_results):
@@ -122,7 +144,12 @@ def layer_summary_frame(
         for i in analysed_layers(res, layers):
             lay = res.layer(i)
             diag = layer_diagnostics(
-                lay, variant=variant, reduce=reduce, saturated=state.saturated, collapsed=state.collapsed
+                lay,
+                variant=variant,
+                reduce=reduce,
+                saturated=state.saturated,
+                collapsed=state.collapsed,
+                against=against,
             )
             name = f"{i} {family_name(lay.family)}"
             per_layer.append(
@@ -149,3 +176,36 @@ def layer_summary_frame(
                     }
                 )
     return pd.DataFrame(per_layer), pd.DataFrame(per_unit)
+
+
+def envelope(frame: pd.DataFrame, by: list[str], budget: int = FIGURE_ROWS, value: str = "ess") -> pd.DataFrame:
+    """``frame`` with each series (rows grouped by ``by``, in t order) cut to about
+    budget / series rows: its positions fall into equal bins and each bin keeps the rows of
+    its lowest and highest ``value`` (a min/max envelope: a one-token dip at a separator
+    stays drawn, as it would at full resolution). A frame that fits is returned as it is."""
+    groups = frame.groupby(by, sort=False)
+    per = max(8, budget // max(1, groups.ngroups))
+    if len(frame) <= budget or groups.size().max() <= per:
+        return frame
+    rank, size = groups.cumcount(), groups[value].transform("size")
+    bins = (rank * (per // 2) // size).rename("_bin")
+    keys = [frame[k] for k in by] + [bins]
+    lowest = frame[value].groupby(keys, sort=False).idxmin()
+    highest = frame[value].groupby(keys, sort=False).idxmax()
+    return frame.loc[np.unique(np.concatenate([lowest.to_numpy(), highest.to_numpy()]))]
+
+
+def spread(frame: pd.DataFrame, by: list[str], value: str, budget: int = FIGURE_ROWS) -> pd.DataFrame:
+    """``frame`` with each group (rows grouped by ``by``) cut to about budget / groups rows
+    that span its distribution of ``value``: the rows at evenly spaced ranks, lowest and
+    highest included (the units of a 1,536-channel layer drawn as its quantiles). A frame
+    that fits is returned as it is."""
+    if len(frame) <= budget:
+        return frame
+    groups = frame.groupby(by, sort=False)
+    per = max(5, budget // max(1, groups.ngroups))
+    keep = []
+    for _, group in groups:
+        ranked = group.sort_values(value, kind="stable").index.to_numpy()
+        keep.append(ranked[np.unique(np.linspace(0, len(ranked) - 1, min(per, len(ranked))).round().astype(int))])
+    return frame.loc[np.sort(np.concatenate(keep))]

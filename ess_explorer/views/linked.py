@@ -32,7 +32,7 @@ def linked_structure(
     spec = spectrum_panel(result, layer, unit, names, t)
     op = operator_panel(result, layer, unit, names, t)
     ov = overview_panel(result, layer, unit, overview_metric, names)
-    diag = diagnostics_panel(layer, names)
+    diag = diagnostics_panel(result, layer, names)
     model = result.meta.get("source") or result.meta.get("model_id") or ""
     return (
         alt.vconcat(

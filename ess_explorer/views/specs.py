@@ -16,18 +16,17 @@ linked.py puts them in one spec whose params link them in the browser. Conventio
 
 from __future__ import annotations
 
-import math
-
 import altair as alt
 
 from ..core.diagnostics import COLLAPSED_AT, SATURATED_AT
 from ..result import ESSResult
 from .data import (
     DATASETS,
-    MAX_OPERATOR_SIDE,
     MAX_SPECTRUM_K,
     diagnostics_rows,
     focus_unit,
+    layer_axis_title,
+    operator_block_size,
     overview_rows,
     overview_stride,
     start_position,
@@ -52,6 +51,33 @@ from .state import ViewState
 
 __all__ = ["ViewNames", "ess_over_time", "spectrum", "operator_heatmap", "overview", "diagnostics_chart"]
 
+# Rows of the layer panels (overview, diagnostics): 22 px each up to 20 layers, then smaller so
+# a deep model stays about 440 px tall, never below the 12 px that an 11 px label needs.
+ROW_STEP, ROW_STEP_MIN, ROWS_HEIGHT = 22, 12, 440
+# The most ESS a unit can show at t (core/diagnostics.attainable_ceiling), drawn with ESS and TSS.
+CEILING = "ceiling min(TSS, t, L−t)"
+CEILING_COLOR = "#7f7f7f"
+
+
+def row_step(result: ESSResult) -> int:
+    """Pixels per layer row of the overview and the diagnostics (the same, so rows align)."""
+    return max(ROW_STEP_MIN, min(ROW_STEP, ROWS_HEIGHT // max(1, len(result.layers))))
+
+
+def layer_y(result: ESSResult, **axis) -> alt.Y:
+    """The layer axis of the overview and the diagnostics panels: rows in numeric layer order.
+
+    The sort takes op "min": a layered panel unions the domains of its layers, and Vega-Lite
+    drops a sort by a field with the default op there, falling back to sorting the labels as
+    text (0, 1, 10, 11, ..., 2). Labels that would overlap (a figure's fixed height) are
+    thinned by Vega ("greedy"), never drawn over each other."""
+    return alt.Y(
+        "label:N",
+        title=layer_axis_title(result),
+        sort=alt.EncodingSortField("layer", op="min", order="ascending"),
+        axis=alt.Axis(labelOverlap="greedy", **axis),
+    )
+
 
 # ---------------------------------------------------------------- view 1 --------------
 def ess_over_time_panel(result, layer, unit, names, t0, width=720, height=190):
@@ -59,19 +85,21 @@ def ess_over_time_panel(result, layer, unit, names, t0, width=720, height=190):
     sel_t, hover = t_selection(names, t0), hover_selection(names)
     x = alt.X("t:Q", title="position t", scale=alt.Scale(domain=[0, max(result.length - 1, 1)], nice=False))
     base = alt.Chart(named("time"))
-    series = base.transform_fold(["ess", "tss"], as_=["series", "value"]).transform_calculate(
-        series="datum.series === 'ess' ? 'ESS' : 'TSS (capacity)'"
+    series = base.transform_fold(["ess", "ceiling", "tss"], as_=["series", "value"]).transform_calculate(
+        series=f"datum.series === 'ess' ? 'ESS' : datum.series === 'tss' ? 'TSS (capacity)' : '{CEILING}'"
     )
-    domain = ["ESS", "TSS (capacity)"]
+    domain = ["ESS", CEILING, "TSS (capacity)"]
     lines = series.mark_line(strokeWidth=2).encode(
         x=x,
         y=alt.Y("value:Q", title="state size"),
         color=alt.Color(
             "series:N",
-            scale=alt.Scale(domain=domain, range=[ESS_COLOR, TSS_COLOR]),
+            scale=alt.Scale(domain=domain, range=[ESS_COLOR, CEILING_COLOR, TSS_COLOR]),
             legend=alt.Legend(orient="none", legendX=0, legendY=-20, title=None, direction="horizontal"),
         ),
-        strokeDash=alt.StrokeDash("series:N", scale=alt.Scale(domain=domain, range=[[1, 0], [5, 3]]), legend=None),
+        strokeDash=alt.StrokeDash(
+            "series:N", scale=alt.Scale(domain=domain, range=[[1, 0], [2, 2], [5, 3]]), legend=None
+        ),
     )
     points = (
         base.mark_point(filled=True)
@@ -87,6 +115,7 @@ def ess_over_time_panel(result, layer, unit, names, t0, width=720, height=190):
                 alt.Tooltip("t:Q", title="t"),
                 alt.Tooltip("ess:Q", title="ESS", format=".3~f"),
                 alt.Tooltip("tss:Q", title="TSS", format=".3~f"),
+                alt.Tooltip("ceiling:Q", title="ceiling", format=".3~f"),
             ],
         )
         .add_params(sel_t, hover)
@@ -189,8 +218,11 @@ def spectrum_panel(result, layer, unit, names, t0, width=360, height=230):
     label = (
         base.transform_calculate(
             label=(
-                "'t = ' + datum.t + ' \u201c' + datum.token + '\u201d:  ' + datum.unit_tol_ess + ' of ' + "
-                "(datum.complete ? '' : '\u2265') + length(datum.sigma) + ' σ above ' + datum.tol_label + "
+                # the count, from the full spectrum (a lower bound, "≥", when recounted from the kept
+                # values at another tolerance); then how many of the values are drawn
+                "'t = ' + datum.t + ' \u201c' + datum.token + '\u201d:  ' + (datum.unit_exact ? '' : '\u2265 ') + "
+                "datum.unit_tol_ess + ' σ above ' + datum.tol_label + "
+                "(datum.complete ? '' : ' (top ' + length(datum.sigma) + ' drawn)') + "
                 "'  ·  entropy-ESS ' + format(datum.unit_entropy_ess, '.3~f')"
             )
         )
@@ -246,7 +278,7 @@ def operator_panel(result, layer, unit, names, t0, size=270):
             alt.Chart(alt.InlineData(values=[{"msg": msg}])).mark_text(fontSize=12, color="#666").encode(text="msg:N")
         )
         return note.properties(width=size, height=size, title=alt.Title("Operator T", anchor="start"))
-    block = max(1, math.ceil(length / MAX_OPERATOR_SIDE))
+    block = operator_block_size(lay, length)
     scale_x = alt.Scale(domain=[0, length], nice=False, zero=True)
     scale_y = alt.Scale(domain=[0, length], nice=False, zero=True, reverse=True)  # row 0 on top, as a matrix
     heat = (
@@ -331,7 +363,7 @@ def overview_panel(result, layer, unit, metric, names, width=360):
         .encode(
             x=alt.X("t0:Q", title="position t", scale=alt.Scale(domain=[0, result.length], nice=False)),
             x2="t1:Q",
-            y=alt.Y("label:N", title=None, sort=alt.EncodingSortField("layer", order="ascending")),
+            y=layer_y(result),
             color=alt.Color("value:Q", title=what, scale=scale, legend=alt.Legend(gradientLength=80)),
             stroke=alt.condition(sel_layer, alt.value(SELECT_COLOR), alt.value(None)),
             strokeWidth=alt.condition(sel_layer, alt.value(0.8), alt.value(0)),
@@ -345,7 +377,7 @@ def overview_panel(result, layer, unit, metric, names, width=360):
         .add_params(sel_layer)
         .properties(
             width=width,
-            height=alt.Step(22),
+            height=alt.Step(row_step(result)),
             title=alt.Title(
                 f"Overview: {what} per layer ({agg} over units)", subtitle=" · ".join(notes), anchor="start"
             ),
@@ -383,12 +415,13 @@ def overview(
 
 
 # ---------------------------------------------------------------- view 5 --------------
-def diagnostics_panel(layer, names):
+def diagnostics_panel(result, layer, names):
     highlight = layer_selection(names, layer)  # the overview's selection, referenced by name
     data = alt.Chart(named("diagnostics"))
-    y = alt.Y("label:N", title=None, sort=alt.EncodingSortField("layer", order="ascending"))
+    y = layer_y(result)
+    step = alt.Step(row_step(result))
     bars = data.mark_bar(height={"band": 0.72}).encode(
-        x=alt.X("utilisation:Q", title="utilisation (max ESS / max TSS)", scale=alt.Scale(domain=[0, 1])),
+        x=alt.X("utilisation:Q", title="utilisation (peak ESS / peak ceiling)", scale=alt.Scale(domain=[0, 1])),
         y=y,
         color=alt.Color(
             "state:N",
@@ -398,7 +431,8 @@ def diagnostics_panel(layer, names):
         opacity=alt.condition(highlight, alt.value(1.0), alt.value(0.45)),
         tooltip=[
             alt.Tooltip("label:N", title="layer"),
-            alt.Tooltip("utilisation:Q", format=".3f"),
+            alt.Tooltip("utilisation:Q", title="of the ceiling", format=".3f"),
+            alt.Tooltip("tss_utilisation:Q", title="ESS/TSS (paper)", format=".3f"),
             alt.Tooltip("state:N"),
             alt.Tooltip("n_saturated:Q", title="saturated units"),
             alt.Tooltip("n_collapsed:Q", title="collapsed units"),
@@ -420,14 +454,15 @@ def diagnostics_panel(layer, names):
     )
     util = alt.layer(bars, rules, upper, lower).properties(
         width=220,
-        height=alt.Step(22),
+        height=step,
         title=alt.Title(
-            "Utilisation per layer", subtitle="peak ESS / peak TSS per unit, mean over units", anchor="start", offset=16
+            "Utilisation per layer",
+            subtitle="peak ESS / peak of min(TSS, t, L−t) per unit, mean over units",
+            anchor="start",
+            offset=16,
         ),
     )
-    y_mod = alt.Y(
-        "label:N", title=None, sort=alt.EncodingSortField("layer", order="ascending"), axis=alt.Axis(labels=False)
-    )
+    y_mod = layer_y(result, labels=False, title=None)
     mod = (
         data.transform_filter("datum.modulation != null")
         .mark_bar(height={"band": 0.72}, color=SEP_COLOR)
@@ -449,7 +484,7 @@ def diagnostics_panel(layer, names):
     )
     mod = alt.layer(mod, none).properties(
         width=130,
-        height=alt.Step(22),
+        height=step,
         title=alt.Title("Modulation", subtitle="1 − ESS(sep) / ESS before", anchor="start", offset=16),
     )
     return alt.hconcat(util, mod, spacing=8)
@@ -467,7 +502,7 @@ def diagnostics_chart(
     names: ViewNames | None = None,
 ) -> alt.HConcatChart:
     """Per layer: utilisation (diagnostics.layer_diagnostics: per unit the ratio of the
-    peaks over t, max ESS / max TSS; mean over units) coloured saturated / normal / collapsed with both thresholds drawn and named, and
+    peaks over t, max ESS / max attainable ceiling min(TSS, t, L - t); mean over units) coloured saturated / normal / collapsed with both thresholds drawn and named, and
     the mean modulation at separators (diagnostics.layer_modulation, reset-aware). Standalone, the layer
     ``layer`` is highlighted with a fixed selection of the same name as the overview's."""
     state = ViewState.of(
@@ -476,7 +511,7 @@ def diagnostics_chart(
     names = names or ViewNames.fresh()
     layer = state.layer
     data = {DATASETS["diagnostics"]: diagnostics_rows(result, state), DATASETS["thresholds"]: thresholds_data(state)}
-    chart = diagnostics_panel(layer, names)
+    chart = diagnostics_panel(result, layer, names)
     # the highlight references names.layer: define it here (no overview to define it)
     chart = alt.hconcat(
         *[c.add_params(layer_selection(names, layer)) if i == 0 else c for i, c in enumerate(chart.hconcat)], spacing=8

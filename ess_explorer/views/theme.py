@@ -37,6 +37,8 @@ __all__ = [
     "fit_width",
     "plain_text",
     "width_points",
+    "stacked",
+    "thin_layer_axes",
 ]
 
 # Okabe & Ito (2008): distinguishable under the common colour-vision deficiencies.
@@ -93,7 +95,9 @@ def paper_config(font: str = "serif", size: float = 8.0) -> dict:
             "labelFlush": True,
         },
         "axisY": {"grid": True, "gridColor": "#e8e8e8", "gridWidth": 0.5},
-        "axisBand": {"grid": False},
+        # flush labels suit a continuous axis; on a band axis they move the end rows' labels
+        # off their ticks
+        "axisBand": {"grid": False, "labelFlush": False},
         "legend": {
             "labelFont": family,
             "titleFont": family,
@@ -367,3 +371,78 @@ def paperise(chart, *, size: float = 8.0):
     text dropped (it does not scale to a column). The params stay: a view such as the
     spectrum filters its data by the selected t, whose initial value is the t shown."""
     return to_chart(paperise_spec(spec_of(chart), size))
+
+
+def stacked(spec: dict) -> dict:
+    """An hconcat spec as a vconcat whose panels all label their y axis."""
+
+    def show_labels(node):
+        if isinstance(node, dict):
+            axis = node.get("axis")
+            if isinstance(axis, dict) and axis.get("labels") is False:
+                axis.pop("labels")
+            for value in node.values():
+                show_labels(value)
+        elif isinstance(node, list):
+            for item in node:
+                show_labels(item)
+
+    panels = spec.pop("hconcat")
+    show_labels(panels)
+    spec.pop("spacing", None)
+    spec["vconcat"] = panels
+    return spec
+
+
+# Room around a panel's plot that its axes and legend take (points): an estimate, generous,
+# since a label left out costs less than two drawn over each other.
+_AXIS_ROOM = 45
+
+
+def _layer_order(spec: dict) -> list:
+    """Every layer label and layer index in the figure's data, in layer order."""
+    rows = [row for data in spec.get("datasets", {}).values() for row in data if isinstance(row, dict)]
+    pairs = sorted({(row["layer"], row.get("label", row["layer"])) for row in rows if "layer" in row})
+    return pairs
+
+
+def thin_layer_axes(spec: dict, size: float) -> None:
+    """Layer axes of a figure show every k-th layer where all would not fit at print size: the
+    labels left out are not drawn at all (Vega's own overlap removal only hides them, and a PDF
+    still holds the hidden text). Rows (y) need a line of text each; columns (x) the width of
+    their longest label. The panel size is the nearest one set above the axis (theme_spec)."""
+    pairs = _layer_order(spec)
+    if not pairs:
+        return
+
+    def visit(node, width, height):
+        if isinstance(node, list):
+            for item in node:
+                visit(item, width, height)
+            return
+        if not isinstance(node, dict):
+            return
+        width = node["width"] if isinstance(node.get("width"), (int, float)) else width
+        height = node["height"] if isinstance(node.get("height"), (int, float)) else height
+        encoding = node.get("encoding")
+        for channel, room in (("y", height), ("x", width)):
+            enc = encoding.get(channel) if isinstance(encoding, dict) else None
+            if not isinstance(enc, dict) or enc.get("type") not in ("nominal", "ordinal") or room is None:
+                continue
+            if enc.get("field") == "label":
+                values = [label for _, label in pairs]
+            elif enc.get("field") == "layer":
+                values = sorted({layer for layer, _ in pairs})
+            else:
+                continue
+            longest = max(len(str(v)) for v in values)
+            need = size * 1.3 if channel == "y" else longest * size * 0.6 + 4
+            fit = max(1, int((room - _AXIS_ROOM) // need))
+            step = -(-len(values) // fit)
+            if step > 1 and isinstance(enc.get("axis", {}), dict):
+                enc["axis"] = {**enc.get("axis", {}), "values": values[::step]}
+        for key, value in node.items():
+            if key not in ("data", "datasets", "encoding"):
+                visit(value, width, height)
+
+    visit(spec, None, None)

@@ -259,7 +259,7 @@ def prompt_utilisation(model, task: MQARTask, n_prompts: int = ESS_PROMPTS, seed
         result = _analyze(model, task.sample(1, seed=seed + p).input_ids[0])
         for index in _memory_layers(result):
             lay = result.layer(index)
-            per_layer.setdefault(index, []).append(layer_diagnostics(lay)["utilisation"])
+            per_layer.setdefault(index, []).append(layer_diagnostics(lay, against="tss")["utilisation"])
             tss_peak = lay.tss.max(1)
             cap = np.minimum(lay.rank_bound.max(1), tss_peak)
             caps[index] = float(np.mean(np.divide(cap, tss_peak, out=np.zeros_like(tss_peak), where=tss_peak > 0)))

@@ -1,0 +1,143 @@
+"""From what a user gives `analyze` to token ids: a prompt, a conversation or ids, checked.
+
+Every check happens here, before the forward pass: one prompt (batch 1) of at least two
+integer ids inside the embedding and the model's context, a prompt the tokenizer knows,
+a conversation formatted by the tokenizer's own chat template (its turn ends are the
+separators), separators inside the prompt.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["chat_tokens", "check_separators", "input_ids_of", "check_unknown", "display_tokens"]
+
+
+def chat_tokens(tokenizer, chat) -> tuple[str, list[int], list[int]]:
+    """(text, token ids, turn ends) of a conversation formatted by the tokenizer's chat template.
+
+    chat: [{"role": str, "content": str}, ...]. The ids are the text's tokens with no special
+    tokens added (the template writes its own), as for a prompt. A turn ends at the last special
+    token of its span (ChatML's <|im_end|>, Llama 3's <|eot_id|>), else at its last token: each
+    turn's span is found by formatting the conversation up to it, which must give a prefix of
+    the whole (it does for the common templates; where it does not, no turn ends are given and
+    the views fall back to their separator tokens).
+    """
+    if tokenizer is None:
+        raise ValueError("chat= needs tokenizer= (load_model returns one)")
+    if (
+        not isinstance(chat, (list, tuple))
+        or not chat
+        or not all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in chat
+        )
+    ):
+        raise ValueError('chat must be a non-empty list of {"role": str, "content": str} messages')
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError("this tokenizer has no chat template; format the conversation yourself and pass prompt=")
+
+    def render(messages) -> tuple[str, list[int]]:
+        text = tokenizer.apply_chat_template(list(messages), tokenize=False)
+        return text, [int(i) for i in tokenizer(text, add_special_tokens=False)["input_ids"]]
+
+    text, ids = render(chat)
+    special = set(getattr(tokenizer, "all_special_ids", []) or [])
+    special |= {i for i, token in getattr(tokenizer, "added_tokens_decoder", {}).items() if token.special}
+    ends, start = [], 0
+    for k in range(1, len(chat) + 1):
+        _, part = render(chat[:k])
+        if ids[: len(part)] != part or len(part) <= start:
+            return text, ids, []
+        span = range(start, len(part))
+        marks = [t for t in span if ids[t] in special]
+        ends.append(marks[-1] if marks else span[-1])
+        start = len(part)
+    return text, ids, ends
+
+
+def check_separators(separators, length: int) -> list[int] | None:
+    if separators is None:
+        return None
+    try:
+        positions = sorted({int(t) for t in separators})
+    except (TypeError, ValueError):
+        raise ValueError(f"separators must be token positions (integers), got {separators!r}") from None
+    if positions and not 0 <= positions[0] <= positions[-1] < length:
+        raise ValueError(f"separators must lie in [0, {length - 1}], got {positions}")
+    return positions
+
+
+def input_ids_of(model, input_ids, prompt, tokenizer) -> list[int]:
+    if not isinstance(model, torch.nn.Module):
+        raise ValueError(
+            f"analyze takes a loaded model, got {type(model).__name__} {model!r:.40}; load it first: "
+            "model, tokenizer = ess_explorer.load_model(source)"
+        )
+    if (input_ids is None) == (prompt is None):
+        raise ValueError("pass exactly one of input_ids or prompt= (with tokenizer=)")
+    if prompt is not None:
+        if not isinstance(prompt, str):
+            raise ValueError(f"prompt must be a string, got {type(prompt).__name__}")
+        if tokenizer is None:
+            raise ValueError("prompt= needs tokenizer= (load_model returns one), or pass input_ids")
+        if not prompt:
+            raise ValueError("the prompt is empty: ESS needs at least 2 tokens")
+        input_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        check_unknown(input_ids, tokenizer)
+    try:
+        ids = torch.as_tensor(input_ids)
+    except (TypeError, ValueError, RuntimeError, OverflowError) as error:
+        raise ValueError(
+            f"input_ids must be one flat list (or a tensor) of integer token ids, not ragged nor beyond int64; "
+            f"the {type(input_ids).__name__} given is not ({str(error).splitlines()[0] if str(error) else error!r})"
+        ) from None
+    if ids.ndim == 2:
+        if ids.shape[0] != 1:
+            raise ValueError(f"analyze takes one prompt (batch 1); got input_ids of shape {tuple(ids.shape)}")
+        ids = ids[0]
+    if ids.ndim != 1:
+        raise ValueError(f"input_ids must be 1-D (L,) or (1, L); got shape {tuple(ids.shape)}")
+    if ids.numel() and (ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool):
+        raise ValueError(f"input_ids must be integers, got {ids.dtype}")
+    length = ids.numel()
+    if length < 2:
+        raise ValueError(f"the prompt has {length} token(s); ESS needs at least 2 (a past and a future)")
+    vocab = model.get_input_embeddings().num_embeddings
+    low, high = int(ids.min()), int(ids.max())
+    if low < 0 or high >= vocab:
+        raise ValueError(f"token ids must lie in [0, {vocab - 1}] (the embedding size); got min {low}, max {high}")
+    context = getattr(model.config, "max_position_embeddings", None)
+    if isinstance(context, int) and length > context:
+        raise ValueError(
+            f"the prompt has {length} tokens, more than the model's context of {context} "
+            "(config.max_position_embeddings); shorten it"
+        )
+    return [int(i) for i in ids.tolist()]
+
+
+def check_unknown(input_ids, tokenizer) -> None:
+    """A prompt the tokenizer does not know: all <unk> is refused (there is nothing to analyse),
+    some <unk> is a warning (those words are one and the same token to the model)."""
+    import warnings
+
+    unk = getattr(tokenizer, "unk_token_id", None)
+    ids = list(input_ids) if isinstance(input_ids, (list, tuple)) else []
+    unknown = sum(1 for i in ids if unk is not None and i == unk)
+    if ids and unknown == len(ids):
+        raise ValueError(
+            f"every token of the prompt is unknown to the tokenizer ({len(ids)} x <unk>); write it in the model's "
+            "vocabulary (a zoo model knows only its task's symbols: see its example prompt)"
+        )
+    if unknown:
+        warnings.warn(
+            f"{unknown} of {len(ids)} tokens of the prompt are unknown to the tokenizer (<unk>): the model sees "
+            "them as one and the same token",
+            stacklevel=4,
+        )
+
+
+def display_tokens(ids: list[int], tokenizer) -> list[str]:
+    """Display strings, one per token (the decoded text of each id; the id without a tokenizer)."""
+    if tokenizer is None:
+        return [str(i) for i in ids]
+    return [tokenizer.decode([i]) for i in ids]
