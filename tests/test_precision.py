@@ -393,3 +393,30 @@ def test_causal_ess_counts_the_reachability_factor():
     np.testing.assert_array_equal(causal_ess(ssm, positions=[3, 20]).numpy(), expected[:, [3, 20]])
     with pytest.raises(ValueError, match="needs a realisation"):
         causal_ess(ssm.materialize())
+
+
+def test_a_drawn_spectrum_is_exact_where_drawn():
+    """Under "ess" the views and the figures draw no value below the contract's resolution
+    and say so; under "exact" they draw the spectrum down to round-off, without the note."""
+    import copy
+
+    from ess_explorer import figure
+    from ess_explorer.synthetic import reference_result
+    from ess_explorer.views.data import drawn_floor, floor_note
+
+    for precision in ("ess", "exact"):
+        res = copy.deepcopy(reference_result(precision=precision))
+        lay = res.layer(0)
+        row = int(np.flatnonzero(np.asarray(lay.positions) == 24)[0])
+        tail = lay.singular_values[0, row, 3:]  # below 1.4e-6 sigma_1 from the 4th value on, descending
+        tail[:] = 1e-8 * lay.singular_values[0, row, 0] * 0.5 ** np.arange(tail.size)
+        sigma_1 = lay.singular_values[0, row, 0]
+        assert drawn_floor(res)[0] == (Accuracy("ess").resolution if precision == "ess" else 1e-13)
+        spec = figure(res, "spectrum", layer=0, unit=0, positions=[24, 36]).to_dict()  # the paper figure
+        drawn = [v["sigma"] for data in spec["datasets"].values() for v in data if "series" in v]
+        assert (min(drawn) < 1e-6) == (precision == "exact")  # normalised by sigma_1
+        assert ("not drawn below" in str(spec)) == (precision == "ess")
+        panel = figure(res, "spectrum", layer=0, unit=0, positions=[24]).to_dict()  # the explorer's panel
+        cut = next(v for data in panel["datasets"].values() for v in data if v.get("t") == 24 and "sigma" in v)
+        assert (min(cut["sigma"]) < 1e-6 * sigma_1) == (precision == "exact")
+        assert bool(floor_note(res)) == (precision == "ess")

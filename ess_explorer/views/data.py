@@ -24,6 +24,7 @@ import weakref
 import numpy as np
 
 from ..core.diagnostics import attainable_ceiling, layer_diagnostics, layer_modulation
+from ..core.precision import PRECISIONS, Accuracy
 from ..result import SAVED_OPERATOR_SIDE, SAVED_SPECTRUM_K, ESSResult, LayerESS
 from .state import ViewState
 
@@ -58,6 +59,31 @@ MAX_OPERATOR_SIDE = SAVED_OPERATOR_SIDE
 MAX_OVERVIEW_CELLS = 4000
 # Singular values below this fraction of sigma_1 are float64 round-off, not signal: not drawn.
 ROUNDOFF = 1e-13
+
+
+def drawn_floor(result: ESSResult) -> tuple[float, float]:
+    """(relative, absolute): a kept singular value below max(relative * sigma_1, absolute) is
+    not drawn. Float64 round-off for every result; under the "ess" contract the route's
+    resolution too (core/precision.py: a value there may be off by as much as itself), so
+    what a view draws is exact where it is drawn. A result from before the contracts existed
+    was computed exactly."""
+    meta = result.meta
+    precision = meta.get("precision", "exact") if meta.get("precision") in PRECISIONS else "exact"
+    accuracy = Accuracy(precision, float(meta.get("tol", 1e-3)), bool(meta.get("relative", True)))
+    if accuracy.relative:
+        return max(ROUNDOFF, accuracy.resolution), 0.0
+    return ROUNDOFF, accuracy.resolution
+
+
+def floor_note(result: ESSResult) -> str:
+    """The words for `drawn_floor` where it hides values: '' under the exact contract."""
+    relative, absolute = drawn_floor(result)
+    if relative <= ROUNDOFF and absolute == 0:
+        return ""
+    where = f"{relative:.1e} σ1" if absolute == 0 else f"{absolute:.1e}"
+    return f"not drawn below {where} ('ess')"
+
+
 # Token strings treated as separators / EOS when the result's meta does not list them.
 SEPARATOR_TOKENS = frozenset({"|", "<eos>", "</s>", "<|endoftext|>", "<|im_end|>", "<sep>", "[SEP]", "\n", "Ċ"})
 
@@ -290,12 +316,13 @@ def _static_time_rows(result: ESSResult, layer: int, focus: int) -> list[dict]:
     """The parts of the time rows that no tolerance, variant or unit aggregate changes."""
     lay = result.layer(layer)
     sigma = np.asarray(lay.singular_values[focus], dtype=np.float64)[:, :MAX_SPECTRUM_K]  # (P, K')
+    relative, absolute = drawn_floor(result)
     complete = (np.asarray(lay.rank_bound[focus]) <= sigma.shape[-1]).tolist()
     seps = set(separator_positions(result))
     rows = []
     for row, t in enumerate(np.asarray(lay.positions).tolist()):
         s = sigma[row]
-        nonzero = int((s > ROUNDOFF * s[0]).sum()) if s[0] > 0 else 0
+        nonzero = int((s > max(relative * s[0], absolute)).sum()) if s[0] > 0 else 0
         rows.append(
             {
                 "t": t,

@@ -36,7 +36,7 @@ from ..core.diagnostics import COLLAPSED_AT, SATURATED_AT
 from ..core.ess import VARIANTS as ESS_VARIANTS
 from ..result import ESSResult
 from . import specs
-from .data import family_name, separator_positions
+from .data import drawn_floor, family_name, floor_note, separator_positions
 from .difficulty import difficulty_figure
 from .frames import analysed_layers as _layers
 from .frames import default_label as _default_label
@@ -241,10 +241,12 @@ def _spectrum(results, *, layer=None, unit=0, positions=None, t=None, normalise=
             )
         stored = np.asarray(lay.singular_values[unit, hits[0]])
         sigma = stored.astype(np.float64)
-        # Below eps * sigma_1 of the precision the values were computed in, a singular value is
-        # round-off (a 1e-18 "value" of a rank-3 cut), not data; zeros (padding) likewise.
+        # Not data: values below eps * sigma_1 of their precision (round-off), zeros (padding) and,
+        # under the "ess" contract, values below its resolution (drawn_floor; the figure says so).
         eps = np.finfo(stored.dtype if np.issubdtype(stored.dtype, np.floating) else np.float64).eps
-        keep = sigma > eps * sigma[0] if sigma.size and sigma[0] > 0 else np.zeros(sigma.shape, bool)
+        relative, absolute = drawn_floor(res)
+        floor = max(eps, relative) * sigma[0] if sigma.size else 0.0
+        keep = sigma > max(floor, absolute) if sigma.size and sigma[0] > 0 else np.zeros(sigma.shape, bool)
         if normalise and sigma.size and sigma[0] > 0:
             sigma = sigma / sigma[0]
         tok = res.tokens[t] if t < len(res.tokens) else ""
@@ -285,6 +287,11 @@ def _spectrum(results, *, layer=None, unit=0, positions=None, t=None, normalise=
             tooltip=["series:N", "k:Q", alt.Tooltip("sigma:Q", format=".3e")],
         )
     )
+    layers = [chart]
+    if floor_note(res):  # at the foot of the plot, where the values it speaks of would be
+        note = pd.DataFrame({"note": [floor_note(res)], "k": [1], "foot": [decades[0]]})
+        text = alt.Chart(note).mark_text(align="left", baseline="bottom", dx=2, dy=-14, color="#666666")
+        layers.append(text.encode(x="k:Q", y=alt.Y("foot:Q", title=y_title), text="note:N"))
     if show_tol:
         limit = pd.DataFrame({"tol": [float(tol)], "label": ["tolerance"]})
         rule = alt.Chart(limit).mark_rule(color="#666666", strokeDash=[3, 2]).encode(y="tol:Q")
@@ -294,8 +301,8 @@ def _spectrum(results, *, layer=None, unit=0, positions=None, t=None, normalise=
             .mark_text(align="left", baseline="bottom", dx=2, dy=-1, color="#666666")
             .encode(y="tol:Q", x=alt.value(0), text="label:N")
         )
-        return alt.layer(rule, name, chart)
-    return chart
+        return alt.layer(rule, name, *layers)
+    return alt.layer(*layers) if len(layers) > 1 else chart
 
 
 def _subset(result: ESSResult, layers) -> ESSResult:

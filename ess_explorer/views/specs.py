@@ -24,6 +24,7 @@ from .data import (
     DATASETS,
     MAX_SPECTRUM_K,
     diagnostics_rows,
+    floor_note,
     focus_unit,
     layer_axis_title,
     operator_block_size,
@@ -237,6 +238,8 @@ def spectrum_panel(result, layer, unit, names, t0, width=360, height=230):
     )
     if lay.singular_values.shape[-1] > kmax or (lay.rank_bound[focus] > kmax).any():
         sub += f" · top {kmax} kept"
+    if floor_note(result):
+        sub += " · " + floor_note(result)
     return alt.layer(line, dots, rule, label).properties(
         width=width,
         height=height,
