@@ -11,6 +11,7 @@ import re
 import numpy as np
 import pytest
 
+from ess_explorer.sweep import advise
 from ess_explorer.synthetic import reference_result
 from ess_explorer.views.figures import PAPER_WIDTHS, figure
 from ess_explorer.views.render import figure_bytes
@@ -27,6 +28,7 @@ CASES = {
     "utilisation": dict(),
     "diagnostics": dict(),
     "compare": dict(),
+    "advice": dict(),
 }
 
 
@@ -78,6 +80,8 @@ def build(kind: str, width: str, results):
     ref, other = results
     if kind == "compare":
         return figure({"model A": ref, "model B": other}, "compare", width=width)
+    if kind == "advice":  # two runs of four layers of every kind: eight rows
+        return figure(advise([ref, other], n_boot=20), "advice", width=width)
     return figure(ref, kind.replace("_one_t", ""), width=width, **CASES[kind])
 
 

@@ -15,6 +15,7 @@ __all__ = [
     "parse_layers",
     "add_analysis_options",
     "add_precision_argument",
+    "add_advice_options",
 ]
 
 
@@ -178,3 +179,26 @@ def add_precision_argument(parser) -> None:
         help="accuracy contract: 'ess' (default) gives every ESS as exact spectra would, fast; "
         "'exact' keeps every singular value exact (for spectra far below the tolerance)",
     )
+
+
+def _quantile(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a quantile such as 0.99, got {text!r}") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"the quantile must lie in (0, 1], got {text!r}")
+    return value
+
+
+def add_advice_options(parser) -> None:
+    """The options of `ess-explorer advise` (sweep/advise.py)."""
+    parser.add_argument("sweep_dir", metavar="SWEEP_DIR", help="a sweep folder (ess-explorer sweep --out)")
+    parser.add_argument("--quantile", type=_quantile, default=0.99, help="fraction of cuts to cover (default 0.99)")
+    parser.add_argument(
+        "--variant", choices=["tolerance", "entropy", "causal"], default="tolerance", help="the ESS to follow"
+    )
+    parser.add_argument("--kv-heads", type=_positive_int, help="KV heads of attention layers (default: the config)")
+    parser.add_argument("--n-boot", type=_positive_int, default=1000, help="bootstrap resamples (default 1000)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
+    parser.add_argument("--out", "-o", help="write the advice as JSON (Advice.to_dict) to this file")

@@ -18,6 +18,8 @@ figure and widget are the same spec:
     "diagnostics"  utilisation per layer by state, and modulation at separators [w]
                    (stacked at single width so the threshold names have room)
     "compare"      several models on one prompt: ESS over time and ESS per layer
+    "advice"       per layer: the ESS distribution, the state it has, the advised state
+                   (takes ess_explorer.advise's Advice or its to_dict(); views/advice.py)
 
 Conventions are the project's (0-based t, H_t = T[t:, :t], ESS(0) = 0): docs/math.md.
 """
@@ -34,6 +36,7 @@ from ..core.diagnostics import COLLAPSED_AT, SATURATED_AT
 from ..core.ess import VARIANTS as ESS_VARIANTS
 from ..result import ESSResult
 from . import specs
+from .advice import advice_figure
 from .data import family_name, separator_positions
 from .difficulty import difficulty_figure
 from .frames import analysed_layers as _layers
@@ -470,14 +473,18 @@ def figure(result_or_results, kind: str, *, width="single", height=None, font: s
     (views/sweep_figures.py: sweep_ess_time, sweep_modulation, sweep_checkpoints,
     sweep_utilisation) take the statistics frames of ess_explorer.sweep instead of results;
     "difficulty" takes {model: zoo.sweep_difficulty(model)} (and ``untrained=`` the same for
-    the untrained copies).
+    the untrained copies); "advice" takes ``ess_explorer.advise``'s Advice (views/advice.py).
     """
     if kind in SWEEP_KINDS:
         return SWEEP_KINDS[kind](result_or_results, width=width, height=height, font=font, **kw)
     if kind == "difficulty":  # {model: zoo.sweep_difficulty(model)} (views/difficulty.py)
         return difficulty_figure(result_or_results, width=width, height=height, font=font, size=size, **kw)
+    if kind == "advice":  # an Advice of ess_explorer.advise (views/advice.py)
+        return advice_figure(result_or_results, width=width, height=height, font=font, size=size, **kw)
     if kind not in KINDS:
-        raise ValueError(f"unknown figure kind {kind!r}; kinds: {', '.join([*KINDS, *SWEEP_KINDS, 'difficulty'])}")
+        raise ValueError(
+            f"unknown figure kind {kind!r}; kinds: {', '.join([*KINDS, *SWEEP_KINDS, 'difficulty', 'advice'])}"
+        )
     builder = KINDS[kind]
     accepted = set(inspect.signature(builder).parameters) - {"results"}
     unknown = sorted(set(kw) - accepted)

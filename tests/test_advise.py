@@ -1,0 +1,242 @@
+"""advise on synthetic operators whose needed state is known in closed form:
+
+- a diagonal recurrence with N modes of which only k are driven (b = 0 on the others) has
+  rank(H_t) <= k at every cut, and = min(k, t, L - t) generically: it needs a state of k, not N;
+- attention restricted to a window w has rank(H_t) <= w - 1, = min(w - 1, t, L - t) generically;
+- full attention reaches min(t, L - t): its largest value floor(L / 2) at t = L / 2.
+"""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from ess_explorer import ESSResult, LayerESS, advise
+from ess_explorer.core.operators import DiagonalSSM
+from ess_explorer.synthetic import softmax_attention
+
+L = 40
+
+
+def recurrence(state: int, driven: int, *, units: int = 3, seed: int = 0) -> DiagonalSSM:
+    g = torch.Generator().manual_seed(seed)
+    a = 0.85 + 0.14 * torch.rand(units, L, state, generator=g, dtype=torch.float64)
+    b = torch.randn(units, L, state, generator=g, dtype=torch.float64)
+    b[..., driven:] = 0.0  # modes driven by no input: the state they span is never written
+    c = torch.randn(units, L, state, generator=g, dtype=torch.float64)
+    return DiagonalSSM(a, b, c)
+
+
+def windowed(window: int | None, *, units: int = 2, seed: int = 0) -> torch.Tensor:
+    heads = softmax_attention(L, units=units, seed=seed)
+    if window is not None:
+        lag = torch.arange(L)[:, None] - torch.arange(L)[None, :]
+        heads = heads * (lag < window)
+    return heads
+
+
+def result(layer: LayerESS, seed: int) -> ESSResult:
+    meta = {"model_id": "synthetic", "tol": 1e-3, "relative": True, "scope": "cut", "gates": "inside"}
+    return ESSResult(tokens=[f"x{i}" for i in range(L)], input_ids=list(range(L)), layers={0: layer}, meta=meta)
+
+
+def ssm_results(state: int, driven, prompts: int = 4) -> list[ESSResult]:
+    driven = [driven] * prompts if isinstance(driven, int) else driven
+    return [
+        result(LayerESS.from_operator(0, "mamba", recurrence(state, k, seed=s), tol=1e-3, relative=True), s)
+        for s, k in enumerate(driven)
+    ]
+
+
+def attention_results(window, prompts: int = 3, multiplicity: int = 1) -> list[ESSResult]:
+    return [
+        result(
+            LayerESS.from_operator(
+                0,
+                "softmax_attention",
+                windowed(window, seed=s),
+                tol=1e-3,
+                relative=True,
+                window=window,
+                multiplicity=multiplicity,
+            ),
+            s,
+        )
+        for s in range(prompts)
+    ]
+
+
+def coverage(advice, n: int) -> float:
+    return dict(advice.coverage)[n].value
+
+
+@pytest.mark.parametrize("state, driven", [(8, 3), (8, 1), (6, 6)])
+def test_a_recurrence_with_k_of_n_modes_driven_needs_k(state, driven):
+    advice = advise(ssm_results(state, driven), n_boot=50).layer(0)
+    assert advice.kind == "recurrent" and advice.state_per_unit == state
+    assert advice.advised_per_unit.value == driven
+    assert advice.advised_per_unit.low == advice.advised_per_unit.high == driven  # every prompt needs k
+    assert advice.ratio.value == pytest.approx(driven / state)
+    assert advice.advised_scalars.value == driven * advice.channels
+    assert advice.units_active == 3
+    assert advice.state_scalars == 3 * state
+    # rank(H_t) <= k exactly: every cut is covered by k, not every cut by k - 1
+    assert coverage(advice, state) == 1.0
+    causal = advice.distribution("causal")  # the state the past writes: min(t, k)
+    assert causal is not None and causal.per_unit[causal.levels.index(0.99)].value == driven
+
+
+def test_coverage_counts_the_cuts_a_state_reproduces():
+    # k = 3 of 8: ESS(t) = min(3, t, L - t) for generic parameters, so ESS <= 2 only at t in {1, 2, 38, 39}
+    advice = advise(ssm_results(8, 3), n_boot=20).layer(0)
+    low_cuts = sum(min(3, t, L - t) <= 2 for t in range(1, L))
+    assert coverage(advice, 2) == pytest.approx(low_cuts / (L - 1))
+    assert coverage(advice, 4) == 1.0
+
+
+@pytest.mark.parametrize("window", [4, 7])
+def test_attention_over_a_window_needs_at_most_w_minus_1(window):
+    advice = advise(attention_results(window), n_boot=50, sizes=range(1, 9)).layer(0)
+    assert advice.kind == "attention"
+    assert advice.state_per_unit == window - 1  # the KV cache of a window holds w - 1 past tokens
+    assert advice.advised_per_unit.value == window - 1
+    assert coverage(advice, window - 1) == 1.0 and coverage(advice, window - 2) < 1.0
+    tolerance = advice.distribution("tolerance")
+    assert tolerance.per_unit[-1].value <= window - 1  # every quantile, the largest included
+    assert advice.candidate  # far below what a cut of a 40-token prompt allows (20)
+    causal = advice.distribution("causal")  # the cache of a window: min(t, w - 1) past tokens
+    assert causal.per_unit[-1].value == window - 1
+
+
+def test_full_attention_reaches_its_ceiling_and_is_no_candidate():
+    advice = advise(attention_results(None), n_boot=50).layer(0)
+    assert advice.state_per_unit == L - 1 and advice.ceiling_peak == L // 2
+    # min(t, L - t) over t = 1..39: the value 20 is 1 cut in 39 (2.6% > 1%), so q = 0.99 needs 20
+    assert advice.advised_per_unit.value == L // 2
+    assert not advice.candidate
+    assert advice.ceiling_use.value > 0.99
+    assert coverage(advice, 16) == pytest.approx(sum(min(t, L - t) <= 16 for t in range(1, L)) / (L - 1))
+
+
+def test_the_kv_cache_counts_kv_heads_not_query_heads():
+    results = attention_results(None, multiplicity=8)  # 2 query heads of head_dim 8
+    gqa = advise(results, kv_heads=1, n_boot=10).layer(0)
+    assert gqa.kv_heads == 1 and gqa.head_dim == 8
+    assert gqa.state_scalars == 2 * 1 * 8 * (L - 1)
+    mha = advise(results, n_boot=10)
+    assert mha.layer(0).state_scalars == 2 * 2 * 8 * (L - 1)
+    assert "no GQA" in json.dumps(mha.data["notes"])
+    with pytest.raises(ValueError, match="kv_heads"):
+        advise(results, kv_heads=3, n_boot=10)
+
+
+def test_intervals_come_from_resampling_prompts():
+    # half the prompts drive 2 modes, half 5: the need depends on which prompts are drawn
+    results = ssm_results(8, [2, 5, 2, 5, 2, 5])
+    advice = advise(results, n_boot=400, seed=1)
+    layer = advice.layer(0)
+    assert layer.advised_per_unit.value == 5
+    mean = layer.distribution("tolerance").mean_per_unit
+    assert mean.low < mean.value < mean.high
+    assert 2 <= layer.advised_per_unit.low <= layer.advised_per_unit.high == 5
+    assert advise(results, n_boot=400, seed=1).to_dict() == advice.to_dict()  # seeded
+    assert advise(results, n_boot=400, seed=2).to_dict() != advice.to_dict()
+
+
+def test_a_table_and_its_results_give_the_same_advice():
+    from ess_explorer.sweep.table import result_table
+
+    results = ssm_results(8, 3)
+    frames = [result_table(r, prompt_id=i, checkpoint_step=None).to_pandas() for i, r in enumerate(results)]
+    import pandas as pd
+
+    table = pd.concat(frames, ignore_index=True).assign(model="synthetic")
+    by_table = advise(table, n_boot=30).to_dict()
+    by_results = advise(results, n_boot=30).to_dict()
+    assert by_table["layers"] == by_results["layers"]
+    assert by_results["data"]["tol"] == 1e-3 and by_results["data"]["gates"] == "inside"
+    assert by_results["data"]["n_prompts"] == 4 and by_results["data"]["length"] == {"min": L, "max": L}
+
+
+def test_json_round_trip_and_frame(tmp_path):
+    advice = advise(ssm_results(8, 3, prompts=2), n_boot=10)
+    text = advice.to_json(tmp_path / "advice.json")
+    assert json.loads((tmp_path / "advice.json").read_text()) == json.loads(text) == advice.to_dict()
+    frame = advice.to_frame()
+    assert list(frame["advised_per_unit"]) == [3.0] and list(frame["kind"]) == ["recurrent"]
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(quantile=0), "quantile"),
+        (dict(quantile=1.5), "quantile"),
+        (dict(variant="rank"), "variant"),
+        (dict(confidence=1.0), "confidence"),
+        (dict(n_boot=0), "n_boot"),
+    ],
+)
+def test_bad_options_are_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        advise(ssm_results(8, 3, prompts=1), **kwargs)
+
+
+def test_bad_sources_are_refused():
+    import pandas as pd
+
+    with pytest.raises(ValueError, match="columns"):
+        advise(pd.DataFrame({"model": ["m"]}))
+    with pytest.raises(ValueError, match="sweep table"):
+        advise(42)
+    results = ssm_results(8, 3, prompts=1)
+    results[0].layers[0].causal_ess[:] = np.nan  # as for a dense operator with no known realisation
+    with pytest.raises(ValueError, match="causal"):
+        advise(results, variant="causal", n_boot=5)
+    assert advise(results, n_boot=5).layer(0).distribution("causal") is None
+
+
+def write_sweep(folder, results, model="synthetic"):
+    from ess_explorer.sweep.table import result_table, shard_path, write_shard
+
+    for index, res in enumerate(results):
+        rows = result_table(res, prompt_id=index, checkpoint_step=None)
+        meta = {"run": {"model": model}, "prompt_ids": [index], "n_tokens": [res.length], "analysis": res.meta}
+        write_shard(shard_path(folder, model, None, index), rows, meta)
+    return folder
+
+
+def test_the_cli_advises_on_a_sweep_folder(tmp_path, capsys):
+    from ess_explorer.app.cli import main
+
+    folder = write_sweep(tmp_path / "sweep", ssm_results(8, 3, prompts=3))
+    out = tmp_path / "advice.json"
+    assert main(["advise", str(folder), "--quantile", "0.9", "--n-boot", "50", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    saved = json.loads(out.read_text())
+    assert saved["quantile"] == 0.9 and saved["data"]["n_prompts"] == 3
+    assert saved["data"]["tol"] == 1e-3 and saved["data"]["length"] == {"min": L, "max": L}
+    (layer,) = saved["layers"]
+    assert layer["advised_per_unit"] == {"value": 3.0, "low": 3.0, "high": 3.0}
+    assert "layer 0 (mamba, 3 units): state 8 per unit, advised 3 [3, 3]" in printed
+
+
+def test_the_cli_reports_attention_with_its_kv_heads(tmp_path, capsys):
+    from ess_explorer.app.cli import main
+
+    folder = write_sweep(tmp_path / "sweep", attention_results(4, prompts=2, multiplicity=8))
+    assert main(["advise", str(folder), "--kv-heads", "1", "--n-boot", "20"]) == 0
+    printed = capsys.readouterr().out
+    assert "KV cache 48 scalars (1 KV heads)" in printed  # 2 x 1 x 8 x (w - 1)
+    assert "a recurrent candidate" in printed
+
+
+def test_the_cli_refuses_bad_input_in_one_line(tmp_path, capsys):
+    from ess_explorer.app.cli import main
+
+    assert main(["advise", str(tmp_path / "missing")]) == 1
+    assert "not a folder" in capsys.readouterr().err
+    assert main(["advise", str(tmp_path), "--quantile", "1.5"]) == 2
+    assert "quantile" in capsys.readouterr().err
+    assert main(["advise", str(tmp_path)]) == 1  # a folder with no sweep table
+    assert "no sweep table" in capsys.readouterr().err
