@@ -240,3 +240,76 @@ def test_the_cli_refuses_bad_input_in_one_line(tmp_path, capsys):
     assert "quantile" in capsys.readouterr().err
     assert main(["advise", str(tmp_path)]) == 1  # a folder with no sweep table
     assert "no sweep table" in capsys.readouterr().err
+
+
+def check_record(advised_gap, quarter_gap):
+    """A hand-made record of scripts/advice_check.py: one teacher at 0.99, students whose gaps are given
+    as (mean, low, high)."""
+
+    def student(n, gap):
+        mean, low, high = gap
+        return {
+            "state_size": n,
+            "seeds": [0, 1, 2],
+            "per_seed": [0.99 - mean] * 3,
+            "mean": 0.99 - mean,
+            "low": 0.99 - high,
+            "high": 0.99 - low,
+            "gap_to_teacher": {"mean": mean, "low": low, "high": high, "n": 3},
+        }
+
+    layer = {"layer": 0, "advised_per_unit": {"value": 8, "low": 7, "high": 9}, "state_per_unit": 32}
+    teacher = {
+        "family": "mamba2",
+        "accuracy": 0.99,
+        "low": 0.98,
+        "high": 0.995,
+        "advised": 8,
+        "advised_from_layer": 0,
+        "advice": {"layers": [layer]},
+        "sizes": {"advised": 8, "half": 4, "quarter": 2},
+        "students": {
+            "advised": student(8, advised_gap),
+            "half": student(4, advised_gap),
+            "quarter": student(2, quarter_gap),
+        },
+    }
+    return {
+        "prompts": 4,
+        "quantile": 0.99,
+        "variant": "tolerance",
+        "seeds": [0, 1, 2],
+        "student": {"architecture": "a", "training": "b", "evaluation": "c", "interval": "d"},
+        "teachers": {"teacher": teacher},
+        "cpu_seconds": 60.0,
+        "threads": 1,
+    }
+
+
+@pytest.mark.parametrize(
+    "advised_gap, quarter_gap, holds",
+    [
+        ((0.01, -0.01, 0.03), (0.20, 0.10, 0.30), True),
+        ((0.01, -0.01, 0.03), (0.20, 0.02, 0.38), False),  # the quarter's interval reaches 3 points
+        ((0.05, 0.04, 0.06), (0.20, 0.10, 0.30), False),  # the advised student is 5 points below
+    ],
+)
+def test_the_check_verdict_follows_the_intervals(advised_gap, quarter_gap, holds):
+    from ess_explorer.zoo.readme import advice_check_lines, advice_check_verdicts
+
+    (line,) = advice_check_verdicts(check_record(advised_gap, quarter_gap))
+    assert ("The prediction holds" in line) == holds
+    text = "\n".join(advice_check_lines(check_record(advised_gap, quarter_gap)))
+    assert "| `teacher` | mamba2 | 0.990 [0.980, 0.995] | 8 (layer 0, [7, 9]; has 32) | quarter | 2 |" in text
+
+
+def test_the_check_figure_draws_every_size_against_the_teacher(tmp_path):
+    from ess_explorer.views.advice import advice_check_figure, advice_check_frame
+    from ess_explorer.views.render import save_figure
+
+    record = check_record((0.01, -0.01, 0.03), (0.20, 0.10, 0.30))
+    frame = advice_check_frame(record)
+    assert len(frame) == 9 and set(frame["order"]) == {0, 1, 2}
+    assert save_figure(advice_check_figure(record), tmp_path / "check.png").stat().st_size > 1000
+    with pytest.raises(ValueError, match="teachers"):
+        advice_check_frame({})

@@ -140,7 +140,7 @@ def advice_check_frame(record: dict) -> pd.DataFrame:
             raise ValueError(f"teacher {name!r} has no students in the record")
         for label in _SIZES:
             student = teacher["students"][label]
-            for seed, accuracy in zip(record.get("seeds", range(len(student["per_seed"]))), student["per_seed"]):
+            for seed, accuracy in zip(student.get("seeds", range(len(student["per_seed"]))), student["per_seed"]):
                 rows.append(
                     {
                         "teacher": f"{name} (advised n = {teacher['sizes']['advised']})",
@@ -165,16 +165,17 @@ def advice_check_figure(record: dict, *, width="double", height=None, font: str 
     teacher."""
     frame = advice_check_frame(record)
     low = max(0.0, min(frame["accuracy"].min(), frame["low"].min(), frame["teacher_low"].min()) - 0.02)
-    y = alt.Y("accuracy:Q", title="held-out accuracy", scale=alt.Scale(domain=[low, 1.0], nice=False))
+    y = alt.Y("accuracy:Q", title="held-out accuracy", scale=alt.Scale(domain=[low, 1.0], nice=False, clamp=True))
     panels = []
     for teacher, part in frame.groupby("teacher", sort=False):
         sizes = list(part.sort_values("order")["size"].drop_duplicates())
         x = alt.X("size:N", title="student state per head", sort=sizes, axis=alt.Axis(labelAngle=0))
         base = alt.Chart(part)
-        summary = base.transform_filter(alt.datum.seed == part["seed"].iloc[0])
+        summary = alt.Chart(part.drop_duplicates("size"))  # one row per size: the summary marks
         layers = [
             summary.mark_rect(opacity=0.15, color=OKABE_ITO[5]).encode(
-                y=alt.Y("teacher_low:Q", scale=alt.Scale(domain=[low, 1.0], nice=False)), y2="teacher_high:Q"
+                y=alt.Y("teacher_low:Q", scale=alt.Scale(domain=[low, 1.0], nice=False, clamp=True)),
+                y2="teacher_high:Q",
             ),
             summary.mark_rule(color=OKABE_ITO[5], strokeDash=[4, 2]).encode(y="teacher_accuracy:Q"),
             summary.mark_rule(color=OKABE_ITO[1], strokeWidth=1.2).encode(x=x, y="low:Q", y2="high:Q"),
