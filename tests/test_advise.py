@@ -313,3 +313,15 @@ def test_the_check_figure_draws_every_size_against_the_teacher(tmp_path):
     assert save_figure(advice_check_figure(record), tmp_path / "check.png").stat().st_size > 1000
     with pytest.raises(ValueError, match="teachers"):
         advice_check_frame({})
+
+
+def test_the_report_shows_the_advice_next_to_the_summary(tmp_path):
+    from ess_explorer.app.report import report_html
+
+    results = ssm_results(8, 3, prompts=2)
+    advice = advise(results, n_boot=10)
+    page = report_html(results[0], advice=advice, embed_data=False)
+    assert page.index("Per-layer summary") < page.index("<h2>Advice</h2>") < page.index("<h2>Tokens</h2>")
+    assert "<td>3 [3, 3]</td>" in page and "<td>0.38 [0.38, 0.38]</td>" in page  # advised 3 of 8
+    assert page.count("<svg") >= 1
+    assert "<h2>Advice</h2>" not in report_html(results[0], embed_data=False)
