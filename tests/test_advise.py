@@ -281,6 +281,7 @@ def check_record(advised_gap, quarter_gap):
         "seeds": [0, 1, 2],
         "student": {"architecture": "a", "training": "b", "evaluation": "c", "interval": "d"},
         "teachers": {"teacher": teacher},
+        "students": [{"state_size": n, "seed": s, "accuracy": 0.9} for n in (2, 4, 8) for s in (0, 1, 2)],
         "cpu_seconds": 60.0,
         "threads": 1,
     }

@@ -103,7 +103,8 @@ def advice_check_lines(record: dict) -> list[str]:
         f"For each teacher: a sweep of ESS over {record['prompts']} task prompts, `ess_explorer.advise` at q = "
         f"{record['quantile']:g} of {record['variant']}-ESS per unit, the advised state n = the largest over the "
         f"teacher's layers; students: {record['student']['architecture']}, trained {record['student']['training']}; "
-        f"{record['student']['evaluation']}; seeds {', '.join(map(str, record['seeds']))}; "
+        f"{record['student']['evaluation']}; seeds trained: "
+        f"{', '.join(str(s) for s in sorted({st['seed'] for st in record['students']})) or 'none'}; "
         f"{record['student']['interval']}. Teacher accuracy with a Wilson 95% interval over its queries.",
         "",
         "| teacher | family | teacher accuracy | advised n per unit (layer, 95% interval) | student | n | student accuracy "
