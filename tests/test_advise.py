@@ -326,3 +326,22 @@ def test_the_report_shows_the_advice_next_to_the_summary(tmp_path):
     assert "<td>3 [3, 3]</td>" in page and "<td>0.38 [0.38, 0.38]</td>" in page  # advised 3 of 8
     assert page.count("<svg") >= 1
     assert "<h2>Advice</h2>" not in report_html(results[0], embed_data=False)
+
+
+def test_advice_on_a_sweep_of_a_zoo_attention_model_reads_its_kv_heads(tmp_path):
+    from ess_explorer import sweep, zoo
+
+    task = zoo.task_of("llama")
+    prompts = [" ".join(task.prompt(seed=s).split()[:24]) for s in range(3)]
+    done = sweep(["zoo:llama"], prompts, out=tmp_path / "sweep", layers=[0], progress=False)
+    advice = advise(done, n_boot=50)
+    layer = advice.layer(0)
+    config = json.loads((zoo.model_dir("llama") / "config.json").read_text())
+    kv, heads = config["num_key_value_heads"], config["num_attention_heads"]
+    head_dim = config["hidden_size"] // heads
+    assert layer.kind == "attention" and layer.units == heads and layer.head_dim == head_dim
+    assert layer.kv_heads == kv and advice.data["notes"]["kv_heads of zoo:llama layer 0"] == "the model's config"
+    assert layer.state_scalars == 2 * kv * head_dim * (layer.length - 1)
+    assert layer.advised_per_unit.value <= layer.length // 2  # no cut of L tokens has a larger rank
+    assert 0 < layer.ceiling_use.value <= 1
+    assert advice.data["n_prompts"] == 3 and advice.data["gates"] == "inside"
