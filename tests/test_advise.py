@@ -258,7 +258,15 @@ def check_record(advised_gap, quarter_gap):
             "gap_to_teacher": {"mean": mean, "low": low, "high": high, "n": 3},
         }
 
-    layer = {"layer": 0, "advised_per_unit": {"value": 8, "low": 7, "high": 9}, "state_per_unit": 32}
+    def dist(mean, at_q):
+        return {"mean_per_unit": {"value": mean}, "quantiles": [{"q": 0.99, "per_unit": {"value": at_q}}]}
+
+    layer = {
+        "layer": 0,
+        "advised_per_unit": {"value": 8, "low": 7, "high": 9},
+        "state_per_unit": 32,
+        "distributions": {"tolerance": dist(5.5, 8), "entropy": dist(2.5, 4)},
+    }
     teacher = {
         "family": "mamba2",
         "accuracy": 0.99,
@@ -302,6 +310,7 @@ def test_the_check_verdict_follows_the_intervals(advised_gap, quarter_gap, holds
     assert ("The prediction holds" in line) == holds
     text = "\n".join(advice_check_lines(check_record(advised_gap, quarter_gap)))
     assert "| `teacher` | mamba2 | 0.990 [0.980, 0.995] | 8 (layer 0, [7, 9]; has 32) | quarter | 2 |" in text
+    assert "mean tolerance-ESS per unit 5.5; at the same quantile entropy-ESS 4 (" in text
 
 
 def test_the_check_figure_draws_every_size_against_the_teacher(tmp_path):

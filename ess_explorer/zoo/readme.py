@@ -125,6 +125,21 @@ def advice_check_lines(record: dict) -> list[str]:
                 f"{advised['high']:.0f}]; has {layer['state_per_unit']:.0f}) | {label} | {student['state_size']} | "
                 f"{_pm(student)} ({seeds}) | {_pm(student['gap_to_teacher'])} |"
             )
+    lines.append("")
+    for name, teacher in record["teachers"].items():
+        layer = next(a for a in teacher["advice"]["layers"] if a["layer"] == teacher["advised_from_layer"])
+        others = []
+        for variant in ("entropy", "causal"):
+            dist = layer["distributions"].get(variant)
+            at_q = dist and next((q for q in dist["quantiles"] if q["q"] == record["quantile"]), None)
+            if at_q:
+                others.append(f"{variant}-ESS {at_q['per_unit']['value']:.0f}")
+        mean = layer["distributions"][record["variant"]]["mean_per_unit"]["value"]
+        lines.append(
+            f"- {name}, layer {layer['layer']}: mean {record['variant']}-ESS per unit {mean:.1f}; at the same quantile "
+            + (", ".join(others) or "no other variant")
+            + f" (the advice follows {record['variant']}-ESS)."
+        )
     lines += [
         "",
         *advice_check_verdicts(record),
