@@ -104,7 +104,8 @@ def test_attention_over_a_window_needs_at_most_w_minus_1(window):
     assert coverage(advice, window - 1) == 1.0 and coverage(advice, window - 2) < 1.0
     tolerance = advice.distribution("tolerance")
     assert tolerance.per_unit[-1].value <= window - 1  # every quantile, the largest included
-    assert advice.candidate  # far below what a cut of a 40-token prompt allows (20)
+    assert advice.full_attention_state == L // 2  # generic full attention on the same cuts: min(t, L - t)
+    assert advice.candidate  # at most half of that
     causal = advice.distribution("causal")  # the cache of a window: min(t, w - 1) past tokens
     assert causal.per_unit[-1].value == window - 1
 
@@ -113,7 +114,7 @@ def test_full_attention_reaches_its_ceiling_and_is_no_candidate():
     advice = advise(attention_results(None), n_boot=50).layer(0)
     assert advice.state_per_unit == L - 1 and advice.ceiling_peak == L // 2
     # min(t, L - t) over t = 1..39: the value 20 is 1 cut in 39 (2.6% > 1%), so q = 0.99 needs 20
-    assert advice.advised_per_unit.value == L // 2
+    assert advice.advised_per_unit.value == advice.full_attention_state == L // 2
     assert not advice.candidate
     assert advice.ceiling_use.value > 0.99
     assert coverage(advice, 16) == pytest.approx(sum(min(t, L - t) <= 16 for t in range(1, L)) / (L - 1))

@@ -35,6 +35,7 @@ def advice_rows(advice: dict, model: str | None = None) -> list[dict]:
                 f"advised (q = {advice['quantile']:g})": _interval(a["advised_per_unit"], 0),
                 "advised / has": _interval(a["ratio"], 2),
                 "ceiling use": _interval(a.get("ceiling_use"), 2),
+                "full attention advised": "" if a.get("full_attention_state") is None else a["full_attention_state"],
                 "recurrent candidate": "" if a["candidate"] is None else ("yes" if a["candidate"] else "no"),
             }
         )

@@ -135,7 +135,8 @@ def format_advice(advice: dict) -> str:
         step = "" if a["checkpoint_step"] is None else f" step {a['checkpoint_step']}"
         head = f"{a['model']}{step} layer {a['layer']} ({a['family']}, {a['units']} units):"
         if a["kind"] == "attention":
-            verdict = "a recurrent candidate" if a["candidate"] else "uses its growing cache"
+            verdict = "a recurrent candidate" if a["candidate"] else "no recurrent candidate"
+            verdict += f" (full attention would be advised {a['full_attention_state']})"
             body = (
                 f"KV cache {a['state_scalars']:.0f} scalars ({a['kv_heads']} KV heads), "
                 f"a recurrent state of {_interval(a['advised_per_unit'])} per head covers q; "

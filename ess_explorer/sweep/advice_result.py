@@ -64,8 +64,9 @@ class LayerAdvice:
     its longest cut, the KV cache). advised_per_unit / advised_scalars: the state covering the
     quantile (of ``Advice.variant``). ratio: advised / state per unit. units_active: units whose
     own quantile is at least 1 (the others hold nothing at that level). coverage: (n, fraction
-    of per-unit cuts with ESS <= n). ceiling_use, ceiling_peak, kv_heads, head_dim, candidate:
-    attention only (None otherwise).
+    of per-unit cuts with ESS <= n). ceiling_use, ceiling_peak, full_attention_state (the state
+    the same rule advises for a generic full-attention head on these cuts), kv_heads, head_dim,
+    candidate: attention only (None otherwise).
     """
 
     model: str
@@ -86,6 +87,7 @@ class LayerAdvice:
     distributions: tuple[Distribution, ...]
     ceiling_use: Estimate | None = None
     ceiling_peak: int | None = None
+    full_attention_state: int | None = None
     kv_heads: int | None = None
     head_dim: int | None = None
     candidate: bool | None = None
@@ -113,6 +115,7 @@ class LayerAdvice:
                 "state_scalars",
                 "units_active",
                 "ceiling_peak",
+                "full_attention_state",
                 "kv_heads",
                 "head_dim",
                 "candidate",

@@ -18,10 +18,11 @@ Conventions
   reach is the ceiling min(TSS, t, L - t) per query head (docs/conventions.md). Its use of
   that ceiling is the mean over cuts of the layer total of ESS over the layer total of the
   ceiling. A recurrent unit with a state of n would reproduce the fraction of cuts whose ESS
-  is at most n (coverage at n). The layer is a candidate for a recurrent replacement when even
-  the upper end of the advised state's interval lies below floor(L / 2), the most a cut of the
-  longest prompt allows any operator: a fixed state smaller than what a growing cache can
-  reach covers it on this data (a window of w needs at most w - 1).
+  is at most n (coverage at n). ``full_attention_state`` is what the same rule advises for a
+  generic full-attention head on the same cuts (ESS = min(t, L - t): the q-quantile of that); the
+  layer is a candidate for a recurrent replacement when even the upper end of its advised
+  state's interval is at most CANDIDATE_AT (one half) of it: a fixed state that small covers what
+  the growing cache holds on this data (a window of w needs at most w - 1).
 - Intervals: percentile bootstrap over prompts (sweep/stats.py: resample_weights, the same
   resamples for every number, from ``seed``). Each number is recomputed on every resample.
 """
@@ -44,6 +45,7 @@ __all__ = [
     "DEFAULT_QUANTILE",
     "ATTENTION_FAMILIES",
     "ADVICE_VARIANTS",
+    "CANDIDATE_AT",
     "Estimate",
     "Distribution",
     "LayerAdvice",
@@ -56,6 +58,9 @@ DEFAULT_QUANTILE = 0.99
 # Families whose state grows with t (a KV cache); every other family has a fixed state per unit.
 ATTENTION_FAMILIES = ("softmax_attention", "chunked_attention")
 ADVICE_VARIANTS = ("tolerance", "entropy", "causal")
+# An attention layer is a candidate for a recurrent replacement when its advised state is at most this fraction of
+# the state full attention would be advised on the same prompts.
+CANDIDATE_AT = 0.5
 _SUMMARY_LEVELS = (0.5, 0.9)  # reported besides the chosen quantile
 
 
@@ -342,12 +347,15 @@ def _layer_advice(
         per_cut = per_cut[per_cut["ceiling"] > 0]
         ratio = (per_cut["used"] / per_cut["ceiling"]).to_numpy()
         use = _Resampled(per_cut.index.get_level_values("p").to_numpy(), ratio, weights).mean()
+        generic = np.minimum(t, lengths[prompt] - t)  # the ESS of a generic full-attention head at each cut
+        full = float(_Resampled(prompt, generic, weights[:0]).covering([quantile])[0, 0])
         advice.update(
             ceiling_use=_estimate(use, confidence),
             ceiling_peak=ceiling_peak,
+            full_attention_state=int(full),
             kv_heads=kv,
             head_dim=head_dim,
-            candidate=bool(advised.high < length // 2),
+            candidate=bool(advised.high <= CANDIDATE_AT * full),
         )
         notes[f"kv_heads of {model} layer {layer}"] = kv_source
     return LayerAdvice(**advice), notes

@@ -169,6 +169,7 @@ def zoo_readme(claim_text: str, verdicts: list[str], cards: dict[str, dict], adv
             "- rewrite the cards without training: `python -m ess_explorer.zoo.train --cards-only`",
             "- recompute this page: `python -m ess_explorer.zoo.claim --write` (from the cards; `--recompute` re-measures them first)",
             "- one model's difficulty curve: `ess_explorer.zoo.sweep_difficulty(NAME)`; its untrained copy: `untrained=True`",
+            "- check the advice of `ess_explorer.advise` by training students: `python scripts/advice_check.py` (below)",
             "",
             "## Models",
             "",
