@@ -16,6 +16,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
+from .data import family_name
 from .theme import OKABE_ITO, apply_paper_theme
 
 __all__ = ["advice_frame", "advice_figure", "advice_check_frame", "advice_check_figure"]
@@ -41,7 +42,7 @@ def advice_frame(advice) -> pd.DataFrame:
     for a in data["layers"]:
         dist = a["distributions"][variant]
         by_level = {entry["q"]: entry["per_unit"]["value"] for entry in dist["quantiles"]}
-        label = f"L{a['layer']} {a['kind']}"
+        label = f"L{a['layer']} {family_name(a['family'])}"
         if len(models) > 1:
             label = f"{a['model']} · {label}"
         if a.get("checkpoint_step") is not None:
