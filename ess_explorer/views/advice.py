@@ -145,7 +145,7 @@ def advice_check_frame(record: dict) -> pd.DataFrame:
                 rows.append(
                     {
                         "teacher": f"{name} (advised n = {teacher['sizes']['advised']})",
-                        "size": f"{label} (n = {student['state_size']})",
+                        "size": f"{label}: {student['state_size']}",
                         "order": _SIZES.index(label),
                         "seed": seed,
                         "accuracy": accuracy,
@@ -166,7 +166,9 @@ def advice_check_figure(record: dict, *, width="double", height=None, font: str 
     teacher."""
     frame = advice_check_frame(record)
     low = max(0.0, min(frame["accuracy"].min(), frame["low"].min(), frame["teacher_low"].min()) - 0.02)
-    y = alt.Y("accuracy:Q", title="held-out accuracy", scale=alt.Scale(domain=[low, 1.0], nice=False, clamp=True))
+    # One scale for every layer: intervals over 3 seeds may reach past 1, which the figure clips.
+    scale = alt.Scale(domain=[low, 1.0], nice=False, clamp=True)
+    title = "held-out accuracy"
     panels = []
     for teacher, part in frame.groupby("teacher", sort=False):
         sizes = list(part.sort_values("order")["size"].drop_duplicates())
@@ -175,13 +177,20 @@ def advice_check_figure(record: dict, *, width="double", height=None, font: str 
         summary = alt.Chart(part.drop_duplicates("size"))  # one row per size: the summary marks
         layers = [
             summary.mark_rect(opacity=0.15, color=OKABE_ITO[5]).encode(
-                y=alt.Y("teacher_low:Q", scale=alt.Scale(domain=[low, 1.0], nice=False, clamp=True)),
-                y2="teacher_high:Q",
+                y=alt.Y("teacher_low:Q", scale=scale, title=title), y2="teacher_high:Q"
             ),
-            summary.mark_rule(color=OKABE_ITO[5], strokeDash=[4, 2]).encode(y="teacher_accuracy:Q"),
-            summary.mark_rule(color=OKABE_ITO[1], strokeWidth=1.2).encode(x=x, y="low:Q", y2="high:Q"),
-            summary.mark_tick(color=OKABE_ITO[1], thickness=1.5, size=12).encode(x=x, y="mean:Q"),
-            base.mark_point(color="#555555", size=14, filled=True, opacity=0.8, xOffset=5).encode(x=x, y=y),
+            summary.mark_rule(color=OKABE_ITO[5], strokeDash=[4, 2]).encode(
+                y=alt.Y("teacher_accuracy:Q", scale=scale, title=title)
+            ),
+            summary.mark_rule(color=OKABE_ITO[1], strokeWidth=1.2).encode(
+                x=x, y=alt.Y("low:Q", scale=scale, title=title), y2="high:Q"
+            ),
+            summary.mark_tick(color=OKABE_ITO[1], thickness=1.5, size=12).encode(
+                x=x, y=alt.Y("mean:Q", scale=scale, title=title)
+            ),
+            base.mark_point(color="#555555", size=14, filled=True, opacity=0.8, xOffset=5).encode(
+                x=x, y=alt.Y("accuracy:Q", scale=scale, title=title)
+            ),
         ]
         panels.append(alt.layer(*layers).properties(title=f"teacher {teacher}"))
     chart = alt.hconcat(*panels).resolve_scale(y="shared")

@@ -53,10 +53,14 @@ def model_table(cards: dict[str, dict]) -> list[str]:
     return lines
 
 
+def _num(value: float) -> str:
+    return f"{round(value, 3) + 0.0:.3f}"  # + 0.0: no "-0.000"
+
+
 def _pm(summary: dict) -> str:
     if summary.get("low") is None:
-        return f"{summary['mean']:.3f}"
-    return f"{summary['mean']:.3f} [{summary['low']:.3f}, {summary['high']:.3f}]"
+        return _num(summary["mean"])
+    return f"{_num(summary['mean'])} [{_num(summary['low'])}, {_num(summary['high'])}]"
 
 
 def _below(gap: float) -> str:
