@@ -192,7 +192,7 @@ def _quantile(text: str) -> float:
 
 
 def add_advice_options(parser) -> None:
-    """The options of `ess-explorer advise` (sweep/advise.py)."""
+    """The options of `ess-explorer advise` (sweep/advice.py)."""
     parser.add_argument("sweep_dir", metavar="SWEEP_DIR", help="a sweep folder (ess-explorer sweep --out)")
     parser.add_argument("--quantile", type=_quantile, default=0.99, help="fraction of cuts to cover (default 0.99)")
     parser.add_argument(

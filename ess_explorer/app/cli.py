@@ -375,7 +375,7 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_advise(args) -> int:
-    from ..sweep.advise import advise
+    from ..sweep.advice import advise
 
     if not Path(args.sweep_dir).is_dir():
         raise ValueError(f"{args.sweep_dir} is not a folder; pass the --out folder of `{PROG} sweep`")

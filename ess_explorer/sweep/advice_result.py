@@ -1,5 +1,5 @@
-"""The advice's data: frozen records of what ``advise`` (sweep/advise.py) computed, with
-``to_dict`` / ``to_json`` / ``to_frame``. Conventions are in sweep/advise.py."""
+"""The advice's data: frozen records of what ``advise`` (sweep/advice.py) computed, with
+``to_dict`` / ``to_json`` / ``to_frame``. Conventions are in sweep/advice.py."""
 
 from __future__ import annotations
 

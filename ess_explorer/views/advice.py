@@ -1,4 +1,4 @@
-"""Figures of the advice (ess_explorer.sweep.advise) and of its check by training.
+"""Figures of the advice (ess_explorer.advise) and of its check by training.
 
     advice_figure(advise(table))          per layer: the ESS distribution, the state it has, the advised state
     advice_check_figure(record)           student accuracy against the teacher's (scripts/advice_check.py)
