@@ -9,8 +9,8 @@ Teachers (two families, one task: the zoo's recent-recall MQAR, L = 130):
 - ``mamba2_n64_recent`` from the zoo: Mamba2 with a state of 64 per head.
 - an attention teacher: the zoo's LFM2 hybrid (a gated short-conv layer, then a softmax-attention layer with
   4 heads) trained here on the same task with the zoo's settings (seed 0), since the zoo's attention models were
-  trained on another task. (The zoo's Llama, trained on this task with its zoo settings, stayed at 30% validation accuracy after
-  800 steps on this task: no teacher.)
+  trained on another task. (The zoo's Llama, trained on this task with its zoo settings, stayed at 30% validation
+  accuracy after 800 steps: no teacher.)
 
 For each teacher: a sweep of ESS over PROMPTS held-out task prompts, ``advise`` at quantile 0.99 on
 tolerance-ESS, the advised state per unit n = the largest advised state over the teacher's layers (one size for
