@@ -16,7 +16,7 @@ from .core.spectra import hankel_singular_values
 from .io import ResultCache, export_table, read_result, write_result_dir
 from .result import ESSResult, LayerESS
 from .sources import load_model
-from .sweep import SweepResult, summarize
+from .sweep import Advice, SweepResult, advise, summarize
 
 __all__ = [
     "__version__",
@@ -49,6 +49,8 @@ __all__ = [
     "sweep",
     "SweepResult",
     "summarize",
+    "advise",
+    "Advice",
     "ESSCallback",
 ]
 

@@ -1,7 +1,8 @@
 """MkDocs hooks (mkdocs.yml: hooks):
 
 - the pictures in the top-level assets/ folder are served at assets/ on the site, so the
-  README and the docs show the same files;
+  README and the docs show the same files; the zoo's pictures (ess_explorer/zoo/assets/*.png,
+  next to the zoo README that shows them) at assets/zoo/;
 - the `<!-- cli-help -->` marker in cli.md becomes the help of every `ess-explorer` command,
   taken from the parser itself, so the page cannot fall behind the code.
 """
@@ -15,12 +16,15 @@ from mkdocs.structure.files import File
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSETS = ROOT / "assets"
+ZOO_ASSETS = ROOT / "ess_explorer" / "zoo" / "assets"
 CLI_MARKER = "<!-- cli-help -->"
 
 
 def on_files(files, config):
     for picture in sorted(ASSETS.glob("*.png")):
         files.append(File.generated(config, f"assets/{picture.name}", abs_src_path=str(picture)))
+    for picture in sorted(ZOO_ASSETS.glob("*.png")):
+        files.append(File.generated(config, f"assets/zoo/{picture.name}", abs_src_path=str(picture)))
     return files
 
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from _deep import deep_result, shaped_result
 
+from ess_explorer.sweep import advise
 from ess_explorer.synthetic import reference_result
 from ess_explorer.views.figures import PAPER_WIDTHS, figure
 from ess_explorer.views.render import figure_bytes
@@ -29,6 +30,7 @@ CASES = {
     "utilisation": dict(),
     "diagnostics": dict(),
     "compare": dict(),
+    "advice": dict(),
 }
 # The same kinds on a result as deep and long as a real LLM's (30 layers, 523 tokens).
 DEEP_CASES = {
@@ -87,6 +89,8 @@ def build(kind: str, width: str, results, cases=CASES):
     ref, other = results
     if kind == "compare":
         return figure({"model A": ref, "model B": other}, "compare", width=width)
+    if kind == "advice":  # two runs of four layers of every kind: eight rows
+        return figure(advise([ref, other], n_boot=20), "advice", width=width)
     return figure(ref, kind.replace("_one_t", ""), width=width, **cases[kind])
 
 

@@ -238,3 +238,5 @@ def test_paper_figures_notebook(kernel_env, tmp_path_factory):
     # a sweep over many prompts: mean ESS with bands and modulation at '|' with intervals
     assert {"sweep_ess_over_time.pdf", "sweep_modulation_at_separator.pdf"} <= {p.name for p in pdfs}
     assert "than its control over" in text
+    # the advice checked by training: read from the zoo's record, its verdict stated, its figures exported
+    assert "The prediction" in text and "advice_check_by_training.pdf" in {p.name for p in pdfs}

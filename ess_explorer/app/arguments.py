@@ -16,6 +16,7 @@ __all__ = [
     "add_analysis_options",
     "add_precision_argument",
     "figure_options",
+    "add_advice_options",
 ]
 
 
@@ -209,3 +210,26 @@ def figure_options(args) -> dict:
         except ValueError:
             raise UsageError(f"--positions takes comma-separated integers, got {args.positions!r}") from None
     return options
+
+
+def _quantile(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a quantile such as 0.99, got {text!r}") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"the quantile must lie in (0, 1], got {text!r}")
+    return value
+
+
+def add_advice_options(parser) -> None:
+    """The options of `ess-explorer advise` (sweep/advice.py)."""
+    parser.add_argument("sweep_dir", metavar="SWEEP_DIR", help="a sweep folder (ess-explorer sweep --out)")
+    parser.add_argument("--quantile", type=_quantile, default=0.99, help="fraction of cuts to cover (default 0.99)")
+    parser.add_argument(
+        "--variant", choices=["tolerance", "entropy", "causal"], default="tolerance", help="the ESS to follow"
+    )
+    parser.add_argument("--kv-heads", type=_positive_int, help="KV heads of attention layers (default: the config)")
+    parser.add_argument("--n-boot", type=_positive_int, default=1000, help="bootstrap resamples (default 1000)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
+    parser.add_argument("--out", "-o", help="write the advice as JSON (Advice.to_dict) to this file")

@@ -39,12 +39,13 @@ from .arguments import (  # noqa: F401  (parse_layers and MAX_LAYER_INDEX are pa
     _ppi,
     _tolerance,
     _width,
+    add_advice_options,
     add_analysis_options,
     add_precision_argument,
     figure_options,
     parse_layers,
 )
-from .terminal import format_summary, read_chat, read_prompt, say
+from .terminal import format_advice, format_summary, read_chat, read_prompt, say
 
 __all__ = ["main", "build_parser", "parse_layers"]
 
@@ -369,6 +370,25 @@ def cmd_sweep(args) -> int:
     return 0
 
 
+def cmd_advise(args) -> int:
+    from ..sweep.advice import advise
+
+    if not Path(args.sweep_dir).is_dir():
+        raise ValueError(f"{args.sweep_dir} is not a folder; pass the --out folder of `{PROG} sweep`")
+    advice = advise(
+        args.sweep_dir,
+        quantile=args.quantile,
+        variant=args.variant,
+        kv_heads=args.kv_heads,
+        n_boot=args.n_boot,
+        seed=args.seed,
+    )
+    if args.out:
+        advice.to_json(args.out)
+    print(format_advice(advice.to_dict()))
+    return 0
+
+
 # ---- parser ------------------------------------------------------------------------------
 # The figure kinds (figures.KINDS), listed here so that `--help` needs no Altair import;
 # tests/test_cli.py checks the two stay equal.
@@ -452,6 +472,10 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--num-cpus", type=_positive_int, help="CPUs of the local Ray cluster (default: all)")
     sw.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     sw.set_defaults(func=cmd_sweep)
+
+    adv = sub.add_parser("advise", help="the state each layer of a sweep needs, with bootstrap intervals")
+    add_advice_options(adv)
+    adv.set_defaults(func=cmd_advise)
     return parser
 
 

@@ -21,6 +21,7 @@ from ..io import META_FILE, RESULT_FILE, TABLE_FILE, jsonable, result_metadata, 
 from ..result import ESSResult
 from ..views import charts
 from ..views.render import javascript_bundle, vl_version
+from .advice_section import advice_section_html
 from .session import opening_layer
 
 __all__ = ["write_report", "report_html", "MAX_EMBED_BYTES"]
@@ -117,6 +118,7 @@ def report_html(
     title: str | None = None,
     embed_data: bool = True,
     max_embed_bytes: int = MAX_EMBED_BYTES,
+    advice=None,
     **view_options,
 ) -> str:
     """The standalone report as an HTML string (see write_report)."""
@@ -167,6 +169,7 @@ def report_html(
     )
     sections = (
         f"<h2>Per-layer summary</h2>{_table_html(summary)}"
+        f"{'' if advice is None else advice_section_html(advice, model)}"
         f"{prompt_html}<h2>Tokens</h2><p>{tokens}</p>"
         f"<h2>Metadata</h2>{_table_html(meta_rows)}"
         f"<h2>Data</h2>{_data_links(result, meta_json, embed_data, max_embed_bytes)}"
@@ -187,17 +190,25 @@ def write_report(
     title: str | None = None,
     embed_data: bool = True,
     max_embed_bytes: int = MAX_EMBED_BYTES,
+    advice=None,
     **view_options,
 ) -> Path:
     """One self-contained HTML file: the explorer's linked views (charts.linked_views, the
     same spec as the widget, working in the browser with no network), the per-layer summary,
     the metadata and the data used (table.csv, result.npz, meta.json as download links, and
-    the metadata as JSON in <script id="ess-meta">). ``view_options`` go to linked_views
-    (unit=, variant=, tol=, relative=, saturated=, collapsed=)."""
+    the metadata as JSON in <script id="ess-meta">). ``advice``: an Advice of a sweep
+    (ess_explorer.advise) whose rows of this model are shown after the summary (app/advice_section.py).
+    ``view_options`` go to linked_views (unit=, variant=, tol=, relative=, saturated=, collapsed=)."""
     path = Path(path)
     if path.suffix.lower() not in (".html", ".htm"):
         raise ValueError(f"a report is an .html file; got {path.name!r}")
     page = report_html(
-        result, layer=layer, title=title, embed_data=embed_data, max_embed_bytes=max_embed_bytes, **view_options
+        result,
+        layer=layer,
+        title=title,
+        embed_data=embed_data,
+        max_embed_bytes=max_embed_bytes,
+        advice=advice,
+        **view_options,
     )
     return atomic_write(path, page.encode("utf-8"))

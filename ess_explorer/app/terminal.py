@@ -1,5 +1,5 @@
 """What the command line reads and prints: the prompt (argument, file, stdin or the
-model's example), progress lines on stderr, and the per-layer summary table."""
+model's example), progress lines on stderr, the per-layer summary table, and the per-layer advice."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Callable
 from ..bounded import read_text
 from .arguments import UsageError
 
-__all__ = ["read_prompt", "read_stdin", "say", "format_summary"]
+__all__ = ["read_prompt", "read_stdin", "say", "format_summary", "format_advice"]
 
 
 def read_chat(args) -> list:
@@ -137,3 +137,34 @@ def format_summary(result, *, cache_hit: bool | None = None) -> str:
     ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return head + "\n" + "\n".join(line.rstrip() for line in lines)
+
+
+def _interval(estimate: dict, digits: int = 0) -> str:
+    return f"{estimate['value']:.{digits}f} [{estimate['low']:.{digits}f}, {estimate['high']:.{digits}f}]"
+
+
+def format_advice(advice: dict) -> str:
+    """One line per layer of ``Advice.to_dict()``: the state it has, the advised state with its
+    interval, and for attention the use of the attainable ceiling and the candidate flag."""
+    lines = [
+        f"advice at q = {advice['quantile']:g} of {advice['variant']}-ESS per unit "
+        f"({advice['confidence']:.0%} bootstrap intervals over {advice['data'].get('n_prompts')} prompts)"
+    ]
+    for a in advice["layers"]:
+        step = "" if a["checkpoint_step"] is None else f" step {a['checkpoint_step']}"
+        head = f"{a['model']}{step} layer {a['layer']} ({a['family']}, {a['units']} units):"
+        if a["kind"] == "attention":
+            verdict = "a recurrent candidate" if a["candidate"] else "no recurrent candidate"
+            verdict += f" (full attention would be advised {a['full_attention_state']})"
+            body = (
+                f"KV cache {a['state_scalars']:.0f} scalars ({a['kv_heads']} KV heads), "
+                f"a recurrent state of {_interval(a['advised_per_unit'])} per head covers q; "
+                f"ceiling use {_interval(a['ceiling_use'], 2)}; {verdict}"
+            )
+        else:
+            body = (
+                f"state {a['state_per_unit']:.0f} per unit, advised {_interval(a['advised_per_unit'])} "
+                f"({_interval(a['ratio'], 2)} of it; {a['units_active']} units active)"
+            )
+        lines.append(f"{head} {body}")
+    return "\n".join(lines)

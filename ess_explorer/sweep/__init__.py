@@ -4,6 +4,7 @@ statistics over prompts and a Trainer callback (docs/sweeps.md).
     sweep(models, prompts, out=DIR, backend="local" | "ray")   -> SweepResult (run.py)
     read_table(DIR)                                             the tidy table (table.py)
     summarize(table), modulation(table, token), utilisation(table)   statistics (stats.py)
+    advise(table, quantile=0.99)                                the state each layer needs (advice.py)
     ESSCallback(prompts, every_n_steps=...)                     (callback.py; needs accelerate)
 
 ``ess_explorer.sweep`` is this package and is also callable: ``ess_explorer.sweep(models,
@@ -15,6 +16,7 @@ import inspect as _inspect
 import sys as _sys
 import types as _types
 
+from .advice import Advice, LayerAdvice, advise
 from .inputs import Run, expand_models, load_prompts
 from .run import SweepResult, sweep
 from .stats import modulation, summarize, utilisation
@@ -31,6 +33,9 @@ __all__ = [
     "summarize",
     "modulation",
     "utilisation",
+    "advise",
+    "Advice",
+    "LayerAdvice",
 ]
 
 

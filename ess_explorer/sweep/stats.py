@@ -26,7 +26,7 @@ from ..core.diagnostics import modulation_at
 from ..core.diagnostics import utilisation as _ratio
 from ..core.ess import check_variant
 
-__all__ = ["summarize", "modulation", "utilisation", "bootstrap_mean", "as_table"]
+__all__ = ["summarize", "modulation", "utilisation", "bootstrap_mean", "resample_weights", "as_table"]
 
 RUN = ["model", "checkpoint_step"]
 
@@ -50,6 +50,15 @@ def _column(variant: str) -> str:
     return f"{check_variant(variant)}_ess"
 
 
+def resample_weights(n_prompts: int, *, n_boot: int = 1000, seed: int = 0) -> np.ndarray:
+    """(n_boot, n_prompts): how often each prompt is drawn in each bootstrap resample (a
+    multinomial draw of n_prompts from ``seed``). The one source of resamples, so every
+    statistic of the package resamples the same way."""
+    if not isinstance(n_boot, int) or n_boot < 1:
+        raise ValueError(f"n_boot must be a positive integer, got {n_boot!r}")
+    return np.random.default_rng(seed).multinomial(n_prompts, np.full(n_prompts, 1 / n_prompts), size=n_boot)
+
+
 def bootstrap_mean(sums: np.ndarray, counts: np.ndarray, *, confidence=0.95, n_boot=1000, seed=0):
     """Mean and percentile interval of many groups at once.
 
@@ -58,13 +67,11 @@ def bootstrap_mean(sums: np.ndarray, counts: np.ndarray, *, confidence=0.95, n_b
     """
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
-    if not isinstance(n_boot, int) or n_boot < 1:
-        raise ValueError(f"n_boot must be a positive integer, got {n_boot!r}")
     n_prompts = sums.shape[0]
     with np.errstate(invalid="ignore", divide="ignore"):
         mean = sums.sum(0) / counts.sum(0)
     # Resample counts of each prompt (multinomial) -> every resample's mean is a matrix product.
-    weights = np.random.default_rng(seed).multinomial(n_prompts, np.full(n_prompts, 1 / n_prompts), size=n_boot)
+    weights = resample_weights(n_prompts, n_boot=n_boot, seed=seed)
     low, high = np.empty_like(mean), np.empty_like(mean)
     alpha = (1 - confidence) / 2
     for start in range(0, sums.shape[1], 2048):  # columns in chunks: (n_boot, chunk) at a time

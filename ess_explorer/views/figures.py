@@ -2,24 +2,20 @@
 
 ``figure(result_or_results, kind, width=..., **kw)`` returns an Altair chart that fits the
 stated width (single column 240 pt, double 504 pt, axes and legend included) with one font
-family and no text below 7 pt; ``render.save_figure`` writes it as PDF, SVG or PNG through
-vl-convert with no network.
+family and no text below 7 pt; ``render.save_figure`` writes it as PDF, SVG or PNG.
 
-Figure kinds; [w] = the widget's own view (specs.py) made print-ready by ``paperise``, so
-figure and widget are the same spec:
+Figure kinds; [w] = the widget's own view (specs.py) made print-ready by ``paperise``:
     "ess_time"     ESS over time, several layers and/or models overlaid (TSS and the attainable
-                   ceiling min(TSS, t, L - t) optional),
-                   separators drawn as labelled rules
-    "spectrum"     singular values of H_t of one unit: one t [w], or several t overlaid
-                   (values below float round-off, eps * sigma_1, are not data: dropped)
+                   ceiling min(TSS, t, L - t) optional), separators drawn as labelled rules
+    "spectrum"     singular values of H_t of one unit: one t [w], or several t overlaid (values
+                   below round-off, or the "ess" contract's resolution, are not drawn)
     "operator"     log10|T| of one kept unit, the cut H_t = T[t:, :t] outlined [w]
     "overview"     layer x position heatmap of ESS/TSS or ESS [w]
     "utilisation"  utilisation per layer (bar = mean over units, dots = units), thresholds;
-                   against the attainable ceiling min(TSS, t, L - t) or (against="tss") the
-                   paper's TSS; several models side by side
-    "diagnostics"  utilisation per layer by state, and modulation at separators [w]
-                   (stacked at single width so the threshold names have room)
+                   against the ceiling or (against="tss") the paper's TSS; models side by side
+    "diagnostics"  utilisation per layer by state, and modulation at separators [w] (stacked)
     "compare"      several models on one prompt: ESS over time and ESS per layer
+    "advice"       per layer: ESS distribution, state, advised state (an Advice; views/advice.py)
 
 Conventions are the project's (0-based t, H_t = T[t:, :t], ESS(0) = 0): docs/math.md.
 """
@@ -36,6 +32,7 @@ from ..core.diagnostics import COLLAPSED_AT, SATURATED_AT
 from ..core.ess import VARIANTS as ESS_VARIANTS
 from ..result import ESSResult
 from . import specs
+from .advice import advice_figure
 from .data import drawn_floor, family_name, floor_note, separator_positions
 from .difficulty import difficulty_figure
 from .frames import analysed_layers as _layers
@@ -525,14 +522,18 @@ def figure(result_or_results, kind: str, *, width="single", height=None, font: s
     (views/sweep_figures.py: sweep_ess_time, sweep_modulation, sweep_checkpoints,
     sweep_utilisation) take the statistics frames of ess_explorer.sweep instead of results;
     "difficulty" takes {model: zoo.sweep_difficulty(model)} (and ``untrained=`` the same for
-    the untrained copies).
+    the untrained copies); "advice" takes ``ess_explorer.advise``'s Advice (views/advice.py).
     """
     if kind in SWEEP_KINDS:
         return SWEEP_KINDS[kind](result_or_results, width=width, height=height, font=font, **kw)
     if kind == "difficulty":  # {model: zoo.sweep_difficulty(model)} (views/difficulty.py)
         return difficulty_figure(result_or_results, width=width, height=height, font=font, size=size, **kw)
+    if kind == "advice":  # an Advice of ess_explorer.advise (views/advice.py)
+        return advice_figure(result_or_results, width=width, height=height, font=font, size=size, **kw)
     if kind not in KINDS:
-        raise ValueError(f"unknown figure kind {kind!r}; kinds: {', '.join([*KINDS, *SWEEP_KINDS, 'difficulty'])}")
+        raise ValueError(
+            f"unknown figure kind {kind!r}; kinds: {', '.join([*KINDS, *SWEEP_KINDS, 'difficulty', 'advice'])}"
+        )
     builder = KINDS[kind]
     accepted = set(inspect.signature(builder).parameters) - {"results"}
     unknown = sorted(set(kw) - accepted)

@@ -363,10 +363,12 @@ def main(argv=None) -> dict:
     print("\n".join(["", *verdict(record)]))
     if args.write:
         from ..sources import ZOO_DIR
-        from .readme import zoo_readme
+        from .readme import ADVICE_CHECK, zoo_readme
 
         path = ZOO_DIR / "README.md"
-        path.write_text(zoo_readme(text, verdict(record), cards))
+        check = ZOO_DIR / ADVICE_CHECK
+        advice_check = json.loads(check.read_text()) if check.is_file() else None
+        path.write_text(zoo_readme(text, verdict(record), cards, advice_check))
         print(f"\nwrote {path}")
     return record
 

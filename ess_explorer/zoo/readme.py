@@ -3,7 +3,12 @@
 
 from __future__ import annotations
 
-__all__ = ["zoo_readme", "model_table"]
+__all__ = ["zoo_readme", "model_table", "advice_check_lines", "advice_check_verdicts", "ADVICE_CHECK", "CLOSE_POINTS"]
+
+ADVICE_CHECK = "advice_check.json"  # scripts/advice_check.py's record, next to this README
+# The paper's prediction, made testable: the advised student is "within a few points" of its teacher when the
+# mean gap is at most this, and the quarter-size one "clearly below" when the whole interval of its gap is above it.
+CLOSE_POINTS = 0.03
 
 
 def model_table(cards: dict[str, dict]) -> list[str]:
@@ -48,7 +53,109 @@ def model_table(cards: dict[str, dict]) -> list[str]:
     return lines
 
 
-def zoo_readme(claim_text: str, verdicts: list[str], cards: dict[str, dict]) -> str:
+def _num(value: float) -> str:
+    return f"{round(value, 3) + 0.0:.3f}"  # + 0.0: no "-0.000"
+
+
+def _pm(summary: dict) -> str:
+    if summary.get("low") is None:
+        return _num(summary["mean"])
+    return f"{_num(summary['mean'])} [{_num(summary['low'])}, {_num(summary['high'])}]"
+
+
+def _below(gap: float) -> str:
+    return f"{100 * abs(gap):.1f} points " + ("below" if gap >= 0 else "above")
+
+
+def advice_check_verdicts(record: dict) -> list[str]:
+    """One sentence per teacher: does the advised student stay within CLOSE_POINTS of the teacher, and does
+    the quarter-size one fall clearly below (the whole interval of its gap above CLOSE_POINTS)?"""
+    out = []
+    for name, teacher in record["teachers"].items():
+        students = teacher.get("students", {})
+        if "advised" not in students or "quarter" not in students:
+            out.append(f"- {name}: not every student size was trained; no verdict.")
+            continue
+        advised, quarter = students["advised"]["gap_to_teacher"], students["quarter"]["gap_to_teacher"]
+        close = abs(advised["mean"]) <= CLOSE_POINTS
+        below = quarter.get("low") is not None and quarter["low"] > CLOSE_POINTS
+        out.append(
+            f"- {name}: the advised student (n = {students['advised']['state_size']}) is "
+            f"{_below(advised['mean'])} the teacher ("
+            + ("within" if close else "not within")
+            + f" {100 * CLOSE_POINTS:.0f}); the quarter-size one (n = {students['quarter']['state_size']}) is "
+            f"{_below(quarter['mean'])} it, "
+            + (
+                "clearly below (the whole interval of its gap is above "
+                if below
+                else "not clearly below (the interval of its gap reaches "
+            )
+            + f"{100 * CLOSE_POINTS:.0f} points"
+            + ("" if below else " or less")
+            + "). The prediction "
+            + ("holds" if close and below else "does not hold")
+            + " for this teacher."
+        )
+    return out
+
+
+def advice_check_lines(record: dict) -> list[str]:
+    """The README section of the advice checked by training (scripts/advice_check.py)."""
+    lines = [
+        "## The advice checked by training (`python scripts/advice_check.py`)",
+        "",
+        f"For each teacher: a sweep of ESS over {record['prompts']} task prompts, `ess_explorer.advise` at q = "
+        f"{record['quantile']:g} of {record['variant']}-ESS per unit, the advised state n = the largest over the "
+        f"teacher's layers; students: {record['student']['architecture']}, trained {record['student']['training']}; "
+        f"{record['student']['evaluation']}; seeds trained: "
+        f"{', '.join(str(s) for s in sorted({st['seed'] for st in record['students']})) or 'none'}; "
+        f"{record['student']['interval']}. Teacher accuracy with a Wilson 95% interval over its queries.",
+        "",
+        "| teacher | family | teacher accuracy | advised n per unit (layer, 95% interval) | student | n | student accuracy "
+        "(per seed) | gap to the teacher |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, teacher in record["teachers"].items():
+        layer = next(a for a in teacher["advice"]["layers"] if a["layer"] == teacher["advised_from_layer"])
+        advised = layer["advised_per_unit"]
+        for label in ("advised", "half", "quarter"):
+            student = teacher.get("students", {}).get(label)
+            if student is None:
+                continue
+            seeds = ", ".join(f"{a:.3f}" for a in student["per_seed"])
+            lines.append(
+                f"| `{name}` | {teacher['family']} | {teacher['accuracy']:.3f} [{teacher['low']:.3f}, "
+                f"{teacher['high']:.3f}] | {advised['value']:.0f} (layer {layer['layer']}, [{advised['low']:.0f}, "
+                f"{advised['high']:.0f}]; has {layer['state_per_unit']:.0f}) | {label} | {student['state_size']} | "
+                f"{_pm(student)} ({seeds}) | {_pm(student['gap_to_teacher'])} |"
+            )
+    lines.append("")
+    for name, teacher in record["teachers"].items():
+        layer = next(a for a in teacher["advice"]["layers"] if a["layer"] == teacher["advised_from_layer"])
+        others = []
+        for variant in ("entropy", "causal"):
+            dist = layer["distributions"].get(variant)
+            at_q = dist and next((q for q in dist["quantiles"] if q["q"] == record["quantile"]), None)
+            if at_q:
+                others.append(f"{variant}-ESS {at_q['per_unit']['value']:.0f}")
+        mean = layer["distributions"][record["variant"]]["mean_per_unit"]["value"]
+        lines.append(
+            f"- {name}, layer {layer['layer']}: mean {record['variant']}-ESS per unit {mean:.1f}; at the same quantile "
+            + (", ".join(others) or "no other variant")
+            + f" (the advice follows {record['variant']}-ESS)."
+        )
+    lines += [
+        "",
+        *advice_check_verdicts(record),
+        "",
+        f"CPU time of the whole command: {record['cpu_seconds'] / 60:.1f} min on {record['threads']} thread(s). "
+        "Figure: `advice_check.png` next to this page.",
+        "",
+    ]
+    return lines
+
+
+def zoo_readme(claim_text: str, verdicts: list[str], cards: dict[str, dict], advice_check: dict | None = None) -> str:
     from .measure import __doc__ as conventions
 
     return "\n".join(
@@ -66,6 +173,7 @@ def zoo_readme(claim_text: str, verdicts: list[str], cards: dict[str, dict]) -> 
             "- rewrite the cards without training: `python -m ess_explorer.zoo.train --cards-only`",
             "- recompute this page: `python -m ess_explorer.zoo.claim --write` (from the cards; `--recompute` re-measures them first)",
             "- one model's difficulty curve: `ess_explorer.zoo.sweep_difficulty(NAME)`; its untrained copy: `untrained=True`",
+            "- check the advice of `ess_explorer.advise` by training students: `python scripts/advice_check.py` (below)",
             "",
             "## Models",
             "",
@@ -84,6 +192,7 @@ def zoo_readme(claim_text: str, verdicts: list[str], cards: dict[str, dict]) -> 
             "",
             *verdicts,
             "",
+            *(advice_check_lines(advice_check) if advice_check else []),
             "## The claim with its uncertainty (`python -m ess_explorer.zoo.claim`)",
             "",
             "```",
