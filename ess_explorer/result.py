@@ -22,7 +22,13 @@ singular values per cut):
       operators        dict[int, (L, L) float array]  T of the units kept for the operator view
       multiplicity     (U,)      int   scalar channels sharing each unit's T (1 in files
                                        written before it existed); layer totals in scalars
-                                       are sum_u multiplicity[u] * value[u] (`total`, `total_tss`)
+                                       of ESS are sum_u multiplicity[u] * ESS[u] (`total`)
+      state_weight     (U,)      float scalars of state each unit stands for per unit of its TSS:
+                                       the multiplicity, except softmax attention, whose state is
+                                       the KV cache, 2 x KV heads x head_dim per token spread over
+                                       the query heads; total TSS is sum_u state_weight[u] * TSS[u]
+                                       (`total_tss`; files written before it load with the
+                                       multiplicity)
       causal_ess       (U, P)    float tolerance-rank of the reachability factor R_t (core/causal.py)
                                        at the same tol / relative / scope; NaN where the unit has no
                                        known realisation (and in files written before it existed)
@@ -73,7 +79,7 @@ from .result_file import (  # noqa: F401  (SAVED_*: what the views draw, taken f
 )
 
 FORMAT_VERSION = 1
-OPTIONAL_ARRAYS = ("multiplicity", "causal_ess")  # per-layer arrays a file may lack (older files)
+OPTIONAL_ARRAYS = ("multiplicity", "causal_ess", "state_weight")  # per-layer arrays a file may lack (older files)
 CONVENTION = (
     "0-based t; H_t = T[t:, :t] (past inputs u_0..u_{t-1} -> outputs y_t..y_{L-1}, diagonal excluded); "
     "ESS(0) = 0; tolerance-ESS counts sigma_k > tol (absolute) or > tol * sigma_1 (relative); "
@@ -97,6 +103,7 @@ class LayerESS:
     path: dict = field(default_factory=dict)
     multiplicity: np.ndarray | None = None
     causal_ess: np.ndarray | None = None
+    state_weight: np.ndarray | None = None
     # operators[u] holds the largest |T| of each block of this side (1: T itself)
     operator_block: int = 1
     # tolerance-ESS at one (tol, relative) per scope, counted from the spectra before a save
@@ -121,20 +128,32 @@ class LayerESS:
                 f"multiplicity must hold one positive channel count per unit ({units}), "
                 f"got shape {self.multiplicity.shape}"
             )
+        if self.state_weight is None:  # every family but attention: the channels sharing T
+            self.state_weight = self.multiplicity.astype(np.float64)
+        self.state_weight = np.asarray(self.state_weight, dtype=np.float64).reshape(-1)
+        if self.state_weight.shape != (units,) or not (np.isfinite(self.state_weight).all()):
+            raise ValueError(
+                f"state_weight must hold one finite scalar count per unit ({units}), got shape {self.state_weight.shape}"
+            )
+        if (self.state_weight <= 0).any():
+            raise ValueError("state_weight must be positive: every unit stands for some state")
 
     @property
     def n_units(self) -> int:
         return int(self.tolerance_ess.shape[0])
 
     def total(self, variant: str = "tolerance") -> np.ndarray:
-        """(P,) layer total of an ESS variant in scalars: sum over units of
-        multiplicity x ESS (docs/conventions.md), comparable across families."""
+        """(P,) layer total of an ESS variant in scalars: sum over units of multiplicity x ESS
+        (docs/conventions.md): the rank each unit's value channels read through their cut. For
+        softmax attention the query heads that share a KV head each count, so this total is not
+        a part of `total_tss` (the KV cache) and may exceed it under GQA."""
         ess = np.asarray(self.ess(variant), dtype=np.float64)
         return (self.multiplicity[:, None] * ess).sum(0)
 
     def total_tss(self) -> np.ndarray:
-        """(P,) layer capacity in scalars: sum over units of multiplicity x TSS."""
-        return (self.multiplicity[:, None] * np.asarray(self.tss, dtype=np.float64)).sum(0)
+        """(P,) layer capacity in scalars: sum over units of state_weight x TSS, the state the
+        layer keeps (softmax attention: its KV cache, 2 x KV heads x head_dim x TSS)."""
+        return (self.state_weight[:, None] * np.asarray(self.tss, dtype=np.float64)).sum(0)
 
     @property
     def spectra_complete(self) -> np.ndarray:

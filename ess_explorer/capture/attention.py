@@ -18,6 +18,9 @@ chunk, floor(j / C) == floor(i / C); T is block lower triangular and the family 
 Logit soft-capping (Gemma 2) and any score scaling are inside the probabilities.
 TSS per head: t (the KV cache grows; docs/math.md), min(t, w - 1) with a window,
 t mod C with chunks (at cut t only the tokens of t's own chunk stay readable).
+The layer's state in scalars is its KV cache: 2 x H_kv x head_dim per cached token
+(``info["state_scalars_per_tss"]``), whatever the number of query heads reading it, so
+layer totals of TSS count 2 x H_kv x head_dim x TSS(t) (docs/conventions.md).
 Cost: spectra by the dense core path, O(L^4 / 19) per head; all heads of a layer go to
 the core in one (H, L, L) call.
 
@@ -110,6 +113,11 @@ class AttentionAdapter:
             outputs=o,
             window=slot.chunk or slot.window,
             multiplicity=head_dim,  # the head's value channels share its T
-            info={"num_heads": heads, "num_key_value_heads": int(v.shape[0]), "head_dim": head_dim},
+            info={
+                "num_heads": heads,
+                "num_key_value_heads": int(v.shape[0]),
+                "head_dim": head_dim,
+                "state_scalars_per_tss": 2 * int(v.shape[0]) * head_dim,  # K and V of each KV head
+            },
             operator=probs,
         )

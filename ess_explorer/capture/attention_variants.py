@@ -11,7 +11,8 @@ q_norm / k_norm and RoPE are inside T's entries (they shape the scores).
 Latent attention (Kimi Linear's MLA ``full_attention`` layers): keys and values come from
 a compressed latent through ``kv_b_proj``, which yields [k_nope | v] per head; v (L,
 v_head_dim) per head is T's input, and o_h = T_h v_h. Unit = query head, multiplicity =
-the value head size.
+the value head size. Its cache, the layer's state, is the latent and the shared rotary key:
+kv_lora_rank + qk_rope_head_dim scalars per token.
 """
 
 from __future__ import annotations
@@ -72,6 +73,13 @@ class LatentAttentionAdapter(AttentionAdapter):
             inputs=kv[..., nope:].transpose(0, 1),  # (H, L, v_head_dim)
             outputs=raw["o"][0].reshape(length, heads, value_dim).transpose(0, 1),
             window=slot.window,
-            info={"num_heads": heads, "head_dim": value_dim, "multiplicity": value_dim, "attention": "latent (MLA)"},
+            info={
+                "num_heads": heads,
+                "head_dim": value_dim,
+                "multiplicity": value_dim,
+                "attention": "latent (MLA)",
+                # the cache holds the compressed latent and the shared rotary key per token
+                "state_scalars_per_tss": int(module.kv_lora_rank) + int(module.qk_rope_head_dim),
+            },
             operator=probs,
         )

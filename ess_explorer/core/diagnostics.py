@@ -176,8 +176,10 @@ def layer_diagnostics(
     divide, ``peak_ess``, ``peak_ceiling`` and ``peak_tss`` (``reduce`` over t).
     ``variant`` "causal" reads the stored causal ESS (NaN for units without a realisation,
     which then give NaN summaries).
-    Totals count scalars: each unit weighs its ``multiplicity`` (the channels that share its
-    T; 1 when the layer has none), so totals compare across families (docs/conventions.md).
+    Totals count scalars, so they compare across families (docs/conventions.md): ESS weighs
+    each unit by its ``multiplicity`` (the channels that share its T; 1 when the layer has
+    none), TSS by its ``state_weight`` (the state it stands for: softmax attention's KV cache;
+    the multiplicity when the layer has none).
     """
     check_variant(variant)
     check_against(against)
@@ -207,6 +209,8 @@ def layer_diagnostics(
         dtype=np.float64,
     )[:, None]
     total_ess = (weight * ess).sum(0)
+    state_weight = getattr(layer, "state_weight", None)
+    tss_weight = weight if state_weight is None else np.asarray(state_weight, dtype=np.float64)[:, None]
     return {
         "variant": variant,
         "reduce": reduce,
@@ -222,7 +226,7 @@ def layer_diagnostics(
         **{f"peak_{name}": float(peak.mean()) if peak.size else 0.0 for name, peak in peaks.items()},
         "mean_ess": float(ess[:, valid.any(0)].mean()) if valid.any() else 0.0,
         "total_ess": float(total_ess.max()) if total_ess.size else 0.0,
-        "total_tss": float((weight * tss).sum(0).max()) if tss.size else 0.0,
+        "total_tss": float((tss_weight * tss).sum(0).max()) if tss.size else 0.0,
     }
 
 

@@ -152,5 +152,6 @@ def layer_arrays(
         operators=operators,
         path=path,
         multiplicity=np.full(n_units, layer.unit_multiplicity(), dtype=np.int64),
+        state_weight=np.full(n_units, layer.unit_state_weight(), dtype=np.float64),
         causal_ess=causal_ess,
     )

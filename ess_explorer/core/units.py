@@ -26,6 +26,12 @@ docs/conventions.md): the value channels of a head (head_dim of V for softmax at
 Mamba2, LA, GLA), 1 for a Mamba or short-conv channel. Layer totals count scalars:
 sum over units of multiplicity x (ESS or TSS). An adapter sets it; otherwise it is Cu, the
 last dimension of the captured inputs, and 1 for operators with no captured input.
+
+State weight: the scalars of state each unit stands for per unit of its TSS
+(`unit_state_weight`), which layer totals of TSS use. It is the multiplicity, unless the
+adapter records the layer's state per unit of TSS in ``info["state_scalars_per_tss"]``:
+softmax attention keeps a KV cache of 2 x KV heads x head_dim scalars per past token, shared
+by the query heads (GQA), so its per-head weight is that divided by the heads.
 Operators that did not come from a model (synthetic ones, `LayerESS.from_operator`) leave
 them None. Token-wise maps (projections, norms) stay outside T (docs/families.md).
 """
@@ -144,6 +150,16 @@ class CapturedLayer:
                 raise ValueError(f"multiplicity must be a positive channel count, got {self.multiplicity!r}")
             return int(self.multiplicity)
         return 1 if self.inputs is None else int(self.inputs.shape[-1])
+
+    def unit_state_weight(self) -> float:
+        """Scalars of state per unit per unit of TSS (see the module docstring): the layer's
+        ``info["state_scalars_per_tss"]`` spread over its units, else the multiplicity."""
+        per_tss = self.info.get("state_scalars_per_tss")
+        if per_tss is None:
+            return float(self.unit_multiplicity())
+        if not float(per_tss) > 0:
+            raise ValueError(f"state_scalars_per_tss must be a positive count, got {per_tss!r}")
+        return float(per_tss) / self.n_units
 
     def _shape(self) -> tuple[int, int]:
         """(units, L), from the captured inputs when there are some."""

@@ -101,7 +101,8 @@ DATASETS = {
 # ---------------------------------------------------------------- helpers ---------------
 def reduce_units(values: np.ndarray, unit, multiplicity=None) -> np.ndarray:
     """Over units (axis 0): "mean", "max", "sum" (the layer total in scalars, sum over units
-    of multiplicity x value, docs/conventions.md) or one unit's row."""
+    of weight x value: the multiplicity for ESS, the state weight for TSS,
+    docs/conventions.md) or one unit's row."""
     values = np.asarray(values, dtype=np.float64)
     if unit == "sum" and multiplicity is not None:
         return (np.asarray(multiplicity, dtype=np.float64)[:, None] * values).sum(0)
@@ -208,7 +209,7 @@ def _series(result: ESSResult, state: ViewState) -> dict:
     return {
         "t": np.asarray(lay.positions, dtype=int),
         "ess": reduce_units(ess, state.unit, lay.multiplicity),
-        "tss": reduce_units(lay.tss, state.unit, lay.multiplicity),
+        "tss": reduce_units(lay.tss, state.unit, lay.state_weight),
         "ceiling": reduce_units(attainable_ceiling(lay), state.unit, lay.multiplicity),
         "exact": exact.all(0) if isinstance(state.unit, str) else exact[int(state.unit)],
     }
@@ -420,7 +421,7 @@ def overview_rows(result: ESSResult, state: ViewState, max_cells: int | None = N
         lay = _at(result, state, index)
         ess_u, tss_u = (
             reduce_units(ess_of(lay, state.variant), agg, lay.multiplicity),
-            reduce_units(lay.tss, agg, lay.multiplicity),
+            reduce_units(lay.tss, agg, lay.state_weight),
         )
         value = (
             np.divide(ess_u, tss_u, out=np.zeros_like(ess_u), where=tss_u > 0)

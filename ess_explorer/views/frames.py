@@ -80,7 +80,7 @@ def analysed_layers(result: ESSResult, layers) -> list[int]:
 def ess_over_time_frame(result_or_results, *, layers=None, variant="tolerance", unit="mean") -> pd.DataFrame:
     """Long table for ESS-over-time plots: columns model, layer, family, series, t, token,
     ess, tss, ceiling (ESS, TSS and the attainable min(TSS, t, L - t) reduced over units by ``unit``: "mean", "sum" (the total in scalars,
-    sum over units of multiplicity x value, docs/conventions.md) or "max"). variant "causal"
+    sum over units of multiplicity x ESS, of state weight x TSS: docs/conventions.md) or "max"). variant "causal"
     plots the causal ESS (core/causal.py)."""
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {list(VARIANTS)}, got {variant!r}")
@@ -100,7 +100,7 @@ def ess_over_time_frame(result_or_results, *, layers=None, variant="tolerance", 
                         "t": t,
                         "token": [res.tokens[k] if k < len(res.tokens) else "" for k in t],
                         "ess": reduce_units(ess_of(lay, variant), unit, lay.multiplicity),
-                        "tss": reduce_units(lay.tss, unit, lay.multiplicity),
+                        "tss": reduce_units(lay.tss, unit, lay.state_weight),
                         "ceiling": reduce_units(attainable_ceiling(lay), unit, lay.multiplicity),
                     }
                 )
