@@ -63,10 +63,9 @@ ROUNDOFF = 1e-13
 
 def drawn_floor(result: ESSResult) -> tuple[float, float]:
     """(relative, absolute): a kept singular value below max(relative * sigma_1, absolute) is
-    not drawn. Float64 round-off for every result; under the "ess" contract the route's
-    resolution too (core/precision.py: a value there may be off by as much as itself), so
-    what a view draws is exact where it is drawn. A result from before the contracts existed
-    was computed exactly."""
+    not drawn. Float64 round-off for every result; under the "ess" contract its resolution too
+    (core/precision.py: a value there may be off by as much as itself), so what a view draws is
+    exact where drawn. A result from before the contracts existed was computed exactly."""
     meta = result.meta
     precision = meta.get("precision", "exact") if meta.get("precision") in PRECISIONS else "exact"
     accuracy = Accuracy(precision, float(meta.get("tol", 1e-3)), bool(meta.get("relative", True)))
