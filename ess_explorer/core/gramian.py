@@ -93,15 +93,18 @@ def gramian_hankel_singular_values(
             chunk = balanced_chunk(units, budget // max(1, REFERENCE_COPIES * 8 * len(wanted) * n * n), workers)
         over_chunks(run, units, chunk, workers)
         _redo_uncertain(a, b, c, wanted, lam, error, reach, accuracy)
-    sigma = lam[..., :k_out].sqrt()
+    # Every cut 0..L-1 (the usual case): the wanted cuts are rows 1.. in order, a slice, not a gather.
+    every_cut = len(positions) == length and bool((positions == torch.arange(length)).all())
+    target = slice(1, None) if every_cut else inside
+    rows = slice(None) if every_cut else row_of_wanted
     out = torch.zeros(units, len(positions), k_out, dtype=torch.float64)
-    out[:, inside] = sigma[:, row_of_wanted]
+    out[:, target] = lam[:, rows, :k_out].sqrt()
     out = out.to(device=device, dtype=dtype).reshape(*batch_shape, len(positions), k_out)
     if not causal:
         return out
     spread = [torch.zeros(units, len(positions), *x.shape[2:], dtype=torch.float64) for x in reach[:3]]
     for whole, part in zip(spread, reach[:3]):
-        whole[:, inside] = part[:, row_of_wanted]  # t = 0 (no past): all zero
+        whole[:, target] = part[:, rows]  # t = 0 (no past): all zero
     tridiagonal = TridiagonalSpectra(*(x.to(device=device, dtype=dtype) for x in spread))
     return out, tridiagonal.reshape(*batch_shape, len(positions))
 
