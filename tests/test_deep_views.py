@@ -119,6 +119,7 @@ def test_utilisation_of_thousands_of_channels_draws_their_spread(deep):
                 singular_values=lay.singular_values[:1].repeat(180, 0),
                 rank_bound=np.tile(lay.rank_bound, (20, 1)),
                 multiplicity=None,
+                state_weight=None,
                 causal_ess=None,
                 operators={},
             )

@@ -263,8 +263,9 @@ def entropy_of(sigma: torch.Tensor) -> torch.Tensor:
     engine's own: no checks)."""
     total = sigma.sum(-1, keepdim=True)
     p = sigma / torch.where(total > 0, total, torch.ones_like(total))
-    entropy = -torch.special.xlogy(p, p).sum(-1)  # xlogy: 0 log 0 = 0
-    return torch.where(total[..., 0] > 0, torch.exp(entropy), torch.zeros_like(entropy))
+    # 0 log 0 = 0, written so that the gradient is finite at p = 0 too (core/differentiable.py)
+    plogp = torch.where(p > 0, p * torch.log(torch.where(p > 0, p, torch.ones_like(p))), torch.zeros_like(p))
+    return torch.where(total[..., 0] > 0, torch.exp(-plogp.sum(-1)), torch.zeros_like(total[..., 0]))
 
 
 def aggregate_units(ess: torch.Tensor, how: str = "mean", unit_dim: int = -2) -> torch.Tensor:

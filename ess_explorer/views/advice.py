@@ -17,7 +17,7 @@ import altair as alt
 import pandas as pd
 
 from .data import family_name
-from .theme import OKABE_ITO, apply_paper_theme
+from .theme import OKABE_ITO, PAPER_WIDTHS, apply_paper_theme
 
 __all__ = ["advice_frame", "advice_figure", "advice_check_frame", "advice_check_figure"]
 
@@ -67,6 +67,11 @@ def advice_figure(advice, *, width="single", height=None, font: str = "serif", s
     """The advice as a paper figure (see the module docstring)."""
     data = _as_dict(advice)
     frame = advice_frame(data)
+    # As many rows as fit a page about as tall as it is wide (22 pt each under a 110 pt legend
+    # and axis); more layers are thinned to every k-th row, and the axis title says so.
+    fit = max(3, int((1.1 * PAPER_WIDTHS.get(width, 240) - 110) // 22)) if height is None else len(frame)
+    every = -(-len(frame) // fit)
+    frame = frame.iloc[::every].reset_index(drop=True)
     rows = list(frame["row"])
     what = [w.format(q=data["quantile"]) for w in _WHAT]
     colour = alt.Scale(domain=what, range=["#c9c9c9", "#7f7f7f", "#000000", OKABE_ITO[5], OKABE_ITO[1]])
@@ -77,7 +82,7 @@ def advice_figure(advice, *, width="single", height=None, font: str = "serif", s
     step = 2 if len(ticks) > 7 else 1  # powers of four on a long axis: the labels keep apart
     x = alt.X(
         "lo:Q",
-        title=f"state per unit ({variant}-ESS)",
+        title=f"state per unit ({variant}-ESS)" + (f"; every {every}th layer row shown" if every > 1 else ""),
         scale=alt.Scale(type="symlog", domain=[0, top * 1.4], nice=False),
         axis=alt.Axis(values=ticks[:1] + ticks[1::step], format="d"),
     )
