@@ -193,11 +193,10 @@ def _tridiagonal_eigenvalues(d, e, n, failed):  # pragma: no cover - compiled
 
 
 @_jit
-def _symmetric_eigenvalues(m, n, rank, out, failed, diag, off, v, pv):  # pragma: no cover - compiled
-    """Eigenvalues of the symmetric m (n, n, LANES) (destroyed) into out (n, LANES),
-    descending, clamped at 0, zero from index rank[w] on. Scaled by the trace first, so the
-    rotations neither underflow nor overflow."""
-    scale = np.empty(LANES)
+def _scale_by_trace(m, n, scale):  # pragma: no cover - compiled
+    """Divide the lower triangle of the symmetric m (n, n, LANES) by its trace, per lane, IN
+    PLACE; scale (LANES,) gets the trace (1 where it is 0). The rotations and bisections that
+    follow then work on numbers of order one: none underflows or overflows."""
     inverse = np.empty(LANES)
     for w in range(LANES):
         scale[w] = 0.0
@@ -211,6 +210,15 @@ def _symmetric_eigenvalues(m, n, rank, out, failed, diag, off, v, pv):  # pragma
         for j in range(i + 1):
             for w in range(LANES):
                 m[i, j, w] *= inverse[w]
+
+
+@_jit
+def _symmetric_eigenvalues(m, n, rank, out, failed, diag, off, v, pv):  # pragma: no cover - compiled
+    """Eigenvalues of the symmetric m (n, n, LANES) (destroyed) into out (n, LANES),
+    descending, clamped at 0, zero from index rank[w] on. Scaled by the trace first, so the
+    rotations neither underflow nor overflow."""
+    scale = np.empty(LANES)
+    _scale_by_trace(m, n, scale)
     _tridiagonal(m, n, diag, off, v, pv)
     _tridiagonal_eigenvalues(diag, off, n, failed)
     for sweep in range(n):  # odd-even transposition sort, descending: n rounds of selects
@@ -233,23 +241,11 @@ def _tridiagonal_top(m, n, diag, off, top, v, pv):  # pragma: no cover - compile
     core/sturm.py needs to count the eigenvalues above any threshold later. Scaled by the
     trace for the bisection; returned in m's own scale."""
     scale = np.empty(LANES)
-    inverse = np.empty(LANES)
     lo = np.empty(LANES)
     hi = np.empty(LANES)
     below = np.empty(LANES)
     q = np.empty(LANES)
-    for w in range(LANES):
-        scale[w] = 0.0
-    for i in range(n):
-        for w in range(LANES):
-            scale[w] += abs(m[i, i, w])
-    for w in range(LANES):
-        scale[w] = scale[w] if scale[w] > TINY else 1.0
-        inverse[w] = 1.0 / scale[w]  # one division per lane, not per entry
-    for i in range(n):  # the lower triangle: all that `_tridiagonal` reads
-        for j in range(i + 1):
-            for w in range(LANES):
-                m[i, j, w] *= inverse[w]
+    _scale_by_trace(m, n, scale)
     _tridiagonal(m, n, diag, off, v, pv)
     for w in range(LANES):  # lambda_max lies in [max d_i, the Gershgorin bound]
         lo[w] = diag[0, w]
