@@ -22,8 +22,11 @@ setup: $(BIN)/python
 run: setup
 	HF_HUB_OFFLINE=1 $(BIN)/ess-explorer report --out ess-report.html $(if $(PROMPT),--prompt "$(PROMPT)",) < /dev/null
 
+# Chromium for the browser tests; the Liberation fonts the paper figures are drawn in (the
+# print checks read them back from the PDFs).
 browser:
-	@test -x /usr/bin/chromium || (apt-get update -qq && apt-get install -y -qq chromium)
+	@(test -x /usr/bin/chromium && fc-list 2>/dev/null | grep -qi "liberation serif") || \
+		(apt-get update -qq && apt-get install -y -qq chromium fonts-liberation fontconfig)
 
 # The house rules: the import layers (import-linter contract in pyproject.toml), lint and format.
 lint: setup
