@@ -215,7 +215,7 @@ def _scale_by_trace(m, n, scale):  # pragma: no cover - compiled
 @_jit
 def _symmetric_eigenvalues(m, n, rank, out, failed, diag, off, v, pv):  # pragma: no cover - compiled
     """Eigenvalues of the symmetric m (n, n, LANES) (destroyed) into out (n, LANES),
-    descending, clamped at 0, zero from index rank[w] on. Scaled by the trace first, so the
+    descending, clamped at 0, zero from index ``rank`` on (every lane's cut has the same t). Scaled by the trace first, so the
     rotations neither underflow nor overflow."""
     scale = np.empty(LANES)
     _scale_by_trace(m, n, scale)
@@ -231,7 +231,7 @@ def _symmetric_eigenvalues(m, n, rank, out, failed, diag, off, v, pv):  # pragma
     for i in range(n):
         for w in range(LANES):
             value = diag[i, w] * scale[w]
-            out[i, w] = value if (value > 0 and i < rank[w]) else 0.0
+            out[i, w] = value if (value > 0 and i < rank) else 0.0
 
 
 @_jit
@@ -282,18 +282,17 @@ def _tridiagonal_top(m, n, diag, off, top, v, pv):  # pragma: no cover - compile
 
 
 @_jit
-def _cut_batch(ps, qs, ranks, filled, n, causal, error_factor, lam, err, reach, work):  # pragma: no cover
-    """Steps 1-4 of the module docstring of core/gramian_naive.py for LANES cuts at once:
-    ps, qs (n, n, LANES) their Gramians, ranks (LANES, 2) the rank bounds of H_t and R_t;
-    lanes from ``filled`` on are padding. Writes lam (n, LANES) and err (LANES); with
+def _cut_batch(ps, qs, rank, n, causal, error_factor, lam, err, reach, work):  # pragma: no cover
+    """Steps 1-4 of the module docstring of core/gramian_naive.py for LANES cuts at once (one
+    t, LANES units): ps, qs (n, n, LANES) their Gramians, ``rank`` the rank bound of H_t,
+    min(t, L - t, N). Writes lam (n, LANES) and err (LANES); with
     ``causal``, reach = (diag, off, top, error): P_t's tridiagonal form (core/sturm.py)."""
-    root, qb, x, sandwich, diag, off, v, pv, acc, inv, norm_p, norm_q, trace, balance, unbalance, failed, rank = work
+    root, qb, x, sandwich, diag, off, v, pv, acc, inv, norm_p, norm_q, trace, balance, unbalance, failed = work
     for w in range(LANES):
         failed[w] = False
         norm_p[w] = 0.0
         norm_q[w] = 0.0
         trace[w] = 0.0
-        rank[w] = ranks[w, 0] if w < filled else 0
     for i in range(n):  # balance: equal diagonals
         for w in range(LANES):
             pi = ps[i, i, w]
@@ -387,7 +386,6 @@ def _kernel(  # pragma: no cover - compiled
     cg = np.empty((length, n, LANES))
     p = np.empty((n, n, LANES))
     q = np.empty((n, n, LANES))
-    ranks = np.zeros((LANES, 2), dtype=np.int64)
     lam = np.empty((n, LANES))
     err = np.empty(LANES)
     reach = (np.empty((n, LANES)), np.empty((n, LANES)), np.empty(LANES), np.empty(LANES))
@@ -408,7 +406,6 @@ def _kernel(  # pragma: no cover - compiled
         np.empty((n, LANES)),
         np.empty((n, LANES)),
         np.empty(LANES, dtype=np.bool_),
-        np.empty(LANES, dtype=np.int64),
     )
     for first_unit in range(0, units, LANES):
         lanes = min(LANES, units - first_unit)
@@ -436,10 +433,8 @@ def _kernel(  # pragma: no cover - compiled
                 slot = slot_of[t]
                 if slot < 0:
                     continue
-                for w in range(LANES):
-                    ranks[w, 0] = min(min(t, length - t), n)
-                    ranks[w, 1] = min(t, n)
-                _cut_batch(recent[t - first], q, ranks, LANES, n, causal, error_factor, lam, err, reach, work)
+                rank = min(min(t, length - t), n)
+                _cut_batch(recent[t - first], q, rank, n, causal, error_factor, lam, err, reach, work)
                 for w in range(lanes):
                     unit = first_unit + w
                     err_out[unit, slot] = err[w]
