@@ -14,10 +14,10 @@ import torch
 
 from . import gramian_kernel
 from .gramian_naive import GRAMIAN_ERROR, gramian_spectra_reference
-from .operators import DiagonalSSM
+from .operators import DiagonalSSM, overflow_error
 from .precision import Accuracy
 from .sturm import TridiagonalSpectra
-from .sweeps import balanced_chunk, factored_hankel_singular_values, over_chunks
+from .sweeps import balanced_chunk, over_chunks
 
 __all__ = ["gramian_hankel_singular_values", "uses_kernel"]
 
@@ -117,8 +117,8 @@ def _redo_uncertain(a, b, c, wanted, lam, error, reach, accuracy: Accuracy) -> N
     """Recompute exactly (`_exact_cuts`) the cuts whose count the Gramian route cannot certify
     (for ESS, or with ``reach`` for causal ESS), IN PLACE: lam (squares) and reach (the
     tridiagonal form, an exact spectrum as its diagonal). A non-finite bound (a Gramian that
-    overflowed) lands here too; so does a pair whose factors overflow, which the unit's sweep
-    then reports as the exact route does."""
+    overflowed) lands here too; where the exact factors overflow as well, the operator's
+    spectra leave the floating-point range: the exact route's overflow error."""
     uncertain = ~accuracy.certain(lam[..., 0], error, lam)  # (U, W)
     if reach is not None:
         uncertain |= ~accuracy.certain(reach[2], reach[3])
@@ -127,9 +127,7 @@ def _redo_uncertain(a, b, c, wanted, lam, error, reach, accuracy: Accuracy) -> N
         unit, row = units[start : start + REDO_PAIRS], rows[start : start + REDO_PAIRS]
         sigma, reach_sigma = _exact_cuts(a[unit], b[unit], c[unit], wanted[row])
         if not (bool(torch.isfinite(sigma).all()) and bool(torch.isfinite(reach_sigma).all())):
-            bad = unit[0:1]  # let the sweep raise the overflow error for this unit
-            op = DiagonalSSM.derived(a=a[bad], b=b[bad], c=c[bad])
-            factored_hankel_singular_values(op, positions=wanted[row[:1]], method="sweep")
+            raise overflow_error(DiagonalSSM.derived(a=a[unit], b=b[unit], c=c[unit]))
         lam[unit, row] = sigma**2
         if reach is not None:
             exact = TridiagonalSpectra.from_values(reach_sigma)

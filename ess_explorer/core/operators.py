@@ -42,7 +42,7 @@ import torch
 
 from .checks import as_tensor, require
 
-__all__ = ["DiagonalSSM", "DPLRSSM", "FACTORED_OPERATORS"]
+__all__ = ["DiagonalSSM", "DPLRSSM", "FACTORED_OPERATORS", "overflow_error"]
 
 
 class _Recurrence:
@@ -264,3 +264,15 @@ class DPLRSSM(_Recurrence):
 
 # Operators whose spectra come from the square-root sweeps (core/sweeps.py).
 FACTORED_OPERATORS = (DiagonalSSM, DPLRSSM)
+
+
+def overflow_error(op) -> ValueError:
+    """The error for spectra that left the floating-point range (growing decays)."""
+    hint = ""
+    decay = getattr(op, "a", None) if isinstance(op, FACTORED_OPERATORS) else None
+    if isinstance(decay, torch.Tensor) and decay.numel():
+        hint = f" (largest |a| = {decay.abs().max().item():.3g}: decays above 1 grow like |a|^L)"
+    return ValueError(
+        f"the operator's singular values overflow the floating-point range{hint}; ESS is defined for "
+        "operators whose entries stay finite: check the decays (|a| <= 1 for a stable model) or rescale the operator"
+    )

@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 from .checks import as_tensor, require
 from .eigen import eigvalsh
 from .gramian import gramian_hankel_singular_values
-from .operators import FACTORED_OPERATORS, DiagonalSSM
+from .operators import FACTORED_OPERATORS, DiagonalSSM, overflow_error
 from .precision import EXACT, Accuracy, check_precision
 from .sweeps import factored_hankel_singular_values, single_threaded_torch
 
@@ -229,18 +229,6 @@ def hankel_singular_values(
     if not bool(torch.isfinite(sigma).all()):
         raise overflow_error(op)
     return sigma
-
-
-def overflow_error(op) -> ValueError:
-    """The error for spectra that left the floating-point range (growing decays)."""
-    hint = ""
-    decay = getattr(op, "a", None) if isinstance(op, FACTORED_OPERATORS) else None
-    if isinstance(decay, torch.Tensor) and decay.numel():
-        hint = f" (largest |a| = {decay.abs().max().item():.3g}: decays above 1 grow like |a|^L)"
-    return ValueError(
-        f"the operator's singular values overflow the floating-point range{hint}; ESS is defined for "
-        "operators whose entries stay finite: check the decays (|a| <= 1 for a stable model) or rescale the operator"
-    )
 
 
 def _hankel_singular_values(
