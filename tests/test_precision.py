@@ -420,3 +420,9 @@ def test_a_drawn_spectrum_is_exact_where_drawn():
         cut = next(v for data in panel["datasets"].values() for v in data if v.get("t") == 24 and "sigma" in v)
         assert (min(cut["sigma"]) < 1e-6 * sigma_1) == (precision == "exact")
         assert bool(floor_note(res)) == (precision == "ess")
+
+
+def test_growing_decays_raise_the_overflow_error_under_ess():
+    a = torch.full((2, 3000, 4), 1.5, dtype=torch.float64)
+    with pytest.raises(ValueError, match="overflow the floating-point range"):
+        hankel_singular_values(DiagonalSSM(a, torch.ones_like(a), torch.ones_like(a)), precision="ess")
