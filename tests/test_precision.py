@@ -338,6 +338,24 @@ def test_cuda_gramian_route_meets_the_contract():
     assert_ess_contract(fast.cpu(), exact)
 
 
+def test_compiled_sturm_counts_match_the_torch_sequence():
+    """The compiled count against its reference, at thresholds between eigenvalues, on them
+    (a zero pivot), with zero off-diagonals (a split matrix) and per-cut thresholds."""
+    if not gramian_kernel.available():
+        pytest.skip("numba is not installed: the reference is the count")
+    g = torch.Generator().manual_seed(13)
+    diag = torch.rand(5, 70, 9, generator=g, dtype=torch.float64)  # 350 cuts: five lane groups and a tail
+    off = 0.2 * torch.randn(5, 70, 9, generator=g, dtype=torch.float64)
+    off[:, ::3, 4] = 0.0
+    spectra = TridiagonalSpectra(diag, off, torch.zeros(5, 70, dtype=torch.float64))
+    sigma = spectra.values()
+    for tau in (torch.tensor(0.5), sigma[..., 2], 0.5 * (sigma[..., 3] + sigma[..., 4]), torch.tensor(-1.0)):
+        compiled, reference = (spectra.count_above(tau, compiled=flag) for flag in (True, False))
+        np.testing.assert_array_equal(compiled.numpy(), reference.numpy())
+    between = 0.5 * (sigma[..., 3] + sigma[..., 4])
+    np.testing.assert_array_equal(spectra.count_above(between, compiled=True).numpy(), np.full((5, 70), 4))
+
+
 def test_sturm_counts_equal_counts_of_the_eigenvalues():
     """The causal counts of a tridiagonal form (core/sturm.py) against its eigenvalues at
     thresholds between them, and the scope reductions of tolerance_ess on it."""

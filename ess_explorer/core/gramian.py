@@ -60,26 +60,42 @@ def gramian_hankel_singular_values(
     units = a.shape[0]
     inside = (positions >= 1) & (positions < length)
     wanted = torch.unique(positions[inside])
-    row_of_wanted = torch.searchsorted(wanted, positions[inside])
-    lam = torch.zeros(units, len(wanted), n, dtype=torch.float64)
-    error = torch.zeros(units, len(wanted), dtype=torch.float64)
+    # Every cut 0..L-1 (the usual case): the wanted cuts are rows 1.. of the output, so the
+    # routes write straight into it (row 0, no past, stays zero) and nothing is gathered.
+    every_cut = len(positions) == length and bool((positions == torch.arange(length)).all())
+    rows = len(positions) if every_cut else len(wanted)
+    lam = torch.empty(units, rows, n, dtype=torch.float64)
+    error = torch.empty(units, rows, dtype=torch.float64)
     # causal: P_t's (diag, off, top, error), as the kernel returns them
-    reach = [lam.clone(), lam.clone(), error.clone(), error.clone()] if causal else None
+    reach = (
+        [torch.empty_like(lam), torch.empty_like(lam), torch.empty_like(error), torch.empty_like(error)]
+        if causal
+        else None
+    )
+    if every_cut:
+        for x in (lam, error, *(reach or ())):
+            x[:, 0] = 0.0
+    cuts = slice(1, None) if every_cut else slice(None)
+    lam_w, error_w = lam[:, cuts], error[:, cuts]  # (U, W, ...) views: the wanted cuts
+    reach_w = None if reach is None else [x[:, cuts] for x in reach]
     use_kernel = uses_kernel(device) if kernel is None else kernel
 
     def run(sl: slice) -> None:
+        mine = (lam_w[sl], error_w[sl], *(x[sl] for x in reach_w or ()))
         if use_kernel:
-            parts = gramian_kernel.gramian_spectra_kernel(
-                *(x[sl].to(torch.float64).numpy() for x in (a, b, c)), wanted.numpy(), causal, GRAMIAN_ERROR
+            arrays = [x.numpy() for x in mine]
+            gramian_kernel.gramian_spectra_kernel(
+                *(x[sl].to(torch.float64).numpy() for x in (a, b, c)),
+                wanted.numpy(),
+                causal,
+                GRAMIAN_ERROR,
+                out=(arrays[0], arrays[1], tuple(arrays[2:]) if causal else None),
             )
-            convert = torch.from_numpy
-        else:
-            on = (x[sl].to(device=device, dtype=torch.float64) for x in (a, b, c))
-            parts = gramian_spectra_reference(*on, wanted.to(device), causal)
-            convert = torch.Tensor.cpu
-        lam[sl], error[sl] = convert(parts[0]), convert(parts[1])
-        for whole, part in zip(reach or (), parts[2] or ()):
-            whole[sl] = convert(part)
+            return
+        on = (x[sl].to(device=device, dtype=torch.float64) for x in (a, b, c))
+        lam_part, error_part, reach_part = gramian_spectra_reference(*on, wanted.to(device), causal)
+        for whole, part in zip(mine, (lam_part, error_part, *(reach_part or ()))):
+            whole.copy_(part)
 
     if units and len(wanted):
         workers = torch.get_num_threads() if device.type == "cpu" else 1
@@ -92,21 +108,25 @@ def gramian_hankel_singular_values(
                 budget = min(GPU_BUDGET_BYTES, torch.cuda.mem_get_info(device)[0] // 4)
             chunk = balanced_chunk(units, budget // max(1, REFERENCE_COPIES * 8 * len(wanted) * n * n), workers)
         over_chunks(run, units, chunk, workers)
-        _redo_uncertain(a, b, c, wanted, lam, error, reach, accuracy)
-    # Every cut 0..L-1 (the usual case): the wanted cuts are rows 1.. in order, a slice, not a gather.
-    every_cut = len(positions) == length and bool((positions == torch.arange(length)).all())
-    target = slice(1, None) if every_cut else inside
-    rows = slice(None) if every_cut else row_of_wanted
-    out = torch.zeros(units, len(positions), k_out, dtype=torch.float64)
-    out[:, target] = lam[:, rows, :k_out].sqrt()
+        _redo_uncertain(a, b, c, wanted, lam_w, error_w, reach_w, accuracy)
+    if not every_cut:  # gather the rows of ``positions`` (t = 0, t >= L: no past or future, zeros)
+        row = torch.searchsorted(wanted, positions[inside])
+        lam = _spread(lam, inside, row)
+        reach = None if reach is None else [_spread(x, inside, row) for x in reach]
+    out = lam[..., :k_out].sqrt_() if k_out == n else lam[..., :k_out].sqrt()
     out = out.to(device=device, dtype=dtype).reshape(*batch_shape, len(positions), k_out)
     if not causal:
         return out
-    spread = [torch.zeros(units, len(positions), *x.shape[2:], dtype=torch.float64) for x in reach[:3]]
-    for whole, part in zip(spread, reach[:3]):
-        whole[:, target] = part[:, rows]  # t = 0 (no past): all zero
-    tridiagonal = TridiagonalSpectra(*(x.to(device=device, dtype=dtype) for x in spread))
+    tridiagonal = TridiagonalSpectra(*(x.to(device=device, dtype=dtype) for x in reach[:3]))
     return out, tridiagonal.reshape(*batch_shape, len(positions))
+
+
+def _spread(values: torch.Tensor, inside: torch.Tensor, row: torch.Tensor) -> torch.Tensor:
+    """values (U, W, ...) of the wanted cuts as rows of the positions (U, P, ...): row
+    ``row[k]`` at each position inside 1..L-1, zeros elsewhere."""
+    full = values.new_zeros(values.shape[0], len(inside), *values.shape[2:])
+    full[:, inside] = values[:, row]
+    return full
 
 
 # (unit, cut) pairs per batched call of `_exact_cuts`: it holds about six (pairs, L, N) arrays.

@@ -28,7 +28,7 @@ try:  # optional: the reference (core/gramian_naive.py) runs without it
 except ImportError:  # pragma: no cover - exercised where numba is absent
     numba = None
 
-__all__ = ["LANES", "available", "gramian_spectra_kernel"]
+__all__ = ["LANES", "available", "gramian_spectra_kernel", "sturm_counts"]
 
 # Units solved side by side. Each lane loop must be long enough for LLVM's loop vectoriser,
 # which checks at run time that the arrays do not overlap: at 8 or 16 lanes it leaves the
@@ -299,15 +299,17 @@ def _cut_batch(ps, qs, rank, n, causal, error_factor, lam, err, reach, work):  #
             qi = qs[i, i, w]
             balance[i, w] = np.sqrt(np.sqrt(qi / pi)) if (pi > TINY and qi > TINY) else 1.0
             unbalance[i, w] = 1.0 / balance[i, w]
-    for i in range(n):
-        for j in range(n):
+    for i in range(n):  # the scans keep lower triangles: both halves of the balanced pair from them
+        for j in range(i + 1):
+            weight = 1.0 if i == j else 2.0  # an off-diagonal entry stands for two in the norms
             for w in range(LANES):
                 pij = ps[i, j, w] * (balance[i, w] * balance[j, w])
                 qij = qs[i, j, w] * (unbalance[i, w] * unbalance[j, w])
                 root[i, j, w] = pij
                 qb[i, j, w] = qij
-                norm_p[w] += pij * pij
-                norm_q[w] += qij * qij
+                qb[j, i, w] = qij
+                norm_p[w] += weight * pij * pij
+                norm_q[w] += weight * qij * qij
     for i in range(n):
         for w in range(LANES):
             trace[w] += root[i, i, w]
@@ -357,10 +359,11 @@ def _cut_batch(ps, qs, rank, n, causal, error_factor, lam, err, reach, work):  #
         for w in range(LANES):
             norm_p[w] = 0.0
         for i in range(n):
-            for j in range(n):
+            for j in range(i + 1):
+                weight = 1.0 if i == j else 2.0
                 for w in range(LANES):
-                    sandwich[i, j, w] = ps[i, j, w]  # (the lower triangle would do; the norm reads all)
-                    norm_p[w] += ps[i, j, w] * ps[i, j, w]
+                    sandwich[i, j, w] = ps[i, j, w]  # the lower triangle: all `_tridiagonal` reads
+                    norm_p[w] += weight * ps[i, j, w] * ps[i, j, w]
         _tridiagonal_top(sandwich, n, reach_diag, reach_off, reach_top, v, pv)
         for w in range(LANES):
             reach_err[w] = error_factor * EPS * np.sqrt(norm_p[w])
@@ -409,25 +412,28 @@ def _kernel(  # pragma: no cover - compiled
     )
     for first_unit in range(0, units, LANES):
         lanes = min(LANES, units - first_unit)
-        for w in range(LANES):  # lanes last; lanes past the last unit are zero operators
-            for t in range(length):
-                for i in range(n):
+        # Lanes last; lanes past the last unit are zero operators. t outermost: the LANES
+        # units' rows at t stay in L1 while they are spread over the lanes (lanes outermost
+        # would sweep the whole (L, N, LANES) arrays, larger than L2, once per lane).
+        for t in range(length):
+            for i in range(n):
+                for w in range(LANES):
                     inside = w < lanes
-                    ag[t, i, w] = a[first_unit + w, t, i] if inside else 0.0
-                    bg[t, i, w] = b[first_unit + w, t, i] if inside else 0.0
-                    cg[t, i, w] = c[first_unit + w, t, i] if inside else 0.0
+                    unit = first_unit + w if inside else first_unit
+                    ag[t, i, w] = a[unit, t, i] if inside else 0.0
+                    bg[t, i, w] = b[unit, t, i] if inside else 0.0
+                    cg[t, i, w] = c[unit, t, i] if inside else 0.0
         p[:] = 0.0
         for t in range(length):  # forward scan: P_t at every checkpoint t = k BLOCK
             if t % BLOCK == 0:
                 checkpoints[t // BLOCK] = p
-            _reach_step(p, ag[t], bg[t], n)  # p becomes P_{t+1}
+            _reach_step(p, p, ag[t], bg[t], n)  # p becomes P_{t+1}
         q[:] = 0.0
         for k in range(blocks - 1, -1, -1):
             first, last = k * BLOCK, min(length, (k + 1) * BLOCK) - 1
-            p[:] = checkpoints[k]
-            for t in range(first, last + 1):  # this block's P_t again, kept
-                recent[t - first] = p
-                _reach_step(p, ag[t], bg[t], n)
+            recent[0] = checkpoints[k]
+            for t in range(first, last):  # this block's P_t again, kept: recent[t - first]
+                _reach_step(recent[t - first + 1], recent[t - first], ag[t], bg[t], n)
             for t in range(last, max(first, 1) - 1, -1):  # backward scan: q becomes Q_t
                 _observe_step(q, ag[t], cg[t], n)
                 slot = slot_of[t]
@@ -449,44 +455,86 @@ def _kernel(  # pragma: no cover - compiled
 
 
 @_jit
-def _reach_step(p, a, b, n):  # pragma: no cover - compiled
-    """P <- (a a^T) * P + b b^T for every lane; a, b (N, LANES)."""
+def _reach_step(after, p, a, b, n):  # pragma: no cover - compiled
+    """after <- (a a^T) * P + b b^T for every lane, its lower triangle (after may be p);
+    a, b (N, LANES)."""
     for i in range(n):
-        for j in range(n):
+        for j in range(i + 1):
             for w in range(LANES):
-                p[i, j, w] = a[i, w] * a[j, w] * p[i, j, w] + b[i, w] * b[j, w]
+                after[i, j, w] = a[i, w] * a[j, w] * p[i, j, w] + b[i, w] * b[j, w]
 
 
 @_jit
 def _observe_step(q, a, c, n):  # pragma: no cover - compiled
-    """Q <- (a a^T) * (Q + c c^T) for every lane; a, c (N, LANES)."""
+    """Q <- (a a^T) * (Q + c c^T) for every lane, its lower triangle; a, c (N, LANES)."""
     for i in range(n):
-        for j in range(n):
+        for j in range(i + 1):
             for w in range(LANES):
                 q[i, j, w] = a[i, w] * a[j, w] * (q[i, j, w] + c[i, w] * c[j, w])
 
 
 def gramian_spectra_kernel(
-    a: np.ndarray, b: np.ndarray, c: np.ndarray, wanted: np.ndarray, causal: bool, error_factor: float
+    a: np.ndarray, b: np.ndarray, c: np.ndarray, wanted: np.ndarray, causal: bool, error_factor: float, out=None
 ):
     """The kernel's counterpart of `gramian_naive.gramian_spectra_reference`, on numpy
     float64 arrays a, b, c (B, L, N) (any strides) and sorted cuts ``wanted`` in 1..L-1:
     (sigma^2 (B, W, N) descending, error of each sigma^2 (B, W), and with ``causal`` the
     reachability Gramians as (diag, off, top, error): (B, W, N), (B, W, N), (B, W), (B, W);
-    else None)."""
+    else None). out: those arrays, written in place (any strides: the caller's own
+    layout, so nothing is copied after the kernel), or None: new ones."""
     units, length, n = a.shape
     slot_of = np.full(length + 1, -1, dtype=np.int64)
     slot_of[np.asarray(wanted, dtype=np.int64)] = np.arange(len(wanted))
     width = len(wanted)
-    lam = np.empty((units, width, n))
-    err = np.empty((units, width))
-    reach_n = n if causal else 0
-    reach = (
-        np.empty((units, width, reach_n)),
-        np.empty((units, width, reach_n)),
-        np.empty((units, width if causal else 0)),
-        np.empty((units, width if causal else 0)),
-    )
+    if out is None:
+        reach_n = n if causal else 0
+        out = (
+            np.empty((units, width, n)),
+            np.empty((units, width)),
+            (
+                np.empty((units, width, reach_n)),
+                np.empty((units, width, reach_n)),
+                np.empty((units, width if causal else 0)),
+                np.empty((units, width if causal else 0)),
+            )
+            if causal
+            else None,
+        )
+    lam, err, reach = out
+    if reach is None:  # the kernel's signature wants arrays; none of them is written
+        reach = (np.empty((units, 0, 0)), np.empty((units, 0, 0)), np.empty((units, 0)), np.empty((units, 0)))
     as_float = lambda x: np.asarray(x, dtype=np.float64)  # noqa: E731  (no copy of a float64 view)
     _kernel(as_float(a), as_float(b), as_float(c), slot_of, width, lam, err, *reach, bool(causal), float(error_factor))
-    return lam, err, (reach if causal else None)
+    return out
+
+
+@_jit
+def _sturm_counts(diag, off, x, out):  # pragma: no cover - compiled
+    """out[k] = #{eigenvalues of the tridiagonal (diag[k], off[k]) above x[k]}: the Sturm
+    sequence of core/sturm.py, LANES matrices side by side so that the loop vectorises."""
+    batch, n = diag.shape
+    q = np.empty(LANES)
+    below = np.empty(LANES)
+    for first in range(0, batch, LANES):
+        width = min(LANES, batch - first)
+        for w in range(width):
+            q[w] = 1.0
+            below[w] = 0.0
+        for i in range(n):
+            for w in range(width):
+                k = first + w
+                e2 = off[k, i - 1] * off[k, i - 1] if i > 0 else 0.0
+                value = diag[k, i] - x[k] - e2 / q[w]
+                value = -TINY if value == 0 else value
+                q[w] = value
+                below[w] += value < 0
+        for w in range(width):
+            out[first + w] = n - int(below[w])
+
+
+def sturm_counts(diag: np.ndarray, off: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """The compiled `TridiagonalSpectra.count_above` (core/sturm.py, its reference): diag,
+    off (B, N) and thresholds x (B,) on the eigenvalues, float64; (B,) int64 counts."""
+    out = np.empty(len(x), dtype=np.int64)
+    _sturm_counts(np.ascontiguousarray(diag), np.ascontiguousarray(off), np.ascontiguousarray(x), out)
+    return out

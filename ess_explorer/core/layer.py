@@ -136,7 +136,7 @@ def layer_arrays(
         if on_chunk is not None:
             on_chunk(n_units, n_units)
 
-    operators = {int(row): layer.dense([unit_ids[row]])[0].to(operator_dtype).cpu().numpy() for row in operator_rows}
+    operators = _kept_operators(layer, unit_ids, [int(row) for row in operator_rows], operator_dtype)
     return dict(
         layer=layer.layer,
         family=layer.family,
@@ -155,3 +155,16 @@ def layer_arrays(
         state_weight=np.full(n_units, layer.unit_state_weight(), dtype=np.float64),
         causal_ess=causal_ess,
     )
+
+
+def _kept_operators(layer: CapturedLayer, unit_ids: list[int], rows: list[int], dtype: torch.dtype) -> dict:
+    """{row: the dense T of unit ``unit_ids[row]``} in ``dtype``: materialised a few units per
+    call (a recurrence materialises by L steps of a scan, whose cost per step barely grows
+    with the units), within DENSE_CHUNK_CELLS float64 cells."""
+    per_call = max(1, DENSE_CHUNK_CELLS // max(1, layer.length**2))
+    operators = {}
+    for start in range(0, len(rows), per_call):
+        group = rows[start : start + per_call]
+        dense = layer.dense([unit_ids[row] for row in group]).to(dtype).cpu().numpy()
+        operators.update(zip(group, dense))
+    return operators

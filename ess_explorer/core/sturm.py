@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
+from . import gramian_kernel
+
 __all__ = ["TridiagonalSpectra"]
 
 
@@ -53,11 +55,16 @@ class TridiagonalSpectra:
         """(*batch, P) the largest singular value of each cut."""
         return self.top.clamp_min(0).sqrt()
 
-    def count_above(self, tau: torch.Tensor) -> torch.Tensor:
-        """(*batch, P) #{k : sigma_k > tau}, tau broadcastable to (*batch, P); 0 where tau < 0."""
-        x = torch.as_tensor(tau, dtype=self.diag.dtype, device=self.diag.device) ** 2
-        x = x.expand(self.top.shape)
+    def count_above(self, tau: torch.Tensor, compiled: bool | None = None) -> torch.Tensor:
+        """(*batch, P) #{k : sigma_k > tau}, tau >= 0 broadcastable to (*batch, P).
+        compiled: the compiled count (core/gramian_kernel.py) or this module's torch
+        sequence, its reference; default: compiled where it runs (CPU float64, numba)."""
+        x = (torch.as_tensor(tau, dtype=self.diag.dtype, device=self.diag.device) ** 2).expand(self.top.shape)
         n = self.diag.shape[-1]
+        if _compiled(self.diag) if compiled is None else compiled:
+            flat = lambda v: v.reshape(-1, n).numpy()  # noqa: E731
+            counts = gramian_kernel.sturm_counts(flat(self.diag), flat(self.off), x.reshape(-1).numpy())
+            return torch.from_numpy(counts).reshape(self.top.shape)
         tiny = torch.finfo(self.diag.dtype).tiny
         below = torch.zeros(self.top.shape, dtype=torch.long, device=self.diag.device)
         q = torch.ones_like(x)
@@ -74,3 +81,14 @@ class TridiagonalSpectra:
         if n > 1:
             matrix = matrix + torch.diag_embed(self.off[..., :-1], 1) + torch.diag_embed(self.off[..., :-1], -1)
         return torch.linalg.eigvalsh(matrix).flip(-1).clamp_min(0).sqrt()
+
+
+def _compiled(values: torch.Tensor) -> bool:
+    """Whether the compiled Sturm count (core/gramian_kernel.py) runs on these values."""
+    return (
+        gramian_kernel.available()
+        and values.device.type == "cpu"
+        and values.dtype == torch.float64
+        and not values.requires_grad
+        and values.shape[-1] > 0
+    )
