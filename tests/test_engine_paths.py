@@ -261,6 +261,45 @@ def test_row_scaled_channel_whose_bound_fails_is_redone(monkeypatch):
     assert_spectra_match(chosen[..., :20], hankel_singular_values(channels, method="svd")[..., :20])
 
 
+def test_row_scaled_channels_under_the_ess_contract(monkeypatch):
+    """Under "ess" each head's channels take the Gram of that head's factor, cut at the
+    head's own rank (a fast-decaying head keeps fewer columns than a slow one): tolerance
+    counts equal to each channel's own exact SVD, entropy-ESS within the contract's 1e-5. A
+    channel gated by 1e12 past an exact reset cannot keep the shared result and is redone."""
+    from ess_explorer import entropy_ess, tolerance_ess
+    from ess_explorer.core import row_scaled
+    from ess_explorer.core.precision import Accuracy
+
+    length, modes, g = 48, 24, torch.Generator().manual_seed(21)
+    a = torch.tensor([0.15, 0.97], dtype=torch.float64)[:, None, None].expand(2, length, modes).clone()
+    a[1, 30] = 0.0  # an exact reset in the slow head
+    b, c = (torch.randn(2, length, modes, generator=g, dtype=torch.float64) for _ in range(2))
+    heads = DiagonalSSM(a, b, c).materialize()
+    owner_of = torch.tensor([0, 0, 0, 1, 1, 1])
+    gate = torch.rand(6, length, generator=g, dtype=torch.float64) + 0.1
+    gate[5, 30:] = 1e12
+    widths, own_cuts = {}, []
+    original_gram, original_svdvals = row_scaled._ess_factor_values, torch.linalg.svdvals
+
+    def gram(factor, shift, accuracy):
+        widths.setdefault(factor.shape[1], []).append(factor.shape[-1])
+        return original_gram(factor, shift, accuracy)
+
+    monkeypatch.setattr(row_scaled, "_ess_factor_values", gram)
+    monkeypatch.setattr(torch.linalg, "svdvals", lambda x: own_cuts.append(tuple(x.shape)) or original_svdvals(x))
+    chosen = row_scaled.row_scaled_hankel_singular_values(
+        heads, owner_of, gate, torch.arange(length), max_rank=modes, accuracy=Accuracy("ess")
+    )
+    monkeypatch.undo()
+    exact = hankel_singular_values(gate[..., None] * heads[owner_of], method="svd")
+    assert torch.equal(tolerance_ess(spectra=chosen), tolerance_ess(spectra=exact))
+    entropy, reference = entropy_ess(spectra=chosen), entropy_ess(spectra=exact)
+    assert bool(((entropy - reference).abs() <= 1e-5 * reference).all())
+    middle = widths[length - 24]  # the cut t = 24: both heads' factors (m = L - t rows)
+    assert min(middle) < max(middle) <= modes  # the fast head's factor is narrower
+    assert (1, length - 24, 24) in own_cuts  # channel 5 at t = 24: 1e12 on the rows the reset zeroed
+
+
 @pytest.mark.gpu
 @cuda
 def test_cuda_row_scaled_channels_and_shared_causal_equal_cpu():

@@ -7,18 +7,23 @@ all of its channels:
 
     H_t = U S V^T   =>   sigma(diag(g) H_t) = sigma(diag(g) U S)      (V has orthonormal columns)
 
-and U S keeps only the r columns with S_k > TRUNCATE * S_1 (and at most the rank bound of
-the structure, N for a recurrence), so each channel costs one SVD of an (L - t) x r matrix
-instead of a Gram and an SVD of its own (L - t) x t cut.
+and U S keeps only the r columns with S_k > TRUNCATE * S_1 (TRUNCATE_ESS under "ess"; at
+most the rank bound of the structure, N for a recurrence), so each channel works on an
+(L - t) x r matrix instead of its own (L - t) x t cut. Each owner keeps its own r: a
+fast-decaying head's cuts have a few values above the cut-off, a slow one's up to N, and a
+channel's cost grows as r^2 (L - t) + r^3.
 
 Accuracy. Dropping the columns past r and the rounding of the owner's SVD change
 diag(g) H_t by at most ||diag(g)|| (S_{r+1} + ROUNDING * S_1) in the 2-norm, so by Weyl's
-inequality every singular value moves by at most that much. A channel keeps the result
-only where that bound is within BOUND * sigma_1 of its own cut (the accuracy every path
-of the project keeps: docs/spectra.md); any other channel's cut is redone by its own SVD.
-Cost per cut: one SVD with vectors per owner, one (L - t) x r SVD per channel. Where the
-owner's cut is well conditioned, each channel's Gram and `eigvalsh` (the dense path's guarded
-route, core/spectra.py) cost less than that SVD and are used instead.
+inequality every singular value moves by at most that much (the shift). Under "exact" a
+channel keeps the result only where the shift is within BOUND * sigma_1 of its own cut (the
+accuracy every path of the project keeps: docs/spectra.md), from the SVD of its (L - t) x r
+factor. Under "ess" (core/precision.py) the factor's Gram gives the values, and a channel
+keeps them where the Gram's rounding plus the shift cannot move a count and the shift is at
+most ESS_BOUND * sigma_1 (so entropy-ESS stays within its contract). Any other channel's cut
+is redone by its own SVD. Where the owner's cut is well conditioned, each channel's Gram and
+`eigvalsh` of its whole cut (the dense path's guarded route, core/spectra.py) cost less than
+that SVD and are used instead.
 """
 
 from __future__ import annotations
@@ -26,8 +31,9 @@ from __future__ import annotations
 import torch
 
 from .checks import require
+from .eigen import eigvalsh
 from .precision import EXACT, Accuracy
-from .spectra import GRAM_GUARD, gram_singular_values
+from .spectra import GRAM_ERROR, GRAM_GUARD, gram_singular_values
 from .sweeps import over_chunks
 
 __all__ = ["row_scaled_hankel_singular_values"]
@@ -35,6 +41,11 @@ __all__ = ["row_scaled_hankel_singular_values"]
 TRUNCATE = 1e-14  # owner values kept: above this times the owner's sigma_1 (past it: rounding)
 ROUNDING = 1e-14  # the owner SVD's backward error, relative to its sigma_1 (a few hundred eps)
 BOUND = 1e-10  # a channel keeps the shared result when it is this accurate relative to its sigma_1
+# Under the "ess" contract (core/precision.py) the owner's values are kept down to this times
+# its sigma_1, and a channel keeps the shared result while the shift that causes is at most
+# ESS_BOUND times its own sigma_1 and cannot move a count: `_ess_factor_values`.
+TRUNCATE_ESS = 1e-13
+ESS_BOUND = 1e-8
 
 
 def row_scaled_hankel_singular_values(
@@ -84,7 +95,7 @@ def row_scaled_hankel_singular_values(
             sigma[by_gram] = gram_singular_values(gate[by_gram, :, None] * cut[owner_of[by_gram]], accuracy=accuracy)
         if not bool(by_gram.all()):
             rest = ~by_gram
-            shared = _shared_factor_values(cut, left, values, gate[rest], owner_of[rest], max_rank)
+            shared = _shared_factor_values(cut, left, values, gate[rest], owner_of[rest], max_rank, accuracy)
             sigma[rest, : shared.shape[-1]] = shared
         return sigma
 
@@ -102,19 +113,46 @@ def row_scaled_hankel_singular_values(
     return out
 
 
-def _shared_factor_values(cut, left, values, gate, owner_of, max_rank) -> torch.Tensor:
-    """sigma(diag(g_u) H) for each unit from its owner's H = U S V^T (module docstring): the
-    SVD of diag(g_u) U_r S_r, or of the unit's own cut where Weyl's bound does not certify it."""
-    kept = max(1, int((values > TRUNCATE * values[:, :1]).sum(-1).max()))
-    kept = kept if max_rank is None else min(kept, max(1, max_rank))
-    dropped = values[:, kept] if kept < values.shape[-1] else torch.zeros_like(values[:, 0])
-    factor = (left[..., :kept] * values[:, None, :kept])[owner_of]  # (u, m, r)
-    sigma = torch.linalg.svdvals(gate[..., None] * factor)  # (u, min(m, r))
-    # Weyl: every value is off by at most ||diag(g)|| ||dropped part + rounding||
-    error = gate.abs().amax(-1) * (dropped + ROUNDING * values[:, 0])[owner_of]
-    redo = error > BOUND * sigma[:, 0]
-    if bool(redo.any()):  # the cut of a channel whose gate peaks where its rows are small
-        own = torch.linalg.svdvals(gate[redo, :, None] * cut[owner_of[redo]])
-        sigma = torch.nn.functional.pad(sigma, (0, max(0, own.shape[-1] - sigma.shape[-1])))
-        sigma[redo] = torch.nn.functional.pad(own, (0, sigma.shape[-1] - own.shape[-1]))
+def _shared_factor_values(cut, left, values, gate, owner_of, max_rank, accuracy: Accuracy) -> torch.Tensor:
+    """sigma(diag(g_u) H) for each unit from its owner's H = U S V^T (module docstring), one
+    owner at a time: the owner's own rank r decides the factor's width (a fast-decaying head
+    keeps a few columns, not the widest head's). Under "exact" the SVD of diag(g_u) U_r S_r;
+    under "ess" its Gram's eigenvalues (`_ess_factor_values`). A unit whose bound does not
+    hold takes the SVD of its own cut."""
+    sigma = cut.new_zeros(len(owner_of), values.shape[-1])
+    truncate = TRUNCATE_ESS if accuracy.fast else TRUNCATE
+    for owner in torch.unique(owner_of).tolist():
+        rows = (owner_of == owner).nonzero().flatten()
+        own_values = values[owner]
+        kept = max(1, int((own_values > truncate * own_values[0]).sum()))
+        kept = kept if max_rank is None else min(kept, max(1, max_rank))
+        dropped = own_values[kept] if kept < len(own_values) else own_values.new_zeros(())
+        factor = gate[rows, :, None] * (left[owner, :, :kept] * own_values[:kept])  # (u, m, r)
+        # Weyl: every value is off by at most ||diag(g)|| ||dropped part + rounding||
+        shift = gate[rows].abs().amax(-1) * (dropped + ROUNDING * own_values[0])
+        if accuracy.fast:
+            values_u, redo = _ess_factor_values(factor, shift, accuracy)
+        else:
+            values_u = torch.linalg.svdvals(factor)  # (u, min(m, r))
+            redo = shift > BOUND * values_u[:, 0]
+        if bool(redo.any()):  # the cut of a channel whose gate peaks where its rows are small
+            own = torch.linalg.svdvals(gate[rows[redo], :, None] * cut[owner])
+            values_u = torch.nn.functional.pad(values_u, (0, max(0, own.shape[-1] - values_u.shape[-1])))
+            values_u[redo] = torch.nn.functional.pad(own, (0, values_u.shape[-1] - own.shape[-1]))
+        width = min(values_u.shape[-1], sigma.shape[-1])
+        sigma[rows, :width] = values_u[:, :width]
     return sigma
+
+
+def _ess_factor_values(factor: torch.Tensor, shift: torch.Tensor, accuracy: Accuracy):
+    """sigma of each unit's factor (u, m, r) from its Gram's eigenvalues, and which units must
+    be redone: where the Gram's rounding plus the truncation's shift (Weyl, on each sigma)
+    could move a count (`Accuracy.certain`), or the shift exceeds ESS_BOUND sigma_1 (entropy-ESS
+    then stays within its 1e-5: every value moves by at most the shift)."""
+    gram = factor.mT @ factor if factor.shape[-1] <= factor.shape[-2] else factor @ factor.mT
+    sigma = eigvalsh(gram).flip(-1).clamp_min(0).sqrt()
+    top = sigma[:, 0] ** 2
+    rounding = GRAM_ERROR * gram.shape[-1] * torch.finfo(sigma.dtype).eps * top
+    error = rounding + (2 * sigma[:, 0] + shift) * shift  # on each sigma^2
+    certain = accuracy.certain(top, error, sigma**2) & (shift <= ESS_BOUND * sigma[:, 0])
+    return sigma, ~certain
