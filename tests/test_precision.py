@@ -469,3 +469,30 @@ def test_full_width_vectors_respect_a_users_numba_features():
         assert default.endswith(",-prefer-256-bit")
     else:
         assert default == "None"
+
+
+def test_a_recurrent_layer_under_ess_is_one_chunk_of_units(monkeypatch):
+    """The Gramian route keeps no sweep buffer, so layer_arrays hands it a whole layer of
+    channels at once (a few large calls, core/layer.py); the sweep of "exact" takes them in
+    chunks its (units, P, N, N) buffer allows. Both give the same tolerance-ESS here."""
+    from ess_explorer.core import layer as layer_module
+    from ess_explorer.core.layer import layer_arrays
+    from ess_explorer.core.units import SSMCapture
+
+    ssm = mamba_like(40, 64, 16)
+    capture = SSMCapture(layer=0, family="mamba", state_size=16, realize=lambda index: ssm[index], shape=(40, 64))
+    monkeypatch.setattr(layer_module, "FACTORED_CHUNK_BYTES", 8 * 64 * 16**2 * 8)  # 8 units per sweep chunk
+    calls = {}
+    results = {}
+    for precision in ("ess", "exact"):
+        calls[precision] = []
+        results[precision] = layer_arrays(
+            capture,
+            np.arange(64),
+            tol=1e-3,
+            relative=True,
+            precision=precision,
+            on_chunk=lambda done, total, seen=calls[precision]: seen.append(done),
+        )
+    assert calls == {"ess": [40], "exact": [8, 16, 24, 32, 40]}
+    np.testing.assert_array_equal(results["ess"]["tolerance_ess"], results["exact"]["tolerance_ess"])

@@ -12,7 +12,8 @@ Memory budgets (per layer):
   at least 1. Both ESS variants always come from the *full* spectra; only the stored
   values are cut. E.g. Mamba-130m (1536 channels, N = 16) at L = 512 keeps K = 10.
 - Spectra are computed in chunks of units (UNIT_CHUNK_VALUES full-spectrum values,
-  DENSE_CHUNK_CELLS dense cells or FACTORED_CHUNK_BYTES of sweep buffer per chunk).
+  DENSE_CHUNK_CELLS dense cells, FACTORED_CHUNK_BYTES of sweep buffer, or for the Gramian
+  route of the "ess" contract GRAMIAN_CHUNK_VALUES values per output array, per chunk).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import numpy as np
 import torch
 
 from .ess import DEFAULT_SCOPE, check_scope, check_tolerance, count_above_tolerance, entropy_of, tolerance_reference
+from .operators import DiagonalSSM
 from .precision import DEFAULT_PRECISION, Accuracy
 from .units import CapturedLayer, DenseCapture, SSMCapture
 
@@ -35,16 +37,33 @@ DENSE_CHUNK_CELLS = 32_000_000  # dense T cells per chunk of heads (~256 MB in f
 # this size (measured: chunks of 256 Mamba channels cost the same per channel as the whole
 # layer in one call, and peak memory falls from 3.4 GB to ~1.4 GB at L = 512).
 FACTORED_CHUNK_BYTES = 256 << 20
+GRAMIAN_CHUNK_VALUES = 16_000_000  # (units, P, N) values per output array of the Gramian route
 
 
-def _chunk_size(layer: CapturedLayer, n_pos: int, most: int, path: dict) -> int:
+def _chunk_size(layer: CapturedLayer, n_pos: int, most: int, path: dict, accuracy: Accuracy) -> int:
     chunk = max(1, UNIT_CHUNK_VALUES // max(1, n_pos * most))
     # the dense stack of a chunk is materialised in float64 (also an SSM chosen dense)
     if isinstance(layer, DenseCapture) or path.get("method") == "dense":
         chunk = min(chunk, max(1, DENSE_CHUNK_CELLS // max(1, layer.length**2)))
+    elif _gramian_route(layer, accuracy):
+        # the Gramian route (core/gramian.py) keeps no sweep buffer, only its outputs: about
+        # four (units, P, N) arrays; a Mamba-130m layer at L = 512 is one chunk
+        chunk = min(chunk, max(1, GRAMIAN_CHUNK_VALUES // max(1, n_pos * layer.state_size)))
     elif isinstance(layer, SSMCapture):  # the core's sweep buffer is (units, P, N, N) float64
         chunk = min(chunk, max(1, FACTORED_CHUNK_BYTES // max(1, 8 * n_pos * layer.state_size**2)))
     return chunk
+
+
+def _gramian_route(layer: CapturedLayer, accuracy: Accuracy) -> bool:
+    """Whether the units of ``layer`` take the Gramian route (core/units.py decides the same
+    way): diagonal recurrences of their own (no shared owner, whose channels go dense)
+    under the "ess" contract."""
+    return (
+        isinstance(layer, SSMCapture)
+        and layer.owner is None
+        and accuracy.fast
+        and isinstance(layer.ssm([0]), DiagonalSSM)
+    )
 
 
 def layer_arrays(
@@ -91,7 +110,7 @@ def layer_arrays(
     check_scope(scope, relative)
     accuracy = Accuracy(precision, tol, relative, scope)
     path = layer.spectra_path(positions, device)
-    chunk = _chunk_size(layer, n_pos, most, path)
+    chunk = _chunk_size(layer, n_pos, most, path, accuracy)
     chunks = [slice(start, min(n_units, start + chunk)) for start in range(0, n_units, chunk)]
     tol_ess = np.zeros((n_units, n_pos), dtype=np.int64)
     ent_ess = np.zeros((n_units, n_pos), dtype=np.float64)
