@@ -64,8 +64,12 @@ def gramian_hankel_singular_values(
     # routes write straight into it (row 0, no past, stays zero) and nothing is gathered.
     every_cut = len(positions) == length and bool((positions == torch.arange(length)).all())
     rows = len(positions) if every_cut else len(wanted)
-    lam = torch.empty(units, rows, n, dtype=torch.float64)
-    error = torch.empty(units, rows, dtype=torch.float64)
+    use_kernel = uses_kernel(device) if kernel is None else kernel
+    # where the results live: the kernel's CPU, else the device, so that on a GPU the
+    # spectra, the guard and the ESS that follow stay there (one copy to the host per layer)
+    store = torch.device("cpu") if use_kernel else device
+    lam = torch.empty(units, rows, n, dtype=torch.float64, device=store)
+    error = torch.empty(units, rows, dtype=torch.float64, device=store)
     # causal: P_t's (diag, off, top, error), as the kernel returns them
     reach = (
         [torch.empty_like(lam), torch.empty_like(lam), torch.empty_like(error), torch.empty_like(error)]
@@ -78,7 +82,6 @@ def gramian_hankel_singular_values(
     cuts = slice(1, None) if every_cut else slice(None)
     lam_w, error_w = lam[:, cuts], error[:, cuts]  # (U, W, ...) views: the wanted cuts
     reach_w = None if reach is None else [x[:, cuts] for x in reach]
-    use_kernel = uses_kernel(device) if kernel is None else kernel
 
     def run(sl: slice) -> None:
         mine = (lam_w[sl], error_w[sl], *(x[sl] for x in reach_w or ()))
@@ -125,7 +128,7 @@ def _spread(values: torch.Tensor, inside: torch.Tensor, row: torch.Tensor) -> to
     """values (U, W, ...) of the wanted cuts as rows of the positions (U, P, ...): row
     ``row[k]`` at each position inside 1..L-1, zeros elsewhere."""
     full = values.new_zeros(values.shape[0], len(inside), *values.shape[2:])
-    full[:, inside] = values[:, row]
+    full[:, inside.to(values.device)] = values[:, row.to(values.device)]
     return full
 
 
@@ -145,12 +148,13 @@ def _redo_uncertain(a, b, c, wanted, lam, error, reach, accuracy: Accuracy) -> N
     units, rows = torch.nonzero(uncertain, as_tuple=True)
     for start in range(0, len(units), REDO_PAIRS):
         unit, row = units[start : start + REDO_PAIRS], rows[start : start + REDO_PAIRS]
-        sigma, reach_sigma = _exact_cuts(a[unit], b[unit], c[unit], wanted[row])
+        on = unit.to(a.device)  # the operator's device (the results may be on another)
+        sigma, reach_sigma = _exact_cuts(a[on], b[on], c[on], wanted[row.cpu()])
         if not (bool(torch.isfinite(sigma).all()) and bool(torch.isfinite(reach_sigma).all())):
-            raise overflow_error(DiagonalSSM.derived(a=a[unit], b=b[unit], c=c[unit]))
-        lam[unit, row] = sigma**2
+            raise overflow_error(DiagonalSSM.derived(a=a[on], b=b[on], c=c[on]))
+        lam[unit, row] = sigma.to(lam.device) ** 2
         if reach is not None:
-            exact = TridiagonalSpectra.from_values(reach_sigma)
+            exact = TridiagonalSpectra.from_values(reach_sigma.to(lam.device))
             reach[0][unit, row], reach[1][unit, row], reach[2][unit, row] = exact.diag, exact.off, exact.top
 
 
