@@ -354,6 +354,38 @@ def test_magic_bad_lines_print_usage_not_a_traceback(line, message, capsys):
     assert message in capsys.readouterr().out
 
 
+def test_magic_help_prints_usage_and_opens_nothing(capsys, monkeypatch):
+    monkeypatch.setattr(widget, "explore", lambda *a, **k: pytest.fail("--help must open no explorer"))
+    for line in ("--help", "-h", "--model zoo:x --help"):
+        assert magic.ess_magic(line) is None
+        out = capsys.readouterr().out
+        assert out.startswith("usage: %ess") and "--variant {tolerance,entropy,causal}" in out and "--wait" in out
+
+
+def test_magic_wait_returns_once_the_analysis_has_ended(monkeypatch):
+    """--wait: the magic blocks on the explorer's analysis (a notebook run for export then
+    shows the finished figure); without it, it returns at once."""
+    calls = []
+
+    class Explorer:
+        def __init__(self, model, prompt, **options):
+            calls.append(("explore", model, prompt, options))
+
+        def wait(self, timeout=None):
+            calls.append(("wait", timeout))
+            return True
+
+    monkeypatch.setattr(widget, "explore", Explorer)
+    assert isinstance(magic.ess_magic('--wait --model zoo:x "a b"'), Explorer)
+    assert calls == [
+        ("explore", "zoo:x", "a b", {"layer": None, "unit": "mean", "variant": "tolerance"}),
+        ("wait", None),
+    ]
+    calls.clear()
+    magic.ess_magic("--model zoo:x")
+    assert [c[0] for c in calls] == ["explore"]
+
+
 def test_magic_registers_and_opens_a_saved_result(tmp_path):
     registered = {}
 

@@ -31,17 +31,17 @@ import time
 from pathlib import Path
 
 from .._version import __version__
+from ..options import FIGURE_KINDS, VARIANTS
 from .arguments import (  # noqa: F401  (parse_layers and MAX_LAYER_INDEX are part of the CLI module's API)
     MAX_LAYER_INDEX,
     UsageError,
     _height,
     _positive_int,
     _ppi,
-    _tolerance,
     _width,
     add_advice_options,
     add_analysis_options,
-    add_precision_argument,
+    add_settings_arguments,
     figure_options,
     parse_layers,
 )
@@ -390,11 +390,6 @@ def cmd_advise(args) -> int:
 
 
 # ---- parser ------------------------------------------------------------------------------
-# The figure kinds (figures.KINDS), listed here so that `--help` needs no Altair import;
-# tests/test_cli.py checks the two stay equal.
-FIGURE_KINDS = ("ess_time", "spectrum", "operator", "overview", "utilisation", "diagnostics", "compare")
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="Effective State-Size (ESS) of sequence-model layers.")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
@@ -413,7 +408,7 @@ def build_parser() -> argparse.ArgumentParser:
     fig.add_argument("--t", type=int, help="position t of the cut (spectrum, operator)")
     fig.add_argument("--positions", help="several positions for the spectrum, e.g. 8,16,32")
     fig.add_argument("--unit", type=int, help="unit (head or channel) for spectrum / operator")
-    fig.add_argument("--variant", choices=["tolerance", "entropy", "causal"], help="ESS variant (default tolerance)")
+    fig.add_argument("--variant", choices=VARIANTS, help="ESS variant (default tolerance)")
     fig.add_argument(
         "--against",
         choices=["ceiling", "tss"],
@@ -450,23 +445,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--shard-size", type=_positive_int, default=16, help="prompts per table file (default 16)")
     sw.add_argument("--bucket", action="store_true", help="group prompts of similar length into shards")
     sw.add_argument("--text-field", default="text", help="the prompt field of a .jsonl file (default text)")
-    sw.add_argument("--tol", type=_tolerance, default=None, help="tolerance-ESS threshold (default 1e-3)")
-    sw.add_argument("--absolute", action="store_true", help="the tolerance is absolute (default: relative to sigma_1)")
-    sw.add_argument(
-        "--scope",
-        choices=["cut", "unit", "layer"],
-        default="cut",
-        help="which sigma_1 a relative tolerance refers to (default: each cut's)",
-    )
-    sw.add_argument(
-        "--gates",
-        choices=["inside", "outside"],
-        default="inside",
-        help="per-token gates around the sequence mixing are part of T (default) or not",
-    )
-    sw.add_argument("--stride", type=_positive_int, help="compute every STRIDE-th cut only")
-    sw.add_argument("--no-causal", action="store_true", help="skip causal ESS (its column stays empty)")
-    add_precision_argument(sw)
+    add_settings_arguments(sw)
     sw.add_argument("--device", help="torch device, e.g. cuda (Ray: each task asks for one GPU)")
     sw.add_argument("--ray-address", help="join a running Ray cluster (e.g. auto); default: start a local one")
     sw.add_argument("--num-cpus", type=_positive_int, help="CPUs of the local Ray cluster (default: all)")

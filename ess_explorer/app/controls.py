@@ -11,10 +11,10 @@ import ipywidgets as W
 import numpy as np
 import traitlets as T
 
-from ..core.ess import check_tolerance
+from ..core.ess import check_tolerance, check_variant
 from ..io import ResultCache
+from ..options import AGGREGATES, GATES, METRICS, SCOPES, VARIANTS, check_choice
 from ..result import ESSResult
-from ..views import charts
 
 __all__ = [
     "CUSTOM",
@@ -48,10 +48,8 @@ def check_options(
     *, variant, overview_metric, saturated, collapsed, result, tol, relative, layer=None, unit="mean", cache=True
 ) -> None:
     """The explorer's options, checked before any state changes: a ValueError in words."""
-    if variant not in charts.VARIANTS:
-        raise ValueError(f"variant must be one of {charts.VARIANTS}, got {variant!r}")
-    if overview_metric not in ("utilisation", "ess"):
-        raise ValueError(f"overview_metric must be 'utilisation' or 'ess', got {overview_metric!r}")
+    check_variant(variant)
+    check_choice("overview_metric", overview_metric, METRICS)
     if not 0 <= collapsed < saturated:
         raise ValueError(f"need 0 <= collapsed < saturated, got collapsed={collapsed}, saturated={saturated}")
     if result is not None and not isinstance(result, ESSResult):
@@ -74,8 +72,8 @@ def check_view(layer, unit, result) -> None:
     given a ``result``, present in it: never replaced by layer 0 or the mean without a word."""
     if layer is not None and not _is_index(layer):
         raise ValueError(f"layer must be a layer index (an int >= 0) or None, got {layer!r}")
-    if unit not in charts.AGGREGATES and not _is_index(unit):
-        raise ValueError(f"unit must be one of {', '.join(charts.AGGREGATES)} or a unit index, got {unit!r}")
+    if unit not in AGGREGATES and not _is_index(unit):
+        raise ValueError(f"unit must be one of {', '.join(AGGREGATES)} or a unit index, got {unit!r}")
     if result is None or not result.layers:
         return
     if layer is not None and layer not in result.layers:
@@ -93,6 +91,9 @@ def status_html(message: str, kind: str = "info") -> str:
     icon = {"error": "⚠ ", "ok": "✓ ", "busy": "↻ "}.get(kind, "")
     return f'<span style="color:{colors[kind]}">{icon}{html.escape(message)}</span>'
 
+
+# How the overview's metrics read on the control (utilisation: ESS over the attainable ceiling).
+METRIC_LABELS = {"utilisation": "ESS/TSS", "ess": "ESS"}
 
 CUSTOM = "__custom__"  # model dropdown value: use the text field (hub id or local folder)
 
@@ -174,7 +175,7 @@ def make_controls(options: list[tuple[str, str]]) -> dict[str, W.Widget]:
     c["layer_w"] = W.Dropdown(description="layer", options=[], style=style, layout=W.Layout(width="210px"))
     c["unit_w"] = W.Dropdown(description="unit", options=[], style=style, layout=W.Layout(width="170px"))
     c["variant_w"] = W.ToggleButtons(
-        options=[("tolerance", "tolerance"), ("entropy", "entropy"), ("causal", "causal")],
+        options=[(variant, variant) for variant in VARIANTS],
         description="ESS",
         style={"button_width": "86px", "description_width": "initial"},
     )
@@ -191,20 +192,20 @@ def make_controls(options: list[tuple[str, str]]) -> dict[str, W.Widget]:
     )
     c["relative_w"] = W.ToggleButtons(options=[("× σ₁", True), ("absolute", False)], style={"button_width": "78px"})
     c["scope_w"] = W.Dropdown(
-        options=[("σ₁ of the cut", "cut"), ("σ₁ of the unit", "unit"), ("σ₁ of the layer", "layer")],
+        options=[(f"σ₁ of the {scope}", scope) for scope in SCOPES],
         description="scope",
         tooltip="which σ₁ a relative tolerance refers to; unit or layer see resets (docs/conventions.md)",
         style=style,
         layout=W.Layout(width="200px"),
     )
     c["gates_w"] = W.Dropdown(
-        options=[("gates inside T", "inside"), ("gates outside T", "outside")],
+        options=[(f"gates {policy} T", policy) for policy in GATES],
         description="",
         tooltip="whether per-token gates are part of T (a change re-runs the analysis)",
         layout=W.Layout(width="150px"),
     )
     c["metric_w"] = W.Dropdown(
-        options=[("ESS/TSS", "utilisation"), ("ESS", "ess")],
+        options=[(METRIC_LABELS[metric], metric) for metric in METRICS],
         description="overview",
         style=style,
         layout=W.Layout(width="160px"),

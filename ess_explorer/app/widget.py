@@ -33,6 +33,7 @@ import traitlets as T
 
 from ..core.diagnostics import COLLAPSED_AT, SATURATED_AT
 from ..io import ResultCache
+from ..options import AGGREGATES, DEFAULT_GATES, DEFAULT_SCOPE, GATES, METRICS, SCOPES, VARIANTS
 from ..result import ESSResult
 from ..views import charts
 from .controls import (
@@ -82,12 +83,12 @@ class ESSExplorer(StaticCopy, W.VBox):
     prompt = T.Unicode("")
     layer = T.Int(None, allow_none=True)
     unit = T.Union([T.Int(), T.Unicode()], default_value="mean")
-    variant = T.Enum(charts.VARIANTS, default_value="tolerance")
+    variant = T.Enum(VARIANTS, default_value="tolerance")
     tol = Tolerance(1e-3)
     relative = T.Bool(True)
-    scope = T.Enum(("cut", "unit", "layer"), default_value="cut")
-    gates = T.Enum(("inside", "outside"), default_value="inside")
-    overview_metric = T.Enum(("utilisation", "ess"), default_value="utilisation")
+    scope = T.Enum(SCOPES, default_value=DEFAULT_SCOPE)
+    gates = T.Enum(GATES, default_value=DEFAULT_GATES)
+    overview_metric = T.Enum(METRICS, default_value="utilisation")
     selected_t = T.Int(None, allow_none=True)
     busy = T.Bool(False, read_only=True)
     last_error = T.Unicode(None, allow_none=True, read_only=True)
@@ -437,7 +438,7 @@ class ESSExplorer(StaticCopy, W.VBox):
 
     def _fill_units(self, unit) -> None:
         lay = self.result.layer(self.layer)
-        options = [(f"{a} over {lay.unit_kind}s", a) for a in charts.AGGREGATES]
+        options = [(f"{a} over {lay.unit_kind}s", a) for a in AGGREGATES]
         options += [(f"{lay.unit_kind} {u}", u) for u in range(lay.n_units)]
         self.unit_w.options = options
         self.unit = unit if unit in [v for _, v in options] else "mean"
