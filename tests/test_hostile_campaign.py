@@ -29,7 +29,8 @@ from test_hostile import assert_clean, fake_cli, files_in, no_forward, run_cli
 
 from ess_explorer import bounded
 from ess_explorer.core.ess import entropy_ess, tolerance_ess
-from ess_explorer.io import ResultCache, cache_key, read_result, write_result_dir
+from ess_explorer.io import ResultCache, read_result, write_result_dir
+from ess_explorer.runs import AnalysisRun
 from ess_explorer.result import ESSResult
 from ess_explorer.sources import model_dir
 from ess_explorer.synthetic import reference_result
@@ -97,9 +98,8 @@ def test_a_zoo_name_cannot_reach_a_model_folder_outside_the_zoo(tmp_path):
 
 def test_a_cache_entry_of_another_run_is_not_served(ref, other, tmp_path):
     cache = ResultCache(tmp_path)
-    parts = dict(layers=None, dtype="float32", tol=1e-3, relative=True)
-    mine = cache_key({"source": "zoo:a"}, ref.input_ids, prompt="mine", **parts)
-    theirs = cache_key({"source": "zoo:b"}, other.input_ids, prompt="theirs", **parts)
+    mine = AnalysisRun({"source": "zoo:a"}, tuple(ref.input_ids), prompt="mine").cache_key()
+    theirs = AnalysisRun({"source": "zoo:b"}, tuple(other.input_ids), prompt="theirs").cache_key()
     cache.put(theirs, copy.deepcopy(other))
     cache.path(mine).parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(cache.path(theirs), cache.path(mine))  # e.g. copied or renamed by hand
