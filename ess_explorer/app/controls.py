@@ -11,14 +11,18 @@ import ipywidgets as W
 import numpy as np
 import traitlets as T
 
-from ..core.ess import check_tolerance, check_variant
+from ..core.ess import DEFAULT_RELATIVE, DEFAULT_TOL, check_tolerance, check_variant
 from ..io import ResultCache
 from ..options import AGGREGATES, GATES, METRICS, SCOPES, VARIANTS, check_choice
 from ..result import ESSResult
 
 __all__ = [
     "CUSTOM",
+    "ModelPicker",
+    "StatusBar",
     "ProgressBar",
+    "initial_tolerance",
+    "unit_options",
     "Tolerance",
     "check_options",
     "check_view",
@@ -85,6 +89,22 @@ def check_view(layer, unit, result) -> None:
         )
 
 
+def initial_tolerance(result: ESSResult | None, tol, relative) -> tuple[float, bool]:
+    """(tol, relative) the explorer opens with: those given, else the result's analysis
+    settings, else the defaults (a damaged file's tol falls back to the default)."""
+    saved = result.meta.get("tol", DEFAULT_TOL) if result is not None else DEFAULT_TOL
+    if isinstance(saved, bool) or not isinstance(saved, (int, float)) or not np.isfinite(saved) or saved < 0:
+        saved = DEFAULT_TOL
+    saved_relative = result.meta.get("relative", DEFAULT_RELATIVE) if result is not None else DEFAULT_RELATIVE
+    return float(tol if tol is not None else saved), bool(relative if relative is not None else saved_relative)
+
+
+def unit_options(lay) -> list[tuple[str, int | str]]:
+    """The unit list of a layer: the aggregates over its units, then each unit."""
+    options = [(f"{a} over {lay.unit_kind}s", a) for a in AGGREGATES]
+    return options + [(f"{lay.unit_kind} {u}", u) for u in range(lay.n_units)]
+
+
 def status_html(message: str, kind: str = "info") -> str:
     """The status line's HTML: the message escaped, coloured and marked by kind."""
     colors = {"info": "#444", "ok": "#2e7d32", "error": "#c62828", "busy": "#1565c0"}
@@ -149,6 +169,61 @@ class ProgressBar:
             f"{self.desc} · {self.n}/{self.total} {self.unit}s" + (f" · ETA {eta:.0f} s" if eta is not None else ""),
             "busy",
         )
+
+
+class ModelPicker:
+    """The model controls bound to the ``model`` trait of ``owner``: the dropdown of built-in
+    models, or its last entry (CUSTOM) with the text field for a hub id or folder. ``quiet``:
+    the context under which the code's own updates of the controls are made
+    (worker.Worker.quiet), ``is_quiet`` tells them apart from the user's."""
+
+    def __init__(self, owner, dropdown: W.Dropdown, text: W.Text, mqar: W.Button, quiet, is_quiet: Callable[[], bool]):
+        self.owner, self.dropdown, self.text, self.mqar = owner, dropdown, text, mqar
+        self.quiet, self.is_quiet = quiet, is_quiet
+        owner.observe(self._show, "model")
+        dropdown.observe(self._pick, "value")
+        text.observe(self._pick, "value")
+
+    def _show(self, change) -> None:
+        source = change["new"]
+        with self.quiet():
+            if source in [v for _, v in self.dropdown.options] and source != CUSTOM:
+                self.dropdown.value = source
+            else:
+                self.dropdown.value, self.text.value = CUSTOM, source or ""
+        self.text.layout.display = None if self.dropdown.value == CUSTOM else "none"
+        self.mqar.disabled = not (source or "").startswith("zoo:")
+
+    def _pick(self, _change) -> None:
+        if not self.is_quiet():
+            custom = self.dropdown.value == CUSTOM
+            self.owner.model = (self.text.value.strip() or None) if custom else self.dropdown.value
+
+
+class StatusBar:
+    """The run's feedback: the Analyze and continue buttons, the progress bar and the status line."""
+
+    def __init__(self, analyze: W.Button, refine: W.Button, progress: W.FloatProgress, status: W.HTML):
+        self.analyze, self.refine, self.bar, self.status = analyze, refine, progress, status
+
+    def say(self, message: str, kind: str = "info") -> None:
+        self.status.value = status_html(message, kind)
+
+    def progress(self, **kwargs) -> "ProgressBar":
+        """A tqdm-compatible bar drawn here (the session's ``progress``)."""
+        return ProgressBar(self.bar, self.say, **kwargs)
+
+    def starting(self) -> None:
+        self.analyze.disabled, self.refine.layout.display = True, "none"
+        self.bar.value, self.bar.bar_style = 0.0, "info"
+        self.say("starting …", "busy")
+
+    def ended(self, message: str, *, ok: bool, resumable: bool = False) -> None:
+        """A run ended: ``message`` on the status line; ``resumable`` shows "continue"."""
+        self.analyze.disabled = False
+        self.bar.value, self.bar.bar_style = 1.0, "success" if ok else "danger"
+        self.say(message, "ok" if ok else "error")
+        self.refine.layout.display = "" if resumable else "none"
 
 
 def make_controls(options: list[tuple[str, str]]) -> dict[str, W.Widget]:
