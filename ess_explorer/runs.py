@@ -4,12 +4,13 @@ Every entry point that analyses a model on a prompt (the ``ess-explorer`` comman
 explorer's session, the sweep) goes through here:
 
     settings = RunSettings(tol=1e-3, gates="inside")           # what changes the numbers
-    result, hit, store = run_cached("zoo:mamba2_n16", prompt="ba 07 ...", settings=settings,
-                                    cache=ResultCache())
+    request = RunRequest("zoo:mamba2_n16", prompt="ba 07 ...", settings=settings)
+    result, hit, store = run_cached(request, cache=ResultCache())
     store()                                                     # a computed result into the cache
 
 - `RunSettings`: the analysis options that change the numbers (layers, tolerance and its
-  scope, gates, precision, stride, causal ESS, device), checked when made.
+  scope, gates, precision, stride, causal ESS, device), checked when made; `RunRequest`:
+  them with the model source, the prompt (or chat) and the hub revision asked for.
 - `AnalysisRun`: the frozen description of one run: the model's identity (file hashes, or a
   hub id and its commit), the token ids, the settings, the weights' dtype and the package
   version. `AnalysisRun.cache_key` is its cache key (io.CacheKey: the sha256 of a canonical
@@ -43,6 +44,7 @@ from .result import ESSResult
 
 __all__ = [
     "RunSettings",
+    "RunRequest",
     "AnalysisRun",
     "RunSteps",
     "OpenedRun",
@@ -249,20 +251,24 @@ class OpenedRun:
             self.cache.put(self.run.cache_key(), result)
 
 
-def open_run(
-    source: str,
-    *,
-    prompt=None,
-    chat=None,
-    settings: RunSettings = RunSettings(),
-    cache=None,
-    revision: str | None = None,
-    steps: RunSteps = RunSteps(),
-) -> OpenedRun:
+@dataclass(frozen=True)
+class RunRequest:
+    """What a caller asks for: a model ``source`` (load_model's), a ``prompt`` (a text or token
+    ids) or a ``chat`` (a conversation; exactly one of the two), the ``settings`` and the hub
+    ``revision`` (None: the default branch)."""
+
+    source: str
+    prompt: object = None
+    chat: object = None
+    settings: RunSettings = RunSettings()
+    revision: str | None = None
+
+
+def open_run(request: RunRequest, *, cache=None, steps: RunSteps = RunSteps()) -> OpenedRun:
     """Look the run up in ``cache`` (an io.ResultCache or None) before loading, load the model
-    on a miss (``steps.load``), and look it up again when the identity needed the weights.
-    ``prompt``: a text or token ids; ``chat``: a conversation (exactly one of the two)."""
-    opened = OpenedRun(source, settings, cache, tokenizer=None, prompt=prompt, chat=chat)
+    on a miss (``steps.load``), and look it up again when the identity needed the weights."""
+    source, revision = request.source, request.revision
+    opened = OpenedRun(source, request.settings, cache, tokenizer=None, prompt=request.prompt, chat=request.chat)
     identity = None
     if cache is not None:
         found = steps.identity_without_weights(source, revision)
@@ -314,32 +320,24 @@ def _dtype_of(model) -> str:
 
 
 def run_cached(
-    source: str,
-    *,
-    prompt=None,
-    chat=None,
-    settings: RunSettings = RunSettings(),
-    cache=None,
-    revision: str | None = None,
-    steps: RunSteps = RunSteps(),
-    **analysis,
+    request: RunRequest, *, cache=None, steps: RunSteps = RunSteps(), **analysis
 ) -> tuple[ESSResult, bool, Callable[[], None]]:
     """(result, hit, store): the run from ``cache`` or computed (``steps.analyze`` with the
     settings; ``analysis`` passes options that do not change the numbers, e.g. progress,
     max_seconds, keep_operators). meta gains the source, the prompt text and the chat."""
-    opened = open_run(source, prompt=prompt, chat=chat, settings=settings, cache=cache, revision=revision, steps=steps)
+    opened = open_run(request, cache=cache, steps=steps)
     if opened.hit is not None:
         return opened.hit, True, _nothing
     text, ids, separators = opened.inputs()
-    options = settings.analyze_options()
+    options = request.settings.analyze_options()
     if separators is not None:
         options["separators"] = separators
     result = steps.analyze(opened.model, ids, opened.tokenizer, **options, **analysis)
-    result.meta["source"] = source
+    result.meta["source"] = request.source
     if text is not None:
         result.meta["prompt"] = text
-    if chat is not None:
-        result.meta["chat"] = [dict(message) for message in chat]
+    if request.chat is not None:
+        result.meta["chat"] = [dict(message) for message in request.chat]
     return result, False, lambda: opened.store(result)
 
 

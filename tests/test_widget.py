@@ -315,7 +315,7 @@ def test_prompt_buttons(ex):
     ex.model_w.value = widget.CUSTOM
     ex.source_w.value = "gpt2"
     assert ex.mqar_w.disabled
-    ex._random_mqar()
+    ex.mqar_w.click()  # a fresh sequence of the model's task
     assert "built-in zoo models only" in ex.status_w.value
     ex.example_w.click()
     assert ex.prompt_w.value == widget.EXAMPLE_PROMPT
@@ -425,7 +425,7 @@ def test_real_default_model_and_analyze():
     fine = [r["ess"] for r in _rows(ex)]
     assert all(c <= f for c, f in zip(coarse, fine)) and sum(fine) > sum(coarse)
     assert not ex.mqar_w.disabled
-    ex._random_mqar()
+    ex.mqar_w.click()  # a fresh sequence of the model's task
     assert ex.run(wait=True) and ex.result.length == len(ex.prompt_w.value.split())
 
 

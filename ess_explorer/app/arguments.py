@@ -17,6 +17,7 @@ __all__ = [
     "parse_layers",
     "parse_tolerance",
     "add_settings_arguments",
+    "settings_options",
     "add_analysis_options",
     "add_precision_argument",
     "figure_options",
@@ -184,6 +185,19 @@ def add_settings_arguments(parser) -> None:
         help="skip causal ESS (about a third of the time of a recurrent layer such as Mamba's)",
     )
     add_precision_argument(parser)
+
+
+def settings_options(args) -> dict:
+    """The settings of `add_settings_arguments` as keyword arguments (runs.RunSettings, sweep)."""
+    return {
+        "tol": args.tol,
+        "relative": not args.absolute,
+        "scope": args.scope,
+        "gates": args.gates,
+        "stride": args.stride,
+        "causal": not args.no_causal,
+        "precision": args.precision,
+    }
 
 
 def add_precision_argument(parser) -> None:

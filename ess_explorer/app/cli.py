@@ -44,6 +44,7 @@ from .arguments import (  # noqa: F401  (parse_layers and MAX_LAYER_INDEX are pa
     add_settings_arguments,
     figure_options,
     parse_layers,
+    settings_options,
 )
 from .terminal import format_advice, format_summary, read_chat, read_prompt, say
 
@@ -153,7 +154,7 @@ def compute_result(args):
     the cache, and is called after --out is written, so a cache that cannot be written never
     costs it."""
     from ..io import ResultCache
-    from ..runs import RunSettings, run_cached
+    from ..runs import RunRequest, RunSettings, run_cached
 
     layers = parse_layers(args.layers)  # usage errors first, before reading stdin or loading
     source = _resolve_source(args.model)
@@ -161,24 +162,10 @@ def compute_result(args):
     prompt = None if chat is not None else read_prompt(args, source, _example_prompt)
     if args.absolute and args.scope != "cut":
         raise ValueError("--scope chooses which sigma_1 a relative tolerance refers to; drop it with --absolute")
-    settings = RunSettings(  # checked here, before the model is loaded
-        layers=layers,
-        tol=args.tol,
-        relative=not args.absolute,
-        scope=args.scope,
-        gates=args.gates,
-        precision=args.precision,
-        stride=args.stride,
-        causal=not args.no_causal,
-        device=args.device,
-    )
+    settings = RunSettings(layers=layers, device=args.device, **settings_options(args))  # checked before loading
     return run_cached(
-        source,
-        prompt=prompt,
-        chat=chat,
-        settings=settings,
+        RunRequest(source, prompt=prompt, chat=chat, settings=settings, revision=args.revision),
         cache=None if args.no_cache else ResultCache(args.cache_dir),
-        revision=args.revision,
         steps=_steps(args),
         progress=not args.quiet,
         max_seconds=args.max_seconds or None,  # 0: no limit
@@ -292,13 +279,7 @@ def cmd_sweep(args) -> int:
         shard_size=args.shard_size,
         bucket_by_length=args.bucket,
         text_field=args.text_field,
-        tol=args.tol,
-        relative=not args.absolute,
-        scope=args.scope,
-        gates=args.gates,
-        stride=args.stride,
-        causal=not args.no_causal,
-        precision=args.precision,
+        **settings_options(args),
         device=args.device,
         progress=not args.quiet,
         ray_address=args.ray_address,

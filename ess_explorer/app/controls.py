@@ -5,20 +5,26 @@ from __future__ import annotations
 
 import html
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 import ipywidgets as W
 import numpy as np
 import traitlets as T
 
+from ..core.diagnostics import COLLAPSED_AT, SATURATED_AT
 from ..core.ess import DEFAULT_RELATIVE, DEFAULT_TOL, check_tolerance, check_variant
 from ..io import ResultCache
 from ..options import AGGREGATES, GATES, METRICS, SCOPES, VARIANTS, check_choice
 from ..result import ESSResult
+from .static import example_prompt, random_mqar_prompt
 
 __all__ = [
+    "ExplorerOptions",
     "CUSTOM",
     "ModelPicker",
+    "LayerUnitLists",
+    "link_controls",
     "StatusBar",
     "ProgressBar",
     "initial_tolerance",
@@ -31,6 +37,7 @@ __all__ = [
     "status_html",
     "with_selection",
     "zoo_models",
+    "model_choices",
 ]
 
 
@@ -46,6 +53,60 @@ class Tolerance(T.Float):
         except ValueError as error:
             raise T.TraitError(str(error)) from None
         return super().validate(obj, value)
+
+
+@dataclass(frozen=True)
+class ExplorerOptions:
+    """The explorer's options besides its model and prompt (``explore(model, prompt, **options)``),
+    checked when made: a ValueError in words before the explorer changes any state.
+
+    result: an ESSResult to open on instead of running a model. layer, unit: the view it
+    opens on (an index; a unit index or an aggregate of options.AGGREGATES). variant
+    (options.VARIANTS), tol, relative (None: the result's analysis settings, else the
+    defaults), overview_metric (options.METRICS): the view settings. saturated, collapsed:
+    the utilisation thresholds. stride: "auto" | None | int (app/session.py). load_fn,
+    capture_fn, layer_fn: the session's injection points. cache: True (the default on-disk
+    ResultCache), False or a ResultCache. static: display the static copy (app/static.py).
+    background: False analyses in the calling thread. auto_analyze: start analysing at once.
+    """
+
+    result: ESSResult | None = None
+    layer: int | None = None
+    unit: int | str = "mean"
+    variant: str = "tolerance"
+    tol: float | None = None
+    relative: bool | None = None
+    saturated: float = SATURATED_AT
+    collapsed: float = COLLAPSED_AT
+    overview_metric: str = "utilisation"
+    stride: int | str | None = "auto"
+    load_fn: Callable | None = None
+    capture_fn: Callable | None = None
+    layer_fn: Callable | None = None
+    cache: bool | ResultCache | None = True
+    static: bool = True
+    background: bool = True
+    auto_analyze: bool = True
+
+    def __post_init__(self):
+        check_options(
+            variant=self.variant,
+            overview_metric=self.overview_metric,
+            saturated=self.saturated,
+            collapsed=self.collapsed,
+            result=self.result,
+            tol=self.tol,
+            relative=self.relative,
+            layer=self.layer,
+            unit=self.unit,
+            cache=self.cache,
+        )
+
+    def session_options(self) -> dict:
+        """The keyword arguments of app/session.ExplorerSession these options hold."""
+        cache = ResultCache() if self.cache is True else (self.cache or None)
+        steps = {"load_fn": self.load_fn, "capture_fn": self.capture_fn, "layer_fn": self.layer_fn}
+        return {**steps, "cache": cache, "stride": self.stride}
 
 
 def check_options(
@@ -127,6 +188,14 @@ def zoo_models() -> tuple[list[str], str | None]:
         return [], None
 
 
+def model_choices() -> tuple[list[tuple[str, str]], str | None]:
+    """The model dropdown's (label, value) pairs (the built-in models, then CUSTOM) and the
+    source the explorer opens on when given none ("zoo:" + the default model; None without a zoo)."""
+    names, default = zoo_models()
+    choices = [(f"{name} (built-in)", f"zoo:{name}") for name in names] + [("hub id or folder →", CUSTOM)]
+    return choices, (f"zoo:{default}" if names and default else None)
+
+
 class ProgressBar:
     """A tqdm-compatible progress bar drawn in a FloatProgress, the step and ETA told by ``say``."""
 
@@ -200,6 +269,30 @@ class ModelPicker:
             self.owner.model = (self.text.value.strip() or None) if custom else self.dropdown.value
 
 
+class LayerUnitLists:
+    """The layer and unit dropdowns bound to the ``layer`` and ``unit`` traits of ``owner``: a
+    choice in a list sets the trait; `fill` and `units` set the lists (the caller holds the
+    ``quiet`` context, so the lists' own changes set nothing back)."""
+
+    def __init__(self, owner, layer_w: W.Dropdown, unit_w: W.Dropdown, is_quiet: Callable[[], bool]):
+        self.layer_w, self.unit_w = layer_w, unit_w
+        for name, control in (("layer", layer_w), ("unit", unit_w)):
+            control.observe(lambda c, n=name: is_quiet() or c["new"] is None or setattr(owner, n, c["new"]), "value")
+
+    def fill(self, result: ESSResult, layer: int, unit) -> int | str:
+        """Both lists for ``result``, ``layer`` selected; returns the unit selected (``unit``,
+        or the mean when the layer has no such unit)."""
+        self.layer_w.options = [(f"{i} · {lay.family}", i) for i, lay in sorted(result.layers.items())]
+        self.layer_w.value = layer
+        return self.units(result.layer(layer), unit)
+
+    def units(self, lay, unit) -> int | str:
+        """The unit list of layer ``lay``, ``unit`` selected where it has one (else the mean)."""
+        self.unit_w.options = unit_options(lay)
+        self.unit_w.value = unit if unit in [v for _, v in self.unit_w.options] else "mean"
+        return self.unit_w.value
+
+
 class StatusBar:
     """The run's feedback: the Analyze and continue buttons, the progress bar and the status line."""
 
@@ -212,6 +305,14 @@ class StatusBar:
     def progress(self, **kwargs) -> "ProgressBar":
         """A tqdm-compatible bar drawn here (the session's ``progress``)."""
         return ProgressBar(self.bar, self.say, **kwargs)
+
+    def attempt(self, fn: Callable[[], None]) -> None:
+        """Run ``fn``; an error goes to the status line, never to a traceback (any failure of a
+        view update must leave the widget usable)."""
+        try:
+            fn()
+        except Exception as error:  # noqa: BLE001
+            self.say(f"{type(error).__name__}: {error}", "error")
 
     def starting(self) -> None:
         self.analyze.disabled, self.refine.layout.display = True, "none"
@@ -294,6 +395,21 @@ def make_controls(options: list[tuple[str, str]]) -> dict[str, W.Widget]:
         layout=W.Layout(display="none"),
     )  # shown when a run stopped half way
     return c
+
+
+def link_controls(e, worker) -> None:
+    """Tie the controls of explorer ``e`` (make_controls') to its traitlets and methods: the
+    view settings linked both ways, the model picker, the layer and unit lists (``e.lists``)
+    and the buttons; ``worker`` (worker.Worker) tells the code's own updates apart."""
+    for name in ("prompt", "variant", "tol", "relative", "scope", "gates"):
+        W.link((e, name), (getattr(e, f"{name}_w"), "value"))
+    W.link((e, "overview_metric"), (e.metric_w, "value"))
+    ModelPicker(e, e.model_w, e.source_w, e.mqar_w, worker.quiet, lambda: worker.is_quiet)
+    e.lists = LayerUnitLists(e, e.layer_w, e.unit_w, lambda: worker.is_quiet)
+    e.analyze_w.on_click(lambda _: e.run())
+    e.refine_w.on_click(lambda _: e.refine())
+    e.example_w.on_click(lambda _: setattr(e, "prompt", example_prompt(e.model)))
+    e.mqar_w.on_click(lambda _: e.status.attempt(lambda: setattr(e, "prompt", random_mqar_prompt(e.model))))
 
 
 def layout_rows(e) -> list[W.Widget]:

@@ -40,15 +40,19 @@ class LiveChart:
         """A new result: the cached structures belong to the previous one."""
         self._structures.clear()
 
-    def draw(self, result: ESSResult, view: dict, *, metric: str, selected_t, saturated, collapsed) -> None:
-        """Redraw ``result`` for ``view`` (layer, unit, variant, tol, relative, scope)."""
-        started = time.perf_counter()
-        data = charts.linked_data(result, saturated=saturated, collapsed=collapsed, overview_metric=metric, **view)
-        t = selected_t if selected_t is not None else charts.default_position(result, **view)
-        positions = np.asarray(result.layer(view["layer"]).positions)
+    def draw(self, e) -> None:
+        """Redraw explorer ``e``'s state: its result at its layer, unit, variant, tolerance
+        (relative, scope), overview metric, selected t and thresholds."""
+        started, result = time.perf_counter(), e.result
+        scope = e.scope if e.relative else "cut"  # an absolute tolerance has no reference sigma_1
+        view = dict(layer=e.layer, unit=e.unit, variant=e.variant, tol=e.tol, relative=e.relative, scope=scope)
+        metric = e.overview_metric
+        data = charts.linked_data(result, saturated=e.saturated, collapsed=e.collapsed, overview_metric=metric, **view)
+        t = e.selected_t if e.selected_t is not None else charts.default_position(result, **view)
+        positions = np.asarray(result.layer(e.layer).positions)
         t = int(positions[int(np.argmin(np.abs(positions - t)))])  # the nearest computed cut
         structure = self._structure(result, view, metric)
-        self.chart.spec = with_selection(structure, data, self.names, t=t, layer=int(view["layer"]))
+        self.chart.spec = with_selection(structure, data, self.names, t=t, layer=int(e.layer))
         self.last_update_s = time.perf_counter() - started
 
     def _structure(self, result: ESSResult, view: dict, metric: str) -> dict:

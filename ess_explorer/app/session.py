@@ -42,7 +42,7 @@ from typing import Callable
 import torch
 
 from ..result import ESSResult, LayerESS
-from ..runs import OpenedRun, RunSettings, RunSteps, open_run, quiet_transformers
+from ..runs import OpenedRun, RunRequest, RunSettings, RunSteps, open_run, quiet_transformers
 from .plan import (
     FIRST_CHART_FLOPS,
     OVERVIEW_POSITIONS,
@@ -229,7 +229,7 @@ class ExplorerSession:
         try:
             # the cache only for the default pipeline (an injected one computes something else)
             cache = self.cache if self.load_fn is default_load else None
-            opened = open_run(source, prompt=prompt, settings=settings, cache=cache, steps=RunSteps(load=load))
+            opened = open_run(RunRequest(source, prompt, settings=settings), cache=cache, steps=RunSteps(load=load))
             hit = opened.hit
             if hit is not None:
                 self.cache_hit = True

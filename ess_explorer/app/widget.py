@@ -24,28 +24,24 @@ A failure is said in the status line (``last_error``); the previous result stays
 
 from __future__ import annotations
 
-import time
 from typing import Callable
 
 import ipywidgets as W
 import traitlets as T
 
-from ..core.diagnostics import COLLAPSED_AT, SATURATED_AT
-from ..io import ResultCache
 from ..options import DEFAULT_GATES, DEFAULT_SCOPE, GATES, METRICS, SCOPES, VARIANTS
 from ..result import ESSResult
 from .controls import (
     CUSTOM,
-    ModelPicker,
+    ExplorerOptions,
     StatusBar,
     Tolerance,
-    check_options,
     check_view,
     initial_tolerance,
     layout_rows,
+    link_controls,
     make_controls,
-    unit_options,
-    zoo_models,
+    model_choices,
 )
 from .live_chart import LiveChart
 from .session import ExplorerSession, opening_layer
@@ -72,11 +68,9 @@ class ESSExplorer(StaticCopy, W.VBox):
     overview_metric (options.METRICS), selected_t (the t clicked in the browser; None
     before); busy and last_error are read-only reports.
 
-    Other parameters: result (an ESSResult to open on instead of running a model);
-    saturated, collapsed (thresholds); stride ("auto" | None | int, app/session.py);
-    load_fn / capture_fn / layer_fn (the session's injection points); cache (True: the
-    default on-disk ResultCache, False, or a ResultCache); static (display the static
-    copy, app/static.py); background (False: analyse in the calling thread).
+    ``options``: controls.ExplorerOptions (result, layer, unit, variant, tol, relative,
+    saturated, collapsed, overview_metric, stride, load_fn, capture_fn, layer_fn, cache,
+    static, background, auto_analyze), checked before anything changes.
     """
 
     model = T.Unicode(None, allow_none=True)
@@ -93,77 +87,32 @@ class ESSExplorer(StaticCopy, W.VBox):
     busy = T.Bool(False, read_only=True)
     last_error = T.Unicode(None, allow_none=True, read_only=True)
 
-    def __init__(
-        self,
-        model=None,
-        prompt=None,
-        *,
-        result=None,
-        layer=None,
-        unit="mean",
-        variant="tolerance",
-        tol=None,
-        relative=None,
-        saturated=SATURATED_AT,
-        collapsed=COLLAPSED_AT,
-        overview_metric="utilisation",
-        stride="auto",
-        load_fn=None,
-        capture_fn=None,
-        layer_fn=None,
-        cache=True,
-        static=True,
-        background=True,
-        auto_analyze=True,
-    ):
-        check_options(
-            variant=variant,
-            overview_metric=overview_metric,
-            saturated=saturated,
-            collapsed=collapsed,
-            result=result,
-            tol=tol,
-            relative=relative,
-            layer=layer,
-            unit=unit,
-            cache=cache,
-        )
+    def __init__(self, model: str | None = None, prompt: str | None = None, **options):
+        o = ExplorerOptions(**options)  # every option checked before anything changes
         enable_offline()  # the widget's JS from vl-convert, never a CDN (kept on disk: app/static.py)
-        names, default = zoo_models()
-        options = [(f"{name} (built-in)", f"zoo:{name}") for name in names] + [("hub id or folder →", CUSTOM)]
-        for name, control in make_controls(options).items():
+        choices, default = model_choices()
+        for name, control in make_controls(choices).items():
             setattr(self, name, control)
         self.status = StatusBar(self.analyze_w, self.refine_w, self.progress_w, self.status_w)
-        cache = ResultCache() if cache is True else (cache or None)
-        steps = dict(load_fn=load_fn, capture_fn=capture_fn, layer_fn=layer_fn)
-        self.session = ExplorerSession(**steps, cache=cache, stride=stride, progress=self.status.progress)
-        self.worker = Worker(self.session, background=background)
-        self.saturated, self.collapsed = float(saturated), float(collapsed)
+        self.session = ExplorerSession(**o.session_options(), progress=self.status.progress)
+        self.worker = Worker(self.session, self.status, background=o.background, on_state=self._on_state)
+        self.saturated, self.collapsed = float(o.saturated), float(o.collapsed)
         self.result: ESSResult | None = None
-        self._static, self._static_handle = static, None
+        self._static, self._static_handle = o.static, None
         box = W.Box(layout=W.Layout(width="100%"))
         self.views = LiveChart(box, on_t=self._on_browser_t, on_layer=self._on_browser_layer)
         hide_static = W.HTML(HIDE_STATIC_CSS, layout=W.Layout(display="none"))  # live: hide the static copy
         super().__init__(layout_rows(self) + [box, hide_static], layout=W.Layout(width="100%"))
         self.add_class("ess-explorer")
-        for name in ("prompt", "variant", "tol", "relative", "scope", "gates"):
-            W.link((self, name), (getattr(self, f"{name}_w"), "value"))
-        W.link((self, "overview_metric"), (self.metric_w, "value"))
-        ModelPicker(self, self.model_w, self.source_w, self.mqar_w, self.worker.quiet, lambda: self.worker.is_quiet)
-        for name in ("layer", "unit"):
-            getattr(self, f"{name}_w").observe(lambda c, n=name: self._from_control(n, c["new"]), "value")
-        self.analyze_w.on_click(lambda _: self.run())
-        self.refine_w.on_click(lambda _: self.refine())
-        self.example_w.on_click(lambda _: setattr(self, "prompt", example_prompt(self.model)))
-        self.mqar_w.on_click(lambda _: self._random_mqar())
-        source = model if model is not None else (f"zoo:{default}" if names else None)
-        self.model, self.variant, self.overview_metric = source, variant, overview_metric
+        link_controls(self, self.worker)
+        source = model if model is not None else default
+        self.model, self.variant, self.overview_metric = source, o.variant, o.overview_metric
         self.prompt = prompt if prompt is not None else example_prompt(source)
-        self.tol, self.relative = initial_tolerance(result, tol, relative)
-        self._initial = {"layer": layer, "unit": unit}
-        if result is not None:
-            self.show_result(result, layer=layer, unit=unit)
-        elif auto_analyze:
+        self.tol, self.relative = initial_tolerance(o.result, o.tol, o.relative)
+        self._initial = {"layer": o.layer, "unit": o.unit}
+        if o.result is not None:
+            self.show_result(o.result, layer=o.layer, unit=o.unit)
+        elif o.auto_analyze:
             self.run() if source is not None else self._fallback("no built-in models are installed")
 
     chart = property(lambda self: self.views.chart, doc="The alt.JupyterChart of the views (None before the first).")
@@ -177,32 +126,24 @@ class ESSExplorer(StaticCopy, W.VBox):
             raise T.TraitError(f"layer must be one of {sorted(self.result.layers)}, got {value}")
         return value
 
-    def _from_control(self, name: str, value) -> None:
-        if not self.worker.is_quiet and value is not None:
-            setattr(self, name, value)
-
     @T.observe("layer")
     def _on_layer(self, change):
         if self.worker.is_quiet or self.result is None or change["new"] is None:
             return
         with self.worker.quiet():
             self.layer_w.value = change["new"]
-            self._fill_units(self.unit)
+            self.unit = self.lists.units(self.result.layer(change["new"]), self.unit)
         if change["new"] not in self.result.meta.get("exact_layers", sorted(self.result.layers)):
             self.session.prioritise(change["new"])  # computed next by the running (or resumed) analysis
             if not self.busy:
                 self.refine()
         self._guarded(self.refresh)
 
-    @T.observe("unit")
-    def _on_unit(self, change):
-        if self.result is not None and change["new"] in [v for _, v in self.unit_w.options]:
-            with self.worker.quiet():
+    @T.observe("unit", "variant", "tol", "relative", "scope", "overview_metric", "selected_t")
+    def _on_view(self, change):
+        if change["name"] == "unit" and change["new"] in [v for _, v in self.unit_w.options]:
+            with self.worker.quiet():  # a unit set in Python: the list follows
                 self.unit_w.value = change["new"]
-        self._guarded(self.refresh)
-
-    @T.observe("variant", "tol", "relative", "scope", "overview_metric", "selected_t")
-    def _on_view(self, _change):
         self._guarded(self.refresh)
 
     @T.observe("gates")
@@ -230,19 +171,9 @@ class ESSExplorer(StaticCopy, W.VBox):
 
     def _guarded(self, fn) -> None:
         """Run a view update under the worker's lock; an error goes to the status line."""
-        if self.worker.is_quiet or self.result is None:
-            return
-        try:
+        if not self.worker.is_quiet and self.result is not None:
             with self.worker.lock:
-                fn()
-        except Exception as error:  # noqa: BLE001  (any failure must leave the widget usable)
-            self.status.say(f"{type(error).__name__}: {error}", "error")
-
-    def _random_mqar(self) -> None:
-        try:
-            self.prompt = random_mqar_prompt(self.model)
-        except Exception as error:  # noqa: BLE001
-            self.status.say(str(error), "error")
+                self.status.attempt(fn)
 
     # ------------------------------------------------------------------ analysis (the session's)
     def run(self, wait: bool = False) -> bool:
@@ -270,28 +201,20 @@ class ESSExplorer(StaticCopy, W.VBox):
         return self.worker.wait(timeout)
 
     def _start(self, job: Callable, wait: bool) -> bool:
-        self.set_trait("busy", True)
-        self.status.starting()
-        started = time.perf_counter()
-        return self.worker.start(job, done=lambda r: self._done(r, started), failed=self._failed, wait=wait)
+        return self.worker.start(job, label=str(self.model), after=self._after, wait=wait)
 
-    def _failed(self, error: Exception) -> None:
-        """A failed load or analysis: said on the status line; the previous result stays."""
-        self.set_trait("busy", False)
-        self.set_trait("last_error", f"{self.model}: {type(error).__name__}: {error}")
-        self.status.ended(self.last_error, ok=False, resumable=bool(self.session.pending))
-        if self.result is None:
-            self._fallback("the model could not be analysed")
+    def _on_state(self, busy: bool, *error) -> None:
+        """The worker's report: busy, and at the end the failure in words (None: none)."""
+        self.set_trait("busy", busy)
+        if error:
+            self.set_trait("last_error", error[0])
 
-    def _done(self, result: ESSResult, started: float) -> None:
-        self.set_trait("busy", False)
-        self.set_trait("last_error", None)
-        how = "from the cache" if self.session.cache_hit else f"in {time.perf_counter() - started:.1f} s"
-        opened = self.session.opened
-        why = f" · opened on layer {opened[0]}: {opened[1]}" if opened is not None else ""
-        self.status.ended(
-            f"analysed {len(result.layers)} layers of {self.model} on {result.length} tokens {how}{why}", ok=True
-        )
+    def _after(self, result: ESSResult | None) -> None:
+        """A run ended (None: it failed; the previous result stays, or the fallback shows)."""
+        if result is None:
+            if self.result is None:
+                self._fallback("the model could not be analysed")
+            return
         asked, self._initial = self._initial, {"layer": None, "unit": "mean"}
         try:  # the layer or unit asked for at the start, when the model has no such one
             check_view(asked["layer"], asked["unit"], result)
@@ -303,10 +226,8 @@ class ESSExplorer(StaticCopy, W.VBox):
         """The session's progress: show the first result, then update the views."""
         with self.worker.lock:
             old = self.result
-            new_prompt = old is None or (old.input_ids, old.meta.get("source")) != (
-                result.input_ids,
-                result.meta.get("source"),
-            )
+            same = old is not None and old.input_ids == result.input_ids
+            new_prompt = not same or old.meta.get("source") != result.meta.get("source")
             if new_prompt or sorted(result.layers) != [v for _, v in self.layer_w.options]:
                 wanted = self.layer if self.layer in result.layers else info.get("layer")
                 self.show_result(result, layer=wanted, unit=self.unit, keep_t=not new_prompt)
@@ -325,33 +246,15 @@ class ESSExplorer(StaticCopy, W.VBox):
             layer = layer if layer in result.layers else opening_layer(result.layers, result)[0]
             if not keep_t:
                 self.selected_t = None
-            self.layer_w.options = [(f"{i} · {lay.family}", i) for i, lay in sorted(result.layers.items())]
-            self.layer = self.layer_w.value = layer
-            self._fill_units(unit)
+            self.layer = layer
+            self.unit = self.lists.fill(result, layer, unit)
         with self.worker.lock:
             self.refresh()
 
-    def _fill_units(self, unit) -> None:
-        self.unit_w.options = unit_options(self.result.layer(self.layer))
-        self.unit = unit if unit in [v for _, v in self.unit_w.options] else "mean"
-        self.unit_w.value = self.unit
-
     def refresh(self) -> None:
         """Redraw for the current state (the spec's structure from the cache when possible)."""
-        if self.result is None:
-            return
-        scope = self.scope if self.relative else "cut"
-        view = dict(
-            layer=self.layer, unit=self.unit, variant=self.variant, tol=self.tol, relative=self.relative, scope=scope
-        )
-        self.views.draw(
-            self.result,
-            view,
-            metric=self.overview_metric,
-            selected_t=self.selected_t,
-            saturated=self.saturated,
-            collapsed=self.collapsed,
-        )
+        if self.result is not None:
+            self.views.draw(self)
 
 
 def explore(model: str | None = None, prompt: str | None = None, **options) -> ESSExplorer:
@@ -360,8 +263,8 @@ def explore(model: str | None = None, prompt: str | None = None, **options) -> E
 
     With no arguments it opens on the built-in default model (zoo.DEFAULT_MODEL) and its
     example prompt. ``model``: "zoo:NAME", a hub id or a local folder; ``prompt``: text.
-    ``options`` are those of ESSExplorer: result, layer, unit, variant, tol, relative,
+    ``options`` are controls.ExplorerOptions: result, layer, unit, variant, tol, relative,
     saturated, collapsed, overview_metric, stride, load_fn, capture_fn, layer_fn, cache,
-    static, background.
+    static, background, auto_analyze.
     """
     return ESSExplorer(model, prompt, **options)

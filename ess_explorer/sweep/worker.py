@@ -13,7 +13,7 @@ import time
 
 import pyarrow as pa
 
-from ..runs import RunSettings, RunSteps, run_cached
+from ..runs import RunRequest, RunSettings, RunSteps, run_cached
 from ..sources import load_model
 from .inputs import Run
 from .table import SCHEMA, result_table
@@ -52,14 +52,9 @@ def compute_shard(run: Run, model, tokenizer, items, options: dict) -> tuple[pa.
     tables, lengths, first_meta = [], [], None
     for prompt_id, prompt in items:
         try:
-            result, _, _ = run_cached(
-                run.source,
-                prompt=prompt if isinstance(prompt, str) else list(prompt),
-                settings=settings,
-                steps=steps,
-                progress=False,
-                keep_operators=None,
-            )
+            given = prompt if isinstance(prompt, str) else list(prompt)
+            request = RunRequest(run.source, given, settings=settings)
+            result, _, _ = run_cached(request, steps=steps, progress=False, keep_operators=None)
         except ValueError as error:  # say which prompt: a sweep has thousands
             raise ValueError(f"prompt {prompt_id} ({_excerpt(prompt)}) under {run.model}: {error}") from None
         tables.append(result_table(result, prompt_id=int(prompt_id), checkpoint_step=run.checkpoint_step))
