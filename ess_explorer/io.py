@@ -33,16 +33,18 @@ import shutil
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
-import pandas as pd
 
 from .atomic import atomic_link, atomic_write, exclusive
 from .bounded import read_json
 from .core.diagnostics import COLLAPSED_AT, SATURATED_AT, layer_diagnostics
 from .result import ESSResult
 from .sources import CACHE_ENV, default_cache_dir, file_sha256  # one cache root: sources keeps GGUF weights there
+
+if TYPE_CHECKING:  # pandas is imported where a table is made: `import ess_explorer` needs none
+    import pandas as pd
 
 __all__ = [
     "RESULT_FILE",
@@ -98,6 +100,8 @@ def summary_table(
     no known realisation)."""
     saturated = SATURATED_AT if saturated is None else saturated
     collapsed = COLLAPSED_AT if collapsed is None else collapsed
+    import pandas as pd
+
     rows = []
     for index in sorted(result.layers):
         lay = result.layers[index]
@@ -195,6 +199,8 @@ def escape_formula_cells(frame: pd.DataFrame) -> pd.DataFrame:
     """A copy of ``frame`` whose text cells that a spreadsheet would run as a formula
     (starting with =, +, -, @, tab or CR) are prefixed with a single quote. Only text
     (object / string) columns change: numbers stay numbers."""
+    import pandas as pd
+
     frame = frame.copy()
     for name in frame.columns:
         column = frame[name]

@@ -264,13 +264,13 @@ def cmd_models(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from ..sweep import sweep
+    from ..sweep import run_sweep
 
     models = [_resolve_source(m.strip()) for m in args.models.split(",") if m.strip()]
     if not models:
         raise UsageError("--models takes a comma-separated list of sources, e.g. zoo:la_k16,zoo:lfm2")
     init = {"num_cpus": args.num_cpus} if args.num_cpus else None
-    done = sweep(
+    done = run_sweep(
         models,
         args.prompts,
         out=args.out,
