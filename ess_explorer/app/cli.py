@@ -430,7 +430,7 @@ def _main(argv=None) -> int:
         print(f"{PROG}: error: {message}", file=sys.stderr)
         return 1
     except BaseException as error:  # a bug (or a native panic), not a user error: one line, traceback on request
-        if _debug() or isinstance(error, SystemExit):
+        if _debug():
             raise
         text = str(error).strip().splitlines()[0] if str(error).strip() else ""
         print(
