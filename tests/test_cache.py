@@ -11,8 +11,8 @@ import pytest
 
 from ess_explorer import sources as sources_mod
 from ess_explorer.io import ResultCache, default_cache_dir
-from ess_explorer.runs import AnalysisRun, RunSettings
 from ess_explorer.result import ESSResult
+from ess_explorer.runs import AnalysisRun, RunSettings
 from ess_explorer.sources import folder_identity, model_identity
 from ess_explorer.synthetic import reference_result
 

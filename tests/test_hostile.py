@@ -42,8 +42,8 @@ from ess_explorer.core.ess import entropy_ess, tolerance_ess
 from ess_explorer.core.operators import DiagonalSSM
 from ess_explorer.core.spectra import hankel_singular_values
 from ess_explorer.io import ResultCache, table_bytes, write_result_dir
-from ess_explorer.runs import AnalysisRun, RunSettings
 from ess_explorer.result import ESSResult
+from ess_explorer.runs import AnalysisRun, RunSettings
 from ess_explorer.synthetic import reference_result
 
 # hypothesis draws huge floats into float32 arrays on purpose; numpy's cast warning is noise here

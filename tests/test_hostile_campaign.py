@@ -30,8 +30,8 @@ from test_hostile import assert_clean, fake_cli, files_in, no_forward, run_cli
 from ess_explorer import bounded
 from ess_explorer.core.ess import entropy_ess, tolerance_ess
 from ess_explorer.io import ResultCache, read_result, write_result_dir
-from ess_explorer.runs import AnalysisRun
 from ess_explorer.result import ESSResult
+from ess_explorer.runs import AnalysisRun
 from ess_explorer.sources import model_dir
 from ess_explorer.synthetic import reference_result
 
