@@ -386,9 +386,8 @@ def operator_data(
 
 
 def overview_cell_stride(result: ESSResult, max_cells: int | None = None) -> int:
-    """Every s-th position is drawn in the overview so that it has at most ``max_cells``
-    cells (default MAX_OVERVIEW_CELLS). (Not meta["overview_stride"], the stride at which the
-    explorer's session computed the layers still strided: app/plan.overview_stride.)"""
+    """Every s-th position is drawn in the overview so that it has at most ``max_cells`` cells
+    (default MAX_OVERVIEW_CELLS); not meta["overview_stride"], the analysis pass's stride."""
     max_cells = MAX_OVERVIEW_CELLS if max_cells is None else max_cells
     n_layers = max(1, len(result.layers))
     longest = max((len(lay.positions) for lay in result.layers.values()), default=1)
