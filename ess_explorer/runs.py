@@ -223,34 +223,6 @@ class RunSteps:
     analyze: Callable = _analyze
 
 
-@dataclass
-class OpenedRun:
-    """A run looked up and, on a miss, loaded: ``hit`` is the cached result (None: a miss, and
-    ``model`` is loaded); ``run`` the description (None when no cache key could be made:
-    no cache, or no tokenizer to read the prompt). `inputs` are the prompt's (text, token ids,
-    separators); `store` writes a computed result under the run's key."""
-
-    source: str
-    settings: RunSettings
-    cache: object | None
-    tokenizer: object | None
-    model: object | None = None
-    run: AnalysisRun | None = None
-    hit: ESSResult | None = None
-    given: tuple | None = None  # (text, ids, separators), tokenised once
-    prompt: object = None
-    chat: object = None
-
-    def inputs(self) -> tuple[str | None, list[int], list[int] | None]:
-        if self.given is None:
-            self.given = tokenize(self.tokenizer, prompt=self.prompt, chat=self.chat)
-        return self.given
-
-    def store(self, result: ESSResult) -> None:
-        if self.cache is not None and self.run is not None:
-            self.cache.put(self.run.cache_key(), result)
-
-
 @dataclass(frozen=True)
 class RunRequest:
     """What a caller asks for: a model ``source`` (load_model's), a ``prompt`` (a text or token
@@ -264,11 +236,36 @@ class RunRequest:
     revision: str | None = None
 
 
+@dataclass
+class OpenedRun:
+    """A run looked up and, on a miss, loaded: ``hit`` is the cached result (None: a miss, and
+    ``model`` is loaded); ``run`` the description (None when no cache key could be made:
+    no cache, or no tokenizer to read the prompt). `inputs` are the prompt's (text, token ids,
+    separators); `store` writes a computed result under the run's key."""
+
+    request: RunRequest
+    cache: object | None
+    tokenizer: object | None = None
+    model: object | None = None
+    run: AnalysisRun | None = None
+    hit: ESSResult | None = None
+    given: tuple | None = None  # (text, ids, separators), tokenised once per tokenizer
+
+    def inputs(self) -> tuple[str | None, list[int], list[int] | None]:
+        if self.given is None:
+            self.given = tokenize(self.tokenizer, prompt=self.request.prompt, chat=self.request.chat)
+        return self.given
+
+    def store(self, result: ESSResult) -> None:
+        if self.cache is not None and self.run is not None:
+            self.cache.put(self.run.cache_key(), result)
+
+
 def open_run(request: RunRequest, *, cache=None, steps: RunSteps = RunSteps()) -> OpenedRun:
     """Look the run up in ``cache`` (an io.ResultCache or None) before loading, load the model
     on a miss (``steps.load``), and look it up again when the identity needed the weights."""
     source, revision = request.source, request.revision
-    opened = OpenedRun(source, request.settings, cache, tokenizer=None, prompt=request.prompt, chat=request.chat)
+    opened = OpenedRun(request, cache)
     identity = None
     if cache is not None:
         found = steps.identity_without_weights(source, revision)
@@ -302,7 +299,7 @@ def _look_up(opened: OpenedRun, identity: dict, dtype: str, revision) -> bool:
     opened.run = AnalysisRun(
         identity,
         tuple(ids),
-        opened.settings,
+        opened.request.settings,
         prompt=text,
         separators=None if separators is None else tuple(separators),
         dtype=dtype,

@@ -13,9 +13,10 @@ from ess_explorer.io import ResultCache
 from ess_explorer.prompt_tokens import tokenize
 from ess_explorer.runs import AnalysisRun, RunRequest, RunSettings, RunSteps, open_run, run_cached
 from ess_explorer.synthetic import reference_result
+from ess_explorer.zoo import task_of
 
 MODEL = "zoo:mamba2_n4"  # the smallest built-in model
-PROMPT = "ba 07 ko 31 xe 12 ko 31 ba 07"
+PROMPT = " ".join(task_of("mamba2_n4").prompt(seed=0).split()[:12])  # in the model's vocabulary
 
 
 class FakeTokenizer:
