@@ -5,10 +5,11 @@
                          on_result=lambda result, info: print(info["phase"], sorted(result.layers)))
 
 A run, in order (each step moves the progress bar; its ETA is tqdm's):
-1. the cache: a result stored for (model identity, token ids, tol, relative) answers at
-   once. The identity (a zoo model's or folder's file hashes, a hub id's commit) and the
-   token ids (its tokenizer) need no weights (sources.identity_without_weights), so a hit
-   never loads the model; a hub id whose commit cannot be told is looked up after loading.
+1. the cache (runs.open_run, the look-up the CLI and the sweep share): a result stored for
+   the same run (runs.AnalysisRun: model identity, token ids, settings) answers at once. The
+   identity (a zoo model's or folder's file hashes, a hub id's commit) and the token ids
+   (its tokenizer) need no weights (sources.identity_without_weights), so a hit never loads
+   the model; a hub id whose commit cannot be told is looked up after loading.
 2. the model is loaded (and kept while the source stays the same).
 3. ONE forward pass captures the unit operators of every layer (analysis.capture_layers),
    in a background thread: the next step starts as soon as the selected layer is captured,
