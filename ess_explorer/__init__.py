@@ -6,7 +6,7 @@ re-exports the public API (docs/architecture.md). The Jupyter and chart parts ar
 imported on first use, so that the numerical API loads without Altair or ipywidgets.
 """
 
-from . import sweep, zoo  # sweep is also callable: sweep(models, prompts, out=...)
+from . import zoo
 from ._version import __version__
 from .analysis import analyze
 from .core.diagnostics import layer_diagnostics, modulation_at, theoretical_state_size
@@ -16,7 +16,6 @@ from .core.spectra import hankel_singular_values
 from .io import ResultCache, export_table, read_result, write_result_dir
 from .result import ESSResult, LayerESS
 from .sources import load_model
-from .sweep import Advice, SweepResult, advise, summarize
 
 __all__ = [
     "__version__",
@@ -47,6 +46,7 @@ __all__ = [
     "read_result",
     "ResultCache",
     "sweep",
+    "run_sweep",
     "SweepResult",
     "summarize",
     "advise",
@@ -54,9 +54,15 @@ __all__ = [
     "ESSCallback",
 ]
 
-# Public names whose modules pull in Altair / ipywidgets: imported when first used. These
+# Public names whose modules pull in Altair / ipywidgets, or pandas / pyarrow (the sweep):
+# imported when first used, so `import ess_explorer` stays quick (docs/benchmarks.md). These
 # modules sit above this package's other layers and import nothing from here.
 _LAZY = {
+    "run_sweep": "sweep.run",
+    "SweepResult": "sweep.run",
+    "summarize": "sweep.stats",
+    "advise": "sweep.advice",
+    "Advice": "sweep.advice_result",
     "explore": "app.widget",
     "load_ipython_extension": "app.magic",
     "figure": "views.figures",
@@ -67,8 +73,10 @@ _LAZY = {
 
 
 def __getattr__(name):
-    if name in _LAZY:
-        import importlib
+    import importlib
 
+    if name == "sweep":  # the package (pandas, pyarrow): on first use
+        return importlib.import_module(".sweep", __name__)
+    if name in _LAZY:
         return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(f"module 'ess_explorer' has no attribute {name!r}")

@@ -1,7 +1,7 @@
 """analyze: run a model once on one prompt and return its ESSResult.
 
 Pipeline: validate everything first (so a bad argument never leaves anything half
-done) -> one forward pass captures every analysed layer's operators (adapters) ->
+done) -> one forward pass captures every analysed layer's operators (capture/) ->
 per layer, the spectra of every cut H_t of every unit by the core (float64, on
 ``device``), tolerance- and entropy-ESS from the full spectra, TSS from
 diagnostics.theoretical_state_size -> ESSResult.
@@ -84,7 +84,7 @@ def analyze(
 
     Parameters
     ----------
-    model : a transformers causal LM of a supported model type (adapters.MODEL_TYPES).
+    model : a transformers causal LM of a supported model type (capture.REGISTRY).
     input_ids : token ids, a list, a 1-D tensor or a (1, L) tensor; or pass ``prompt``
         and ``tokenizer`` instead, or ``chat`` and ``tokenizer`` (exactly one of the three).
     chat : a conversation, [{"role": "user", "content": "..."}, ...], formatted by the

@@ -9,13 +9,11 @@ Result directory (what ``ess-explorer analyze --out DIR`` writes, and what
                      dtype, device, tolerance (tol, relative), convention, package version,
                      prompt and token count, and a per-layer summary
 
-The cache of ESSResults is keyed by everything that determines the numbers.
-
-Key = sha256 of a canonical JSON of: the model's identity (a hub id and its revision, or
-for a local folder / zoo model a hash of its config.json and weight files), the token
-ids (and the prompt text), the analysed layers, the model dtype, tol / relative / stride
-and any other analysis option, and the package version (a new version may compute
-differently, so it never reuses an old entry).
+The cache of ESSResults is keyed by everything that determines the numbers: the key of a
+run is `digest` of its description (runs.AnalysisRun: the model's identity, a hub id and
+its revision or a local folder's / zoo model's file hashes; the token ids and the prompt
+text; the analysed layers, the dtype, the tolerance and every other setting that changes
+the numbers; the package version, so a new version never reuses an old entry).
 
 Entries are ESSResult ``.npz`` files (no pickle), written to a unique temporary file in
 the cache folder and moved into place with os.replace, so a reader never sees half an
@@ -35,17 +33,18 @@ import shutil
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
-import pandas as pd
 
-from ._version import __version__
 from .atomic import atomic_link, atomic_write, exclusive
 from .bounded import read_json
 from .core.diagnostics import COLLAPSED_AT, SATURATED_AT, layer_diagnostics
 from .result import ESSResult
 from .sources import CACHE_ENV, default_cache_dir, file_sha256  # one cache root: sources keeps GGUF weights there
+
+if TYPE_CHECKING:  # pandas is imported where a table is made: `import ess_explorer` needs none
+    import pandas as pd
 
 __all__ = [
     "RESULT_FILE",
@@ -61,7 +60,7 @@ __all__ = [
     "table_bytes",
     "CACHE_ENV",
     "default_cache_dir",
-    "cache_key",
+    "digest",
     "CacheKey",
     "ResultCache",
 ]
@@ -101,6 +100,8 @@ def summary_table(
     no known realisation)."""
     saturated = SATURATED_AT if saturated is None else saturated
     collapsed = COLLAPSED_AT if collapsed is None else collapsed
+    import pandas as pd
+
     rows = []
     for index in sorted(result.layers):
         lay = result.layers[index]
@@ -198,6 +199,8 @@ def escape_formula_cells(frame: pd.DataFrame) -> pd.DataFrame:
     """A copy of ``frame`` whose text cells that a spreadsheet would run as a formula
     (starting with =, +, -, @, tab or CR) are prefixed with a single quote. Only text
     (object / string) columns change: numbers stay numbers."""
+    import pandas as pd
+
     frame = frame.copy()
     for name in frame.columns:
         column = frame[name]
@@ -336,35 +339,9 @@ class CacheKey(str):
     record: str | None = None
 
 
-def cache_key(
-    identity: dict,
-    input_ids,
-    *,
-    layers,
-    dtype: str,
-    tol: float,
-    relative: bool,
-    stride=None,
-    prompt: str | None = None,
-    version: str = __version__,
-    scope: str = "cut",
-    **options,
-) -> CacheKey:
-    """sha256 hex of the canonical JSON of everything that determines a result (the tolerance
-    scope included; other analysis options such as gates go in ``options``)."""
-    record = {
-        "identity": identity,
-        "input_ids": [int(i) for i in input_ids],
-        "prompt": prompt,
-        "layers": None if layers is None else sorted(int(i) for i in layers),
-        "dtype": str(dtype),
-        "tol": float(tol),
-        "relative": bool(relative),
-        "scope": str(scope),
-        "stride": None if stride is None else int(stride),
-        "version": str(version),
-        "options": {k: options[k] for k in sorted(options)},
-    }
+def digest(record: dict) -> CacheKey:
+    """The cache key of ``record`` (a JSON-able description of a run, runs.AnalysisRun): the
+    sha256 hex of its canonical JSON (sorted keys, no spaces), carrying that JSON."""
     text = json.dumps(record, sort_keys=True, separators=(",", ":"), default=str)
     key = CacheKey(hashlib.sha256(text.encode("utf-8")).hexdigest())
     key.record = text

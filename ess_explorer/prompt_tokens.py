@@ -10,7 +10,15 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["chat_tokens", "check_separators", "input_ids_of", "check_unknown", "display_tokens"]
+__all__ = [
+    "chat_tokens",
+    "prompt_ids",
+    "tokenize",
+    "check_separators",
+    "input_ids_of",
+    "check_unknown",
+    "display_tokens",
+]
 
 
 def chat_tokens(tokenizer, chat) -> tuple[str, list[int], list[int]]:
@@ -38,7 +46,7 @@ def chat_tokens(tokenizer, chat) -> tuple[str, list[int], list[int]]:
 
     def render(messages) -> tuple[str, list[int]]:
         text = tokenizer.apply_chat_template(list(messages), tokenize=False)
-        return text, [int(i) for i in tokenizer(text, add_special_tokens=False)["input_ids"]]
+        return text, prompt_ids(tokenizer, text)
 
     text, ids = render(chat)
     special = set(getattr(tokenizer, "all_special_ids", []) or [])
@@ -53,6 +61,29 @@ def chat_tokens(tokenizer, chat) -> tuple[str, list[int], list[int]]:
         ends.append(marks[-1] if marks else span[-1])
         start = len(part)
     return text, ids, ends
+
+
+def prompt_ids(tokenizer, prompt: str) -> list[int]:
+    """The token ids of a prompt text: the tokenizer's, with no special tokens added (ESS is
+    about the text given, not a BOS the model card may add), checked for unknown words."""
+    if tokenizer is None:
+        raise ValueError("this model ships no tokenizer; ess-explorer needs one to read a prompt (or pass input_ids)")
+    ids = [int(i) for i in tokenizer(prompt, add_special_tokens=False)["input_ids"]]
+    check_unknown(ids, tokenizer)
+    return ids
+
+
+def tokenize(tokenizer, *, prompt=None, chat=None) -> tuple[str | None, list[int], list[int] | None]:
+    """(text, token ids, separators) of what a user gives: a prompt text (`prompt_ids`), a list
+    of token ids (``prompt`` itself, no text), or a conversation (`chat_tokens`: the formatted
+    text, its ids and its turn ends). The one tokenising step of every entry point."""
+    if (prompt is None) == (chat is None):
+        raise ValueError("give exactly one of a prompt or a chat")
+    if chat is not None:
+        return chat_tokens(tokenizer, chat)
+    if isinstance(prompt, str):
+        return prompt, prompt_ids(tokenizer, prompt), None
+    return None, [int(i) for i in prompt], None
 
 
 def check_separators(separators, length: int) -> list[int] | None:
@@ -82,8 +113,7 @@ def input_ids_of(model, input_ids, prompt, tokenizer) -> list[int]:
             raise ValueError("prompt= needs tokenizer= (load_model returns one), or pass input_ids")
         if not prompt:
             raise ValueError("the prompt is empty: ESS needs at least 2 tokens")
-        input_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
-        check_unknown(input_ids, tokenizer)
+        input_ids = prompt_ids(tokenizer, prompt)
     try:
         ids = torch.as_tensor(input_ids)
     except (TypeError, ValueError, RuntimeError, OverflowError) as error:

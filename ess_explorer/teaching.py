@@ -1,6 +1,6 @@
 """Numbers behind the teaching notebook (notebooks/01_what_is_ess.ipynb), kept out of it.
 
-Tensors and tables only (the charts are in views/teaching.py):
+Tensors and tables only (the charts are in views/teaching_charts.py):
 
 * ``lti_ssm``: a time-invariant diagonal recurrence (S4-like) with known decays;
 * ``realisation_factors``: the two factors ``H_t = O_t R_t`` of a diagonal recurrence

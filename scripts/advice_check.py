@@ -98,7 +98,7 @@ def without_paths(data: dict, work: Path) -> dict:
 
 def advise_teacher(source: str, work: Path) -> dict:
     prompts = [RECENT_TASK.prompt(seed=s) for s in range(PROMPTS)]
-    done = ess.sweep([source], prompts, out=work / f"sweep-{source.replace(':', '_').replace('/', '_')}")
+    done = ess.run_sweep([source], prompts, out=work / f"sweep-{source.replace(':', '_').replace('/', '_')}")
     advice = ess.advise(done, quantile=QUANTILE)
     layer = max(advice.layers, key=lambda a: a.advised_per_unit.value)  # one state size for the whole student
     seconds = sum(shard["seconds"] for shard in done.metadata())

@@ -4,7 +4,9 @@
   README and the docs show the same files; the zoo's pictures (ess_explorer/zoo/assets/*.png,
   next to the zoo README that shows them) at assets/zoo/;
 - the `<!-- cli-help -->` marker in cli.md becomes the help of every `ess-explorer` command,
-  taken from the parser itself, so the page cannot fall behind the code.
+  taken from the parser itself, so the page cannot fall behind the code;
+- the `<!-- model-types -->` marker in families.md becomes the table of supported model types,
+  rendered from the registry (ess_explorer.capture.support_table).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ASSETS = ROOT / "assets"
 ZOO_ASSETS = ROOT / "ess_explorer" / "zoo" / "assets"
 CLI_MARKER = "<!-- cli-help -->"
+MODEL_TYPES_MARKER = "<!-- model-types -->"
 
 
 def on_files(files, config):
@@ -43,5 +46,9 @@ def cli_help() -> str:
 
 def on_page_markdown(markdown, page, config, files):
     if CLI_MARKER in markdown:
-        return markdown.replace(CLI_MARKER, cli_help())
+        markdown = markdown.replace(CLI_MARKER, cli_help())
+    if MODEL_TYPES_MARKER in markdown:
+        from ess_explorer.capture import support_table
+
+        markdown = markdown.replace(MODEL_TYPES_MARKER, support_table())
     return markdown

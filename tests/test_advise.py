@@ -339,11 +339,11 @@ def test_the_report_shows_the_advice_next_to_the_summary(tmp_path):
 
 
 def test_advice_on_a_sweep_of_a_zoo_attention_model_reads_its_kv_heads(tmp_path):
-    from ess_explorer import sweep, zoo
+    from ess_explorer import run_sweep, zoo
 
     task = zoo.task_of("llama")
     prompts = [" ".join(task.prompt(seed=s).split()[:24]) for s in range(3)]
-    done = sweep(["zoo:llama"], prompts, out=tmp_path / "sweep", layers=[0], progress=False)
+    done = run_sweep(["zoo:llama"], prompts, out=tmp_path / "sweep", layers=[0], progress=False)
     advice = advise(done, n_boot=50)
     layer = advice.layer(0)
     config = json.loads((zoo.model_dir("llama") / "config.json").read_text())

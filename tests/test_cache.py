@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from ess_explorer import sources as sources_mod
-from ess_explorer.io import ResultCache, cache_key, default_cache_dir
+from ess_explorer.io import ResultCache, default_cache_dir
 from ess_explorer.result import ESSResult
+from ess_explorer.runs import AnalysisRun, RunSettings
 from ess_explorer.sources import folder_identity, model_identity
 from ess_explorer.synthetic import reference_result
 
@@ -24,20 +25,18 @@ def ref():
 # The key of the reference result's own run: an entry is served only to the run it was computed by.
 BASE = dict(
     identity={"kind": "hub", "source": "org/m", "revision": "abc"},
-    input_ids=reference_result().input_ids,
-    layers=[0, 1, 2, 3],
-    dtype="float32",
-    tol=1e-3,
-    relative=True,
-    stride=None,
+    input_ids=tuple(reference_result().input_ids),
     prompt="abc",
+    dtype="float32",
 )
+SETTINGS = dict(layers=[0, 1, 2, 3], tol=1e-3, relative=True, stride=None)
 
 
 def key(**change):
-    parts = {**BASE, **change}
-    identity, ids = parts.pop("identity"), parts.pop("input_ids")
-    return cache_key(identity, ids, **parts)
+    """The cache key of the base run with some of its description or settings changed."""
+    run = {**BASE, **{k: v for k, v in change.items() if k in AnalysisRun.__dataclass_fields__}}
+    settings = {**SETTINGS, **{k: v for k, v in change.items() if k not in AnalysisRun.__dataclass_fields__}}
+    return AnalysisRun(settings=RunSettings(**settings), **run).cache_key()
 
 
 def test_key_is_stable_and_separates_every_setting():
@@ -55,7 +54,14 @@ def test_key_is_stable_and_separates_every_setting():
         key(stride=2),
         key(prompt="abd"),
         key(version="9.9.9"),
-        key(top_k=8),
+        key(scope="unit"),
+        key(gates="outside"),
+        key(precision="exact"),
+        key(causal=False),
+        key(device="cpu"),
+        key(units=2),
+        key(revision="v2"),
+        key(separators=(3,)),
     ]
     assert len({key(), *variants}) == len(variants) + 1
 

@@ -171,3 +171,26 @@ def test_shapes_keep_their_asterisk_outside_code():
     from griffe_docstrings import escape_shapes
 
     assert escape_shapes("a (*batch, L) and ``(*batch, L)``") == "a (\\*batch, L) and ``(*batch, L)``"
+
+
+def test_the_families_page_shows_the_model_type_registry():
+    """docs/families.md's support table is the registry rendered (no hand-kept copy), and its
+    per-family table has a row for every family a supported model type can have."""
+    from docs_hooks import MODEL_TYPES_MARKER, on_page_markdown
+
+    from ess_explorer.capture import REGISTRY
+
+    text = (DOCS / "families.md").read_text()
+    assert MODEL_TYPES_MARKER in text
+    rendered = on_page_markdown(text, None, None, None)
+    assert MODEL_TYPES_MARKER not in rendered
+    for name, entry in REGISTRY.items():
+        assert f"| {name} | `{entry.layers}` | {', '.join(entry.families)} |" in rendered, name
+    described = {
+        family.strip()
+        for line in text.splitlines()
+        if line.startswith("| ") and not line.startswith("| family")
+        for family in line.split("|")[1].split(",")
+    }
+    needed = {family for entry in REGISTRY.values() for family in entry.families}
+    assert needed <= described, needed - described

@@ -118,7 +118,7 @@ def test_a_sweep_takes_the_gguf_file_as_a_source(gguf_file, cache, tmp_path):
     import ess_explorer
 
     prompts = [PROMPT, "the mat | the cat sat"]
-    done = ess_explorer.sweep([str(gguf_file)], prompts, out=tmp_path / "sweep", progress=False)
+    done = ess_explorer.run_sweep([str(gguf_file)], prompts, out=tmp_path / "sweep", progress=False)
     table = done.table()
     model, tokenizer = sources.load_model(gguf_file)
     reference = analyze(model, prompt=prompts[1], tokenizer=tokenizer, progress=False).to_frame()

@@ -41,8 +41,9 @@ from ess_explorer.core import spectra
 from ess_explorer.core.ess import entropy_ess, tolerance_ess
 from ess_explorer.core.operators import DiagonalSSM
 from ess_explorer.core.spectra import hankel_singular_values
-from ess_explorer.io import ResultCache, cache_key, table_bytes, write_result_dir
+from ess_explorer.io import ResultCache, table_bytes, write_result_dir
 from ess_explorer.result import ESSResult
+from ess_explorer.runs import AnalysisRun, RunSettings
 from ess_explorer.synthetic import reference_result
 
 # hypothesis draws huge floats into float32 arrays on purpose; numpy's cast warning is noise here
@@ -722,8 +723,7 @@ def test_device_and_revision_change_the_cache_key(ref, tmp_path):
             code, out, err = run_cli(["analyze", "-p", "same prompt", *argv])
             assert code == 0, err
         assert calls["analyze"] == 3  # the repeated --device cpu is the only hit
-    base = dict(layers=None, dtype="float32", tol=1e-3, relative=True)
-    assert cache_key({}, [1, 2], **base) != cache_key({}, [1, 2], device="cpu", **base)
+    assert AnalysisRun({}, (1, 2)).cache_key() != AnalysisRun({}, (1, 2), RunSettings(device="cpu")).cache_key()
 
 
 def test_csv_escapes_formula_cells_and_keeps_numbers(ref):

@@ -29,8 +29,9 @@ from test_hostile import assert_clean, fake_cli, files_in, no_forward, run_cli
 
 from ess_explorer import bounded
 from ess_explorer.core.ess import entropy_ess, tolerance_ess
-from ess_explorer.io import ResultCache, cache_key, read_result, write_result_dir
+from ess_explorer.io import ResultCache, read_result, write_result_dir
 from ess_explorer.result import ESSResult
+from ess_explorer.runs import AnalysisRun
 from ess_explorer.sources import model_dir
 from ess_explorer.synthetic import reference_result
 
@@ -97,9 +98,8 @@ def test_a_zoo_name_cannot_reach_a_model_folder_outside_the_zoo(tmp_path):
 
 def test_a_cache_entry_of_another_run_is_not_served(ref, other, tmp_path):
     cache = ResultCache(tmp_path)
-    parts = dict(layers=None, dtype="float32", tol=1e-3, relative=True)
-    mine = cache_key({"source": "zoo:a"}, ref.input_ids, prompt="mine", **parts)
-    theirs = cache_key({"source": "zoo:b"}, other.input_ids, prompt="theirs", **parts)
+    mine = AnalysisRun({"source": "zoo:a"}, tuple(ref.input_ids), prompt="mine").cache_key()
+    theirs = AnalysisRun({"source": "zoo:b"}, tuple(other.input_ids), prompt="theirs").cache_key()
     cache.put(theirs, copy.deepcopy(other))
     cache.path(mine).parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(cache.path(theirs), cache.path(mine))  # e.g. copied or renamed by hand
@@ -554,18 +554,18 @@ SWEEP = dict(models="zoo:mamba2_n4", prompts=["ba 01 bo 02", "bi 03 bu 04"], lay
 
 
 def test_sweep_refuses_a_layer_string_and_a_plan_that_is_no_plan(tmp_path):
-    from ess_explorer.sweep import sweep
+    from ess_explorer.sweep import run_sweep
 
     with pytest.raises(ValueError, match="layers must be an int or a list"):
-        sweep(**{**SWEEP, "layers": "10"}, out=tmp_path / "s")
+        run_sweep(**{**SWEEP, "layers": "10"}, out=tmp_path / "s")
     assert not (tmp_path / "s").exists()
 
 
 def test_sweep_recomputes_damaged_shards_with_a_warning(tmp_path):
-    from ess_explorer.sweep import read_table, sweep
+    from ess_explorer.sweep import read_table, run_sweep
 
     out = tmp_path / "s"
-    first = sweep(**SWEEP, out=out)
+    first = run_sweep(**SWEEP, out=out)
     table = read_table(out)
     shards = sorted((out / "table").rglob("*.parquet"))
     assert first.computed == 2 and len(shards) == 2
@@ -577,28 +577,28 @@ def test_sweep_recomputes_damaged_shards_with_a_warning(tmp_path):
         else:
             shutil.copy(shards[1], shards[0])  # a shard of the other prompt in its place
         with pytest.warns(UserWarning, match="recomputing the damaged shard"):
-            again = sweep(**SWEEP, out=out)
+            again = run_sweep(**SWEEP, out=out)
         assert (again.computed, again.skipped) == (1, 1)
         assert read_table(out).equals(table)
     (out / "sweep.json").write_text("[]")
     with pytest.raises(ValueError, match="not a sweep plan"):
-        sweep(**SWEEP, out=out)
+        run_sweep(**SWEEP, out=out)
 
 
 def test_a_refused_sweep_can_be_rerun_corrected_into_the_same_folder(tmp_path):
-    from ess_explorer.sweep import sweep
+    from ess_explorer.sweep import run_sweep
 
     out = tmp_path / "s"
     with pytest.raises(ValueError, match="out of range"):
-        sweep(**{**SWEEP, "layers": [7]}, out=out)
-    assert sweep(**SWEEP, out=out).computed == 2
+        run_sweep(**{**SWEEP, "layers": [7]}, out=out)
+    assert run_sweep(**SWEEP, out=out).computed == 2
 
 
 def test_a_bad_prompt_in_a_sweep_is_named(tmp_path):
-    from ess_explorer.sweep import sweep
+    from ess_explorer.sweep import run_sweep
 
     with pytest.raises(ValueError, match=r"prompt 1 \(\[999999, 1\]\)"):
-        sweep(**{**SWEEP, "prompts": [[3, 4, 5], [999999, 1]]}, out=tmp_path / "s")
+        run_sweep(**{**SWEEP, "prompts": [[3, 4, 5], [999999, 1]]}, out=tmp_path / "s")
 
 
 def test_a_ray_address_where_nothing_listens_is_refused_quickly(tmp_path):

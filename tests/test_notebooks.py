@@ -215,7 +215,7 @@ def test_paper_figures_notebook(kernel_env, tmp_path_factory):
     figures = work / "figures"
     pdfs, svgs = sorted(figures.glob("*.pdf")), sorted(figures.glob("*.svg"))
     assert len(pdfs) >= 4 and {p.stem for p in pdfs} == {p.stem for p in svgs}, (pdfs, svgs)
-    from ess_explorer.views.teaching import pdf_page_points
+    from ess_explorer.views.teaching_charts import pdf_page_points
 
     for pdf in pdfs:
         data = pdf.read_bytes()

@@ -15,7 +15,7 @@ import pytest
 
 import ess_explorer
 from ess_explorer import analyze, zoo
-from ess_explorer.sweep import expand_models, load_prompts, read_metadata, read_table, sweep
+from ess_explorer.sweep import expand_models, load_prompts, read_metadata, read_table, run_sweep
 from ess_explorer.sweep.run import plan_shards
 from ess_explorer.sweep.table import COLUMNS, shard_path
 
@@ -37,7 +37,7 @@ def unit_multiplicity(layer):
 def local(tmp_path_factory):
     out = tmp_path_factory.mktemp("local")
     # ess_explorer.sweep is the package and, called, the function (sweep.sweep)
-    return ess_explorer.sweep(MODELS, seg_prompts(4), out=out, shard_size=2, progress=False)
+    return ess_explorer.run_sweep(MODELS, seg_prompts(4), out=out, shard_size=2, progress=False)
 
 
 # ---- inputs ---------------------------------------------------------------------------------
@@ -140,12 +140,12 @@ def test_table_reads_as_a_hive_dataset_with_pandas(local):
 
 
 def test_rerun_computes_nothing_and_other_options_are_refused(local):
-    again = sweep(MODELS, seg_prompts(4), out=local.out, shard_size=2, progress=False)
+    again = run_sweep(MODELS, seg_prompts(4), out=local.out, shard_size=2, progress=False)
     assert (again.computed, again.skipped) == (0, 4)
     with pytest.raises(ValueError, match="another prompts_sha256"):
-        sweep(MODELS, seg_prompts(4, start=1), out=local.out, shard_size=2, progress=False)
+        run_sweep(MODELS, seg_prompts(4, start=1), out=local.out, shard_size=2, progress=False)
     with pytest.raises(ValueError, match="another options"):
-        sweep(MODELS, seg_prompts(4), out=local.out, shard_size=2, tol=1e-2, progress=False)
+        run_sweep(MODELS, seg_prompts(4), out=local.out, shard_size=2, tol=1e-2, progress=False)
     fresh = local.out.parent / "refused"
     for options, message in [
         ({"tol": -1.0}, "tol must be"),
@@ -154,28 +154,28 @@ def test_rerun_computes_nothing_and_other_options_are_refused(local):
         ({"stride": 0}, "stride must be"),
     ]:
         with pytest.raises(ValueError, match=message):
-            sweep(MODELS, seg_prompts(4), out=fresh, progress=False, **options)
+            run_sweep(MODELS, seg_prompts(4), out=fresh, progress=False, **options)
     assert not fresh.exists()  # refused before anything was written
     with pytest.raises(ValueError, match="backend must be one of"):
-        sweep(MODELS, seg_prompts(4), out=local.out, backend="dask")
+        run_sweep(MODELS, seg_prompts(4), out=local.out, backend="dask")
 
 
 def test_no_causal_sweep_leaves_the_column_empty_and_an_older_plan_resumes(local, tmp_path):
     table = local.table()
-    skipped = sweep(MODELS, seg_prompts(4), out=tmp_path / "fast", shard_size=2, causal=False, progress=False)
+    skipped = run_sweep(MODELS, seg_prompts(4), out=tmp_path / "fast", shard_size=2, causal=False, progress=False)
     fast = skipped.table()
     assert fast.causal_ess.isna().all() and table.causal_ess.notna().any()
     for column in ("tolerance_ess", "entropy_ess", "tss"):
         np.testing.assert_array_equal(fast[column].to_numpy(), table[column].to_numpy(), err_msg=column)
     with pytest.raises(ValueError, match="another options"):  # one table never mixes the two
-        sweep(MODELS, seg_prompts(4), out=local.out, shard_size=2, causal=False, progress=False)
+        run_sweep(MODELS, seg_prompts(4), out=local.out, shard_size=2, causal=False, progress=False)
     # a sweep folder written before the option existed (no "causal" in its plan) ran with causal ESS
     older = tmp_path / "older"
     shutil.copytree(local.out, older)
     plan = json.loads((older / "sweep.json").read_text())
     del plan["options"]["causal"]
     (older / "sweep.json").write_text(json.dumps(plan))
-    again = sweep(MODELS, seg_prompts(4), out=older, shard_size=2, progress=False)
+    again = run_sweep(MODELS, seg_prompts(4), out=older, shard_size=2, progress=False)
     assert (again.computed, again.skipped) == (0, 4)
 
 
@@ -227,7 +227,7 @@ def test_killed_sweep_resumes_and_equals_an_uninterrupted_one(tmp_path):
     assert f"computed {total - len(present)}, {len(present)} already there" in resumed.stdout
     assert all(p.stat().st_mtime_ns == mtime for p, mtime in present.items())  # done shards untouched
 
-    fresh = sweep(MODELS, prompts, out=tmp_path / "fresh", shard_size=1, progress=False)
+    fresh = run_sweep(MODELS, prompts, out=tmp_path / "fresh", shard_size=1, progress=False)
     pd.testing.assert_frame_equal(read_table(out), fresh.table(), check_exact=True)
     plan = json.loads((out / "sweep.json").read_text())
     assert plan["n_prompts"] == len(prompts) and [r["model"] for r in plan["runs"]] == MODELS
@@ -245,7 +245,7 @@ def test_ray_backend_gives_the_local_table(local, tmp_path):
         pytest.skip("ray is not installed (pip install 'ess-explorer[ray]'); set REQUIRE_RAY=1 to fail instead")
     ray.init(num_cpus=2, include_dashboard=False)
     try:
-        remote = sweep(MODELS, seg_prompts(4), out=tmp_path / "ray", shard_size=2, backend="ray", progress=False)
+        remote = run_sweep(MODELS, seg_prompts(4), out=tmp_path / "ray", shard_size=2, backend="ray", progress=False)
     finally:
         ray.shutdown()
     assert remote.computed == 4

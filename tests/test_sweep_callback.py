@@ -8,7 +8,7 @@ pytest.importorskip("accelerate", reason="transformers.Trainer needs accelerate:
 
 from transformers import AutoConfig, AutoModelForCausalLM, Trainer, TrainingArguments  # noqa: E402
 
-from ess_explorer import ESSCallback, analyze, load_model, sweep, zoo  # noqa: E402
+from ess_explorer import ESSCallback, analyze, load_model, run_sweep, zoo  # noqa: E402
 from ess_explorer.core.diagnostics import layer_diagnostics  # noqa: E402
 from ess_explorer.sweep import read_table  # noqa: E402
 
@@ -64,5 +64,5 @@ def test_logged_ess_equals_analyze_of_each_checkpoint(tmp_path):
     # The table the callback appended equals a sweep over the run's checkpoints.
     appended = read_table(tmp_path / "ess")
     assert sorted(appended.checkpoint_step.unique()) == [10, 20, 30]
-    again = sweep(output_dir, prompts, out=tmp_path / "sweep", progress=False).table()
+    again = run_sweep(output_dir, prompts, out=tmp_path / "sweep", progress=False).table()
     pd.testing.assert_frame_equal(appended, again, check_exact=True)

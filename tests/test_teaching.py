@@ -1,4 +1,4 @@
-"""The teaching notebook's helpers (ess_explorer/teaching.py, views/teaching.py) against
+"""The teaching notebook's helpers (ess_explorer/teaching.py, views/teaching_charts.py) against
 closed forms and independent constructions."""
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def test_pdf_page_size_of_an_exported_single_column_figure(tmp_path):
 
     from ess_explorer.views.figures import apply_paper_theme
     from ess_explorer.views.render import save_figure, to_png
-    from ess_explorer.views.teaching import pdf_page_points, png_width
+    from ess_explorer.views.teaching_charts import pdf_page_points, png_width
 
     chart = apply_paper_theme(
         alt.Chart(pd.DataFrame({"x": [0, 1], "y": [0, 1]})).mark_line().encode(x="x:Q", y="y:Q"),
@@ -124,7 +124,7 @@ def test_pdf_page_size_of_an_exported_single_column_figure(tmp_path):
 def test_slider_panel_redraws_its_image_when_a_slider_moves():
     W = pytest.importorskip("ipywidgets")
     pytest.importorskip("vl_convert")
-    from ess_explorer.views import teaching as draw
+    from ess_explorer.views import teaching_charts as draw
 
     seen = []
 

@@ -315,7 +315,7 @@ def test_prompt_buttons(ex):
     ex.model_w.value = widget.CUSTOM
     ex.source_w.value = "gpt2"
     assert ex.mqar_w.disabled
-    ex._random_mqar()
+    ex.mqar_w.click()  # a fresh sequence of the model's task
     assert "built-in zoo models only" in ex.status_w.value
     ex.example_w.click()
     assert ex.prompt_w.value == widget.EXAMPLE_PROMPT
@@ -352,6 +352,38 @@ def test_magic_parses_the_issue_example():
 def test_magic_bad_lines_print_usage_not_a_traceback(line, message, capsys):
     assert magic.ess_magic(line) is None
     assert message in capsys.readouterr().out
+
+
+def test_magic_help_prints_usage_and_opens_nothing(capsys, monkeypatch):
+    monkeypatch.setattr(widget, "explore", lambda *a, **k: pytest.fail("--help must open no explorer"))
+    for line in ("--help", "-h", "--model zoo:x --help"):
+        assert magic.ess_magic(line) is None
+        out = capsys.readouterr().out
+        assert out.startswith("usage: %ess") and "--variant {tolerance,entropy,causal}" in out and "--wait" in out
+
+
+def test_magic_wait_returns_once_the_analysis_has_ended(monkeypatch):
+    """--wait: the magic blocks on the explorer's analysis (a notebook run for export then
+    shows the finished figure); without it, it returns at once."""
+    calls = []
+
+    class Explorer:
+        def __init__(self, model, prompt, **options):
+            calls.append(("explore", model, prompt, options))
+
+        def wait(self, timeout=None):
+            calls.append(("wait", timeout))
+            return True
+
+    monkeypatch.setattr(widget, "explore", Explorer)
+    assert isinstance(magic.ess_magic('--wait --model zoo:x "a b"'), Explorer)
+    assert calls == [
+        ("explore", "zoo:x", "a b", {"layer": None, "unit": "mean", "variant": "tolerance"}),
+        ("wait", None),
+    ]
+    calls.clear()
+    magic.ess_magic("--model zoo:x")
+    assert [c[0] for c in calls] == ["explore"]
 
 
 def test_magic_registers_and_opens_a_saved_result(tmp_path):
@@ -393,7 +425,7 @@ def test_real_default_model_and_analyze():
     fine = [r["ess"] for r in _rows(ex)]
     assert all(c <= f for c, f in zip(coarse, fine)) and sum(fine) > sum(coarse)
     assert not ex.mqar_w.disabled
-    ex._random_mqar()
+    ex.mqar_w.click()  # a fresh sequence of the model's task
     assert ex.run(wait=True) and ex.result.length == len(ex.prompt_w.value.split())
 
 

@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import argparse
 
+from ..options import DEFAULT_GATES, DEFAULT_PRECISION, DEFAULT_SCOPE, GATES, PRECISIONS, SCOPES, VARIANTS
+
 __all__ = [
     "UsageError",
     "MAX_LAYER_INDEX",
     "MAX_SECONDS",
     "parse_layers",
+    "parse_tolerance",
+    "add_settings_arguments",
+    "settings_options",
     "add_analysis_options",
     "add_precision_argument",
     "figure_options",
@@ -82,7 +87,9 @@ def _finite_non_negative(text: str, example: str, what: str) -> float:
     return value
 
 
-def _tolerance(text: str) -> float:
+def parse_tolerance(text: str) -> float:
+    """A tolerance as typed (the CLI's --tol, the magic's --tol): a finite number >= 0. Whether
+    it must be below 1 depends on --absolute, and is checked with it (core.ess.check_tolerance)."""
     return _finite_non_negative(text, "1e-3", "the tolerance")
 
 
@@ -142,21 +149,32 @@ def add_analysis_options(parser) -> None:
         "its turn ends are the separators",
     )
     parser.add_argument("--layers", "-l", help="layers to analyse, e.g. 0,2,5-7 (default: all)")
-    parser.add_argument("--tol", type=_tolerance, default=None, help="tolerance-ESS threshold (default 1e-3)")
+    add_settings_arguments(parser)
+    parser.add_argument("--device", help="torch device for the spectra (default: the model's)")
+    parser.add_argument("--max-seconds", type=_seconds, default=MAX_SECONDS, help="refuse a longer run (0: no limit)")
+    parser.add_argument("--no-cache", action="store_true", help="compute afresh; neither read nor write the cache")
+    parser.add_argument("--cache-dir", help="cache folder (default: $ESS_EXPLORER_CACHE or ~/.cache/ess-explorer)")
+    parser.add_argument("--quiet", "-q", action="store_true", help="no progress output on stderr")
+
+
+def add_settings_arguments(parser) -> None:
+    """The settings that change the numbers, shared by `analyze`, `report` and `sweep`:
+    tolerance, scope, gates, stride, causal ESS and precision (the choices from options.py)."""
+    parser.add_argument("--tol", type=parse_tolerance, default=None, help="tolerance-ESS threshold (default 1e-3)")
     parser.add_argument(
         "--absolute", action="store_true", help="the tolerance is absolute (default: relative to sigma_1)"
     )
     parser.add_argument(
         "--scope",
-        choices=["cut", "unit", "layer"],
-        default="cut",
+        choices=SCOPES,
+        default=DEFAULT_SCOPE,
         help="which sigma_1 a relative tolerance refers to: the cut's (default), the largest of the "
         "unit's cuts (reset-aware) or of the layer's",
     )
     parser.add_argument(
         "--gates",
-        choices=["inside", "outside"],
-        default="inside",
+        choices=GATES,
+        default=DEFAULT_GATES,
         help="per-token gates around the sequence mixing (silu(z), gated norms) are part of T "
         "(inside, default) or not (outside)",
     )
@@ -167,17 +185,23 @@ def add_analysis_options(parser) -> None:
         help="skip causal ESS (about a third of the time of a recurrent layer such as Mamba's)",
     )
     add_precision_argument(parser)
-    parser.add_argument("--device", help="torch device for the spectra (default: the model's)")
-    parser.add_argument("--max-seconds", type=_seconds, default=MAX_SECONDS, help="refuse a longer run (0: no limit)")
-    parser.add_argument("--no-cache", action="store_true", help="compute afresh; neither read nor write the cache")
-    parser.add_argument("--cache-dir", help="cache folder (default: $ESS_EXPLORER_CACHE or ~/.cache/ess-explorer)")
-    parser.add_argument("--quiet", "-q", action="store_true", help="no progress output on stderr")
+
+
+def settings_options(args) -> dict:
+    """The settings of `add_settings_arguments` as keyword arguments (runs.RunSettings, sweep)."""
+    return {
+        "tol": args.tol,
+        "relative": not args.absolute,
+        "scope": args.scope,
+        "gates": args.gates,
+        "stride": args.stride,
+        "causal": not args.no_causal,
+        "precision": args.precision,
+    }
 
 
 def add_precision_argument(parser) -> None:
     """--precision (core/precision.py), for analyses and sweeps."""
-    from ..core.precision import DEFAULT_PRECISION, PRECISIONS
-
     parser.add_argument(
         "--precision",
         choices=PRECISIONS,
@@ -226,9 +250,7 @@ def add_advice_options(parser) -> None:
     """The options of `ess-explorer advise` (sweep/advice.py)."""
     parser.add_argument("sweep_dir", metavar="SWEEP_DIR", help="a sweep folder (ess-explorer sweep --out)")
     parser.add_argument("--quantile", type=_quantile, default=0.99, help="fraction of cuts to cover (default 0.99)")
-    parser.add_argument(
-        "--variant", choices=["tolerance", "entropy", "causal"], default="tolerance", help="the ESS to follow"
-    )
+    parser.add_argument("--variant", choices=VARIANTS, default="tolerance", help="the ESS to follow")
     parser.add_argument("--kv-heads", type=_positive_int, help="KV heads of attention layers (default: the config)")
     parser.add_argument("--n-boot", type=_positive_int, default=1000, help="bootstrap resamples (default 1000)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")

@@ -12,7 +12,7 @@
 With no --model, the built-in default model (zoo.DEFAULT_MODEL) is used: offline; with no
 prompt either (none given, nothing piped), a zoo model's example prompt (one sequence of the
 MQAR task it was trained on), so `ess-explorer report --out r.html` alone works.
-Results are cached on disk (cache.py; $ESS_EXPLORER_CACHE or ~/.cache/ess-explorer);
+Results are cached on disk (runs.py, io.ResultCache; $ESS_EXPLORER_CACHE or ~/.cache/ess-explorer);
 --no-cache computes afresh and leaves the cache alone.
 
 Exit status: 0 success, 1 a failure (unknown model, unreadable file, bad data), 2 a bad
@@ -31,19 +31,20 @@ import time
 from pathlib import Path
 
 from .._version import __version__
+from ..options import FIGURE_KINDS, VARIANTS
 from .arguments import (  # noqa: F401  (parse_layers and MAX_LAYER_INDEX are part of the CLI module's API)
     MAX_LAYER_INDEX,
     UsageError,
     _height,
     _positive_int,
     _ppi,
-    _tolerance,
     _width,
     add_advice_options,
     add_analysis_options,
-    add_precision_argument,
+    add_settings_arguments,
     figure_options,
     parse_layers,
+    settings_options,
 )
 from .terminal import format_advice, format_summary, read_chat, read_prompt, say
 
@@ -100,13 +101,6 @@ def _load_model(source: str, revision: str | None):
     return load_model(source, revision=revision)
 
 
-def _tokenize(tokenizer, prompt: str) -> list[int]:
-    """The ids analyze would use for ``prompt`` (no special tokens added)."""
-    if tokenizer is None:
-        raise ValueError("this model ships no tokenizer; ess-explorer needs one to read a prompt")
-    return [int(i) for i in tokenizer(prompt, add_special_tokens=False)["input_ids"]]
-
-
 def _analyze(model, input_ids, tokenizer, **options):
     """`analysis.analyze` (imported late: `--help` needs no torch); tests replace it."""
     from ..analysis import analyze
@@ -126,122 +120,56 @@ def _identity(source: str, model, revision):
     return model_identity(source, model, revision=revision)
 
 
-# ---- argument helpers --------------------------------------------------------------------
-# No model has this many layers: a bigger index is refused before a range is expanded
-# (the model's own layer count is checked by analyze once it is loaded).
 # ---- commands ----------------------------------------------------------------------------
 def _nothing_to_store() -> None:
     return None
 
 
+def _steps(args):
+    """The run's model steps (runs.RunSteps) through this module's seams, saying what they do."""
+    import contextlib
+
+    from ..runs import RunSteps, quiet_transformers
+
+    def load(source, revision):
+        say(args, f"loading {source} ...")
+        with quiet_transformers() if args.quiet else contextlib.nullcontext():  # its own bar and notices
+            return _load_model(source, revision)
+
+    def analyze(model, input_ids, tokenizer, **options):
+        say(args, f"analysing {len(input_ids)} tokens ...")
+        return _analyze(model, input_ids, tokenizer, **options)
+
+    return RunSteps(
+        load=load,
+        identity=lambda *given: _identity(*given),
+        identity_without_weights=lambda *given: _identity_without_weights(*given),
+        analyze=analyze,
+    )
+
+
 def compute_result(args):
-    """Load the model, tokenise, and analyse through the cache (unless --no-cache).
-    Returns (result, cache_hit, store): ``store()`` writes a computed result to the cache, and
-    is called after --out is written, so a cache that cannot be written never costs it."""
-    from ..io import ResultCache, cache_key
+    """The result of the command line's run (runs.run_cached: through the cache unless
+    --no-cache). Returns (result, cache_hit, store): ``store()`` writes a computed result to
+    the cache, and is called after --out is written, so a cache that cannot be written never
+    costs it."""
+    from ..io import ResultCache
+    from ..runs import RunRequest, RunSettings, run_cached
 
     layers = parse_layers(args.layers)  # usage errors first, before reading stdin or loading
     source = _resolve_source(args.model)
     chat = read_chat(args) if getattr(args, "chat", None) else None
     prompt = None if chat is not None else read_prompt(args, source, _example_prompt)
-    relative = not args.absolute
     if args.absolute and args.scope != "cut":
         raise ValueError("--scope chooses which sigma_1 a relative tolerance refers to; drop it with --absolute")
-    from ..core.ess import check_tolerance
-
-    check_tolerance(args.tol, relative)  # before the model is loaded
-    cache = None if args.no_cache else ResultCache(args.cache_dir)
-
-    def inputs(tokenizer) -> dict:
-        """The token ids, the text and (a chat) the turn ends that analyse this prompt."""
-        if chat is None:
-            return {"ids": _tokenize(tokenizer, prompt), "text": prompt, "separators": None}
-        if tokenizer is None:
-            raise ValueError("this model ships no tokenizer; --chat needs one (and its chat template)")
-        from ..analysis import chat_tokens
-
-        text, ids, ends = chat_tokens(tokenizer, chat)
-        return {"ids": ids, "text": text, "separators": ends}
-
-    def key(identity, given, dtype):
-        return cache_key(
-            identity,
-            given["ids"],
-            layers=layers,
-            dtype=dtype,
-            tol=args.tol,
-            relative=relative,
-            stride=args.stride,
-            prompt=given["text"],
-            scope=args.scope,
-            gates=args.gates,
-            device=args.device,
-            revision=args.revision,
-            causal=not args.no_causal,
-            precision=args.precision,
-            **({"separators": given["separators"]} if given["separators"] is not None else {}),
-        )
-
-    # The identity and the tokenizer come from the files (a hub id: the commit loading would
-    # use), and load_model always loads float32 weights: a cache entry is found without
-    # loading the weights.
-    found = _identity_without_weights(source, args.revision) if cache is not None else None
-    if found is not None:
-        identity, tokenizer = found
-        hit = cache.get(key(identity, inputs(tokenizer), "float32"))
-        if hit is not None:
-            return hit, True, _nothing_to_store
-    say(args, f"loading {source} ...")
-    if args.quiet:  # transformers draws its own bar while loading weights
-        try:
-            from transformers.utils import logging as hf_logging
-
-            hf_logging.disable_progress_bar()
-        except ImportError:
-            pass
-    model, tokenizer = _load_model(source, args.revision)
-    given = inputs(tokenizer)
-    ids = given["ids"]
-
-    def run():
-        say(args, f"analysing {len(ids)} tokens ...")
-        result = _analyze(
-            model,
-            ids,
-            tokenizer,
-            layers=layers,
-            tol=args.tol,
-            relative=relative,
-            scope=args.scope,
-            gates=args.gates,
-            stride=args.stride,
-            device=args.device,
-            progress=not args.quiet,
-            causal=not args.no_causal,
-            precision=args.precision,
-            max_seconds=args.max_seconds or None,  # 0: no limit
-            **({"separators": given["separators"]} if given["separators"] is not None else {}),
-        )
-        result.meta["prompt"] = given["text"]
-        result.meta["source"] = source
-        if chat is not None:
-            result.meta["chat"] = chat
-        return result
-
-    if cache is None:
-        return run(), False, _nothing_to_store
-    dtype = (
-        str(next(iter(model.parameters())).dtype).replace("torch.", "") if hasattr(model, "parameters") else "unknown"
+    settings = RunSettings(layers=layers, device=args.device, **settings_options(args))  # checked before loading
+    return run_cached(
+        RunRequest(source, prompt=prompt, chat=chat, settings=settings, revision=args.revision),
+        cache=None if args.no_cache else ResultCache(args.cache_dir),
+        steps=_steps(args),
+        progress=not args.quiet,
+        max_seconds=args.max_seconds or None,  # 0: no limit
     )
-    # the identity read before loading is the loaded model's (identity_without_weights): a hub
-    # id's commit is not asked for twice
-    identity = found[0] if found is not None else _identity(source, model, args.revision)
-    entry = key(identity, given, dtype)
-    cached = cache.get(entry)
-    if cached is not None:
-        return cached, True, _nothing_to_store
-    result = run()
-    return result, False, lambda: cache.put(entry, result)
 
 
 def cmd_analyze(args) -> int:
@@ -336,13 +264,13 @@ def cmd_models(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from ..sweep import sweep
+    from ..sweep import run_sweep
 
     models = [_resolve_source(m.strip()) for m in args.models.split(",") if m.strip()]
     if not models:
         raise UsageError("--models takes a comma-separated list of sources, e.g. zoo:la_k16,zoo:lfm2")
     init = {"num_cpus": args.num_cpus} if args.num_cpus else None
-    done = sweep(
+    done = run_sweep(
         models,
         args.prompts,
         out=args.out,
@@ -351,13 +279,7 @@ def cmd_sweep(args) -> int:
         shard_size=args.shard_size,
         bucket_by_length=args.bucket,
         text_field=args.text_field,
-        tol=args.tol,
-        relative=not args.absolute,
-        scope=args.scope,
-        gates=args.gates,
-        stride=args.stride,
-        causal=not args.no_causal,
-        precision=args.precision,
+        **settings_options(args),
         device=args.device,
         progress=not args.quiet,
         ray_address=args.ray_address,
@@ -390,11 +312,6 @@ def cmd_advise(args) -> int:
 
 
 # ---- parser ------------------------------------------------------------------------------
-# The figure kinds (figures.KINDS), listed here so that `--help` needs no Altair import;
-# tests/test_cli.py checks the two stay equal.
-FIGURE_KINDS = ("ess_time", "spectrum", "operator", "overview", "utilisation", "diagnostics", "compare")
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="Effective State-Size (ESS) of sequence-model layers.")
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
@@ -413,7 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
     fig.add_argument("--t", type=int, help="position t of the cut (spectrum, operator)")
     fig.add_argument("--positions", help="several positions for the spectrum, e.g. 8,16,32")
     fig.add_argument("--unit", type=int, help="unit (head or channel) for spectrum / operator")
-    fig.add_argument("--variant", choices=["tolerance", "entropy", "causal"], help="ESS variant (default tolerance)")
+    fig.add_argument("--variant", choices=VARIANTS, help="ESS variant (default tolerance)")
     fig.add_argument(
         "--against",
         choices=["ceiling", "tss"],
@@ -450,23 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--shard-size", type=_positive_int, default=16, help="prompts per table file (default 16)")
     sw.add_argument("--bucket", action="store_true", help="group prompts of similar length into shards")
     sw.add_argument("--text-field", default="text", help="the prompt field of a .jsonl file (default text)")
-    sw.add_argument("--tol", type=_tolerance, default=None, help="tolerance-ESS threshold (default 1e-3)")
-    sw.add_argument("--absolute", action="store_true", help="the tolerance is absolute (default: relative to sigma_1)")
-    sw.add_argument(
-        "--scope",
-        choices=["cut", "unit", "layer"],
-        default="cut",
-        help="which sigma_1 a relative tolerance refers to (default: each cut's)",
-    )
-    sw.add_argument(
-        "--gates",
-        choices=["inside", "outside"],
-        default="inside",
-        help="per-token gates around the sequence mixing are part of T (default) or not",
-    )
-    sw.add_argument("--stride", type=_positive_int, help="compute every STRIDE-th cut only")
-    sw.add_argument("--no-causal", action="store_true", help="skip causal ESS (its column stays empty)")
-    add_precision_argument(sw)
+    add_settings_arguments(sw)
     sw.add_argument("--device", help="torch device, e.g. cuda (Ray: each task asks for one GPU)")
     sw.add_argument("--ray-address", help="join a running Ray cluster (e.g. auto); default: start a local one")
     sw.add_argument("--num-cpus", type=_positive_int, help="CPUs of the local Ray cluster (default: all)")
@@ -529,7 +430,7 @@ def _main(argv=None) -> int:
         print(f"{PROG}: error: {message}", file=sys.stderr)
         return 1
     except BaseException as error:  # a bug (or a native panic), not a user error: one line, traceback on request
-        if _debug() or isinstance(error, SystemExit):
+        if _debug():
             raise
         text = str(error).strip().splitlines()[0] if str(error).strip() else ""
         print(

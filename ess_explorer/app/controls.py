@@ -5,20 +5,30 @@ from __future__ import annotations
 
 import html
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 import ipywidgets as W
 import numpy as np
 import traitlets as T
 
-from ..core.ess import check_tolerance
+from ..core.diagnostics import COLLAPSED_AT, SATURATED_AT
+from ..core.ess import DEFAULT_RELATIVE, DEFAULT_TOL, check_tolerance, check_variant
 from ..io import ResultCache
+from ..options import AGGREGATES, GATES, METRICS, SCOPES, VARIANTS, check_choice
 from ..result import ESSResult
-from ..views import charts
+from .static import example_prompt, random_mqar_prompt
 
 __all__ = [
+    "ExplorerOptions",
     "CUSTOM",
+    "ModelPicker",
+    "LayerUnitLists",
+    "link_controls",
+    "StatusBar",
     "ProgressBar",
+    "initial_tolerance",
+    "unit_options",
     "Tolerance",
     "check_options",
     "check_view",
@@ -27,6 +37,7 @@ __all__ = [
     "status_html",
     "with_selection",
     "zoo_models",
+    "model_choices",
 ]
 
 
@@ -44,14 +55,66 @@ class Tolerance(T.Float):
         return super().validate(obj, value)
 
 
+@dataclass(frozen=True)
+class ExplorerOptions:
+    """The explorer's options besides its model and prompt (``explore(model, prompt, **options)``),
+    checked when made: a ValueError in words before the explorer changes any state.
+
+    result: an ESSResult to open on instead of running a model. layer, unit: the view it
+    opens on (an index; a unit index or an aggregate of options.AGGREGATES). variant
+    (options.VARIANTS), tol, relative (None: the result's analysis settings, else the
+    defaults), overview_metric (options.METRICS): the view settings. saturated, collapsed:
+    the utilisation thresholds. stride: "auto" | None | int (app/session.py). load_fn,
+    capture_fn, layer_fn: the session's injection points. cache: True (the default on-disk
+    ResultCache), False or a ResultCache. static: display the static copy (app/static.py).
+    background: False analyses in the calling thread. auto_analyze: start analysing at once.
+    """
+
+    result: ESSResult | None = None
+    layer: int | None = None
+    unit: int | str = "mean"
+    variant: str = "tolerance"
+    tol: float | None = None
+    relative: bool | None = None
+    saturated: float = SATURATED_AT
+    collapsed: float = COLLAPSED_AT
+    overview_metric: str = "utilisation"
+    stride: int | str | None = "auto"
+    load_fn: Callable | None = None
+    capture_fn: Callable | None = None
+    layer_fn: Callable | None = None
+    cache: bool | ResultCache | None = True
+    static: bool = True
+    background: bool = True
+    auto_analyze: bool = True
+
+    def __post_init__(self):
+        check_options(
+            variant=self.variant,
+            overview_metric=self.overview_metric,
+            saturated=self.saturated,
+            collapsed=self.collapsed,
+            result=self.result,
+            tol=self.tol,
+            relative=self.relative,
+            layer=self.layer,
+            unit=self.unit,
+            cache=self.cache,
+        )
+
+    def session_options(self) -> dict:
+        """The keyword arguments of app/session.ExplorerSession these options hold."""
+        cache = ResultCache() if self.cache is True else (self.cache or None)
+        steps = {"load_fn": self.load_fn, "capture_fn": self.capture_fn, "layer_fn": self.layer_fn}
+        return {**steps, "cache": cache, "stride": self.stride}
+
+
 def check_options(
     *, variant, overview_metric, saturated, collapsed, result, tol, relative, layer=None, unit="mean", cache=True
 ) -> None:
     """The explorer's options, checked before any state changes: a ValueError in words."""
-    if variant not in charts.VARIANTS:
-        raise ValueError(f"variant must be one of {charts.VARIANTS}, got {variant!r}")
-    if overview_metric not in ("utilisation", "ess"):
-        raise ValueError(f"overview_metric must be 'utilisation' or 'ess', got {overview_metric!r}")
+    check_variant(variant)
+    check_choice("overview_metric", overview_metric, METRICS)
     if not 0 <= collapsed < saturated:
         raise ValueError(f"need 0 <= collapsed < saturated, got collapsed={collapsed}, saturated={saturated}")
     if result is not None and not isinstance(result, ESSResult):
@@ -74,8 +137,8 @@ def check_view(layer, unit, result) -> None:
     given a ``result``, present in it: never replaced by layer 0 or the mean without a word."""
     if layer is not None and not _is_index(layer):
         raise ValueError(f"layer must be a layer index (an int >= 0) or None, got {layer!r}")
-    if unit not in charts.AGGREGATES and not _is_index(unit):
-        raise ValueError(f"unit must be one of {', '.join(charts.AGGREGATES)} or a unit index, got {unit!r}")
+    if unit not in AGGREGATES and not _is_index(unit):
+        raise ValueError(f"unit must be one of {', '.join(AGGREGATES)} or a unit index, got {unit!r}")
     if result is None or not result.layers:
         return
     if layer is not None and layer not in result.layers:
@@ -87,12 +150,31 @@ def check_view(layer, unit, result) -> None:
         )
 
 
+def initial_tolerance(result: ESSResult | None, tol, relative) -> tuple[float, bool]:
+    """(tol, relative) the explorer opens with: those given, else the result's analysis
+    settings, else the defaults (a damaged file's tol falls back to the default)."""
+    saved = result.meta.get("tol", DEFAULT_TOL) if result is not None else DEFAULT_TOL
+    if isinstance(saved, bool) or not isinstance(saved, (int, float)) or not np.isfinite(saved) or saved < 0:
+        saved = DEFAULT_TOL
+    saved_relative = result.meta.get("relative", DEFAULT_RELATIVE) if result is not None else DEFAULT_RELATIVE
+    return float(tol if tol is not None else saved), bool(relative if relative is not None else saved_relative)
+
+
+def unit_options(lay) -> list[tuple[str, int | str]]:
+    """The unit list of a layer: the aggregates over its units, then each unit."""
+    options = [(f"{a} over {lay.unit_kind}s", a) for a in AGGREGATES]
+    return options + [(f"{lay.unit_kind} {u}", u) for u in range(lay.n_units)]
+
+
 def status_html(message: str, kind: str = "info") -> str:
     """The status line's HTML: the message escaped, coloured and marked by kind."""
     colors = {"info": "#444", "ok": "#2e7d32", "error": "#c62828", "busy": "#1565c0"}
     icon = {"error": "⚠ ", "ok": "✓ ", "busy": "↻ "}.get(kind, "")
     return f'<span style="color:{colors[kind]}">{icon}{html.escape(message)}</span>'
 
+
+# How the overview's metrics read on the control (utilisation: ESS over the attainable ceiling).
+METRIC_LABELS = {"utilisation": "ESS/TSS", "ess": "ESS"}
 
 CUSTOM = "__custom__"  # model dropdown value: use the text field (hub id or local folder)
 
@@ -104,6 +186,14 @@ def zoo_models() -> tuple[list[str], str | None]:
         return list(sources.list_models()), sources.DEFAULT_MODEL
     except Exception:  # noqa: BLE001  (no zoo: the explorer still opens hub ids and folders)
         return [], None
+
+
+def model_choices() -> tuple[list[tuple[str, str]], str | None]:
+    """The model dropdown's (label, value) pairs (the built-in models, then CUSTOM) and the
+    source the explorer opens on when given none ("zoo:" + the default model; None without a zoo)."""
+    names, default = zoo_models()
+    choices = [(f"{name} (built-in)", f"zoo:{name}") for name in names] + [("hub id or folder →", CUSTOM)]
+    return choices, (f"zoo:{default}" if names and default else None)
 
 
 class ProgressBar:
@@ -150,6 +240,93 @@ class ProgressBar:
         )
 
 
+class ModelPicker:
+    """The model controls bound to the ``model`` trait of ``owner``: the dropdown of built-in
+    models, or its last entry (CUSTOM) with the text field for a hub id or folder. ``quiet``:
+    the context under which the code's own updates of the controls are made
+    (worker.Worker.quiet), ``is_quiet`` tells them apart from the user's."""
+
+    def __init__(self, owner, dropdown: W.Dropdown, text: W.Text, mqar: W.Button, quiet, is_quiet: Callable[[], bool]):
+        self.owner, self.dropdown, self.text, self.mqar = owner, dropdown, text, mqar
+        self.quiet, self.is_quiet = quiet, is_quiet
+        owner.observe(self._show, "model")
+        dropdown.observe(self._pick, "value")
+        text.observe(self._pick, "value")
+
+    def _show(self, change) -> None:
+        source = change["new"]
+        with self.quiet():
+            if source in [v for _, v in self.dropdown.options] and source != CUSTOM:
+                self.dropdown.value = source
+            else:
+                self.dropdown.value, self.text.value = CUSTOM, source or ""
+        self.text.layout.display = None if self.dropdown.value == CUSTOM else "none"
+        self.mqar.disabled = not (source or "").startswith("zoo:")
+
+    def _pick(self, _change) -> None:
+        if not self.is_quiet():
+            custom = self.dropdown.value == CUSTOM
+            self.owner.model = (self.text.value.strip() or None) if custom else self.dropdown.value
+
+
+class LayerUnitLists:
+    """The layer and unit dropdowns bound to the ``layer`` and ``unit`` traits of ``owner``: a
+    choice in a list sets the trait; `fill` and `units` set the lists (the caller holds the
+    ``quiet`` context, so the lists' own changes set nothing back)."""
+
+    def __init__(self, owner, layer_w: W.Dropdown, unit_w: W.Dropdown, is_quiet: Callable[[], bool]):
+        self.layer_w, self.unit_w = layer_w, unit_w
+        for name, control in (("layer", layer_w), ("unit", unit_w)):
+            control.observe(lambda c, n=name: is_quiet() or c["new"] is None or setattr(owner, n, c["new"]), "value")
+
+    def fill(self, result: ESSResult, layer: int, unit) -> int | str:
+        """Both lists for ``result``, ``layer`` selected; returns the unit selected (``unit``,
+        or the mean when the layer has no such unit)."""
+        self.layer_w.options = [(f"{i} · {lay.family}", i) for i, lay in sorted(result.layers.items())]
+        self.layer_w.value = layer
+        return self.units(result.layer(layer), unit)
+
+    def units(self, lay, unit) -> int | str:
+        """The unit list of layer ``lay``, ``unit`` selected where it has one (else the mean)."""
+        self.unit_w.options = unit_options(lay)
+        self.unit_w.value = unit if unit in [v for _, v in self.unit_w.options] else "mean"
+        return self.unit_w.value
+
+
+class StatusBar:
+    """The run's feedback: the Analyze and continue buttons, the progress bar and the status line."""
+
+    def __init__(self, analyze: W.Button, refine: W.Button, progress: W.FloatProgress, status: W.HTML):
+        self.analyze, self.refine, self.bar, self.status = analyze, refine, progress, status
+
+    def say(self, message: str, kind: str = "info") -> None:
+        self.status.value = status_html(message, kind)
+
+    def progress(self, **kwargs) -> "ProgressBar":
+        """A tqdm-compatible bar drawn here (the session's ``progress``)."""
+        return ProgressBar(self.bar, self.say, **kwargs)
+
+    def attempt(self, fn: Callable[[], None]) -> None:
+        """Run ``fn``; an error goes to the status line, never to a traceback (any failure of a
+        view update must leave the widget usable)."""
+        try:
+            fn()
+        except Exception as error:  # noqa: BLE001
+            self.say(f"{type(error).__name__}: {error}", "error")
+
+    def starting(self) -> None:
+        self.analyze.disabled, self.refine.layout.display = True, "none"
+        self.bar.value, self.bar.bar_style = 0.0, "info"
+        self.say("starting …", "busy")
+
+    def ended(self, message: str, *, ok: bool, resumable: bool = False) -> None:
+        """A run ended: ``message`` on the status line; ``resumable`` shows "continue"."""
+        self.analyze.disabled = False
+        self.bar.value, self.bar.bar_style = 1.0, "success" if ok else "danger"
+        self.say(message, "ok" if ok else "error")
+        self.refine.layout.display = "" if resumable else "none"
+
+
 def make_controls(options: list[tuple[str, str]]) -> dict[str, W.Widget]:
     """The control widgets by attribute name (model_w, source_w, analyze_w, ...);
     ``options``: the model dropdown's (label, value) pairs."""
@@ -174,7 +351,7 @@ def make_controls(options: list[tuple[str, str]]) -> dict[str, W.Widget]:
     c["layer_w"] = W.Dropdown(description="layer", options=[], style=style, layout=W.Layout(width="210px"))
     c["unit_w"] = W.Dropdown(description="unit", options=[], style=style, layout=W.Layout(width="170px"))
     c["variant_w"] = W.ToggleButtons(
-        options=[("tolerance", "tolerance"), ("entropy", "entropy"), ("causal", "causal")],
+        options=[(variant, variant) for variant in VARIANTS],
         description="ESS",
         style={"button_width": "86px", "description_width": "initial"},
     )
@@ -191,20 +368,20 @@ def make_controls(options: list[tuple[str, str]]) -> dict[str, W.Widget]:
     )
     c["relative_w"] = W.ToggleButtons(options=[("× σ₁", True), ("absolute", False)], style={"button_width": "78px"})
     c["scope_w"] = W.Dropdown(
-        options=[("σ₁ of the cut", "cut"), ("σ₁ of the unit", "unit"), ("σ₁ of the layer", "layer")],
+        options=[(f"σ₁ of the {scope}", scope) for scope in SCOPES],
         description="scope",
         tooltip="which σ₁ a relative tolerance refers to; unit or layer see resets (docs/conventions.md)",
         style=style,
         layout=W.Layout(width="200px"),
     )
     c["gates_w"] = W.Dropdown(
-        options=[("gates inside T", "inside"), ("gates outside T", "outside")],
+        options=[(f"gates {policy} T", policy) for policy in GATES],
         description="",
         tooltip="whether per-token gates are part of T (a change re-runs the analysis)",
         layout=W.Layout(width="150px"),
     )
     c["metric_w"] = W.Dropdown(
-        options=[("ESS/TSS", "utilisation"), ("ESS", "ess")],
+        options=[(METRIC_LABELS[metric], metric) for metric in METRICS],
         description="overview",
         style=style,
         layout=W.Layout(width="160px"),
@@ -218,6 +395,21 @@ def make_controls(options: list[tuple[str, str]]) -> dict[str, W.Widget]:
         layout=W.Layout(display="none"),
     )  # shown when a run stopped half way
     return c
+
+
+def link_controls(e, worker) -> None:
+    """Tie the controls of explorer ``e`` (make_controls') to its traitlets and methods: the
+    view settings linked both ways, the model picker, the layer and unit lists (``e.lists``)
+    and the buttons; ``worker`` (worker.Worker) tells the code's own updates apart."""
+    for name in ("prompt", "variant", "tol", "relative", "scope", "gates"):
+        W.link((e, name), (getattr(e, f"{name}_w"), "value"))
+    W.link((e, "overview_metric"), (e.metric_w, "value"))
+    ModelPicker(e, e.model_w, e.source_w, e.mqar_w, worker.quiet, lambda: worker.is_quiet)
+    e.lists = LayerUnitLists(e, e.layer_w, e.unit_w, lambda: worker.is_quiet)
+    e.analyze_w.on_click(lambda _: e.run())
+    e.refine_w.on_click(lambda _: e.refine())
+    e.example_w.on_click(lambda _: setattr(e, "prompt", example_prompt(e.model)))
+    e.mqar_w.on_click(lambda _: e.status.attempt(lambda: setattr(e, "prompt", random_mqar_prompt(e.model))))
 
 
 def layout_rows(e) -> list[W.Widget]:

@@ -4,6 +4,8 @@
     %ess --model zoo:mamba2_n16 --layer 1 "ba 07 ko 31 | ko"
     %ess --model gpt2 --unit max --variant entropy "The cat sat on the mat."
     %ess --result run.npz                            # a saved ESSResult, no model
+    %ess --wait                                      # return once the analysis has ended
+    %ess --help                                      # every option
 
 It opens the same explorer as ``ess_explorer.explore`` (and returns it, so it displays).
 Bad options print argparse's usage and a clear message instead of a traceback; so does any
@@ -14,9 +16,11 @@ what was wrong. ``ESS_EXPLORER_DEBUG=1`` re-raises with the traceback.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import shlex
+
+from ..options import AGGREGATES, VARIANTS
+from .arguments import parse_tolerance
 
 __all__ = ["load_ipython_extension", "ess_magic", "parse_ess_args"]
 
@@ -27,45 +31,55 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _unit(text: str):
-    if text in ("mean", "max", "sum"):
+    if text in AGGREGATES:
         return text
     try:
         return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"unit must be mean, max, sum or a unit index, got {text!r}") from None
-
-
-def _tolerance(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number such as 1e-3, got {text!r}") from None
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"the tolerance must be a finite number >= 0, got {text!r}")
-    return value
+        raise argparse.ArgumentTypeError(
+            f"unit must be {', '.join(AGGREGATES)} or a unit index, got {text!r}"
+        ) from None
 
 
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="%ess", description="Open the ESS explorer.", add_help=False)
     p.add_argument("prompt", nargs="*", help="prompt text (quote it); default: the model's example prompt")
+    p.add_argument("--help", "-h", action="store_true", help="print this help and open nothing")
     p.add_argument("--model", "-m", default=None, help="zoo:NAME, a hub id or a local folder")
     p.add_argument("--layer", "-l", type=int, default=None)
-    p.add_argument("--unit", "-u", type=_unit, default="mean", help="mean, max, sum or a head / channel index")
-    p.add_argument("--variant", choices=["tolerance", "entropy", "causal"], default="tolerance")
-    p.add_argument("--tol", type=_tolerance, default=None, help="tolerance (relative to sigma_1 unless --absolute)")
+    p.add_argument(
+        "--unit", "-u", type=_unit, default="mean", help=f"{', '.join(AGGREGATES)} or a head / channel index"
+    )
+    p.add_argument("--variant", choices=VARIANTS, default="tolerance", help="the ESS shown")
+    p.add_argument(
+        "--tol", type=parse_tolerance, default=None, help="tolerance (relative to sigma_1 unless --absolute)"
+    )
     p.add_argument("--absolute", action="store_true", help="the tolerance is absolute, not relative to sigma_1")
     p.add_argument("--stride", type=int, default=None, help="position stride of the overview pass (default: auto)")
     p.add_argument("--result", default=None, help="open a saved ESSResult (.npz) instead of running a model")
+    p.add_argument(
+        "--wait",
+        action="store_true",
+        help="return once the analysis has ended, so the cell's output holds the finished figure "
+        "(a notebook executed for export); default: at once, the analysis continuing in the background",
+    )
     return p
 
 
-def parse_ess_args(line: str) -> tuple[str | None, str | None, dict]:
-    """(model, prompt, explore options) from the magic's line; ValueError with usage."""
+def _parse(line: str) -> argparse.Namespace:
     try:
         words = shlex.split(line)
     except ValueError as error:  # an unbalanced quote
         raise ValueError(f"%ess: cannot split the line ({error}); quote the prompt once") from error
-    args = _parser().parse_args(words)
+    return _parser().parse_args(words)
+
+
+def parse_ess_args(line: str) -> tuple[str | None, str | None, dict]:
+    """(model, prompt, explore options) from the magic's line; ValueError with usage."""
+    return _explore_arguments(_parse(line))
+
+
+def _explore_arguments(args: argparse.Namespace) -> tuple[str | None, str | None, dict]:
     options = {"layer": args.layer, "unit": args.unit, "variant": args.variant}
     if args.tol is not None:
         options["tol"] = args.tol
@@ -90,19 +104,27 @@ def parse_ess_args(line: str) -> tuple[str | None, str | None, dict]:
 
 
 def ess_magic(line: str = ""):
-    """%ess [--model M] [--layer N] [--unit U] [--variant V] [--tol X] [--absolute] "prompt" """
+    """%ess [--model M] [--layer N] [--unit U] [--variant V] [--tol X] [--absolute] [--wait] "prompt"
+    (``%ess --help`` lists every option)."""
     from .widget import explore
 
     debug = os.environ.get("ESS_EXPLORER_DEBUG", "").lower() not in ("", "0", "false", "no")
     try:
-        model, prompt, options = parse_ess_args(line)
+        args = _parse(line)
+        if args.help:
+            print(_parser().format_help())
+            return None
+        model, prompt, options = _explore_arguments(args)
     except ValueError as error:
         if debug:
             raise
         print(error)
         return None
     try:
-        return explore(model, prompt, **options)
+        explorer = explore(model, prompt, **options)
+        if args.wait:
+            explorer.wait()
+        return explorer
     except Exception as error:  # noqa: BLE001 (a notebook user gets one line, not a traceback)
         if debug:
             raise

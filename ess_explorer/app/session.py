@@ -5,10 +5,11 @@
                          on_result=lambda result, info: print(info["phase"], sorted(result.layers)))
 
 A run, in order (each step moves the progress bar; its ETA is tqdm's):
-1. the cache: a result stored for (model identity, token ids, tol, relative) answers at
-   once. The identity (a zoo model's or folder's file hashes, a hub id's commit) and the
-   token ids (its tokenizer) need no weights (sources.identity_without_weights), so a hit
-   never loads the model; a hub id whose commit cannot be told is looked up after loading.
+1. the cache (runs.open_run, the look-up the CLI and the sweep share): a result stored for
+   the same run (runs.AnalysisRun: model identity, token ids, settings) answers at once. The
+   identity (a zoo model's or folder's file hashes, a hub id's commit) and the token ids
+   (its tokenizer) need no weights (sources.identity_without_weights), so a hit never loads
+   the model; a hub id whose commit cannot be told is looked up after loading.
 2. the model is loaded (and kept while the source stays the same).
 3. ONE forward pass captures the unit operators of every layer (analysis.capture_layers),
    in a background thread: the next step starts as soon as the selected layer is captured,
@@ -41,8 +42,8 @@ from typing import Callable
 
 import torch
 
-from ..core.precision import DEFAULT_PRECISION
 from ..result import ESSResult, LayerESS
+from ..runs import OpenedRun, RunRequest, RunSettings, RunSteps, open_run, quiet_transformers
 from .plan import (
     FIRST_CHART_FLOPS,
     OVERVIEW_POSITIONS,
@@ -71,36 +72,11 @@ __all__ = [
 REFRESH_EVERY_S = 2.0
 
 
-def _quiet_transformers():
-    """transformers' weight-loading bar and notices would land in the notebook cell; the
-    session's own progress reports instead."""
-    import contextlib
-
-    @contextlib.contextmanager
-    def quiet():
-        try:
-            from transformers.utils import logging as hf_logging
-        except ImportError:
-            yield
-            return
-        level, bar = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
-        hf_logging.set_verbosity_error()
-        hf_logging.disable_progress_bar()
-        try:
-            yield
-        finally:
-            hf_logging.set_verbosity(level)
-            if bar:
-                hf_logging.enable_progress_bar()
-
-    return quiet()
-
-
 def default_load(source: str):
     """(model, tokenizer) through sources.load_model, quietly."""
     from ..sources import load_model
 
-    with _quiet_transformers():
+    with quiet_transformers():
         return load_model(source)
 
 
@@ -109,7 +85,7 @@ def default_capture(model, tokenizer, prompt: str, *, gates: str = "inside", on_
     policy, docs/conventions.md; on_layer(captured, index) as each layer arrives)."""
     from ..analysis import capture_layers
 
-    with _quiet_transformers():
+    with quiet_transformers():
         return capture_layers(model, prompt=prompt, tokenizer=tokenizer, gates=gates, on_layer=on_layer)
 
 
@@ -183,7 +159,7 @@ class ExplorerSession:
         self._loaded: tuple | None = None  # (source, model, tokenizer): one model in memory
         self._captured = None
         self._tasks: deque = deque()
-        self._key: str | None = None
+        self._opened: OpenedRun | None = None  # the run being computed (its cache entry is written at the end)
         self._settings: dict = {}
         self._lock = threading.Lock()
         self._wanted: int | None = None
@@ -230,29 +206,32 @@ class ExplorerSession:
             raise ValueError("choose a built-in model or type a hub id / folder")
         if not isinstance(prompt, str) or not prompt.strip():
             raise ValueError("the prompt is empty: type one or press “example”")
-        if gates not in ("inside", "outside"):
-            raise ValueError(f"gates must be 'inside' or 'outside', got {gates!r}")
+        settings = RunSettings(tol=tol, relative=relative, gates=gates)  # checked before anything changes
         self._cancel.clear()
         with self._lock:
             self._tasks.clear()
             self._wanted = None
-        self._captured, self._key, self.cache_hit, self.opened = None, None, None, None
+        self._captured, self._opened, self.cache_hit, self.opened = None, None, None, None
         self._settings = {
-            "tol": float(tol),
-            "relative": bool(relative),
-            "gates": gates,
+            "tol": settings.tol,
+            "relative": settings.relative,
+            "gates": settings.gates,
             "source": source,
             "prompt": prompt,
         }
         bar = self.progress(total=2, desc=f"looking up {source}", unit="step")  # load, forward pass
+
+        def load(source: str, _revision):
+            bar.set_description(f"loading {source}")
+            loaded = self._model(source)
+            bar.update(1)
+            return loaded
+
         try:
-            key, hit = self._cache_lookup(source, prompt, tol, relative, model=None)
-            if hit is None:
-                bar.set_description(f"loading {source}")
-                model, tokenizer = self._model(source)
-                bar.update(1)
-                if key is None:  # a hub id: its identity is known once loaded
-                    key, hit = self._cache_lookup(source, prompt, tol, relative, model=model, tokenizer=tokenizer)
+            # the cache only for the default pipeline (an injected one computes something else)
+            cache = self.cache if self.load_fn is default_load else None
+            opened = open_run(RunRequest(source, prompt, settings=settings), cache=cache, steps=RunSteps(load=load))
+            hit = opened.hit
             if hit is not None:
                 self.cache_hit = True
                 self.source, self.prompt = source, prompt
@@ -267,8 +246,9 @@ class ExplorerSession:
                         {"phase": "cached", "layer": layer, "exact_layers": sorted(hit.layers), "final": True},
                     )
                 return self.result
-            self.cache_hit = False if key is not None else None
-            self._key = key
+            self.cache_hit = False if opened.run is not None else None
+            self._opened = opened
+            model, tokenizer = opened.model, opened.tokenizer
             self._check_cancel()
             bar.set_description("forward pass")
             captured = self._start_forward(model, tokenizer, prompt, gates, layer)
@@ -378,8 +358,8 @@ class ExplorerSession:
         finally:
             bar.close()
         self._captured = None  # every layer is exact: free the operators
-        if self.cache is not None and self._key is not None:
-            self.cache.put(self._key, self.result)
+        if self._opened is not None:
+            self._opened.store(self.result)
         return self.result
 
     # ---------------------------------------------------------------- helpers
@@ -447,47 +427,6 @@ class ExplorerSession:
             model, tokenizer = self.load_fn(source)
             self._loaded = (source, model, tokenizer)
         return self._loaded[1], self._loaded[2]
-
-    def _cache_lookup(self, source, prompt, tol, relative, *, model=None, tokenizer=None):
-        """(key, cached result or None); (None, None) when no key can be made (no cache, an
-        injected pipeline, no tokenizer, a hub id whose commit cannot be told before loading)."""
-        if self.cache is None or (self.load_fn is not default_load):
-            return None, None
-        from ..io import cache_key
-        from ..sources import identity_without_weights, model_identity
-
-        try:
-            if model is None:  # before loading: from the files (sources.identity_without_weights)
-                found = identity_without_weights(source)
-                if found is None:
-                    return None, None
-                identity, tokenizer = found
-            else:
-                identity = model_identity(source, model)
-            if tokenizer is None:
-                return None, None
-            ids = [int(i) for i in tokenizer(prompt, add_special_tokens=False)["input_ids"]]
-            # the same key as `ess-explorer analyze` (float32 weights, every layer, exact,
-            # per-cut scope, the model's device, no revision, causal ESS, the default precision)
-            key = cache_key(
-                identity,
-                ids,
-                layers=None,
-                dtype="float32",
-                tol=float(tol),
-                relative=bool(relative),
-                stride=None,
-                prompt=prompt,
-                scope="cut",
-                gates=self._settings["gates"],
-                device=None,
-                revision=None,
-                causal=True,
-                precision=DEFAULT_PRECISION,
-            )
-        except ValueError:
-            return None, None
-        return key, self.cache.get(key)
 
     def _merge(self, captured, index: int, lay: LayerESS, *, exact: bool) -> ESSResult:
         """The current result with ``lay`` as layer ``index`` (an exact layer replaces its

@@ -6,10 +6,12 @@
     ex = ess_explorer.explore(result=ess_explorer.ESSResult.load("run.npz"))
     ex.layer = 1; ex.tol = 1e-2                               # traitlets: set and observe them
 
-The widget shows and forwards; the analysis policy (one forward pass, the selected layer
-exactly first, a strided overview, refinement, the cache) is app/session.py's. Analyses
-run in a background thread, so `explore()` returns at once with its progress bar (and
-ETA) visible, and the layer, tolerance or unit can change while the rest is computed.
+The widget is a thin view: traitlets in, a chart out. The analysis policy (one forward pass,
+the selected layer exactly first, a strided overview, refinement, the cache) is
+app/session.py's; app/worker.py runs it in a background thread, so `explore()` returns at
+once with its progress bar (and ETA) visible, and the layer, tolerance or unit can change
+while the rest is computed; every view update happens under the worker's lock;
+app/live_chart.py draws.
 
 What calls what
 - Browser only: selecting t on ESS over time (the spectrum and H_t follow), hovering.
@@ -22,32 +24,27 @@ A failure is said in the status line (``last_error``); the previous result stays
 
 from __future__ import annotations
 
-import threading
-import time
 from typing import Callable
 
-import altair as alt
 import ipywidgets as W
-import numpy as np
 import traitlets as T
 
-from ..core.diagnostics import COLLAPSED_AT, SATURATED_AT
-from ..io import ResultCache
+from ..options import DEFAULT_GATES, DEFAULT_SCOPE, GATES, METRICS, SCOPES, VARIANTS
 from ..result import ESSResult
-from ..views import charts
 from .controls import (
     CUSTOM,
-    ProgressBar,
+    ExplorerOptions,
+    StatusBar,
     Tolerance,
-    check_options,
     check_view,
+    initial_tolerance,
     layout_rows,
+    link_controls,
     make_controls,
-    status_html,
-    with_selection,
-    zoo_models,
+    model_choices,
 )
-from .session import Cancelled, ExplorerSession, opening_layer, torch_thread
+from .live_chart import LiveChart
+from .session import ExplorerSession, opening_layer
 from .static import (
     EXAMPLE_PROMPT,  # noqa: F401  (public name of this module since the first release)
     HIDE_STATIC_CSS,
@@ -55,8 +52,8 @@ from .static import (
     enable_offline,
     example_prompt,
     random_mqar_prompt,
-    sync_only,
 )
+from .worker import Worker
 
 __all__ = ["explore", "ESSExplorer", "EXAMPLE_PROMPT", "CUSTOM", "example_prompt", "random_mqar_prompt"]
 
@@ -65,147 +62,63 @@ class ESSExplorer(StaticCopy, W.VBox):
     """The explorer widget (module docstring). Construct it with `explore`.
 
     Traitlets (set them, observe them): model ("zoo:NAME", hub id or folder), prompt,
-    layer, unit ("mean" | "max" | "sum" | int), variant ("tolerance" | "entropy" | "causal"),
-    tol, relative, scope ("cut" | "unit" | "layer": the σ₁ a relative tolerance refers to;
-    a recount, no model run), gates ("inside" | "outside": the gate policy; a change re-runs
-    the analysis), overview_metric ("utilisation" | "ess"), selected_t (the t clicked in the
-    browser; None before); busy and last_error are read-only reports.
+    layer, unit (an aggregate of options.AGGREGATES or an int), variant (options.VARIANTS),
+    tol, relative, scope (options.SCOPES: the σ₁ a relative tolerance refers to; a recount,
+    no model run), gates (options.GATES: the gate policy; a change re-runs the analysis),
+    overview_metric (options.METRICS), selected_t (the t clicked in the browser; None
+    before); busy and last_error are read-only reports.
 
-    Other parameters: result (an ESSResult to open on instead of running a model);
-    saturated, collapsed (thresholds); stride ("auto" | None | int, app/session.py);
-    load_fn / capture_fn / layer_fn (the session's injection points); cache (True: the
-    default on-disk ResultCache, False, or a ResultCache); static (display the static
-    copy, app/static.py); background (False: analyse in the calling thread).
+    ``options``: controls.ExplorerOptions (result, layer, unit, variant, tol, relative,
+    saturated, collapsed, overview_metric, stride, load_fn, capture_fn, layer_fn, cache,
+    static, background, auto_analyze), checked before anything changes.
     """
 
     model = T.Unicode(None, allow_none=True)
     prompt = T.Unicode("")
     layer = T.Int(None, allow_none=True)
     unit = T.Union([T.Int(), T.Unicode()], default_value="mean")
-    variant = T.Enum(charts.VARIANTS, default_value="tolerance")
+    variant = T.Enum(VARIANTS, default_value="tolerance")
     tol = Tolerance(1e-3)
     relative = T.Bool(True)
-    scope = T.Enum(("cut", "unit", "layer"), default_value="cut")
-    gates = T.Enum(("inside", "outside"), default_value="inside")
-    overview_metric = T.Enum(("utilisation", "ess"), default_value="utilisation")
+    scope = T.Enum(SCOPES, default_value=DEFAULT_SCOPE)
+    gates = T.Enum(GATES, default_value=DEFAULT_GATES)
+    overview_metric = T.Enum(METRICS, default_value="utilisation")
     selected_t = T.Int(None, allow_none=True)
     busy = T.Bool(False, read_only=True)
     last_error = T.Unicode(None, allow_none=True, read_only=True)
 
-    def __init__(
-        self,
-        model: str | None = None,
-        prompt: str | None = None,
-        *,
-        result: ESSResult | None = None,
-        layer: int | None = None,
-        unit="mean",
-        variant: str = "tolerance",
-        tol: float | None = None,
-        relative: bool | None = None,
-        saturated: float = SATURATED_AT,
-        collapsed: float = COLLAPSED_AT,
-        overview_metric: str = "utilisation",
-        stride="auto",
-        load_fn: Callable | None = None,
-        capture_fn: Callable | None = None,
-        layer_fn: Callable | None = None,
-        cache=True,
-        static: bool = True,
-        background: bool = True,
-        auto_analyze: bool = True,
-    ):
-        check_options(
-            variant=variant,
-            overview_metric=overview_metric,
-            saturated=saturated,
-            collapsed=collapsed,
-            result=result,
-            tol=tol,
-            relative=relative,
-            layer=layer,
-            unit=unit,
-            cache=cache,
-        )
+    def __init__(self, model: str | None = None, prompt: str | None = None, **options):
+        o = ExplorerOptions(**options)  # every option checked before anything changes
         enable_offline()  # the widget's JS from vl-convert, never a CDN (kept on disk: app/static.py)
-        cache = ResultCache() if cache is True else (cache or None)
-        self.session = ExplorerSession(
-            load_fn=load_fn,
-            capture_fn=capture_fn,
-            layer_fn=layer_fn,
-            cache=cache,
-            stride=stride,
-            progress=lambda **kw: ProgressBar(self.progress_w, self._say, **kw),
-        )
-        self.saturated, self.collapsed = float(saturated), float(collapsed)
-        self._static, self._background = static, background
-        self.names = charts.ViewNames.fresh()  # unique params: explorers in one notebook never interfere
-        self.result: ESSResult | None = None
-        self.chart: alt.JupyterChart | None = None
-        self.last_update_s: float | None = None  # seconds of the last chart update (for measurement)
-        self._spec_cache: dict[tuple, dict] = {}
-        self._quiet = False  # True while the code itself fills the lists: no redraw per change
-        self._lock = threading.RLock()  # view updates come from the worker and from the user
-        self._thread: threading.Thread | None = None
-        self._ok: bool | None = None
-        self._static_handle = None
-
-        names, default = zoo_models()
-        options = [(f"{name} (built-in)", f"zoo:{name}") for name in names] + [("hub id or folder →", CUSTOM)]
-        source = model if model is not None else (f"zoo:{default}" if names else None)
-        for name, control in make_controls(options).items():
+        choices, default = model_choices()
+        for name, control in make_controls(choices).items():
             setattr(self, name, control)
-        self._chart_box = W.Box(layout=W.Layout(width="100%"))
+        self.status = StatusBar(self.analyze_w, self.refine_w, self.progress_w, self.status_w)
+        self.session = ExplorerSession(**o.session_options(), progress=self.status.progress)
+        self.worker = Worker(self.session, self.status, background=o.background, on_state=self._on_state)
+        self.saturated, self.collapsed = float(o.saturated), float(o.collapsed)
+        self.result: ESSResult | None = None
+        self._static, self._static_handle = o.static, None
+        box = W.Box(layout=W.Layout(width="100%"))
+        self.views = LiveChart(box, on_t=self._on_browser_t, on_layer=self._on_browser_layer)
         hide_static = W.HTML(HIDE_STATIC_CSS, layout=W.Layout(display="none"))  # live: hide the static copy
-        rows = layout_rows(self)
-        super().__init__(rows + [self._chart_box, hide_static], layout=W.Layout(width="100%"))
+        super().__init__(layout_rows(self) + [box, hide_static], layout=W.Layout(width="100%"))
         self.add_class("ess-explorer")
-
-        # ---- state <-> controls
-        for name, control in (
-            ("prompt", self.prompt_w),
-            ("variant", self.variant_w),
-            ("tol", self.tol_w),
-            ("relative", self.relative_w),
-            ("scope", self.scope_w),
-            ("gates", self.gates_w),
-            ("overview_metric", self.metric_w),
-        ):
-            W.link((self, name), (control, "value"))
-        self.model_w.observe(self._on_model_controls, "value")
-        self.source_w.observe(self._on_model_controls, "value")
-        self.layer_w.observe(lambda c: self._quiet or c["new"] is None or setattr(self, "layer", c["new"]), "value")
-        self.unit_w.observe(lambda c: self._quiet or c["new"] is None or setattr(self, "unit", c["new"]), "value")
-        self.analyze_w.on_click(lambda _: self.run())
-        self.refine_w.on_click(lambda _: self.refine())
-        self.example_w.on_click(lambda _: setattr(self, "prompt", example_prompt(self.model)))
-        self.mqar_w.on_click(lambda _: self._random_mqar())
-
-        self.model = source
+        link_controls(self, self.worker)
+        source = model if model is not None else default
+        self.model, self.variant, self.overview_metric = source, o.variant, o.overview_metric
         self.prompt = prompt if prompt is not None else example_prompt(source)
-        self.variant, self.overview_metric = variant, overview_metric
-        saved = result.meta.get("tol", 1e-3) if result is not None else 1e-3
-        if isinstance(saved, bool) or not isinstance(saved, (int, float)) or not np.isfinite(saved) or saved < 0:
-            saved = 1e-3  # a damaged file's tol falls back to the default
-        self.tol = float(tol if tol is not None else saved)
-        self.relative = bool(
-            relative if relative is not None else (result.meta.get("relative", True) if result is not None else True)
-        )
-        self._initial = {"layer": layer, "unit": unit}
-        if result is not None:
-            self.show_result(result, layer=layer, unit=unit)
-        elif auto_analyze:
-            if source is None:
-                self._fallback("no built-in models are installed")
-            else:
-                self.run()
+        self.tol, self.relative = initial_tolerance(o.result, o.tol, o.relative)
+        self._initial = {"layer": o.layer, "unit": o.unit}
+        if o.result is not None:
+            self.show_result(o.result, layer=o.layer, unit=o.unit)
+        elif o.auto_analyze:
+            self.run() if source is not None else self._fallback("no built-in models are installed")
 
-    @property
-    def source(self) -> str | None:
-        """The model source (the ``model`` traitlet; the name of earlier releases)."""
-        return self.model
+    chart = property(lambda self: self.views.chart, doc="The alt.JupyterChart of the views (None before the first).")
+    names = property(lambda self: self.views.names, doc="The chart's param names (charts.ViewNames).")
 
-    # ------------------------------------------------------------------ trait observers
+    # ------------------------------------------------------------------ traits and controls
     @T.validate("layer")
     def _check_layer(self, proposal):
         value = proposal["value"]
@@ -213,92 +126,54 @@ class ESSExplorer(StaticCopy, W.VBox):
             raise T.TraitError(f"layer must be one of {sorted(self.result.layers)}, got {value}")
         return value
 
-    @T.observe("model")
-    def _on_model(self, change):
-        source = change["new"]
-        known = [v for _, v in self.model_w.options]
-        self._quiet = True
-        try:
-            if source in known and source != CUSTOM:
-                self.model_w.value = source
-            else:
-                self.model_w.value, self.source_w.value = CUSTOM, source or ""
-        finally:
-            self._quiet = False
-        self.source_w.layout.display = None if self.model_w.value == CUSTOM else "none"
-        self.mqar_w.disabled = not (source or "").startswith("zoo:")
-
-    def _on_model_controls(self, _change):
-        if not self._quiet:
-            self.model = self.source_w.value.strip() or None if self.model_w.value == CUSTOM else self.model_w.value
-
     @T.observe("layer")
     def _on_layer(self, change):
-        layer = change["new"]
-        if self._quiet or self.result is None or layer is None:
+        if self.worker.is_quiet or self.result is None or change["new"] is None:
             return
-        with self._lock:
-            self._quiet = True
-            try:
-                self.layer_w.value = layer
-                self._fill_units(self.unit)
-            finally:
-                self._quiet = False
-        if layer not in self.result.meta.get("exact_layers", sorted(self.result.layers)):
-            self.session.prioritise(layer)  # computed next by the running (or resumed) analysis
+        with self.worker.quiet():
+            self.layer_w.value = change["new"]
+            self.unit = self.lists.units(self.result.layer(change["new"]), self.unit)
+        if change["new"] not in self.result.meta.get("exact_layers", sorted(self.result.layers)):
+            self.session.prioritise(change["new"])  # computed next by the running (or resumed) analysis
             if not self.busy:
                 self.refine()
         self._guarded(self.refresh)
 
-    @T.observe("unit")
-    def _on_unit(self, change):
-        if self.result is not None and self.unit_w.options and change["new"] in [v for _, v in self.unit_w.options]:
-            self._quiet = True
-            try:
+    @T.observe("unit", "variant", "tol", "relative", "scope", "overview_metric", "selected_t")
+    def _on_view(self, change):
+        if change["name"] == "unit" and change["new"] in [v for _, v in self.unit_w.options]:
+            with self.worker.quiet():  # a unit set in Python: the list follows
                 self.unit_w.value = change["new"]
-            finally:
-                self._quiet = False
-        self._guarded(self.refresh)
-
-    @T.observe("variant", "tol", "relative", "scope", "overview_metric", "selected_t")
-    def _on_view(self, _change):
         self._guarded(self.refresh)
 
     @T.observe("gates")
     def _on_gates(self, _change):
         """The gate policy changes T itself: analyse again (the view settings stay)."""
-        if self.result is not None and not self._quiet:
+        if self.result is not None and not self.worker.is_quiet:
             self.run()
 
-    # ------------------------------------------------------------------ status
-    def _say(self, message: str, kind: str = "info") -> None:
-        self.status_w.value = status_html(message, kind)
+    def _on_browser_t(self, t: int) -> None:
+        with self.worker.quiet():  # the browser already shows it: no redraw
+            self.selected_t = t
 
+    def _on_browser_layer(self, layer: int) -> None:
+        if self.result is not None and layer != self.layer and layer in self.result.layers:
+            self.layer = layer  # the exact layer (session) and a redraw
+
+    # ------------------------------------------------------------------ status
     def _fallback(self, reason: str) -> None:
         """No model result: open on the synthetic reference so the tool is never blank."""
         from ..synthetic import reference_result
 
         self.show_result(reference_result(), layer=self._initial["layer"], unit=self._initial["unit"])
-        self._say(
-            f"{self.last_error or reason} — showing the synthetic reference result instead",
-            "error" if self.last_error else "info",
-        )
+        kind = "error" if self.last_error else "info"
+        self.status.say(f"{self.last_error or reason} — showing the synthetic reference result instead", kind)
 
     def _guarded(self, fn) -> None:
-        """Run a view update; an error goes to the status line, never to a traceback."""
-        if self._quiet or self.result is None:
-            return
-        try:
-            with self._lock:
-                fn()
-        except Exception as error:  # noqa: BLE001  (any failure must leave the widget usable)
-            self._say(f"{type(error).__name__}: {error}", "error")
-
-    def _random_mqar(self) -> None:
-        try:
-            self.prompt = random_mqar_prompt(self.model)
-        except Exception as error:  # noqa: BLE001
-            self._say(str(error), "error")
+        """Run a view update under the worker's lock; an error goes to the status line."""
+        if not self.worker.is_quiet and self.result is not None:
+            with self.worker.lock:
+                self.status.attempt(fn)
 
     # ------------------------------------------------------------------ analysis (the session's)
     def run(self, wait: bool = False) -> bool:
@@ -306,25 +181,14 @@ class ESSExplorer(StaticCopy, W.VBox):
         False at once (status line says why) for an empty model or prompt; else True, or
         with ``wait`` (or background=False) whether the analysis succeeded."""
         source, prompt = self.model, self.prompt
-        if not source:
-            self._say("choose a built-in model or type a hub id / folder", "error")
-            return False
-        if not prompt.strip():
-            self._say("the prompt is empty: type one or press “example”", "error")
+        problem = "choose a built-in model or type a hub id / folder" if not source else None
+        problem = problem or (None if prompt.strip() else "the prompt is empty: type one or press “example”")
+        if problem:
+            self.status.say(problem, "error")
             return False
         layer = self.layer if self.result is not None else self._initial["layer"]
-        return self._start(
-            lambda: self.session.run(
-                source,
-                prompt,
-                layer=layer,
-                tol=self.tol,
-                relative=self.relative,
-                gates=self.gates,
-                on_result=self._on_result,
-            ),
-            wait,
-        )
+        options = dict(layer=layer, tol=self.tol, relative=self.relative, gates=self.gates, on_result=self._on_result)
+        return self._start(lambda: self.session.run(source, prompt, **options), wait)
 
     def refine(self, wait: bool = False) -> bool:
         """Continue a run that stopped (failed or cancelled) with layers still strided."""
@@ -334,84 +198,41 @@ class ESSExplorer(StaticCopy, W.VBox):
 
     def wait(self, timeout: float | None = None) -> bool | None:
         """Block until the background analysis ends; whether it succeeded (None: still running)."""
-        thread = self._thread
-        if thread is not None:
-            thread.join(timeout)
-            if thread.is_alive():
-                return None
-        return self._ok
+        return self.worker.wait(timeout)
 
-    def _start(self, work: Callable, wait: bool) -> bool:
-        previous = self._thread
-        if previous is not None and previous.is_alive():
-            self.session.cancel()
-        self.set_trait("busy", True)
-        self.analyze_w.disabled, self.refine_w.layout.display = True, "none"
-        self.progress_w.value, self.progress_w.bar_style = 0.0, "info"
-        self._say("starting …", "busy")
+    def _start(self, job: Callable, wait: bool) -> bool:
+        return self.worker.start(job, label=str(self.model), after=self._after, wait=wait)
 
-        def job():
-            if previous is not None:
-                previous.join()
-            self._work(work)
+    def _on_state(self, busy: bool, *error) -> None:
+        """The worker's report: busy, and at the end the failure in words (None: none)."""
+        self.set_trait("busy", busy)
+        if error:
+            self.set_trait("last_error", error[0])
 
-        if not self._background:
-            job()
-            return bool(self._ok)
-        self._thread = torch_thread(job, "ess-explorer")  # with the caller's torch threads, not one core
-        self._thread.start()
-        return bool(self.wait()) if wait else True
-
-    def _work(self, work: Callable) -> None:
-        started = time.perf_counter()
-        try:
-            result = work()
-        except Cancelled:
-            return  # a newer run took over; it reports
-        except Exception as error:  # noqa: BLE001  (a failed load/analysis keeps the previous result)
-            self._ok = False
-            self.set_trait("last_error", f"{self.model}: {type(error).__name__}: {error}")
-            self.progress_w.value, self.progress_w.bar_style = 1.0, "danger"
-            self._say(self.last_error, "error")
-            self.refine_w.layout.display = "" if self.session.pending else "none"
+    def _after(self, result: ESSResult | None) -> None:
+        """A run ended (None: it failed; the previous result stays, or the fallback shows)."""
+        if result is None:
             if self.result is None:
                 self._fallback("the model could not be analysed")
             return
-        finally:
-            self.analyze_w.disabled = False
-            self.set_trait("busy", False)
-        self._ok = True
-        self.set_trait("last_error", None)
-        self.progress_w.value, self.progress_w.bar_style = 1.0, "success"
-        how = "from the cache" if self.session.cache_hit else f"in {time.perf_counter() - started:.1f} s"
-        opened = self.session.opened
-        why = f" · opened on layer {opened[0]}: {opened[1]}" if opened is not None else ""
-        self._say(f"analysed {len(result.layers)} layers of {self.model} on {result.length} tokens {how}{why}", "ok")
-        self._say_unmet_request(result)
-        self._update_static()
-
-    def _say_unmet_request(self, result: ESSResult) -> None:
-        """The layer or unit asked for at the start, when the model has no such one: said on the
-        status line (the explorer shows the first layer / the mean instead)."""
         asked, self._initial = self._initial, {"layer": None, "unit": "mean"}
-        try:
+        try:  # the layer or unit asked for at the start, when the model has no such one
             check_view(asked["layer"], asked["unit"], result)
         except ValueError as error:
-            self._say(f"{error}; showing layer {self.layer}, {self.unit}", "error")
+            self.status.say(f"{error}; showing layer {self.layer}, {self.unit}", "error")
+        self._update_static()
 
     def _on_result(self, result: ESSResult, info: dict) -> None:
         """The session's progress: show the first result, then update the views."""
-        with self._lock:
-            new_prompt = (
-                self.result is None
-                or self.result.input_ids != result.input_ids
-                or self.result.meta.get("source") != result.meta.get("source")
-            )
+        with self.worker.lock:
+            old = self.result
+            same = old is not None and old.input_ids == result.input_ids
+            new_prompt = not same or old.meta.get("source") != result.meta.get("source")
             if new_prompt or sorted(result.layers) != [v for _, v in self.layer_w.options]:
                 wanted = self.layer if self.layer in result.layers else info.get("layer")
                 self.show_result(result, layer=wanted, unit=self.unit, keep_t=not new_prompt)
             else:
-                self.result = result  # same prompt: the cached structures stay valid (see _structure)
+                self.result = result  # same prompt: the cached structures stay valid (live_chart.py)
                 self._guarded(self.refresh)
 
     # ------------------------------------------------------------------ views
@@ -419,122 +240,21 @@ class ESSExplorer(StaticCopy, W.VBox):
         """Show ``result`` (no model run): fills the layer and unit lists and draws."""
         if not isinstance(result, ESSResult) or not result.layers:
             raise ValueError("show_result needs an ESSResult with at least one layer")
-        with self._lock:
+        with self.worker.quiet():  # filling the lists must not trigger one redraw per change
             self.result = result
-            self._spec_cache.clear()
+            self.views.forget()
             layer = layer if layer in result.layers else opening_layer(result.layers, result)[0]
-            self._quiet = True  # filling the lists must not trigger one redraw per change
-            try:
-                if not keep_t:
-                    self.selected_t = None
-                self.layer_w.options = [(f"{i} · {lay.family}", i) for i, lay in sorted(result.layers.items())]
-                self.layer = layer
-                self.layer_w.value = layer
-                self._fill_units(unit)
-            finally:
-                self._quiet = False
+            if not keep_t:
+                self.selected_t = None
+            self.layer = layer
+            self.unit = self.lists.fill(result, layer, unit)
+        with self.worker.lock:
             self.refresh()
 
-    def _fill_units(self, unit) -> None:
-        lay = self.result.layer(self.layer)
-        options = [(f"{a} over {lay.unit_kind}s", a) for a in charts.AGGREGATES]
-        options += [(f"{lay.unit_kind} {u}", u) for u in range(lay.n_units)]
-        self.unit_w.options = options
-        self.unit = unit if unit in [v for _, v in options] else "mean"
-        self.unit_w.value = self.unit
-
-    def _options(self) -> dict:
-        return dict(
-            layer=self.layer,
-            unit=self.unit,
-            variant=self.variant,
-            tol=self.tol,
-            relative=self.relative,
-            scope=self.scope if self.relative else "cut",
-        )
-
-    def _structure(self) -> dict:
-        """The spec without data for the current (result, layer, unit, metric): cached. The
-        key holds what of a progressing result the structure reads (its overview stride,
-        how many layers, whether the shown layer is exact yet); the rest is the prompt's."""
-        meta = self.result.meta
-        key = (
-            self.layer,
-            self.unit,
-            self.overview_metric,
-            meta.get("overview_stride"),
-            meta.get("stride"),
-            len(self.result.layers),
-            len(self.result.layer(self.layer).positions),
-        )
-        if key not in self._spec_cache:
-            t0 = charts.default_position(self.result, **self._options())
-            chart = charts.linked_structure(
-                self.result,
-                layer=self.layer,
-                unit=self.unit,
-                t=t0,
-                names=self.names,
-                overview_metric=self.overview_metric,
-            )
-            if self.chart is None:
-                self._make_chart(chart)  # JupyterChart validates the spec once
-                self._spec_cache[key] = self.chart.spec
-            else:  # same builders, validated by the first spec and the chart tests: skip the schema walk
-                self._spec_cache[key] = chart.to_dict(validate=False)
-        return self._spec_cache[key]
-
-    def _make_chart(self, chart) -> None:
-        self.chart = alt.JupyterChart(
-            chart,
-            embed_options={
-                "renderer": "svg",
-                "actions": {"export": True, "source": False, "compiled": False, "editor": False},
-            },
-        )
-        sync_only(self.chart, {self.names.t, self.names.layer})
-        self.chart.selections.observe(self._on_selection, names=[self.names.t, self.names.layer])
-        self._chart_box.children = [self.chart]
-
-    def _spec(self, data: dict) -> dict:
-        t = self.selected_t if self.selected_t is not None else charts.default_position(self.result, **self._options())
-        positions = np.asarray(self.result.layer(self.layer).positions)
-        t = int(positions[int(np.argmin(np.abs(positions - t)))])  # the nearest computed cut
-        return with_selection(self._structure(), data, self.names, t=t, layer=int(self.layer))
-
     def refresh(self) -> None:
-        """Redraw for the current state (spec structure from the cache when possible)."""
-        if self.result is None:
-            return
-        started = time.perf_counter()
-        data = charts.linked_data(
-            self.result,
-            saturated=self.saturated,
-            collapsed=self.collapsed,
-            overview_metric=self.overview_metric,
-            **self._options(),
-        )
-        self.chart.spec = self._spec(data)
-        self.last_update_s = time.perf_counter() - started
-
-    refresh_data = refresh  # tolerance / variant: new data, the same cached structure
-
-    def _on_selection(self, change) -> None:
-        """A selection made in the browser (JupyterChart.selections, Altair's public API)."""
-        value = change["new"].value if change["new"] is not None else None
-        if not value:
-            return
-        row = value[0] if isinstance(value, list) else value
-        if change["name"] == self.names.t and row.get("t") is not None:
-            self._quiet = True  # the browser already shows it: no redraw
-            try:
-                self.selected_t = int(row["t"])
-            finally:
-                self._quiet = False
-        elif change["name"] == self.names.layer and row.get("layer") is not None:
-            chosen = int(row["layer"])
-            if self.result is not None and chosen != self.layer and chosen in self.result.layers:
-                self.layer = chosen  # the exact layer (session) and a redraw
+        """Redraw for the current state (the spec's structure from the cache when possible)."""
+        if self.result is not None:
+            self.views.draw(self)
 
 
 def explore(model: str | None = None, prompt: str | None = None, **options) -> ESSExplorer:
@@ -543,8 +263,8 @@ def explore(model: str | None = None, prompt: str | None = None, **options) -> E
 
     With no arguments it opens on the built-in default model (zoo.DEFAULT_MODEL) and its
     example prompt. ``model``: "zoo:NAME", a hub id or a local folder; ``prompt``: text.
-    ``options`` are those of ESSExplorer: result, layer, unit, variant, tol, relative,
+    ``options`` are controls.ExplorerOptions: result, layer, unit, variant, tol, relative,
     saturated, collapsed, overview_metric, stride, load_fn, capture_fn, layer_fn, cache,
-    static, background.
+    static, background, auto_analyze.
     """
     return ESSExplorer(model, prompt, **options)

@@ -1,67 +1,25 @@
-"""Adapters: a model and a prompt -> the operators T each analysed layer applied.
+"""Capture: a model and a prompt -> the operators T each analysed layer applied.
 
 The registry is the one place that knows model architectures:
 
-    MODEL_TYPES   config.model_type -> function(model) -> [LayerSlot per layer]
-                  (where each layer's sequence mixer lives and which family it is; hybrids
-                  map layers through the config's layer types)
-    ADAPTERS      family key -> adapter (adapters/<family>.py): install hooks, build T
+    REGISTRY      config.model_type -> ModelType: where each layer's sequence mixer lives
+                  (``slots(model)`` -> [LayerSlot per layer]; hybrids map layers through the
+                  config's layer types), the families its layers can have, the layers it
+                  deliberately skips, and the words of the support table
+    ADAPTERS      family key -> adapter (capture/<family>.py): install hooks, build T
 
-To support a new model type, add one entry to MODEL_TYPES (and, for a new kind of mixer,
-an adapter module with a reconstruction test in tests/test_adapters.py).
-
-Supported (tested with transformers 5.24.0, tiny random models, tests/test_adapters.py):
-
-    model_type            layers                      family per layer (config layer types for hybrids)
-    gpt2                  transformer.h[i].attn       softmax attention
-    llama, qwen2,         model.layers[i].self_attn   softmax attention (GQA: one T per query head;
-    mistral                                           sliding window from config.sliding_window /
-                                                      layer_types "sliding_attention")
-    mamba, falcon_mamba   backbone.layers[i].mixer    mamba (one T per channel)
-    mamba2                backbone.layers[i].mixer    mamba2 (one T per head)
-    lfm2                  model.layers[i]             layer_types "conv" -> .conv, short_conv;
-                                                      "full_attention" -> .self_attn, attention
-    jamba                 model.layers[i]             layers_block_type "mamba" -> .mamba, mamba;
-                                                      "attention" -> .self_attn, attention
-    bamba                 model.layers[i]             "linear_attention" -> .mamba, mamba2;
-                                                      "full_attention" -> .self_attn, attention
-    zamba2                model.layers[i]             "mamba" / "linear_attention" -> .mamba, mamba2;
-                                                      "hybrid" -> .mamba_decoder.mamba, mamba2 (the
-                                                      shared attention block of a hybrid layer is
-                                                      not analysed: one family per layer)
-    ess_linear_attention  model.layers[i].mixer       linear_attention / gated_linear_attention
-    qwen3_next,           model.layers[i]             "linear_attention" -> .linear_attn, gated_deltanet
-    qwen3_5_text                                      (DPLR, capture/gated_delta.py);
-                                                      "full_attention" -> .self_attn, gated_attention
-    olmo_hybrid           model.layers[i]             "linear_attention" -> .linear_attn, gated_deltanet;
-                                                      "full_attention" -> .self_attn, attention
-    kimi_linear           model.layers[i].self_attn   "linear_attention" -> kda (per-key decay);
-                                                      "full_attention" -> latent_attention (MLA)
-
-Today's families (tests/test_families.py; docs/families.md says what T is for each):
-
-    qwen3, qwen3_moe, gemma2, gemma3_text, phi3,     softmax attention (sliding / global layers by
-    olmo2, granite, falcon                           layer_types; soft-capping inside the probabilities)
-    llama4_text                                      "chunked_attention" layers: chunked_attention (TSS t mod C)
-    lfm2_moe                                         as lfm2
-    falcon_h1             model.layers[i]            .mamba (mamba2) AND .self_attn (attention): two
-                                                     slots per layer, keys 2 i and 2 i + 1, labelled
-    granitemoehybrid      model.layers[i]            "mamba" -> .mamba, mamba2; "attention" -> .self_attn
-    nemotron_h            model.layers[i].mixer      "mamba" -> mamba2; "attention"; "mlp" / "moe": no
-                                                     slot, listed by skipped_layers with the reason
-    zamba                 model.layers[i]            "mamba" -> .mamba (mamba); "hybrid" -> the shared attention
-                                                     block .shared_transf.self_attn (attention) AND
-                                                     .mamba_decoder.mamba: keys 2 i and 2 i + 1, labelled
-    recurrent_gemma       model.layers[i].temporal_block   "recurrent": rg_lru; "attention": local attention
-    minimax               model.layers[i].self_attn  "linear_attention": lightning_attention; "full_attention"
-    rwkv                  rwkv.blocks[i].attention   rwkv (WKV, normaliser as T's row scale)
-    xlstm                 backbone.blocks[i].mlstm_layer   mlstm
+MODEL_TYPES (model type -> slots) and MODEL_FAMILIES (model type -> families) are views of
+REGISTRY; `ess-explorer models --families` prints it and docs/families.md shows
+`support_table()`, its rendering (scripts/docs_hooks.py), so neither can fall behind it. To
+support a new model type, add one entry to REGISTRY (and, for a new kind of mixer, an adapter
+module with a reconstruction test in tests/test_adapters.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 import difflib
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -83,6 +41,9 @@ from .short_conv import ShortConvAdapter
 
 __all__ = [
     "ADAPTERS",
+    "REGISTRY",
+    "ModelType",
+    "support_table",
     "MODEL_TYPES",
     "supported_model_types",
     "supported_families",
@@ -272,139 +233,210 @@ def _recurrent_gemma(model):
 
 _NEMOTRON_SKIP = {"mlp": "an MLP block: no sequence mixer", "moe": "a mixture-of-experts MLP block: no sequence mixer"}
 
-MODEL_TYPES = {
-    "gpt2": _uniform("transformer.h", "attn", "attention"),
-    "llama": _uniform("model.layers", "self_attn", "attention"),
-    "qwen2": _uniform("model.layers", "self_attn", "attention"),
-    "mistral": _uniform("model.layers", "self_attn", "attention"),
-    "mamba": _uniform("backbone.layers", "mixer", "mamba"),
-    "falcon_mamba": _uniform("backbone.layers", "mixer", "mamba"),
-    "mamba2": _uniform("backbone.layers", "mixer", "mamba2"),
-    "lfm2": _hybrid("model.layers", {"conv": ("conv", "short_conv"), **_ATTN}),
-    "jamba": _hybrid("model.layers", {"mamba": ("mamba", "mamba"), "linear_attention": ("mamba", "mamba"), **_ATTN}),
-    "bamba": _hybrid("model.layers", {"mamba": ("mamba", "mamba2"), "linear_attention": ("mamba", "mamba2"), **_ATTN}),
-    "zamba2": _hybrid(
-        "model.layers",
-        {
-            "mamba": ("mamba", "mamba2"),
-            "linear_attention": ("mamba", "mamba2"),
-            "hybrid": ("mamba_decoder.mamba", "mamba2"),
-        },
+
+@dataclass(frozen=True)
+class ModelType:
+    """One supported model type. slots(model) -> [LayerSlot]: where each analysed mixer is;
+    families: the families (core/diagnostics.py FAMILIES) its layers can have; layers: where
+    its layers are (for the support table); kinds: how its layers' kinds map to mixers and
+    families (for the support table); skipped(model) -> {layer index: reason} for layers
+    deliberately not analysed (None: none)."""
+
+    slots: Callable[[nn.Module], list[LayerSlot]]
+    families: tuple[str, ...]
+    layers: str
+    kinds: str = ""
+    skipped: Callable[[nn.Module], dict[int, str]] | None = None
+
+
+_ATT = "softmax_attention"
+_ATTENTION_TYPES = ("qwen3", "qwen3_moe", "gemma2", "gemma3_text", "phi3", "olmo2", "granite")
+_ATTENTION_NOTE = "softmax attention (GQA: one T per query head; windows, chunks and soft-capping from the config)"
+_MAMBA2_HYBRID = {"mamba": ("mamba", "mamba2"), "linear_attention": ("mamba", "mamba2"), **_ATTN}
+_DELTA = {"linear_attention": ("linear_attn", "gated_deltanet")}
+
+REGISTRY: dict[str, ModelType] = {
+    "gpt2": ModelType(
+        _uniform("transformer.h", "attn", "attention"), (_ATT,), "transformer.h[i].attn", _ATTENTION_NOTE
     ),
-    "ess_linear_attention": _uniform("model.layers", "mixer", "linear_attention"),
-    **dict.fromkeys(
-        ("qwen3_next", "qwen3_5_text"),
+    **{
+        name: ModelType(
+            _uniform("model.layers", "self_attn", "attention"), (_ATT,), "model.layers[i].self_attn", _ATTENTION_NOTE
+        )
+        for name in ("llama", "qwen2", "mistral", *_ATTENTION_TYPES)
+    },
+    "falcon": ModelType(
+        _uniform("transformer.h", "self_attention", "attention"),
+        (_ATT,),
+        "transformer.h[i].self_attention",
+        _ATTENTION_NOTE,
+    ),
+    "llama4_text": ModelType(
+        _uniform("model.layers", "self_attn", "attention"),
+        (_ATT, "chunked_attention"),
+        "model.layers[i].self_attn",
+        '"chunked_attention" layers: chunked attention (TSS t mod C); the others softmax attention',
+    ),
+    **{
+        name: ModelType(
+            _uniform("backbone.layers", "mixer", "mamba"),
+            ("mamba",),
+            "backbone.layers[i].mixer",
+            "mamba (one T per channel)",
+        )
+        for name in ("mamba", "falcon_mamba")
+    },
+    "mamba2": ModelType(
+        _uniform("backbone.layers", "mixer", "mamba2"), ("mamba2",), "backbone.layers[i].mixer", "mamba2 (SSD)"
+    ),
+    **{
+        name: ModelType(
+            _hybrid("model.layers", {"conv": ("conv", "short_conv"), **_ATTN}),
+            ("short_conv", _ATT),
+            "model.layers[i]",
+            '"conv" -> .conv, short conv; "full_attention" -> .self_attn, attention',
+        )
+        for name in ("lfm2", "lfm2_moe")
+    },
+    "jamba": ModelType(
+        _hybrid("model.layers", {"mamba": ("mamba", "mamba"), "linear_attention": ("mamba", "mamba"), **_ATTN}),
+        ("mamba", _ATT),
+        "model.layers[i]",
+        'layers_block_type "mamba" -> .mamba, mamba; "attention" -> .self_attn, attention',
+    ),
+    "bamba": ModelType(
+        _hybrid("model.layers", _MAMBA2_HYBRID),
+        ("mamba2", _ATT),
+        "model.layers[i]",
+        '"linear_attention" -> .mamba, mamba2; "full_attention" -> .self_attn, attention',
+    ),
+    "granitemoehybrid": ModelType(
+        _hybrid("model.layers", _MAMBA2_HYBRID),
+        ("mamba2", _ATT),
+        "model.layers[i]",
+        '"mamba" -> .mamba, mamba2; "attention" -> .self_attn, attention',
+    ),
+    "zamba2": ModelType(
         _hybrid(
             "model.layers",
-            {"linear_attention": ("linear_attn", "gated_deltanet"), "full_attention": ("self_attn", "gated_attention")},
+            {
+                "mamba": ("mamba", "mamba2"),
+                "linear_attention": ("mamba", "mamba2"),
+                "hybrid": ("mamba_decoder.mamba", "mamba2"),
+            },
         ),
+        ("mamba2",),
+        "model.layers[i]",
+        '"mamba" -> .mamba, mamba2; "hybrid" -> .mamba_decoder.mamba, mamba2 (the shared attention block '
+        "of a hybrid layer is not analysed)",
     ),
-    "olmo_hybrid": _hybrid("model.layers", {"linear_attention": ("linear_attn", "gated_deltanet"), **_ATTN}),
-    "kimi_linear": _hybrid(
-        "model.layers", {"linear_attention": ("self_attn", "kda"), "full_attention": ("self_attn", "latent_attention")}
+    "zamba": ModelType(
+        _zamba,
+        ("mamba", _ATT),
+        "model.layers[i]",
+        '"mamba" -> .mamba, mamba; "hybrid" -> the shared attention block .shared_transf.self_attn (attention) '
+        "and .mamba_decoder.mamba: keys 2i and 2i + 1, labelled",
     ),
-    # softmax attention: the eager probabilities include soft-capping, windows and chunks
-    "qwen3": _uniform("model.layers", "self_attn", "attention"),
-    "qwen3_moe": _uniform("model.layers", "self_attn", "attention"),
-    "gemma2": _uniform("model.layers", "self_attn", "attention"),
-    "gemma3_text": _uniform("model.layers", "self_attn", "attention"),
-    "phi3": _uniform("model.layers", "self_attn", "attention"),
-    "olmo2": _uniform("model.layers", "self_attn", "attention"),
-    "granite": _uniform("model.layers", "self_attn", "attention"),
-    "llama4_text": _uniform("model.layers", "self_attn", "attention"),
-    "falcon": _uniform("transformer.h", "self_attention", "attention"),
-    "lfm2_moe": _hybrid("model.layers", {"conv": ("conv", "short_conv"), **_ATTN}),
-    # Mamba / Mamba2 hybrids
-    "falcon_h1": _falcon_h1,
-    "granitemoehybrid": _hybrid(
-        "model.layers", {"mamba": ("mamba", "mamba2"), "linear_attention": ("mamba", "mamba2"), **_ATTN}
+    "falcon_h1": ModelType(
+        _falcon_h1,
+        ("mamba2", _ATT),
+        "model.layers[i]",
+        ".mamba (mamba2) and .self_attn (attention) in parallel: two slots per layer, keys 2i and 2i + 1, labelled",
     ),
-    "nemotron_h": _mixers(
-        "model.layers",
-        "mixer",
-        {"mamba": "mamba2", "linear_attention": "mamba2", **{k: "attention" for k in _ATTENTION_KINDS}},
-        _NEMOTRON_SKIP,
+    "nemotron_h": ModelType(
+        _mixers(
+            "model.layers",
+            "mixer",
+            {"mamba": "mamba2", "linear_attention": "mamba2", **{k: "attention" for k in _ATTENTION_KINDS}},
+            _NEMOTRON_SKIP,
+        ),
+        ("mamba2", _ATT),
+        "model.layers[i].mixer",
+        '"mamba" -> mamba2; "attention" -> attention; "mlp" / "moe": no slot, listed as skipped with the reason',
+        skipped=lambda model: {
+            i: _NEMOTRON_SKIP[kind] for i, kind in enumerate(_layer_types(model)) if kind in _NEMOTRON_SKIP
+        },
     ),
-    # diagonal recurrences
-    "recurrent_gemma": _recurrent_gemma,
-    "minimax": _hybrid(
-        "model.layers",
-        {"linear_attention": ("self_attn", "lightning_attention"), **_ATTN},
+    "recurrent_gemma": ModelType(
+        _recurrent_gemma,
+        ("rg_lru", _ATT),
+        "model.layers[i].temporal_block",
+        '"recurrent" -> RG-LRU; "attention" -> local attention',
     ),
-    "rwkv": _uniform("rwkv.blocks", "attention", "rwkv"),
-    "xlstm": _uniform("backbone.blocks", "mlstm_layer", "mlstm"),
-    "zamba": _zamba,
+    "minimax": ModelType(
+        _hybrid("model.layers", {"linear_attention": ("self_attn", "lightning_attention"), **_ATTN}),
+        ("lightning_attention", _ATT),
+        "model.layers[i].self_attn",
+        '"linear_attention" -> lightning attention; "full_attention" -> attention',
+    ),
+    "rwkv": ModelType(
+        _uniform("rwkv.blocks", "attention", "rwkv"), ("rwkv",), "rwkv.blocks[i].attention", "RWKV-4 time mixing"
+    ),
+    "xlstm": ModelType(
+        _uniform("backbone.blocks", "mlstm_layer", "mlstm"), ("mlstm",), "backbone.blocks[i].mlstm_layer", "mLSTM"
+    ),
+    "ess_linear_attention": ModelType(
+        _uniform("model.layers", "mixer", "linear_attention"),
+        ("linear_attention", "gated_linear_attention"),
+        "model.layers[i].mixer",
+        "the zoo's own linear attention, gated or not",
+    ),
+    **{
+        name: ModelType(
+            _hybrid("model.layers", {**_DELTA, "full_attention": ("self_attn", "gated_attention")}),
+            ("gated_deltanet", _ATT),
+            "model.layers[i]",
+            '"linear_attention" -> .linear_attn, Gated DeltaNet (DPLR); "full_attention" -> .self_attn, '
+            "gated attention",
+        )
+        for name in ("qwen3_next", "qwen3_5_text")
+    },
+    "olmo_hybrid": ModelType(
+        _hybrid("model.layers", {**_DELTA, **_ATTN}),
+        ("gated_deltanet", _ATT),
+        "model.layers[i]",
+        '"linear_attention" -> .linear_attn, Gated DeltaNet; "full_attention" -> .self_attn, attention',
+    ),
+    "kimi_linear": ModelType(
+        _hybrid(
+            "model.layers",
+            {"linear_attention": ("self_attn", "kda"), "full_attention": ("self_attn", "latent_attention")},
+        ),
+        ("kda", _ATT),
+        "model.layers[i].self_attn",
+        '"linear_attention" -> KDA (per-key decay); "full_attention" -> latent attention (MLA)',
+    ),
 }
 
-# model_type -> function(model) -> {layer index: reason} for layers deliberately not analysed
-SKIPPED = {
-    "nemotron_h": lambda model: {
-        i: _NEMOTRON_SKIP[kind] for i, kind in enumerate(_layer_types(model)) if kind in _NEMOTRON_SKIP
-    },
-}
+# Views of the registry (one table): model type -> slots, and model type -> its families.
+MODEL_TYPES = {name: entry.slots for name, entry in REGISTRY.items()}
+MODEL_FAMILIES = {name: entry.families for name, entry in REGISTRY.items()}
 
 
 def skipped_layers(model: nn.Module) -> dict[int, str]:
     """Layers of ``model`` that get no LayerSlot, with the reason (recorded in
     ESSResult.meta["skipped_layers"]; never skipped silently)."""
-    model_type = getattr(getattr(model, "config", None), "model_type", None)
-    return SKIPPED[model_type](model) if model_type in SKIPPED else {}
+    entry = REGISTRY.get(getattr(getattr(model, "config", None), "model_type", None))
+    return entry.skipped(model) if entry is not None and entry.skipped is not None else {}
 
 
-_ATT = "softmax_attention"
-
-# model_type -> the families (core/diagnostics.py FAMILIES) its layers can have; the CLI's
-# `models --families` prints it, tests check every captured layer's family is listed.
-MODEL_FAMILIES: dict[str, tuple[str, ...]] = {
-    **{
-        t: (_ATT,)
-        for t in (
-            "gpt2",
-            "llama",
-            "qwen2",
-            "mistral",
-            "qwen3",
-            "qwen3_moe",
-            "gemma2",
-            "gemma3_text",
-            "phi3",
-            "olmo2",
-            "granite",
-            "falcon",
-        )
-    },
-    "llama4_text": (_ATT, "chunked_attention"),
-    "mamba": ("mamba",),
-    "falcon_mamba": ("mamba",),
-    "mamba2": ("mamba2",),
-    "lfm2": ("short_conv", _ATT),
-    "lfm2_moe": ("short_conv", _ATT),
-    "jamba": ("mamba", _ATT),
-    "bamba": ("mamba2", _ATT),
-    "zamba2": ("mamba2",),
-    "zamba": ("mamba", _ATT),
-    "falcon_h1": ("mamba2", _ATT),
-    "granitemoehybrid": ("mamba2", _ATT),
-    "nemotron_h": ("mamba2", _ATT),
-    "recurrent_gemma": ("rg_lru", _ATT),
-    "minimax": ("lightning_attention", _ATT),
-    "rwkv": ("rwkv",),
-    "xlstm": ("mlstm",),
-    "ess_linear_attention": ("linear_attention", "gated_linear_attention"),
-    "qwen3_next": ("gated_deltanet", _ATT),
-    "qwen3_5_text": ("gated_deltanet", _ATT),
-    "olmo_hybrid": ("gated_deltanet", _ATT),
-    "kimi_linear": ("kda", _ATT),
-}
+def support_table() -> str:
+    """The registry as a Markdown table (docs/families.md shows it): every model type, where
+    its layers are, the families they can have and how its layer kinds map to them."""
+    rows = ["| model_type | layers | families | layer kinds |", "|---|---|---|---|"]
+    for name in supported_model_types():
+        entry = REGISTRY[name]
+        rows.append(f"| {name} | `{entry.layers}` | {', '.join(entry.families)} | {entry.kinds} |")
+    return "\n".join(rows) + "\n"
 
 
 def supported_model_types() -> list[str]:
-    return sorted(MODEL_TYPES)
+    return sorted(REGISTRY)
 
 
 def supported_families() -> dict[str, tuple[str, ...]]:
     """Every supported model type -> the families its analysed layers can have (sorted by type)."""
-    return {name: MODEL_FAMILIES[name] for name in supported_model_types()}
+    return {name: REGISTRY[name].families for name in supported_model_types()}
 
 
 def layer_slots(model: nn.Module) -> list[LayerSlot]:
@@ -416,10 +448,10 @@ def layer_slots(model: nn.Module) -> list[LayerSlot]:
         raise ValueError(
             f"model type {model_type!r} ({type(model).__name__}) is not supported.{hint} Supported model types: "
             f"{', '.join(supported_model_types())} (`ess-explorer models --families` lists their families). "
-            "Adapters are registered in one place, ess_explorer/capture/__init__.py (MODEL_TYPES): add the "
+            "Model types are registered in one place, ess_explorer/capture/__init__.py (REGISTRY): add the "
             "model type there."
         )
-    return MODEL_TYPES[model_type](model)
+    return REGISTRY[model_type].slots(model)
 
 
 @contextlib.contextmanager

@@ -25,7 +25,7 @@ class LayerSlot:
     """Where one analysed layer's sequence mixer lives.
 
     index: 0-based layer index (the key of ESSResult.layers); adapter: the family key of
-    `ADAPTERS` (adapters/__init__.py); module: the mixer module hooks attach to;
+    `ADAPTERS` (capture/__init__.py); module: the mixer module hooks attach to;
     window: sliding-window length for attention layers (None = full causal);
     chunk: chunk length of chunked attention layers (Llama 4), else None;
     label: what the slot is when a layer holds several analysed mixers (Falcon-H1:

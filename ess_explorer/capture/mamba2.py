@@ -21,7 +21,7 @@ TSS per head: N (d_state).
 
 Capture: the mixer calls its modeling module's ``mamba2_chunk_scan(x, dt, A, B, C,
 chunk_size, D, dt_bias, initial_states, dt_softplus, dt_limit, ...)``; it is wrapped for
-the one forward pass exactly as in adapters/mamba.py (restored in a ``finally``).
+the one forward pass exactly as in capture/mamba.py (restored in a ``finally``).
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..options import DEFAULT_SCOPE, SCOPES, VARIANTS
 from .causal import reachability_singular_values
 from .checks import as_tensor, require
 from .gramian import gramian_hankel_singular_values
@@ -59,10 +60,7 @@ __all__ = [
 
 DEFAULT_TOL = 1e-3
 DEFAULT_RELATIVE = True
-SCOPES = ("cut", "unit", "layer")
-DEFAULT_SCOPE = "cut"  # the per-cut ESS the results report (scale-free per cut)
 MODULATION_SCOPE = "unit"  # modulation at separators: reset-aware (docs/conventions.md)
-VARIANTS = ("tolerance", "entropy", "causal")  # causal: core/causal.py (stored, not recounted here)
 
 
 def check_variant(variant: str) -> str:

@@ -29,19 +29,15 @@ import dataclasses
 
 import torch
 
+from ..options import DEFAULT_GATES, GATES, check_choice
 from .units import CapturedLayer, DenseCapture, ShortConvCapture, SSMCapture
 
 __all__ = ["GATES", "DEFAULT_GATES", "check_gates", "gates_inside"]
 
-GATES = ("inside", "outside")
-DEFAULT_GATES = "inside"
-
 
 def check_gates(gates: str) -> str:
     """The one place that accepts a gate policy."""
-    if gates not in GATES:
-        raise ValueError(f"gates must be 'inside' or 'outside' (docs/conventions.md), got {gates!r}")
-    return gates
+    return check_choice("gates", gates, GATES)
 
 
 def _split_channels(x: torch.Tensor | None) -> torch.Tensor | None:

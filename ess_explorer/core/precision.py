@@ -34,12 +34,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..options import DEFAULT_PRECISION, PRECISIONS
+
 # No torch import: the CLI builds its --precision choices from here before torch loads.
 
 __all__ = ["PRECISIONS", "DEFAULT_PRECISION", "Accuracy", "check_precision", "TAU_BAND"]
 
-PRECISIONS = ("ess", "exact")
-DEFAULT_PRECISION = "ess"
 TAU_BAND = 1e-6  # the contract's band around tau within which a count may differ
 WINDOW_ERROR = 1e-10  # the largest error (relative to sigma_1^2) the window test accepts
 

@@ -384,7 +384,7 @@ class ShortConvCapture(CapturedLayer):
 
     gate_in (U, L) is B, gate_out (U, L) is C, weight (U, k) the depthwise kernel in
     torch's Conv1d layout (w[k-1] multiplies the current token). Spectra: see
-    adapters/short_conv.py (exact, from the (k-1) x (k-1) block of each cut).
+    capture/short_conv.py (exact, from the (k-1) x (k-1) block of each cut).
     """
 
     gate_in: torch.Tensor | None = None

@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from ..io import jsonable
+from ..options import VARIANTS
 from ..result import ESSResult
 from .advice_result import Advice, Distribution, Estimate, LayerAdvice
 from .stats import RUN, as_table, resample_weights
@@ -57,7 +58,7 @@ __all__ = [
 DEFAULT_QUANTILE = 0.99
 # Families whose state grows with t (a KV cache); every other family has a fixed state per unit.
 ATTENTION_FAMILIES = ("softmax_attention", "chunked_attention")
-ADVICE_VARIANTS = ("tolerance", "entropy", "causal")
+ADVICE_VARIANTS = VARIANTS  # every ESS variant can be advised on
 # An attention layer is a candidate for a recurrent replacement when its advised state is at most this fraction of
 # the state full attention would be advised on the same prompts.
 CANDIDATE_AT = 0.5

@@ -1,4 +1,4 @@
-"""The Ray backend of sweep(): one Ray task per (run, prompt shard).
+"""The Ray backend of run_sweep(): one Ray task per (run, prompt shard).
 
 What travels: the driver sends each task its run (a source string: a hub id, "zoo:NAME" or a
 path that every node can read) and its shard's prompts (strings or token ids, a few KB); the

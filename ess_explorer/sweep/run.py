@@ -1,4 +1,4 @@
-"""sweep(): ESS of many prompts x many models (or checkpoints), resumable, local or on Ray.
+"""run_sweep(): ESS of many prompts x many models (or checkpoints), resumable, local or on Ray.
 
 Plan: runs (sweep/inputs.py: one per model or checkpoint) x shards of ``shard_size``
 prompts (in the given order, or grouped by length with ``bucket_by_length``). Each
@@ -34,7 +34,7 @@ from .inputs import Run, expand_models, load_prompts
 from .table import TABLE_DIR, read_metadata, read_table, shard_path, shard_problem, write_shard
 from .worker import compute_shard
 
-__all__ = ["sweep", "SweepResult", "Shard", "PLAN_FILE", "PROMPTS_FILE", "BACKENDS"]
+__all__ = ["run_sweep", "SweepResult", "Shard", "PLAN_FILE", "PROMPTS_FILE", "BACKENDS"]
 
 PLAN_FILE, PROMPTS_FILE = "sweep.json", "prompts.jsonl"
 PLAN_FORMAT = 1
@@ -57,7 +57,7 @@ class Shard:
 
 @dataclass
 class SweepResult:
-    """What sweep() did: the folder, the runs, how many shards it computed and how many were
+    """What run_sweep() did: the folder, the runs, how many shards it computed and how many were
     already there. ``table()`` reads the whole table, ``metadata()`` every shard's metadata."""
 
     out: Path
@@ -145,7 +145,7 @@ def _layer_list(layers) -> list[int] | None:
     return sorted(set(chosen))
 
 
-def sweep(
+def run_sweep(
     models,
     prompts,
     *,

@@ -51,8 +51,6 @@ __all__ = [
 
 TABLE_DIR = "table"
 METADATA_KEY = b"ess_explorer"
-# causal_ess is a column only where the result type defines it (a LayerESS field).
-HAS_CAUSAL = "causal_ess" in getattr(LayerESS, "__dataclass_fields__", {})
 
 _FIELDS = [
     ("checkpoint_step", pa.int64()),
@@ -65,7 +63,7 @@ _FIELDS = [
     ("family", pa.string()),
     ("tolerance_ess", pa.int64()),
     ("entropy_ess", pa.float64()),
-    *([("causal_ess", pa.float64())] if HAS_CAUSAL else []),
+    ("causal_ess", pa.float64()),
     ("tss", pa.float64()),
 ]
 SCHEMA = pa.schema(_FIELDS)  # of a shard file (the model comes from its folder)
@@ -99,10 +97,7 @@ def result_table(result: ESSResult, *, prompt_id: int, checkpoint_step: int | No
         columns["family"].append(np.full(n, lay.family, dtype=object))
         columns["tolerance_ess"].append(np.asarray(lay.tolerance_ess, dtype=np.int64).reshape(-1))
         columns["entropy_ess"].append(np.asarray(lay.entropy_ess, dtype=np.float64).reshape(-1))
-        if HAS_CAUSAL:
-            causal = getattr(lay, "causal_ess", None)
-            values = np.full(n, np.nan) if causal is None else np.asarray(causal, dtype=np.float64).reshape(-1)
-            columns["causal_ess"].append(values)
+        columns["causal_ess"].append(np.asarray(lay.causal_ess, dtype=np.float64).reshape(-1))
         columns["tss"].append(np.asarray(lay.tss, dtype=np.float64).reshape(-1))
     arrays = []
     for field in SCHEMA:

@@ -13,14 +13,14 @@ import time
 
 import pyarrow as pa
 
-from ..analysis import analyze
+from ..runs import RunRequest, RunSettings, RunSteps, run_cached
 from ..sources import load_model
 from .inputs import Run
 from .table import SCHEMA, result_table
 
 __all__ = ["compute_shard", "cached_model", "ANALYSIS_OPTIONS"]
 
-# The analyze options a sweep passes through (everything that changes the numbers).
+# The analysis options a sweep records and passes through (runs.RunSettings: what changes the numbers).
 ANALYSIS_OPTIONS = ("layers", "tol", "relative", "scope", "gates", "stride", "units", "causal", "precision")
 
 _LOADED: dict = {}  # source -> (model, tokenizer): at most one model per process
@@ -47,23 +47,19 @@ def compute_shard(run: Run, model, tokenizer, items, options: dict) -> tuple[pa.
     analyze's meta of the first prompt (model id, revision, dtype, tolerance, versions), the
     host and the seconds spent. ``options`` holds ANALYSIS_OPTIONS."""
     start = time.perf_counter()
-    analysis = {name: options[name] for name in ANALYSIS_OPTIONS if name in options}  # else analyze's default
+    settings = RunSettings(**{name: options[name] for name in ANALYSIS_OPTIONS if name in options})
+    steps = RunSteps(load=lambda source, revision: (model, tokenizer))  # loaded once per run by the caller
     tables, lengths, first_meta = [], [], None
     for prompt_id, prompt in items:
         try:
-            if isinstance(prompt, str):
-                result = analyze(
-                    model, prompt=prompt, tokenizer=tokenizer, progress=False, keep_operators=None, **analysis
-                )
-            else:
-                result = analyze(
-                    model, list(prompt), tokenizer=tokenizer, progress=False, keep_operators=None, **analysis
-                )
+            given = prompt if isinstance(prompt, str) else list(prompt)
+            request = RunRequest(run.source, given, settings=settings)
+            result, _, _ = run_cached(request, steps=steps, progress=False, keep_operators=None)
         except ValueError as error:  # say which prompt: a sweep has thousands
             raise ValueError(f"prompt {prompt_id} ({_excerpt(prompt)}) under {run.model}: {error}") from None
         tables.append(result_table(result, prompt_id=int(prompt_id), checkpoint_step=run.checkpoint_step))
         lengths.append(result.length)
-        first_meta = first_meta or dict(result.meta)
+        first_meta = first_meta or {k: v for k, v in result.meta.items() if k != "prompt"}  # prompts.jsonl has it
     meta = {
         "run": run.to_dict(),
         "prompt_ids": [int(p) for p, _ in items],

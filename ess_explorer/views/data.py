@@ -385,9 +385,9 @@ def operator_data(
     return records, size
 
 
-def overview_stride(result: ESSResult, max_cells: int | None = None) -> int:
-    """Every s-th position is shown in the overview so that it has at most ``max_cells``
-    cells (default MAX_OVERVIEW_CELLS)."""
+def overview_cell_stride(result: ESSResult, max_cells: int | None = None) -> int:
+    """Every s-th position is drawn in the overview so that it has at most ``max_cells`` cells
+    (default MAX_OVERVIEW_CELLS); not meta["overview_stride"], the analysis pass's stride."""
     max_cells = MAX_OVERVIEW_CELLS if max_cells is None else max_cells
     n_layers = max(1, len(result.layers))
     longest = max((len(lay.positions) for lay in result.layers.values()), default=1)
@@ -414,7 +414,7 @@ def overview_data(
 
 def overview_rows(result: ESSResult, state: ViewState, max_cells: int | None = None) -> list[dict]:
     agg = state.aggregate
-    stride = overview_stride(result, max_cells)
+    stride = overview_cell_stride(result, max_cells)
     records = []
     for index in sorted(result.layers):
         lay = _at(result, state, index)

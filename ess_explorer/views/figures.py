@@ -29,7 +29,8 @@ import numpy as np
 import pandas as pd
 
 from ..core.diagnostics import COLLAPSED_AT, SATURATED_AT
-from ..core.ess import VARIANTS as ESS_VARIANTS
+from ..options import AGGREGATES
+from ..options import VARIANTS as ESS_VARIANTS
 from ..result import ESSResult
 from . import specs
 from .advice import advice_figure
@@ -72,7 +73,6 @@ __all__ = [
     "layer_summary_frame",
 ]
 
-UNIT_AGGREGATES = ("mean", "sum", "max")
 # Above this many lines a legend entry per line outgrows the figure (and the palette):
 # ess_time colours by layer on a gradient instead, one legend bar for any depth.
 MANY_SERIES = len(OKABE_ITO)
@@ -339,7 +339,7 @@ def _overview(results, *, layers=None, variant="tolerance", unit="mean", value="
     (value="utilisation") or ESS (value="ess"), reduced over units by ``unit``."""
     ((label, res),) = _one(results, "overview")
     _check(value, ("ess", "utilisation"), "value")
-    _check(unit, UNIT_AGGREGATES, "unit")
+    _check(unit, AGGREGATES, "unit")
     return specs.overview(_subset(res, layers), unit=unit, variant=variant, metric=value)
 
 

@@ -28,8 +28,8 @@ from .data import (
     focus_unit,
     layer_axis_title,
     operator_block_size,
+    overview_cell_stride,
     overview_rows,
-    overview_stride,
     start_position,
     state_data,
     thresholds_data,
@@ -350,7 +350,7 @@ def overview_panel(result, layer, unit, metric, names, width=360):
     scale = (
         alt.Scale(scheme="blues", domain=[0, 1], clamp=True) if metric == "utilisation" else alt.Scale(scheme="blues")
     )
-    stride = overview_stride(result)  # cells drawn
+    stride = overview_cell_stride(result)  # cells drawn
     notes = ["click a row to select a layer"]
     if stride > 1:
         notes.append(f"shown at stride {stride}")

@@ -16,13 +16,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..core.diagnostics import COLLAPSED_AT, SATURATED_AT
-from ..core.ess import DEFAULT_SCOPE, VARIANTS, check_scope, check_variant
+from ..core.ess import DEFAULT_SCOPE, check_scope, check_variant
+from ..options import AGGREGATES, METRICS, VARIANTS, check_choice
 from ..result import ESSResult, LayerESS
 
 __all__ = ["AGGREGATES", "VARIANTS", "METRICS", "ViewState", "check_result", "tol_options"]
-
-AGGREGATES = ("mean", "max", "sum")
-METRICS = ("utilisation", "ess")
 
 
 def check_result(result) -> ESSResult:
@@ -112,8 +110,7 @@ class ViewState:
         saturated, collapsed = float(saturated), float(collapsed)
         if not 0 <= collapsed < saturated:
             raise ValueError(f"need 0 <= collapsed < saturated, got collapsed={collapsed}, saturated={saturated}")
-        if metric not in METRICS:
-            raise ValueError(f"metric must be 'utilisation' or 'ess', got {metric!r}")
+        check_choice("metric", metric, METRICS)
         scope = str(result.meta.get("scope", DEFAULT_SCOPE)) if scope is None else scope
         scope = scope if relative else "cut"  # an absolute tolerance has no reference sigma_1
         check_scope(scope, relative)
