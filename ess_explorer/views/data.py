@@ -26,6 +26,16 @@ import numpy as np
 from ..core.diagnostics import attainable_ceiling, layer_diagnostics, layer_modulation
 from ..core.precision import PRECISIONS, Accuracy
 from ..result import SAVED_OPERATOR_SIDE, SAVED_SPECTRUM_K, ESSResult, LayerESS
+from .labels import (
+    ceiling_label,
+    curve_value_label,
+    family_name,
+    layer_axis_title,
+    layer_label,
+    spectrum_count,
+    tol_label,
+    variant_label,
+)
 from .state import ViewState
 
 __all__ = [
@@ -119,39 +129,6 @@ def _sig(value: float, digits: int = 4) -> float | None:
     return float(f"{value:.{digits}g}") if np.isfinite(value) else None
 
 
-def family_name(family: str) -> str:
-    """A family's code name as words for labels and legends: "short_conv" -> "short conv"."""
-    return family.replace("_", " ")
-
-
-def single_family(result: ESSResult) -> str | None:
-    """The family of every analysed layer when they share one (a plain LLM), else None."""
-    families = {lay.family for lay in result.layers.values()}
-    return family_name(families.pop()) if len(families) == 1 else None
-
-
-def layer_label(result: ESSResult, index: int) -> str:
-    """A layer's row label: its index alone when every layer has one family (the axis title
-    names it: a 30-layer LLM's rows then stay short enough to read), else "index · family"."""
-    if single_family(result) is not None:
-        return str(index)
-    return f"{index} · {family_name(result.layer(index).family)}"
-
-
-def layer_axis_title(result: ESSResult) -> str | None:
-    """The title of a layer axis: "layer (family)" when the labels leave the family out."""
-    family = single_family(result)
-    return f"layer ({family})" if family else None
-
-
-def tol_label(tol: float, relative: bool) -> str:
-    return f"τ = {tol:g}·σ₁" if relative else f"τ = {tol:g}"
-
-
-def variant_label(state: ViewState) -> str:
-    return f"tolerance-ESS ({tol_label(state.tol, state.relative)})" if state.variant == "tolerance" else "entropy-ESS"
-
-
 # Per-result caches of what a tolerance change cannot alter (spectra rows, operator blocks),
 # keyed by the result's id and checked through a weak reference (ids are reused).
 _CACHE: dict = {}
@@ -209,7 +186,7 @@ def _series(result: ESSResult, state: ViewState) -> dict:
         "t": np.asarray(lay.positions, dtype=int),
         "ess": reduce_units(ess, state.unit, lay.multiplicity),
         "tss": reduce_units(lay.tss, state.unit, lay.state_weight),
-        "ceiling": reduce_units(attainable_ceiling(lay), state.unit, lay.multiplicity),
+        "ceiling": reduce_units(attainable_ceiling(lay, state.variant), state.unit, lay.multiplicity),
         "exact": exact.all(0) if isinstance(state.unit, str) else exact[int(state.unit)],
     }
 
@@ -296,6 +273,8 @@ def _time_rows(result: ESSResult, state: ViewState) -> list[dict]:
     ceiling = series["ceiling"].tolist()
     unit_ess = at.tolerance_ess[focus].tolist()
     unit_exact = _tolerance_exact(result, state)[focus].tolist()
+    unit_causal = at.causal_ess[focus].tolist()
+    lay = result.layer(state.layer)
     return [
         {
             **row,
@@ -307,6 +286,20 @@ def _time_rows(result: ESSResult, state: ViewState) -> list[dict]:
             "tol_label": tol_text,
             "unit_tol_ess": int(unit_ess[i]),
             "unit_exact": bool(unit_exact[i]),
+            # the spectrum panel's statement: the drawn unit's count in the shown variant, and
+            # for an aggregate curve the curve's own value at t (labels.py)
+            "count_label": spectrum_count(
+                state.variant,
+                tolerance_count=int(unit_ess[i]),
+                exact=bool(unit_exact[i]),
+                kept=int(lay.singular_values.shape[-1]),
+                drawn=len(row["sigma"]),
+                complete=row["complete"],
+                tol_text=tol_text,
+                entropy=row["unit_entropy_ess"],
+                causal=unit_causal[i],
+            ),
+            "curve_label": curve_value_label(state.variant, lay, state.unit, ess[i]),
         }
         for i, row in enumerate(static)
     ]
@@ -483,9 +476,11 @@ def diagnostics_rows(result: ESSResult, state: ViewState) -> list[dict]:
             {
                 "layer": int(index),
                 "label": layer_label(result, index),
-                "utilisation": round(float(diag["utilisation"]), 4),
-                "tss_utilisation": round(float(diag["tss_utilisation"]), 4),
-                "state": str(diag["state"]),
+                # None (no bar, a note instead) where the variant is undefined: causal ESS of a
+                # unit with no realisation is NaN (docs/conventions.md)
+                "utilisation": _sig(diag["utilisation"]),
+                "tss_utilisation": _sig(diag["tss_utilisation"]),
+                "state": str(diag["state"]) if np.isfinite(diag["utilisation"]) else "n/a",
                 "n_saturated": int(diag["n_saturated"]),
                 "n_collapsed": int(diag["n_collapsed"]),
                 "n_units": lay.n_units,
@@ -546,5 +541,7 @@ def state_data(result: ESSResult, state: ViewState) -> dict:
         DATASETS["overview"]: overview_rows(result, state),
         DATASETS["diagnostics"]: diagnostics_rows(result, state),
         DATASETS["thresholds"]: thresholds_data(state),
-        DATASETS["labels"]: [{"variant": variant_label(state)}],
+        DATASETS["labels"]: [
+            {"variant": variant_label(state.variant, state.tol, state.relative), "ceiling": ceiling_label(state.variant)}
+        ],
     }
