@@ -542,6 +542,9 @@ def state_data(result: ESSResult, state: ViewState) -> dict:
         DATASETS["diagnostics"]: diagnostics_rows(result, state),
         DATASETS["thresholds"]: thresholds_data(state),
         DATASETS["labels"]: [
-            {"variant": variant_label(state.variant, state.tol, state.relative), "ceiling": ceiling_label(state.variant)}
+            {
+                "variant": variant_label(state.variant, state.tol, state.relative),
+                "ceiling": ceiling_label(state.variant),
+            }
         ],
     }
