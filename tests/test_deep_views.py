@@ -149,8 +149,8 @@ def test_the_report_table_shows_what_utilisation_divides_and_totals_in_full():
     result = reference_result()
     page = report_html(result, embed_data=False)
     table = summary_html(page)
-    header = re.findall(r"<th>([^<]*)</th>", table)
-    assert "max_ess" not in header and {"peak_ess", "peak_ceiling", "utilisation", "tss_utilisation"} <= set(header)
+    header = re.findall(r"<th[^>]*>([^<]*)</th>", table)
+    assert "max ESS" not in header and {"peak ESS", "peak ceiling", "utilisation", "ESS/TSS (paper)"} <= set(header)
     summary = summary_table(result)
     # utilisation is the mean over units of per-unit peak ratios; for the equal units of a
     # synthetic layer it is exactly peak_ess / peak_ceiling

@@ -71,7 +71,7 @@ def test_for_an_aggregate_the_panel_gives_the_curves_value_beside_the_drawn_unit
         # and the drawn channel's own entropy-ESS leads the panel's statement
         assert float(rows[t]["count_label"].split()[1]) == pytest.approx(lay.entropy_ess[0, t], rel=1e-2)
     spec = charts.spectrum(result, layer=2, unit="mean", variant="entropy").to_dict()
-    assert "channel 0 drawn, one of the 4 the curve's mean is over" in spec["title"]["subtitle"]
+    assert spec["title"]["subtitle"][0] == "channel 0 drawn, one of the 4 the curve's mean is over"
     texts = [node["encoding"]["text"].get("field") for node in _walk(spec) if "text" in node.get("encoding", {})]
     assert "curve_label" in texts
 

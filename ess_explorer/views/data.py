@@ -25,7 +25,7 @@ import numpy as np
 
 from ..core.diagnostics import attainable_ceiling, layer_diagnostics, layer_modulation
 from ..core.precision import PRECISIONS, Accuracy
-from ..result import SAVED_OPERATOR_SIDE, SAVED_SPECTRUM_K, ESSResult, LayerESS
+from ..result import SAVED_SPECTRUM_K, ESSResult, LayerESS
 from .labels import (
     ceiling_label,
     curve_value_label,
@@ -36,6 +36,7 @@ from .labels import (
     tol_label,
     variant_label,
 )
+from .operator_blocks import MAX_OPERATOR_SIDE, focus_unit, operator_block_size, operator_data
 from .state import ViewState
 
 __all__ = [
@@ -65,7 +66,6 @@ __all__ = [
 
 # What a saved result keeps is what these views draw (result.py)
 MAX_SPECTRUM_K = SAVED_SPECTRUM_K
-MAX_OPERATOR_SIDE = SAVED_OPERATOR_SIDE
 MAX_OVERVIEW_CELLS = 4000
 # Singular values below this fraction of sigma_1 are float64 round-off, not signal: not drawn.
 ROUNDOFF = 1e-13
@@ -211,15 +211,6 @@ def separator_positions(result: ESSResult) -> list[int]:
     return [t for t, tok in enumerate(result.tokens) if tok.strip() in SEPARATOR_TOKENS or tok in SEPARATOR_TOKENS]
 
 
-def focus_unit(result: ESSResult, layer: int, unit="mean") -> int:
-    """The single unit whose spectrum and operator are shown: ``unit`` itself when it is an
-    index; for an aggregate, the first unit whose operator was kept (else unit 0)."""
-    if not isinstance(unit, str):
-        return int(unit)
-    ops = result.layer(layer).operators
-    return min(ops) if ops else 0
-
-
 def start_position(result: ESSResult, state: ViewState) -> int:
     """The t a view opens on: ``state.t`` snapped to the nearest computed position, or the
     first t where the shown ESS peaks."""
@@ -295,7 +286,6 @@ def _time_rows(result: ESSResult, state: ViewState) -> list[dict]:
                 kept=int(lay.singular_values.shape[-1]),
                 drawn=len(row["sigma"]),
                 complete=row["complete"],
-                tol_text=tol_text,
                 entropy=row["unit_entropy_ess"],
                 causal=unit_causal[i],
             ),
@@ -328,54 +318,6 @@ def _static_time_rows(result: ESSResult, layer: int, focus: int) -> list[dict]:
             }
         )
     return rows
-
-
-def operator_block_size(lay: LayerESS, length: int, max_side: int = MAX_OPERATOR_SIDE) -> int:
-    """Positions per side of one drawn block of T: ceil(L / max_side), rounded up to a
-    multiple of the blocks a saved file kept (``LayerESS.operator_block``)."""
-    stored = lay.operator_block
-    return stored * max(1, math.ceil(math.ceil(length / max_side) / stored))
-
-
-def operator_data(
-    result: ESSResult, *, layer: int, unit="mean", max_side: int = MAX_OPERATOR_SIDE
-) -> tuple[list[dict], int]:
-    """Rows of the "operator" dataset for the focus unit, and the block size b.
-
-    T (L x L) is cut into b x b blocks, b = ceil(L / max_side); each lower-triangular block
-    holds ``logabs`` = log10 of the largest |T| inside it (a thin band such as a short conv
-    stays visible) and ``rel`` = logabs minus the largest (colour domain [-6, 0]). Blocks
-    below 1e-8 of the peak are left out. Empty when the unit's T was not kept."""
-    lay = result.layer(layer)
-    focus = focus_unit(result, layer, unit)
-    if focus not in lay.operators:
-        return [], 1
-    op = np.abs(np.asarray(lay.operators[focus], dtype=np.float64))
-    length = result.length
-    size = operator_block_size(lay, length, max_side)
-    factor = size // lay.operator_block  # a loaded long operator is already cut into blocks
-    n = math.ceil(op.shape[0] / factor)
-    pad = np.zeros((n * factor, n * factor))
-    pad[: op.shape[0], : op.shape[1]] = op
-    blocks = pad.reshape(n, factor, n, factor).max(axis=(1, 3))
-    peak = blocks.max()
-    if peak <= 0:
-        return [], size
-    bi, bj = np.nonzero(np.tril(blocks > peak * 1e-8))
-    logabs = np.log10(blocks[bi, bj])
-    top = float(np.log10(peak))
-    records = [
-        {
-            "i0": int(i) * size,
-            "i1": min((int(i) + 1) * size, length),
-            "j0": int(j) * size,
-            "j1": min((int(j) + 1) * size, length),
-            "logabs": round(float(v), 3),
-            "rel": round(float(v) - top, 3),
-        }
-        for i, j, v in zip(bi.tolist(), bj.tolist(), logabs.tolist())
-    ]
-    return records, size
 
 
 def overview_stride(result: ESSResult, max_cells: int | None = None) -> int:
@@ -530,14 +472,22 @@ def linked_data(
     return state_data(result, state)
 
 
-def state_data(result: ESSResult, state: ViewState) -> dict:
-    """`linked_data` of an already validated state."""
+def layer_datasets(result: ESSResult, state: ViewState) -> dict:
+    """The datasets of `state_data` that depend on the layer: ESS over time with the spectra,
+    and the operator's blocks (the others are the same for every layer of one result)."""
     focus = focus_unit(result, state.layer, state.unit)
     return {
         DATASETS["time"]: _time_rows(result, state),
         DATASETS["operator"]: _cached(
             result, ("operator", state.layer, focus), lambda: operator_data(result, layer=state.layer, unit=focus)[0]
         ),
+    }
+
+
+def state_data(result: ESSResult, state: ViewState) -> dict:
+    """`linked_data` of an already validated state."""
+    return {
+        **layer_datasets(result, state),
         DATASETS["overview"]: overview_rows(result, state),
         DATASETS["diagnostics"]: diagnostics_rows(result, state),
         DATASETS["thresholds"]: thresholds_data(state),

@@ -108,7 +108,6 @@ def spectrum_count(
     kept: int,
     drawn: int,
     complete: bool,
-    tol_text: str,
     entropy: float,
     causal: float,
 ) -> str:
@@ -119,13 +118,14 @@ def spectrum_count(
     tolerance-ESS counts the drawn values above tau; entropy-ESS is computed from all of them;
     causal ESS counts the values of R_t (not drawn), and the count of H_t is given beside it.
     ``exact`` False: the tolerance count was recounted from the ``kept`` values and is a lower
-    bound. ``complete`` False: more values exist than the ``drawn`` ones."""
+    bound. ``complete`` False: more values exist than the ``drawn`` ones. tau itself is the
+    panel's dashed rule, its value in the rule's tooltip and beside the curve's name."""
     if exact:
-        above = f"{tolerance_count} σ above {tol_text}"
+        above = f"{tolerance_count} σ above τ"
         if not complete:
             above += f" (top {drawn} drawn)"
     else:
-        above = f"at least {tolerance_count} σ above {tol_text} (recounted from the {kept} kept)"
+        above = f"at least {tolerance_count} σ above τ (recounted from the {kept} kept)"
     if variant == "entropy":
         return f"{VARIANT_NAMES['entropy']} {_number(entropy)} · {above}"
     if variant == "causal":

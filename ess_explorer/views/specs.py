@@ -250,13 +250,15 @@ def spectrum_panel(result, layer, unit, names, t0, width=360, height=230):
         .encode(x=alt.value(4), y=alt.value(height - 4), text="curve_label:N")
     )
     if isinstance(unit, str):
-        sub = f"{lay.unit_kind} {focus} drawn, one of the {lay.n_units} the curve's {unit} is over · red dashed: τ"
+        first = f"{lay.unit_kind} {focus} drawn, one of the {lay.n_units} the curve's {unit} is over"
     else:
-        sub = f"{lay.unit_kind} {focus}, the unit of the curve · red dashed: τ"
+        first = f"{lay.unit_kind} {focus}, the unit of the curve"
+    notes = ["red dashed: τ"]
     if lay.singular_values.shape[-1] > kmax or (lay.rank_bound[focus] > kmax).any():
-        sub += f" · top {kmax} kept"
+        notes.append(f"top {kmax} kept")
     if floor_note(result):
-        sub += " · " + floor_note(result)
+        notes.append(floor_note(result))
+    sub = [first, " · ".join(notes)]  # two short lines: a long one would widen the panel
     return alt.layer(line, dots, rule, label, curve).properties(
         width=width,
         height=height,
