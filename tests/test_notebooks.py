@@ -203,9 +203,17 @@ def test_inspect_notebook(kernel_env, tmp_path_factory):
     widgets = [c for c in code_cells(nb) if has(c, WIDGET)]
     assert len(widgets) >= 2
     assert_every_widget_has_a_static_figure(nb)
-    # both explorers (default model, repeated-token result) output the widget, then a static copy of
+    # both explorers (default model, the collapsed example) output the widget, then a static copy of
     # its views (a PNG, and HTML that the live widget hides)
     assert len(explorer_static_copies(nb)) >= 2, "an explorer output has no static copy"
+    # the collapse section says which zoo layers are collapsed, then shows one that is (built on purpose)
+    assert "zoo layers collapsed against the ceiling on their task prompt:" in text
+    assert "synthetic (built collapsed):" in text and "-> collapsed (4 of 4 units collapsed)" in text
+    collapse = next(c for c in code_cells(nb) if "collapsed_result" in c.source)
+    assert has(collapse, WIDGET) and has(collapse, "image/png"), "the collapsed example is not drawn"
+    # the thresholds demo runs where the settings disagree: its three lines do not all say the same state
+    lines = [line for line in text.splitlines() if line.startswith("saturated >= ") and " is " in line]
+    assert len(lines) == 3 and len({line.split(" is ")[1].split()[0] for line in lines}) > 1, lines
 
 
 @pytest.mark.slow
