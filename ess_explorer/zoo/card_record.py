@@ -38,14 +38,16 @@ class CardLayer:
 class ModelCard:
     """The fields of a zoo model card that callers read.
 
-    ``accuracy``: held-out exact-match recall over ``n_queries`` queries. ``memory_layer``: the
+    ``main_task``: trained on the main task (K drawn from a range: the models of zoo.claim's
+    "main task" group). ``accuracy``: held-out exact-match recall over ``n_queries`` queries. ``memory_layer``: the
     memory layer with the largest total ESS at t* (the one the explorer opens on). ``ess``,
     ``entropy_ess``, ``tss``: that layer's totals at t*, ``*_per_kv`` the same divided by K
     (``pairs``). ``state``: saturated / normal / collapsed by the utilisation at t*.
     ``sweep``: the difficulty sweep, one dict per number of pairs (keys ``pairs``,
     ``accuracy``, ``ess_per_kv``, ``entropy_ess_per_kv``, ``tss_per_kv``, ...).
     ``prompt_utilisation``: per memory layer, the ratio of peaks over the card's prompts
-    (diagnostics against TSS). ``separator_drop`` / ``separator_control``: the records of
+    (diagnostics against TSS), ``prompt_rank_cap`` the most that ratio can be on those prompts
+    (the rank cap min(t, L - t) over TSS). ``separator_drop`` / ``separator_control``: the records of
     models measured at separators (None when the card has none). ``raw``: the whole card."""
 
     name: str
@@ -55,6 +57,7 @@ class ModelCard:
     parameters: int
     task: dict
     segments: int
+    main_task: bool
     pairs: int
     length: int
     example_prompt: str
@@ -73,6 +76,7 @@ class ModelCard:
     layers: dict[int, CardLayer]
     sweep: tuple[dict, ...]
     prompt_utilisation: dict[int, float]
+    prompt_rank_cap: dict[int, float]
     separator_drop: dict | None = None
     separator_control: dict | None = None
     raw: dict = field(default_factory=dict, repr=False)
@@ -110,6 +114,7 @@ def read_card(name: str) -> ModelCard:
             parameters=int(raw["parameters"]),
             task=dict(task),
             segments=int(task.get("num_segments", 1)),
+            main_task=bool(raw["training"].get("train_pairs")),
             pairs=int(task["num_pairs"]),
             length=int(task["length"]),
             example_prompt=str(raw["example_prompt"]),
@@ -129,6 +134,9 @@ def read_card(name: str) -> ModelCard:
             sweep=tuple(dict(row) for row in raw["sweep"]["rows"]),
             prompt_utilisation={
                 int(i): float(d["utilisation"]) for i, d in raw["utilisation"].get("layers", {}).items()
+            },
+            prompt_rank_cap={
+                int(i): float(d["rank_cap_allows"]) for i, d in raw["utilisation"].get("layers", {}).items()
             },
             separator_drop=raw.get("separator_drop"),
             separator_control=raw.get("separator_control"),
