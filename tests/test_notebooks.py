@@ -233,6 +233,13 @@ def test_paper_figures_notebook(kernel_env, tmp_path_factory):
     for svg in svgs:
         head = svg.read_text()[:2000]
         assert "<svg" in head, svg
+    # the same print checks as the package's figure kinds: width, one font, >= 7 pt, no collisions, words
+    from test_figure_print import check_print, pdf_text
+
+    for pdf in pdfs:
+        data = pdf.read_bytes()
+        (page_width, _), _ = pdf_text(data)
+        check_print(pdf.stem, "single" if page_width < 300 else "double", data)
     assert png_count(nb) >= 4
     text = texts(nb)
     assert "figures/" in text
@@ -248,3 +255,9 @@ def test_paper_figures_notebook(kernel_env, tmp_path_factory):
     assert "than its control over" in text
     # the advice checked by training: read from the zoo's record, its verdict stated, its figures exported
     assert "The prediction" in text and "advice_check_by_training.pdf" in {p.name for p in pdfs}
+    # the README's correlations computed beside the notebook's, and the collapsed model drawn
+    assert "README (zoo.claim):" in text and text.count("Spearman rho: sweep points") == 3
+    assert "collapsed against TSS: mamba2 n128 rebind" in text
+    # the cards are read through the typed reader, never by guessing keys
+    code = "\n".join(c.source for c in code_cells(nb))
+    assert "zoo.read_card" in code and "card.get(" not in code
