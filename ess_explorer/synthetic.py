@@ -86,19 +86,19 @@ def collapsed_ssm(length: int, state_size: int, *, units: int = 1, seed: int = 0
 def collapsed_result(length: int = 64, state_size: int = 32, *, units: int = 4, seed: int = 0) -> ESSResult:
     """An ESSResult of one Mamba-like layer whose units are `collapsed_ssm`s: ESS 1 at every
     cut of a state of ``state_size``, utilisation 1 / min(state_size, length // 2)."""
-    operator = collapsed_ssm(length, state_size, units=units, seed=seed)
-    layer = LayerESS.from_operator(
-        0,
-        "mamba",
-        operator,
-        tol=DEFAULT_TOL,
-        relative=DEFAULT_RELATIVE,
-        keep_operators=range(units),
-        precision=DEFAULT_PRECISION,
-        state_size=state_size,
-    )
+    layer = _layer(0, "mamba", collapsed_ssm(length, state_size, units=units, seed=seed), state_size=state_size)
     tokens = reference_tokens(length)
     return ESSResult(tokens=tokens, input_ids=list(range(length)), layers={0: layer}, meta=_meta("synthetic:collapsed"))
+
+
+def _layer(
+    index, family, operator, *, tol=DEFAULT_TOL, relative=DEFAULT_RELATIVE, precision=DEFAULT_PRECISION, **sizes
+):
+    """The LayerESS of a synthetic operator, every unit's T kept for the views."""
+    units = operator.batch_shape[0] if isinstance(operator, DiagonalSSM) else operator.shape[0]
+    return LayerESS.from_operator(
+        index, family, operator, tol=tol, relative=relative, keep_operators=range(units), precision=precision, **sizes
+    )
 
 
 def _meta(model_id: str, *, tol=DEFAULT_TOL, relative=DEFAULT_RELATIVE, precision=DEFAULT_PRECISION, separators=()):
@@ -190,18 +190,9 @@ def reference_result(
         ("mamba", diagonal_ssm(length, 4, units=4, seed=seed + 2, resets=separators), {"state_size": 4}),
         ("linear_attention", linear_attention(length, 4, units=2, seed=seed + 3), {"state_size": 4}),
     ]
-    layers = {}
-    for index, (family, operator, sizes) in enumerate(specs):
-        units = operator.batch_shape[0] if isinstance(operator, DiagonalSSM) else operator.shape[0]
-        layers[index] = LayerESS.from_operator(
-            index,
-            family,
-            operator,
-            tol=tol,
-            relative=relative,
-            keep_operators=range(units),
-            precision=precision,
-            **sizes,
-        )
+    layers = {
+        index: _layer(index, family, operator, tol=tol, relative=relative, precision=precision, **sizes)
+        for index, (family, operator, sizes) in enumerate(specs)
+    }
     meta = _meta("synthetic:reference", tol=tol, relative=relative, precision=precision, separators=separators)
     return ESSResult(tokens=tokens, input_ids=list(range(length)), layers=layers, meta=meta)
