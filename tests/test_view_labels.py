@@ -110,11 +110,17 @@ def test_few_singular_values_get_one_tick_each(result):
     assert "values" not in axis and axis["tickMinStep"] == 1
 
 
-def test_the_tooltip_has_the_token_the_subtitle_promises(result):
+def test_the_subtitle_says_where_the_hovered_token_is_shown(result):
+    """The subtitle promises the token at the top of the plot: a text layer shows the token
+    field of the hovered row there (the voronoi tooltip cannot show strings)."""
     spec = charts.ess_over_time(result, layer=2).to_dict()
     assert "hover: the token at the top" in spec["title"]["subtitle"]
-    tips = [tip for node in _walk(spec) for tip in node.get("tooltip", []) if isinstance(node.get("tooltip"), list)]
-    assert {"field": "token", "type": "nominal", "title": "token"} in tips
+    hover = spec["layer"][5]
+    assert hover["mark"]["type"] == "text" and hover["encoding"]["text"]["field"] == "token"
+    names = {node["name"] for node in _walk(spec) if isinstance(node.get("name"), str) and "select" in node}
+    (hover_param,) = [name for name in names if name.endswith("_hover")]
+    assert hover["transform"][0]["filter"]["param"] == hover_param
+    assert hover["encoding"]["y"] == {"value": 10}  # at the top of the plot
 
 
 def test_unit_menu_labels_fit_a_narrow_menu(result):

@@ -112,10 +112,11 @@ def ess_over_time_panel(result, layer, unit, names, t0, width=720, height=190):
             color=alt.condition(sel_t, alt.value(SELECT_COLOR), alt.value(ESS_COLOR)),
             opacity=alt.condition("datum.exact", alt.value(0.9), alt.value(0.35)),  # faint: a lower bound
             size=alt.condition(sel_t, alt.value(110), alt.value(22)),
-            # the hovered token is also drawn as text at the top of the plot (the subtitle says so)
+            # numbers only: the tooltip of a nearest (voronoi) point selection shows a string field
+            # as "undefined" (checked in Chromium); the hovered token is drawn as text at the top
+            # of the plot instead, and the subtitle says so
             tooltip=[
                 alt.Tooltip("t:Q", title="t"),
-                alt.Tooltip("token:N", title="token"),
                 alt.Tooltip("ess:Q", title="ESS", format=".3~f"),
                 alt.Tooltip("tss:Q", title="TSS", format=".3~f"),
                 alt.Tooltip("ceiling:Q", title="ceiling", format=".3~f"),
