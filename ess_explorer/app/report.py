@@ -20,6 +20,7 @@ import pandas as pd
 from ..atomic import atomic_write
 from ..io import META_FILE, RESULT_FILE, TABLE_FILE, jsonable, result_metadata, summary_table, table_bytes
 from ..result import ESSResult
+from ..views.labels import family_name
 from ..views.linked import linked_views_per_layer
 from ..views.params import ViewNames
 from ..views.render import javascript_bundle, vl_version
@@ -250,6 +251,7 @@ def report_html(
     )
     # max_ess (the peak of the unit mean) is not what utilisation divides: peak_ess is
     summary = summary_table(result).drop(columns=["max_ess"])
+    summary["family"] = summary["family"].map(family_name)  # words, which wrap: the table fits 900 px
     meta_rows = pd.DataFrame(
         [(k, json.dumps(v) if not isinstance(v, str) else v) for k, v in meta["meta"].items() if k != "prompt"],
         columns=["key", "value"],

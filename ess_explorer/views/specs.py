@@ -243,7 +243,7 @@ def spectrum_panel(result, layer, unit, names, t0, width=360, height=230):
             label=f"'t = ' + datum.t + ' \u201c' + datum.token + '\u201d · {drawn}\\n' + datum.count_label"
         )
         .mark_text(align="left", baseline="bottom", fontSize=11, fontWeight="bold", color="#222", lineBreak="\n")
-        .encode(x=alt.value(0), y=alt.value(-6), text="label:N")
+        .encode(x=alt.value(0), y=alt.value(-10), text="label:N")  # clear of the top tick label
     )
     curve = (
         base.transform_filter("datum.curve_label != ''")
