@@ -9,6 +9,7 @@ made from seeded random parameters with the closed forms of docs/math.md ("Close
     softmax_attention()       ESS(t) = min(t, L - t) generically
     trained_like_attention()  the head kinds of trained models: attention sinks (98-100% of
                               the weight on token 0), sharp (near one-hot) and near-uniform heads
+    collapsed_ssm(n)          ESS(t) = 1 of a state of n: every input written along one direction
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ __all__ = [
     "HEAD_KINDS",
     "reference_result",
     "reference_tokens",
+    "collapsed_ssm",
+    "collapsed_result",
 ]
 
 
@@ -65,6 +68,52 @@ def diagonal_ssm(length: int, state_size: int, *, units: int = 1, seed: int = 0,
     c = torch.randn(units, length, state_size, generator=g, dtype=torch.float64)
     d = torch.randn(units, length, generator=g, dtype=torch.float64)
     return DiagonalSSM(a, b, c, d)
+
+
+def collapsed_ssm(length: int, state_size: int, *, units: int = 1, seed: int = 0, decay: float = 0.95) -> DiagonalSSM:
+    """A diagonal SSM with a state of ``state_size`` that uses one direction of it: one decay
+    for every state entry and every input written along one fixed direction v of the state
+    (b_t = beta_t v). Then T[i, j] = decay^(i - j) beta_j (c_i . v) has rank 1, so every cut
+    has ESS 1 of TSS = state_size: a collapsed state, built so on purpose."""
+    g = _generator(seed)
+    a = torch.full((units, length, state_size), float(decay), dtype=torch.float64)
+    direction = torch.randn(units, 1, state_size, generator=g, dtype=torch.float64)
+    b = torch.randn(units, length, 1, generator=g, dtype=torch.float64) * direction
+    c = torch.randn(units, length, state_size, generator=g, dtype=torch.float64)
+    return DiagonalSSM(a, b, c)
+
+
+def collapsed_result(length: int = 64, state_size: int = 32, *, units: int = 4, seed: int = 0) -> ESSResult:
+    """An ESSResult of one Mamba-like layer whose units are `collapsed_ssm`s: ESS 1 at every
+    cut of a state of ``state_size``, utilisation 1 / min(state_size, length // 2)."""
+    layer = _layer(0, "mamba", collapsed_ssm(length, state_size, units=units, seed=seed), state_size=state_size)
+    tokens = reference_tokens(length)
+    return ESSResult(tokens=tokens, input_ids=list(range(length)), layers={0: layer}, meta=_meta("synthetic:collapsed"))
+
+
+def _layer(
+    index, family, operator, *, tol=DEFAULT_TOL, relative=DEFAULT_RELATIVE, precision=DEFAULT_PRECISION, **sizes
+):
+    """The LayerESS of a synthetic operator, every unit's T kept for the views."""
+    units = operator.batch_shape[0] if isinstance(operator, DiagonalSSM) else operator.shape[0]
+    return LayerESS.from_operator(
+        index, family, operator, tol=tol, relative=relative, keep_operators=range(units), precision=precision, **sizes
+    )
+
+
+def _meta(model_id: str, *, tol=DEFAULT_TOL, relative=DEFAULT_RELATIVE, precision=DEFAULT_PRECISION, separators=()):
+    """The analysis settings of a synthetic result (its meta)."""
+    return {
+        "model_id": model_id,
+        "revision": None,
+        "dtype": "float64",
+        "device": "cpu",
+        "tol": tol,
+        "relative": relative,
+        "stride": None,
+        "precision": precision,
+        "separators": list(separators),
+    }
 
 
 def softmax_attention(
@@ -141,28 +190,9 @@ def reference_result(
         ("mamba", diagonal_ssm(length, 4, units=4, seed=seed + 2, resets=separators), {"state_size": 4}),
         ("linear_attention", linear_attention(length, 4, units=2, seed=seed + 3), {"state_size": 4}),
     ]
-    layers = {}
-    for index, (family, operator, sizes) in enumerate(specs):
-        units = operator.batch_shape[0] if isinstance(operator, DiagonalSSM) else operator.shape[0]
-        layers[index] = LayerESS.from_operator(
-            index,
-            family,
-            operator,
-            tol=tol,
-            relative=relative,
-            keep_operators=range(units),
-            precision=precision,
-            **sizes,
-        )
-    meta = {
-        "model_id": "synthetic:reference",
-        "revision": None,
-        "dtype": "float64",
-        "device": "cpu",
-        "tol": tol,
-        "relative": relative,
-        "stride": None,
-        "precision": precision,
-        "separators": separators,
+    layers = {
+        index: _layer(index, family, operator, tol=tol, relative=relative, precision=precision, **sizes)
+        for index, (family, operator, sizes) in enumerate(specs)
     }
+    meta = _meta("synthetic:reference", tol=tol, relative=relative, precision=precision, separators=separators)
     return ESSResult(tokens=tokens, input_ids=list(range(length)), layers=layers, meta=meta)

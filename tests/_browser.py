@@ -42,3 +42,14 @@ def require_browser():
     except ImportError:
         missing("the playwright package is not installed (pip install playwright; never `playwright install`)")
     return CHROMIUM, sync_api
+
+
+def launch(playwright, profile, width: int, height: int):
+    """A headless Chromium context (Debian's, never a downloaded one) with its own profile."""
+    return playwright.chromium.launch_persistent_context(
+        str(profile),
+        executable_path=str(CHROMIUM),
+        headless=True,
+        args=ARGS,
+        viewport={"width": width, "height": height},
+    )

@@ -332,7 +332,7 @@ def test_the_report_shows_the_advice_next_to_the_summary(tmp_path):
     results = ssm_results(8, 3, prompts=2)
     advice = advise(results, n_boot=10)
     page = report_html(results[0], advice=advice, embed_data=False)
-    assert page.index("Per-layer summary") < page.index("<h2>Advice</h2>") < page.index("<h2>Tokens</h2>")
+    assert page.index("Per-layer summary") < page.index("<h2>Advice</h2>") < page.index("<h2>Prompt, as")
     assert "<td>3 [3, 3]</td>" in page and "<td>0.38 [0.38, 0.38]</td>" in page  # advised 3 of 8
     assert page.count("<svg") >= 1
     assert "<h2>Advice</h2>" not in report_html(results[0], embed_data=False)

@@ -127,9 +127,52 @@ def test_report_is_self_contained(page):
     assert not re.search(r"<script[^>]+src=", page), "an external script"
     assert not re.search(r"<link[^>]+href=", page), "an external stylesheet"
     assert "vegaEmbed(" in page and len(page) > 500_000  # the JS bundle is inline
-    spec = json.loads(re.search(r"const spec = (\{.*?\});\n", page, re.S).group(1))
-    assert "vconcat" in spec and spec.get("datasets")  # the linked views, data inline
-    assert not any("url" in (v.get("data") or {}) for v in spec.get("vconcat", []))
+    pages = _layer_pages(page)
+    for spec in pages["specs"].values():
+        assert "vconcat" in spec and spec.get("datasets")  # the linked views, data inline
+        assert not any("url" in (v.get("data") or {}) for v in spec.get("vconcat", []))
+
+
+def _layer_pages(page: str) -> dict:
+    """The page's record of every layer's linked views (app/report.py)."""
+    found = re.search(r"<script type='application/json' id='ess-layers'>(.*?)</script>", page, re.S)
+    return json.loads(found.group(1))
+
+
+def test_report_has_every_layers_views_for_the_overview_to_pick(ref, page):
+    """A click in the overview shows that layer: the page carries each layer's spec (its own
+    ESS over time and operator) and the datasets they share, under the overview's param."""
+    pages = _layer_pages(page)
+    assert sorted(map(int, pages["specs"])) == sorted(ref.layers)
+    assert set(pages["shared"]) == {"ess_overview", "ess_diagnostics", "ess_thresholds", "ess_labels"}
+    for layer, spec in pages["specs"].items():
+        assert set(spec["datasets"]) == {"ess_time", "ess_operator"}
+        params = {p["name"]: p for p in spec["params"]}
+        assert params[pages["param"]]["value"] == [{"layer": int(layer)}]  # the picked row is marked
+        rows = spec["datasets"]["ess_time"]
+        expected = ref.layer(int(layer)).tolerance_ess.mean(0)
+        assert [r["ess"] for r in rows] == pytest.approx(expected.tolist(), rel=1e-3)
+    assert pages["param"].endswith("_layer") and "addSignalListener(essPages.param" in page
+
+
+def test_report_says_what_it_shows(ref, page):
+    """ESS is defined before the charts, every summary column is defined under the table, the
+    summary's numbers are formatted, and the prompt is printed once."""
+    assert page.index("effective state size</strong>") < page.index('id="ess-explorer"')
+    from ess_explorer.app.report import SUMMARY_COLUMNS
+
+    table = page[page.index("<h2>Per-layer summary</h2>") : page.index("</dl>")]
+    shown = summary_table(ref).drop(columns=["max_ess"]).columns
+    for column in shown:
+        header, meaning = SUMMARY_COLUMNS[column]
+        assert f">{header}</th>" in table and f"<dt>{header}</dt><dd>{meaning}</dd>" in table.replace("&#x27;", "'")
+    cells = re.findall(r"<td>([^<]*)</td>", table)
+    assert not any(re.search(r"\de[+-]\d", c) for c in cells)
+    assert not any(re.fullmatch(r"-?\d+\.\d{4,}", c) for c in cells), "unrounded numbers"
+    assert "utilisation" in table and "differs from total ESS / total TSS" in table
+    visible = re.sub(r"<script.*?</script>", "", page.split("<body>", 1)[1], flags=re.S)  # what a reader sees
+    assert "a prompt" not in visible  # the raw prompt is in the metadata, the page shows its tokens once
+    assert visible.count("<h2>Prompt, as") == 1 and "<h2>Tokens</h2>" not in visible
 
 
 def test_report_embeds_metadata_and_data(ref, page):
@@ -154,7 +197,7 @@ def test_hostile_tokens_cannot_break_the_page(ref, tmp_path):
     html = write_report(evil, tmp_path / "r.html", embed_data=False).read_text()
     # Every </script> closes a <script> the page itself opened: none comes from the data.
     assert html.count("</script>") == len(re.findall(r"<script[ >]", html))
-    assert "alert(1)</script>" not in html and "&lt;b&gt;bold" in html
+    assert "alert(1)</script>" not in html and "<b>bold</b>" not in html
 
 
 def test_report_options_and_errors(ref, tmp_path):

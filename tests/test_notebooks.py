@@ -203,9 +203,17 @@ def test_inspect_notebook(kernel_env, tmp_path_factory):
     widgets = [c for c in code_cells(nb) if has(c, WIDGET)]
     assert len(widgets) >= 2
     assert_every_widget_has_a_static_figure(nb)
-    # both explorers (default model, repeated-token result) output the widget, then a static copy of
+    # both explorers (default model, the collapsed example) output the widget, then a static copy of
     # its views (a PNG, and HTML that the live widget hides)
     assert len(explorer_static_copies(nb)) >= 2, "an explorer output has no static copy"
+    # the collapse section says which zoo layers are collapsed, then shows one that is (built on purpose)
+    assert "zoo layers collapsed against the ceiling on their task prompt:" in text
+    assert "synthetic (built collapsed):" in text and "-> collapsed (4 of 4 units collapsed)" in text
+    collapse = next(c for c in code_cells(nb) if "collapsed_result" in c.source)
+    assert has(collapse, WIDGET) and has(collapse, "image/png"), "the collapsed example is not drawn"
+    # the thresholds demo runs where the settings disagree: its three lines do not all say the same state
+    lines = [line for line in text.splitlines() if line.startswith("saturated >= ") and " is " in line]
+    assert len(lines) == 3 and len({line.split(" is ")[1].split()[0] for line in lines}) > 1, lines
 
 
 @pytest.mark.slow
@@ -225,6 +233,13 @@ def test_paper_figures_notebook(kernel_env, tmp_path_factory):
     for svg in svgs:
         head = svg.read_text()[:2000]
         assert "<svg" in head, svg
+    # the same print checks as the package's figure kinds: width, one font, >= 7 pt, no collisions, words
+    from test_figure_print import check_print, pdf_text
+
+    for pdf in pdfs:
+        data = pdf.read_bytes()
+        (page_width, _), _ = pdf_text(data)
+        check_print(pdf.stem, "single" if page_width < 300 else "double", data)
     assert png_count(nb) >= 4
     text = texts(nb)
     assert "figures/" in text
@@ -240,3 +255,9 @@ def test_paper_figures_notebook(kernel_env, tmp_path_factory):
     assert "than its control over" in text
     # the advice checked by training: read from the zoo's record, its verdict stated, its figures exported
     assert "The prediction" in text and "advice_check_by_training.pdf" in {p.name for p in pdfs}
+    # the README's correlations computed beside the notebook's, and the collapsed model drawn
+    assert "README (zoo.claim):" in text and text.count("Spearman rho: sweep points") == 3
+    assert "collapsed against TSS: mamba2 n128 rebind" in text
+    # the cards are read through the typed reader, never by guessing keys
+    code = "\n".join(c.source for c in code_cells(nb))
+    assert "zoo.read_card" in code and "card.get(" not in code

@@ -165,3 +165,52 @@ def test_pdf_figure_screenshot(tmp_path):
         _write_png(ARTIFACTS / f"figure-{kind}-pdf.png", rgb)
         inked = (rgb < 235).any(-1).mean()
         assert 0.02 < inked < 0.9
+
+
+SHOTS = Path("/tmp/shots-h26")
+
+
+def test_report_fits_900_px_and_shows_the_layer_picked_in_the_overview(report, browser_page):
+    """At a 900 px window the page never scrolls sideways (the charts, the table and the
+    tokens stay inside it), and a click on another layer's row of the overview redraws the
+    detail views for that layer, in the browser alone."""
+    page = browser_page.new_page()
+    page.set_viewport_size({"width": 900, "height": 900})
+    errors = []
+    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(report.as_uri())
+    page.wait_for_selector("#ess-explorer svg g.mark-rect path", timeout=30_000)
+    page.wait_for_timeout(300)
+    width, inner = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
+    assert width <= inner, f"the page scrolls sideways: {width} px of content in a {inner} px window"
+    chart = page.locator("#ess-explorer svg").first.bounding_box()
+    assert chart["x"] >= 0 and chart["x"] + chart["width"] <= inner
+    SHOTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(SHOTS / "report-900.png"), full_page=True)
+
+    def subtitle() -> list[str]:
+        return page.evaluate(
+            "() => [...document.querySelectorAll('#ess-explorer svg text')].map(t => t.textContent)"
+            ".filter(t => t.startsWith('layer '))"
+        )
+
+    assert page.evaluate("() => document.getElementById('ess-explorer').dataset.layer") == "2"
+    assert subtitle()[0].startswith("layer 2 (mamba)")
+    # the overview cell of layer 0 at t = 10, found by its accessible label, scrolled into view
+    centre = page.evaluate(
+        """() => { for (const p of document.querySelectorAll('#ess-explorer svg g.mark-rect path')) {
+            const a = p.getAttribute('aria-label') || '';
+            if (a.includes('layer: 0 · softmax attention') && a.includes('t: 10;')) {
+                p.scrollIntoView({block: 'center'}); const r = p.getBoundingClientRect();
+                return [r.x + r.width / 2, r.y + r.height / 2]; } }
+            return null; }"""
+    )
+    assert centre, "no overview cell for layer 0"
+    page.mouse.click(*centre)
+    page.wait_for_function("() => document.getElementById('ess-explorer').dataset.layer === '0'", timeout=10_000)
+    page.wait_for_timeout(300)
+    assert subtitle()[0].startswith("layer 0 (softmax_attention)")
+    assert page.locator("#ess-shown").text_content() == "0"
+    page.screenshot(path=str(SHOTS / "report-900-layer0.png"), full_page=False)
+    assert errors == [], errors

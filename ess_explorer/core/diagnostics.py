@@ -120,13 +120,18 @@ def utilisation(ess, tss) -> np.ndarray:
     return np.divide(ess, tss, out=np.zeros_like(ess), where=tss > 0)
 
 
-def attainable_ceiling(layer) -> np.ndarray:
+def attainable_ceiling(layer, variant: str = "tolerance") -> np.ndarray:
     """(U, P) min(TSS(t), t, L - t) of a LayerESS: the most ESS a unit can have at each cut.
 
     ``rank_bound`` is min(t, L - t) (the shape of H_t), capped by the operator's own rank
-    limit where it has one, so the minimum with TSS is the ceiling.
+    limit where it has one, so the minimum with TSS is the ceiling. Causal ESS counts the
+    reachability factor R_t (state x t), not H_t: no L - t bounds it (a softmax head's is t),
+    so its ceiling is min(TSS(t), t).
     """
-    return np.minimum(np.asarray(layer.tss, dtype=np.float64), np.asarray(layer.rank_bound, dtype=np.float64))
+    tss = np.asarray(layer.tss, dtype=np.float64)
+    if check_variant(variant) == "causal":
+        return np.minimum(tss, np.asarray(layer.positions, dtype=np.float64)[None, :])
+    return np.minimum(tss, np.asarray(layer.rank_bound, dtype=np.float64))
 
 
 def check_against(against: str) -> str:
@@ -196,7 +201,7 @@ def layer_diagnostics(
     peaks = {
         "ess": _reduce_time(ess, reduce, valid),
         "tss": _reduce_time(tss, reduce, valid),
-        "ceiling": _reduce_time(attainable_ceiling(layer), reduce, valid),
+        "ceiling": _reduce_time(attainable_ceiling(layer, variant), reduce, valid),
     }
     ratios = {name: utilisation(peaks["ess"], peaks[name]) for name in AGAINST}
     unit_util = ratios[against]

@@ -25,7 +25,18 @@ import numpy as np
 
 from ..core.diagnostics import attainable_ceiling, layer_diagnostics, layer_modulation
 from ..core.precision import PRECISIONS, Accuracy
-from ..result import SAVED_OPERATOR_SIDE, SAVED_SPECTRUM_K, ESSResult, LayerESS
+from ..result import SAVED_SPECTRUM_K, ESSResult, LayerESS
+from .labels import (
+    ceiling_label,
+    curve_value_label,
+    family_name,
+    layer_axis_title,
+    layer_label,
+    spectrum_count,
+    tol_label,
+    variant_label,
+)
+from .operator_blocks import MAX_OPERATOR_SIDE, focus_unit, operator_block_size, operator_data
 from .state import ViewState
 
 __all__ = [
@@ -55,7 +66,6 @@ __all__ = [
 
 # What a saved result keeps is what these views draw (result.py)
 MAX_SPECTRUM_K = SAVED_SPECTRUM_K
-MAX_OPERATOR_SIDE = SAVED_OPERATOR_SIDE
 MAX_OVERVIEW_CELLS = 4000
 # Singular values below this fraction of sigma_1 are float64 round-off, not signal: not drawn.
 ROUNDOFF = 1e-13
@@ -119,39 +129,6 @@ def _sig(value: float, digits: int = 4) -> float | None:
     return float(f"{value:.{digits}g}") if np.isfinite(value) else None
 
 
-def family_name(family: str) -> str:
-    """A family's code name as words for labels and legends: "short_conv" -> "short conv"."""
-    return family.replace("_", " ")
-
-
-def single_family(result: ESSResult) -> str | None:
-    """The family of every analysed layer when they share one (a plain LLM), else None."""
-    families = {lay.family for lay in result.layers.values()}
-    return family_name(families.pop()) if len(families) == 1 else None
-
-
-def layer_label(result: ESSResult, index: int) -> str:
-    """A layer's row label: its index alone when every layer has one family (the axis title
-    names it: a 30-layer LLM's rows then stay short enough to read), else "index · family"."""
-    if single_family(result) is not None:
-        return str(index)
-    return f"{index} · {family_name(result.layer(index).family)}"
-
-
-def layer_axis_title(result: ESSResult) -> str | None:
-    """The title of a layer axis: "layer (family)" when the labels leave the family out."""
-    family = single_family(result)
-    return f"layer ({family})" if family else None
-
-
-def tol_label(tol: float, relative: bool) -> str:
-    return f"τ = {tol:g}·σ₁" if relative else f"τ = {tol:g}"
-
-
-def variant_label(state: ViewState) -> str:
-    return f"tolerance-ESS ({tol_label(state.tol, state.relative)})" if state.variant == "tolerance" else "entropy-ESS"
-
-
 # Per-result caches of what a tolerance change cannot alter (spectra rows, operator blocks),
 # keyed by the result's id and checked through a weak reference (ids are reused).
 _CACHE: dict = {}
@@ -209,7 +186,7 @@ def _series(result: ESSResult, state: ViewState) -> dict:
         "t": np.asarray(lay.positions, dtype=int),
         "ess": reduce_units(ess, state.unit, lay.multiplicity),
         "tss": reduce_units(lay.tss, state.unit, lay.state_weight),
-        "ceiling": reduce_units(attainable_ceiling(lay), state.unit, lay.multiplicity),
+        "ceiling": reduce_units(attainable_ceiling(lay, state.variant), state.unit, lay.multiplicity),
         "exact": exact.all(0) if isinstance(state.unit, str) else exact[int(state.unit)],
     }
 
@@ -232,15 +209,6 @@ def separator_positions(result: ESSResult) -> list[int]:
     if result.meta.get("separators") is not None:
         return [int(t) for t in result.meta["separators"]]
     return [t for t, tok in enumerate(result.tokens) if tok.strip() in SEPARATOR_TOKENS or tok in SEPARATOR_TOKENS]
-
-
-def focus_unit(result: ESSResult, layer: int, unit="mean") -> int:
-    """The single unit whose spectrum and operator are shown: ``unit`` itself when it is an
-    index; for an aggregate, the first unit whose operator was kept (else unit 0)."""
-    if not isinstance(unit, str):
-        return int(unit)
-    ops = result.layer(layer).operators
-    return min(ops) if ops else 0
 
 
 def start_position(result: ESSResult, state: ViewState) -> int:
@@ -296,6 +264,8 @@ def _time_rows(result: ESSResult, state: ViewState) -> list[dict]:
     ceiling = series["ceiling"].tolist()
     unit_ess = at.tolerance_ess[focus].tolist()
     unit_exact = _tolerance_exact(result, state)[focus].tolist()
+    unit_causal = at.causal_ess[focus].tolist()
+    lay = result.layer(state.layer)
     return [
         {
             **row,
@@ -307,6 +277,19 @@ def _time_rows(result: ESSResult, state: ViewState) -> list[dict]:
             "tol_label": tol_text,
             "unit_tol_ess": int(unit_ess[i]),
             "unit_exact": bool(unit_exact[i]),
+            # the spectrum panel's statement: the drawn unit's count in the shown variant, and
+            # for an aggregate curve the curve's own value at t (labels.py)
+            "count_label": spectrum_count(
+                state.variant,
+                tolerance_count=int(unit_ess[i]),
+                exact=bool(unit_exact[i]),
+                kept=int(lay.singular_values.shape[-1]),
+                drawn=len(row["sigma"]),
+                complete=row["complete"],
+                entropy=row["unit_entropy_ess"],
+                causal=unit_causal[i],
+            ),
+            "curve_label": curve_value_label(state.variant, lay, state.unit, ess[i]),
         }
         for i, row in enumerate(static)
     ]
@@ -335,54 +318,6 @@ def _static_time_rows(result: ESSResult, layer: int, focus: int) -> list[dict]:
             }
         )
     return rows
-
-
-def operator_block_size(lay: LayerESS, length: int, max_side: int = MAX_OPERATOR_SIDE) -> int:
-    """Positions per side of one drawn block of T: ceil(L / max_side), rounded up to a
-    multiple of the blocks a saved file kept (``LayerESS.operator_block``)."""
-    stored = lay.operator_block
-    return stored * max(1, math.ceil(math.ceil(length / max_side) / stored))
-
-
-def operator_data(
-    result: ESSResult, *, layer: int, unit="mean", max_side: int = MAX_OPERATOR_SIDE
-) -> tuple[list[dict], int]:
-    """Rows of the "operator" dataset for the focus unit, and the block size b.
-
-    T (L x L) is cut into b x b blocks, b = ceil(L / max_side); each lower-triangular block
-    holds ``logabs`` = log10 of the largest |T| inside it (a thin band such as a short conv
-    stays visible) and ``rel`` = logabs minus the largest (colour domain [-6, 0]). Blocks
-    below 1e-8 of the peak are left out. Empty when the unit's T was not kept."""
-    lay = result.layer(layer)
-    focus = focus_unit(result, layer, unit)
-    if focus not in lay.operators:
-        return [], 1
-    op = np.abs(np.asarray(lay.operators[focus], dtype=np.float64))
-    length = result.length
-    size = operator_block_size(lay, length, max_side)
-    factor = size // lay.operator_block  # a loaded long operator is already cut into blocks
-    n = math.ceil(op.shape[0] / factor)
-    pad = np.zeros((n * factor, n * factor))
-    pad[: op.shape[0], : op.shape[1]] = op
-    blocks = pad.reshape(n, factor, n, factor).max(axis=(1, 3))
-    peak = blocks.max()
-    if peak <= 0:
-        return [], size
-    bi, bj = np.nonzero(np.tril(blocks > peak * 1e-8))
-    logabs = np.log10(blocks[bi, bj])
-    top = float(np.log10(peak))
-    records = [
-        {
-            "i0": int(i) * size,
-            "i1": min((int(i) + 1) * size, length),
-            "j0": int(j) * size,
-            "j1": min((int(j) + 1) * size, length),
-            "logabs": round(float(v), 3),
-            "rel": round(float(v) - top, 3),
-        }
-        for i, j, v in zip(bi.tolist(), bj.tolist(), logabs.tolist())
-    ]
-    return records, size
 
 
 def overview_cell_stride(result: ESSResult, max_cells: int | None = None) -> int:
@@ -483,9 +418,11 @@ def diagnostics_rows(result: ESSResult, state: ViewState) -> list[dict]:
             {
                 "layer": int(index),
                 "label": layer_label(result, index),
-                "utilisation": round(float(diag["utilisation"]), 4),
-                "tss_utilisation": round(float(diag["tss_utilisation"]), 4),
-                "state": str(diag["state"]),
+                # None (no bar, a note instead) where the variant is undefined: causal ESS of a
+                # unit with no realisation is NaN (docs/conventions.md)
+                "utilisation": _sig(diag["utilisation"]),
+                "tss_utilisation": _sig(diag["tss_utilisation"]),
+                "state": str(diag["state"]) if np.isfinite(diag["utilisation"]) else "n/a",
                 "n_saturated": int(diag["n_saturated"]),
                 "n_collapsed": int(diag["n_collapsed"]),
                 "n_units": lay.n_units,
@@ -535,16 +472,29 @@ def linked_data(
     return state_data(result, state)
 
 
-def state_data(result: ESSResult, state: ViewState) -> dict:
-    """`linked_data` of an already validated state."""
+def layer_datasets(result: ESSResult, state: ViewState) -> dict:
+    """The datasets of `state_data` that depend on the layer: ESS over time with the spectra,
+    and the operator's blocks (the others are the same for every layer of one result)."""
     focus = focus_unit(result, state.layer, state.unit)
     return {
         DATASETS["time"]: _time_rows(result, state),
         DATASETS["operator"]: _cached(
             result, ("operator", state.layer, focus), lambda: operator_data(result, layer=state.layer, unit=focus)[0]
         ),
+    }
+
+
+def state_data(result: ESSResult, state: ViewState) -> dict:
+    """`linked_data` of an already validated state."""
+    return {
+        **layer_datasets(result, state),
         DATASETS["overview"]: overview_rows(result, state),
         DATASETS["diagnostics"]: diagnostics_rows(result, state),
         DATASETS["thresholds"]: thresholds_data(state),
-        DATASETS["labels"]: [{"variant": variant_label(state)}],
+        DATASETS["labels"]: [
+            {
+                "variant": variant_label(state.variant, state.tol, state.relative),
+                "ceiling": ceiling_label(state.variant),
+            }
+        ],
     }

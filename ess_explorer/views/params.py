@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import altair as alt
 
-from ..result import LayerESS
 from .data import DATASETS
+from .labels import unit_label
 
 __all__ = ["ViewNames", "t_selection", "hover_selection", "layer_selection", "standalone", "named", "unit_label"]
 
@@ -45,10 +45,6 @@ class ViewNames:
     @property
     def layer(self) -> str:  # the selected layer (click on the overview)
         return f"{self.prefix}_layer"
-
-
-def unit_label(lay: LayerESS, unit) -> str:
-    return f"{unit} over {lay.n_units} {lay.unit_kind}s" if isinstance(unit, str) else f"{lay.unit_kind} {unit}"
 
 
 def named(key: str) -> alt.NamedData:

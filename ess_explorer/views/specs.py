@@ -55,8 +55,10 @@ __all__ = ["ViewNames", "ess_over_time", "spectrum", "operator_heatmap", "overvi
 # Rows of the layer panels (overview, diagnostics): 22 px each up to 20 layers, then smaller so
 # a deep model stays about 440 px tall, never below the 12 px that an 11 px label needs.
 ROW_STEP, ROW_STEP_MIN, ROWS_HEIGHT = 22, 12, 440
-# The most ESS a unit can show at t (core/diagnostics.attainable_ceiling), drawn with ESS and TSS.
-CEILING = "ceiling min(TSS, t, L−t)"
+# The most ESS a unit can show at t (core/diagnostics.attainable_ceiling), drawn with ESS and
+# TSS; its formula depends on the variant, so the legend names it and the data states it
+# (labels.ceiling_label, beside the variant's name).
+CEILING = "attainable ceiling"
 CEILING_COLOR = "#7f7f7f"
 
 
@@ -110,8 +112,9 @@ def ess_over_time_panel(result, layer, unit, names, t0, width=720, height=190):
             color=alt.condition(sel_t, alt.value(SELECT_COLOR), alt.value(ESS_COLOR)),
             opacity=alt.condition("datum.exact", alt.value(0.9), alt.value(0.35)),  # faint: a lower bound
             size=alt.condition(sel_t, alt.value(110), alt.value(22)),
-            # numbers only: Vega-Lite's nearest (voronoi) layer drops nominal tooltip fields; the
-            # hovered token is drawn as text at the top of the plot instead
+            # numbers only: the tooltip of a nearest (voronoi) point selection shows a string field
+            # as "undefined" (checked in Chromium); the hovered token is drawn as text at the top
+            # of the plot instead, and the subtitle says so
             tooltip=[
                 alt.Tooltip("t:Q", title="t"),
                 alt.Tooltip("ess:Q", title="ESS", format=".3~f"),
@@ -141,12 +144,14 @@ def ess_over_time_panel(result, layer, unit, names, t0, width=720, height=190):
     )
     variant = (
         alt.Chart(named("labels"))
+        .transform_calculate(text="datum.variant + ' · ' + datum.ceiling")
         .mark_text(align="right", fontSize=12, color=ESS_COLOR, fontWeight="bold")
-        .encode(x=alt.value(width), y=alt.value(-8), text="variant:N")
+        .encode(x=alt.value(width), y=alt.value(-8), text="text:N")
     )
     stride = result.meta.get("stride")
     subtitle = (
-        f"layer {layer} ({lay.family}), {unit_label(lay, unit)} · click to select t · hover for the token · "
+        f"layer {layer} ({lay.family}), {unit_label(lay, unit)} · click to select t · "
+        "hover: the token at the top · "
         "orange: separators" + (f" · computed at stride {stride}" if stride and stride > 1 else "")
     )
     return alt.layer(lines, seps, hover_rule, selected_rule, points, hover_text, selected_text, variant).properties(
@@ -178,6 +183,19 @@ def ess_over_time(
 
 
 # ---------------------------------------------------------------- view 2 --------------
+# Up to this many singular values, every k gets its own tick (Vega's own ticks at such a
+# small domain fall on halves, which the integer format prints twice: "1 1 2 2 3").
+K_TICKS_ALL = 16
+
+
+def k_axis(kmax: int) -> alt.Axis:
+    """The k axis of a spectrum: one tick per integer k for a few values, else Vega's ticks
+    at integer steps."""
+    if kmax <= K_TICKS_ALL:
+        return alt.Axis(values=list(range(1, kmax + 1)), format="d")
+    return alt.Axis(tickMinStep=1, format="d")
+
+
 def spectrum_panel(result, layer, unit, names, t0, width=360, height=230):
     lay = result.layer(layer)
     sel_t = t_selection(names, t0)
@@ -193,7 +211,7 @@ def spectrum_panel(result, layer, unit, names, t0, width=360, height=230):
         "k:Q",
         title="k (σ in descending order)",
         scale=alt.Scale(domain=[0.5, kmax + 0.5], nice=False),
-        axis=alt.Axis(tickMinStep=1, format="d"),
+        axis=k_axis(kmax),
     )
     y = alt.Y("sigma:Q", title="σₖ(Hₜ)", scale=alt.Scale(type="log"))
     line = flat.mark_line(strokeWidth=1.2, color="#9aa3ad").encode(x=x, y=y, order="k:Q")
@@ -215,35 +233,37 @@ def spectrum_panel(result, layer, unit, names, t0, width=360, height=230):
             tooltip=[alt.Tooltip("thr:Q", title="τ", format=".3~e"), alt.Tooltip("tol_label:N", title="tolerance")],
         )
     )
-    # The count above the rule, stated: it comes from the data, so a new tolerance needs no new spec.
+    # The count above the plot, stated for the drawn unit in the shown variant, and for an
+    # aggregate curve its own value at t inside the plot (data.py builds both texts, labels.py
+    # words them): a new tolerance or variant needs no new spec.
+    focus = focus_unit(result, layer, unit)
+    drawn = f"{lay.unit_kind} {focus}"
     label = (
         base.transform_calculate(
-            label=(
-                # the count, from the full spectrum (a lower bound, "≥", when recounted from the kept
-                # values at another tolerance); then how many of the values are drawn
-                "'t = ' + datum.t + ' \u201c' + datum.token + '\u201d:  ' + (datum.unit_exact ? '' : '\u2265 ') + "
-                "datum.unit_tol_ess + ' σ above ' + datum.tol_label + "
-                "(datum.complete ? '' : ' (top ' + length(datum.sigma) + ' drawn)') + "
-                "'  ·  entropy-ESS ' + format(datum.unit_entropy_ess, '.3~f')"
-            )
+            label=f"'t = ' + datum.t + ' \u201c' + datum.token + '\u201d · {drawn}\\n' + datum.count_label"
         )
-        .mark_text(align="left", baseline="bottom", fontSize=12, fontWeight="bold", color="#222")
-        .encode(x=alt.value(0), y=alt.value(-6), text="label:N")
+        .mark_text(align="left", baseline="bottom", fontSize=11, fontWeight="bold", color="#222", lineBreak="\n")
+        .encode(x=alt.value(0), y=alt.value(-10), text="label:N")  # clear of the top tick label
     )
-    focus = focus_unit(result, layer, unit)
-    sub = (
-        f"{lay.unit_kind} {focus}"
-        + (" (shown for the aggregate)" if isinstance(unit, str) else "")
-        + " · red dashed: τ"
+    curve = (
+        base.transform_filter("datum.curve_label != ''")
+        .mark_text(align="left", baseline="bottom", fontSize=11, color=ESS_COLOR)
+        .encode(x=alt.value(4), y=alt.value(height - 4), text="curve_label:N")
     )
+    if isinstance(unit, str):
+        first = f"{lay.unit_kind} {focus} drawn, one of the {lay.n_units} the curve's {unit} is over"
+    else:
+        first = f"{lay.unit_kind} {focus}, the unit of the curve"
+    notes = ["red dashed: τ"]
     if lay.singular_values.shape[-1] > kmax or (lay.rank_bound[focus] > kmax).any():
-        sub += f" · top {kmax} kept"
+        notes.append(f"top {kmax} kept")
     if floor_note(result):
-        sub += " · " + floor_note(result)
-    return alt.layer(line, dots, rule, label).properties(
+        notes.append(floor_note(result))
+    sub = [first, " · ".join(notes)]  # two short lines: a long one would widen the panel
+    return alt.layer(line, dots, rule, label, curve).properties(
         width=width,
         height=height,
-        title=alt.Title("Singular values of Hₜ = T[t:, :t]", subtitle=sub, anchor="start", offset=24),
+        title=alt.Title("Singular values of Hₜ = T[t:, :t]", subtitle=sub, anchor="start", offset=38),
     )
 
 
@@ -442,6 +462,11 @@ def diagnostics_panel(result, layer, names):
             alt.Tooltip("n_units:Q", title="units"),
         ],
     )
+    undefined = (
+        data.transform_filter("datum.utilisation == null")
+        .mark_text(align="left", fontSize=10, color="#777")
+        .encode(x=alt.value(4), y=y, text=alt.value("not defined for this variant"))
+    )
     thresholds = alt.Chart(named("thresholds"))
     rules = thresholds.mark_rule(strokeDash=[4, 3], color="#444").encode(x="x:Q")
     # the upper threshold's name to its left, the lower one's to its right: both stay inside
@@ -455,12 +480,12 @@ def diagnostics_panel(result, layer, names):
         .mark_text(align="left", dx=3, dy=-4, fontSize=10, color="#444", baseline="bottom")
         .encode(x="x:Q", y=alt.value(0), text="name:N")
     )
-    util = alt.layer(bars, rules, upper, lower).properties(
+    util = alt.layer(bars, undefined, rules, upper, lower).properties(
         width=220,
         height=step,
         title=alt.Title(
             "Utilisation per layer",
-            subtitle="peak ESS / peak of min(TSS, t, L−t) per unit, mean over units",
+            subtitle="peak ESS / peak of its attainable ceiling per unit, mean over units",
             anchor="start",
             offset=16,
         ),

@@ -198,7 +198,8 @@ def fit_width(spec: dict, width, tries: int = 4) -> dict:
     """Narrow or widen the panels of a concatenated figure until the drawn figure is at
     most ``width`` points wide and less than 2 pt narrower (Vega-Lite's autosize "fit" does
     not apply to concatenations, and axis labels and legends take room no rule of thumb
-    predicts, so the figure is measured). A single view is returned as it is (autosize
+    predicts, so the figure is measured; the widest try that fits is kept, since a label that
+    appears or goes makes the drawn width jump). A single view is returned as it is (autosize
     "fit" sizes it exactly)."""
     total = width_points(width)
     key = next((k for k in ("hconcat", "vconcat", "concat") if k in spec), None)
@@ -207,13 +208,22 @@ def fit_width(spec: dict, width, tries: int = 4) -> dict:
     panels = [p for p in spec[key] if "width" in p and not any(k in p for k in ("hconcat", "vconcat", "concat"))]
     if not panels:
         return spec
-    for _ in range(tries):
-        slack = total - _svg_width(spec)  # > 0: room left; < 0: overflow
-        if 0 <= slack < 2:
+    best = None  # (drawn width, panel widths) of the widest try that fits
+    for attempt in range(2 * tries):
+        drawn = _svg_width(spec)
+        slack = total - drawn  # > 0: room left; < 0: overflow
+        if slack >= 0 and (best is None or drawn > best[0]):
+            best = (drawn, [panel["width"] for panel in panels])
+        if 0 <= slack < 2 or (attempt >= tries - 1 and best is not None):
             break
-        share = slack if key == "vconcat" else slack / len(panels)
+        # axis labels make the drawn width jump (a log axis gains a label): past the first
+        # tries, shrink by a point more each time until one fits
+        share = (slack if key == "vconcat" else slack / len(panels)) - max(0, attempt - tries + 2)
         for panel in panels:
             panel["width"] = max(float(panel["width"]) + share - 0.25, 20.0)
+    if best is not None:
+        for panel, width_ in zip(panels, best[1]):
+            panel["width"] = width_
     return spec
 
 

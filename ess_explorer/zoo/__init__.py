@@ -4,6 +4,7 @@
     zoo.list_models()                 # names of the shipped models
     zoo.model_dir("mamba2_n16")       # Path of its Hugging Face folder (config, safetensors, tokenizer)
     zoo.card("mamba2_n16")            # its card.json: task, training, held-out accuracy, TSS, ESS, ESS/kv
+    zoo.read_card("mamba2_n16")       # the same as a typed record (ModelCard): the stable way to read it
     zoo.evaluate("mamba2_n16", n_samples=256)   # recompute held-out accuracy
     zoo.sweep_difficulty("mamba2_n16")          # accuracy and ESS/kv at K = 2..32 (the card's rows)
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import json
 
 from ..sources import DEFAULT_MODEL, ZOO_DIR, card, list_models, load_model, model_dir
+from .card_record import CardLayer, ModelCard, read_card
 
 __all__ = [
     "ZOO_DIR",
@@ -25,6 +27,9 @@ __all__ = [
     "list_models",
     "model_dir",
     "card",
+    "read_card",
+    "ModelCard",
+    "CardLayer",
     "load",
     "task_of",
     "evaluate",
