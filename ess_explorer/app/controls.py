@@ -17,6 +17,7 @@ from ..core.ess import DEFAULT_RELATIVE, DEFAULT_TOL, check_tolerance, check_var
 from ..io import ResultCache
 from ..options import AGGREGATES, GATES, METRICS, SCOPES, VARIANTS, check_choice
 from ..result import ESSResult
+from ..views.labels import unit_menu_options
 from .static import example_prompt, random_mqar_prompt
 
 __all__ = [
@@ -28,7 +29,6 @@ __all__ = [
     "StatusBar",
     "ProgressBar",
     "initial_tolerance",
-    "unit_options",
     "Tolerance",
     "check_options",
     "check_view",
@@ -160,12 +160,6 @@ def initial_tolerance(result: ESSResult | None, tol, relative) -> tuple[float, b
     return float(tol if tol is not None else saved), bool(relative if relative is not None else saved_relative)
 
 
-def unit_options(lay) -> list[tuple[str, int | str]]:
-    """The unit list of a layer: the aggregates over its units, then each unit."""
-    options = [(f"{a} over {lay.unit_kind}s", a) for a in AGGREGATES]
-    return options + [(f"{lay.unit_kind} {u}", u) for u in range(lay.n_units)]
-
-
 def status_html(message: str, kind: str = "info") -> str:
     """The status line's HTML: the message escaped, coloured and marked by kind."""
     colors = {"info": "#444", "ok": "#2e7d32", "error": "#c62828", "busy": "#1565c0"}
@@ -288,7 +282,7 @@ class LayerUnitLists:
 
     def units(self, lay, unit) -> int | str:
         """The unit list of layer ``lay``, ``unit`` selected where it has one (else the mean)."""
-        self.unit_w.options = unit_options(lay)
+        self.unit_w.options = unit_menu_options(lay)
         self.unit_w.value = unit if unit in [v for _, v in self.unit_w.options] else "mean"
         return self.unit_w.value
 

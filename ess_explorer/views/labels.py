@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 
+from ..options import AGGREGATES
 from ..result import ESSResult, LayerESS
 
 __all__ = [
@@ -96,8 +97,11 @@ def unit_menu_options(lay: LayerESS) -> list[tuple[str, int | str]]:
     Labels stay within UNIT_MENU_CHARS characters so a narrow dropdown never cuts them ("mean
     over channe"): the aggregates are named by what they do, the unit kind is said once per
     unit entry. The sum is the layer total in scalars (docs/conventions.md, multiplicity)."""
-    aggregates = [("mean of units", "mean"), ("max of units", "max"), ("sum (total)", "sum")]
+    aggregates = [(AGGREGATE_MENU_LABELS[how], how) for how in AGGREGATES]
     return aggregates + [(f"{lay.unit_kind} {u}", u) for u in range(lay.n_units)]
+
+
+AGGREGATE_MENU_LABELS = {"mean": "mean of units", "max": "max of units", "sum": "sum (total)"}
 
 
 def spectrum_count(
