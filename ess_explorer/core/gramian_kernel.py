@@ -15,27 +15,18 @@ lane's split point leaves that lane unchanged (masked by a select), so control f
 shared. A lane whose iteration does not converge gets an infinite error: the caller redoes
 its cut by the square-root sweep.
 
-numba is an optional dependency (`pip install ess-explorer[fast]`); `available()` says
-whether it imports, and core/precision.py falls back to the reference where it does not.
+numba is set up in core/compiled.py; where it does not import (`available()`), core/gramian.py
+runs the reference instead.
 """
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
-try:  # optional: the reference (core/gramian_naive.py) runs without it
-    import numba
-except ImportError:  # pragma: no cover - exercised where numba is absent
-    numba = None
+from .compiled import LANES, available, jit
 
-__all__ = ["LANES", "available", "gramian_spectra_kernel", "sturm_counts"]
+__all__ = ["LANES", "available", "gramian_spectra_kernel"]
 
-# Units solved side by side. Each lane loop must be long enough for LLVM's loop vectoriser,
-# which checks at run time that the arrays do not overlap: at 8 or 16 lanes it leaves the
-# loops scalar (measured), at 64 it emits packed FMAs.
-LANES = 64
 EPS = float(np.finfo(np.float64).eps)
 TINY = float(np.finfo(np.float64).tiny)
 # An off-diagonal below DEFLATE (the matrix is scaled to trace 1) is dropped: that moves an
@@ -46,48 +37,7 @@ BISECTIONS = 28  # of lambda_max of P_t's tridiagonal form (`_tridiagonal_top`)
 BLOCK = 32  # steps between the checkpoints of the forward scan (`_kernel`)
 
 
-def _full_width_vectors() -> None:
-    """Let LLVM use the CPU's whole vector width where it has AVX-512.
-
-    LLVM prefers 256-bit vectors on AVX-512 CPUs by default (the "prefer-256-bit" tuning),
-    which halves the lanes of every loop here; with 512-bit vectors the kernel runs about
-    10% faster (measured, benchmarks/bench_engine.py). numba reads its CPU features once,
-    when it first compiles in a process, so this applies only where nothing has been
-    compiled yet and the user has not chosen features (NUMBA_CPU_FEATURES) themselves; it
-    changes how fast compiled code runs, not what it computes."""
-    if numba is None or os.environ.get("NUMBA_CPU_FEATURES") or numba.config.CPU_FEATURES is not None:
-        return
-    try:
-        from numba.core.registry import cpu_target
-
-        if "_toplevel_target_context" in vars(cpu_target):  # numba has compiled already: too late
-            return
-        import llvmlite.binding as llvm
-
-        host = llvm.get_host_cpu_features()
-        if host.get("avx512f"):
-            numba.config.CPU_FEATURES = host.flatten() + ",-prefer-256-bit"
-    except (ImportError, RuntimeError, AttributeError):  # a numba without these internals: its default
-        return
-
-
-_full_width_vectors()
-
-
-def available() -> bool:
-    """Whether the compiled kernel can run here (numba imports)."""
-    return numba is not None
-
-
-def _jit(function):
-    if numba is None:
-        return function
-    # error_model "numpy": a division by zero gives inf / nan (discarded by a select) instead of
-    # raising, so the lane loops stay branch-free and vectorise; "contract" allows FMA only.
-    return numba.njit(nogil=True, cache=True, error_model="numpy", fastmath={"contract"})(function)
-
-
-@_jit
+@jit
 def _tridiagonal(m, n, diag, off, v, pv):  # pragma: no cover - compiled
     """Householder reduction of the symmetric m (n, n, LANES) to tridiagonal: diag (n, LANES),
     off (n, LANES) with off[k] coupling k and k + 1 (off[n - 1] = 0). Reads and updates m's
@@ -150,7 +100,7 @@ def _tridiagonal(m, n, diag, off, v, pv):  # pragma: no cover - compiled
         off[n - 1, w] = 0.0
 
 
-@_jit
+@jit
 def _tridiagonal_eigenvalues(d, e, n, failed):  # pragma: no cover - compiled
     """Eigenvalues of the tridiagonal (d, e) of every lane, IN PLACE in d (unsorted): the
     implicit QL iteration (module docstring). failed[w] is set where a lane does not converge.
@@ -222,7 +172,7 @@ def _tridiagonal_eigenvalues(d, e, n, failed):  # pragma: no cover - compiled
                     e[i, w] = 0.0 if (i == split[w] and split[w] != top) else e[i, w]
 
 
-@_jit
+@jit
 def _scale_by_trace(m, n, scale):  # pragma: no cover - compiled
     """Divide the lower triangle of the symmetric m (n, n, LANES) by its trace, per lane, IN
     PLACE; scale (LANES,) gets the trace (1 where it is 0). The rotations and bisections that
@@ -242,7 +192,7 @@ def _scale_by_trace(m, n, scale):  # pragma: no cover - compiled
                 m[i, j, w] *= inverse[w]
 
 
-@_jit
+@jit
 def _symmetric_eigenvalues(m, n, rank, out, failed, diag, off, v, pv):  # pragma: no cover - compiled
     """Eigenvalues of the symmetric m (n, n, LANES) (destroyed) into out (n, LANES),
     descending, clamped at 0, zero from index ``rank`` on (every lane's cut has the same t). Scaled by the trace first, so the
@@ -264,7 +214,7 @@ def _symmetric_eigenvalues(m, n, rank, out, failed, diag, off, v, pv):  # pragma
             out[i, w] = value if (value > 0 and i < rank) else 0.0
 
 
-@_jit
+@jit
 def _tridiagonal_top(m, n, diag, off, top, v, pv):  # pragma: no cover - compiled
     """The Householder tridiagonal (diag, off) of the symmetric m (n, n, LANES) (destroyed)
     and its largest eigenvalue ``top`` (LANES,), by bisection on Sturm counts: what
@@ -311,7 +261,7 @@ def _tridiagonal_top(m, n, diag, off, top, v, pv):  # pragma: no cover - compile
         top[w] = hi[w] * scale[w]
 
 
-@_jit
+@jit
 def _cut_batch(ps, qs, rank, n, causal, error_factor, lam, err, reach, work):  # pragma: no cover
     """Steps 1-4 of the module docstring of core/gramian_naive.py for LANES cuts at once (one
     t, LANES units): ps, qs (n, n, LANES) their Gramians, ``rank`` the rank bound of H_t,
@@ -399,7 +349,7 @@ def _cut_batch(ps, qs, rank, n, causal, error_factor, lam, err, reach, work):  #
             reach_err[w] = error_factor * EPS * np.sqrt(norm_p[w])
 
 
-@_jit
+@jit
 def _kernel(  # pragma: no cover - compiled
     a, b, c, slot_of, n_slots, lam_out, err_out, reach_diag, reach_off, reach_top, reach_err, causal, error_factor
 ):
@@ -484,7 +434,7 @@ def _kernel(  # pragma: no cover - compiled
                             reach_off[unit, slot, i] = reach[1][i, w]
 
 
-@_jit
+@jit
 def _reach_step(after, p, a, b, n):  # pragma: no cover - compiled
     """after <- (a a^T) * P + b b^T for every lane, its lower triangle (after may be p);
     a, b (N, LANES)."""
@@ -494,7 +444,7 @@ def _reach_step(after, p, a, b, n):  # pragma: no cover - compiled
                 after[i, j, w] = a[i, w] * a[j, w] * p[i, j, w] + b[i, w] * b[j, w]
 
 
-@_jit
+@jit
 def _observe_step(q, a, c, n):  # pragma: no cover - compiled
     """Q <- (a a^T) * (Q + c c^T) for every lane, its lower triangle; a, c (N, LANES)."""
     for i in range(n):
@@ -535,36 +485,4 @@ def gramian_spectra_kernel(
         reach = (np.empty((units, 0, 0)), np.empty((units, 0, 0)), np.empty((units, 0)), np.empty((units, 0)))
     as_float = lambda x: np.asarray(x, dtype=np.float64)  # noqa: E731  (no copy of a float64 view)
     _kernel(as_float(a), as_float(b), as_float(c), slot_of, width, lam, err, *reach, bool(causal), float(error_factor))
-    return out
-
-
-@_jit
-def _sturm_counts(diag, off, x, out):  # pragma: no cover - compiled
-    """out[k] = #{eigenvalues of the tridiagonal (diag[k], off[k]) above x[k]}: the Sturm
-    sequence of core/sturm.py, LANES matrices side by side so that the loop vectorises."""
-    batch, n = diag.shape
-    q = np.empty(LANES)
-    below = np.empty(LANES)
-    for first in range(0, batch, LANES):
-        width = min(LANES, batch - first)
-        for w in range(width):
-            q[w] = 1.0
-            below[w] = 0.0
-        for i in range(n):
-            for w in range(width):
-                k = first + w
-                e2 = off[k, i - 1] * off[k, i - 1] if i > 0 else 0.0
-                value = diag[k, i] - x[k] - e2 / q[w]
-                value = -TINY if value == 0 else value
-                q[w] = value
-                below[w] += value < 0
-        for w in range(width):
-            out[first + w] = n - int(below[w])
-
-
-def sturm_counts(diag: np.ndarray, off: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """The compiled `TridiagonalSpectra.count_above` (core/sturm.py, its reference): diag,
-    off (B, N) and thresholds x (B,) on the eigenvalues, float64; (B,) int64 counts."""
-    out = np.empty(len(x), dtype=np.int64)
-    _sturm_counts(np.ascontiguousarray(diag), np.ascontiguousarray(off), np.ascontiguousarray(x), out)
     return out

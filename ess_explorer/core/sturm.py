@@ -17,11 +17,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
-from . import gramian_kernel
+from . import compiled
 
-__all__ = ["TridiagonalSpectra"]
+__all__ = ["TridiagonalSpectra", "sturm_counts"]
 
 
 @dataclass
@@ -57,13 +58,13 @@ class TridiagonalSpectra:
 
     def count_above(self, tau: torch.Tensor, compiled: bool | None = None) -> torch.Tensor:
         """(*batch, P) #{k : sigma_k > tau}, tau >= 0 broadcastable to (*batch, P).
-        compiled: the compiled count (core/gramian_kernel.py) or this module's torch
-        sequence, its reference; default: compiled where it runs (CPU float64, numba)."""
+        compiled: the compiled count (`sturm_counts`) or the torch sequence below,
+        its reference; default: compiled where it runs (CPU float64, numba)."""
         x = (torch.as_tensor(tau, dtype=self.diag.dtype, device=self.diag.device) ** 2).expand(self.top.shape)
         n = self.diag.shape[-1]
         if _compiled(self.diag) if compiled is None else compiled:
             flat = lambda v: v.reshape(-1, n).numpy()  # noqa: E731
-            counts = gramian_kernel.sturm_counts(flat(self.diag), flat(self.off), x.reshape(-1).numpy())
+            counts = sturm_counts(flat(self.diag), flat(self.off), x.reshape(-1).numpy())
             return torch.from_numpy(counts).reshape(self.top.shape)
         tiny = torch.finfo(self.diag.dtype).tiny
         below = torch.zeros(self.top.shape, dtype=torch.long, device=self.diag.device)
@@ -84,11 +85,46 @@ class TridiagonalSpectra:
 
 
 def _compiled(values: torch.Tensor) -> bool:
-    """Whether the compiled Sturm count (core/gramian_kernel.py) runs on these values."""
+    """Whether the compiled Sturm count (`sturm_counts`) runs on these values."""
     return (
-        gramian_kernel.available()
+        compiled.available()
         and values.device.type == "cpu"
         and values.dtype == torch.float64
         and not values.requires_grad
         and values.shape[-1] > 0
     )
+
+
+_TINY = float(np.finfo(np.float64).tiny)
+
+
+@compiled.jit
+def _sturm_counts(diag, off, x, out):  # pragma: no cover - compiled
+    """out[k] = #{eigenvalues of the tridiagonal (diag[k], off[k]) above x[k]}: the Sturm
+    sequence of core/sturm.py, compiled.LANES matrices side by side so that the loop vectorises."""
+    batch, n = diag.shape
+    q = np.empty(compiled.LANES)
+    below = np.empty(compiled.LANES)
+    for first in range(0, batch, compiled.LANES):
+        width = min(compiled.LANES, batch - first)
+        for w in range(width):
+            q[w] = 1.0
+            below[w] = 0.0
+        for i in range(n):
+            for w in range(width):
+                k = first + w
+                e2 = off[k, i - 1] * off[k, i - 1] if i > 0 else 0.0
+                value = diag[k, i] - x[k] - e2 / q[w]
+                value = -_TINY if value == 0 else value
+                q[w] = value
+                below[w] += value < 0
+        for w in range(width):
+            out[first + w] = n - int(below[w])
+
+
+def sturm_counts(diag: np.ndarray, off: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """The compiled `TridiagonalSpectra.count_above` (the torch sequence there is its reference): diag,
+    off (B, N) and thresholds x (B,) on the eigenvalues, float64; (B,) int64 counts."""
+    out = np.empty(len(x), dtype=np.int64)
+    _sturm_counts(np.ascontiguousarray(diag), np.ascontiguousarray(off), np.ascontiguousarray(x), out)
+    return out
