@@ -471,16 +471,21 @@ def test_full_width_vectors_respect_a_users_numba_features():
         assert default == "None"
 
 
-def test_a_recurrent_layer_under_ess_is_one_chunk_of_units(monkeypatch):
+@pytest.mark.parametrize("gated", [False, True])
+def test_a_recurrent_layer_under_ess_is_one_chunk_of_units(gated, monkeypatch):
     """The Gramian route keeps no sweep buffer, so layer_arrays hands it a whole layer of
     channels at once (a few large calls, core/layer.py); the sweep of "exact" takes them in
-    chunks its (units, P, N, N) buffer allows. Both give the same tolerance-ESS here."""
+    chunks its (units, P, N, N) buffer allows. Both give the same tolerance-ESS here. Gated:
+    Mamba's form, each channel its own owner with its output gate folded in as a row scale."""
     from ess_explorer.core import layer as layer_module
     from ess_explorer.core.layer import layer_arrays
     from ess_explorer.core.units import SSMCapture
 
     ssm = mamba_like(40, 64, 16)
-    capture = SSMCapture(layer=0, family="mamba", state_size=16, realize=lambda index: ssm[index], shape=(40, 64))
+    gate = {"owner": torch.arange(40), "row_scale": torch.rand(40, 64, dtype=torch.float64) + 0.5} if gated else {}
+    capture = SSMCapture(
+        layer=0, family="mamba", state_size=16, realize=lambda index: ssm[index], shape=(40, 64), **gate
+    )
     monkeypatch.setattr(layer_module, "FACTORED_CHUNK_BYTES", 8 * 64 * 16**2 * 8)  # 8 units per sweep chunk
     calls = {}
     results = {}

@@ -45,7 +45,7 @@ def _chunk_size(layer: CapturedLayer, n_pos: int, most: int, path: dict, accurac
     # the dense stack of a chunk is materialised in float64 (also an SSM chosen dense)
     if isinstance(layer, DenseCapture) or path.get("method") == "dense":
         chunk = min(chunk, max(1, DENSE_CHUNK_CELLS // max(1, layer.length**2)))
-    elif _gramian_route(layer, accuracy):
+    elif _gramian_route(layer, path, accuracy):
         # the Gramian route (core/gramian.py) keeps no sweep buffer, only its outputs: about
         # four (units, P, N) arrays; a Mamba-130m layer at L = 512 is one chunk
         chunk = min(chunk, max(1, GRAMIAN_CHUNK_VALUES // max(1, n_pos * layer.state_size)))
@@ -54,14 +54,15 @@ def _chunk_size(layer: CapturedLayer, n_pos: int, most: int, path: dict, accurac
     return chunk
 
 
-def _gramian_route(layer: CapturedLayer, accuracy: Accuracy) -> bool:
-    """Whether the units of ``layer`` take the Gramian route (core/units.py decides the same
-    way): diagonal recurrences of their own (no shared owner, whose channels go dense)
-    under the "ess" contract."""
+def _gramian_route(layer: CapturedLayer, path: dict, accuracy: Accuracy) -> bool:
+    """Whether the units of ``layer`` take the Gramian route (`SSMCapture.spectra_and_causal`
+    decides the same way): diagonal recurrences on the factored path, each its own owner
+    (channels that share a head go dense), under the "ess" contract."""
     return (
         isinstance(layer, SSMCapture)
-        and layer.owner is None
         and accuracy.fast
+        and path.get("method") != "dense"
+        and not layer._shares_owners(range(layer.n_units))
         and isinstance(layer.ssm([0]), DiagonalSSM)
     )
 
