@@ -10,10 +10,6 @@ above and below tau.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 import torch
@@ -448,27 +444,6 @@ def test_growing_decays_raise_the_overflow_error_under_ess():
     a = torch.full((2, 3000, 4), 1.5, dtype=torch.float64)
     with pytest.raises(ValueError, match="overflow the floating-point range"):
         hankel_singular_values(DiagonalSSM(a, torch.ones_like(a), torch.ones_like(a)), precision="ess")
-
-
-def test_full_width_vectors_respect_a_users_numba_features():
-    """The kernel asks numba for the CPU's whole vector width only when nothing has chosen
-    its features: a NUMBA_CPU_FEATURES the user set stays as it is."""
-    if not gramian_kernel.available():
-        pytest.skip("numba is not installed")
-    import llvmlite.binding as llvm
-
-    script = "import numba, ess_explorer.core.gramian_kernel; print(numba.config.CPU_FEATURES)"
-    base = {k: v for k, v in os.environ.items() if k != "NUMBA_CPU_FEATURES"}
-
-    def features(env: dict) -> str:
-        return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env).stdout.strip()
-
-    assert features({**base, "NUMBA_CPU_FEATURES": "+sse2"}) == "+sse2"
-    default = features(base)
-    if llvm.get_host_cpu_features().get("avx512f"):
-        assert default.endswith(",-prefer-256-bit")
-    else:
-        assert default == "None"
 
 
 @pytest.mark.parametrize("gated", [False, True])
