@@ -4,6 +4,8 @@
     python -m ess_explorer.zoo.train --only la_k16   # one model
     python -m ess_explorer.zoo.train --steps 20 --out smoke-zoo  # a quick smoke run
     python -m ess_explorer.zoo.train --cards-only    # re-measure accuracy / ESS, rewrite cards
+    python -m ess_explorer.zoo.train --main --seeds 1 2 --out build/zoo-seeds --no-cards
+        # seed replicas of the main-task models (folders NAME_s1, NAME_s2; zoo/seeds.py measures them)
 
 Each model is saved in the standard Hugging Face layout (config.json, model.safetensors,
 tokenizer.json, tokenizer_config.json) plus training.json (settings, curve, wall time);
@@ -25,6 +27,7 @@ import contextlib
 import json
 import math
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -44,7 +47,22 @@ from .specs import (  # noqa: F401  (re-exported: the specs used to live here)
     build_model,
 )
 
-__all__ = ["ZooSpec", "ZOO", "RESET_CONTROLS", "build_model", "train_model", "plateau", "stepwise_mamba_scan", "main"]
+__all__ = [
+    "ZooSpec",
+    "ZOO",
+    "RESET_CONTROLS",
+    "build_model",
+    "train_model",
+    "plateau",
+    "seed_replica_name",
+    "stepwise_mamba_scan",
+    "main",
+]
+
+
+def seed_replica_name(name: str, seed: int) -> str:
+    """Folder name of the replica of zoo model ``name`` trained with ``seed``: NAME_sSEED."""
+    return f"{name}_s{seed}"
 
 
 def stepwise_mamba_scan(
@@ -228,15 +246,35 @@ def main(argv=None) -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: the cores are shared)")
     parser.add_argument("--no-cards", action="store_true", help="skip measuring accuracy / ESS and writing the cards")
     parser.add_argument("--cards-only", action="store_true", help="do not train; rewrite the cards of saved models")
+    parser.add_argument("--main", action="store_true", help="only the main-task models (with --only: added to them)")
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        nargs="*",
+        default=None,
+        help="train replicas with these seeds (initialisation and data stream) into --out as NAME_sSEED, no cards",
+    )
     args = parser.parse_args(argv)
     from ..sources import ZOO_DIR
 
     torch.set_num_threads(args.threads)
-    names = args.only or list(ZOO)
+    names = list(args.only or [])
+    if args.main:
+        names += [n for n, spec in ZOO.items() if spec.train_pairs and n not in names]
+    names = names or list(ZOO)
     unknown = [n for n in names if n not in ZOO]
     if unknown:
         raise SystemExit(f"unknown zoo model(s) {unknown}; known: {', '.join(ZOO)}")
     root = args.out or ZOO_DIR
+    if args.seeds:
+        if args.out is None or args.cards_only:
+            raise SystemExit("--seeds trains replicas outside the shipped zoo: give --out (and not --cards-only)")
+        for seed in args.seeds:
+            for name in names:
+                spec = replace(ZOO[name], seed=seed)
+                record, _ = train_model(spec, root / seed_replica_name(name, seed), steps=args.steps)
+                print(f"{name} seed {seed}: {record['training']['steps_run']} steps, {record['training']['wall_seconds']} s")
+        return
     for name in names:
         if not args.cards_only:
             record, _ = train_model(ZOO[name], root / name, steps=args.steps)
