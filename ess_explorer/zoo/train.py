@@ -273,7 +273,9 @@ def main(argv=None) -> None:
             for name in names:
                 spec = replace(ZOO[name], seed=seed)
                 record, _ = train_model(spec, root / seed_replica_name(name, seed), steps=args.steps)
-                print(f"{name} seed {seed}: {record['training']['steps_run']} steps, {record['training']['wall_seconds']} s")
+                print(
+                    f"{name} seed {seed}: {record['training']['steps_run']} steps, {record['training']['wall_seconds']} s"
+                )
         return
     for name in names:
         if not args.cards_only:
