@@ -9,7 +9,7 @@ import pytest
 from ess_explorer.result import LayerESS
 from ess_explorer.synthetic import diagonal_ssm
 from ess_explorer.zoo import claim as claim_mod
-from ess_explorer.zoo.measure import unit_scope_ess
+from ess_explorer.core.diagnostics import modulation_values
 
 
 def _layer_with_near_reset(sep: int, length: int = 24, factor: float = 1.0) -> LayerESS:
@@ -30,25 +30,18 @@ def test_unit_scope_tolerance_sees_a_near_reset_that_the_per_cut_tolerance_misse
     plain = _layer_with_near_reset(sep)
     lay = _layer_with_near_reset(sep, factor=1e-5)
     per_cut = lay.tolerance_ess
-    scoped = unit_scope_ess(lay)
+    scoped = modulation_values(lay)
     # the cut at the separator is the whole past scaled by 1e-5: per-cut relative ESS is unchanged ...
     assert (per_cut[:, sep] == plain.tolerance_ess[:, sep]).all() and (per_cut[:, sep] == 4).all()
     # ... while against the unit's largest sigma_1 it is empty there (not before it, nor without the reset)
     assert (scoped[:, sep] == 0).all() and (scoped[:, sep - 2] >= 1).all()
-    assert (unit_scope_ess(plain)[:, sep] >= 1).all()
+    assert (modulation_values(plain)[:, sep] >= 1).all()
     # scoped <= per-cut everywhere (the unit-scope threshold is never lower than the cut's own)
     assert (scoped <= per_cut).all()
 
 
-def test_unit_scope_needs_complete_spectra():
-    lay = _layer_with_near_reset(8)
-    lay.singular_values = lay.singular_values[..., :1]  # only the top value kept
-    with pytest.raises(ValueError, match="every singular value"):
-        unit_scope_ess(lay)
-
-
 def test_unit_scope_matches_analyze_scope_unit_on_a_zoo_model():
-    # the zoo's count from the kept spectra and analyze's own scope="unit" tolerance agree
+    # the modulation's count from the kept spectra and analyze's own scope="unit" tolerance agree
     from ess_explorer import analyze, zoo
 
     name = zoo.DEFAULT_MODEL
@@ -57,7 +50,7 @@ def test_unit_scope_matches_analyze_scope_unit_on_a_zoo_model():
     per_cut = analyze(model, input_ids=ids, progress=False, keep_operators=None, gates="outside")
     scoped = analyze(model, input_ids=ids, progress=False, keep_operators=None, gates="outside", scope="unit")
     for index, lay in per_cut.layers.items():
-        assert np.array_equal(unit_scope_ess(lay), scoped.layer(index).tolerance_ess)
+        assert np.array_equal(modulation_values(lay), scoped.layer(index).tolerance_ess)
 
 
 def _card(name, rows, untrained_rows, family="mamba2", main=True):
