@@ -165,12 +165,15 @@ def _curve_lines(card: dict) -> list[str]:
         lines.append(f"| {point['step']} | {point['loss']:.3f} | {point['val_accuracy']:.3f} |")
     target = card["training"].get("target_accuracy", 0.99)
     if curve:
-        ended = (
-            f"its target validation accuracy ({100 * target:.0f}%) at step {curve[-1]['step']}"
-            if curve[-1]["val_accuracy"] >= target
-            else f"the step budget ({card['training']['steps_planned']} steps), at validation accuracy "
-            f"{curve[-1]['val_accuracy']:.3f}"
-        )
+        tr = card["training"]
+        ended_by = tr.get("ended_by") or ("target" if curve[-1]["val_accuracy"] >= target else "budget")
+        ended = {
+            "target": f"its target validation accuracy ({100 * target:.0f}%) at step {curve[-1]['step']}",
+            "plateau": f"a plateau at the full learning rate (step {tr.get('anneal_from')}), then an anneal to step "
+            f"{curve[-1]['step']}",
+            "budget": f"the step budget ({tr['steps_planned']} steps), at validation accuracy "
+            f"{curve[-1]['val_accuracy']:.3f}",
+        }[ended_by]
         lines += ["", f"Training ended at {ended}."]
     if plateau.get("change") is not None:
         if plateau["plateau"]:

@@ -54,6 +54,8 @@ __all__ = [
     "build_model",
     "train_model",
     "plateau",
+    "plateau_at_full_lr",
+    "SCHEDULES",
     "seed_replica_name",
     "stepwise_mamba_scan",
     "main",
@@ -108,13 +110,38 @@ def fast_mamba_training():
         modeling_mamba.mamba_selective_scan = original
 
 
-def _lr_at(step: int, spec: ZooSpec, steps: int) -> float:
-    """Linear warmup, then cosine decay to 10% of the peak."""
+SCHEDULES = ("cosine", "plateau")
+PLATEAU_WINDOW = 300  # steps at full learning rate over which the plateau check looks back
+PLATEAU_POINTS = 0.01  # ... and the most validation accuracy may move there (1 point)
+
+
+def _lr_at(step: int, spec: ZooSpec, steps: int, anneal_from: int | None = None) -> float:
+    """Linear warmup, then cosine decay to 10% of the peak: over the whole budget
+    (``schedule="cosine"``), or, with ``schedule="plateau"``, the full rate until ``anneal_from``
+    (None: not decided yet) and the cosine over the ``spec.anneal`` x steps after it."""
     warm = max(1, int(spec.warmup * steps))
     if step < warm:
         return spec.lr * (step + 1) / warm
-    progress = (step - warm) / max(1, steps - warm)
+    if spec.schedule == "plateau":
+        if anneal_from is None or step < anneal_from:
+            return spec.lr
+        start, length = anneal_from, max(1, int(spec.anneal * steps))
+    else:
+        start, length = warm, max(1, steps - warm)
+    progress = (step - start) / length
     return spec.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def plateau_at_full_lr(
+    curve: list[dict], since: int, window: int = PLATEAU_WINDOW, points: float = PLATEAU_POINTS
+) -> bool:
+    """Whether validation accuracy moved less than ``points`` over the last ``window`` steps,
+    all of them at the full learning rate (after step ``since``, the end of warmup): the check
+    that decides when to anneal, so it measures the model at full rate, not a decayed one."""
+    if not curve or curve[-1]["step"] - window < since:
+        return False
+    earlier = [p for p in curve if since <= p["step"] <= curve[-1]["step"] - window]
+    return bool(earlier) and abs(curve[-1]["val_accuracy"] - earlier[-1]["val_accuracy"]) < points
 
 
 def train_model(
@@ -140,14 +167,19 @@ def train_model(
         lr=spec.lr,
         betas=(0.9, 0.98),
     )
+    if spec.schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {list(SCHEDULES)}, got {spec.schedule!r}")
     curve, losses = [], []
+    anneal_from = None  # plateau schedule: the step the anneal starts at, once decided
+    anneal_steps = max(1, int(spec.anneal * steps))
+    ended_by = "budget"
     start = time.time()
     patch = fast_mamba_training() if spec.arch == "mamba" else contextlib.nullcontext()
     done = 0
     with patch:
         for step in tqdm(range(steps), desc=spec.name, mininterval=10, disable=None):
             for group in opt.param_groups:
-                group["lr"] = _lr_at(step, spec, steps)
+                group["lr"] = _lr_at(step, spec, steps, anneal_from)
             batch = spec.task_at(step).sample(spec.batch_size, seed=[spec.seed, step])
             out = model(input_ids=batch.input_ids, labels=batch.labels)
             loss = out.loss
@@ -159,7 +191,8 @@ def train_model(
             opt.step()
             losses.append(loss.item())
             done = step + 1
-            if done % eval_every == 0 or done == steps:
+            annealed = anneal_from is not None and done >= anneal_from + anneal_steps
+            if done % eval_every == 0 or done == steps or annealed:
                 tasks = spec.validation_tasks()
                 per_k = [
                     evaluate_model(model, t, n_samples=max(1, val_samples // len(tasks)), seed=VALIDATION_SEED)[
@@ -179,7 +212,16 @@ def train_model(
                 curve.append(point)
                 log(f"{spec.name}: {json.dumps(point)}")
                 if val["accuracy"] >= spec.target_accuracy:
+                    ended_by = "target"
                     break
+                if spec.schedule == "plateau" and anneal_from is None:
+                    warm = max(1, int(spec.warmup * steps))
+                    if plateau_at_full_lr(curve, since=warm):
+                        anneal_from, ended_by = done, "plateau"
+                    elif done >= steps - anneal_steps:
+                        anneal_from = done  # the budget left is the anneal's: stated as "budget"
+            if anneal_from is not None and done >= anneal_from + anneal_steps:
+                break
     seconds = time.time() - start
     model.eval()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -196,7 +238,11 @@ def train_model(
             "target_accuracy": spec.target_accuracy,
             "lr": spec.lr,
             "batch_size": spec.batch_size,
-            "optimizer": "AdamW(betas=(0.9, 0.98)), linear warmup then cosine to 10%",
+            "optimizer": "AdamW(betas=(0.9, 0.98)), linear warmup then cosine to 10%"
+            + (" after a plateau at full rate (or the budget)" if spec.schedule == "plateau" else ""),
+            "schedule": spec.schedule,
+            "ended_by": ended_by,
+            "anneal_from": anneal_from,
             "warmup": spec.warmup,
             "weight_decay": spec.weight_decay,
             "grad_clip": 1.0,
