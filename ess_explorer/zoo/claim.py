@@ -399,7 +399,8 @@ def main(argv=None) -> dict:
     from .cards import write_card
 
     names = args.only or list_models()
-    cards = {n: (write_card(n, model_dir(n)) if args.recompute else card(n)) for n in names}
+    shipped = {n: (write_card(n, model_dir(n)) if args.recompute else card(n)) for n in names}
+    cards = dict(shipped)
     if not args.no_seeds:
         from .seeds import replica_cards
 
@@ -418,7 +419,7 @@ def main(argv=None) -> dict:
         path = ZOO_DIR / "README.md"
         check = ZOO_DIR / ADVICE_CHECK
         advice_check = json.loads(check.read_text()) if check.is_file() else None
-        path.write_text(zoo_readme(text, verdict(record), cards, advice_check))
+        path.write_text(zoo_readme(text, verdict(record), shipped, advice_check))
         print(f"\nwrote {path}")
     return record
 
