@@ -154,7 +154,9 @@ def test_graded_modulation_has_its_closed_form_while_the_count_stays(alpha):
     scaled = LayerESS.from_operator(0, "mamba", _scaled_past(wide, [s], factor), tol=1e-3, relative=True)
     unscaled = LayerESS.from_operator(0, "mamba", wide, tol=1e-3, relative=True)
     np.testing.assert_array_equal(layer_modulation(scaled, [s]), layer_modulation(unscaled, [s]))
-    assert layer_modulation(scaled, [s], measure="graded")[0] > layer_modulation(unscaled, [s], measure="graded")[0] + 0.5
+    assert (
+        layer_modulation(scaled, [s], measure="graded")[0] > layer_modulation(unscaled, [s], measure="graded")[0] + 0.5
+    )
 
 
 def test_bad_measure_and_no_finite_layer_are_clear_errors():

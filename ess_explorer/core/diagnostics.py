@@ -306,7 +306,7 @@ def separator_modulation(
 ) -> np.ndarray:
     """(S,) THE modulation of one layer at each separator (module docstring): `modulation_at`
     of the layer total in scalars (`units_total`) of ``per_unit`` (U, P), the count at the
-    reset-aware scope or the nuclear norm of each cut (`modulation_curve` chooses)."""
+    reset-aware scope or the nuclear norm of each cut (`modulation_values` gives either)."""
     return modulation_at(units_total(per_unit, multiplicity), positions, separators, window=window, lag=lag)
 
 
@@ -353,17 +353,15 @@ def layer_modulation(
     separators,
     *,
     measure: str = "count",
-    tol: float = DEFAULT_TOL,
-    relative: bool = True,
-    scope: str = MODULATION_SCOPE,
-    variant: str = "tolerance",
     window: int = MODULATION_WINDOW,
     lag: int = MODULATION_LAG,
+    **count_options,
 ) -> np.ndarray:
     """(S,) modulation of one layer (a LayerESS) at each separator: `separator_modulation` of
-    `modulation_values` (``measure`` "count": tolerance-ESS at the reset-aware scope; "graded":
-    the nuclear norm of the cuts, which sees a partial reset the count cannot)."""
-    values = modulation_values(layer, measure, tol=tol, relative=relative, scope=scope, variant=variant)
+    `modulation_values` (``measure`` "count": tolerance-ESS at the reset-aware scope, with the
+    count's ``tol``, ``relative``, ``scope`` and ``variant`` as there; "graded": the nuclear norm
+    of the cuts, which sees a partial reset the count cannot)."""
+    values = modulation_values(layer, measure, **count_options)
     multiplicity = getattr(layer, "multiplicity", None)
     return separator_modulation(values, multiplicity, layer.positions, separators, window=window, lag=lag)
 
