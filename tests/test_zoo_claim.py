@@ -74,7 +74,7 @@ def _card(name, rows, untrained_rows, family="mamba2", main=True, architecture=N
     }
     if architecture:
         card.pop("untrained")
-        card["architecture"] = architecture
+        card["replica_of"] = architecture
     return card
 
 

@@ -60,8 +60,8 @@ BOOT_SEED = 0
 
 
 def points(cards: dict[str, dict], untrained: bool = False) -> list[dict]:
-    """One dict per (model, K) of the cards' sweeps: model, architecture (the zoo name a seed
-    replica belongs to; the model's own name otherwise), seed, family, pairs, accuracy (trained)
+    """One dict per (model, K) of the cards' sweeps: model, architecture (the zoo model a seed
+    replica is a replica of, its ``replica_of``; the model's own name otherwise), seed, family, pairs, accuracy (trained)
     and the predictors present in the row; ``untrained=True`` takes the predictors from the
     untrained copy."""
     out = []
@@ -74,7 +74,7 @@ def points(cards: dict[str, dict], untrained: bool = False) -> list[dict]:
             out.append(
                 {
                     "model": name,
-                    "architecture": info.get("architecture", name),
+                    "architecture": info.get("replica_of", name),
                     "seed": info.get("training", {}).get("seed"),
                     "family": info["family"],
                     "pairs": row["pairs"],
@@ -404,7 +404,7 @@ def main(argv=None) -> dict:
     if not args.no_seeds:
         from .seeds import replica_cards
 
-        cards.update({k: v for k, v in replica_cards().items() if v["architecture"] in names})
+        cards.update({k: v for k, v in replica_cards().items() if v["replica_of"] in names})
     record = claim(cards, n_boot=args.boot)
     if args.json:
         print(json.dumps(record, indent=2))

@@ -25,8 +25,8 @@ SEEDS_FILE = "seeds.json"
 
 
 def measure_replica(folder: Path) -> dict:
-    """The record of one trained replica folder (training.json + weights): architecture (the
-    shipped name), seed, family, training summary, held-out accuracy, sweep rows."""
+    """The record of one trained replica folder (training.json + weights): replica_of (the
+    shipped model's name), seed, family, training summary, held-out accuracy, sweep rows."""
     from transformers import AutoModelForCausalLM
 
     from .cards import SWEEP_SAMPLES, TEST_SAMPLES, sweep_pairs
@@ -46,7 +46,7 @@ def measure_replica(folder: Path) -> dict:
         heldout = evaluate_model(model, task, n_samples=TEST_SAMPLES, seed=TEST_SEED)
         rows = sweep(model, task, ks, n_samples=SWEEP_SAMPLES)
     return {
-        "architecture": record["name"],
+        "replica_of": record["name"],
         "family": record["family"],
         "training": training,
         "heldout": {k: heldout[k] for k in ("accuracy", "n_samples", "seed")},
