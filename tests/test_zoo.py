@@ -270,6 +270,12 @@ def test_card_has_its_learning_curve_plateau_check_and_sweep(name):
         assert row["ess_per_kv"] == pytest.approx(row["ess"] / row["pairs"])
         assert row["tss_per_kv"] == pytest.approx(row["tss"] / row["pairs"])
         assert 0 <= row["ess"] <= row["tss"] + 1e-9 and row["cut"] == 2 * row["pairs"] and row["length"] == task.length
+        # time aggregates of the layer totals: the claim's predictors, per kv like the single cut
+        for name_ in ("ess", "entropy_ess", "tss"):
+            for how in ("mean", "max"):
+                assert row[f"{name_}_{how}_per_kv"] == pytest.approx(row[f"{name_}_{how}"] / row["pairs"])
+            assert 0 <= row[f"{name_}_mean"] <= row[f"{name_}_max"] + 1e-9
+        assert row["ess"] <= row["ess_max"] + 1e-9  # the cut t* is one of the cuts
     untrained = card["untrained"]["sweep"]
     assert [r["pairs"] for r in untrained] == [r["pairs"] for r in rows]
     assert max(r["accuracy"] for r in untrained) < 0.1  # an untrained copy answers at chance
@@ -320,7 +326,7 @@ def test_shipped_weights_reproduce_one_cards_ess_and_accuracy(one_thread):
     got = zoo.evaluate(name, n_samples=card["heldout"]["n_samples"])
     assert got["accuracy"] == card["heldout"]["accuracy"] and got["n_queries"] == card["heldout"]["n_queries"]
     ess = memory_cut(model, zoo.task_of(name), n_prompts=card["ess"]["n_prompts"], seed=card["ess"]["seed"])
-    for key in ("ess", "entropy_ess", "tss", "ess_per_kv", "utilisation"):
+    for key in ("ess", "entropy_ess", "tss", "ess_per_kv", "utilisation", "ess_mean", "ess_max", "tss_mean"):
         assert ess[key] == pytest.approx(card["ess"][key], rel=1e-6), key
 
 
@@ -353,6 +359,17 @@ def test_learned_resets_against_their_controls():
         if zoo.card(model)["family"] == "mamba2":
             scale = min(lay["past_scale"] for lay in zoo.card(model)["separator_drop"]["layers"].values())
             assert scale < 0.5, (model, scale)
+    # The graded modulation (nuclear norm) sees that partial reset where the count cannot: on the reset task,
+    # in two families, the trained model's drop at "|" exceeds its control's by the claim's margin, while
+    # the count stays under 0.1 for both
+    from ess_explorer.zoo.claim import GRADED_MARGIN
+
+    reset_pairs = [(m, c) for m, c in pairs if zoo.task_of(m).stale_queries]  # keeping the past costs accuracy
+    assert len({zoo.card(m)["family"] for m, _ in reset_pairs}) >= 2, reset_pairs
+    for model, control in reset_pairs:
+        drop, ctrl = zoo.card(model)["separator_drop"], zoo.card(control)["separator_control"]
+        assert drop["graded_modulation"] >= ctrl["graded_modulation"] + GRADED_MARGIN, (model, drop, ctrl)
+        assert drop["modulation"] < 0.1 and ctrl["modulation"] < 0.1
 
 
 def test_learned_collapse_with_room_to_spare():
