@@ -202,3 +202,30 @@ def test_claim_command_on_two_shipped_models(capsys):
     lo, hi = rec["intervals"]["ess_mean_per_kv"]["spearman"]
     assert lo <= hi
     assert '"groups"' in capsys.readouterr().out
+
+
+def test_seed_replicas_are_measured_once_and_kept(tmp_path, monkeypatch):
+    from ess_explorer.zoo import seeds
+
+    folder = tmp_path / "replicas"
+    for name in ("llama_s1", "la_k16_s1", "half_written"):
+        (folder / name).mkdir(parents=True)
+    for name in ("llama_s1", "la_k16_s1"):  # training.json is written last: a folder without it is in training
+        (folder / name / "training.json").write_text("{}")
+    measured = []
+
+    def fake(sub):
+        measured.append(sub.name)
+        return {"replica_of": sub.name.rsplit("_s", 1)[0], "training": {"seed": 1}, "heldout": {"accuracy": 0.5}}
+
+    monkeypatch.setattr(seeds, "measure_replica", fake)
+    out = tmp_path / "seeds.json"
+    first = seeds.main([str(folder), "--out", str(out)])
+    assert sorted(first) == ["la_k16_s1", "llama_s1"] and sorted(measured) == sorted(first)
+    assert seeds.replica_cards(out) == first
+    measured.clear()
+    seeds.main([str(folder), "--out", str(out)])  # nothing new: nothing re-measured
+    assert measured == []
+    seeds.main([str(folder), "--out", str(out), "--redo"])
+    assert sorted(measured) == ["la_k16_s1", "llama_s1"]
+    assert seeds.replica_cards(tmp_path / "absent.json") == {}

@@ -66,19 +66,23 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(prog="python -m ess_explorer.zoo.seeds", description=__doc__.split("\n")[0])
     parser.add_argument("folder", type=Path, help="the --out folder of zoo.train --seeds (NAME_sSEED subfolders)")
     parser.add_argument("--out", type=Path, default=None, help="where to write (default: the zoo's seeds.json)")
+    parser.add_argument("--redo", action="store_true", help="re-measure replicas the file already holds")
     args = parser.parse_args(argv)
     from ..sources import ZOO_DIR
 
     torch.set_num_threads(1)
-    replicas = {}
-    for sub in sorted(p for p in args.folder.iterdir() if (p / "training.json").is_file()):
-        replicas[sub.name] = measure_replica(sub)
-        print(f"{sub.name}: held-out accuracy {replicas[sub.name]['heldout']['accuracy']:.3f}", flush=True)
-    if not replicas:
-        raise SystemExit(f"no trained replica (a folder with training.json) in {args.folder}")
     out = args.out or ZOO_DIR / SEEDS_FILE
-    out.write_text(json.dumps({"replicas": replicas}, indent=1))
-    print(f"wrote {out}")
+    replicas = {} if args.redo else replica_cards(out)  # measured before: kept (the seed fixes them)
+    folders = sorted(p for p in args.folder.iterdir() if (p / "training.json").is_file())
+    if not folders and not replicas:
+        raise SystemExit(f"no trained replica (a folder with training.json) in {args.folder}")
+    for sub in folders:
+        if sub.name in replicas:
+            continue
+        replicas[sub.name] = measure_replica(sub)
+        out.write_text(json.dumps({"replicas": dict(sorted(replicas.items()))}, indent=1))  # after each: resumable
+        print(f"{sub.name}: held-out accuracy {replicas[sub.name]['heldout']['accuracy']:.3f}", flush=True)
+    print(f"{out}: {len(replicas)} replicas")
     return replicas
 
 
