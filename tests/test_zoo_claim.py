@@ -103,7 +103,8 @@ def test_claim_over_time_aggregates_with_every_test_corrected():
     t = tests["tests"]["[main_task] mean: ESS/kv - TSS/kv"]
     assert t["difference"] == pytest.approx(2.0)
     assert t["interval"] == pytest.approx([2.0, 2.0])  # every resample is still monotone
-    assert t["p"] == pytest.approx(1 / 200) and t["p_holm"] == pytest.approx(min(1.0, 18 / 200)) and not t["holds"]
+    # no resample at or below 0: p = 2 (0 + 1) / (200 + 1); Holm multiplies the smallest p by the 18 tests
+    assert t["p"] == pytest.approx(2 / 201) and t["p_holm"] == pytest.approx(18 * 2 / 201) and not t["holds"]
     assert "single cut t* = 2K (variant)" in claim_mod.PREDICTORS["ess_per_kv"]
     trained = record["groups"]["main_task"]["trained"]
     assert trained["resampled"].startswith("architectures (one seed each")
