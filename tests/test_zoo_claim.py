@@ -230,3 +230,15 @@ def test_seed_replicas_are_measured_once_and_kept(tmp_path, monkeypatch):
     seeds.main([str(folder), "--out", str(out), "--redo"])
     assert sorted(measured) == ["la_k16_s1", "llama_s1"]
     assert seeds.replica_cards(tmp_path / "absent.json") == {}
+
+
+def test_collapse_verdict_needs_low_use_and_an_accuracy_cost():
+    def record(utilisation, accuracy):
+        row = {"model": "m", "layer": "0", "utilisation": utilisation, "rank_cap_allows": 1.0, "untrained": 0.5}
+        collapse = [{**row, "length": 128, "accuracy": accuracy}]
+        return {"tests": {"tests": {}, "m": 0}, "groups": {}, "per_family": {}, "resets": [], "collapse": collapse}
+
+    efficient = " ".join(claim_mod.verdict(record(0.099, 1.0)))
+    assert "Collapsed by training" in efficient and "not the paper's failure mode" in efficient
+    assert "not the paper's failure mode" in " ".join(claim_mod.verdict(record(0.03, 0.99)))  # no accuracy cost
+    assert "the paper's failure mode, a state left unused" in " ".join(claim_mod.verdict(record(0.03, 0.5)))

@@ -54,6 +54,9 @@ COMPARISONS = {
     for q in ("ess", "entropy_ess")
 }
 GRADED_MARGIN = 0.2  # a graded modulation this far above the control's reads as a learned partial reset
+# the paper's collapse failure mode: a state used at most this share of what the rank cap allows ...
+FAILURE_SHARE = 0.05
+FAILURE_ACCURACY = 0.9  # ... by a model whose held-out accuracy suffers (below this)
 PRIMARY = "mean"  # the aggregation of the per-family (leave one out) tests
 N_BOOT = 2000
 BOOT_SEED = 0
@@ -189,6 +192,7 @@ def _collapse(cards: dict) -> list[dict]:
                     "rank_cap_allows": lay["rank_cap_allows"],
                     "untrained": base.get(i, {}).get("utilisation"),
                     "length": util["length"],
+                    "accuracy": info["heldout"]["accuracy"],
                 }
             )
     return rows
@@ -376,9 +380,18 @@ def verdict(record: dict) -> list[str]:
             f"(L = {best['length']}, where the rank cap allows {best['rank_cap_allows']:.2f}); its untrained copy "
             f"{best['untrained']:.3f}. "
             + (
-                "Collapsed by training (<= 0.1)."
+                "Collapsed by training (<= 0.1)"
                 if best["utilisation"] <= 0.1
-                else "Training lowered it, but not to the collapsed threshold 0.1."
+                else "Training lowered it, but not to the collapsed threshold 0.1"
+            )
+            + f", at held-out accuracy {best['accuracy']:.3f}: "
+            + (
+                "the paper's failure mode, a state left unused at a cost in accuracy."
+                if best["utilisation"] <= FAILURE_SHARE * best["rank_cap_allows"]
+                and best["accuracy"] < FAILURE_ACCURACY
+                else f"not the paper's failure mode (at most {FAILURE_SHARE} of what the rank cap allows, with accuracy "
+                f"below {FAILURE_ACCURACY}); no zoo model shows that, which would need a model trained to fail beside "
+                "the same architecture trained well."
             )
         )
     return out
