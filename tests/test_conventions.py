@@ -147,7 +147,7 @@ def test_near_reset_modulation_unit_scope_vs_cut_scope():
     # Before the separator only the s - t rows before it keep their scale: ESS(t) = min(t, s - t, N)
     # = 1, 1 at t = 1, 2; so the per-cut modulation is 1 - 3 / 1 = -2, a "rise" at a near-reset.
     assert lay.tolerance_ess[0, 1:sep].tolist() == [min(t, sep - t, n) for t in range(1, sep)]
-    per_cut = layer_modulation(lay, [sep], scope="cut")[0]
+    per_cut = layer_modulation(lay, [sep], scope="cut", lag=0)[0]  # at the separator itself
     assert per_cut == pytest.approx(1 - min(sep, n) / np.mean([min(t, sep - t, n) for t in range(1, sep)]))
     assert per_cut < 0
     # Entropy-ESS is blind in the same way.

@@ -169,5 +169,5 @@ def test_a_bounded_state_is_judged_the_same_both_ways(result):
 def test_modulation_lag_finds_a_drop_after_the_separator():
     ess = np.array([4.0, 4.0, 4.0, 4.0, 4.0, 1.0, 4.0])  # drops one token after t = 4
     positions = np.arange(7)
-    assert modulation_at(ess, positions, [4], window=2)[0] == 0.0
+    assert modulation_at(ess, positions, [4], window=2, lag=0)[0] == 0.0
     assert modulation_at(ess, positions, [4], window=2, lag=1)[0] == pytest.approx(0.75)

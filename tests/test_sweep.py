@@ -16,7 +16,7 @@ import pytest
 import ess_explorer
 from ess_explorer import analyze, zoo
 from ess_explorer.sweep import expand_models, load_prompts, read_metadata, read_table, run_sweep
-from ess_explorer.sweep.run import plan_shards
+from ess_explorer.sweep.run import SWEEP_SCOPE, plan_shards
 from ess_explorer.sweep.table import COLUMNS, shard_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -112,7 +112,9 @@ def test_table_rows_are_analyze_of_each_prompt(local):
         model, tokenizer = zoo.load(source[4:])
         for prompt_id in (0, 3):
             mine = table[(table.model == source) & (table.prompt_id == prompt_id)].reset_index(drop=True)
-            result = analyze(model, prompt=prompts[prompt_id], tokenizer=tokenizer, progress=False)
+            # the sweep counts at its default scope, the reset-aware "unit"
+            assert SWEEP_SCOPE == "unit"
+            result = analyze(model, prompt=prompts[prompt_id], tokenizer=tokenizer, progress=False, scope=SWEEP_SCOPE)
             frame = result.to_frame()
             assert len(mine) == len(frame)
             for column in ("layer", "unit", "t", "token", "family", "tolerance_ess", "entropy_ess", "tss"):
@@ -122,6 +124,8 @@ def test_table_rows_are_analyze_of_each_prompt(local):
             lays = [result.layers[i] for i in sorted(result.layers)]
             multiplicity = [np.repeat(unit_multiplicity(lay), len(lay.positions)) for lay in lays]
             np.testing.assert_array_equal(mine.multiplicity.to_numpy(), np.concatenate(multiplicity))
+            nuclear = np.concatenate([lay.singular_values.sum(-1).reshape(-1) for lay in lays])
+            np.testing.assert_allclose(mine.nuclear_norm.to_numpy(), nuclear, rtol=1e-12)
             if "causal_ess" in mine:
                 causal = np.concatenate([np.asarray(lay.causal_ess, dtype=float).reshape(-1) for lay in lays])
                 np.testing.assert_array_equal(mine.causal_ess.to_numpy(), causal)
@@ -207,7 +211,7 @@ def test_killed_sweep_resumes_and_equals_an_uninterrupted_one(tmp_path):
     prompts_file.write_text("\n".join(prompts) + "\n", encoding="utf-8")
     out = tmp_path / "killed"
     total = len(MODELS) * len(prompts)
-    command, env = _cli(out, prompts_file)
+    command, env = _cli(out, prompts_file, "--scope", SWEEP_SCOPE)  # as sweep() below counts by default
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
     done = []

@@ -11,6 +11,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, Trainer, TrainingArgu
 from ess_explorer import ESSCallback, analyze, load_model, run_sweep, zoo  # noqa: E402
 from ess_explorer.core.diagnostics import layer_diagnostics  # noqa: E402
 from ess_explorer.sweep import read_table  # noqa: E402
+from ess_explorer.sweep.run import SWEEP_SCOPE  # noqa: E402
 
 STEPS, EVERY = 30, 10
 
@@ -48,7 +49,8 @@ def test_logged_ess_equals_analyze_of_each_checkpoint(tmp_path):
     assert not any("ess/layer0/mean" in e for e in trainer.state.log_history if e.get("step") == 7)
     for step in (10, 20, 30):
         saved, _ = load_model(f"{output_dir}/checkpoint-{step}")
-        results = [analyze(saved, prompt=p, tokenizer=tokenizer, progress=False) for p in prompts]
+        # at the scope of a sweep (the callback appends a sweep's table)
+        results = [analyze(saved, prompt=p, tokenizer=tokenizer, progress=False, scope=SWEEP_SCOPE) for p in prompts]
         for layer in (0, 1):
             per_prompt = [r.layers[layer] for r in results]
             unit_mean = [np.asarray(lay.tolerance_ess, dtype=float).mean(0) for lay in per_prompt]

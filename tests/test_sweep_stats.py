@@ -20,6 +20,7 @@ def table(rows):
         "family": "mamba",
         "entropy_ess": 0.0,
         "tss": 4.0,
+        "nuclear_norm": np.nan,
     }
     frame = pd.DataFrame([{**defaults, **row} for row in rows])
     frame["checkpoint_step"] = frame["checkpoint_step"].astype("Int64")

@@ -152,6 +152,53 @@ def test_plateau_compares_the_last_fifth_of_training():
     assert not plateau(curve(0.5)[:1])["plateau"]  # one point says nothing
 
 
+def test_plateau_schedule_holds_the_full_rate_until_the_check_then_anneals():
+    from dataclasses import replace
+
+    from ess_explorer.zoo.train import ZOO, _lr_at, plateau_at_full_lr
+
+    spec = replace(ZOO["la_k16"], schedule="plateau", anneal=0.2, warmup=0.1, lr=1e-3)
+    steps = 1000
+    assert _lr_at(50, spec, steps) == pytest.approx(1e-3 * 51 / 100)  # warmup
+    assert _lr_at(700, spec, steps) == _lr_at(999, spec, steps) == 1e-3  # full rate while undecided
+    assert _lr_at(400, spec, steps, anneal_from=400) == pytest.approx(1e-3)  # the anneal starts at the peak ...
+    assert _lr_at(500, spec, steps, anneal_from=400) == pytest.approx(1e-3 * 0.55)  # ... half way: 0.1 + 0.45
+    assert _lr_at(600, spec, steps, anneal_from=400) == pytest.approx(1e-4)  # ... and ends at 10% after 0.2 x steps
+
+    def curve(values, every=100):
+        return [{"step": every * (i + 1), "val_accuracy": v} for i, v in enumerate(values)]
+
+    # a flat last 300 steps, all after warmup: plateau; a rise of 2 points: not; too few steps at full rate: not
+    assert plateau_at_full_lr(curve([0.2, 0.5, 0.8, 0.9, 0.905, 0.9, 0.902]), since=100)
+    assert not plateau_at_full_lr(curve([0.2, 0.5, 0.8, 0.88, 0.89, 0.9, 0.9]), since=100)
+    assert not plateau_at_full_lr(curve([0.9, 0.9, 0.9]), since=100)
+
+
+def test_a_plateau_run_anneals_after_the_check_and_records_why_it_ended(tmp_path, one_thread, monkeypatch):
+    from dataclasses import replace
+
+    from ess_explorer.zoo import train
+    from ess_explorer.zoo.mqar import MQARTask
+
+    spec = replace(
+        train.ZOO["la_k16"], task=MQARTask(num_pairs=4), train_pairs=None, batch_size=4, schedule="plateau", anneal=0.25
+    )
+    checks = []
+    monkeypatch.setattr(
+        train, "plateau_at_full_lr", lambda curve, since: checks.append(curve[-1]["step"]) or len(checks) == 2
+    )
+    record, _ = train.train_model(spec, tmp_path, steps=40, eval_every=5, log=lambda *_: None, val_samples=4)
+    tr = record["training"]
+    # the check passes at the second evaluation (step 10); the anneal then takes 0.25 x 40 = 10 steps
+    assert checks == [5, 10] and tr["anneal_from"] == 10 and tr["ended_by"] == "plateau"
+    assert tr["steps_run"] == 20 and tr["curve"][-1]["step"] == 20
+    budget, _ = train.train_model(replace(spec, schedule="cosine"), tmp_path / "b", steps=10, eval_every=5,
+                                  log=lambda *_: None, val_samples=4)  # fmt: skip
+    assert budget["training"]["ended_by"] == "budget" and budget["training"]["anneal_from"] is None
+    with pytest.raises(ValueError, match="schedule must be one of"):
+        train.train_model(replace(spec, schedule="linear"), tmp_path / "c", steps=2)
+
+
 def test_main_task_models_train_on_every_k_of_the_sweep_at_one_length():
     from ess_explorer.zoo.cards import sweep_pairs
     from ess_explorer.zoo.train import ZOO
@@ -223,6 +270,12 @@ def test_card_has_its_learning_curve_plateau_check_and_sweep(name):
         assert row["ess_per_kv"] == pytest.approx(row["ess"] / row["pairs"])
         assert row["tss_per_kv"] == pytest.approx(row["tss"] / row["pairs"])
         assert 0 <= row["ess"] <= row["tss"] + 1e-9 and row["cut"] == 2 * row["pairs"] and row["length"] == task.length
+        # time aggregates of the layer totals: the claim's predictors, per kv like the single cut
+        for name_ in ("ess", "entropy_ess", "tss"):
+            for how in ("mean", "max"):
+                assert row[f"{name_}_{how}_per_kv"] == pytest.approx(row[f"{name_}_{how}"] / row["pairs"])
+            assert 0 <= row[f"{name_}_mean"] <= row[f"{name_}_max"] + 1e-9
+        assert row["ess"] <= row["ess_max"] + 1e-9  # the cut t* is one of the cuts
     untrained = card["untrained"]["sweep"]
     assert [r["pairs"] for r in untrained] == [r["pairs"] for r in rows]
     assert max(r["accuracy"] for r in untrained) < 0.1  # an untrained copy answers at chance
@@ -273,7 +326,7 @@ def test_shipped_weights_reproduce_one_cards_ess_and_accuracy(one_thread):
     got = zoo.evaluate(name, n_samples=card["heldout"]["n_samples"])
     assert got["accuracy"] == card["heldout"]["accuracy"] and got["n_queries"] == card["heldout"]["n_queries"]
     ess = memory_cut(model, zoo.task_of(name), n_prompts=card["ess"]["n_prompts"], seed=card["ess"]["seed"])
-    for key in ("ess", "entropy_ess", "tss", "ess_per_kv", "utilisation"):
+    for key in ("ess", "entropy_ess", "tss", "ess_per_kv", "utilisation", "ess_mean", "ess_max", "tss_mean"):
         assert ess[key] == pytest.approx(card["ess"][key], rel=1e-6), key
 
 
@@ -306,6 +359,17 @@ def test_learned_resets_against_their_controls():
         if zoo.card(model)["family"] == "mamba2":
             scale = min(lay["past_scale"] for lay in zoo.card(model)["separator_drop"]["layers"].values())
             assert scale < 0.5, (model, scale)
+    # The graded modulation (nuclear norm) sees that partial reset where the count cannot: on the reset task,
+    # in two families, the trained model's drop at "|" exceeds its control's by the claim's margin, while
+    # the count stays under 0.1 for both
+    from ess_explorer.zoo.claim import GRADED_MARGIN
+
+    reset_pairs = [(m, c) for m, c in pairs if zoo.task_of(m).stale_queries]  # keeping the past costs accuracy
+    assert len({zoo.card(m)["family"] for m, _ in reset_pairs}) >= 2, reset_pairs
+    for model, control in reset_pairs:
+        drop, ctrl = zoo.card(model)["separator_drop"], zoo.card(control)["separator_control"]
+        assert drop["graded_modulation"] >= ctrl["graded_modulation"] + GRADED_MARGIN, (model, drop, ctrl)
+        assert drop["modulation"] < 0.1 and ctrl["modulation"] < 0.1
 
 
 def test_learned_collapse_with_room_to_spare():

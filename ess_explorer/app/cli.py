@@ -368,6 +368,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--bucket", action="store_true", help="group prompts of similar length into shards")
     sw.add_argument("--text-field", default="text", help="the prompt field of a .jsonl file (default text)")
     add_settings_arguments(sw)
+    sw.set_defaults(scope=None)  # run_sweep's own default: the reset-aware scope (sweep.run.sweep_scope)
     sw.add_argument("--device", help="torch device, e.g. cuda (Ray: each task asks for one GPU)")
     sw.add_argument("--ray-address", help="join a running Ray cluster (e.g. auto); default: start a local one")
     sw.add_argument("--num-cpus", type=_positive_int, help="CPUs of the local Ray cluster (default: all)")

@@ -17,19 +17,32 @@ would call all attention saturated. What it is judged by (``against``):
   scores about (L/2) / (L-1) = 0.5) and collapses more easily on longer prompts.
 For a recurrent unit with L >= 2 N the two agree (both peaks are N).
 
-Modulation at separators: how far ESS falls at a separator relative to the ESS just
-before it, 1 - ESS(sep) / mean(ESS over the `window` positions before sep). 0 means no
-drop, 1 means the state is emptied at the separator. docs/math.md notes that ESS already dips
-*before* EOS because fewer future outputs remain; comparing with the positions just
-before the separator measures the extra drop.
+Modulation at separators (one definition, `separator_modulation`, used by the layer
+diagnostics, the explorer, the report, the zoo cards and claim, and the sweep statistics):
 
-The modulation the project reports (`layer_modulation`: layer diagnostics, explorer,
-report) counts tolerance-ESS with the reset-aware scope MODULATION_SCOPE = "unit": the
-threshold is tol x the largest sigma_1 over the unit's cuts. With the per-cut scope a
-near-reset is invisible: a decay scaled by 1e-4 at the separator scales the whole cut H_sep
-by 1e-4, which a per-cut relative tolerance cancels, so the per-cut modulation is that of
-the operator without the reset (negative while ESS still grows; docs/conventions.md).
-Entropy-ESS has the same blindness (p = sigma / sum sigma), hence the tolerance default.
+    modulation = 1 - min_{t in sep..sep+lag} X(t) / mean_{t in the window cuts before sep} X(t)
+
+where X(t) is the layer total in scalars, sum over units of multiplicity x the unit's value
+at the cut t (the aggregation over units); window = MODULATION_WINDOW = 4, lag =
+MODULATION_LAG = 1 (a trained model may drop its state on the separator or on the token after
+it). 0 means no drop, 1 means the past is emptied. docs/math.md notes that ESS already dips
+*before* EOS because fewer future outputs remain; comparing with the cuts just before the
+separator measures the extra drop. Over layers, a model's modulation is that of its
+`strongest_layer` (the layer that resets is the one that carries the memory). Two values X:
+
+- the **count** (`layer_modulation(..., measure="count")`, the default): tolerance-ESS at the reset-aware scope
+  MODULATION_SCOPE = "unit" (tau = tol x the largest sigma_1 over the unit's cuts). With the
+  per-cut scope a near-reset is invisible: a decay scaled by 1e-4 at the separator scales the
+  whole cut H_sep by 1e-4, which a per-cut relative tolerance cancels, so the per-cut
+  modulation is that of the operator without the reset (negative while ESS still grows;
+  docs/conventions.md). Entropy-ESS has the same blindness (p = sigma / sum sigma). A count
+  only falls when a direction drops below tau: a past scaled by 0.26 keeps every direction
+  above 1e-3 and the count does not move.
+- the **graded** modulation (`measure="graded"`): X = the nuclear norm of the cut,
+  sum_k sigma_k(H_t), scale-aware by construction (no tolerance, no scope). A separator that
+  scales the whole past by c scales ||H_sep||_* by c, so the graded modulation reads a partial
+  reset as a partial drop (about 1 - c when the cuts before are dominated by their near past;
+  its exact value for a diagonal SSM is in tests/test_modulation.py).
 """
 
 from __future__ import annotations
@@ -49,9 +62,21 @@ __all__ = [
     "AGAINST",
     "classify_utilisation",
     "layer_diagnostics",
+    "MODULATION_WINDOW",
+    "MODULATION_LAG",
     "modulation_at",
+    "MODULATION_MEASURES",
+    "units_total",
+    "separator_modulation",
+    "cut_nuclear_norms",
+    "modulation_values",
     "layer_modulation",
+    "strongest_layer",
 ]
+
+MODULATION_WINDOW = 4  # cuts before the separator that give the reference
+MODULATION_LAG = 1  # the drop may come on the separator or on the token after it
+MODULATION_MEASURES = ("count", "graded")  # tolerance-ESS at the reset-aware scope; nuclear norm
 
 SATURATED_AT = 0.9
 COLLAPSED_AT = 0.1
@@ -235,14 +260,16 @@ def layer_diagnostics(
     }
 
 
-def modulation_at(ess_over_time, positions, separators, window: int = 4, lag: int = 0) -> np.ndarray:
-    """Modulation score at each separator: 1 - ESS(after) / mean(ESS over the window before),
-    where ESS(after) is the lowest ESS at sep..sep+lag (a trained model may drop its state a
-    token or two after the separator itself; lag = 0 looks at the separator only).
+def modulation_at(
+    ess_over_time, positions, separators, window: int = MODULATION_WINDOW, lag: int = MODULATION_LAG
+) -> np.ndarray:
+    """Modulation score at each separator: 1 - X(after) / mean(X over the window before),
+    where X(after) is the lowest X at sep..sep+lag (lag = 0 looks at the separator only).
+    The arithmetic of the one definition (`separator_modulation` sums units first).
 
-    ess_over_time: (..., P) ESS aligned with ``positions`` (the t of each column).
+    ess_over_time: (..., P) values aligned with ``positions`` (the t of each column).
     separators: iterable of t. Returns (..., S); NaN where no earlier position exists or
-    the ESS before the separator is 0 (nothing to drop).
+    the value before the separator is 0 (nothing to drop).
     """
     if lag < 0:
         raise ValueError(f"lag must be >= 0, got {lag}")
@@ -269,34 +296,85 @@ def modulation_at(ess_over_time, positions, separators, window: int = 4, lag: in
     return np.stack(scores, axis=-1) if scores else np.zeros(ess.shape[:-1] + (0,))
 
 
-def layer_modulation(
+def units_total(per_unit, multiplicity) -> np.ndarray:
+    """(P,) the layer total in scalars of a per-unit value (U, P): sum over units of
+    multiplicity x value (``multiplicity`` (U,) or None: each unit 1)."""
+    values = np.atleast_2d(np.asarray(per_unit, dtype=np.float64))
+    weight = np.ones(values.shape[0]) if multiplicity is None else np.asarray(multiplicity, dtype=np.float64)
+    if weight.shape != (values.shape[0],):
+        raise ValueError(f"multiplicity must have one value per unit ({values.shape[0]}), got shape {weight.shape}")
+    return (weight[:, None] * values).sum(0)
+
+
+def separator_modulation(
+    per_unit, multiplicity, positions, separators, *, window: int = MODULATION_WINDOW, lag: int = MODULATION_LAG
+) -> np.ndarray:
+    """(S,) THE modulation of one layer at each separator (module docstring): `modulation_at`
+    of the layer total in scalars (`units_total`) of ``per_unit`` (U, P), the count at the
+    reset-aware scope or the nuclear norm of each cut (`modulation_values` gives either)."""
+    return modulation_at(units_total(per_unit, multiplicity), positions, separators, window=window, lag=lag)
+
+
+def cut_nuclear_norms(layer) -> np.ndarray:
+    """(U, P) nuclear norm sum_k sigma_k(H_t) of each cut of a LayerESS, from its kept singular
+    values: exact where the spectrum is complete (``spectra_complete``), else a lower bound
+    (the values left out are each below the smallest kept one)."""
+    return np.asarray(layer.singular_values, dtype=np.float64).sum(-1)
+
+
+def modulation_values(
     layer,
-    separators,
+    measure: str = "count",
     *,
     tol: float = DEFAULT_TOL,
     relative: bool = True,
     scope: str = MODULATION_SCOPE,
     variant: str = "tolerance",
-    window: int = 4,
-    lag: int = 0,
 ) -> np.ndarray:
-    """(S,) modulation of one layer (a LayerESS) at each separator: `modulation_at` on the
-    layer total in scalars (sum over units of multiplicity x ESS).
+    """(U, P) the per-unit value X whose layer total the modulation compares (module docstring).
 
-    tolerance-ESS is recounted from the kept singular values at (tol, relative, scope)
-    (``LayerESS.tolerance_ess_at``; sigma_1 is always kept, so the reference is exact, and a
-    count that reaches the kept K is a lower bound). scope defaults to the reset-aware
-    "unit" (module docstring); with ``relative=False`` the scope is "cut" (an absolute
-    tolerance has none). ``variant="entropy"`` uses the stored entropy-ESS (no scope).
+    ``measure="count"``: tolerance-ESS recounted from the kept singular values at (tol,
+    relative, scope) (``LayerESS.tolerance_ess_at``; sigma_1 is always kept, so the reference is
+    exact, and a count that reaches the kept K is a lower bound); scope defaults to the
+    reset-aware "unit"; with ``relative=False`` the scope is "cut" (an absolute tolerance has
+    none); ``variant="entropy"`` takes the stored entropy-ESS (no scope).
+    ``measure="graded"``: the nuclear norm of each cut (`cut_nuclear_norms`; no tolerance).
     """
+    if measure not in MODULATION_MEASURES:
+        raise ValueError(f"measure must be one of {list(MODULATION_MEASURES)}, got {measure!r}")
+    if measure == "graded":
+        return cut_nuclear_norms(layer)
     if variant not in ("tolerance", "entropy"):
         raise ValueError(f"variant must be 'tolerance' or 'entropy', got {variant!r}")
     scope = scope if relative else "cut"
     check_scope(scope, relative)
     if variant == "tolerance":
-        ess = np.asarray(layer.tolerance_ess_at(tol, relative, scope)[0], dtype=np.float64)
-    else:
-        ess = np.asarray(layer.entropy_ess, dtype=np.float64)
+        return np.asarray(layer.tolerance_ess_at(tol, relative, scope)[0], dtype=np.float64)
+    return np.asarray(layer.entropy_ess, dtype=np.float64)
+
+
+def layer_modulation(
+    layer,
+    separators,
+    *,
+    measure: str = "count",
+    window: int = MODULATION_WINDOW,
+    lag: int = MODULATION_LAG,
+    **count_options,
+) -> np.ndarray:
+    """(S,) modulation of one layer (a LayerESS) at each separator: `separator_modulation` of
+    `modulation_values` (``measure`` "count": tolerance-ESS at the reset-aware scope, with the
+    count's ``tol``, ``relative``, ``scope`` and ``variant`` as there; "graded": the nuclear norm
+    of the cuts, which sees a partial reset the count cannot)."""
+    values = modulation_values(layer, measure, **count_options)
     multiplicity = getattr(layer, "multiplicity", None)
-    weight = np.ones(ess.shape[0]) if multiplicity is None else np.asarray(multiplicity, dtype=np.float64)
-    return modulation_at((weight[:, None] * ess).sum(0), layer.positions, separators, window=window, lag=lag)
+    return separator_modulation(values, multiplicity, layer.positions, separators, window=window, lag=lag)
+
+
+def strongest_layer(per_layer: dict):
+    """The key of the largest finite value of ``per_layer`` ({layer: modulation}): the model's
+    modulation is its strongest layer's. ValueError when no value is finite."""
+    finite = {k: float(v) for k, v in per_layer.items() if v is not None and np.isfinite(v)}
+    if not finite:
+        raise ValueError("no layer has a finite modulation (no separator with earlier cuts of nonzero ESS)")
+    return max(finite, key=finite.get)

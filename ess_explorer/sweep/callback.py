@@ -34,6 +34,7 @@ from transformers import TrainerCallback
 from ..analysis import analyze
 from ..io import summary_table
 from .inputs import Run, load_prompts
+from .run import sweep_scope
 from .table import result_table, shard_path, write_shard
 
 __all__ = ["ESSCallback", "layer_logs"]
@@ -58,7 +59,8 @@ class ESSCallback(TrainerCallback):
     prompts : strings (tokenised with ``tokenizer`` or the Trainer's processing_class), token
         id lists, or a prompt file (sweep/inputs.py: load_prompts).
     every_n_steps : measure when global_step % every_n_steps == 0.
-    layers, tol, relative, scope, gates, stride, units : as in analyze.
+    layers, tol, relative, gates, stride, units : as in analyze; scope as in sweep (default the
+        reset-aware "unit" for a relative tolerance, SWEEP_SCOPE), so the table it appends is a sweep's.
     out : optional sweep folder that each measurement is appended to.
 
     ``history`` holds (step, logs) of every measurement.
@@ -90,7 +92,7 @@ class ESSCallback(TrainerCallback):
         self.variant = variant
         self.out = out
         self.model_name = model_name
-        self.analysis = analysis
+        self.analysis = {**analysis, "scope": sweep_scope(analysis.get("scope"), analysis.get("relative", True))}
         self.history: list[tuple[int, dict]] = []
         self._pending: tuple[int, dict] | None = None
 

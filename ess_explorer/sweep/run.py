@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 from .._version import __version__
 from ..atomic import atomic_write
 from ..bounded import read_json
-from ..core.ess import DEFAULT_RELATIVE, DEFAULT_SCOPE, DEFAULT_TOL, check_scope, check_tolerance
+from ..core.ess import DEFAULT_RELATIVE, DEFAULT_TOL, MODULATION_SCOPE, check_scope, check_tolerance
 from ..core.gates import DEFAULT_GATES, check_gates
 from ..core.precision import DEFAULT_PRECISION, check_precision
 from ..sources import load_model
@@ -34,13 +34,22 @@ from .inputs import Run, expand_models, load_prompts
 from .table import TABLE_DIR, read_metadata, read_table, shard_path, shard_problem, write_shard
 from .worker import compute_shard
 
-__all__ = ["run_sweep", "SweepResult", "Shard", "PLAN_FILE", "PROMPTS_FILE", "BACKENDS"]
+__all__ = ["run_sweep", "SweepResult", "Shard", "PLAN_FILE", "PROMPTS_FILE", "BACKENDS", "SWEEP_SCOPE", "sweep_scope"]
 
 PLAN_FILE, PROMPTS_FILE = "sweep.json", "prompts.jsonl"
 PLAN_FORMAT = 1
 # Options added since PLAN_FORMAT 1, with the value an older plan (which lacks them) ran with.
 LATER_OPTIONS = {"causal": True, "precision": "exact"}
 BACKENDS = ("local", "ray")
+SWEEP_SCOPE = MODULATION_SCOPE  # reset-aware: the sweep statistics' modulation reads the table's counts
+
+
+def sweep_scope(scope: str | None, relative: bool) -> str:
+    """The scope a sweep counts at: ``scope`` as given (checked), else SWEEP_SCOPE for a relative
+    tolerance and "cut" for an absolute one (which has no scope)."""
+    scope = (SWEEP_SCOPE if relative else "cut") if scope is None else scope
+    check_scope(scope, relative)
+    return scope
 
 
 @dataclass(frozen=True)
@@ -157,7 +166,7 @@ def run_sweep(
     text_field: str = "text",
     tol: float = DEFAULT_TOL,
     relative: bool = DEFAULT_RELATIVE,
-    scope: str = DEFAULT_SCOPE,
+    scope: str | None = None,
     gates: str = DEFAULT_GATES,
     stride: int | None = None,
     units=None,
@@ -175,7 +184,10 @@ def run_sweep(
         checkpoint-STEP subfolders); see sweep/inputs.py.
     prompts : a list of strings / token-id lists, a .txt (one per line) or .jsonl file
         (``text_field``), or a datasets.Dataset.
-    layers, tol, relative, scope, gates, stride, units, causal, precision : as in analyze (the
+    scope : which sigma_1 a relative tolerance refers to; default SWEEP_SCOPE, the reset-aware
+        "unit" (the modulation of the sweep statistics reads the table's counts; "cut" without
+        ``relative``).
+    layers, tol, relative, gates, stride, units, causal, precision : as in analyze (the
         same for every run; ``causal=False`` leaves the causal_ess column NaN and saves its spectra).
     backend : "local" (this process) or "ray" (``ray_address`` to join a running cluster,
         else ``ray.init(**ray_init)`` starts a local one; ``device="cuda"`` asks each task for
@@ -190,7 +202,7 @@ def run_sweep(
     if not isinstance(shard_size, int) or isinstance(shard_size, bool) or shard_size < 1:
         raise ValueError(f"shard_size must be a positive integer, got {shard_size!r}")
     _check_options(tol, relative, stride, units)
-    check_scope(scope, relative)
+    scope = sweep_scope(scope, relative)
     check_gates(gates)
     check_precision(precision)
     runs = expand_models(models)

@@ -10,8 +10,9 @@ Conventions
 - Runs stay apart: every result is per (model, checkpoint_step) besides ``by``.
 
 summarize      mean ESS per (model, layer, t) with intervals (``by`` chooses the groups)
-modulation     1 - ESS(at a token) / mean ESS of the ``window`` cuts before it
-               (core/diagnostics.py: modulation_at), over every occurrence, with intervals
+modulation     the project's one modulation at every occurrence of a token
+               (core/diagnostics.py: separator_modulation: layer total in scalars, window 4,
+               lag 1), the count or the graded (nuclear-norm) one, with intervals
 utilisation    per (prompt, layer, unit): peak ESS over peak TSS (core/diagnostics.py)
 """
 
@@ -22,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..core.diagnostics import modulation_at
+from ..core.diagnostics import MODULATION_LAG, MODULATION_MEASURES, MODULATION_WINDOW, separator_modulation
 from ..core.diagnostics import utilisation as _ratio
 from ..core.ess import check_variant
 
@@ -159,24 +160,32 @@ def modulation(
     token: str,
     *,
     by=("model", "layer"),
+    measure: str = "count",
     variant: str = "tolerance",
-    window: int = 4,
-    lag: int = 0,
+    window: int = MODULATION_WINDOW,
+    lag: int = MODULATION_LAG,
     confidence: float = 0.95,
     n_boot: int = 1000,
     seed: int = 0,
 ) -> pd.DataFrame:
-    """Modulation of ESS at every occurrence of ``token`` (compared after stripping
-    surrounding whitespace: "|", the EOS string, any token), averaged over occurrences.
+    """Modulation at every occurrence of ``token`` (compared after stripping surrounding
+    whitespace: "|", the EOS string, any token), averaged over occurrences.
 
-    Per occurrence, the unit-mean (multiplicity-weighted) of modulation_at over units;
-    then the mean over every occurrence in every prompt, with a bootstrap interval over
-    prompts (a prompt's occurrences are drawn together). Returns columns model,
-    checkpoint_step, *by, mean, low, high, n_prompts, n_occurrences. ValueError when the
-    token never occurs.
+    Per (prompt, layer), the one modulation of core/diagnostics.py (`separator_modulation`:
+    the layer total in scalars, 1 - its lowest value at the token..token + lag over its mean
+    over the ``window`` cuts before). ``measure`` "count": the table's ``variant`` column, the
+    ESS at the sweep's scope (reset-aware "unit" by default; a per-cut sweep cannot see a reset
+    at the token itself); "graded": the ``nuclear_norm`` column (scale-aware, no scope). Then
+    the mean over every occurrence in every prompt, with a bootstrap interval over prompts (a
+    prompt's occurrences are drawn together). Returns columns model, checkpoint_step, *by,
+    mean, low, high, n_prompts, n_occurrences. ValueError when the token never occurs.
     """
     table = as_table(table)
-    value = _column(variant)
+    if measure not in MODULATION_MEASURES:
+        raise ValueError(f"measure must be one of {list(MODULATION_MEASURES)}, got {measure!r}")
+    value = "nuclear_norm" if measure == "graded" else _column(variant)
+    if value not in table.columns or table[value].isna().all():
+        raise ValueError(f"the table has no {value} values (a sweep written before the column existed: rerun it)")
     hits = _matches(table["token"], token)
     if not hits.any():
         raise ValueError(f"the token {token!r} does not occur in the table; pick a token string from its token column")
@@ -188,17 +197,16 @@ def modulation(
         frame = frame.sort_values(["unit", "t"])
         positions = np.sort(frame["t"].unique())
         units = frame["unit"].unique()
-        ess = frame[value].to_numpy(dtype=np.float64).reshape(len(units), len(positions))
+        values = frame[value].to_numpy(dtype=np.float64).reshape(len(units), len(positions))
         weight = frame.drop_duplicates("unit")["multiplicity"].to_numpy(dtype=np.float64)
         first = frame[frame["unit"] == units[0]]
         separators = first["t"].to_numpy()[_matches(first["token"], token)]
         if not len(separators):
             continue
-        scores = modulation_at(ess, positions, separators, window=window, lag=lag)  # (U, S)
-        per_occurrence = (scores * weight[:, None]).sum(0) / weight.sum()
+        scores = separator_modulation(values, weight, positions, separators, window=window, lag=lag)  # (S,)
         base = dict(zip(group_keys, key))
         extra = {k: frame[k].iloc[0] for k in keys if k not in base}
-        for score in per_occurrence[np.isfinite(per_occurrence)]:
+        for score in scores[np.isfinite(scores)]:
             rows.append({**base, **extra, "value": float(score)})
     if not rows:
         raise ValueError(f"no occurrence of {token!r} has {window} earlier cuts with ESS > 0 to compare with")

@@ -18,7 +18,8 @@ Columns, one row per (model, checkpoint_step, prompt_id, layer, unit, t):
     model (partition), checkpoint_step (int, null when unknown), prompt_id, layer, unit,
     multiplicity (how many scalar channels share the unit's T; 1 where the result has none),
     t, token (the display string of token t), family, tolerance_ess, entropy_ess,
-    causal_ess (only when LayerESS defines it), tss.
+    causal_ess (only when LayerESS defines it), tss, nuclear_norm (sum of the kept singular
+    values of the cut, what the graded modulation compares; null in shards written before it).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..atomic import atomic_write
+from ..core.diagnostics import cut_nuclear_norms
 from ..io import jsonable
 from ..result import ESSResult, LayerESS
 
@@ -65,6 +67,7 @@ _FIELDS = [
     ("entropy_ess", pa.float64()),
     ("causal_ess", pa.float64()),
     ("tss", pa.float64()),
+    ("nuclear_norm", pa.float64()),
 ]
 SCHEMA = pa.schema(_FIELDS)  # of a shard file (the model comes from its folder)
 COLUMNS = ["model"] + [name for name, _ in _FIELDS]  # of the table read back
@@ -99,6 +102,7 @@ def result_table(result: ESSResult, *, prompt_id: int, checkpoint_step: int | No
         columns["entropy_ess"].append(np.asarray(lay.entropy_ess, dtype=np.float64).reshape(-1))
         columns["causal_ess"].append(np.asarray(lay.causal_ess, dtype=np.float64).reshape(-1))
         columns["tss"].append(np.asarray(lay.tss, dtype=np.float64).reshape(-1))
+        columns["nuclear_norm"].append(cut_nuclear_norms(lay).reshape(-1))
     arrays = []
     for field in SCHEMA:
         values = np.concatenate(columns[field.name]) if columns[field.name] else np.zeros(0)
@@ -165,7 +169,7 @@ def read_table(out):
         format="parquet",
         partitioning=partitioning,
         partition_base_dir=str(Path(out) / TABLE_DIR),
-        # The full schema: a shard written before an optional column existed (causal_ess)
+        # The full schema: a shard written before an optional column existed (causal_ess, nuclear_norm)
         # reads with nulls there instead of failing.
         schema=SCHEMA.append(pa.field("model", pa.string())),
     )

@@ -23,7 +23,7 @@ import weakref
 
 import numpy as np
 
-from ..core.diagnostics import attainable_ceiling, layer_diagnostics, layer_modulation
+from ..core.diagnostics import MODULATION_MEASURES, attainable_ceiling, layer_diagnostics, layer_modulation
 from ..core.precision import PRECISIONS, Accuracy
 from ..result import SAVED_SPECTRUM_K, ESSResult, LayerESS
 from .labels import (
@@ -395,7 +395,7 @@ def diagnostics_data(
     unit, mean over units), ``tss_utilisation`` (the paper's ESS/TSS), unit counts, and
     ``modulation``: mean over separators of diagnostics.layer_modulation (tolerance-ESS at
     the reset-aware scope "unit", layer total in scalars; None when the prompt has no
-    computed separator)."""
+    computed separator) and ``graded_modulation``, the same of the nuclear norm of the cuts."""
     extra = {k: v for k, v in (("saturated", saturated), ("collapsed", collapsed)) if v is not None}
     return diagnostics_rows(result, ViewState.of(result, variant=variant, tol=tol, relative=relative, **extra))
 
@@ -408,12 +408,9 @@ def diagnostics_rows(result: ESSResult, state: ViewState) -> list[dict]:
         diag = layer_diagnostics(lay, variant=state.variant, saturated=state.saturated, collapsed=state.collapsed)
         computed = sorted(set(seps) & set(np.asarray(lay.positions).tolist()))
         variant = state.variant if state.variant != "causal" else "tolerance"
-        mod = (
-            layer_modulation(result.layer(index), computed, tol=state.tol, relative=state.relative, variant=variant)
-            if computed
-            else np.zeros(0)
-        )
-        finite = mod[np.isfinite(mod)]
+        mods = {m: layer_modulation(result.layer(index), computed, measure=m, tol=state.tol, relative=state.relative,
+                                    variant=variant) for m in MODULATION_MEASURES} if computed else {}  # fmt: skip
+        means = {m: round(float(np.nanmean(v)), 4) if np.isfinite(v).any() else None for m, v in mods.items()}
         records.append(
             {
                 "layer": int(index),
@@ -426,7 +423,8 @@ def diagnostics_rows(result: ESSResult, state: ViewState) -> list[dict]:
                 "n_saturated": int(diag["n_saturated"]),
                 "n_collapsed": int(diag["n_collapsed"]),
                 "n_units": lay.n_units,
-                "modulation": round(float(finite.mean()), 4) if finite.size else None,
+                "modulation": means.get("count"),
+                "graded_modulation": means.get("graded"),
                 "n_separators": len(computed),
             }
         )

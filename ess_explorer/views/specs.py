@@ -501,6 +501,7 @@ def diagnostics_panel(result, layer, names):
             tooltip=[
                 alt.Tooltip("label:N", title="layer"),
                 alt.Tooltip("modulation:Q", format=".3f"),
+                alt.Tooltip("graded_modulation:Q", title="graded (nuclear norm)", format=".3f"),
                 alt.Tooltip("n_separators:Q", title="separators"),
             ],
         )

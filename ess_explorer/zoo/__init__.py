@@ -78,7 +78,9 @@ def sweep_difficulty(
 
     Each K runs ``task_of(name).with_pairs(K)`` (same length, queries fill the rest) on held-out
     prompts: one dict per K with pairs, accuracy, ess, entropy_ess, tss (totals in scalars at the
-    memory cut t* = 2K), ess_per_kv, entropy_ess_per_kv, tss_per_kv, utilisation, cut, length.
+    memory cut t* = 2K), ess_per_kv, entropy_ess_per_kv, tss_per_kv, utilisation, cut, length, and
+    the same over time (the claim's reading): ess_mean, ess_max, entropy_ess_mean, ..., tss_max and
+    their _per_kv (largest layer total in scalars, mean / max over the cuts t = 1..L-1).
     ks: default the card's (cards.sweep_pairs: 2..32 at 128 tokens). ``untrained=True`` measures the
     untrained copy (same architecture and seed). With ``cached`` and the card's settings, the
     card's rows come back at once; otherwise they are measured (seconds per K).

@@ -28,7 +28,7 @@ __all__ = [
     "render_readme",
 ]
 
-CARD_VERSION = 2
+CARD_VERSION = 3  # 3: time-aggregated ESS (mean / max over t), graded modulation
 TEST_SAMPLES = 1024
 SWEEP_SAMPLES = 512
 
@@ -164,6 +164,17 @@ def _curve_lines(card: dict) -> list[str]:
     for point in curve[::step] + ([curve[-1]] if curve and (len(curve) - 1) % step else []):
         lines.append(f"| {point['step']} | {point['loss']:.3f} | {point['val_accuracy']:.3f} |")
     target = card["training"].get("target_accuracy", 0.99)
+    if curve:
+        tr = card["training"]
+        ended_by = tr.get("ended_by") or ("target" if curve[-1]["val_accuracy"] >= target else "budget")
+        ended = {
+            "target": f"its target validation accuracy ({100 * target:.0f}%) at step {curve[-1]['step']}",
+            "plateau": f"a plateau at the full learning rate (step {tr.get('anneal_from')}), then an anneal to step "
+            f"{curve[-1]['step']}",
+            "budget": f"the step budget ({tr['steps_planned']} steps), at validation accuracy "
+            f"{curve[-1]['val_accuracy']:.3f}",
+        }[ended_by]
+        lines += ["", f"Training ended at {ended}."]
     if plateau.get("change") is not None:
         if plateau["plateau"]:
             verdict = "**plateau** (< 1 point)."
@@ -183,24 +194,31 @@ def _sweep_lines(card: dict) -> list[str]:
     rows = card["sweep"]["rows"]
     base = {r["pairs"]: r for r in card.get("untrained", {}).get("sweep", [])}
     lines = [
-        "| K | accuracy | ESS (scalars) | TSS (scalars) | ESS/kv | entropy-ESS/kv | TSS/kv | utilisation(t*) | untrained ESS/kv |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| K | accuracy | ESS/kv mean over t | ESS/kv max over t | entropy-ESS/kv mean | TSS/kv mean | "
+        "ESS/kv at t* (cut) | TSS/kv at t* | utilisation(t*) | untrained ESS/kv mean |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         u = base.get(r["pairs"])
         lines.append(
-            f"| {r['pairs']} | {r['accuracy']:.3f} | {r['ess']:.0f} | {r['tss']:.0f} | {r['ess_per_kv']:.1f} | "
-            f"{r['entropy_ess_per_kv']:.1f} | {r['tss_per_kv']:.1f} | {r['utilisation']:.3f} | "
-            + (f"{u['ess_per_kv']:.1f} |" if u else "- |")
+            f"| {r['pairs']} | {r['accuracy']:.3f} | {_num(r, 'ess_mean_per_kv')} | {_num(r, 'ess_max_per_kv')} | "
+            f"{_num(r, 'entropy_ess_mean_per_kv')} | {_num(r, 'tss_mean_per_kv')} | {r['ess_per_kv']:.1f} | "
+            f"{r['tss_per_kv']:.1f} | {r['utilisation']:.3f} | " + (f"{_num(u, 'ess_mean_per_kv')} |" if u else "- |")
         )
     return lines
+
+
+def _num(record: dict, key: str) -> str:
+    """One decimal, or "-" where a card written before the field existed lacks it."""
+    return f"{record[key]:.1f}" if record.get(key) is not None else "-"
 
 
 def _drop_lines(drop: dict) -> list[str]:
     return [
         f"- layer {i} ({lay['family']}): total ESS {lay['ess_before']:.0f} over the {drop['window']} cuts before `|`, "
-        f"{lay['ess_at']:.0f} at it, {lay['ess_after']:.0f} one step after: modulation **{lay['modulation']:.2f}** "
-        f"({lay['modulation_at_sep']:.2f} at `|` itself); `|` scales the past by {lay.get('past_scale', float('nan')):.2f} "
+        f"{lay['ess_at']:.0f} at it, {lay['ess_after']:.0f} one step after: modulation (count) **{lay['modulation']:.2f}**, "
+        f"graded (nuclear norm) **{lay.get('graded_modulation', float('nan')):.2f}**; "
+        f"`|` scales the past by {lay.get('past_scale', float('nan')):.2f} "
         f"(median over units; {100 * lay.get('units_scaled_below_0.1', float('nan')):.0f}% of units below 0.1)"
         for i, lay in drop["layers"].items()
     ]
@@ -268,7 +286,12 @@ def render_readme(card: dict) -> str:
         "## Results",
         "",
         held_text,
-        f"- Memory cut t* = {ess['cut']} (after the pairs of the first segment); memory layer {ess['memory_layer']}: "
+        f"- Over time (the paper's reading; largest layer total in scalars, cuts t = 1..L-1): ESS mean "
+        f"{ess.get('ess_mean', float('nan')):.0f}, max {ess.get('ess_max', float('nan')):.0f}; entropy-ESS mean "
+        f"{ess.get('entropy_ess_mean', float('nan')):.0f}; TSS mean {ess.get('tss_mean', float('nan')):.0f}, max "
+        f"{ess.get('tss_max', float('nan')):.0f} scalars.",
+        f"- Single-cut variant, t* = {ess['cut']} (after the pairs of the first segment; no unit can exceed rank "
+        f"{ess['cut']} there); memory layer {ess['memory_layer']}: "
         f"ESS = {ess['ess']:.0f}, TSS = {ess['tss']:.0f} scalars; ESS/kv = {ess['ess_per_kv']:.1f}, TSS/kv = "
         f"{ess['tss_per_kv']:.1f}; utilisation at t* {ess['utilisation']:.3f} (**{ess['state']}**; the rank cap "
         f"min(t*, L - t*) allows at most {ess.get('rank_cap_allows', float('nan')):.3f} at this cut).",
@@ -315,8 +338,10 @@ def render_readme(card: dict) -> str:
             "",
             "### Drop at the separators",
             "",
-            f"Total ESS (scalars, unit-scope tolerance 1e-3 x the unit's largest sigma_1), mean over {drop['n_prompts']} "
-            f"prompts, separators at {drop['separators']}:",
+            f"The project's one modulation (layer totals in scalars; count: tolerance 1e-3 x the unit's largest "
+            f"sigma_1; graded: nuclear norm of the cuts), mean over {drop['n_prompts']} prompts, separators at "
+            f"{drop['separators']}; the model's count modulation {drop['modulation']:.2f} (layer {drop['layer']}), "
+            f"graded {drop.get('graded_modulation', float('nan')):.2f} (layer {drop.get('graded_layer', '-')}):",
             "",
         ]
         lines += _drop_lines(drop)

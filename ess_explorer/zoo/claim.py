@@ -1,20 +1,25 @@
 """The paper's central MQAR claim, in miniature, with its uncertainty, on the zoo.
 
-    python -m ess_explorer.zoo.claim              # from the model cards (seconds)
+    python -m ess_explorer.zoo.claim              # from the model cards and the seed replicas (seconds)
     python -m ess_explorer.zoo.claim --write      # ... and write the zoo README (assets)
     python -m ess_explorer.zoo.claim --recompute  # re-measure every card first (minutes)
 
 Claim (Parnichkun et al. 2025): across models and task settings, ESS normalised by the number
 of key-value pairs (ESS/kv) predicts MQAR accuracy better than the theoretical state size
-normalised the same way (TSS/kv). Here every model's difficulty sweep gives points
-(model, K); over all points: Spearman and Pearson of held-out accuracy with ESS/kv,
-entropy-ESS/kv and TSS/kv (Pearson also on log10, since TSS/kv spans decades), each with a
-95% bootstrap interval that resamples *models* (a model's points move together), and the
-bootstrap interval of Spearman(ESS/kv) - Spearman(TSS/kv) (likewise for entropy-ESS/kv). Control: the same statistics with
-the ESS/kv of each architecture's *untrained* copy as the predictor of the trained accuracy
-(if it does as well, ESS/kv is reading the architecture, not what training did).
-Also printed: the learned resets (modulation at "|", trained vs controls) and the utilisation
-of the learned-collapse model against its untrained copy.
+normalised the same way (TSS/kv). Every trained model's difficulty sweep gives points (model,
+K). ESS is aggregated over time as in the paper, the layer total's mean and max over the cuts
+t = 1..L-1 (the primary readings), with TSS aggregated the same way; the reading at the single
+cut t* = 2K, where no unit can exceed rank 2K, is kept as a labelled variant ("cut").
+
+Statistics (claim_stats.py): Spearman and Pearson (also on log10) of held-out accuracy with each
+predictor; 95% bootstrap intervals resampling architectures, then the training seeds of each
+(the shipped model is seed 0; the replicas of seeds.json add seeds where they were trained).
+Tests: for each aggregation, Spearman(ESS/kv) - Spearman(TSS/kv) and the same for
+entropy-ESS/kv, over all models and over the main task; and, on the main task and the mean over
+t, the same with each family left out (what holds per family). Every test is reported with its
+Holm-adjusted p-value and its Bonferroni-widened interval. Control: the untrained copies' ESS
+as the predictor of the trained accuracy (descriptive, not a test). Also: the learned resets
+(count and graded modulation at "|", trained vs controls) and the utilisation over prompts.
 """
 
 from __future__ import annotations
@@ -23,18 +28,45 @@ import argparse
 import json
 
 import numpy as np
-from scipy import stats
 
-__all__ = ["PREDICTORS", "points", "correlations", "bootstrap", "claim", "main"]
+from .claim_stats import bootstrap, corrected_tests, correlations
 
-PREDICTORS = {"ess_per_kv": "ESS/kv", "entropy_ess_per_kv": "entropy-ESS/kv", "tss_per_kv": "TSS/kv"}
+__all__ = ["AGGREGATIONS", "PREDICTORS", "COMPARISONS", "points", "claim", "format_claim", "verdict", "main"]
+
+# aggregation -> (label, {quantity: sweep-row key}); "cut" is the labelled single-cut variant
+AGGREGATIONS = {
+    "mean": (
+        "mean over t",
+        {"ess": "ess_mean_per_kv", "entropy_ess": "entropy_ess_mean_per_kv", "tss": "tss_mean_per_kv"},
+    ),
+    "max": ("max over t", {"ess": "ess_max_per_kv", "entropy_ess": "entropy_ess_max_per_kv", "tss": "tss_max_per_kv"}),
+    "cut": (
+        "single cut t* = 2K (variant)",
+        {"ess": "ess_per_kv", "entropy_ess": "entropy_ess_per_kv", "tss": "tss_per_kv"},
+    ),
+}
+_NAMES = {"ess": "ESS/kv", "entropy_ess": "entropy-ESS/kv", "tss": "TSS/kv"}
+PREDICTORS = {key: f"{_NAMES[q]} ({label})" for label, keys in AGGREGATIONS.values() for q, key in keys.items()}
+# test name -> (predictor, reference): Spearman(predictor) - Spearman(reference)
+COMPARISONS = {
+    f"{agg}: {_NAMES[q]} - TSS/kv": (keys[q], keys["tss"])
+    for agg, (_, keys) in AGGREGATIONS.items()
+    for q in ("ess", "entropy_ess")
+}
+GRADED_MARGIN = 0.2  # a graded modulation this far above the control's reads as a learned partial reset
+# the paper's collapse failure mode: a state used at most this share of what the rank cap allows ...
+FAILURE_SHARE = 0.05
+FAILURE_ACCURACY = 0.9  # ... by a model whose held-out accuracy suffers (below this)
+PRIMARY = "mean"  # the aggregation of the per-family (leave one out) tests
 N_BOOT = 2000
 BOOT_SEED = 0
 
 
 def points(cards: dict[str, dict], untrained: bool = False) -> list[dict]:
-    """One dict per (model, K) of the cards' sweeps: model, family, pairs, accuracy (trained)
-    and the predictors; ``untrained=True`` takes the predictors from the untrained copy."""
+    """One dict per (model, K) of the cards' sweeps: model, architecture (the zoo model a seed
+    replica is a replica of, its ``replica_of``; the model's own name otherwise), seed, family, pairs, accuracy (trained)
+    and the predictors present in the row; ``untrained=True`` takes the predictors from the
+    untrained copy."""
     out = []
     for name, info in cards.items():
         base = {r["pairs"]: r for r in info.get("untrained", {}).get("sweep", [])}
@@ -45,81 +77,70 @@ def points(cards: dict[str, dict], untrained: bool = False) -> list[dict]:
             out.append(
                 {
                     "model": name,
+                    "architecture": info.get("replica_of", name),
+                    "seed": info.get("training", {}).get("seed"),
                     "family": info["family"],
                     "pairs": row["pairs"],
                     "accuracy": row["accuracy"],
                     "untrained_accuracy": base[row["pairs"]]["accuracy"] if row["pairs"] in base else None,
-                    **{k: source[k] for k in PREDICTORS},
+                    **{k: source[k] for k in PREDICTORS if k in source},
                 }
             )
     return out
 
 
-def _stats(acc: np.ndarray, x: np.ndarray) -> dict:
-    if len(acc) < 3 or np.ptp(x) == 0 or np.ptp(acc) == 0:
-        return {"spearman": float("nan"), "pearson": float("nan"), "pearson_log10": float("nan")}
+def _group(rows: list[dict], comparisons: dict, n_boot: int, predictors=PREDICTORS) -> dict:
+    corr = correlations(rows, predictors)
+    boot = bootstrap(rows, predictors, comparisons, n_boot=n_boot, seed=BOOT_SEED)
+    observed = {n: corr[p]["spearman"] - corr[r]["spearman"] for n, (p, r) in comparisons.items()}
     return {
-        "spearman": float(stats.spearmanr(x, acc)[0]),
-        "pearson": float(stats.pearsonr(x, acc)[0]),
-        "pearson_log10": float(stats.pearsonr(np.log10(np.maximum(x, 1e-12)), acc)[0]),
+        "n_models": len({r["model"] for r in rows}),
+        "n_architectures": len({r["architecture"] for r in rows}),
+        "n_points": len(rows),
+        "correlations": corr,
+        "intervals": boot["correlations"],
+        "design": boot["design"],
+        "resampled": boot["resampled"],
+        "n_boot": n_boot,
+        "observed": observed,
+        "_draws": boot["differences"],
     }
 
 
-def correlations(rows: list[dict]) -> dict:
-    """{predictor: {spearman, pearson, pearson_log10}} over the given points."""
-    acc = np.array([r["accuracy"] for r in rows], dtype=np.float64)
-    return {key: _stats(acc, np.array([r[key] for r in rows], dtype=np.float64)) for key in PREDICTORS}
-
-
-def bootstrap(rows: list[dict], n_boot: int = N_BOOT, seed: int = BOOT_SEED, level: float = 0.95) -> dict:
-    """Percentile intervals of ``correlations`` resampling models with replacement.
-
-    Returns {predictor: {stat: [lo, hi]}, "spearman_ess_minus_tss": [lo, hi], "n_boot": ...};
-    resamples whose statistic is undefined (a constant column) are left out and counted.
-    """
-    models = sorted({r["model"] for r in rows})
-    by_model = {m: [r for r in rows if r["model"] == m] for m in models}
-    rng = np.random.default_rng(seed)
-    draws: dict[str, dict[str, list]] = {k: {"spearman": [], "pearson": [], "pearson_log10": []} for k in PREDICTORS}
-    diff, diff_entropy = [], []
-    for _ in range(n_boot):
-        pick = rng.integers(0, len(models), size=len(models))
-        sample = [r for i in pick for r in by_model[models[i]]]
-        corr = correlations(sample)
-        for key, values in corr.items():
-            for stat, v in values.items():
-                if np.isfinite(v):
-                    draws[key][stat].append(v)
-        d = corr["ess_per_kv"]["spearman"] - corr["tss_per_kv"]["spearman"]
-        if np.isfinite(d):
-            diff.append(d)
-        d = corr["entropy_ess_per_kv"]["spearman"] - corr["tss_per_kv"]["spearman"]
-        if np.isfinite(d):
-            diff_entropy.append(d)
-    q = [(1 - level) / 2 * 100, (1 + level) / 2 * 100]
-    interval = lambda v: [float(x) for x in np.percentile(v, q)] if v else [float("nan")] * 2  # noqa: E731
-    out = {key: {stat: interval(v) for stat, v in d.items()} for key, d in draws.items()}
-    out["spearman_ess_minus_tss"] = interval(diff)
-    out["spearman_entropy_ess_minus_tss"] = interval(diff_entropy)
-    out.update(n_boot=n_boot, seed=seed, level=level, resampled="models", n_defined=len(diff))
-    return out
-
-
 def claim(cards: dict[str, dict], n_boot: int = N_BOOT) -> dict:
-    """The whole claim record: groups (all models, main task) x (trained, untrained-ESS control)."""
-    groups = {"all": cards, "main_task": {n: c for n, c in cards.items() if c["training"].get("train_pairs")}}
-    out = {"groups": {}}
+    """The whole claim record: groups (all models, main task) x (trained, untrained-ESS control),
+    the per-family tests, and every test with its correction (``tests``)."""
+    main_task = {n: c for n, c in cards.items() if c["training"].get("train_pairs")}
+    groups = {"all": cards, "main_task": main_task}
+    out: dict = {"groups": {}}
+    observed, draws = {}, {}
     for group, members in groups.items():
-        for variant, untrained in (("trained", False), ("untrained_control", True)):
-            rows = points(members, untrained=untrained)
-            if len({r["model"] for r in rows}) < 2:
-                continue
-            out["groups"].setdefault(group, {})[variant] = {
-                "n_models": len({r["model"] for r in rows}),
-                "n_points": len(rows),
-                "correlations": correlations(rows),
-                "bootstrap": bootstrap(rows, n_boot=n_boot),
-            }
+        rows = points(members)
+        if len({r["architecture"] for r in rows}) >= 2:
+            rec = _group(rows, COMPARISONS, n_boot)
+            for name, value in rec["observed"].items():
+                observed[f"[{group}] {name}"], draws[f"[{group}] {name}"] = value, rec["_draws"][name]
+            out["groups"].setdefault(group, {})["trained"] = rec
+        control = points({n: c for n, c in members.items() if "untrained" in c}, untrained=True)
+        if len({r["architecture"] for r in control}) >= 2:
+            out["groups"].setdefault(group, {})["untrained_control"] = _group(control, {}, n_boot)
+    rows = points(main_task)
+    primary = {n: c for n, c in COMPARISONS.items() if n.startswith(f"{PRIMARY}:")}
+    keys = sorted({k for pair in primary.values() for k in pair})
+    out["per_family"] = {}
+    for family in sorted({r["family"] for r in rows}):
+        kept = [r for r in rows if r["family"] != family]
+        if len({r["architecture"] for r in kept}) < 2:
+            continue
+        rec = _group(kept, primary, n_boot, predictors=keys)
+        out["per_family"][family] = {k: rec[k] for k in ("n_models", "n_architectures", "n_points", "correlations")}
+        for name, value in rec["observed"].items():
+            observed[f"[main_task without {family}] {name}"] = value
+            draws[f"[main_task without {family}] {name}"] = rec["_draws"][name]
+    out["tests"] = corrected_tests(observed, draws)
+    for variants in out["groups"].values():
+        for rec in variants.values():
+            rec.pop("_draws")
     out["untrained_accuracy"] = [p["untrained_accuracy"] for p in points(cards) if p["untrained_accuracy"] is not None]
     pairs = [
         (c["ess"]["ess"], c["untrained"]["ess"]["ess"])
@@ -144,7 +165,9 @@ def _resets(cards: dict) -> list[dict]:
                         "role": role,
                         "modulation": d["modulation"],
                         "layer": d["layer"],
+                        "graded_modulation": d.get("graded_modulation"),
                         "per_layer": {i: lay["modulation"] for i, lay in d["layers"].items()},
+                        "graded_per_layer": {i: lay.get("graded_modulation") for i, lay in d["layers"].items()},
                         "past_scale": min(lay.get("past_scale", 1.0) for lay in d["layers"].values()),
                         "accuracy": info["heldout"]["accuracy"],
                         "stale_accuracy": info["heldout"].get("stale_accuracy"),
@@ -169,6 +192,7 @@ def _collapse(cards: dict) -> list[dict]:
                     "rank_cap_allows": lay["rank_cap_allows"],
                     "untrained": base.get(i, {}).get("utilisation"),
                     "length": util["length"],
+                    "accuracy": info["heldout"]["accuracy"],
                 }
             )
     return rows
@@ -178,42 +202,59 @@ def _fmt_ci(value: float, ci: list) -> str:
     return f"{value:+.2f} [{ci[0]:+.2f}, {ci[1]:+.2f}]"
 
 
+def _ci(interval: list) -> str:
+    return f"[{interval[0]:+.2f}, {interval[1]:+.2f}]"
+
+
+def _design(rec: dict) -> str:
+    seeds = sorted(set(rec["design"]["seeds_per_architecture"].values()))
+    per = f"{seeds[0]}" if len(seeds) == 1 else f"{seeds[0]}-{seeds[-1]}"
+    return (
+        f"{rec['n_architectures']} architectures, {per} seed(s) each, {rec['n_points']} (model, K) points; 95% bootstrap "
+        f"over {rec['resampled']}, {rec['n_boot']} resamples"
+    )
+
+
 def format_claim(record: dict, cards: dict) -> str:
     """The claim as text tables (what --write puts into the zoo README)."""
     lines = [
-        f"{'model':<20}{'family':<24}{'K':>4}{'acc':>7}{'ESS/kv':>9}{'eESS/kv':>9}{'TSS/kv':>9}{'untr. ESS/kv':>13}"
+        f"{'model':<24}{'family':<24}{'K':>4}{'acc':>7}{'ESS/kv mean':>12}{'max':>8}{'eESS mean':>10}{'TSS mean':>10}"
+        f"{'ESS/kv t*':>10}{'TSS t*':>8}"
     ]
     lines.append("-" * len(lines[0]))
-    base = {(p["model"], p["pairs"]): p for p in points(cards, untrained=True)}
+    nan = float("nan")
     for p in points(cards):
-        u = base.get((p["model"], p["pairs"]))
         lines.append(
-            f"{p['model']:<20}{p['family']:<24}{p['pairs']:>4}{p['accuracy']:>7.3f}{p['ess_per_kv']:>9.1f}"
-            f"{p['entropy_ess_per_kv']:>9.1f}{p['tss_per_kv']:>9.1f}{(u['ess_per_kv'] if u else float('nan')):>13.1f}"
+            f"{p['model']:<24}{p['family']:<24}{p['pairs']:>4}{p['accuracy']:>7.3f}{p.get('ess_mean_per_kv', nan):>12.1f}"
+            f"{p.get('ess_max_per_kv', nan):>8.1f}{p.get('entropy_ess_mean_per_kv', nan):>10.1f}"
+            f"{p.get('tss_mean_per_kv', nan):>10.1f}{p['ess_per_kv']:>10.1f}{p['tss_per_kv']:>8.1f}"
         )
     for group, variants in record["groups"].items():
         for variant, rec in variants.items():
             title = {
                 "trained": "accuracy vs the trained model's state",
-                "untrained_control": "control: accuracy vs the UNTRAINED copy's state",
+                "untrained_control": "control: accuracy vs the UNTRAINED copy's state (shipped models only)",
             }[variant]
-            lines += [
-                "",
-                f"[{group}] {title} ({rec['n_models']} models, {rec['n_points']} (model, K) points; "
-                f"95% bootstrap over models, {rec['bootstrap']['n_boot']} resamples)",
-            ]
+            lines += ["", f"[{group}] {title} ({_design(rec)})"]
             for key, label in PREDICTORS.items():
-                c, b = rec["correlations"][key], rec["bootstrap"][key]
+                c, b = rec["correlations"].get(key), rec["intervals"].get(key)
+                if c is None or not np.isfinite(c["spearman"]):
+                    continue
                 lines.append(
-                    f"  {label:<15} Spearman {_fmt_ci(c['spearman'], b['spearman'])}   Pearson {_fmt_ci(c['pearson'], b['pearson'])}"
-                    f"   Pearson(log10) {_fmt_ci(c['pearson_log10'], b['pearson_log10'])}"
+                    f"  {label:<42} Spearman {_fmt_ci(c['spearman'], b['spearman'])}   "
+                    f"Pearson(log10) {_fmt_ci(c['pearson_log10'], b['pearson_log10'])}"
                 )
-            for key, label, dkey in (
-                ("ess_per_kv", "ESS/kv", "spearman_ess_minus_tss"),
-                ("entropy_ess_per_kv", "entropy-ESS/kv", "spearman_entropy_ess_minus_tss"),
-            ):
-                d = rec["correlations"][key]["spearman"] - rec["correlations"]["tss_per_kv"]["spearman"]
-                lines.append(f"  Spearman({label}) - Spearman(TSS/kv) = {_fmt_ci(d, rec['bootstrap'][dkey])}")
+    tests = record["tests"]
+    lines += [
+        "",
+        f"Every test run ({tests['m']}): Spearman difference, its 95% interval, the Bonferroni interval "
+        f"(level 1 - {tests['alpha']}/{tests['m']}), bootstrap p and Holm-adjusted p",
+    ]
+    for name, t in tests["tests"].items():
+        lines.append(
+            f"  {name:<62} {t['difference']:+.2f} {_ci(t['interval'])}  Bonferroni {_ci(t['bonferroni_interval'])}  "
+            f"p {t['p']:.3f}  Holm {t['p_holm']:.3f}{'  holds' if t['holds'] else ''}"
+        )
     ua = record["untrained_accuracy"]
     if ua:
         lines += [
@@ -223,15 +264,16 @@ def format_claim(record: dict, cards: dict) -> str:
     if record["resets"]:
         lines += [
             "",
-            "Learned resets: modulation at '|' (unit-scope tolerance; best memory layer; 1 = state emptied) and the",
-            "median factor by which '|' scales the past (sigma_1 of H_sep over sigma_1 before it; smallest over memory layers)",
+            "Learned resets at '|' (the one modulation: strongest memory layer; count = tolerance-ESS at the reset-aware",
+            "scope, graded = nuclear norm of the cuts; 1 = the past emptied) and the median factor by which '|' scales the",
+            "past (sigma_1 of H_sep over sigma_1 before it; smallest over memory layers)",
         ]
         for r in record["resets"]:
-            per = ", ".join(f"layer {i} {v:+.2f}" for i, v in r["per_layer"].items())
             stale = f", stale-query accuracy {r['stale_accuracy']:.3f}" if r["stale_accuracy"] is not None else ""
+            graded = r["graded_modulation"] if r["graded_modulation"] is not None else float("nan")
             lines.append(
-                f"  {r['model']:<20} {r['role']:<30} modulation {r['modulation']:+.2f} ({per}); past scaled by "
-                f"{r['past_scale']:.2f}; accuracy {r['accuracy']:.3f}{stale}"
+                f"  {r['model']:<20} {r['role']:<30} count {r['modulation']:+.2f}, graded {graded:+.2f}; past scaled "
+                f"by {r['past_scale']:.2f}; accuracy {r['accuracy']:.3f}{stale}"
             )
     if record["collapse"]:
         lines += [
@@ -241,57 +283,64 @@ def format_claim(record: dict, cards: dict) -> str:
         for r in record["collapse"]:
             u = f"{r['untrained']:.3f}" if r["untrained"] is not None else "-"
             lines.append(
-                f"  {r['model']:<20} layer {r['layer']}  {r['utilisation']:.3f}   cap allows {r['rank_cap_allows']:.3f}   untrained {u}   (L = {r['length']})"
+                f"  {r['model']:<20} layer {r['layer']}  {r['utilisation']:.3f}   cap allows {r['rank_cap_allows']:.3f}"
+                f"   untrained {u}   (L = {r['length']})"
             )
     return "\n".join(lines)
-
-
-def _ci(interval: list) -> str:
-    return f"[{interval[0]:+.2f}, {interval[1]:+.2f}]"
 
 
 def verdict(record: dict) -> list[str]:
     """Plain sentences about what the numbers show (written into the README)."""
     out = []
+    tests = record["tests"]
     for group, variants in record["groups"].items():
         rec = variants.get("trained")
         if not rec:
             continue
-        c, b = rec["correlations"], rec["bootstrap"]
-        t = c["tss_per_kv"]["spearman"]
-        for key, label, dkey in (
-            ("ess_per_kv", "ESS/kv", "spearman_ess_minus_tss"),
-            ("entropy_ess_per_kv", "entropy-ESS/kv", "spearman_entropy_ess_minus_tss"),
-        ):
-            e = c[key]["spearman"]
-            lo, hi = b[dkey]
-            if lo > 0:
-                comp = f"{label} ranks accuracy better than TSS/kv, and the bootstrap interval of the difference excludes 0"
-            elif hi < 0:
-                comp = f"TSS/kv ranks accuracy better than {label}, and the bootstrap interval of the difference excludes 0"
-            else:
-                comp = f"the interval of the difference includes 0: on these models {label} does not demonstrably beat TSS/kv"
+        out.append(f"- [{group}] {_design(rec)}.")
+        for name in COMPARISONS:
+            t = tests["tests"].get(f"[{group}] {name}")
+            if t is None:
+                continue
+            lo, hi = t["bonferroni_interval"]
+            better = name.split(" - ")[0].split(": ")[1] if t["difference"] > 0 else "TSS/kv"
             out.append(
-                f"- [{group}] Spearman with accuracy: {label} {e:+.2f} {_ci(b[key]['spearman'])}, TSS/kv {t:+.2f} "
-                f"{_ci(b['tss_per_kv']['spearman'])} ({rec['n_models']} models, {rec['n_points']} points); {comp} "
-                f"(difference {e - t:+.2f}, 95% interval [{lo:+.2f}, {hi:+.2f}])."
+                f"  - {name}: difference {t['difference']:+.2f}, Bonferroni interval {_ci([lo, hi])}, Holm p "
+                f"{t['p_holm']:.3f}: "
+                + (
+                    f"holds ({better} ranks accuracy better, after correcting for {tests['m']} tests)."
+                    if t["holds"]
+                    else "does not hold after correction."
+                )
             )
-        e = c["ess_per_kv"]["spearman"]
         ctrl = variants.get("untrained_control")
         if ctrl:
-            for key, label in (("ess_per_kv", "ESS/kv"), ("entropy_ess_per_kv", "entropy-ESS/kv")):
-                u, e = ctrl["correlations"][key]["spearman"], c[key]["spearman"]
-                out.append(
-                    f"- [{group}] Control: the untrained copies' {label} gives Spearman {u:+.2f} "
-                    f"{_ci(ctrl['bootstrap'][key]['spearman'])} against the trained accuracy (trained {label}: {e:+.2f}); "
-                    + (
-                        "about as good, so that signal is the architecture and K, not what training did."
-                        if abs(u - e) < 0.1
-                        else "the trained state ranks accuracy better: training changed it."
-                        if e > u
-                        else "the untrained state ranks accuracy better."
-                    )
+            key = AGGREGATIONS[PRIMARY][1]["ess"]
+            u, e = ctrl["correlations"][key]["spearman"], rec["correlations"][key]["spearman"]
+            out.append(
+                f"  - Control (descriptive): the untrained copies' {PREDICTORS[key]} gives Spearman {u:+.2f} "
+                f"{_ci(ctrl['intervals'][key]['spearman'])} against the trained accuracy (trained: {e:+.2f}); "
+                + (
+                    "about as good, so that signal is the architecture and K, not what training did."
+                    if abs(u - e) < 0.1
+                    else "the trained state ranks accuracy better: training changed it."
+                    if e > u
+                    else "the untrained state ranks accuracy better."
                 )
+            )
+    if record["per_family"]:
+        out.append(f"- Per family (main task, {AGGREGATIONS[PRIMARY][0]}, each family left out in turn):")
+        for family in record["per_family"]:
+            parts = []
+            for name in COMPARISONS:
+                t = tests["tests"].get(f"[main_task without {family}] {name}")
+                if t is not None:
+                    parts.append(f"{name.split(': ')[1]} {t['difference']:+.2f} (Holm p {t['p_holm']:.3f})")
+            held = [n for n in COMPARISONS if tests["tests"].get(f"[main_task without {family}] {n}", {}).get("holds")]
+            out.append(
+                f"  - without {family}: {'; '.join(parts)}: "
+                + ("still holds." if held else "nothing holds after correction.")
+            )
     lowered = record.get("training_lowered_ess")
     if lowered:
         out.append(
@@ -306,22 +355,22 @@ def verdict(record: dict) -> list[str]:
         r, c = resets.get(model), resets.get(control)
         if r is None or c is None or r["role"] == c["role"]:
             continue
-        strong = r["modulation"] >= 0.5 and c["modulation"] <= 0.2
+        graded, control_graded = r.get("graded_modulation"), c.get("graded_modulation")
+        seen = graded is not None and control_graded is not None and graded - control_graded >= GRADED_MARGIN
         out.append(
-            f"- Reset, {model} (control {control}): modulation at '|' {r['modulation']:+.2f} vs {c['modulation']:+.2f}; "
-            f"'|' scales the past by {r['past_scale']:.2f} vs {c['past_scale']:.2f}. "
+            f"- Reset, {model} (control {control}, same prompts): count modulation at '|' {r['modulation']:+.2f} vs "
+            f"{c['modulation']:+.2f}; graded (nuclear norm) "
+            + (f"{graded:+.2f} vs {control_graded:+.2f}" if None not in (graded, control_graded) else "not measured")
+            + f"; '|' scales the past by {r['past_scale']:.2f} vs {c['past_scale']:.2f}. "
             + (
-                "A learned reset that empties the state."
-                if strong
-                else "The rank count does not drop by half (modulation < 0.5): "
-                + (
-                    "the separator scales the old state down instead of emptying it (a partial reset, seen in sigma_1)."
-                    if r["past_scale"] < 0.5 * c["past_scale"]
-                    else "the separator scales the old state down a little (a weak partial reset, seen in sigma_1)."
-                    if r["past_scale"] < 0.9 * c["past_scale"]
-                    else "no learned reset is visible."
-                )
+                "A learned reset that empties the state (the count drops by half or more)."
+                if r["modulation"] >= 0.5 and c["modulation"] <= 0.2
+                else f"A learned partial reset: the graded modulation exceeds the control's by {GRADED_MARGIN} or more, "
+                "while the count, which falls only when the past shrinks below 1e-3 of sigma_1, barely moves."
+                if seen
+                else "No learned reset beyond the control's is visible."
             )
+            + " One seed per model: no interval over seeds."
         )
     low = [c for c in record["collapse"] if c["rank_cap_allows"] >= 0.5 and c["untrained"] is not None]
     if low:
@@ -331,9 +380,18 @@ def verdict(record: dict) -> list[str]:
             f"(L = {best['length']}, where the rank cap allows {best['rank_cap_allows']:.2f}); its untrained copy "
             f"{best['untrained']:.3f}. "
             + (
-                "Collapsed by training (<= 0.1)."
+                "Collapsed by training (<= 0.1)"
                 if best["utilisation"] <= 0.1
-                else "Training lowered it, but not to the collapsed threshold 0.1."
+                else "Training lowered it, but not to the collapsed threshold 0.1"
+            )
+            + f", at held-out accuracy {best['accuracy']:.3f}: "
+            + (
+                "the paper's failure mode, a state left unused at a cost in accuracy."
+                if best["utilisation"] <= FAILURE_SHARE * best["rank_cap_allows"]
+                and best["accuracy"] < FAILURE_ACCURACY
+                else f"not the paper's failure mode (at most {FAILURE_SHARE} of what the rank cap allows, with accuracy "
+                f"below {FAILURE_ACCURACY}); no zoo model shows that, which would need a model trained to fail beside "
+                "the same architecture trained well."
             )
         )
     return out
@@ -347,13 +405,19 @@ def main(argv=None) -> dict:
         "--write", action="store_true", help="also write the zoo README (the zoo index) with these results"
     )
     parser.add_argument("--only", nargs="*", help="models to include (default: every shipped model)")
+    parser.add_argument("--no-seeds", action="store_true", help="leave out the seed replicas (seeds.json)")
     parser.add_argument("--boot", type=int, default=N_BOOT, help=f"bootstrap resamples (default {N_BOOT})")
     args = parser.parse_args(argv)
     from ..sources import card, list_models, model_dir
     from .cards import write_card
 
     names = args.only or list_models()
-    cards = {n: (write_card(n, model_dir(n)) if args.recompute else card(n)) for n in names}
+    shipped = {n: (write_card(n, model_dir(n)) if args.recompute else card(n)) for n in names}
+    cards = dict(shipped)
+    if not args.no_seeds:
+        from .seeds import replica_cards
+
+        cards.update({k: v for k, v in replica_cards().items() if v["replica_of"] in names})
     record = claim(cards, n_boot=args.boot)
     if args.json:
         print(json.dumps(record, indent=2))
@@ -368,7 +432,7 @@ def main(argv=None) -> dict:
         path = ZOO_DIR / "README.md"
         check = ZOO_DIR / ADVICE_CHECK
         advice_check = json.loads(check.read_text()) if check.is_file() else None
-        path.write_text(zoo_readme(text, verdict(record), cards, advice_check))
+        path.write_text(zoo_readme(text, verdict(record), shipped, advice_check))
         print(f"\nwrote {path}")
     return record
 

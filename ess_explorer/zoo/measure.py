@@ -18,17 +18,24 @@ Conventions (written into every card):
   tokens per channel cannot carry pairs to the queries). Model ESS = the largest layer total
   over memory layers (one layer has to hold the pairs); model TSS = the largest layer TSS.
   ESS/kv, entropy-ESS/kv and TSS/kv divide them by K.
+- Time-aggregated ESS (the paper's reading, what the claim uses): per memory layer the total ESS
+  in scalars at every cut t = 1..L-1, then its mean and its max over t (``ess_mean``,
+  ``ess_max``; likewise entropy-ESS and TSS, whose total for softmax attention grows with t);
+  model values = the largest layer's, per K: ``ess_mean_per_kv`` and so on. The single cut t* =
+  2K is kept as a labelled variant: there no unit can exceed rank 2K, so at small K many models
+  sit at the rank cap (``rank_cap_allows``).
 - Utilisation at t* = mean over units of ESS(t*) / TSS(t*) in the memory layer with the largest
   total ESS; saturated >= 0.9, collapsed <= 0.1. Utilisation over a prompt (the collapse record)
   is diagnostics' ratio of peaks, max_t ESS / max_t TSS per unit, next to the most the rank cap
   min(t, L - t) allows.
-- Separator drop: per memory layer, the total ESS (scalars) over time with a *unit-scope* relative
-  tolerance, tau = 1e-3 x the largest sigma_1 over all cuts of the unit (a per-cut relative tolerance
-  is blind to a uniform scaling of a cut, so it cannot see a reset at the separator itself);
-  modulation = 1 - min(ESS(sep), ESS(sep + 1)) / mean ESS over the 4 cuts before the separator
-  (diagnostics.modulation_at with lag 1; 1 = the state is emptied). Past scale: the median over
-  units of sigma_1(H_sep) / sigma_1 before it (how far "|" scales the whole past down; a partial
-  reset that keeps every singular value above the tolerance shows here, not in the count).
+- Separator drop: the project's one modulation (core/diagnostics.py: layer total in scalars,
+  1 - its lowest value at "|" or the token after over its mean over the 4 cuts before; 1 = the
+  past emptied), per memory layer, mean over separators and prompts; the model's is its
+  strongest layer's. Two readings: the count (tolerance-ESS at the reset-aware "unit" scope,
+  tau = 1e-3 x the largest sigma_1 over the unit's cuts; it falls only where directions fall
+  below tau) and the graded modulation (the nuclear norm of the cuts: a partial reset that
+  scales the past by c reads as a drop of about 1 - c). Past scale: the median over units of
+  sigma_1(H_sep) / sigma_1 before it (how far "|" scales the whole past down).
 """
 
 from __future__ import annotations
@@ -36,13 +43,20 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..core.diagnostics import (
+    MODULATION_WINDOW,
+    layer_modulation,
+    modulation_values,
+    strongest_layer,
+    units_total,
+)
 from .mqar import MQARTask, evaluate_model
 
 __all__ = [
     "ESS_SEED",
     "ESS_PROMPTS",
     "UNIT_SCOPE_TOL",
-    "unit_scope_ess",
+    "TIME_AGGREGATES",
     "memory_cut",
     "sweep",
     "separator_drop",
@@ -52,19 +66,12 @@ __all__ = [
 ESS_SEED = 30_000
 ESS_PROMPTS = 4
 UNIT_SCOPE_TOL = 1e-3
-MODULATION_WINDOW = 4
+TIME_AGGREGATES = ("mean", "max")  # over the cuts t = 1..L-1 of the layer totals (the paper's)
 
 
-def unit_scope_ess(layer, tol: float = UNIT_SCOPE_TOL) -> np.ndarray:
-    """(U, P) tolerance-ESS with tau = tol x the largest sigma_1 over all cuts of each unit.
-
-    Needs the full spectra (``layer.spectra_complete``); raises ValueError otherwise.
-    """
-    if not np.all(layer.spectra_complete):
-        raise ValueError("unit-scope ESS needs every singular value: analyze without top_k and with a small prompt")
-    sigma = layer.singular_values
-    tau = tol * sigma[:, :, 0].max(axis=1)  # (U,)
-    return (sigma > tau[:, None, None]).sum(-1)
+def _over_time(total: np.ndarray) -> dict:
+    """{"mean": ..., "max": ...} of a layer total (P,) over the cuts t >= 1 (H_0 is empty)."""
+    return {"mean": float(total[1:].mean()), "max": float(total[1:].max())}
 
 
 def _analyze(model, ids):
@@ -93,6 +100,15 @@ def memory_cut(model, task: MQARTask, n_prompts: int = ESS_PROMPTS, seed: int = 
             lay = result.layer(index)
             col = int(np.flatnonzero(lay.positions == t_star)[0])
             m = _scalars(model, lay)[:, 0]
+            over_time = {
+                f"{name}_{how}": value
+                for name, total in (
+                    ("ess", lay.total("tolerance")),
+                    ("entropy_ess", lay.total("entropy")),
+                    ("tss", lay.total_tss()),
+                )
+                for how, value in _over_time(total).items()
+            }
             ess, ent, tss = lay.tolerance_ess[:, col].astype(np.float64), lay.entropy_ess[:, col], lay.tss[:, col]
             rec = per_layer.setdefault(
                 index,
@@ -106,6 +122,7 @@ def memory_cut(model, task: MQARTask, n_prompts: int = ESS_PROMPTS, seed: int = 
             )
             rec["rows"].append(
                 {
+                    **over_time,
                     "ess": float((m * ess).sum()),
                     "entropy_ess": float((m * ent).sum()),
                     "tss": float((m * tss).sum()),
@@ -129,6 +146,12 @@ def memory_cut(model, task: MQARTask, n_prompts: int = ESS_PROMPTS, seed: int = 
     k = task.num_pairs
     ess, ent = layers[main]["ess"], layers[main]["entropy_ess"]
     tss = max(lay["tss"] for lay in layers.values())
+    aggregated = {}
+    for how in TIME_AGGREGATES:
+        for name in ("ess", "entropy_ess", "tss"):
+            value = max(lay[f"{name}_{how}"] for lay in layers.values())
+            aggregated[f"{name}_{how}"] = value
+            aggregated[f"{name}_{how}_per_kv"] = value / k
     return {
         "pairs": k,
         "cut": t_star,
@@ -144,6 +167,7 @@ def memory_cut(model, task: MQARTask, n_prompts: int = ESS_PROMPTS, seed: int = 
         "tss_per_kv": tss / k,
         "utilisation": layers[main]["utilisation"],
         "rank_cap_allows": layers[main]["rank_cap_allows"],
+        **aggregated,
         "layers": {str(i): layers[i] for i in sorted(layers)},
     }
 
@@ -179,11 +203,6 @@ def _sigma1_ratio(layer, seps, window: int) -> np.ndarray:
     return np.concatenate(out)
 
 
-def _total_over_time(model, result, index, tol) -> np.ndarray:
-    lay = result.layer(index)
-    return (_scalars(model, lay) * unit_scope_ess(lay, tol)).sum(0)
-
-
 @torch.no_grad()
 def separator_drop(
     model,
@@ -191,51 +210,50 @@ def separator_drop(
     n_prompts: int = ESS_PROMPTS,
     seed: int = ESS_SEED,
     tol: float = UNIT_SCOPE_TOL,
-    window: int = MODULATION_WINDOW,
 ) -> dict:
-    """Total ESS (scalars, unit-scope tolerance) around the separators, per memory layer.
+    """The modulation at the separators (core/diagnostics.py's one definition), per memory layer.
 
-    Per layer: past_scale (median over separators, prompts and units of sigma_1(H_sep) / mean
-    sigma_1 before, see _sigma1_ratio) and the fraction of units scaled below 0.1;
-    ess_before (mean over the ``window`` cuts before each "|"), ess_at (t = "|"),
-    ess_after (t = "|" + 1), modulation = 1 - min(ess_at, ess_after) / ess_before (as
-    diagnostics.modulation_at with lag = 1) and modulation_at_sep = 1 - ess_at / ess_before
-    (means over separators and prompts), and the mean curve.
+    Per layer: ``modulation`` (the count, tolerance ``tol`` at the reset-aware scope) and
+    ``graded_modulation`` (nuclear norm), means over separators and prompts; past_scale (median
+    over separators, prompts and units of sigma_1(H_sep) / mean sigma_1 before, see
+    _sigma1_ratio) and the fraction of units scaled below 0.1; for display the count's layer
+    total ess_before (mean over the cuts before each "|"), ess_at (t = "|"), ess_after (t = "|"
+    + 1) and its mean curve. The model's ``modulation`` / ``graded_modulation`` are those of the
+    strongest layer of each (``layer`` / ``graded_layer``).
     """
     seps = task.separator_positions()
     if not seps:
         raise ValueError("separator_drop needs a task with separators (num_segments >= 2)")
-    curves: dict[int, list[np.ndarray]] = {}
-    ratios: dict[int, list[np.ndarray]] = {}
+    window = MODULATION_WINDOW
+    per_layer: dict[int, dict[str, list]] = {}
     families = {}
     for p in range(n_prompts):
         result = _analyze(model, task.sample(1, seed=seed + p).input_ids[0])
         for index in _memory_layers(result):
-            curves.setdefault(index, []).append(_total_over_time(model, result, index, tol))
-            ratios.setdefault(index, []).append(_sigma1_ratio(result.layer(index), seps, window))
-            families[index] = result.layer(index).family
+            lay = result.layer(index)
+            rec = per_layer.setdefault(index, {"curve": [], "count": [], "graded": [], "ratio": []})
+            rec["curve"].append(units_total(modulation_values(lay, tol=tol), lay.multiplicity))
+            rec["count"].append(layer_modulation(lay, seps, tol=tol))
+            rec["graded"].append(layer_modulation(lay, seps, measure="graded"))
+            rec["ratio"].append(_sigma1_ratio(lay, seps, window))
+            families[index] = lay.family
     out = {}
-    for index, rows in curves.items():
-        ratio = np.concatenate(ratios[index])  # (prompts x separators x units,)
-        rows = np.stack(rows)  # (prompts, P); positions are 0..L-1
-        before = np.stack([rows[:, s - window : s].mean(1) for s in seps], 1)  # (prompts, S)
-        at = rows[:, seps]
-        after = rows[:, [s + 1 for s in seps]]
-        with np.errstate(all="ignore"):
-            mod = np.where(before > 0, 1 - np.minimum(at, after) / before, np.nan)
-            mod_sep = np.where(before > 0, 1 - at / before, np.nan)
+    for index, rec in per_layer.items():
+        ratio = np.concatenate(rec["ratio"])  # (prompts x separators x units,)
+        rows = np.stack(rec["curve"])  # (prompts, P); positions are 0..L-1
         out[str(index)] = {
             "family": families[index],
-            "ess_before": float(before.mean()),
-            "ess_at": float(at.mean()),
-            "ess_after": float(after.mean()),
-            "modulation": float(np.nanmean(mod)),
-            "modulation_at_sep": float(np.nanmean(mod_sep)),
+            "ess_before": float(np.mean([rows[:, s - window : s].mean(1) for s in seps])),
+            "ess_at": float(rows[:, seps].mean()),
+            "ess_after": float(rows[:, [s + 1 for s in seps]].mean()),
+            "modulation": float(np.nanmean(np.concatenate(rec["count"]))),
+            "graded_modulation": float(np.nanmean(np.concatenate(rec["graded"]))),
             "past_scale": float(np.median(ratio)),
             "units_scaled_below_0.1": float(np.mean(ratio < 0.1)),
             "ess_over_time": [round(float(x), 2) for x in rows.mean(0)],
         }
-    best = max(out, key=lambda i: out[i]["modulation"])
+    best = strongest_layer({i: lay["modulation"] for i, lay in out.items()})
+    graded = strongest_layer({i: lay["graded_modulation"] for i, lay in out.items()})
     return {
         "separators": seps,
         "window": window,
@@ -243,6 +261,8 @@ def separator_drop(
         "tolerance": {"tol": tol, "scope": "unit"},
         "modulation": out[best]["modulation"],
         "layer": int(best),
+        "graded_modulation": out[graded]["graded_modulation"],
+        "graded_layer": int(graded),
         "layers": out,
     }
 

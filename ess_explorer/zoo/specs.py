@@ -73,6 +73,11 @@ class ZooSpec:
     target_accuracy: float = 0.99  # stop early once validation accuracy reaches this
     train_pairs: tuple[int, ...] | None = None  # K per batch, in turn (task.with_pairs); None: the task's K
     description: str = ""
+    # "cosine": warmup, then cosine decay to 10% over the whole budget (every shipped model);
+    # "plateau": warmup, then the full learning rate until validation accuracy plateaus (train.py:
+    # plateau_at_full_lr) or the budget less the anneal is spent, then a cosine anneal of ``anneal`` x steps
+    schedule: str = "cosine"
+    anneal: float = 0.2
 
     def task_at(self, step: int) -> MQARTask:
         """The task of training batch ``step`` (the K mixture cycles through train_pairs)."""

@@ -4,6 +4,8 @@
     python -m ess_explorer.zoo.train --only la_k16   # one model
     python -m ess_explorer.zoo.train --steps 20 --out smoke-zoo  # a quick smoke run
     python -m ess_explorer.zoo.train --cards-only    # re-measure accuracy / ESS, rewrite cards
+    python -m ess_explorer.zoo.train --main --seeds 1 2 --out build/zoo-seeds --no-cards
+        # seed replicas of the main-task models (folders NAME_s1, NAME_s2; zoo/seeds.py measures them)
 
 Each model is saved in the standard Hugging Face layout (config.json, model.safetensors,
 tokenizer.json, tokenizer_config.json) plus training.json (settings, curve, wall time);
@@ -25,6 +27,7 @@ import contextlib
 import json
 import math
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -44,7 +47,24 @@ from .specs import (  # noqa: F401  (re-exported: the specs used to live here)
     build_model,
 )
 
-__all__ = ["ZooSpec", "ZOO", "RESET_CONTROLS", "build_model", "train_model", "plateau", "stepwise_mamba_scan", "main"]
+__all__ = [
+    "ZooSpec",
+    "ZOO",
+    "RESET_CONTROLS",
+    "build_model",
+    "train_model",
+    "plateau",
+    "plateau_at_full_lr",
+    "SCHEDULES",
+    "seed_replica_name",
+    "stepwise_mamba_scan",
+    "main",
+]
+
+
+def seed_replica_name(name: str, seed: int) -> str:
+    """Folder name of the replica of zoo model ``name`` trained with ``seed``: NAME_sSEED."""
+    return f"{name}_s{seed}"
 
 
 def stepwise_mamba_scan(
@@ -90,13 +110,38 @@ def fast_mamba_training():
         modeling_mamba.mamba_selective_scan = original
 
 
-def _lr_at(step: int, spec: ZooSpec, steps: int) -> float:
-    """Linear warmup, then cosine decay to 10% of the peak."""
+SCHEDULES = ("cosine", "plateau")
+PLATEAU_WINDOW = 300  # steps at full learning rate over which the plateau check looks back
+PLATEAU_POINTS = 0.01  # ... and the most validation accuracy may move there (1 point)
+
+
+def _lr_at(step: int, spec: ZooSpec, steps: int, anneal_from: int | None = None) -> float:
+    """Linear warmup, then cosine decay to 10% of the peak: over the whole budget
+    (``schedule="cosine"``), or, with ``schedule="plateau"``, the full rate until ``anneal_from``
+    (None: not decided yet) and the cosine over the ``spec.anneal`` x steps after it."""
     warm = max(1, int(spec.warmup * steps))
     if step < warm:
         return spec.lr * (step + 1) / warm
-    progress = (step - warm) / max(1, steps - warm)
+    if spec.schedule == "plateau":
+        if anneal_from is None or step < anneal_from:
+            return spec.lr
+        start, length = anneal_from, max(1, int(spec.anneal * steps))
+    else:
+        start, length = warm, max(1, steps - warm)
+    progress = (step - start) / length
     return spec.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def plateau_at_full_lr(
+    curve: list[dict], since: int, window: int = PLATEAU_WINDOW, points: float = PLATEAU_POINTS
+) -> bool:
+    """Whether validation accuracy moved less than ``points`` over the last ``window`` steps,
+    all of them at the full learning rate (after step ``since``, the end of warmup): the check
+    that decides when to anneal, so it measures the model at full rate, not a decayed one."""
+    if not curve or curve[-1]["step"] - window < since:
+        return False
+    earlier = [p for p in curve if since <= p["step"] <= curve[-1]["step"] - window]
+    return bool(earlier) and abs(curve[-1]["val_accuracy"] - earlier[-1]["val_accuracy"]) < points
 
 
 def train_model(
@@ -122,14 +167,19 @@ def train_model(
         lr=spec.lr,
         betas=(0.9, 0.98),
     )
+    if spec.schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {list(SCHEDULES)}, got {spec.schedule!r}")
     curve, losses = [], []
+    anneal_from = None  # plateau schedule: the step the anneal starts at, once decided
+    anneal_steps = max(1, int(spec.anneal * steps))
+    ended_by = "budget"
     start = time.time()
     patch = fast_mamba_training() if spec.arch == "mamba" else contextlib.nullcontext()
     done = 0
     with patch:
         for step in tqdm(range(steps), desc=spec.name, mininterval=10, disable=None):
             for group in opt.param_groups:
-                group["lr"] = _lr_at(step, spec, steps)
+                group["lr"] = _lr_at(step, spec, steps, anneal_from)
             batch = spec.task_at(step).sample(spec.batch_size, seed=[spec.seed, step])
             out = model(input_ids=batch.input_ids, labels=batch.labels)
             loss = out.loss
@@ -141,7 +191,8 @@ def train_model(
             opt.step()
             losses.append(loss.item())
             done = step + 1
-            if done % eval_every == 0 or done == steps:
+            annealed = anneal_from is not None and done >= anneal_from + anneal_steps
+            if done % eval_every == 0 or done == steps or annealed:
                 tasks = spec.validation_tasks()
                 per_k = [
                     evaluate_model(model, t, n_samples=max(1, val_samples // len(tasks)), seed=VALIDATION_SEED)[
@@ -161,7 +212,16 @@ def train_model(
                 curve.append(point)
                 log(f"{spec.name}: {json.dumps(point)}")
                 if val["accuracy"] >= spec.target_accuracy:
+                    ended_by = "target"
                     break
+                if spec.schedule == "plateau" and anneal_from is None:
+                    warm = max(1, int(spec.warmup * steps))
+                    if plateau_at_full_lr(curve, since=warm):
+                        anneal_from, ended_by = done, "plateau"
+                    elif done >= steps - anneal_steps:
+                        anneal_from = done  # the budget left is the anneal's: stated as "budget"
+            if anneal_from is not None and done >= anneal_from + anneal_steps:
+                break
     seconds = time.time() - start
     model.eval()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -178,7 +238,11 @@ def train_model(
             "target_accuracy": spec.target_accuracy,
             "lr": spec.lr,
             "batch_size": spec.batch_size,
-            "optimizer": "AdamW(betas=(0.9, 0.98)), linear warmup then cosine to 10%",
+            "optimizer": "AdamW(betas=(0.9, 0.98)), linear warmup then cosine to 10%"
+            + (" after a plateau at full rate (or the budget)" if spec.schedule == "plateau" else ""),
+            "schedule": spec.schedule,
+            "ended_by": ended_by,
+            "anneal_from": anneal_from,
             "warmup": spec.warmup,
             "weight_decay": spec.weight_decay,
             "grad_clip": 1.0,
@@ -228,15 +292,37 @@ def main(argv=None) -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: the cores are shared)")
     parser.add_argument("--no-cards", action="store_true", help="skip measuring accuracy / ESS and writing the cards")
     parser.add_argument("--cards-only", action="store_true", help="do not train; rewrite the cards of saved models")
+    parser.add_argument("--main", action="store_true", help="only the main-task models (with --only: added to them)")
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        nargs="*",
+        default=None,
+        help="train replicas with these seeds (initialisation and data stream) into --out as NAME_sSEED, no cards",
+    )
     args = parser.parse_args(argv)
     from ..sources import ZOO_DIR
 
     torch.set_num_threads(args.threads)
-    names = args.only or list(ZOO)
+    names = list(args.only or [])
+    if args.main:
+        names += [n for n, spec in ZOO.items() if spec.train_pairs and n not in names]
+    names = names or list(ZOO)
     unknown = [n for n in names if n not in ZOO]
     if unknown:
         raise SystemExit(f"unknown zoo model(s) {unknown}; known: {', '.join(ZOO)}")
     root = args.out or ZOO_DIR
+    if args.seeds:
+        if args.out is None or args.cards_only:
+            raise SystemExit("--seeds trains replicas outside the shipped zoo: give --out (and not --cards-only)")
+        for seed in args.seeds:
+            for name in names:
+                spec = replace(ZOO[name], seed=seed)
+                record, _ = train_model(spec, root / seed_replica_name(name, seed), steps=args.steps)
+                print(
+                    f"{name} seed {seed}: {record['training']['steps_run']} steps, {record['training']['wall_seconds']} s"
+                )
+        return
     for name in names:
         if not args.cards_only:
             record, _ = train_model(ZOO[name], root / name, steps=args.steps)
