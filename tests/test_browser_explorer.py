@@ -5,8 +5,11 @@ opening a notebook that calls explore(), in headless Debian Chromium driven by P
 Checks, the same in both frontends: the linked views render, with no request leaving
 127.0.0.1 (the widget JS comes from vl-convert, not a CDN) and no visible static image; a
 click on ESS over time changes the spectrum view (in the browser); choosing another layer
-in the dropdown redraws the views, and the status line carries no warning. Screenshots go to
-test-artifacts/explorer-lab.png and test-artifacts/explorer-notebook7.png.
+in the dropdown redraws the views, and the status line carries no warning; the notebook's
+``ex = explore()`` (assigned) shows exactly one explorer. In JupyterLab with the file browser
+open at 1366 x 900 and 1100 x 900, nothing of the explorer reaches past its output area.
+Screenshots go to test-artifacts/explorer-lab.png, explorer-notebook7.png and
+explorer-lab-<width>.png.
 Run: .venv/bin/python -m pytest tests/test_browser_explorer.py -m browser -q
 """
 
@@ -141,6 +144,45 @@ def _spectrum_label(page) -> str:
     return labels[0] if labels else ""
 
 
+# JS: how far (px) the explorer reaches past its output area: its root's and its charts'
+# scrollWidth against the area's clientWidth, and the right edge of every visible element in it.
+_OVERFLOW = """() => {
+  const root = document.querySelector('.ess-explorer');
+  const area = root.closest('.jp-OutputArea-output') || root.parentElement;
+  const box = area.getBoundingClientRect();
+  const out = {area: area.clientWidth, root: root.scrollWidth - area.clientWidth, worst: 0, what: ''};
+  for (const el of [root, ...root.querySelectorAll('.vega-embed, .vega-embed svg, .widget-box, .widget-inline-hbox')]) {
+    const over = Math.max(el.scrollWidth - area.clientWidth, 0);
+    if (over > out.worst) { out.worst = over; out.what = el.className.baseVal ?? el.className; }
+  }
+  for (const el of root.querySelectorAll('*')) {
+    const r = el.getBoundingClientRect(), style = getComputedStyle(el);
+    if (r.width === 0 || style.visibility === 'hidden' || style.display === 'none') continue;
+    const over = r.right - box.right;
+    if (over > out.worst + 0.5) { out.worst = over; out.what = el.tagName + '.' + (el.className.baseVal ?? el.className); }
+  }
+  return out;
+}"""
+
+
+def _check_fits(page, name: str) -> None:
+    """With the file browser open, at 1366 x 900 and 1100 x 900 the explorer stays inside
+    its output area (the chart narrows as the browser reports the width: app/fit.py)."""
+    page.evaluate("window.jupyterapp.shell.activateById('filebrowser')")
+    page.wait_for_function("document.querySelector('#filebrowser') && document.querySelector('#filebrowser').offsetWidth > 0")
+    for width in (1366, 1100):
+        page.set_viewport_size({"width": width, "height": 900})
+        try:
+            page.wait_for_function(f"({_OVERFLOW})().worst <= 1", timeout=30_000)
+        except Exception:
+            pass  # the assertion below says by how much
+        measured = page.evaluate(_OVERFLOW)
+        page.locator(".ess-explorer").first.scroll_into_view_if_needed()
+        page.screenshot(path=str(ARTIFACTS / f"explorer-{name}-{width}.png"))
+        assert measured["worst"] <= 1, f"at {width} x 900 the explorer is cut off: {measured}"
+        assert measured["area"] < {1366: 1000, 1100: 800}[width], f"the file browser is not open: {measured}"
+
+
 def test_explorer_in_browser(server):
     from playwright.sync_api import sync_playwright
 
@@ -179,6 +221,7 @@ def test_explorer_in_browser(server):
             )
             before = _spectrum_label(page)
             assert before.startswith("t = "), before
+            assert page.locator(".ess-explorer").count() == 1, "ex = explore() shows one explorer, once"
             # the live widget, not the static copy (in the page, hidden by the widget's style)
             assert page.locator(".jp-OutputArea-output img:visible").count() == 0
 
@@ -214,6 +257,8 @@ def test_explorer_in_browser(server):
             status = page.locator(".ess-explorer .widget-html-content").first.inner_text()
             assert "⚠" not in status, status
             page.screenshot(path=str(ARTIFACTS / f"explorer-{name}.png"), full_page=True)
+            if name == "lab":
+                _check_fits(page, name)
             assert not outside, f"requests left the machine (a CDN script?): {outside[:5]}"
         except Exception:
             page.screenshot(path=str(ARTIFACTS / f"explorer-{name}-failure.png"), full_page=True)

@@ -45,6 +45,7 @@ from .controls import (
 )
 from .live_chart import LiveChart
 from .session import ExplorerSession, opening_layer
+from .shown_once import ShownOnce, show_in_cell
 from .static import (
     EXAMPLE_PROMPT,  # noqa: F401  (public name of this module since the first release)
     HIDE_STATIC_CSS,
@@ -58,7 +59,7 @@ from .worker import Worker
 __all__ = ["explore", "ESSExplorer", "EXAMPLE_PROMPT", "CUSTOM", "example_prompt", "random_mqar_prompt"]
 
 
-class ESSExplorer(StaticCopy, W.VBox):
+class ESSExplorer(ShownOnce, StaticCopy, W.VBox):
     """The explorer widget (module docstring). Construct it with `explore`.
 
     Traitlets (set them, observe them): model ("zoo:NAME", hub id or folder), prompt,
@@ -100,7 +101,9 @@ class ESSExplorer(StaticCopy, W.VBox):
         self.result: ESSResult | None = None
         self._static, self._static_handle = o.static, None
         box = W.Box(layout=W.Layout(width="100%"))
-        self.views = LiveChart(box, on_t=self._on_browser_t, on_layer=self._on_browser_layer)
+        self.views = LiveChart(
+            box, on_t=self._on_browser_t, on_layer=self._on_browser_layer, on_resize=lambda: self._guarded(self.refresh)
+        )
         hide_static = W.HTML(HIDE_STATIC_CSS, layout=W.Layout(display="none"))  # live: hide the static copy
         super().__init__(layout_rows(self) + [box, hide_static], layout=W.Layout(width="100%"))
         self.add_class("ess-explorer")
@@ -259,7 +262,8 @@ class ESSExplorer(StaticCopy, W.VBox):
 
 def explore(model: str | None = None, prompt: str | None = None, **options) -> ESSExplorer:
     """Open the ESS explorer (a Jupyter widget); returns at once, the analysis runs in the
-    background (``ex.wait()`` blocks until it ends).
+    background (``ex.wait()`` blocks until it ends). In a notebook it shows itself where it
+    is called, once, assigned or not (app/shown_once.py).
 
     With no arguments it opens on the built-in default model (zoo.DEFAULT_MODEL) and its
     example prompt. ``model``: "zoo:NAME", a hub id or a local folder; ``prompt``: text.
@@ -267,4 +271,6 @@ def explore(model: str | None = None, prompt: str | None = None, **options) -> E
     saturated, collapsed, overview_metric, stride, load_fn, capture_fn, layer_fn, cache,
     static, background, auto_analyze.
     """
-    return ESSExplorer(model, prompt, **options)
+    explorer = ESSExplorer(model, prompt, **options)
+    show_in_cell(explorer)
+    return explorer

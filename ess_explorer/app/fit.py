@@ -1,0 +1,143 @@
+"""The explorer's chart fits its output area: measured in the browser, sized in Python.
+
+The linked views are one Vega-Lite concatenation whose panels have fixed widths (about
+1000 px drawn). Vega-Lite's ``width: "container"`` does not apply to a concatenation, and
+scaling the drawn SVG with CSS would move every click away from the mark under the
+pointer (Vega reads pointer positions in unscaled pixels). So the browser only measures:
+`WidthProbe`, an anywidget of no height beside the chart, reports the width the output area
+gives the explorer (``available``) and the width the chart takes there (``drawn``: its
+``.vega-embed`` element, the action menu included). `ChartFit` turns the two into a factor
+for the panel widths (`scaled_spec`) and asks for a redraw when the factor changes.
+
+The drawn width is ``a * scale + b``: the panels scale, their axes, legends and the action
+menu (``b``) do not. After one measurement the factor goes down in proportion (which leaves
+the chart still too wide by part of ``b``); after two at different factors ``a`` and ``b``
+are solved for and the next factor fits. A factor never exceeds 1 (the designed size) nor
+falls below MIN_SCALE (the text would no longer fit the panels); outside a browser nothing
+is measured and the chart keeps its designed size.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Callable
+
+import anywidget
+import traitlets as T
+
+__all__ = ["WidthProbe", "ChartFit", "scaled_spec", "next_scale", "MIN_SCALE", "MARGIN_PX", "GROW_SLACK_PX"]
+
+MIN_SCALE = 0.4  # below this the axis titles no longer fit their panels
+MARGIN_PX = 6  # room kept between the chart and the edge of the output area
+GROW_SLACK_PX = 40  # a narrower chart grows back only when this much room is unused
+
+_PROBE_ESM = """
+export default {
+  render({ model, el }) {
+    el.style.height = "0px";
+    el.style.overflow = "hidden";
+    const root = el.closest(".ess-explorer") || el.parentElement;
+    let last = "";
+    const measure = () => {
+      const embed = root ? root.querySelector(".vega-embed") : null;
+      const available = Math.floor(el.getBoundingClientRect().width);
+      const drawn = embed ? Math.ceil(Math.max(embed.scrollWidth, embed.getBoundingClientRect().width)) : 0;
+      const key = available + "x" + drawn;
+      if (available > 0 && key !== last) {
+        last = key;
+        model.set("available", available);
+        model.set("drawn", drawn);
+        model.save_changes();
+      }
+    };
+    const resize = new ResizeObserver(measure);
+    resize.observe(el);
+    const redrawn = new MutationObserver(() => requestAnimationFrame(measure));
+    if (root) redrawn.observe(root, { childList: true, subtree: true, attributes: true, attributeFilter: ["width"] });
+    requestAnimationFrame(measure);
+    return () => { resize.disconnect(); redrawn.disconnect(); };
+  }
+};
+"""
+
+
+class WidthProbe(anywidget.AnyWidget):
+    """Reports, from the browser, the explorer's width (``available``) and its chart's
+    (``drawn``), in CSS pixels; 0 before anything is measured."""
+
+    _esm = _PROBE_ESM
+    available = T.Int(0).tag(sync=True)
+    drawn = T.Int(0).tag(sync=True)
+
+
+def next_scale(
+    scale: float, available: int, drawn: int, previous: tuple[float, int] | None = None
+) -> tuple[float, tuple[float, int] | None]:
+    """(the factor for the panel widths, the measurement to keep) after the chart drawn at
+    ``scale`` measured ``drawn`` px in an area of ``available`` px. ``previous``: an
+    earlier (scale, drawn) at another factor, from which the fixed part is solved (module
+    docstring). The factor stays when the chart fits with less than GROW_SLACK_PX unused."""
+    if available <= 0 or drawn <= 0:
+        return scale, previous
+    target = available - MARGIN_PX
+    if target >= drawn and (scale >= 1 or drawn >= target - GROW_SLACK_PX):
+        return scale, (scale, drawn)
+    wanted = scale * target / drawn  # as if everything scaled (fits only when growing)
+    if previous is not None and abs(previous[0] - scale) > 1e-6:
+        slope = (drawn - previous[1]) / (scale - previous[0])  # px per unit of factor: the panels' a
+        fixed = drawn - slope * scale
+        if slope > 0 and fixed >= 0:
+            wanted = (target - fixed) / slope
+    return min(1.0, max(MIN_SCALE, wanted)), (scale, drawn)
+
+
+def scaled_spec(spec: dict, scale: float) -> dict:
+    """A copy of the linked spec ``spec`` whose panels are ``scale`` times as wide: every
+    numeric ``width``, the ``height`` of a square panel (the operator) and the x of marks
+    placed by value (the labels at a panel's edge). ``spec`` itself is not changed; the
+    datasets are shared, not copied."""
+    if scale == 1:
+        return spec
+    data = spec.get("datasets")
+    out = copy.deepcopy({k: v for k, v in spec.items() if k != "datasets"})
+    _scale_node(out, scale)
+    if data is not None:
+        out["datasets"] = data
+    return out
+
+
+def _scale_node(node, scale: float) -> None:
+    if isinstance(node, list):
+        for item in node:
+            _scale_node(item, scale)
+        return
+    if not isinstance(node, dict):
+        return
+    width = node.get("width")
+    if isinstance(width, (int, float)) and not isinstance(width, bool):
+        if node.get("height") == width:
+            node["height"] = round(width * scale, 1)
+        node["width"] = round(width * scale, 1)
+    x = node.get("encoding", {}).get("x") if isinstance(node.get("encoding"), dict) else None
+    if isinstance(x, dict) and isinstance(x.get("value"), (int, float)):
+        x["value"] = round(x["value"] * scale, 1)
+    for key, value in node.items():
+        if key not in ("encoding", "datasets", "data"):
+            _scale_node(value, scale)
+
+
+class ChartFit:
+    """The factor the explorer's panels are drawn at (1: their designed size), kept in step
+    with ``probe``'s measurements; ``redraw()`` is called when the factor changes."""
+
+    def __init__(self, probe: WidthProbe, redraw: Callable[[], None]):
+        self.probe, self.redraw = probe, redraw
+        self.scale = 1.0
+        self._previous: tuple[float, int] | None = None
+        probe.observe(self._measured, names=["available", "drawn"])
+
+    def _measured(self, _change) -> None:
+        scale, self._previous = next_scale(self.scale, self.probe.available, self.probe.drawn, self._previous)
+        if abs(scale - self.scale) > 0.005:
+            self.scale = scale
+            self.redraw()
