@@ -17,6 +17,7 @@ from ..core.ess import DEFAULT_RELATIVE, DEFAULT_TOL, check_tolerance, check_var
 from ..io import ResultCache
 from ..options import AGGREGATES, GATES, METRICS, SCOPES, VARIANTS, check_choice
 from ..result import ESSResult
+from .expert_controls import advanced_settings, dropdown_width
 from .static import example_prompt, random_mqar_prompt
 
 __all__ = [
@@ -289,6 +290,7 @@ class LayerUnitLists:
     def units(self, lay, unit) -> int | str:
         """The unit list of layer ``lay``, ``unit`` selected where it has one (else the mean)."""
         self.unit_w.options = unit_options(lay)
+        self.unit_w.layout.width = dropdown_width([label for label, _ in self.unit_w.options], "unit")
         self.unit_w.value = unit if unit in [v for _, v in self.unit_w.options] else "mean"
         return self.unit_w.value
 
@@ -370,14 +372,12 @@ def make_controls(options: list[tuple[str, str]]) -> dict[str, W.Widget]:
     c["scope_w"] = W.Dropdown(
         options=[(f"σ₁ of the {scope}", scope) for scope in SCOPES],
         description="scope",
-        tooltip="which σ₁ a relative tolerance refers to; unit or layer see resets (docs/conventions.md)",
         style=style,
         layout=W.Layout(width="200px"),
     )
     c["gates_w"] = W.Dropdown(
         options=[(f"gates {policy} T", policy) for policy in GATES],
         description="",
-        tooltip="whether per-token gates are part of T (a change re-runs the analysis)",
         layout=W.Layout(width="150px"),
     )
     c["metric_w"] = W.Dropdown(
@@ -418,9 +418,10 @@ def layout_rows(e) -> list[W.Widget]:
         W.HBox([e.model_w, e.source_w, e.analyze_w, e.refine_w], layout=W.Layout(align_items="center")),
         W.HBox([e.prompt_w, W.VBox([e.example_w, e.mqar_w])], layout=W.Layout(align_items="flex-start")),
         W.HBox(
-            [e.layer_w, e.unit_w, e.variant_w, e.tol_w, e.relative_w, e.scope_w, e.gates_w, e.metric_w],
+            [e.layer_w, e.unit_w, e.variant_w, e.tol_w, e.metric_w],
             layout=W.Layout(align_items="center", flex_flow="row wrap"),
         ),
+        advanced_settings(e),
         W.HBox([e.progress_w, e.status_w], layout=W.Layout(align_items="center")),
     ]
 

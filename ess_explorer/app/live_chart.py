@@ -25,7 +25,22 @@ from .controls import with_selection
 from .fit import ChartFit, WidthProbe, scaled_spec
 from .static import sync_only
 
-__all__ = ["LiveChart"]
+__all__ = ["LiveChart", "shown_position"]
+
+
+def view_settings(e) -> dict:
+    """Explorer ``e``'s view settings as the view builders take them."""
+    scope = e.scope if e.relative else "cut"  # an absolute tolerance has no reference sigma_1
+    return dict(layer=e.layer, unit=e.unit, variant=e.variant, tol=e.tol, relative=e.relative, scope=scope)
+
+
+def shown_position(e, view: dict | None = None) -> int:
+    """The cut t explorer ``e`` shows: the one selected in the browser, else the one the
+    views open on, snapped to the nearest computed cut of the shown layer."""
+    view = view or view_settings(e)
+    t = e.selected_t if e.selected_t is not None else charts.default_position(e.result, **view)
+    positions = np.asarray(e.result.layer(e.layer).positions)
+    return int(positions[int(np.argmin(np.abs(positions - t)))])
 
 
 class LiveChart:
@@ -57,13 +72,10 @@ class LiveChart:
         """Redraw explorer ``e``'s state: its result at its layer, unit, variant, tolerance
         (relative, scope), overview metric, selected t and thresholds."""
         started, result = time.perf_counter(), e.result
-        scope = e.scope if e.relative else "cut"  # an absolute tolerance has no reference sigma_1
-        view = dict(layer=e.layer, unit=e.unit, variant=e.variant, tol=e.tol, relative=e.relative, scope=scope)
+        view = view_settings(e)
         metric = e.overview_metric
         data = charts.linked_data(result, saturated=e.saturated, collapsed=e.collapsed, overview_metric=metric, **view)
-        t = e.selected_t if e.selected_t is not None else charts.default_position(result, **view)
-        positions = np.asarray(result.layer(e.layer).positions)
-        t = int(positions[int(np.argmin(np.abs(positions - t)))])  # the nearest computed cut
+        t = shown_position(e, view)
         structure = self._structure(result, view, metric)
         structure = scaled_spec(structure, self.fit.scale)
         self.chart.spec = with_selection(structure, data, self.names, t=t, layer=int(e.layer))

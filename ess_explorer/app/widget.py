@@ -44,6 +44,7 @@ from .controls import (
     model_choices,
 )
 from .live_chart import LiveChart
+from .save_control import SaveControl
 from .session import ExplorerSession, opening_layer
 from .shown_once import ShownOnce, show_in_cell
 from .static import (
@@ -105,7 +106,8 @@ class ESSExplorer(ShownOnce, StaticCopy, W.VBox):
             box, on_t=self._on_browser_t, on_layer=self._on_browser_layer, on_resize=lambda: self._guarded(self.refresh)
         )
         hide_static = W.HTML(HIDE_STATIC_CSS, layout=W.Layout(display="none"))  # live: hide the static copy
-        super().__init__(layout_rows(self) + [box, hide_static], layout=W.Layout(width="100%"))
+        self.saver = SaveControl(self)  # "save figure": the view on screen as a paper figure
+        super().__init__(layout_rows(self) + [box, self.saver.box, hide_static], layout=W.Layout(width="100%"))
         self.add_class("ess-explorer")
         link_controls(self, self.worker)
         source = model if model is not None else default
