@@ -16,6 +16,7 @@ __all__ = [
     "first_chart_stride",
     "TaskClock",
     "opening_layer",
+    "card_memory_layer",
     "tell_eta",
     "OVERVIEW_POSITIONS",
     "FIRST_CHART_FLOPS",
@@ -137,21 +138,45 @@ def tell_eta(bar, seconds: float | None) -> None:
         bar.set_postfix_str(f"about {seconds:.0f} s left")
 
 
-def opening_layer(layers, result: ESSResult | None = None) -> tuple[int, str]:
-    """(layer, why) the explorer opens on when none was asked for.
+def opening_layer(layers, result: ESSResult | None = None, *, source=None) -> tuple[int, str]:
+    """(layer, why) the explorer opens on when none was asked for; ``why`` is one line for
+    the status bar ("opens on layer 1: ...").
 
-    With every layer computed (``result``: a cached run), the layer whose units come closest to
-    their attainable ceiling (core.diagnostics.layer_diagnostics: the highest utilisation
-    against min(TSS, t, L - t)); before any is computed, the middle layer: layer 0 of a deep
-    LLM mostly mixes neighbouring tokens, the least informative picture it has.
+    1. A zoo model whose card names its memory layer (``source`` "zoo:NAME", else
+       ``result.meta["source"]``; `card_memory_layer`): that layer, the one that carries the
+       pairs from where they are stored to the queries.
+    2. With every layer computed (``result``: a cached run), the layer whose units come closest
+       to their attainable ceiling (core.diagnostics.layer_diagnostics: the highest utilisation
+       against min(TSS, t, L - t)).
+    3. Before any is computed, the middle layer: layer 0 of a deep LLM mostly mixes
+       neighbouring tokens, the least informative picture it has.
     """
     layers = sorted(layers)
+    if source is None and result is not None:
+        source = result.meta.get("source")
+    memory = card_memory_layer(source)
+    if memory is not None and memory in layers:
+        return memory, f"the memory layer of the model card of {source}"
     if result is not None and set(layers) <= set(result.layers):
         from ..core.diagnostics import layer_diagnostics
 
         scores = {i: layer_diagnostics(result.layer(i))["utilisation"] for i in layers}
         best = max(layers, key=lambda i: (scores[i], -i))
-        return best, f"the highest utilisation against the ceiling, {scores[best]:.2f}"
+        return best, f"the highest utilisation against the ceiling min(TSS, t, L−t), {scores[best]:.2f}"
     if len(layers) <= 2:
         return layers[0], "the first layer"
     return layers[len(layers) // 2], f"the middle layer of {len(layers)}"
+
+
+def card_memory_layer(source) -> int | None:
+    """The memory layer a zoo model's card names (its "ess" section), for a "zoo:NAME"
+    source; None for any other source, or a zoo model without a card."""
+    if not isinstance(source, str) or not source.startswith("zoo:"):
+        return None
+    from ..sources import card, parse_source
+
+    kind, name = parse_source(source)
+    try:
+        return int(card(name)["ess"]["memory_layer"]) if kind == "zoo" else None
+    except (ValueError, KeyError, TypeError):  # no card (yet), or one without the field: fall back on the numbers
+        return None

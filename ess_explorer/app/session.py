@@ -236,7 +236,7 @@ class ExplorerSession:
                 self.source, self.prompt = source, prompt
                 self.result = self._finish_meta(hit)
                 if layer not in hit.layers:
-                    self.opened = opening_layer(hit.layers, hit)
+                    self.opened = opening_layer(hit.layers, hit, source=source)
                     layer = self.opened[0]
                 bar.update(max(0, (getattr(bar, "total", None) or 1) - bar.n))
                 if on_result is not None:
@@ -250,7 +250,7 @@ class ExplorerSession:
             model, tokenizer = opened.model, opened.tokenizer
             self._check_cancel()
             bar.set_description("forward pass")
-            captured = self._start_forward(model, tokenizer, prompt, gates, layer)
+            captured = self._start_forward(model, tokenizer, prompt, gates, layer, source)
             bar.update(1)
         finally:
             bar.close()
@@ -259,7 +259,7 @@ class ExplorerSession:
             layers = list(captured.expected) if captured.expected else sorted(captured.layers)
             selected = layer
             if layer not in layers:
-                self.opened = opening_layer(layers)
+                self.opened = opening_layer(layers, source=source)
                 selected = self.opened[0]
             length = len(captured.input_ids)
             stride = overview_stride(length, self.stride)
@@ -372,16 +372,16 @@ class ExplorerSession:
             return self.result.layers[index].family
         return None
 
-    def _start_forward(self, model, tokenizer, prompt: str, gates: str, layer: int | None):
+    def _start_forward(self, model, tokenizer, prompt: str, gates: str, layer: int | None, source: str):
         """Start the one forward pass in a thread; return its CapturedPrompt as soon as the
-        wanted layer (``layer``, else the one `opening_layer` opens on) is in it, or when the
+        wanted layer (``layer``, else the one `opening_layer` opens on for ``source``) is in it, or when the
         pass has ended. Raises the pass's error."""
         ready = threading.Event()
         outcome: dict = {}
 
         def on_layer(captured, index):
             expected = captured.expected or sorted(captured.layers)
-            if index == (layer if layer in expected else opening_layer(expected)[0]):
+            if index == (layer if layer in expected else opening_layer(expected, source=source)[0]):
                 outcome["captured"] = captured
                 ready.set()
 
