@@ -150,18 +150,35 @@ _OVERFLOW = """() => {
   const root = document.querySelector('.ess-explorer');
   const area = root.closest('.jp-OutputArea-output') || root.parentElement;
   const box = area.getBoundingClientRect();
-  const out = {area: area.clientWidth, root: root.scrollWidth - area.clientWidth, worst: 0, what: ''};
+  const probe = root.querySelector('.ess-width-probe');
+  const out = {area: area.clientWidth, worst: 0, cut: [], probe: probe ? probe.dataset.measured : null};
+  const name = (el) => el.tagName + '.' + String(el.className.baseVal ?? el.className).split(' ').slice(-2).join('.');
+  const note = (el, over) => {
+    if (over <= 1) return;
+    out.worst = Math.max(out.worst, over);
+    if (out.cut.length < 6) out.cut.push(name(el) + ' +' + Math.round(over));
+  };
   for (const el of [root, ...root.querySelectorAll('.vega-embed, .vega-embed svg, .widget-box, .widget-inline-hbox')]) {
-    const over = Math.max(el.scrollWidth - area.clientWidth, 0);
-    if (over > out.worst) { out.worst = over; out.what = el.className.baseVal ?? el.className; }
+    note(el, el.scrollWidth - area.clientWidth);
   }
   for (const el of root.querySelectorAll('*')) {
     const r = el.getBoundingClientRect(), style = getComputedStyle(el);
     if (r.width === 0 || style.visibility === 'hidden' || style.display === 'none') continue;
-    const over = r.right - box.right;
-    if (over > out.worst + 0.5) { out.worst = over; out.what = el.tagName + '.' + (el.className.baseVal ?? el.className); }
+    note(el, r.right - box.right);
   }
   return out;
+}"""
+
+
+# JS: the widest entry of the unit menu and the room its select gives text (padding, arrow excluded).
+_UNIT_MENU = """() => {
+  const box = [...document.querySelectorAll('.ess-explorer .widget-dropdown')]
+    .find(d => d.querySelector('label') && d.querySelector('label').textContent.trim() === 'unit');
+  const select = box.querySelector('select'), style = getComputedStyle(select);
+  const ctx = document.createElement('canvas').getContext('2d');
+  ctx.font = `${style.fontWeight} ${style.fontSize} ${style.fontFamily}`;
+  const widest = Math.max(...[...select.options].map(o => ctx.measureText(o.text).width));
+  return {widest, room: select.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight)};
 }"""
 
 
@@ -169,7 +186,9 @@ def _check_fits(page, name: str) -> None:
     """With the file browser open, at 1366 x 900 and 1100 x 900 the explorer stays inside
     its output area (the chart narrows as the browser reports the width: app/fit.py)."""
     page.evaluate("window.jupyterapp.shell.activateById('filebrowser')")
-    page.wait_for_function("document.querySelector('#filebrowser') && document.querySelector('#filebrowser').offsetWidth > 0")
+    page.wait_for_function(
+        "document.querySelector('#filebrowser') && document.querySelector('#filebrowser').offsetWidth > 0"
+    )
     for width in (1366, 1100):
         page.set_viewport_size({"width": width, "height": 900})
         try:
@@ -181,6 +200,8 @@ def _check_fits(page, name: str) -> None:
         page.screenshot(path=str(ARTIFACTS / f"explorer-{name}-{width}.png"))
         assert measured["worst"] <= 1, f"at {width} x 900 the explorer is cut off: {measured}"
         assert measured["area"] < {1366: 1000, 1100: 800}[width], f"the file browser is not open: {measured}"
+    menu = page.evaluate(_UNIT_MENU)
+    assert menu["widest"] <= menu["room"], f"the unit menu cuts its labels: {menu}"
 
 
 def test_explorer_in_browser(server):
@@ -215,7 +236,7 @@ def test_explorer_in_browser(server):
             # the first chart can come before the rest of the analysis, whose updates redraw the
             # views; the clicks below are checked on the finished result
             page.wait_for_function(
-                "[...document.querySelectorAll('.ess-explorer .widget-html-content')]"
+                "[...document.querySelectorAll('.ess-explorer .ess-explorer-status')]"
                 ".some(e => e.textContent.includes('analysed '))",
                 timeout=120_000,
             )
@@ -254,7 +275,7 @@ def test_explorer_in_browser(server):
                 assert time.monotonic() < deadline, f"the views did not switch to layer {wanted!r}"
                 page.wait_for_timeout(250)
             page.wait_for_timeout(500)
-            status = page.locator(".ess-explorer .widget-html-content").first.inner_text()
+            status = page.locator(".ess-explorer .ess-explorer-status").first.inner_text()
             assert "⚠" not in status, status
             page.screenshot(path=str(ARTIFACTS / f"explorer-{name}.png"), full_page=True)
             if name == "lab":
@@ -262,7 +283,7 @@ def test_explorer_in_browser(server):
             assert not outside, f"requests left the machine (a CDN script?): {outside[:5]}"
         except Exception:
             page.screenshot(path=str(ARTIFACTS / f"explorer-{name}-failure.png"), full_page=True)
-            print("status:", page.locator(".ess-explorer .widget-html-content").all_inner_texts())
+            print("status:", page.locator(".ess-explorer .ess-explorer-status").all_inner_texts())
             print("svg texts:", _svg_texts(page)[:40])
             raise
         finally:

@@ -110,7 +110,7 @@ def test_next_scale_grows_back_but_never_past_the_designed_size_nor_below_the_fl
 def test_the_explorer_redraws_at_the_width_its_browser_reports(drawn):
     ex = _explore()
     designed = ex.chart.spec["vconcat"][0]["width"]
-    ex.views.probe.available, ex.views.probe.drawn = 600, 1000  # what the probe's JS sends
+    ex.views.probe.measured = (600, 1000)  # what the probe's JS sends
     assert ex.views.fit.scale < 1
     assert ex.chart.spec["vconcat"][0]["width"] == pytest.approx(designed * ex.views.fit.scale, abs=0.1)
     ex.layer = sorted(ex.result.layers)[1]  # a redraw for another reason keeps the fitted width

@@ -43,7 +43,9 @@ def _state(ex, layer, t, variant):
     "view, fmt, width",
     [("ess_time", "pdf", "single"), ("spectrum", "svg", "double"), ("operator", "png", "single")],
 )
-def test_save_writes_the_current_view_at_the_chosen_width_and_format(ex, calls, tmp_path, monkeypatch, view, fmt, width):
+def test_save_writes_the_current_view_at_the_chosen_width_and_format(
+    ex, calls, tmp_path, monkeypatch, view, fmt, width
+):
     monkeypatch.chdir(tmp_path)  # the notebook's working directory
     layer = sorted(ex.result.layers)[1]
     t = int(ex.result.layer(layer).positions[5])

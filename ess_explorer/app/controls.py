@@ -341,7 +341,7 @@ def make_controls(options: list[tuple[str, str]]) -> dict[str, W.Widget]:
     c["analyze_w"] = W.Button(
         description="Analyze", button_style="primary", icon="play", tooltip="run the model on the prompt"
     )
-    c["prompt_w"] = W.Textarea(placeholder="prompt text", layout=W.Layout(width="100%", height="64px"))
+    c["prompt_w"] = W.Textarea(placeholder="prompt text", layout=W.Layout(flex="1 1 auto", width="auto", height="64px"))
     c["example_w"] = W.Button(
         description="example", tooltip="the model's example prompt", layout=W.Layout(width="120px")
     )
@@ -387,7 +387,7 @@ def make_controls(options: list[tuple[str, str]]) -> dict[str, W.Widget]:
         layout=W.Layout(width="160px"),
     )
     c["progress_w"] = W.FloatProgress(value=0.0, min=0.0, max=1.0, bar_style="info", layout=W.Layout(width="180px"))
-    c["status_w"] = W.HTML(value="")
+    c["status_w"] = W.HTML(value="").add_class("ess-explorer-status")
     c["refine_w"] = W.Button(
         description="continue",
         icon="th",

@@ -47,14 +47,16 @@ def explain_controls(e) -> None:
 
 
 def _hinted(control: W.Widget, hint: str) -> W.HBox:
-    text = W.HTML(f'<span style="color:#555; font-size:90%">{html.escape(hint)}</span>', layout=W.Layout(flex="1 1 260px"))
-    return W.HBox([control, text], layout=W.Layout(align_items="center", flex_flow="row wrap", width="100%"))
+    text = W.HTML(
+        f'<span style="color:#555; font-size:90%">{html.escape(hint)}</span>', layout=W.Layout(flex="1 1 260px")
+    )
+    return W.HBox([control, text], layout=W.Layout(align_items="center", flex_flow="row wrap"))
 
 
 def advanced_settings(e) -> W.Accordion:
     """The expert controls of explorer ``e`` in a closed accordion, one row each with its hint."""
     explain_controls(e)
     rows = [_hinted(getattr(e, f"{name}_w"), hint) for name, hint in EXPERT_HINTS.items()]
-    box = W.Accordion(children=[W.VBox(rows)], selected_index=None, layout=W.Layout(width="100%"))
+    box = W.Accordion(children=[W.VBox(rows)], selected_index=None)
     box.set_title(0, ADVANCED_TITLE)
     return box

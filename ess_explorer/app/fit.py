@@ -4,9 +4,9 @@ The linked views are one Vega-Lite concatenation whose panels have fixed widths 
 1000 px drawn). Vega-Lite's ``width: "container"`` does not apply to a concatenation, and
 scaling the drawn SVG with CSS would move every click away from the mark under the
 pointer (Vega reads pointer positions in unscaled pixels). So the browser only measures:
-`WidthProbe`, an anywidget of no height beside the chart, reports the width the output area
-gives the explorer (``available``) and the width the chart takes there (``drawn``: its
-``.vega-embed`` element, the action menu included). `ChartFit` turns the two into a factor
+`WidthProbe`, an anywidget of no size beside the chart, reports the width the output area
+gives the explorer (its root box, 100% wide) and the width the chart takes there (its
+``.vega-embed`` element, the action menu included), as one pair after each redraw. `ChartFit` turns the two into a factor
 for the panel widths (`scaled_spec`) and asks for a redraw when the factor changes.
 
 The drawn width is ``a * scale + b``: the panels scale, their axes, legends and the action
@@ -34,26 +34,29 @@ GROW_SLACK_PX = 40  # a narrower chart grows back only when this much room is un
 _PROBE_ESM = """
 export default {
   render({ model, el }) {
+    el.classList.add("ess-width-probe");
     el.style.height = "0px";
     el.style.overflow = "hidden";
+    // the explorer's root box is as wide as the output area (width 100%); the probe itself has no width
     const root = el.closest(".ess-explorer") || el.parentElement;
     let last = "";
     const measure = () => {
-      const embed = root ? root.querySelector(".vega-embed") : null;
-      const available = Math.floor(el.getBoundingClientRect().width);
-      const drawn = embed ? Math.ceil(Math.max(embed.scrollWidth, embed.getBoundingClientRect().width)) : 0;
+      const embed = root.querySelector(".vega-embed");
+      if (!embed || !embed.querySelector("svg")) return;  // no chart yet, or one being replaced
+      const available = Math.floor(root.getBoundingClientRect().width);
+      const drawn = Math.ceil(Math.max(embed.scrollWidth, embed.getBoundingClientRect().width));
       const key = available + "x" + drawn;
+      el.dataset.measured = key;  // what was measured last (seen in the page's DOM)
       if (available > 0 && key !== last) {
         last = key;
-        model.set("available", available);
-        model.set("drawn", drawn);
+        model.set("measured", [available, drawn]);  // one message: the two belong together
         model.save_changes();
       }
     };
     const resize = new ResizeObserver(measure);
-    resize.observe(el);
+    resize.observe(root);
     const redrawn = new MutationObserver(() => requestAnimationFrame(measure));
-    if (root) redrawn.observe(root, { childList: true, subtree: true, attributes: true, attributeFilter: ["width"] });
+    redrawn.observe(root, { childList: true, subtree: true, attributes: true, attributeFilter: ["width"] });
     requestAnimationFrame(measure);
     return () => { resize.disconnect(); redrawn.disconnect(); };
   }
@@ -62,12 +65,11 @@ export default {
 
 
 class WidthProbe(anywidget.AnyWidget):
-    """Reports, from the browser, the explorer's width (``available``) and its chart's
-    (``drawn``), in CSS pixels; 0 before anything is measured."""
+    """Reports, from the browser, ``measured`` = (the explorer's width, its chart's width) in
+    CSS pixels, both measured after the same redraw; (0, 0) before anything is measured."""
 
     _esm = _PROBE_ESM
-    available = T.Int(0).tag(sync=True)
-    drawn = T.Int(0).tag(sync=True)
+    measured = T.Tuple(T.Int(), T.Int(), default_value=(0, 0)).tag(sync=True)
 
 
 def next_scale(
@@ -134,10 +136,11 @@ class ChartFit:
         self.probe, self.redraw = probe, redraw
         self.scale = 1.0
         self._previous: tuple[float, int] | None = None
-        probe.observe(self._measured, names=["available", "drawn"])
+        probe.observe(self._measured, names="measured")
 
-    def _measured(self, _change) -> None:
-        scale, self._previous = next_scale(self.scale, self.probe.available, self.probe.drawn, self._previous)
+    def _measured(self, change) -> None:
+        available, drawn = change["new"]
+        scale, self._previous = next_scale(self.scale, available, drawn, self._previous)
         if abs(scale - self.scale) > 0.005:
             self.scale = scale
             self.redraw()

@@ -76,7 +76,7 @@ class SaveControl:
         self.width_w = W.ToggleButtons(
             options=[(f"{name} column", name) for name in PAPER_WIDTHS],
             tooltips=[f"{points} pt wide" for points in PAPER_WIDTHS.values()],
-            style={"button_width": "104px"},
+            style={"button_width": "128px"},
         )
         self.name_w = W.Text(value="ess_figure", placeholder="file name", layout=W.Layout(width="160px"))
         self.save_w = W.Button(description="save figure", icon="download", tooltip="write the view to the file")
