@@ -13,8 +13,12 @@ The drawn width is ``a * scale + b``: the panels scale, their axes, legends and 
 menu (``b``) do not. After one measurement the factor goes down in proportion (which leaves
 the chart still too wide by part of ``b``); after two at different factors ``a`` and ``b``
 are solved for and the next factor fits. A factor never exceeds 1 (the designed size) nor
-falls below MIN_SCALE (the text would no longer fit the panels); outside a browser nothing
-is measured and the chart keeps its designed size.
+falls below MIN_SCALE (the text would no longer fit the panels). Titles, legends and axes do
+not narrow, so when panels side by side would need a factor below STACK_BELOW (JupyterLab at
+1100 px with the file browser open: about 670 px), they are stacked one above the other
+(`scaled_spec(stacked=True)`) and fitted again; with GROW_SLACK_PX more room than when they
+were stacked, they go side by side again. Outside a browser nothing is measured and the
+chart keeps its designed layout and size.
 """
 
 from __future__ import annotations
@@ -25,9 +29,19 @@ from typing import Callable
 import anywidget
 import traitlets as T
 
-__all__ = ["WidthProbe", "ChartFit", "scaled_spec", "next_scale", "MIN_SCALE", "MARGIN_PX", "GROW_SLACK_PX"]
+__all__ = [
+    "WidthProbe",
+    "ChartFit",
+    "scaled_spec",
+    "next_scale",
+    "MIN_SCALE",
+    "STACK_BELOW",
+    "MARGIN_PX",
+    "GROW_SLACK_PX",
+]
 
 MIN_SCALE = 0.4  # below this the axis titles no longer fit their panels
+STACK_BELOW = 0.75  # side by side at a smaller factor, the legends would crowd the panels
 MARGIN_PX = 6  # room kept between the chart and the edge of the output area
 GROW_SLACK_PX = 40  # a narrower chart grows back only when this much room is unused
 
@@ -93,15 +107,19 @@ def next_scale(
     return min(1.0, max(MIN_SCALE, wanted)), (scale, drawn)
 
 
-def scaled_spec(spec: dict, scale: float) -> dict:
+def scaled_spec(spec: dict, scale: float, *, stacked: bool = False) -> dict:
     """A copy of the linked spec ``spec`` whose panels are ``scale`` times as wide: every
     numeric ``width``, the ``height`` of a square panel (the operator) and the x of marks
-    placed by value (the labels at a panel's edge). ``spec`` itself is not changed; the
-    datasets are shared, not copied."""
-    if scale == 1:
+    placed by value (the labels at a panel's edge). ``stacked``: each row of panels side by
+    side (an ``hconcat`` in the top ``vconcat``) becomes one row per panel; the panels and
+    their params keep their names, so the links between the views stay. ``spec`` itself is
+    not changed; the datasets are shared, not copied."""
+    if scale == 1 and not stacked:
         return spec
     data = spec.get("datasets")
     out = copy.deepcopy({k: v for k, v in spec.items() if k != "datasets"})
+    if stacked and "vconcat" in out:
+        out["vconcat"] = [panel for row in out["vconcat"] for panel in row.get("hconcat", [row])]
     _scale_node(out, scale)
     if data is not None:
         out["datasets"] = data
@@ -129,18 +147,28 @@ def _scale_node(node, scale: float) -> None:
 
 
 class ChartFit:
-    """The factor the explorer's panels are drawn at (1: their designed size), kept in step
-    with ``probe``'s measurements; ``redraw()`` is called when the factor changes."""
+    """The factor the explorer's panels are drawn at (1: their designed size) and whether
+    they are stacked, kept in step with ``probe``'s measurements (module docstring);
+    ``redraw()`` is called when either changes."""
 
     def __init__(self, probe: WidthProbe, redraw: Callable[[], None]):
         self.probe, self.redraw = probe, redraw
-        self.scale = 1.0
+        self.scale, self.stacked = 1.0, False
         self._previous: tuple[float, int] | None = None
+        self._stacked_at = 0  # the width at which the panels were stacked
         probe.observe(self._measured, names="measured")
 
     def _measured(self, change) -> None:
         available, drawn = change["new"]
-        scale, self._previous = next_scale(self.scale, available, drawn, self._previous)
-        if abs(scale - self.scale) > 0.005:
-            self.scale = scale
+        scale, previous = next_scale(self.scale, available, drawn, self._previous)
+        stacked = self.stacked
+        if not stacked and scale < STACK_BELOW:
+            stacked, self._stacked_at = True, available
+        elif stacked and available > self._stacked_at + GROW_SLACK_PX:
+            stacked = False
+        if stacked != self.stacked:  # another layout: fitted afresh from its designed size
+            scale, previous = 1.0, None
+        self._previous = previous
+        if abs(scale - self.scale) > 0.005 or stacked != self.stacked:
+            self.scale, self.stacked = scale, stacked
             self.redraw()

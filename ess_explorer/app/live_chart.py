@@ -77,7 +77,7 @@ class LiveChart:
         data = charts.linked_data(result, saturated=e.saturated, collapsed=e.collapsed, overview_metric=metric, **view)
         t = shown_position(e, view)
         structure = self._structure(result, view, metric)
-        structure = scaled_spec(structure, self.fit.scale)
+        structure = scaled_spec(structure, self.fit.scale, stacked=self.fit.stacked)
         self.chart.spec = with_selection(structure, data, self.names, t=t, layer=int(e.layer))
         self.last_update_s = time.perf_counter() - started
 
