@@ -8,8 +8,9 @@ click on ESS over time changes the spectrum view (in the browser); choosing anot
 in the dropdown redraws the views, and the status line carries no warning; the notebook's
 ``ex = explore()`` (assigned) shows exactly one explorer. In JupyterLab with the file browser
 open at 1366 x 900 and 1100 x 900, nothing of the explorer reaches past its output area.
-Screenshots go to test-artifacts/explorer-lab.png, explorer-notebook7.png and
-explorer-lab-<width>.png.
+Screenshots go to test-artifacts/explorer-lab.png, explorer-notebook7.png,
+explorer-lab-<width>.png (the page at <width> x 900) and explorer-lab-<width>-whole.png (the
+explorer alone).
 Run: .venv/bin/python -m pytest tests/test_browser_explorer.py -m browser -q
 """
 
@@ -185,6 +186,8 @@ _UNIT_MENU = """() => {
 def _check_fits(page, name: str) -> None:
     """With the file browser open, at 1366 x 900 and 1100 x 900 the explorer stays inside
     its output area (the chart narrows as the browser reports the width: app/fit.py)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     page.evaluate("window.jupyterapp.shell.activateById('filebrowser')")
     page.wait_for_function(
         "document.querySelector('#filebrowser') && document.querySelector('#filebrowser').offsetWidth > 0"
@@ -193,13 +196,17 @@ def _check_fits(page, name: str) -> None:
         page.set_viewport_size({"width": width, "height": 900})
         try:
             page.wait_for_function(f"({_OVERFLOW})().worst <= 1", timeout=30_000)
-        except Exception:
+        except PlaywrightTimeout:
             pass  # the assertion below says by how much
         measured = page.evaluate(_OVERFLOW)
         page.locator(".ess-explorer").first.scroll_into_view_if_needed()
         page.screenshot(path=str(ARTIFACTS / f"explorer-{name}-{width}.png"))
         assert measured["worst"] <= 1, f"at {width} x 900 the explorer is cut off: {measured}"
         assert measured["area"] < {1366: 1000, 1100: 800}[width], f"the file browser is not open: {measured}"
+        page.set_viewport_size({"width": width, "height": 2400})  # the whole explorer, same width
+        page.wait_for_timeout(1000)
+        page.locator(".ess-explorer").first.screenshot(path=str(ARTIFACTS / f"explorer-{name}-{width}-whole.png"))
+        assert page.evaluate(_OVERFLOW)["worst"] <= 1, "the whole explorer, at the same width"
     menu = page.evaluate(_UNIT_MENU)
     assert menu["widest"] <= menu["room"], f"the unit menu cuts its labels: {menu}"
 
@@ -219,6 +226,9 @@ def test_explorer_in_browser(server):
         )
         try:
             page = context.new_page()
+            console = []  # the page's errors, printed when the test fails
+            page.on("console", lambda m: console.append(m.text) if m.type in ("error", "warning") else None)
+            page.on("pageerror", lambda e: console.append(str(e)))
             outside = []  # offline: nothing may be fetched from anywhere but the local server
             page.on(
                 "request",
@@ -285,6 +295,7 @@ def test_explorer_in_browser(server):
             page.screenshot(path=str(ARTIFACTS / f"explorer-{name}-failure.png"), full_page=True)
             print("status:", page.locator(".ess-explorer .ess-explorer-status").all_inner_texts())
             print("svg texts:", _svg_texts(page)[:40])
+            print("console:", console[-20:])
             raise
         finally:
             context.close()

@@ -51,28 +51,40 @@ export default {
     el.classList.add("ess-width-probe");
     el.style.height = "0px";
     el.style.overflow = "hidden";
-    // the explorer's root box is as wide as the output area (width 100%); the probe itself has no width
-    const root = el.closest(".ess-explorer") || el.parentElement;
-    let last = "";
-    const measure = () => {
-      const embed = root.querySelector(".vega-embed");
-      if (!embed || !embed.querySelector("svg")) return;  // no chart yet, or one being replaced
-      const available = Math.floor(root.getBoundingClientRect().width);
-      const drawn = Math.ceil(Math.max(embed.scrollWidth, embed.getBoundingClientRect().width));
-      const key = available + "x" + drawn;
-      el.dataset.measured = key;  // what was measured last (seen in the page's DOM)
-      if (available > 0 && key !== last) {
-        last = key;
-        model.set("measured", [available, drawn]);  // one message: the two belong together
-        model.save_changes();
+    let last = "", resize = null, redrawn = null, tries = 0, timer = null;
+    // the explorer's root box is as wide as the output area (width 100%); the probe itself has
+    // no width. The view is rendered before it is attached: wait for the root to appear.
+    const start = () => {
+      const root = el.closest(".ess-explorer");
+      if (!root) {
+        if (tries++ < 400) timer = setTimeout(start, 50);
+        return;
       }
+      const measure = () => {
+        const embed = root.querySelector(".vega-embed");
+        if (!embed || !embed.querySelector("svg")) return;  // no chart yet, or one being replaced
+        const available = Math.floor(root.getBoundingClientRect().width);
+        const drawn = Math.ceil(Math.max(embed.scrollWidth, embed.getBoundingClientRect().width));
+        const key = available + "x" + drawn;
+        el.dataset.measured = key;  // what was measured last (seen in the page's DOM)
+        if (available > 0 && key !== last) {
+          last = key;
+          model.set("measured", [available, drawn]);  // one message: the two belong together
+          model.save_changes();
+        }
+      };
+      resize = new ResizeObserver(measure);
+      resize.observe(root);
+      redrawn = new MutationObserver(() => requestAnimationFrame(measure));
+      redrawn.observe(root, { childList: true, subtree: true, attributes: true, attributeFilter: ["width"] });
+      requestAnimationFrame(measure);
     };
-    const resize = new ResizeObserver(measure);
-    resize.observe(root);
-    const redrawn = new MutationObserver(() => requestAnimationFrame(measure));
-    redrawn.observe(root, { childList: true, subtree: true, attributes: true, attributeFilter: ["width"] });
-    requestAnimationFrame(measure);
-    return () => { resize.disconnect(); redrawn.disconnect(); };
+    start();
+    return () => {
+      clearTimeout(timer);
+      if (resize) resize.disconnect();
+      if (redrawn) redrawn.disconnect();
+    };
   }
 };
 """
