@@ -421,8 +421,8 @@ def layout_rows(e) -> list[W.Widget]:
             [e.layer_w, e.unit_w, e.variant_w, e.tol_w, e.metric_w],
             layout=W.Layout(align_items="center", flex_flow="row wrap"),
         ),
-        advanced_settings(e),
         W.HBox([e.progress_w, e.status_w], layout=W.Layout(align_items="center")),
+        advanced_settings(e),
     ]
 
 

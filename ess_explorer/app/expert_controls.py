@@ -2,9 +2,9 @@
 
 The tolerance reference (× σ₁ or absolute), the scope of a relative tolerance and the gate
 policy change what is counted (docs/conventions.md), but a first look needs none of them: they
-sit in a closed accordion below the everyday controls (layer, unit, variant, τ), each with a
-one-line hint beside it and the same words as its tooltip. The unit menu is as wide as its
-longest entry ("mean over channels"), so no label is cut.
+sit in a closed accordion below the everyday controls (layer, unit, variant, τ) and the status
+line, each with a one-line hint beside it and the same words as its tooltip. The unit menu is
+as wide as its longest entry ("mean over channels"), so no label is cut.
 """
 
 from __future__ import annotations
