@@ -60,6 +60,16 @@ def test_explore_as_the_last_line_shows_once_and_a_later_cell_shows_it_again(dra
     assert views == [ex.model_id, ex.model_id]
 
 
+def test_the_ess_magic_shows_its_explorer_once(drawn, tmp_path):
+    from ess_explorer.app import magic
+
+    views, _ = drawn
+    path = reference_result(20).save(tmp_path / "r.npz")
+    ex = magic.ess_magic(f"--result {path}")  # the magic returns the explorer: the cell's result
+    IPython.display.display(ex)
+    assert views == [ex.model_id]
+
+
 def test_outside_a_kernel_explore_displays_nothing(drawn, monkeypatch):
     views, _ = drawn
     monkeypatch.setattr(IPython, "get_ipython", lambda: None)  # a script, or no IPython
@@ -78,8 +88,9 @@ def test_scaled_spec_narrows_the_panels_and_keeps_the_original():
     half = fit.scaled_spec(spec, 0.5)
     assert half["vconcat"][0]["width"] == 360 and half["vconcat"][0]["height"] == 190
     assert half["vconcat"][0]["layer"][0]["encoding"]["x"] == {"value": 360}, "a label at the edge moves with it"
-    assert [p["width"] for p in half["vconcat"][1]["hconcat"]] == [135, 65]
-    assert half["vconcat"][1]["hconcat"][0]["height"] == 135, "a square panel stays square"
+    floor = fit.PANEL_MIN_PX
+    assert [p["width"] for p in half["vconcat"][1]["hconcat"]] == [floor, 130], "none below the floor, none widened"
+    assert half["vconcat"][1]["hconcat"][0]["height"] == floor, "a square panel stays square"
     assert half["vconcat"][1]["hconcat"][1]["height"] == 40
     assert half["datasets"] is spec["datasets"], "the data is shared, not copied"
     assert spec["vconcat"][0]["width"] == 720, "the cached structure is not changed"

@@ -35,12 +35,14 @@ __all__ = [
     "scaled_spec",
     "next_scale",
     "MIN_SCALE",
+    "PANEL_MIN_PX",
     "STACK_BELOW",
     "MARGIN_PX",
     "GROW_SLACK_PX",
 ]
 
 MIN_SCALE = 0.4  # below this the axis titles no longer fit their panels
+PANEL_MIN_PX = 200  # a narrower panel would crowd its labels (the thresholds' names on utilisation)
 STACK_BELOW = 0.75  # side by side at a smaller factor, the legends would crowd the panels
 MARGIN_PX = 6  # room kept between the chart and the edge of the output area
 GROW_SLACK_PX = 40  # a narrower chart grows back only when this much room is unused
@@ -121,8 +123,9 @@ def next_scale(
 
 def scaled_spec(spec: dict, scale: float, *, stacked: bool = False) -> dict:
     """A copy of the linked spec ``spec`` whose panels are ``scale`` times as wide: every
-    numeric ``width``, the ``height`` of a square panel (the operator) and the x of marks
-    placed by value (the labels at a panel's edge). ``stacked``: each row of panels side by
+    numeric ``width`` (none below PANEL_MIN_PX, or its designed width when smaller), the
+    ``height`` of a square panel (the operator) and the x of marks placed by value (the labels
+    at a panel's edge) with their panel. ``stacked``: each row of panels side by
     side (an ``hconcat`` in the top ``vconcat``) becomes one row per panel; the panels and
     their params keep their names, so the links between the views stay. ``spec`` itself is
     not changed; the datasets are shared, not copied."""
@@ -138,24 +141,28 @@ def scaled_spec(spec: dict, scale: float, *, stacked: bool = False) -> dict:
     return out
 
 
-def _scale_node(node, scale: float) -> None:
+def _scale_node(node, scale: float, factor: float | None = None) -> None:
+    """Narrow the panels under ``node`` by ``scale``, none below PANEL_MIN_PX (or its designed
+    width, when smaller); ``factor``: the enclosing panel's own, for marks placed by value."""
     if isinstance(node, list):
         for item in node:
-            _scale_node(item, scale)
+            _scale_node(item, scale, factor)
         return
     if not isinstance(node, dict):
         return
     width = node.get("width")
-    if isinstance(width, (int, float)) and not isinstance(width, bool):
+    if isinstance(width, (int, float)) and not isinstance(width, bool) and width > 0:
+        narrowed = round(max(width * scale, min(width, PANEL_MIN_PX)), 1)
+        factor = narrowed / width
         if node.get("height") == width:
-            node["height"] = round(width * scale, 1)
-        node["width"] = round(width * scale, 1)
+            node["height"] = narrowed
+        node["width"] = narrowed
     x = node.get("encoding", {}).get("x") if isinstance(node.get("encoding"), dict) else None
     if isinstance(x, dict) and isinstance(x.get("value"), (int, float)):
-        x["value"] = round(x["value"] * scale, 1)
+        x["value"] = round(x["value"] * (scale if factor is None else factor), 1)
     for key, value in node.items():
         if key not in ("encoding", "datasets", "data"):
-            _scale_node(value, scale)
+            _scale_node(value, scale, factor)
 
 
 class ChartFit:
