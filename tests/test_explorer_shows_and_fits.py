@@ -145,3 +145,10 @@ def test_a_narrow_output_area_stacks_the_panels_and_a_wide_one_puts_them_back(dr
     assert ex.views.fit.stacked and ex.views.fit.scale < 1
     ex.views.probe.measured = (1300, 640)  # the window grew
     assert not ex.views.fit.stacked and len(ex.chart.spec["vconcat"]) == rows
+
+
+def test_a_chart_too_wide_always_narrows_even_after_a_misleading_pair():
+    """A previous pair measured across two redraws gives a steep slope, whose solution would be
+    within a rounding step of the current factor: the chart narrows anyway."""
+    scale, _ = fit.next_scale(0.9, 934, 963, previous=(0.95, 1900))
+    assert scale <= 0.9 * (934 - fit.MARGIN_PX) / 963 and scale <= 0.89

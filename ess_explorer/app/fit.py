@@ -106,18 +106,26 @@ def next_scale(
     """(the factor for the panel widths, the measurement to keep) after the chart drawn at
     ``scale`` measured ``drawn`` px in an area of ``available`` px. ``previous``: an
     earlier (scale, drawn) at another factor, from which the fixed part is solved (module
-    docstring). The factor stays when the chart fits with less than GROW_SLACK_PX unused."""
+    docstring). The factor stays when the chart fits with less than GROW_SLACK_PX unused.
+
+    A chart too wide always narrows by at least the proportional step and 1% (a pair measured
+    across two redraws, say while the analysis updates the views, can give a wrong slope, and
+    a step too small to redraw would leave the chart too wide); a chart with room grows by the
+    proportional step only, which never overshoots (the fixed part does not grow)."""
     if available <= 0 or drawn <= 0:
         return scale, previous
     target = available - MARGIN_PX
     if target >= drawn and (scale >= 1 or drawn >= target - GROW_SLACK_PX):
         return scale, (scale, drawn)
-    wanted = scale * target / drawn  # as if everything scaled (fits only when growing)
-    if previous is not None and abs(previous[0] - scale) > 1e-6:
-        slope = (drawn - previous[1]) / (scale - previous[0])  # px per unit of factor: the panels' a
-        fixed = drawn - slope * scale
-        if slope > 0 and fixed >= 0:
-            wanted = (target - fixed) / slope
+    wanted = scale * target / drawn  # as if everything scaled
+    if drawn > target:
+        solved = wanted
+        if previous is not None and abs(previous[0] - scale) > 1e-6:
+            slope = (drawn - previous[1]) / (scale - previous[0])  # px per unit of factor: the panels' a
+            fixed = drawn - slope * scale
+            if slope > 0 and fixed >= 0:
+                solved = (target - fixed) / slope
+        wanted = min(solved, wanted, scale - 0.01)
     return min(1.0, max(MIN_SCALE, wanted)), (scale, drawn)
 
 
