@@ -121,7 +121,7 @@ def test_next_scale_grows_back_but_never_past_the_designed_size_nor_below_the_fl
 def test_the_explorer_redraws_at_the_width_its_browser_reports(drawn):
     ex = _explore()
     designed = ex.chart.spec["vconcat"][0]["width"]
-    ex.views.probe.measured = (900, 1000)  # what the probe's JS sends: a little too wide
+    ex.views.probe.measured = (900, 1000, 1)  # what the probe's JS sends: a little too wide
     assert ex.views.fit.scale < 1 and not ex.views.fit.stacked
     assert ex.chart.spec["vconcat"][0]["width"] == pytest.approx(designed * ex.views.fit.scale, abs=0.1)
     ex.layer = sorted(ex.result.layers)[1]  # a redraw for another reason keeps the fitted width
@@ -138,12 +138,12 @@ def test_stacked_puts_each_panel_in_a_row_of_its_own():
 def test_a_narrow_output_area_stacks_the_panels_and_a_wide_one_puts_them_back(drawn):
     ex = _explore()
     rows = len(ex.chart.spec["vconcat"])
-    ex.views.probe.measured = (660, 1010)  # JupyterLab at 1100 px with the file browser open
+    ex.views.probe.measured = (660, 1010, 1)  # JupyterLab at 1100 px with the file browser open
     assert ex.views.fit.stacked and ex.views.fit.scale == 1.0, "stacked, then fitted afresh"
     assert len(ex.chart.spec["vconcat"]) > rows and not any("hconcat" in row for row in ex.chart.spec["vconcat"][:3])
-    ex.views.probe.measured = (660, 700)  # the stacked chart, still too wide: it narrows
+    ex.views.probe.measured = (660, 700, 2)  # the stacked chart, still too wide: it narrows
     assert ex.views.fit.stacked and ex.views.fit.scale < 1
-    ex.views.probe.measured = (1300, 640)  # the window grew
+    ex.views.probe.measured = (1300, 640, 3)  # the window grew
     assert not ex.views.fit.stacked and len(ex.chart.spec["vconcat"]) == rows
 
 

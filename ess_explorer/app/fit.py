@@ -53,7 +53,7 @@ export default {
     el.classList.add("ess-width-probe");
     el.style.height = "0px";
     el.style.overflow = "hidden";
-    let last = "", resize = null, redrawn = null, tries = 0, timer = null;
+    let last = "", resize = null, redrawn = null, tries = 0, timer = null, ticker = null, sent = 0, waited = 0;
     // the explorer's root box is as wide as the output area (width 100%); the probe itself has
     // no width. The view is rendered before it is attached: wait for the root to appear.
     const start = () => {
@@ -69,12 +69,16 @@ export default {
         const drawn = Math.ceil(Math.max(embed.scrollWidth, embed.getBoundingClientRect().width));
         const key = available + "x" + drawn;
         el.dataset.measured = key;  // what was measured last (seen in the page's DOM)
-        if (available > 0 && key !== last) {
+        // still too wide two seconds after the last report: a redraw was lost, report again
+        waited = key === last && drawn > available ? waited + 1 : 0;
+        if (available > 0 && (key !== last || waited >= 2)) {
           last = key;
-          model.set("measured", [available, drawn]);  // one message: the two belong together
+          waited = 0;
+          model.set("measured", [available, drawn, ++sent]);  // one message: they belong together
           model.save_changes();
         }
       };
+      ticker = setInterval(measure, 1000);
       resize = new ResizeObserver(measure);
       resize.observe(root);
       redrawn = new MutationObserver(() => requestAnimationFrame(measure));
@@ -84,6 +88,7 @@ export default {
     start();
     return () => {
       clearTimeout(timer);
+      clearInterval(ticker);
       if (resize) resize.disconnect();
       if (redrawn) redrawn.disconnect();
     };
@@ -93,11 +98,13 @@ export default {
 
 
 class WidthProbe(anywidget.AnyWidget):
-    """Reports, from the browser, ``measured`` = (the explorer's width, its chart's width) in
-    CSS pixels, both measured after the same redraw; (0, 0) before anything is measured."""
+    """Reports, from the browser, ``measured`` = (the explorer's width, its chart's width, the
+    report's number), widths in CSS pixels measured after the same redraw; (0, 0, 0) before
+    anything is measured. A chart still too wide is reported again every two seconds (a
+    redraw can be lost while the page re-attaches the output)."""
 
     _esm = _PROBE_ESM
-    measured = T.Tuple(T.Int(), T.Int(), default_value=(0, 0)).tag(sync=True)
+    measured = T.Tuple(T.Int(), T.Int(), T.Int(), default_value=(0, 0, 0)).tag(sync=True)
 
 
 def next_scale(
@@ -186,7 +193,7 @@ class ChartFit:
         probe.observe(self._measured, names="measured")
 
     def _measured(self, change) -> None:
-        available, drawn = change["new"]
+        available, drawn, _report = change["new"]
         scale, previous = next_scale(self.scale, available, drawn, self._previous)
         stacked = self.stacked
         if not stacked and scale < STACK_BELOW:
