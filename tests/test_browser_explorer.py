@@ -195,7 +195,7 @@ def _check_fits(page, name: str) -> None:
     for width in (1366, 1100):
         page.set_viewport_size({"width": width, "height": 900})
         try:
-            page.wait_for_function(f"({_OVERFLOW})().worst <= 1", timeout=30_000)
+            page.wait_for_function(f"({_OVERFLOW})().worst <= 1", timeout=60_000)
         except PlaywrightTimeout:
             pass  # the assertion below says by how much
         measured = page.evaluate(_OVERFLOW)

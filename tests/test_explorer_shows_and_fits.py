@@ -152,3 +152,11 @@ def test_a_chart_too_wide_always_narrows_even_after_a_misleading_pair():
     within a rounding step of the current factor: the chart narrows anyway."""
     scale, _ = fit.next_scale(0.9, 934, 963, previous=(0.95, 1900))
     assert scale <= 0.9 * (934 - fit.MARGIN_PX) / 963 and scale <= 0.89
+
+
+def test_the_probe_takes_its_reports_as_messages_and_ignores_malformed_ones():
+    probe = fit.WidthProbe()
+    probe._on_report(probe, {"measured": [900, 1000, 1]}, [])
+    assert probe.measured == (900, 1000, 1)
+    probe._on_report(probe, {"measured": ["wide", 1000, 2]}, [])
+    assert probe.measured == (900, 1000, 1)

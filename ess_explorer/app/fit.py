@@ -74,8 +74,9 @@ export default {
         if (available > 0 && (key !== last || waited >= 2)) {
           last = key;
           waited = 0;
-          model.set("measured", [available, drawn, ++sent]);  // one message: they belong together
-          model.save_changes();
+          // a custom message, not a state change: state changes wait for the kernel's reply to
+          // the previous one, and a lost reply would hold every later report back
+          model.send({ measured: [available, drawn, ++sent] });
         }
       };
       ticker = setInterval(measure, 1000);
@@ -104,7 +105,16 @@ class WidthProbe(anywidget.AnyWidget):
     redraw can be lost while the page re-attaches the output)."""
 
     _esm = _PROBE_ESM
-    measured = T.Tuple(T.Int(), T.Int(), T.Int(), default_value=(0, 0, 0)).tag(sync=True)
+    measured = T.Tuple(T.Int(), T.Int(), T.Int(), default_value=(0, 0, 0))
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.on_msg(self._on_report)
+
+    def _on_report(self, _widget, content, _buffers) -> None:
+        report = content.get("measured") if isinstance(content, dict) else None
+        if isinstance(report, list) and len(report) == 3 and all(isinstance(v, int) for v in report):
+            self.measured = tuple(report)
 
 
 def next_scale(
