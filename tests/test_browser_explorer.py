@@ -250,6 +250,9 @@ def test_explorer_in_browser(server):
                 ".some(e => e.textContent.includes('analysed '))",
                 timeout=120_000,
             )
+            # the chart has narrowed to its output area (app/fit.py) before anything is clicked
+            page.wait_for_function(f"({_OVERFLOW})().worst <= 1", timeout=60_000)
+            page.wait_for_timeout(1500)
             before = _spectrum_label(page)
             assert before.startswith("t = "), before
             assert page.locator(".ess-explorer").count() == 1, "ex = explore() shows one explorer, once"

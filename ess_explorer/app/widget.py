@@ -101,7 +101,7 @@ class ESSExplorer(ShownOnce, StaticCopy, W.VBox):
         self.saturated, self.collapsed = float(o.saturated), float(o.collapsed)
         self.result: ESSResult | None = None
         self._static, self._static_handle = o.static, None
-        box = W.Box(layout=W.Layout(width="100%"))
+        box = W.Box(layout=W.Layout(width="100%", overflow="auto"))  # a scroll bar while the chart narrows (fit.py)
         self.views = LiveChart(
             box, on_t=self._on_browser_t, on_layer=self._on_browser_layer, on_resize=lambda: self._guarded(self.refresh)
         )
