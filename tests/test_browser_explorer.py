@@ -5,8 +5,12 @@ opening a notebook that calls explore(), in headless Debian Chromium driven by P
 Checks, the same in both frontends: the linked views render, with no request leaving
 127.0.0.1 (the widget JS comes from vl-convert, not a CDN) and no visible static image; a
 click on ESS over time changes the spectrum view (in the browser); choosing another layer
-in the dropdown redraws the views, and the status line carries no warning. Screenshots go to
-test-artifacts/explorer-lab.png and test-artifacts/explorer-notebook7.png.
+in the dropdown redraws the views, and the status line carries no warning; the notebook's
+``ex = explore()`` (assigned) shows exactly one explorer. In JupyterLab with the file browser
+open at 1366 x 900 and 1100 x 900, nothing of the explorer reaches past its output area.
+Screenshots go to test-artifacts/explorer-lab.png, explorer-notebook7.png,
+explorer-lab-<width>.png (the page at <width> x 900) and explorer-lab-<width>-whole.png (the
+explorer alone).
 Run: .venv/bin/python -m pytest tests/test_browser_explorer.py -m browser -q
 """
 
@@ -141,6 +145,72 @@ def _spectrum_label(page) -> str:
     return labels[0] if labels else ""
 
 
+# JS: how far (px) the explorer reaches past its output area: its root's and its charts'
+# scrollWidth against the area's clientWidth, and the right edge of every visible element in it.
+_OVERFLOW = """() => {
+  const root = document.querySelector('.ess-explorer');
+  const area = root.closest('.jp-OutputArea-output') || root.parentElement;
+  const box = area.getBoundingClientRect();
+  const probe = root.querySelector('.ess-width-probe');
+  const out = {area: area.clientWidth, worst: 0, cut: [], probe: probe ? probe.dataset.measured : null};
+  const name = (el) => el.tagName + '.' + String(el.className.baseVal ?? el.className).split(' ').slice(-2).join('.');
+  const note = (el, over) => {
+    if (over <= 1) return;
+    out.worst = Math.max(out.worst, over);
+    if (out.cut.length < 6) out.cut.push(name(el) + ' +' + Math.round(over));
+  };
+  for (const el of [root, ...root.querySelectorAll('.vega-embed, .vega-embed svg, .widget-box, .widget-inline-hbox')]) {
+    note(el, el.scrollWidth - area.clientWidth);
+  }
+  for (const el of root.querySelectorAll('*')) {
+    const r = el.getBoundingClientRect(), style = getComputedStyle(el);
+    if (r.width === 0 || style.visibility === 'hidden' || style.display === 'none') continue;
+    note(el, r.right - box.right);
+  }
+  return out;
+}"""
+
+
+# JS: the widest entry of the unit menu and the room its select gives text (padding, arrow excluded).
+_UNIT_MENU = """() => {
+  const box = [...document.querySelectorAll('.ess-explorer .widget-dropdown')]
+    .find(d => d.querySelector('label') && d.querySelector('label').textContent.trim() === 'unit');
+  const select = box.querySelector('select'), style = getComputedStyle(select);
+  const ctx = document.createElement('canvas').getContext('2d');
+  ctx.font = `${style.fontWeight} ${style.fontSize} ${style.fontFamily}`;
+  const widest = Math.max(...[...select.options].map(o => ctx.measureText(o.text).width));
+  return {widest, room: select.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight)};
+}"""
+
+
+def _check_fits(page, name: str) -> None:
+    """With the file browser open, at 1366 x 900 and 1100 x 900 the explorer stays inside
+    its output area (the chart narrows as the browser reports the width: app/fit.py)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    page.evaluate("window.jupyterapp.shell.activateById('filebrowser')")
+    page.wait_for_function(
+        "document.querySelector('#filebrowser') && document.querySelector('#filebrowser').offsetWidth > 0"
+    )
+    for width in (1366, 1100):
+        page.set_viewport_size({"width": width, "height": 900})
+        try:
+            page.wait_for_function(f"({_OVERFLOW})().worst <= 1", timeout=60_000)
+        except PlaywrightTimeout:
+            pass  # the assertion below says by how much
+        measured = page.evaluate(_OVERFLOW)
+        page.locator(".ess-explorer").first.scroll_into_view_if_needed()
+        page.screenshot(path=str(ARTIFACTS / f"explorer-{name}-{width}.png"))
+        assert measured["worst"] <= 1, f"at {width} x 900 the explorer is cut off: {measured}"
+        assert measured["area"] < {1366: 1000, 1100: 800}[width], f"the file browser is not open: {measured}"
+        page.set_viewport_size({"width": width, "height": 2400})  # the whole explorer, same width
+        page.wait_for_timeout(1000)
+        page.locator(".ess-explorer").first.screenshot(path=str(ARTIFACTS / f"explorer-{name}-{width}-whole.png"))
+        assert page.evaluate(_OVERFLOW)["worst"] <= 1, "the whole explorer, at the same width"
+    menu = page.evaluate(_UNIT_MENU)
+    assert menu["widest"] <= menu["room"], f"the unit menu cuts its labels: {menu}"
+
+
 def test_explorer_in_browser(server):
     from playwright.sync_api import sync_playwright
 
@@ -156,6 +226,9 @@ def test_explorer_in_browser(server):
         )
         try:
             page = context.new_page()
+            console = []  # the page's errors, printed when the test fails
+            page.on("console", lambda m: console.append(m.text) if m.type in ("error", "warning") else None)
+            page.on("pageerror", lambda e: console.append(str(e)))
             outside = []  # offline: nothing may be fetched from anywhere but the local server
             page.on(
                 "request",
@@ -173,12 +246,16 @@ def test_explorer_in_browser(server):
             # the first chart can come before the rest of the analysis, whose updates redraw the
             # views; the clicks below are checked on the finished result
             page.wait_for_function(
-                "[...document.querySelectorAll('.ess-explorer .widget-html-content')]"
+                "[...document.querySelectorAll('.ess-explorer .ess-explorer-status')]"
                 ".some(e => e.textContent.includes('analysed '))",
                 timeout=120_000,
             )
+            # the chart has narrowed to its output area (app/fit.py) before anything is clicked
+            page.wait_for_function(f"({_OVERFLOW})().worst <= 1", timeout=60_000)
+            page.wait_for_timeout(1500)
             before = _spectrum_label(page)
             assert before.startswith("t = "), before
+            assert page.locator(".ess-explorer").count() == 1, "ex = explore() shows one explorer, once"
             # the live widget, not the static copy (in the page, hidden by the widget's style)
             assert page.locator(".jp-OutputArea-output img:visible").count() == 0
 
@@ -211,14 +288,17 @@ def test_explorer_in_browser(server):
                 assert time.monotonic() < deadline, f"the views did not switch to layer {wanted!r}"
                 page.wait_for_timeout(250)
             page.wait_for_timeout(500)
-            status = page.locator(".ess-explorer .widget-html-content").first.inner_text()
+            status = page.locator(".ess-explorer .ess-explorer-status").first.inner_text()
             assert "⚠" not in status, status
             page.screenshot(path=str(ARTIFACTS / f"explorer-{name}.png"), full_page=True)
+            if name == "lab":
+                _check_fits(page, name)
             assert not outside, f"requests left the machine (a CDN script?): {outside[:5]}"
         except Exception:
             page.screenshot(path=str(ARTIFACTS / f"explorer-{name}-failure.png"), full_page=True)
-            print("status:", page.locator(".ess-explorer .widget-html-content").all_inner_texts())
+            print("status:", page.locator(".ess-explorer .ess-explorer-status").all_inner_texts())
             print("svg texts:", _svg_texts(page)[:40])
+            print("console:", console[-20:])
             raise
         finally:
             context.close()

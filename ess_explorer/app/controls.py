@@ -18,6 +18,7 @@ from ..io import ResultCache
 from ..options import AGGREGATES, GATES, METRICS, SCOPES, VARIANTS, check_choice
 from ..result import ESSResult
 from ..views.labels import unit_menu_options
+from .expert_controls import advanced_settings, dropdown_width
 from .static import example_prompt, random_mqar_prompt
 
 __all__ = [
@@ -283,6 +284,7 @@ class LayerUnitLists:
     def units(self, lay, unit) -> int | str:
         """The unit list of layer ``lay``, ``unit`` selected where it has one (else the mean)."""
         self.unit_w.options = unit_menu_options(lay)
+        self.unit_w.layout.width = dropdown_width([label for label, _ in self.unit_w.options], "unit")
         self.unit_w.value = unit if unit in [v for _, v in self.unit_w.options] else "mean"
         return self.unit_w.value
 
@@ -333,7 +335,7 @@ def make_controls(options: list[tuple[str, str]]) -> dict[str, W.Widget]:
     c["analyze_w"] = W.Button(
         description="Analyze", button_style="primary", icon="play", tooltip="run the model on the prompt"
     )
-    c["prompt_w"] = W.Textarea(placeholder="prompt text", layout=W.Layout(width="100%", height="64px"))
+    c["prompt_w"] = W.Textarea(placeholder="prompt text", layout=W.Layout(flex="1 1 auto", width="auto", height="64px"))
     c["example_w"] = W.Button(
         description="example", tooltip="the model's example prompt", layout=W.Layout(width="120px")
     )
@@ -364,14 +366,12 @@ def make_controls(options: list[tuple[str, str]]) -> dict[str, W.Widget]:
     c["scope_w"] = W.Dropdown(
         options=[(f"σ₁ of the {scope}", scope) for scope in SCOPES],
         description="scope",
-        tooltip="which σ₁ a relative tolerance refers to; unit or layer see resets (docs/conventions.md)",
         style=style,
         layout=W.Layout(width="200px"),
     )
     c["gates_w"] = W.Dropdown(
         options=[(f"gates {policy} T", policy) for policy in GATES],
         description="",
-        tooltip="whether per-token gates are part of T (a change re-runs the analysis)",
         layout=W.Layout(width="150px"),
     )
     c["metric_w"] = W.Dropdown(
@@ -381,7 +381,7 @@ def make_controls(options: list[tuple[str, str]]) -> dict[str, W.Widget]:
         layout=W.Layout(width="160px"),
     )
     c["progress_w"] = W.FloatProgress(value=0.0, min=0.0, max=1.0, bar_style="info", layout=W.Layout(width="180px"))
-    c["status_w"] = W.HTML(value="")
+    c["status_w"] = W.HTML(value="").add_class("ess-explorer-status")
     c["refine_w"] = W.Button(
         description="continue",
         icon="th",
@@ -412,10 +412,11 @@ def layout_rows(e) -> list[W.Widget]:
         W.HBox([e.model_w, e.source_w, e.analyze_w, e.refine_w], layout=W.Layout(align_items="center")),
         W.HBox([e.prompt_w, W.VBox([e.example_w, e.mqar_w])], layout=W.Layout(align_items="flex-start")),
         W.HBox(
-            [e.layer_w, e.unit_w, e.variant_w, e.tol_w, e.relative_w, e.scope_w, e.gates_w, e.metric_w],
+            [e.layer_w, e.unit_w, e.variant_w, e.tol_w, e.metric_w],
             layout=W.Layout(align_items="center", flex_flow="row wrap"),
         ),
         W.HBox([e.progress_w, e.status_w], layout=W.Layout(align_items="center")),
+        advanced_settings(e),
     ]
 
 

@@ -237,7 +237,7 @@ class ExplorerSession:
                 self.source, self.prompt = source, prompt
                 self.result = self._finish_meta(hit)
                 if layer not in hit.layers:
-                    self.opened = opening_layer(hit.layers, hit)
+                    self.opened = opening_layer(hit.layers, hit, source=source)
                     layer = self.opened[0]
                 bar.update(max(0, (getattr(bar, "total", None) or 1) - bar.n))
                 if on_result is not None:
@@ -373,9 +373,9 @@ class ExplorerSession:
             return self.result.layers[index].family
         return None
 
-    def _start_forward(self, model, tokenizer, prompt: str, gates: str, layer: int | None, source=None):
+    def _start_forward(self, model, tokenizer, prompt: str, gates: str, layer: int | None, source: str):
         """Start the one forward pass in a thread; return its CapturedPrompt as soon as the
-        wanted layer (``layer``, else the one `opening_layer` opens on) is in it, or when the
+        wanted layer (``layer``, else the one `opening_layer` opens on for ``source``) is in it, or when the
         pass has ended. Raises the pass's error."""
         ready = threading.Event()
         outcome: dict = {}

@@ -44,7 +44,9 @@ from .controls import (
     model_choices,
 )
 from .live_chart import LiveChart
+from .save_control import SaveControl
 from .session import ExplorerSession, opening_layer
+from .shown_once import ShownOnce, show_in_cell
 from .static import (
     EXAMPLE_PROMPT,  # noqa: F401  (public name of this module since the first release)
     HIDE_STATIC_CSS,
@@ -58,7 +60,7 @@ from .worker import Worker
 __all__ = ["explore", "ESSExplorer", "EXAMPLE_PROMPT", "CUSTOM", "example_prompt", "random_mqar_prompt"]
 
 
-class ESSExplorer(StaticCopy, W.VBox):
+class ESSExplorer(ShownOnce, StaticCopy, W.VBox):
     """The explorer widget (module docstring). Construct it with `explore`.
 
     Traitlets (set them, observe them): model ("zoo:NAME", hub id or folder), prompt,
@@ -99,10 +101,13 @@ class ESSExplorer(StaticCopy, W.VBox):
         self.saturated, self.collapsed = float(o.saturated), float(o.collapsed)
         self.result: ESSResult | None = None
         self._static, self._static_handle = o.static, None
-        box = W.Box(layout=W.Layout(width="100%"))
-        self.views = LiveChart(box, on_t=self._on_browser_t, on_layer=self._on_browser_layer)
+        box = W.Box(layout=W.Layout(width="100%", overflow="auto"))  # a scroll bar while the chart narrows (fit.py)
+        self.views = LiveChart(
+            box, on_t=self._on_browser_t, on_layer=self._on_browser_layer, on_resize=lambda: self._guarded(self.refresh)
+        )
         hide_static = W.HTML(HIDE_STATIC_CSS, layout=W.Layout(display="none"))  # live: hide the static copy
-        super().__init__(layout_rows(self) + [box, hide_static], layout=W.Layout(width="100%"))
+        self.saver = SaveControl(self)  # "save figure": the view on screen as a paper figure
+        super().__init__(layout_rows(self) + [box, self.saver.box, hide_static], layout=W.Layout(width="100%"))
         self.add_class("ess-explorer")
         link_controls(self, self.worker)
         source = model if model is not None else default
@@ -160,7 +165,6 @@ class ESSExplorer(StaticCopy, W.VBox):
         if self.result is not None and layer != self.layer and layer in self.result.layers:
             self.layer = layer  # the exact layer (session) and a redraw
 
-    # ------------------------------------------------------------------ status
     def _fallback(self, reason: str) -> None:
         """No model result: open on the synthetic reference so the tool is never blank."""
         from ..synthetic import reference_result
@@ -259,7 +263,8 @@ class ESSExplorer(StaticCopy, W.VBox):
 
 def explore(model: str | None = None, prompt: str | None = None, **options) -> ESSExplorer:
     """Open the ESS explorer (a Jupyter widget); returns at once, the analysis runs in the
-    background (``ex.wait()`` blocks until it ends).
+    background (``ex.wait()`` blocks until it ends). In a notebook it shows itself where it
+    is called, once, assigned or not (app/shown_once.py).
 
     With no arguments it opens on the built-in default model (zoo.DEFAULT_MODEL) and its
     example prompt. ``model``: "zoo:NAME", a hub id or a local folder; ``prompt``: text.
@@ -267,4 +272,6 @@ def explore(model: str | None = None, prompt: str | None = None, **options) -> E
     saturated, collapsed, overview_metric, stride, load_fn, capture_fn, layer_fn, cache,
     static, background, auto_analyze.
     """
-    return ESSExplorer(model, prompt, **options)
+    explorer = ESSExplorer(model, prompt, **options)
+    show_in_cell(explorer)
+    return explorer
