@@ -69,3 +69,13 @@ def test_no_module_is_too_long_to_read():
         if (n := len(p.read_text().splitlines())) > MAX_LINES
     }
     assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+def test_the_widget_class_stays_a_thin_view():
+    """The explorer's widget class is traitlets in, chart out (its worker, chart, controls and
+    fitting live in their own modules): under 200 lines."""
+    import ast
+
+    tree = ast.parse((PACKAGE / "app" / "widget.py").read_text())
+    (widget,) = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "ESSExplorer"]
+    assert widget.end_lineno - widget.lineno + 1 < 200
