@@ -256,7 +256,7 @@ def test_paper_figures_notebook(kernel_env, tmp_path_factory):
     # the advice checked by training: read from the zoo's record, its verdict stated, its figures exported
     assert "The prediction" in text and "advice_check_by_training.pdf" in {p.name for p in pdfs}
     # the README's correlations computed beside the notebook's, and the collapsed model drawn
-    assert "README (zoo.claim):" in text and text.count("Spearman rho: sweep points") == 3
+    assert "README's single-cut variant (zoo.claim):" in text and text.count("Spearman rho: sweep points") == 3
     assert "collapsed against TSS: mamba2 n128 rebind" in text
     # the cards are read through the typed reader, never by guessing keys
     code = "\n".join(c.source for c in code_cells(nb))
