@@ -24,7 +24,6 @@ import numpy as np
 import torch
 
 from .ess import DEFAULT_SCOPE, check_scope, check_tolerance, count_above_tolerance, entropy_of, tolerance_reference
-from .operators import DiagonalSSM
 from .precision import DEFAULT_PRECISION, Accuracy
 from .units import CapturedLayer, DenseCapture, SSMCapture
 
@@ -45,26 +44,13 @@ def _chunk_size(layer: CapturedLayer, n_pos: int, most: int, path: dict, accurac
     # the dense stack of a chunk is materialised in float64 (also an SSM chosen dense)
     if isinstance(layer, DenseCapture) or path.get("method") == "dense":
         chunk = min(chunk, max(1, DENSE_CHUNK_CELLS // max(1, layer.length**2)))
-    elif _gramian_route(layer, path, accuracy):
+    elif isinstance(layer, SSMCapture) and layer.gramian_route(range(layer.n_units), path, accuracy):
         # the Gramian route (core/gramian.py) keeps no sweep buffer, only its outputs: about
         # four (units, P, N) arrays; a Mamba-130m layer at L = 512 is one chunk
         chunk = min(chunk, max(1, GRAMIAN_CHUNK_VALUES // max(1, n_pos * layer.state_size)))
     elif isinstance(layer, SSMCapture):  # the core's sweep buffer is (units, P, N, N) float64
         chunk = min(chunk, max(1, FACTORED_CHUNK_BYTES // max(1, 8 * n_pos * layer.state_size**2)))
     return chunk
-
-
-def _gramian_route(layer: CapturedLayer, path: dict, accuracy: Accuracy) -> bool:
-    """Whether the units of ``layer`` take the Gramian route (`SSMCapture.spectra_and_causal`
-    decides the same way): diagonal recurrences on the factored path, each its own owner
-    (channels that share a head go dense), under the "ess" contract."""
-    return (
-        isinstance(layer, SSMCapture)
-        and accuracy.fast
-        and path.get("method") != "dense"
-        and not layer._shares_owners(range(layer.n_units))
-        and isinstance(layer.ssm([0]), DiagonalSSM)
-    )
 
 
 def layer_arrays(

@@ -353,16 +353,31 @@ class SSMCapture(CapturedLayer):
             reach = reachability_singular_values(ssm, positions, dtype=dtype, device=device)
         return reach[inverse]
 
+    def gramian_route(self, units, path: dict, accuracy: Accuracy) -> bool:
+        """Whether ``units`` take the Gramian route (core/gramian.py) on ``path``: diagonal
+        recurrences on the factored path, each its own owner (channels that share a head go
+        dense), under the "ess" contract. `spectra_and_causal` and the chunk size of
+        core/layer.py both ask here."""
+        index = _index(units)
+        return bool(
+            accuracy.fast
+            and len(index)
+            and path.get("method") != "dense"
+            and not self._shares_owners(index)
+            and isinstance(self.ssm(index[:1]), DiagonalSSM)
+        )
+
     def spectra_and_causal(self, units, positions, *, device=None, dtype=torch.float64, accuracy: Accuracy = EXACT):
         """Both in one pass where the factored path runs (the forward half of the sweep or
         the scan is the reachability factor: core/sweeps.py), else one after the other. Units
         that share an owner take its reachability from one sweep (`causal_spectra`)."""
         positions = torch.as_tensor(positions)
-        if self._shares_owners(units) or self.spectra_path(positions, device)["method"] == "dense":
+        path = self.spectra_path(positions, device)
+        if self._shares_owners(units) or path["method"] == "dense":
             return super().spectra_and_causal(units, positions, device=device, dtype=dtype, accuracy=accuracy)
         ssm = self.ssm(units)  # realised only here: the dense route realises its own
         try:
-            if accuracy.fast and isinstance(ssm, DiagonalSSM):
+            if self.gramian_route(units, path, accuracy):
                 sigma, reach = gramian_hankel_singular_values(
                     ssm, positions=positions, accuracy=accuracy, dtype=dtype, device=device, causal=True
                 )
