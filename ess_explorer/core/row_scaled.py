@@ -31,7 +31,6 @@ from __future__ import annotations
 import torch
 
 from .checks import require
-from .eigen import eigvalsh
 from .precision import EXACT, Accuracy
 from .spectra import GRAM_ERROR, GRAM_GUARD, gram_singular_values
 from .sweeps import over_chunks
@@ -149,10 +148,9 @@ def _ess_factor_values(factor: torch.Tensor, shift: torch.Tensor, accuracy: Accu
     be redone: where the Gram's rounding plus the truncation's shift (Weyl, on each sigma)
     could move a count (`Accuracy.certain`), or the shift exceeds ESS_BOUND sigma_1 (entropy-ESS
     then stays within its 1e-5: every value moves by at most the shift)."""
-    gram = factor.mT @ factor if factor.shape[-1] <= factor.shape[-2] else factor @ factor.mT
-    sigma = eigvalsh(gram).flip(-1).clamp_min(0).sqrt()
+    sigma = gram_singular_values(factor, method="gram")  # (u, g), g = min(m, r): no redo here
     top = sigma[:, 0] ** 2
-    rounding = GRAM_ERROR * gram.shape[-1] * torch.finfo(sigma.dtype).eps * top
+    rounding = GRAM_ERROR * sigma.shape[-1] * torch.finfo(sigma.dtype).eps * top
     error = rounding + (2 * sigma[:, 0] + shift) * shift  # on each sigma^2
     certain = accuracy.certain(top, error, sigma**2) & (shift <= ESS_BOUND * sigma[:, 0])
     return sigma, ~certain
