@@ -40,6 +40,7 @@ import json
 import os
 import re
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -151,16 +152,17 @@ def load_model(
         raise ValueError(f"cannot read the config of {label}: {_first_line(error)}") from error
     _check_layer_count(config, label)
     try:
-        model, info = AutoModelForCausalLM.from_pretrained(
-            path,
-            config=config,
-            use_safetensors=True,
-            dtype=torch.float32,
-            attn_implementation=attn_implementation,
-            output_loading_info=True,
-            **common,
-            **kwargs,
-        )
+        with _quiet_loading_bar(label.startswith(ZOO_PREFIX)):  # a zoo model loads in milliseconds: no bar
+            model, info = AutoModelForCausalLM.from_pretrained(
+                path,
+                config=config,
+                use_safetensors=True,
+                dtype=torch.float32,
+                attn_implementation=attn_implementation,
+                output_loading_info=True,
+                **common,
+                **kwargs,
+            )
     except OSError as error:
         raise ValueError(
             f"could not load safetensors weights for {label}: {_first_line(error)}. ess-explorer loads safetensors "
@@ -186,6 +188,21 @@ def load_model(
     if device is not None:
         model.to(device)
     return model, _tokenizer(path, revision, trust_remote_code, label)
+
+
+@contextmanager
+def _quiet_loading_bar(quiet: bool):
+    """transformers' "Loading weights" bar off while the block runs (and back on after), when ``quiet``."""
+    from transformers.utils import logging as hf_logging
+
+    if not quiet or not hf_logging.is_progress_bar_enabled():
+        yield
+        return
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.enable_progress_bar()
 
 
 # Far above any released model (about 130 layers at most): a config beyond it is damaged or

@@ -130,6 +130,25 @@ def test_readme_lists_every_notebook():
         assert name in readme, f"notebooks/README.md does not list {name}"
 
 
+def test_teaching_notebook_is_a_lecture_of_forty_minutes_with_no_plumbing_up_front():
+    """01 opens with its plan: the lecture proper adds up to at most 40 minutes (the rest is marked as
+    going further), and its first code cells set up and load, with no helper functions to read first."""
+    import re
+
+    nb = nbformat.read(NOTEBOOK_DIR / "01_what_is_ess.ipynb", as_version=4)
+    plan = nb.cells[0].source
+    rows = [line for line in plan.splitlines() if line.startswith("|") and "min" in line]
+    lecture = [line for line in rows if "going further" not in line]
+    minutes = [int(re.search(r"(\d+) min", line).group(1)) for line in lecture]
+    assert len(minutes) >= 4 and sum(minutes) <= 40, (minutes, plan)
+    assert any("going further" in line for line in rows)
+    headings = [line for c in nb.cells if c.cell_type == "markdown" for line in c.source.splitlines()]
+    numbered = [int(m.group(1)) for h in headings if (m := re.match(r"## (\d+)\.", h))]
+    assert numbered == sorted(numbered) == list(range(1, len(numbered) + 1)), headings
+    first_code = code_cells(nb)[:3]
+    assert not any(re.search(r"^\s*(def|class) ", c.source, re.M) for c in first_code), "plumbing in the first cells"
+
+
 # ---- executed (slow: under a minute each when the machine is not shared) -----------------
 WIDGET = "application/vnd.jupyter.widget-view+json"
 
