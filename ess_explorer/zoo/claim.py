@@ -31,7 +31,7 @@ import numpy as np
 
 from .claim_stats import bootstrap, corrected_tests, correlations
 
-__all__ = ["AGGREGATIONS", "PREDICTORS", "COMPARISONS", "points", "claim", "format_claim", "verdict", "main"]
+__all__ = ["CLAIM_RECORD", "AGGREGATIONS", "PREDICTORS", "COMPARISONS", "points", "claim", "format_claim", "verdict", "main"]
 
 # aggregation -> (label, {quantity: sweep-row key}); "cut" is the labelled single-cut variant
 AGGREGATIONS = {
@@ -59,6 +59,7 @@ FAILURE_SHARE = 0.05
 FAILURE_ACCURACY = 0.9  # ... by a model whose held-out accuracy suffers (below this)
 PRIMARY = "mean"  # the aggregation of the per-family (leave one out) tests
 N_BOOT = 2000
+CLAIM_RECORD = "claim.json"  # the record `--write` saves beside the zoo README (models: every card and replica in it)
 BOOT_SEED = 0
 
 
@@ -433,7 +434,9 @@ def main(argv=None) -> dict:
         check = ZOO_DIR / ADVICE_CHECK
         advice_check = json.loads(check.read_text()) if check.is_file() else None
         path.write_text(zoo_readme(text, verdict(record), shipped, advice_check))
-        print(f"\nwrote {path}")
+        # the record itself, for readers that show it without recomputing (notebook 03)
+        (ZOO_DIR / CLAIM_RECORD).write_text(json.dumps({"models": sorted(cards), **record}, indent=1))
+        print(f"\nwrote {path} and {CLAIM_RECORD}")
     return record
 
 
