@@ -31,7 +31,17 @@ import numpy as np
 
 from .claim_stats import bootstrap, corrected_tests, correlations
 
-__all__ = ["CLAIM_RECORD", "AGGREGATIONS", "PREDICTORS", "COMPARISONS", "points", "claim", "format_claim", "verdict", "main"]
+__all__ = [
+    "CLAIM_RECORD",
+    "AGGREGATIONS",
+    "PREDICTORS",
+    "COMPARISONS",
+    "points",
+    "claim",
+    "format_claim",
+    "verdict",
+    "main",
+]
 
 # aggregation -> (label, {quantity: sweep-row key}); "cut" is the labelled single-cut variant
 AGGREGATIONS = {
