@@ -242,3 +242,46 @@ def test_collapse_verdict_needs_low_use_and_an_accuracy_cost():
     assert "Collapsed by training" in efficient and "not the paper's failure mode" in efficient
     assert "not the paper's failure mode" in " ".join(claim_mod.verdict(record(0.03, 0.99)))  # no accuracy cost
     assert "the paper's failure mode, a state left unused" in " ".join(claim_mod.verdict(record(0.03, 0.5)))
+
+
+def test_card_shows_its_seed_replicas_and_the_claims_tests_that_concern_it():
+    from ess_explorer.sources import card as read_card
+    from ess_explorer.zoo.cards import render_readme
+
+    shipped = read_card("la_k16")
+    k = shipped["task"]["num_pairs"]
+    row = {"pairs": k, "ess_mean_per_kv": 12.5, "entropy_ess_mean_per_kv": 7.25, "tss_mean_per_kv": 64.0}
+    replicas = {
+        "la_k16_s1": {
+            "replica_of": "la_k16",
+            "training": {"seed": 1},
+            "heldout": {"accuracy": 0.4},
+            "sweep": {"rows": [row]},
+        },
+        "gla_k16_s1": {
+            "replica_of": "gla_k16",
+            "training": {"seed": 1},
+            "heldout": {"accuracy": 0.9},
+            "sweep": {"rows": []},
+        },
+    }
+    test = {"difference": 0.31, "bonferroni_interval": [0.05, 0.6], "p_holm": 0.02, "holds": True}
+    family_out = {"difference": -0.1, "bonferroni_interval": [-0.4, 0.2], "p_holm": 1.0, "holds": False}
+    record = {
+        "models": ["la_k16", "la_k16_s1"],
+        "tests": {
+            "m": 24,
+            "tests": {
+                "[main_task] mean: ESS/kv - TSS/kv": test,
+                "[main_task without linear_attention] mean: ESS/kv - TSS/kv": family_out,
+            },
+        },
+    }
+    text = render_readme(shipped, replicas, record)
+    assert "| 1 | 0.400 | 12.5 | 7.2 | 64.0 |" in text  # the replica of this model, at the card's K
+    assert "| 0 | " in text and "0.900" not in text  # the shipped run beside it; another model's replica left out
+    assert "all main-task architectures: +0.31, Bonferroni interval [+0.05, +0.60], Holm p 0.020: holds." in text
+    assert "without the linear_attention family: -0.10" in text and "does not hold after correction" in text
+    # without records the card has neither section
+    plain = render_readme(shipped)
+    assert "Over training seeds" not in plain and "In the zoo's claim" not in plain

@@ -121,8 +121,18 @@ def write_card(name: str, folder: Path | None = None, n_samples: int = TEST_SAMP
                 "control_of": controlled,
             }
     (folder / "card.json").write_text(json.dumps(card, indent=2))
-    (folder / "README.md").write_text(render_readme(card))
+    (folder / "README.md").write_text(render_readme(card, *evidence_records()))
     return card
+
+
+def evidence_records() -> tuple[dict, dict]:
+    """(the seed replicas of seeds.json, the claim record of claim.json) of the shipped zoo; empty where absent."""
+    from ..sources import ZOO_DIR
+    from .claim import CLAIM_RECORD
+    from .seeds import replica_cards
+
+    path = ZOO_DIR / CLAIM_RECORD
+    return replica_cards(), (json.loads(path.read_text()) if path.is_file() else {})
 
 
 def _strip(drop: dict) -> dict:
@@ -224,8 +234,68 @@ def _drop_lines(drop: dict) -> list[str]:
     ]
 
 
-def render_readme(card: dict) -> str:
-    """The human-readable model card (Markdown) for a card dict."""
+def _seed_lines(card: dict, replicas: dict) -> list[str]:
+    """This model beside its seed replicas (seeds.json), at the card's K: the independent runs the claim resamples."""
+    k = card["task"]["num_pairs"]
+    runs = [(card["training"]["seed"], card["heldout"]["accuracy"], card["sweep"]["rows"])]
+    runs += [
+        (r["training"]["seed"], r["heldout"]["accuracy"], r["sweep"]["rows"])
+        for r in replicas.values()
+        if r["replica_of"] == card["name"]
+    ]
+    if len(runs) < 2:
+        return []
+    lines = [
+        "",
+        "### Over training seeds",
+        "",
+        f"The same spec trained with other seeds (initialisation and data stream; `seeds.json`, measured as this card). "
+        f"Held-out accuracy on the same test sequences, and the sweep's row at K = {k}:",
+        "",
+        "| seed | held-out accuracy | ESS/kv mean over t | entropy-ESS/kv mean | TSS/kv mean |",
+        "|---|---|---|---|---|",
+    ]
+    for seed, accuracy, rows in sorted(runs):
+        row = next((r for r in rows if r["pairs"] == k), {})
+        lines.append(
+            f"| {seed} | {accuracy:.3f} | {_num(row, 'ess_mean_per_kv')} | {_num(row, 'entropy_ess_mean_per_kv')} | "
+            f"{_num(row, 'tss_mean_per_kv')} |"
+        )
+    return lines
+
+
+def _claim_lines(card: dict, record: dict) -> list[str]:
+    """The zoo claim's corrected tests that concern this model (claim.json): the main-task test it enters,
+    and the same test without its family."""
+    if card["name"] not in record.get("models", []) or not card["training"].get("train_pairs"):
+        return []
+    tests = record["tests"]["tests"]
+    wanted = {
+        "all main-task architectures": "[main_task] mean: ESS/kv - TSS/kv",
+        f"without the {card['family']} family": f"[main_task without {card['family']}] mean: ESS/kv - TSS/kv",
+    }
+    lines = [
+        "",
+        "### In the zoo's claim",
+        "",
+        f"Spearman(ESS/kv, accuracy) - Spearman(TSS/kv, accuracy), ESS aggregated as the mean over t, over every "
+        f"(model, K, seed) point; each test corrected for all {record['tests']['m']} the claim runs (zoo README):",
+        "",
+    ]
+    for label, name in wanted.items():
+        if name in tests:
+            t = tests[name]
+            lines.append(
+                f"- {label}: {t['difference']:+.2f}, Bonferroni interval [{t['bonferroni_interval'][0]:+.2f}, "
+                f"{t['bonferroni_interval'][1]:+.2f}], Holm p {t['p_holm']:.3f}: "
+                + ("holds." if t["holds"] else "does not hold after correction.")
+            )
+    return lines
+
+
+def render_readme(card: dict, replicas: dict | None = None, claim_record: dict | None = None) -> str:
+    """The human-readable model card (Markdown) for a card dict; ``replicas`` (seeds.json) and
+    ``claim_record`` (claim.json) add the model's seeds and the claim's tests that concern it."""
     ess, task, tr, held = card["ess"], card["task"], card["training"], card["heldout"]
     name = card["name"]
     seg = task["num_segments"]
@@ -332,6 +402,8 @@ def render_readme(card: dict) -> str:
         "",
     ]
     lines += _sweep_lines(card)
+    lines += _seed_lines(card, replicas or {})
+    lines += _claim_lines(card, claim_record or {})
     if "separator_drop" in card:
         drop = card["separator_drop"]
         lines += [

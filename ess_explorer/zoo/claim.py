@@ -444,9 +444,13 @@ def main(argv=None) -> dict:
         check = ZOO_DIR / ADVICE_CHECK
         advice_check = json.loads(check.read_text()) if check.is_file() else None
         path.write_text(zoo_readme(text, verdict(record), shipped, advice_check))
-        # the record itself, for readers that show it without recomputing (notebook 03)
+        # the record itself, for readers that show it without recomputing (notebook 03, the cards)
         (ZOO_DIR / CLAIM_RECORD).write_text(json.dumps({"models": sorted(cards), **record}, indent=1))
-        print(f"\nwrote {path} and {CLAIM_RECORD}")
+        from .cards import evidence_records, render_readme
+
+        for name, info in shipped.items():  # each card's seeds and the tests that concern it
+            (model_dir(name) / "README.md").write_text(render_readme(info, *evidence_records()))
+        print(f"\nwrote {path}, {CLAIM_RECORD} and the cards' README.md")
     return record
 
 
