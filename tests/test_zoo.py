@@ -107,15 +107,6 @@ def test_bad_config_is_a_value_error():
 # ---- training (smoke) ---------------------------------------------------------------------
 
 
-@pytest.fixture
-def one_thread():
-    """Tiny models train fastest on one thread (and do not fight other jobs for the cores)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def test_a_few_training_steps_save_a_model_that_reloads_identically(tmp_path, one_thread):
     from dataclasses import replace
 
