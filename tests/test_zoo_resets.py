@@ -32,7 +32,7 @@ def _drop(graded: float, count: float, scales: tuple[float, ...]) -> dict:
     }
 
 
-def _cards(reset_graded: dict[int, float], control_graded: dict[int, float]) -> dict:
+def _cards(reset_graded: dict[int, float], control_graded: dict[int, float], control_accuracy: float = 0.85) -> dict:
     """Shipped cards (seed 0) and replicas (NAME_sS) of a reset model and its control."""
     cards = {}
     for model, key, graded in (
@@ -44,7 +44,7 @@ def _cards(reset_graded: dict[int, float], control_graded: dict[int, float]) -> 
             cards[name] = {
                 "family": "fam",
                 "training": {"seed": seed},
-                "heldout": {"accuracy": 0.9 if model == "m_reset" else 0.8, "stale_accuracy": 0.7},
+                "heldout": {"accuracy": 0.9 if model == "m_reset" else control_accuracy, "stale_accuracy": 0.7},
                 key: _drop(g, 0.05, (0.3, 0.6) if model == "m_reset" else (0.9, 1.0)),
                 **({} if seed == 0 else {"replica_of": model}),
             }
@@ -58,7 +58,7 @@ def test_seed_pairs_pair_by_training_seed_and_take_reset_minus_control():
     assert [r["graded_difference"] for r in rows] == pytest.approx([0.6, 0.4])
     assert rows[0]["count_difference"] == pytest.approx(0.0)
     assert rows[0]["past_scale_difference"] == pytest.approx(0.3 - 0.9)  # smallest over layers of each
-    assert rows[0]["accuracy_reset"] == 0.9 and rows[0]["accuracy_control"] == 0.8
+    assert rows[0]["accuracy_reset"] == 0.9 and rows[0]["accuracy_control"] == 0.85
     assert rows[0]["control_graded_own"] is None  # the hand-made control has no own-prompt record
 
 
@@ -79,7 +79,13 @@ def test_a_reset_is_seen_only_when_the_interval_lies_above_zero_with_the_margin(
     one = resets.reset_seed_pairs(_cards({0: 0.9}, {0: 0.0}), "m_reset", "m_keep")
     lone = resets.reset_summary(one)
     assert not lone["seen"] and lone["graded_difference"]["interval"] is None
-    assert "one seed, so no interval" in resets.reset_line("m_reset", "m_keep", "fam", one, lone)
+    line = resets.reset_line("m_reset", "m_keep", "fam", one, lone)
+    assert "one seed, so no interval" in line and "is at least the margin 0.2" in line
+    assert "Caveat" not in line  # accuracies 0.9 vs 0.85: within ACCURACY_GAP
+    weak = resets.reset_seed_pairs(_cards({0: 0.9}, {0: 0.0}, control_accuracy=0.2), "m_reset", "m_keep")
+    assert "learned its task much less well" in resets.reset_line(
+        "m_reset", "m_keep", "fam", weak, resets.reset_summary(weak)
+    )
     with pytest.raises(ValueError, match="at least one seed"):
         resets.reset_summary([])
 

@@ -33,6 +33,8 @@ __all__ = [
 CARD_VERSION = 3  # 3: time-aggregated ESS (mean / max over t), graded modulation
 TEST_SAMPLES = 1024
 SWEEP_SAMPLES = 512
+# how a stale query (a key of an earlier segment, absent from the current one) is answered, per MQARTask.stale_answer
+STALE_ANSWER_WORDS = {"none": "answer `--`", "earlier": "answer: the key's latest earlier value"}
 
 
 def sweep_pairs(task: MQARTask) -> tuple[int, ...]:
@@ -295,7 +297,8 @@ def render_readme(card: dict) -> str:
     )
     if "stale_accuracy" in held:
         held_text += (
-            f" Stale queries (answer `--`): {held['stale_accuracy']:.4f}; the others: {held['recall_accuracy']:.4f}."
+            f" Stale queries ({STALE_ANSWER_WORDS[card['task'].get('stale_answer', 'none')]}): "
+            f"{held['stale_accuracy']:.4f}; the others: {held['recall_accuracy']:.4f}."
         )
     lines += [
         "",

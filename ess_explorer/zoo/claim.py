@@ -19,7 +19,8 @@ entropy-ESS/kv, over all models and over the main task; and, on the main task an
 t, the same with each family left out (what holds per family). Every test is reported with its
 Holm-adjusted p-value and its Bonferroni-widened interval. Control: the untrained copies' ESS
 as the predictor of the trained accuracy (descriptive, not a test). Also: the learned resets
-(count and graded modulation at "|", trained vs controls) and the utilisation over prompts.
+(count and graded modulation at "|", each reset model against its matched control, seed by seed,
+with a t interval over seeds: zoo/resets.py) and the utilisation over prompts.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ __all__ = ["GRADED_MARGIN", "LEVEL", "control_role", "t_interval", "reset_seed_p
 
 GRADED_MARGIN = 0.2  # a graded modulation this far above the control's reads as a learned (partial) reset
 LEVEL = 0.95
+ACCURACY_GAP = 0.1  # a control this far below its reset model in held-out accuracy learned its task much less well
 
 
 def t_interval(values, level: float = LEVEL) -> dict:
@@ -117,14 +118,31 @@ def _mean(rec: dict | None, fmt: str = "+.2f") -> str:
     if rec is None:
         return "-"
     if rec["interval"] is None:
-        return f"{rec['mean']:{fmt}} (n = 1, no interval)"
+        return f"{rec['mean']:{fmt}}"
     lo, hi = rec["interval"]
     return f"{rec['mean']:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]"
 
 
+def _verdict(family: str, summary: dict) -> str:
+    graded, margin, level = summary["graded_difference"], summary["margin"], summary["level"]
+    if summary["seen"]:
+        return f"A learned reset is seen in {family}: the graded difference's {level:.0%} interval lies above 0 and its mean is at least {margin}."
+    if graded["interval"] is None:
+        side = "at least" if graded["mean"] >= margin else "below"
+        return (
+            f"No learned reset is established in {family}: one seed, so no interval over seeds (that seed's graded "
+            f"difference is {side} the margin {margin})."
+        )
+    return (
+        f"No learned reset is established in {family}: the graded difference's {level:.0%} interval does not lie above 0 "
+        f"with a mean of at least {margin}."
+    )
+
+
 def reset_line(model: str, control: str, family: str, rows: list[dict], summary: dict) -> str:
-    """The README line of one reset model against its control: per seed, then the means with
-    their intervals, then the verdict."""
+    """The README line of one reset model against its control: per seed, then the means over seeds
+    (with their t intervals when n >= 2), the verdict, and a caveat when the control learned its
+    task much less well than the reset model (``ACCURACY_GAP``)."""
     seeds = "; ".join(
         f"seed {r['seed']}: graded {r['graded_reset']:+.2f} vs {r['graded_control']:+.2f}, count "
         f"{r['count_reset']:+.2f} vs {r['count_control']:+.2f}, past scaled by {r['past_scale_reset']:.2f} vs "
@@ -137,27 +155,23 @@ def reset_line(model: str, control: str, family: str, rows: list[dict], summary:
         for r in rows
     )
     n = len(rows)
-    verdict = (
-        f"A learned reset is seen in {family}: the graded difference's {summary['level']:.0%} interval lies above 0 "
-        f"and its mean is at least {summary['margin']}."
-        if summary["seen"]
-        else f"No learned reset is established in {family}: "
-        + (
-            "one seed, so no interval over seeds."
-            if n < 2
-            else f"the graded difference's {summary['level']:.0%} interval does not lie above 0 with a mean of at least "
-            f"{summary['margin']}."
-        )
+    spread = f"mean [{summary['level']:.0%} t interval]" if n > 1 else "one seed, no interval"
+    acc_reset, acc_control = summary["accuracy_reset"], summary["accuracy_control"]
+    caveat = (
+        f" Caveat: the control learned its task much less well (held-out accuracy {acc_control['mean']:.3f} against "
+        f"{acc_reset['mean']:.3f}), so the difference at '|' may reflect that as much as a reset."
+        if acc_control["mean"] < acc_reset["mean"] - ACCURACY_GAP
+        else ""
     )
     return (
-        f"- Reset, {model} against {control} (same prompts, n = {n} seed{'s' if n > 1 else ''}: {seeds}). "
-        f"Reset minus control, mean [{summary['level']:.0%} t interval]: graded {_mean(summary['graded_difference'])}, "
+        f"- Reset, {model} against {control} (same prompts, n = {n} seed{'s' if n > 1 else ''}; {seeds}). "
+        f"Reset minus control, {spread}: graded {_mean(summary['graded_difference'])}, "
         f"count {_mean(summary['count_difference'])}, past scale {_mean(summary['past_scale_difference'])}; "
-        f"held-out accuracy {_mean(summary['accuracy_reset'], '.3f')} vs {_mean(summary['accuracy_control'], '.3f')}"
+        f"held-out accuracy {_mean(acc_reset, '.3f')} vs {_mean(acc_control, '.3f')}"
         + (
             f", the control's stale-query accuracy {_mean(summary['stale_accuracy_control'], '.3f')}"
             if summary["stale_accuracy_control"] is not None
             else ""
         )
-        + f". {verdict}"
+        + f". {_verdict(family, summary)}{caveat}"
     )
