@@ -24,7 +24,16 @@ import math
 import numpy as np
 from scipy import stats
 
-__all__ = ["GRADED_MARGIN", "LEVEL", "control_role", "t_interval", "reset_seed_pairs", "reset_summary", "reset_line"]
+__all__ = [
+    "GRADED_MARGIN",
+    "LEVEL",
+    "ACCURACY_GAP",
+    "control_role",
+    "t_interval",
+    "reset_seed_pairs",
+    "reset_summary",
+    "reset_line",
+]
 
 GRADED_MARGIN = 0.2  # a graded modulation this far above the control's reads as a learned (partial) reset
 LEVEL = 0.95
