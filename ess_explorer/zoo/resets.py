@@ -132,18 +132,21 @@ def _mean(rec: dict | None, fmt: str = "+.2f") -> str:
     return f"{rec['mean']:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]"
 
 
-def _verdict(family: str, summary: dict) -> str:
+def _verdict(label: str, summary: dict) -> str:
     graded, margin, level = summary["graded_difference"], summary["margin"], summary["level"]
     if summary["seen"]:
-        return f"A learned reset is seen in {family}: the graded difference's {level:.0%} interval lies above 0 and its mean is at least {margin}."
+        return (
+            f"A learned reset is seen in {label}: the graded difference's {level:.0%} interval lies above 0 and its "
+            f"mean is at least {margin}."
+        )
     if graded["interval"] is None:
         side = "at least" if graded["mean"] >= margin else "below"
         return (
-            f"No learned reset is established in {family}: one seed, so no interval over seeds (that seed's graded "
+            f"No learned reset is established in {label}: one seed, so no interval over seeds (that seed's graded "
             f"difference is {side} the margin {margin})."
         )
     return (
-        f"No learned reset is established in {family}: the graded difference's {level:.0%} interval does not lie above 0 "
+        f"No learned reset is established in {label}: the graded difference's {level:.0%} interval does not lie above 0 "
         f"with a mean of at least {margin}."
     )
 
@@ -182,5 +185,5 @@ def reset_line(model: str, control: str, family: str, rows: list[dict], summary:
             if summary["stale_accuracy_control"] is not None
             else ""
         )
-        + f". {_verdict(family, summary)}{caveat}"
+        + f". {_verdict(f'{family} ({model})', summary)}{caveat}"
     )
