@@ -70,6 +70,7 @@ def test_a_reset_is_seen_only_when_the_interval_lies_above_zero_with_the_margin(
     assert summary["seen"] and summary["seeds"] == [0, 1, 2]
     line = resets.reset_line("m_reset", "m_keep", "fam", clear, summary)
     assert "n = 3 seeds" in line and "A learned reset is seen in fam" in line
+    assert "held-out accuracy 0.900 (seeds 0.900-0.900) vs 0.850 (seeds 0.850-0.850)" in line
     noisy = resets.reset_seed_pairs(_cards({0: 0.7, 1: 0.1, 2: 1.1}, {0: 0.2, 1: 0.2, 2: 0.2}), "m_reset", "m_keep")
     assert resets.reset_summary(noisy)["graded_difference"]["interval"][0] < 0  # mean 0.47, sd 0.5
     assert not resets.reset_summary(noisy)["seen"]

@@ -132,6 +132,14 @@ def _mean(rec: dict | None, fmt: str = "+.2f") -> str:
     return f"{rec['mean']:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]"
 
 
+def _seed_range(rows: list[dict], key: str) -> str:
+    """Mean of an accuracy over seeds with its range (a t interval is no use for a bounded value
+    over two or three seeds)."""
+    values = [r[key] for r in rows if r[key] is not None]
+    mean = sum(values) / len(values)
+    return f"{mean:.3f}" if len(values) < 2 else f"{mean:.3f} (seeds {min(values):.3f}-{max(values):.3f})"
+
+
 def _verdict(label: str, summary: dict) -> str:
     graded, margin, level = summary["graded_difference"], summary["margin"], summary["level"]
     if summary["seen"]:
@@ -153,7 +161,7 @@ def _verdict(label: str, summary: dict) -> str:
 
 def reset_line(model: str, control: str, family: str, rows: list[dict], summary: dict) -> str:
     """The README line of one reset model against its control: per seed, then the means over seeds
-    (with their t intervals when n >= 2), the verdict, and a caveat when the control learned its
+    (differences with their t intervals when n >= 2, accuracies with their range), the verdict, and a caveat when the control learned its
     task much less well than the reset model (``ACCURACY_GAP``)."""
     seeds = "; ".join(
         f"seed {r['seed']}: graded {r['graded_reset']:+.2f} vs {r['graded_control']:+.2f}, count "
@@ -179,9 +187,9 @@ def reset_line(model: str, control: str, family: str, rows: list[dict], summary:
         f"- Reset, {model} against {control} (same prompts, n = {n} seed{'s' if n > 1 else ''}; {seeds}). "
         f"Reset minus control, {spread}: graded {_mean(summary['graded_difference'])}, "
         f"count {_mean(summary['count_difference'])}, past scale {_mean(summary['past_scale_difference'])}; "
-        f"held-out accuracy {_mean(acc_reset, '.3f')} vs {_mean(acc_control, '.3f')}"
+        f"held-out accuracy {_seed_range(rows, 'accuracy_reset')} vs {_seed_range(rows, 'accuracy_control')}"
         + (
-            f", the control's stale-query accuracy {_mean(summary['stale_accuracy_control'], '.3f')}"
+            f", the control's stale-query accuracy {_seed_range(rows, 'stale_accuracy_control')}"
             if summary["stale_accuracy_control"] is not None
             else ""
         )
