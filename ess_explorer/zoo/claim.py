@@ -288,7 +288,7 @@ def format_claim(record: dict, cards: dict) -> str:
             stale = f", stale-query accuracy {r['stale_accuracy']:.3f}" if r["stale_accuracy"] is not None else ""
             graded = r["graded_modulation"] if r["graded_modulation"] is not None else float("nan")
             lines.append(
-                f"  {r['model']:<20} {r['role']:<30} count {r['modulation']:+.2f}, graded {graded:+.2f}; past scaled "
+                f"  {r['model']:<20} {r['role']:<42} count {r['modulation']:+.2f}, graded {graded:+.2f}; past scaled "
                 f"by {r['past_scale']:.2f}; accuracy {r['accuracy']:.3f}{stale}"
             )
     if record["collapse"]:
