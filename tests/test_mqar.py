@@ -187,3 +187,55 @@ def test_evaluate_splits_stale_and_recall_accuracy():
     got = evaluate_model(AlwaysNone(), task, n_samples=8)
     assert got["stale_accuracy"] == 1.0 and got["recall_accuracy"] == 0.0
     assert got["n_stale"] == 8 * 2 * 2 and got["accuracy"] == got["n_stale"] / got["n_queries"]
+
+
+def test_the_keep_control_draws_the_same_prompts_and_answers_stale_queries_with_the_earlier_value():
+    """stale_answer="earlier" changes only the answers of stale queries: same seed, same keys,
+    values and query slots; a stale query's answer is its key's latest value in an earlier
+    segment ("--" only for a key never bound before)."""
+    reset = MQARTask(num_pairs=4, num_segments=4, num_keys=10, stale_queries=2)
+    keep = MQARTask(num_pairs=4, num_segments=4, num_keys=10, stale_queries=2, stale_answer="earlier")
+    a, b = reset.sample(32, seed=[3, 1]), keep.sample(32, seed=[3, 1])
+    stale = a.stale_answers
+    assert torch.equal(stale, b.stale_answers) and int(stale.sum()) == 32 * 3 * 2
+    assert torch.equal(a.input_ids[~stale], b.input_ids[~stale])
+    assert torch.equal(a.labels[~stale], b.labels[~stale])
+    assert (a.labels[stale] == reset.vocab.none_id).all()
+    assert torch.equal(a.labels != b.labels, stale & (b.labels != keep.vocab.none_id))
+    n_old = 0
+    for row_ids in b.input_ids:
+        latest = {}
+        for seg in _segments(keep, row_ids):
+            pairs = dict(zip(seg[0 : 2 * 4 : 2], seg[1 : 2 * 4 : 2]))
+            for key, value in zip(seg[2 * 4 :: 2], seg[2 * 4 + 1 :: 2]):
+                if key in pairs:
+                    assert value == pairs[key]
+                else:  # a stale query: the key's latest earlier binding, or "--" if it never had one
+                    assert value == latest.get(key, NONE)
+                    n_old += key in latest
+            latest.update(pairs)
+    assert n_old > 0.9 * 32 * 3 * 2  # the fallback to never-bound keys is rare
+
+
+def test_stale_answer_is_validated_and_old_task_dicts_still_load():
+    with pytest.raises(ValueError, match="stale_answer must be one of"):
+        MQARTask(num_pairs=4, num_segments=2, stale_queries=1, stale_answer="latest")
+    keep = MQARTask(num_pairs=4, num_segments=2, stale_queries=1, stale_answer="earlier")
+    assert MQARTask.from_dict(keep.to_dict()).stale_answer == "earlier"
+    old = {k: v for k, v in keep.to_dict().items() if k != "stale_answer"}  # written before the field existed
+    assert MQARTask.from_dict(old).stale_answer == "none"
+
+
+def test_the_keep_controls_stale_accuracy_scores_the_earlier_value():
+    from ess_explorer.zoo.mqar import evaluate_model
+
+    task = MQARTask(num_pairs=4, num_segments=3, stale_queries=2, stale_answer="earlier")
+
+    class Oracle(torch.nn.Module):  # reads the answer off the next input token: right everywhere
+        def forward(self, input_ids):
+            logits = torch.zeros(*input_ids.shape, task.vocab.size)
+            logits[:, :-1].scatter_(-1, input_ids[:, 1:, None], 1.0)
+            return type("Out", (), {"logits": logits})()
+
+    got = evaluate_model(Oracle(), task, n_samples=8)
+    assert got["stale_accuracy"] == 1.0 and got["recall_accuracy"] == 1.0 and got["n_stale"] == 8 * 2 * 2

@@ -16,6 +16,7 @@ import torch
 from .measure import ESS_SEED, memory_cut, prompt_utilisation, separator_drop, sweep
 from .measure import __doc__ as _MEASURE_DOC
 from .mqar import MQARTask, evaluate_model
+from .resets import control_role
 
 __all__ = [
     "CARD_VERSION",
@@ -25,12 +26,15 @@ __all__ = [
     "untrained_copy",
     "measure_ess",
     "write_card",
+    "separator_records",
     "render_readme",
 ]
 
 CARD_VERSION = 3  # 3: time-aggregated ESS (mean / max over t), graded modulation
 TEST_SAMPLES = 1024
 SWEEP_SAMPLES = 512
+# how a stale query (a key of an earlier segment, absent from the current one) is answered, per MQARTask.stale_answer
+STALE_ANSWER_WORDS = {"none": "answer `--`", "earlier": "answer: the key's latest earlier value"}
 
 
 def sweep_pairs(task: MQARTask) -> tuple[int, ...]:
@@ -67,7 +71,7 @@ def write_card(name: str, folder: Path | None = None, n_samples: int = TEST_SAMP
     from transformers import AutoModelForCausalLM
 
     from ..sources import model_dir
-    from .specs import RESET_CONTROLS, SEGMENTED_TASK, TEST_SEED, ZOO
+    from .specs import TEST_SEED, ZOO
 
     folder = Path(folder) if folder is not None else model_dir(name)
     record = json.loads((folder / "training.json").read_text())
@@ -108,18 +112,9 @@ def write_card(name: str, folder: Path | None = None, n_samples: int = TEST_SAMP
                 "sweep": sweep(untrained, task, ks, n_samples=SWEEP_SAMPLES),
                 "utilisation": prompt_utilisation(untrained, task),
             }
-        if task.separator_positions():
-            card["separator_drop"] = separator_drop(model, task)
-            if untrained is not None:
-                card["untrained"]["separator_drop"] = _strip(separator_drop(untrained, task))
-        controlled = [k for k, v in RESET_CONTROLS.items() if v == name]
-        if controlled:  # control: the prompts of the model it controls, with separators it was never trained on
-            twin = ZOO[controlled[0]].task if controlled[0] in ZOO else SEGMENTED_TASK
-            card["separator_control"] = {
-                **separator_drop(model, twin),
-                "task": twin.to_dict(),
-                "control_of": controlled,
-            }
+        card.update(separator_records(model, name, task))
+        if task.separator_positions() and untrained is not None:
+            card["untrained"]["separator_drop"] = _strip(separator_drop(untrained, task))
     (folder / "card.json").write_text(json.dumps(card, indent=2))
     (folder / "README.md").write_text(render_readme(card, *evidence_records()))
     return card
@@ -133,6 +128,29 @@ def evidence_records() -> tuple[dict, dict]:
 
     path = ZOO_DIR / CLAIM_RECORD
     return replica_cards(), (json.loads(path.read_text()) if path.is_file() else {})
+
+
+def separator_records(model, name: str, task: MQARTask) -> dict:
+    """The separator measurements of zoo model ``name`` (or of a seed replica of it), as its card
+    keeps them: ``separator_drop`` on its own task's prompts when they have separators, and, for
+    the control of a model in RESET_CONTROLS, ``separator_control``: the same measurement on the
+    prompts of the model it controls (its reset task), so both are read on the same inputs, with
+    ``control_of`` and ``trained_on_separators`` (whether the control saw '|' in training)."""
+    from .specs import RESET_CONTROLS, SEGMENTED_TASK, ZOO
+
+    out = {}
+    if task.separator_positions():
+        out["separator_drop"] = separator_drop(model, task)
+    controlled = [k for k, v in RESET_CONTROLS.items() if v == name]
+    if controlled:
+        twin = ZOO[controlled[0]].task if controlled[0] in ZOO else SEGMENTED_TASK
+        out["separator_control"] = {
+            **separator_drop(model, twin),
+            "task": twin.to_dict(),
+            "control_of": controlled,
+            "trained_on_separators": bool(task.separator_positions()),
+        }
+    return out
 
 
 def _strip(drop: dict) -> dict:
@@ -349,7 +367,8 @@ def render_readme(card: dict, replicas: dict | None = None, claim_record: dict |
     )
     if "stale_accuracy" in held:
         held_text += (
-            f" Stale queries (answer `--`): {held['stale_accuracy']:.4f}; the others: {held['recall_accuracy']:.4f}."
+            f" Stale queries ({STALE_ANSWER_WORDS[card['task'].get('stale_answer', 'none')]}): "
+            f"{held['stale_accuracy']:.4f}; the others: {held['recall_accuracy']:.4f}."
         )
     lines += [
         "",
@@ -423,7 +442,7 @@ def render_readme(card: dict, replicas: dict | None = None, claim_record: dict |
         drop = card["separator_control"]
         lines += [
             "",
-            f"### Control: separators it was never trained on (for {', '.join(drop['control_of'])})",
+            f"### {control_role(drop)} (for {', '.join(drop['control_of'])}, on its prompts)",
             "",
             f"Its prompts ({drop['task']['num_segments']} segments of {drop['task']['num_pairs']} pairs, "
             f"separators at {drop['separators']}), same measurement:",

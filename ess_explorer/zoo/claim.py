@@ -19,7 +19,8 @@ entropy-ESS/kv, over all models and over the main task; and, on the main task an
 t, the same with each family left out (what holds per family). Every test is reported with its
 Holm-adjusted p-value and its Bonferroni-widened interval. Control: the untrained copies' ESS
 as the predictor of the trained accuracy (descriptive, not a test). Also: the learned resets
-(count and graded modulation at "|", trained vs controls) and the utilisation over prompts.
+(count and graded modulation at "|", each reset model against its matched control, seed by seed,
+with a t interval over seeds: zoo/resets.py) and the utilisation over prompts.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import json
 import numpy as np
 
 from .claim_stats import bootstrap, corrected_tests, correlations
+from .resets import control_role, reset_line, reset_seed_pairs, reset_summary
 
 __all__ = [
     "CLAIM_RECORD",
@@ -63,7 +65,6 @@ COMPARISONS = {
     for agg, (_, keys) in AGGREGATIONS.items()
     for q in ("ess", "entropy_ess")
 }
-GRADED_MARGIN = 0.2  # a graded modulation this far above the control's reads as a learned partial reset
 # the paper's collapse failure mode: a state used at most this share of what the rank cap allows ...
 FAILURE_SHARE = 0.05
 FAILURE_ACCURACY = 0.9  # ... by a model whose held-out accuracy suffers (below this)
@@ -160,6 +161,7 @@ def claim(cards: dict[str, dict], n_boot: int = N_BOOT) -> dict:
     ]
     out["training_lowered_ess"] = [sum(u >= t for t, u in pairs), len(pairs)] if pairs else None
     out["resets"] = _resets(cards)
+    out["reset_seeds"] = _reset_seeds(cards)
     out["collapse"] = _collapse(cards)
     return out
 
@@ -167,13 +169,13 @@ def claim(cards: dict[str, dict], n_boot: int = N_BOOT) -> dict:
 def _resets(cards: dict) -> list[dict]:
     rows = []
     for name, info in cards.items():
-        for key, role in (("separator_drop", "trained on '|'"), ("separator_control", "control: no '|' in training")):
+        for key in ("separator_drop", "separator_control"):
             if key in info:
                 d = info[key]
                 rows.append(
                     {
                         "model": name,
-                        "role": role,
+                        "role": "own prompts" if key == "separator_drop" else control_role(d).lower(),
                         "modulation": d["modulation"],
                         "layer": d["layer"],
                         "graded_modulation": d.get("graded_modulation"),
@@ -185,6 +187,20 @@ def _resets(cards: dict) -> list[dict]:
                     }
                 )
     return rows
+
+
+def _reset_seeds(cards: dict) -> dict:
+    """{reset model: {control, family, seeds (reset_seed_pairs), summary (reset_summary)}} for every
+    pair of RESET_CONTROLS with at least one seed measured for both."""
+    from .specs import RESET_CONTROLS
+
+    out = {}
+    for model, control in RESET_CONTROLS.items():
+        rows = reset_seed_pairs(cards, model, control)
+        if rows:
+            family = next(c["family"] for n, c in cards.items() if c.get("replica_of", n) == model)
+            out[model] = {"control": control, "family": family, "seeds": rows, "summary": reset_summary(rows)}
+    return out
 
 
 def _collapse(cards: dict) -> list[dict]:
@@ -283,7 +299,7 @@ def format_claim(record: dict, cards: dict) -> str:
             stale = f", stale-query accuracy {r['stale_accuracy']:.3f}" if r["stale_accuracy"] is not None else ""
             graded = r["graded_modulation"] if r["graded_modulation"] is not None else float("nan")
             lines.append(
-                f"  {r['model']:<20} {r['role']:<30} count {r['modulation']:+.2f}, graded {graded:+.2f}; past scaled "
+                f"  {r['model']:<20} {r['role']:<42} count {r['modulation']:+.2f}, graded {graded:+.2f}; past scaled "
                 f"by {r['past_scale']:.2f}; accuracy {r['accuracy']:.3f}{stale}"
             )
     if record["collapse"]:
@@ -359,30 +375,8 @@ def verdict(record: dict) -> list[str]:
             "models: at this size a random initialisation already fills most of what the prompt allows, so ESS mostly "
             "reflects the architecture; training mostly prunes it."
         )
-    from .specs import RESET_CONTROLS
-
-    resets = {r["model"]: r for r in record["resets"]}
-    for model, control in RESET_CONTROLS.items():
-        r, c = resets.get(model), resets.get(control)
-        if r is None or c is None or r["role"] == c["role"]:
-            continue
-        graded, control_graded = r.get("graded_modulation"), c.get("graded_modulation")
-        seen = graded is not None and control_graded is not None and graded - control_graded >= GRADED_MARGIN
-        out.append(
-            f"- Reset, {model} (control {control}, same prompts): count modulation at '|' {r['modulation']:+.2f} vs "
-            f"{c['modulation']:+.2f}; graded (nuclear norm) "
-            + (f"{graded:+.2f} vs {control_graded:+.2f}" if None not in (graded, control_graded) else "not measured")
-            + f"; '|' scales the past by {r['past_scale']:.2f} vs {c['past_scale']:.2f}. "
-            + (
-                "A learned reset that empties the state (the count drops by half or more)."
-                if r["modulation"] >= 0.5 and c["modulation"] <= 0.2
-                else f"A learned partial reset: the graded modulation exceeds the control's by {GRADED_MARGIN} or more, "
-                "while the count, which falls only when the past shrinks below 1e-3 of sigma_1, barely moves."
-                if seen
-                else "No learned reset beyond the control's is visible."
-            )
-            + " One seed per model: no interval over seeds."
-        )
+    for model, rec in record.get("reset_seeds", {}).items():
+        out.append(reset_line(model, rec["control"], rec["family"], rec["seeds"], rec["summary"]))
     low = [c for c in record["collapse"] if c["rank_cap_allows"] >= 0.5 and c["untrained"] is not None]
     if low:
         best = min(low, key=lambda c: c["utilisation"])

@@ -21,6 +21,11 @@ token "|": keys reset after it (the same key may come back with a new value). Wi
 ("not in this segment"). Keeping old bindings across "|" then gives wrong answers, so a
 model has to drop its state at the separator (recency alone no longer answers).
 
+``stale_answer = "earlier"`` is the matched control of that task: the same draws (same keys,
+values and query slots for the same seed), but a stale query is answered with the key's
+latest binding in an earlier segment, so "|" carries no reset and keeping the past is right.
+Only a key never bound before (the rare fallback draw) is still answered "--".
+
 Targets follow the transformers convention: ``labels`` has the shape of ``input_ids``,
 holds the value id at every *query value* position and -100 elsewhere, and a causal LM
 is scored on predicting position p from the logits at position p - 1 (the queried key).
@@ -30,7 +35,7 @@ Exact-match accuracy is the fraction of queries whose arg-max prediction is the 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -55,6 +60,7 @@ PAD, UNK, SEP, NONE = "<pad>", "<unk>", "|", "--"
 CONSONANTS = "bdfgklmnprstvz"
 VOWELS = "aeiou"
 IGNORE = -100
+STALE_ANSWERS = ("none", "earlier")
 
 
 @dataclass(frozen=True)
@@ -131,13 +137,16 @@ class MQARBatch:
 
     input_ids (B, L) int64; labels (B, L) int64 with -100 except at query value positions;
     query_positions (B, S*Q) the positions of the queried keys (the answer is at +1);
-    separator_positions (S-1,) positions of "|" (the same for every row).
+    separator_positions (S-1,) positions of "|" (the same for every row);
+    stale_answers (B, L) bool, True at the answer positions of stale queries (keys of an
+    earlier segment absent from the current one), whatever their answer.
     """
 
     input_ids: torch.Tensor
     labels: torch.Tensor
     query_positions: torch.Tensor
     separator_positions: torch.Tensor
+    stale_answers: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -155,6 +164,8 @@ class MQARTask:
     num_values: int = 60
     stale_queries: int = 0
     separators: bool = True  # False: segments follow each other with no "|" (a stream of short recalls)
+    # the answer to a stale query: "none" ("--", the reset task) or "earlier" (the key's latest earlier value)
+    stale_answer: str = "none"
 
     def __post_init__(self):
         Vocabulary(self.num_keys, self.num_values)  # validates the sizes
@@ -170,6 +181,11 @@ class MQARTask:
             raise ValueError(f"stale_queries must be in 0..num_queries={self.queries}, got {self.stale_queries}")
         if self.stale_queries and (self.num_segments < 2 or not self.separators):
             raise ValueError("stale_queries ask keys of an earlier segment: they need num_segments >= 2")
+        if self.stale_answer not in STALE_ANSWERS:
+            raise ValueError(
+                f"stale_answer must be one of {list(STALE_ANSWERS)} ('none': stale queries are answered '--'; "
+                f"'earlier': with the key's latest value in an earlier segment), got {self.stale_answer!r}"
+            )
         if self.stale_queries and 2 * self.num_pairs > self.num_keys:
             raise ValueError(
                 f"stale_queries need keys absent from the current segment: num_pairs must be <= num_keys / 2 = {self.num_keys // 2}"
@@ -222,7 +238,7 @@ class MQARTask:
 
     @classmethod
     def from_dict(cls, data: dict) -> "MQARTask":
-        names = ("num_pairs", "num_queries", "num_segments", "num_keys", "num_values", "stale_queries", "separators")
+        names = [f.name for f in fields(cls)]  # a missing name keeps its default (older task dicts)
         return cls(**{k: data[k] for k in names if k in data})
 
     def sample(self, batch_size: int, seed: int) -> MQARBatch:
@@ -235,6 +251,8 @@ class MQARTask:
         ids, labels, queries = [], [], []
         offset = 0
         earlier = np.zeros((batch_size, self.num_keys), dtype=bool)  # keys seen in earlier segments
+        latest = np.full((batch_size, self.num_keys), -1, dtype=np.int64)  # latest value id bound to each key
+        stale_masks = []
         for s in range(self.num_segments):
             keys = np.argsort(rng.random((batch_size, self.num_keys)), axis=1)[:, :k]  # distinct per row
             values = rng.integers(0, self.num_values, size=(batch_size, k))
@@ -247,23 +265,29 @@ class MQARTask:
             value_ids = values + vocab.value_offset
             q_keys = np.take_along_axis(key_ids, asked, axis=1)
             q_values = np.take_along_axis(value_ids, asked, axis=1)
+            stale = np.zeros(q_keys.shape, dtype=bool)
             if s > 0 and self.stale_queries:
-                q_keys, q_values = self._stale(rng, keys, earlier, q_keys, q_values)
+                q_keys, q_values, stale = self._stale(rng, keys, earlier, latest, q_keys, q_values)
             present = np.zeros_like(earlier)
             np.put_along_axis(present, keys, True, axis=1)
             earlier |= present
+            np.put_along_axis(latest, keys, value_ids, axis=1)
             seg = np.empty((batch_size, self.segment_length), dtype=np.int64)
             seg[:, 0 : 2 * k : 2], seg[:, 1 : 2 * k : 2] = key_ids, value_ids
             seg[:, 2 * k :: 2], seg[:, 2 * k + 1 :: 2] = q_keys, q_values
             lab = np.full_like(seg, IGNORE)
             lab[:, 2 * k + 1 :: 2] = q_values
+            mask = np.zeros(seg.shape, dtype=bool)
+            mask[:, 2 * k + 1 :: 2] = stale
             ids.append(seg)
             labels.append(lab)
+            stale_masks.append(mask)
             queries.append(offset + 2 * k + 2 * np.arange(q))
             offset += self.segment_length
             if s < self.num_segments - 1 and self.separators:
                 ids.append(np.full((batch_size, 1), vocab.sep_id, dtype=np.int64))
                 labels.append(np.full((batch_size, 1), IGNORE, dtype=np.int64))
+                stale_masks.append(np.zeros((batch_size, 1), dtype=bool))
                 offset += 1
         query_positions = np.broadcast_to(np.concatenate(queries), (batch_size, self.num_segments * q))
         return MQARBatch(
@@ -271,14 +295,21 @@ class MQARTask:
             labels=torch.from_numpy(np.concatenate(labels, axis=1)),
             query_positions=torch.from_numpy(query_positions.copy()),
             separator_positions=torch.tensor(self.separator_positions(), dtype=torch.int64),
+            stale_answers=torch.from_numpy(np.concatenate(stale_masks, axis=1)),
         )
 
-    def _stale(self, rng, keys, earlier, q_keys, q_values):
+    def _stale(self, rng, keys, earlier, latest, q_keys, q_values):
         """Replace ``stale_queries`` random query slots per row by a key of an earlier segment
         that is absent from this one (``keys`` (B, K) key indices, ``earlier`` (B, num_keys)
-        bool); their answer is "--". Returns new (q_keys, q_values) id arrays."""
+        bool, ``latest`` (B, num_keys) the latest value id bound to each key, -1 if never).
+
+        The answer is "--" (stale_answer "none") or the key's latest earlier value ("earlier";
+        "--" for a key never bound). The random draws do not depend on stale_answer, so both
+        settings give the same inputs for the same seed. Returns new (q_keys, q_values) id
+        arrays and the (B, Q) bool mask of the replaced slots."""
         vocab = self.vocab
         q_keys, q_values = q_keys.copy(), q_values.copy()
+        stale = np.zeros(q_keys.shape, dtype=bool)
         present = np.zeros_like(earlier)
         np.put_along_axis(present, keys, True, axis=1)
         for row in range(q_keys.shape[0]):
@@ -286,11 +317,13 @@ class MQARTask:
             if pool.size == 0:  # every earlier key came back: any absent key is still "not in this segment"
                 pool = np.flatnonzero(~present[row])
             slots = rng.choice(q_keys.shape[1], size=self.stale_queries, replace=False)
-            q_keys[row, slots] = (
-                rng.choice(pool, size=self.stale_queries, replace=pool.size < self.stale_queries) + vocab.key_offset
-            )
-            q_values[row, slots] = vocab.none_id
-        return q_keys, q_values
+            asked = rng.choice(pool, size=self.stale_queries, replace=pool.size < self.stale_queries)
+            q_keys[row, slots] = asked + vocab.key_offset
+            old = latest[row, asked]
+            keep = self.stale_answer == "earlier"
+            q_values[row, slots] = np.where(keep & (old >= 0), old, vocab.none_id)
+            stale[row, slots] = True
+        return q_keys, q_values, stale
 
     def prompt(self, seed: int = 0) -> str:
         """One readable sequence, e.g. for the explorer's text box."""
@@ -335,7 +368,8 @@ def evaluate_model(model, task: MQARTask, n_samples: int = 1024, seed: int = 10_
     """Held-out exact-match accuracy of ``model`` (any causal LM returning ``.logits``).
 
     Returns dict(accuracy = correct queries / queries, sequence_accuracy, n_samples, n_queries,
-    seed); a task with stale queries adds stale_accuracy (queries answered "--") and
+    seed); a task with stale queries adds stale_accuracy (the stale queries: keys of an earlier
+    segment, answered "--" or, with stale_answer "earlier", with the key's earlier value) and
     recall_accuracy (the others). Use a seed the training never drew (training seeds are
     below 10_000 by convention).
     """
@@ -344,7 +378,6 @@ def evaluate_model(model, task: MQARTask, n_samples: int = 1024, seed: int = 10_
     was_training = model.training
     model.eval()
     correct = asked = seq_ok = seqs = stale_ok = stale = 0
-    none_id = task.vocab.none_id
     try:
         for start in range(0, n_samples, batch_size):
             size = min(batch_size, n_samples - start)
@@ -352,8 +385,8 @@ def evaluate_model(model, task: MQARTask, n_samples: int = 1024, seed: int = 10_
             logits = model(input_ids=batch.input_ids).logits
             c, a, s, n = accuracy_from_logits(logits, batch.labels)
             correct, asked, seq_ok, seqs = correct + c, asked + a, seq_ok + s, seqs + n
-            is_stale = batch.labels[:, 1:] == none_id
-            stale_ok += int(((logits[:, :-1].argmax(-1) == none_id) & is_stale).sum())
+            is_stale = batch.stale_answers[:, 1:]
+            stale_ok += int(((logits[:, :-1].argmax(-1) == batch.labels[:, 1:]) & is_stale).sum())
             stale += int(is_stale.sum())
     finally:
         model.train(was_training)

@@ -24,7 +24,9 @@ def model_table(cards: dict[str, dict]) -> list[str]:
         task, tr, ess = c["task"], c["training"], c["ess"]
         kind = "K mix " + "/".join(map(str, tr["train_pairs"])) if tr.get("train_pairs") else f"K = {task['num_pairs']}"
         if task.get("stale_queries"):
-            kind += f", {task['num_segments']} segments with stale queries"
+            kind += f", {task['num_segments']} segments with stale queries" + (
+                " (answer: the earlier value)" if task.get("stale_answer") == "earlier" else ""
+            )
         elif task["num_segments"] > 1:
             kind += f", {task['num_segments']} segments" + ("" if task.get("separators", True) else " without '|'")
         if task.get("num_keys", 60) != 60:
@@ -182,8 +184,10 @@ def zoo_readme(claim_text: str, verdicts: list[str], cards: dict[str, dict], adv
             "Tasks: the main task is MQAR at L = 128 (K pairs, then 64 - K queries that ask the stored keys again); training draws",
             "K from 2, 4, 8, 16, 32 in turn, so every K of the difficulty sweep is in distribution. The reset task has 4 segments",
             "of 8 pairs + 8 queries separated by `|` (L = 131); in segments 2-4, 3 queries ask a key of an earlier segment that is",
-            "absent from the current one, answer `--`. The recent-recall task has 13 short recalls (3 pairs, 2 queries) back to",
-            "back over only 6 keys (L = 130): a key comes back every few tokens with a new value; the rebinding task is the",
+            "absent from the current one, answer `--`; its matched control (the `_keep` models) draws the same prompts but",
+            "answers such a query with the key's latest earlier value, so `|` carries no reset. The recent-recall task has 13",
+            "short recalls (3 pairs, 2 queries) back to back over only 6 keys (L = 130): a key comes back every few tokens with a",
+            "new value; the rebinding task is the",
             "same over 4 keys; the separated task puts `|` between the recalls (L = 142). The state at t* is capped by the",
             "cut's rank min(t*, L - t*) (shown in brackets): at t* = 6 a large state reads as collapsed by construction, so",
             "read collapse in the last column (utilisation over whole prompts, the ratio of peaks over all cuts).",

@@ -1,14 +1,18 @@
-"""Seed replicas of the main-task models: the independent units the claim resamples.
+"""Seed replicas of zoo models: the independent units the claim resamples.
 
     python -m ess_explorer.zoo.train --main --seeds 1 2 --out build/zoo-seeds --no-cards   # train (CPU, hours)
     python -m ess_explorer.zoo.seeds build/zoo-seeds                                      # measure, write seeds.json
+    python -m ess_explorer.zoo.train --only gla_k16_reset gla_k16_keep --seeds 1 2 --out build/zoo-reset-seeds --no-cards
+    python -m ess_explorer.zoo.seeds build/zoo-reset-seeds   # reset models and matched controls, added to seeds.json
 
 A replica is a shipped main-task model's spec with another seed, which changes both the
 initialisation and the training data stream (batch s is drawn from [seed, s]); everything else
 (architecture, task, budget, schedule) is the shipped model's. Its weights are not shipped (the
 seed reproduces them); ``seeds.json`` in the zoo folder keeps what the claim needs: the
 training summary (steps, plateau check, final validation accuracy), held-out accuracy and the
-difficulty sweep rows, measured exactly as the cards measure the shipped model.
+difficulty sweep rows, measured exactly as the cards measure the shipped model; a replica of a
+reset model or of its control also keeps the card's separator measurements, which the claim
+compares seed by seed (zoo.claim: reset_seed_pairs).
 """
 
 from __future__ import annotations
@@ -26,10 +30,12 @@ SEEDS_FILE = "seeds.json"
 
 def measure_replica(folder: Path) -> dict:
     """The record of one trained replica folder (training.json + weights): replica_of (the
-    shipped model's name), seed, family, training summary, held-out accuracy, sweep rows."""
+    shipped model's name), seed, family, training summary, held-out accuracy (with the stale-query
+    split on a task that has stale queries), sweep rows, and the separator measurements of its
+    card (``cards.separator_records``: separator_drop, and separator_control for a control)."""
     from transformers import AutoModelForCausalLM
 
-    from .cards import SWEEP_SAMPLES, TEST_SAMPLES, sweep_pairs
+    from .cards import SWEEP_SAMPLES, TEST_SAMPLES, separator_records, sweep_pairs
     from .measure import sweep
     from .mqar import MQARTask, evaluate_model
     from .specs import TEST_SEED
@@ -45,12 +51,16 @@ def measure_replica(folder: Path) -> dict:
     with torch.no_grad():
         heldout = evaluate_model(model, task, n_samples=TEST_SAMPLES, seed=TEST_SEED)
         rows = sweep(model, task, ks, n_samples=SWEEP_SAMPLES)
+        separators = separator_records(model, record["name"], task)
+    kept = ("accuracy", "n_samples", "seed", "stale_accuracy", "recall_accuracy", "n_stale")
     return {
         "replica_of": record["name"],
         "family": record["family"],
+        "task": record["task"],
         "training": training,
-        "heldout": {k: heldout[k] for k in ("accuracy", "n_samples", "seed")},
+        "heldout": {k: heldout[k] for k in kept if k in heldout},
         "sweep": {"pairs": list(ks), "n_samples": SWEEP_SAMPLES, "rows": rows},
+        **separators,
     }
 
 

@@ -7,7 +7,7 @@ batches use the integer seeds VALIDATION_SEED and TEST_SEED, so they are never t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -20,6 +20,7 @@ __all__ = [
     "MAIN_TASK",
     "TRAIN_PAIRS",
     "RESET_TASK",
+    "RESET_KEEP_TASK",
     "RECENT_TASK",
     "REBIND_TASK",
     "SEPARATED_TASK",
@@ -42,6 +43,9 @@ TRAIN_PAIRS = (2, 4, 8, 16, 32)
 # L = 131: four segments of 8 pairs + 8 queries, "|" between; in segments 2-4, 3 of the 8 queries ask a
 # key of an earlier segment that is absent from the current one (answer "--"): old bindings give wrong answers.
 RESET_TASK = MQARTask(num_pairs=8, num_segments=4, stale_queries=3)
+# Its matched control: the same prompts (same draws for the same seed), but a stale query is answered with the
+# key's latest value in an earlier segment, so the separator carries no reset and keeping the past is right.
+RESET_KEEP_TASK = replace(RESET_TASK, stale_answer="earlier")
 # L = 130: 13 short recalls (3 pairs, then 2 queries) back to back with no separator, over only 6 keys, so a
 # key comes back every few tokens with a new value: the answer is its latest binding, and older bindings only
 # interfere. An easy task that needs the last ~10 tokens, for a model with a large state (learned collapse).
@@ -229,8 +233,29 @@ ZOO: dict[str, ZooSpec] = {
     ]
 }
 
-# The control of each reset model: the same architecture trained without separators.
-RESET_CONTROLS = {"mamba2_n16_reset": "mamba2_n16", "gla_k16_reset": "gla_k16", "mamba2_n16_sep": "mamba2_n16_recent"}
+
+def _keep_control(name: str) -> ZooSpec:
+    """The matched control of reset model ``name``: its spec (architecture, budget, learning rate, seed)
+    on RESET_KEEP_TASK, the same prompts where the separator carries no reset."""
+    spec = ZOO[name]
+    return replace(
+        spec,
+        name=name.removesuffix("_reset") + "_keep",
+        task=RESET_KEEP_TASK,
+        description=f"The matched control of {name}: the same prompts and budget, but the separator carries no reset "
+        "(an earlier binding stays valid: a query for a key of an earlier segment is answered with its latest value).",
+    )
+
+
+ZOO.update({spec.name: spec for spec in (_keep_control("mamba2_n16_reset"), _keep_control("gla_k16_reset"))})
+
+# The control of each reset model: the same architecture, trained on the same prompts and budget where the
+# separator carries no reset (mamba2_n16_sep: the same recent recall with no separator).
+RESET_CONTROLS = {
+    "mamba2_n16_reset": "mamba2_n16_keep",
+    "gla_k16_reset": "gla_k16_keep",
+    "mamba2_n16_sep": "mamba2_n16_recent",
+}
 
 
 def build_model(spec: ZooSpec, seed: int | None = None):
