@@ -268,6 +268,8 @@ def test_paper_figures_notebook(kernel_env, tmp_path_factory):
     assert "points from" in text and "architectures)" in text
     # separators: a plain statement computed from the cards, and the synthetic marked as an illustration
     assert "models trained on segments reset at '|'" in text
+    # each reset model against its matched control over training seeds, with the interval and the verdict
+    assert "Reset, mamba2_n16_reset against mamba2_n16_keep" in text and "95% t interval" in text
     assert "illustration" in text
     assert "ess_over_time_separators_illustration.pdf" in {p.name for p in pdfs}
     # a sweep over many prompts: mean ESS with bands and modulation at '|' with intervals
