@@ -66,8 +66,12 @@ def untrained_copy(name: str):
     return build_model(ZOO[name]).eval()
 
 
-def write_card(name: str, folder: Path | None = None, n_samples: int = TEST_SAMPLES) -> dict:
-    """Measure a saved zoo model (and its untrained copy) and write card.json and README.md."""
+def write_card(
+    name: str, folder: Path | None = None, n_samples: int = TEST_SAMPLES, evidence: tuple[dict, dict] = ({}, {})
+) -> dict:
+    """Measure a saved zoo model (and its untrained copy) and write card.json and README.md;
+    ``evidence``: (seed replicas, claim record) for the README's seeds and claim sections
+    (`seeds.evidence_records`)."""
     from transformers import AutoModelForCausalLM
 
     from ..sources import model_dir
@@ -116,18 +120,8 @@ def write_card(name: str, folder: Path | None = None, n_samples: int = TEST_SAMP
         if task.separator_positions() and untrained is not None:
             card["untrained"]["separator_drop"] = _strip(separator_drop(untrained, task))
     (folder / "card.json").write_text(json.dumps(card, indent=2))
-    (folder / "README.md").write_text(render_readme(card, *evidence_records()))
+    (folder / "README.md").write_text(render_readme(card, *evidence))
     return card
-
-
-def evidence_records() -> tuple[dict, dict]:
-    """(the seed replicas of seeds.json, the claim record of claim.json) of the shipped zoo; empty where absent."""
-    from ..sources import ZOO_DIR
-    from .claim import CLAIM_RECORD
-    from .seeds import replica_cards
-
-    path = ZOO_DIR / CLAIM_RECORD
-    return replica_cards(), (json.loads(path.read_text()) if path.is_file() else {})
 
 
 def separator_records(model, name: str, task: MQARTask) -> dict:

@@ -31,6 +31,7 @@ import json
 import numpy as np
 
 from .claim_stats import bootstrap, corrected_tests, correlations
+from .readme import CLAIM_RECORD
 from .resets import control_role, reset_line, reset_seed_pairs, reset_summary
 
 __all__ = [
@@ -70,7 +71,6 @@ FAILURE_SHARE = 0.05
 FAILURE_ACCURACY = 0.9  # ... by a model whose held-out accuracy suffers (below this)
 PRIMARY = "mean"  # the aggregation of the per-family (leave one out) tests
 N_BOOT = 2000
-CLAIM_RECORD = "claim.json"  # the record `--write` saves beside the zoo README (models: every card and replica in it)
 BOOT_SEED = 0
 
 
@@ -440,7 +440,8 @@ def main(argv=None) -> dict:
         path.write_text(zoo_readme(text, verdict(record), shipped, advice_check))
         # the record itself, for readers that show it without recomputing (notebook 03, the cards)
         (ZOO_DIR / CLAIM_RECORD).write_text(json.dumps({"models": sorted(cards), **record}, indent=1))
-        from .cards import evidence_records, render_readme
+        from .cards import render_readme
+        from .seeds import evidence_records
 
         for name, info in shipped.items():  # each card's seeds and the tests that concern it
             (model_dir(name) / "README.md").write_text(render_readme(info, *evidence_records()))

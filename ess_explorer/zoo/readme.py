@@ -6,6 +6,7 @@ from __future__ import annotations
 __all__ = ["zoo_readme", "model_table", "advice_check_lines", "advice_check_verdicts", "ADVICE_CHECK", "CLOSE_POINTS"]
 
 ADVICE_CHECK = "advice_check.json"  # scripts/advice_check.py's record, next to this README
+CLAIM_RECORD = "claim.json"  # zoo.claim --write's record, next to this README (models: every card and replica in it)
 # The paper's prediction, made testable: the advised student is "within a few points" of its teacher when the
 # mean gap is at most this, and the quarter-size one "clearly below" when the whole interval of its gap is above it.
 CLOSE_POINTS = 0.03

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["SEEDS_FILE", "measure_replica", "replica_cards", "main"]
+__all__ = ["SEEDS_FILE", "measure_replica", "replica_cards", "evidence_records", "main"]
 
 SEEDS_FILE = "seeds.json"
 
@@ -62,6 +62,16 @@ def measure_replica(folder: Path) -> dict:
         "sweep": {"pairs": list(ks), "n_samples": SWEEP_SAMPLES, "rows": rows},
         **separators,
     }
+
+
+def evidence_records() -> tuple[dict, dict]:
+    """(the seed replicas of seeds.json, the claim record of claim.json) of the shipped zoo, as the
+    cards' README show them (`cards.render_readme`); empty where a file is absent."""
+    from ..sources import ZOO_DIR
+    from .readme import CLAIM_RECORD
+
+    path = ZOO_DIR / CLAIM_RECORD
+    return replica_cards(), (json.loads(path.read_text()) if path.is_file() else {})
 
 
 def replica_cards(path: Path | None = None) -> dict[str, dict]:

@@ -332,8 +332,9 @@ def main(argv=None) -> None:
             )
         if not args.no_cards:
             from .cards import write_card
+            from .seeds import evidence_records
 
-            card = write_card(name, root / name)
+            card = write_card(name, root / name, evidence=evidence_records())
             print(f"{name}: held-out accuracy {card['heldout']['accuracy']:.3f}", flush=True)
 
 
