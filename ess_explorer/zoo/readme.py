@@ -174,7 +174,8 @@ def zoo_readme(claim_text: str, verdicts: list[str], cards: dict[str, dict], adv
             "",
             "- retrain a model: `python -m ess_explorer.zoo.train --only NAME` (then its card is measured and written)",
             "- rewrite the cards without training: `python -m ess_explorer.zoo.train --cards-only`",
-            "- recompute this page: `python -m ess_explorer.zoo.claim --write` (from the cards; `--recompute` re-measures them first)",
+            "- recompute this page: `python -m ess_explorer.zoo.claim --write` (from the cards and `seeds.json`; it also saves the "
+            "record as `claim.json` and adds each card's seeds and claim tests to its README; `--recompute` re-measures the cards first)",
             "- one model's difficulty curve: `ess_explorer.zoo.sweep_difficulty(NAME)`; its untrained copy: `untrained=True`",
             "- check the advice of `ess_explorer.advise` by training students: `python scripts/advice_check.py` (below)",
             "",
