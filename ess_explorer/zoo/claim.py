@@ -443,8 +443,9 @@ def main(argv=None) -> dict:
         from .cards import render_readme
         from .seeds import evidence_records
 
+        evidence = evidence_records()  # read once (it holds the record just written), for every card
         for name, info in shipped.items():  # each card's seeds and the tests that concern it
-            (model_dir(name) / "README.md").write_text(render_readme(info, *evidence_records()))
+            (model_dir(name) / "README.md").write_text(render_readme(info, *evidence))
         print(f"\nwrote {path}, {CLAIM_RECORD} and the cards' README.md")
     return record
 
