@@ -329,8 +329,9 @@ def _gram_sequence(flat: torch.Tensor, times: list[int]):
         t <= L - t, t descending:  H_t^T H_t = (H_{t+1}^T H_{t+1})[:t, :t] + T[t, :t]^T T[t, :t]
         t >  L - t, t ascending:   H_{t+1} H_{t+1}^T = (H_t H_t^T)[1:, 1:] + T[t+1:, t] T[t+1:, t]^T
     Only sums of positive semidefinite terms (no cancellation, the rounding of one product), at
-    O(g^2) per step instead of O((L - t) t g) per cut: all Grams of a head in O(L^3). Yields
-    contiguous copies (the running sum is updated in place)."""
+    O(g^2) per step instead of O((L - t) t g) per cut: all Grams of a head in O(L^3). Each step
+    writes a new contiguous Gram (one fused pass over the previous one's block), which is
+    yielded as it is: no copy, and the consumer may read it while the next one is built."""
     length = flat.shape[-1]
     tall = sorted((t for t in set(times) if t <= length - t), reverse=True)
     wide = sorted(t for t in set(times) if t > length - t)
@@ -342,9 +343,8 @@ def _gram_sequence(flat: torch.Tensor, times: list[int]):
             while current > t:
                 current -= 1
                 row = flat[:, current, :current]  # the row that cut `current` gains
-                gram = gram[:, :current, :current]
-                gram.baddbmm_(row[:, :, None], row[:, None, :])
-            yield t, gram.clone()
+                gram = torch.addcmul(gram[:, :current, :current], row[:, :, None], row[:, None, :])
+            yield t, gram
     if wide:
         current = wide[0]
         cut = flat[:, current:, :current]
@@ -352,10 +352,9 @@ def _gram_sequence(flat: torch.Tensor, times: list[int]):
         for t in wide:
             while current < t:
                 column = flat[:, current + 1 :, current]  # the column that cut `current + 1` gains
-                gram = gram[:, 1:, 1:]
-                gram.baddbmm_(column[:, :, None], column[:, None, :])
+                gram = torch.addcmul(gram[:, 1:, 1:], column[:, :, None], column[:, None, :])
                 current += 1
-            yield t, gram.clone()
+            yield t, gram
 
 
 def _recursive_gram_fill(
