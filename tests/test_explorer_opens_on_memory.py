@@ -16,6 +16,13 @@ def test_lfm2_opens_on_its_attention_layer_and_says_why():
     assert ex.layer == 1 and ex.layer_w.value == 1
     assert "opened on layer 1: the memory layer of the model card of zoo:lfm2" in ex.status_w.value
     assert ex.result.layers[0].family != ex.result.layers[1].family
+    # once the user picks another layer the line no longer says the view is the opened one
+    ex.layer = 0
+    assert "opened on layer 1" not in ex.status_w.value
+    assert "layer 0 (opened on 1: the memory layer of the model card" in ex.status_w.value
+    assert "analysed 2 layers" in ex.status_w.value
+    ex.layer = 1
+    assert "opened on layer 1: the memory layer" in ex.status_w.value
 
 
 def test_a_layer_asked_for_is_kept():

@@ -294,6 +294,7 @@ class StatusBar:
 
     def __init__(self, analyze: W.Button, refine: W.Button, progress: W.FloatProgress, status: W.HTML):
         self.analyze, self.refine, self.bar, self.status = analyze, refine, progress, status
+        self._done: tuple[str, tuple] | None = None  # the last good run's line and (layer, why) it opened on
 
     def say(self, message: str, kind: str = "info") -> None:
         self.status.value = status_html(message, kind)
@@ -313,14 +314,31 @@ class StatusBar:
     def starting(self) -> None:
         self.analyze.disabled, self.refine.layout.display = True, "none"
         self.bar.value, self.bar.bar_style = 0.0, "info"
+        self._done = None
         self.say("starting …", "busy")
 
-    def ended(self, message: str, *, ok: bool, resumable: bool = False) -> None:
-        """A run ended: ``message`` on the status line; ``resumable`` shows "continue"."""
+    def ended(self, message: str, *, ok: bool, resumable: bool = False, opened: tuple | None = None) -> None:
+        """A run ended: ``message`` on the status line; ``resumable`` shows "continue";
+        ``opened``: (layer, why) where the run chose the layer the explorer opens on."""
         self.analyze.disabled = False
         self.bar.value, self.bar.bar_style = 1.0, "success" if ok else "danger"
-        self.say(message, "ok" if ok else "error")
+        self._done = (message, opened) if ok and opened is not None else None
+        self.say(
+            message + (f" · opened on layer {opened[0]}: {opened[1]}" if self._done else ""), "ok" if ok else "error"
+        )
         self.refine.layout.display = "" if resumable else "none"
+
+    def showing(self, layer) -> None:
+        """The user picked ``layer``: the line keeps the run's summary and says which layer
+        the explorer opened on only as what it was, so it never describes another view."""
+        if self._done is not None:
+            message, (opened, why) = self._done
+            now = (
+                f" · opened on layer {opened}: {why}"
+                if layer == opened
+                else f" · layer {layer} (opened on {opened}: {why})"
+            )
+            self.say(message + now, "ok")
 
 
 def make_controls(options: list[tuple[str, str]]) -> dict[str, W.Widget]:
@@ -400,6 +418,7 @@ def link_controls(e, worker) -> None:
     W.link((e, "overview_metric"), (e.metric_w, "value"))
     ModelPicker(e, e.model_w, e.source_w, e.mqar_w, worker.quiet, lambda: worker.is_quiet)
     e.lists = LayerUnitLists(e, e.layer_w, e.unit_w, lambda: worker.is_quiet)
+    e.observe(lambda change: e.status.showing(change["new"]), "layer")
     e.analyze_w.on_click(lambda _: e.run())
     e.refine_w.on_click(lambda _: e.refine())
     e.example_w.on_click(lambda _: setattr(e, "prompt", example_prompt(e.model)))

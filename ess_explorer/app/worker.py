@@ -81,7 +81,8 @@ class Worker:
                 return
             self.ok = True
             self.on_state(False, None)
-            self.status.ended(self._summary(result, label, time.perf_counter() - started), ok=True)
+            summary = self._summary(result, label, time.perf_counter() - started)
+            self.status.ended(summary, ok=True, opened=self.session.opened)
             after(result)
 
         if not self.background:
@@ -93,9 +94,7 @@ class Worker:
 
     def _summary(self, result, label: str, seconds: float) -> str:
         how = "from the cache" if self.session.cache_hit else f"in {seconds:.1f} s"
-        opened = self.session.opened
-        why = f" · opened on layer {opened[0]}: {opened[1]}" if opened is not None else ""
-        return f"analysed {len(result.layers)} layers of {label} on {result.length} tokens {how}{why}"
+        return f"analysed {len(result.layers)} layers of {label} on {result.length} tokens {how}"
 
     def wait(self, timeout: float | None = None) -> bool | None:
         """Block until the running job ends; whether it succeeded (None: still running)."""
