@@ -3,7 +3,8 @@
 sigma(H_t)^2 = eig(P_t Q_t) from the elementwise Gramian scans (the math and the error bound
 are in core/gramian_naive.py; the contract in core/precision.py). On a CPU with numba the
 compiled kernel (core/gramian_kernel.py) runs, in chunks of units on parallel threads; on any
-other device, or without numba, the torch reference does the same work in batched ops.
+other device, or without numba, the blocked torch route (core/gramian_blocked.py) does the
+same work in batched ops, every unit of a call at once.
 Every cut whose error bound could move its tolerance count (`Accuracy.certain`) is computed
 again by the exact square-root sweep (core/sweeps.py), for its unit and cut only.
 """
@@ -13,7 +14,8 @@ from __future__ import annotations
 import torch
 
 from . import gramian_kernel
-from .gramian_naive import GRAMIAN_ERROR, gramian_spectra_reference
+from .gramian_blocked import blocked_bytes_per_unit, gramian_spectra_blocked
+from .gramian_naive import GRAMIAN_ERROR
 from .operators import DiagonalSSM, overflow_error
 from .precision import Accuracy
 from .sturm import TridiagonalSpectra
@@ -21,13 +23,11 @@ from .sweeps import balanced_chunk, over_chunks
 
 __all__ = ["gramian_hankel_singular_values", "uses_kernel"]
 
-# Units per call: the reference holds about REFERENCE_COPIES (units, cuts, N, N) float64 arrays
-# at once (both Gramians, the balanced pair, the root and the sandwich); the kernel only its
-# lanes' checkpoints, so its chunks are set by thread balance. On a GPU the chunk grows to
-# GPU_BUDGET_BYTES (or a quarter of the free memory, if less): a Mamba-130m layer at L = 1024
-# (1536 channels, N = 16) is then 3 calls, within 8 GB.
-REFERENCE_COPIES = 8
-REFERENCE_CHUNK_BYTES = 256 << 20
+# Units per call: the kernel keeps only its lanes' checkpoints, so its chunks are set by
+# thread balance; the blocked route holds about `blocked_bytes_per_unit` per unit, within
+# BLOCKED_CHUNK_BYTES on a CPU and GPU_BUDGET_BYTES (or a quarter of the free memory, if less)
+# on a GPU: a Mamba-130m layer at L = 2048 (1536 channels, N = 16) is one call of about 4 GB.
+BLOCKED_CHUNK_BYTES = 256 << 20
 GPU_BUDGET_BYTES = 8 << 30
 
 
@@ -51,7 +51,7 @@ def gramian_hankel_singular_values(
     returns them ((*batch, P, K), descending), within ``accuracy`` (an "ess" contract). With
     ``causal`` also sigma(R_t) as a `TridiagonalSpectra` (*batch, P): causal ESS is a count,
     and the Gramian's tridiagonal form gives it at any tolerance (core/sturm.py). kernel:
-    force the compiled kernel (True) or the torch reference (False); default `uses_kernel`."""
+    force the compiled kernel (True) or the blocked torch route (False); default `uses_kernel`."""
     device = torch.device(device) if device is not None else ssm.a.device
     batch_shape, length, n = ssm.batch_shape, ssm.length, ssm.state_size
     k_out = min(n, length // 2) if top_k is None else min(top_k, n, length // 2)
@@ -96,7 +96,7 @@ def gramian_hankel_singular_values(
             )
             return
         on = (x[sl].to(device=device, dtype=torch.float64) for x in (a, b, c))
-        lam_part, error_part, reach_part = gramian_spectra_reference(*on, wanted.to(device), causal)
+        lam_part, error_part, reach_part = gramian_spectra_blocked(*on, wanted.to(device), causal)
         for whole, part in zip(mine, (lam_part, error_part, *(reach_part or ()))):
             whole.copy_(part)
 
@@ -106,10 +106,10 @@ def gramian_hankel_singular_values(
             lanes = gramian_kernel.LANES
             chunk = lanes * balanced_chunk(-(-units // lanes), max(1, 4096 // lanes), workers)
         else:
-            budget = REFERENCE_CHUNK_BYTES
+            budget = BLOCKED_CHUNK_BYTES
             if device.type == "cuda":
                 budget = min(GPU_BUDGET_BYTES, torch.cuda.mem_get_info(device)[0] // 4)
-            chunk = balanced_chunk(units, budget // max(1, REFERENCE_COPIES * 8 * len(wanted) * n * n), workers)
+            chunk = balanced_chunk(units, budget // blocked_bytes_per_unit(length, len(wanted), n, causal), workers)
         over_chunks(run, units, chunk, workers)
         _redo_uncertain(a, b, c, wanted, lam_w, error_w, reach_w, accuracy)
     if not every_cut:  # gather the rows of ``positions`` (t = 0, t >= L: no past or future, zeros)

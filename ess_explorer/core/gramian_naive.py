@@ -36,7 +36,7 @@ import torch
 
 from .eigen import eigvalsh
 
-__all__ = ["GRAMIAN_ERROR", "gramian_spectra_reference", "gramians"]
+__all__ = ["GRAMIAN_ERROR", "gramian_spectra_reference", "gramians", "spectra_from_gramians"]
 
 # The error of every computed sigma^2, in units of eps ||P||_F ||Q||_F (balanced): the
 # rounding of the scans, the Cholesky, the sandwich and eigvalsh together. Measured on
@@ -80,17 +80,27 @@ def gramian_spectra_reference(
     a, b, c: (B, L, N) float64; wanted: sorted cuts in 1..L-1. The error is inf where a
     Gramian is not finite (a growing recurrence): such cuts go to the exact route, which
     raises the overflow error."""
-    length, n = a.shape[1], a.shape[2]
     p, q = gramians(a, b, c, wanted)
-    eps = torch.finfo(a.dtype).eps
-    tiny = torch.finfo(a.dtype).tiny
+    return spectra_from_gramians(p, q, wanted, a.shape[1], causal)
+
+
+def spectra_from_gramians(
+    p: torch.Tensor, q: torch.Tensor, wanted: torch.Tensor, length: int, causal: bool = False
+) -> tuple[torch.Tensor, torch.Tensor, tuple | None]:
+    """Steps 1-4 of the module docstring on the Gramians (P_t, Q_t) (B, W, N, N) of the cuts
+    ``wanted`` (W,) of operators of length ``length``: the outputs of
+    `gramian_spectra_reference` (core/gramian_blocked.py computes the Gramians its own way
+    and shares this)."""
+    n = p.shape[-1]
+    eps = torch.finfo(p.dtype).eps
+    tiny = torch.finfo(p.dtype).tiny
     dp, dq = p.diagonal(0, -2, -1), q.diagonal(0, -2, -1)
     both = (dp > tiny) & (dq > tiny)
     d = torch.where(both, (dq.clamp_min(tiny) / dp.clamp_min(tiny)) ** 0.25, torch.ones_like(dp))
     pb = p * d[..., :, None] * d[..., None, :]
     qb = q / (d[..., :, None] * d[..., None, :])
     shift = n * eps * pb.diagonal(0, -2, -1).sum(-1)
-    eye = torch.eye(n, dtype=a.dtype, device=a.device)
+    eye = torch.eye(n, dtype=p.dtype, device=p.device)
     root, info = torch.linalg.cholesky_ex(pb + (shift[..., None, None] + tiny) * eye)
     lam = eigvalsh(root.mT @ qb @ root).flip(-1).clamp_min(0)
     error = GRAMIAN_ERROR * eps * torch.linalg.matrix_norm(pb) * torch.linalg.matrix_norm(qb)

@@ -37,9 +37,13 @@ DENSE_CHUNK_CELLS = 32_000_000  # dense T cells per chunk of heads (~256 MB in f
 # layer in one call, and peak memory falls from 3.4 GB to ~1.4 GB at L = 512).
 FACTORED_CHUNK_BYTES = 256 << 20
 GRAMIAN_CHUNK_VALUES = 16_000_000  # (units, P, N) values per output array of the Gramian route
+# On a GPU its outputs stay on the device until the layer's ESS are reduced there: a
+# Mamba-130m layer at L = 2048 (1536 x 2047 x 16 values, 0.4 GB per array) is one chunk,
+# so one round of copies to the host per layer.
+GPU_GRAMIAN_CHUNK_VALUES = 64_000_000
 
 
-def _chunk_size(layer: CapturedLayer, n_pos: int, most: int, path: dict, accuracy: Accuracy) -> int:
+def _chunk_size(layer: CapturedLayer, n_pos: int, most: int, path: dict, accuracy: Accuracy, device) -> int:
     chunk = max(1, UNIT_CHUNK_VALUES // max(1, n_pos * most))
     # the dense stack of a chunk is materialised in float64 (also an SSM chosen dense)
     if isinstance(layer, DenseCapture) or path.get("method") == "dense":
@@ -47,7 +51,9 @@ def _chunk_size(layer: CapturedLayer, n_pos: int, most: int, path: dict, accurac
     elif isinstance(layer, SSMCapture) and layer.gramian_route(range(layer.n_units), path, accuracy):
         # the Gramian route (core/gramian.py) keeps no sweep buffer, only its outputs: about
         # four (units, P, N) arrays; a Mamba-130m layer at L = 512 is one chunk
-        chunk = min(chunk, max(1, GRAMIAN_CHUNK_VALUES // max(1, n_pos * layer.state_size)))
+        on_gpu = device is not None and torch.device(device).type != "cpu"
+        values = GPU_GRAMIAN_CHUNK_VALUES if on_gpu else GRAMIAN_CHUNK_VALUES
+        chunk = min(chunk, max(1, values // max(1, n_pos * layer.state_size)))
     elif isinstance(layer, SSMCapture):  # the core's sweep buffer is (units, P, N, N) float64
         chunk = min(chunk, max(1, FACTORED_CHUNK_BYTES // max(1, 8 * n_pos * layer.state_size**2)))
     return chunk
@@ -97,7 +103,7 @@ def layer_arrays(
     check_scope(scope, relative)
     accuracy = Accuracy(precision, tol, relative, scope)
     path = layer.spectra_path(positions, device)
-    chunk = _chunk_size(layer, n_pos, most, path, accuracy)
+    chunk = _chunk_size(layer, n_pos, most, path, accuracy, device)
     chunks = [slice(start, min(n_units, start + chunk)) for start in range(0, n_units, chunk)]
     tol_ess = np.zeros((n_units, n_pos), dtype=np.int64)
     ent_ess = np.zeros((n_units, n_pos), dtype=np.float64)
