@@ -123,6 +123,21 @@ def test_recursive_grams_equal_direct_products_and_svd(length):
     assert (gram_only - exact).abs().max() <= 1e-7 * exact.max()  # no redo: the Gram's sqrt(eps) floor
 
 
+@pytest.mark.parametrize("tall", [True, False])
+def test_group_grams_equal_the_products_of_the_masked_cuts(tall):
+    """The batched path's Grams come from running sums over a group's cuts; each equals the
+    product of its padded, masked cut, for a group with gaps between its cuts."""
+    from ess_explorer.core.spectra import _group_grams, _masked_cuts
+
+    length = 50
+    op = softmax_attention(length, head_dim=8, units=3, seed=7)
+    t = torch.tensor([22, 9, 25, 14]) if tall else torch.tensor([28, 41, 33, 26])
+    g_max = int(torch.minimum(t, length - t).max())
+    cuts = _masked_cuts(op[:, None], t, g_max, tall)  # (units, cuts, ...)
+    direct = cuts.mT @ cuts if tall else cuts @ cuts.mT
+    torch.testing.assert_close(_group_grams(op, t, g_max, tall), direct, rtol=1e-12, atol=1e-15)
+
+
 def test_batched_dense_groups_respect_the_memory_bound(monkeypatch):
     from ess_explorer.core import spectra
 

@@ -83,11 +83,12 @@ def cancelling(units: int = 2, length: int = 48, scale: float = 1e4, seed: int =
 # ---- the contracts on the routes ---------------------------------------------------------
 
 
+@pytest.mark.parametrize("batched", [False, True])
 @pytest.mark.parametrize("kind", ["sink", "sharp", "uniform", "random"])
-def test_dense_ess_contract_on_trained_like_heads(kind):
+def test_dense_ess_contract_on_trained_like_heads(kind, batched):
     heads = trained_like_attention(96, units=2, head_dim=16, seed=3, mix=(kind,))
     exact = exact_spectra(heads)
-    fast = hankel_singular_values(heads, precision="ess")
+    fast = hankel_singular_values(heads, precision="ess", batched=batched)
     assert_ess_contract(fast, exact)
     # the fast values are within the contract's resolution of the exact ones
     assert bool(((fast - exact).abs() <= Accuracy("ess").resolution * exact[..., :1] + 1e-15).all())

@@ -455,40 +455,68 @@ def _group_singular_values(
 
     A cut with t <= L - t is taken as its first g_max columns Z = T[:, :g_max] with rows < t
     and columns >= t zeroed ((L, g_max), Gram Z^T Z); one with t > L - t as its last g_max
-    rows with columns >= t and rows < t zeroed ((g_max, L), Gram Z Z^T). Same Gram/SVD
-    choice and guard as ``_gram_values``.
+    rows with columns >= t and rows < t zeroed ((g_max, L), Gram Z Z^T) (`_masked_cuts`).
+    The Grams come from running sums over the group's cuts (`_group_grams`), not one product
+    per cut; same Gram/SVD choice and guard as ``_gram_values``, the guard's SVDs on the
+    masked cuts of the (unit, cut) pairs it names.
     """
     length = flat.shape[-1]
     times = times.to(flat.device)
     g_max = int(torch.minimum(times, length - times).max())
-    idx = torch.arange(length, device=flat.device)
     tall = times <= length - times  # (C,)
     sigma = flat.new_zeros(flat.shape[0], len(times), g_max)
     for select, is_tall in ((tall, True), (~tall, False)):
         if not bool(select.any()):
             continue
-        t = times[select][:, None, None]  # (c, 1, 1)
-        if is_tall:  # (c, L, g): row i >= t, column j < t
-            block = flat[:, None, :, :g_max]
-            mask = (idx[None, :, None] >= t) & (idx[None, None, :g_max] < t)
-            cut = block * mask
-            gram = cut.mT @ cut
-        else:  # (c, g, L): rows L - g .. L - 1, row i >= t, column j < t
-            block = flat[:, None, length - g_max :, :]
-            rows = idx[length - g_max :]
-            mask = (rows[None, :, None] >= t) & (idx[None, None, :] < t)
-            cut = block * mask
-            gram = cut @ cut.mT
+        t = times[select]  # (c,)
         if method == "svd":
-            values = torch.linalg.svdvals(cut)
+            values = torch.linalg.svdvals(_masked_cuts(flat[:, None], t, g_max, is_tall))
         else:
-            values = eigvalsh(gram).flip(-1).clamp_min(0).sqrt()
+            values = eigvalsh(_group_grams(flat, t, g_max, is_tall)).flip(-1).clamp_min(0).sqrt()
             if method == "auto":
                 # guard as in _gram_values, on each cut's own rank min(t, L - t):
                 # padded zeros are not small values
                 rank = torch.minimum(t, length - t).reshape(1, -1).expand(values.shape[0], -1)
                 unsafe = _gram_unsafe(values, rank, accuracy)
                 if bool(unsafe.any()):
-                    values[unsafe] = torch.linalg.svdvals(cut[unsafe])
+                    unit, cut = unsafe.nonzero(as_tuple=True)
+                    values[unit, cut] = torch.linalg.svdvals(_masked_cuts(flat[unit], t[cut], g_max, is_tall))
         sigma[:, select] = values
     return sigma
+
+
+def _masked_cuts(flat: torch.Tensor, t: torch.Tensor, g_max: int, tall: bool) -> torch.Tensor:
+    """The cuts t of ``flat`` (..., L, L) padded to g_max as `_group_singular_values` takes
+    them: (..., L, g_max) where tall, else (..., g_max, L); t broadcasts against flat's
+    leading dimensions."""
+    length = flat.shape[-1]
+    idx = torch.arange(length, device=flat.device)
+    t = t[..., None, None]
+    if tall:  # row i >= t, column j < t
+        return flat[..., :g_max] * ((idx[:, None] >= t) & (idx[None, :g_max] < t))
+    rows = idx[length - g_max :]  # rows L - g .. L - 1, row i >= t, column j < t
+    return flat[..., length - g_max :, :] * ((rows[:, None] >= t) & (idx[None, :] < t))
+
+
+def _group_grams(flat: torch.Tensor, t: torch.Tensor, g_max: int, tall: bool) -> torch.Tensor:
+    """The padded Grams (B, c, g_max, g_max) of the cuts t (c,) of every operator in ``flat``,
+    the Grams of `_masked_cuts`: a running sum of the rows (tall cuts, t descending) or
+    columns (wide cuts, t ascending) each cut gains over the previous, then the block each
+    cut's rank allows. All cuts of a group cost one product over the rows they span, instead
+    of one (L x g_max) product per cut, and no masked copy of the cuts."""
+    length = flat.shape[-1]
+    grams = flat.new_zeros(flat.shape[0], len(t), g_max, g_max)
+    idx = torch.arange(g_max, device=flat.device)
+    running, previous = None, None
+    for k in torch.argsort(t, descending=tall).tolist():
+        cut = int(t[k])
+        if tall:  # rows cut .. previous - 1 of the first g_max columns; keep [:t, :t]
+            part = flat[:, cut : length if previous is None else previous, :g_max]
+            add, keep = part.mT @ part, idx < cut
+        else:  # columns previous .. cut - 1 of the last g_max rows; keep rows >= t
+            part = flat[:, length - g_max :, 0 if previous is None else previous : cut]
+            add, keep = part @ part.mT, idx + length - g_max >= cut
+        running = add if running is None else running + add
+        grams[:, k] = running * (keep[:, None] & keep[None, :])
+        previous = cut
+    return grams
