@@ -63,7 +63,8 @@ def gramian_spectra_blocked(
     """`gramian_spectra_reference`'s outputs by the blocked scans (module docstring).
     a, b, c: (B, L, N) float64 on any device; wanted: sorted cuts in 1..L-1."""
     units, length, n = a.shape
-    wanted = wanted.to(device=a.device, dtype=torch.long)
+    on_host = wanted.to(device="cpu", dtype=torch.long)  # the blocks' bookkeeping: no device sync
+    wanted = on_host.to(a.device)
     starts = list(range(0, length, BLOCK))
     checkpoints = a.new_empty(len(starts), units, n, n)
     p = a.new_zeros(units, n, n)  # P_0: nothing written yet
@@ -90,11 +91,11 @@ def gramian_spectra_blocked(
         backward = a.new_empty(units, stop - start, n, n)
         for j in range(stop - start - 1, -1, -1):
             q = torch.addcmul(read[:, j], decay[:, j], q, out=backward[:, j])
-        rows = ((wanted >= max(start, 1)) & (wanted < stop)).nonzero().flatten()
+        rows = ((on_host >= max(start, 1)) & (on_host < stop)).nonzero().flatten()
         if len(rows) == 0:
             continue
         forward = _forward_block(checkpoints[k], a[:, start : stop - 1], b[:, start : stop - 1])  # P_start..P_{stop-1}
-        local = wanted[rows] - start
+        rows, local = rows.to(a.device), (on_host[rows] - start).to(a.device)
         part = spectra_from_gramians(forward[:, local], backward[:, local], wanted[rows], length, causal)
         lam[:, rows], error[:, rows] = part[0], part[1]
         for whole, piece in zip(reach, part[2] or ()):
