@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from .claim_names import PRIMARY, comparison_name, test_name
 from .measure import ESS_SEED, memory_cut, prompt_utilisation, separator_drop, sweep
 from .measure import __doc__ as _MEASURE_DOC
 from .mqar import MQARTask, evaluate_model
@@ -282,9 +283,10 @@ def _claim_lines(card: dict, record: dict) -> list[str]:
     if card["name"] not in record.get("models", []) or not card["training"].get("train_pairs"):
         return []
     tests = record["tests"]["tests"]
+    primary = comparison_name(PRIMARY)
     wanted = {
-        "all main-task architectures": "[main_task] mean: ESS/kv - TSS/kv",
-        f"without the {card['family']} family": f"[main_task without {card['family']}] mean: ESS/kv - TSS/kv",
+        "all main-task architectures": test_name("main_task", primary),
+        f"without the {card['family']} family": test_name("main_task", primary, card["family"]),
     }
     lines = [
         "",

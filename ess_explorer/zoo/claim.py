@@ -30,6 +30,7 @@ import json
 
 import numpy as np
 
+from .claim_names import PRIMARY, QUANTITY_NAMES, comparison_name, test_name
 from .claim_stats import bootstrap, corrected_tests, correlations
 from .readme import CLAIM_RECORD
 from .resets import control_role, reset_line, reset_seed_pairs, reset_summary
@@ -58,18 +59,16 @@ AGGREGATIONS = {
         {"ess": "ess_per_kv", "entropy_ess": "entropy_ess_per_kv", "tss": "tss_per_kv"},
     ),
 }
-_NAMES = {"ess": "ESS/kv", "entropy_ess": "entropy-ESS/kv", "tss": "TSS/kv"}
-PREDICTORS = {key: f"{_NAMES[q]} ({label})" for label, keys in AGGREGATIONS.values() for q, key in keys.items()}
+PREDICTORS = {key: f"{QUANTITY_NAMES[q]} ({label})" for label, keys in AGGREGATIONS.values() for q, key in keys.items()}
 # test name -> (predictor, reference): Spearman(predictor) - Spearman(reference)
 COMPARISONS = {
-    f"{agg}: {_NAMES[q]} - TSS/kv": (keys[q], keys["tss"])
+    comparison_name(agg, q): (keys[q], keys["tss"])
     for agg, (_, keys) in AGGREGATIONS.items()
     for q in ("ess", "entropy_ess")
 }
 # the paper's collapse failure mode: a state used at most this share of what the rank cap allows ...
 FAILURE_SHARE = 0.05
 FAILURE_ACCURACY = 0.9  # ... by a model whose held-out accuracy suffers (below this)
-PRIMARY = "mean"  # the aggregation of the per-family (leave one out) tests
 N_BOOT = 2000
 BOOT_SEED = 0
 
@@ -131,7 +130,7 @@ def claim(cards: dict[str, dict], n_boot: int = N_BOOT) -> dict:
         if len({r["architecture"] for r in rows}) >= 2:
             rec = _group(rows, COMPARISONS, n_boot)
             for name, value in rec["observed"].items():
-                observed[f"[{group}] {name}"], draws[f"[{group}] {name}"] = value, rec["_draws"][name]
+                observed[test_name(group, name)], draws[test_name(group, name)] = value, rec["_draws"][name]
             out["groups"].setdefault(group, {})["trained"] = rec
         control = points({n: c for n, c in members.items() if "untrained" in c}, untrained=True)
         if len({r["architecture"] for r in control}) >= 2:
@@ -147,8 +146,8 @@ def claim(cards: dict[str, dict], n_boot: int = N_BOOT) -> dict:
         rec = _group(kept, primary, n_boot, predictors=keys)
         out["per_family"][family] = {k: rec[k] for k in ("n_models", "n_architectures", "n_points", "correlations")}
         for name, value in rec["observed"].items():
-            observed[f"[main_task without {family}] {name}"] = value
-            draws[f"[main_task without {family}] {name}"] = rec["_draws"][name]
+            observed[test_name("main_task", name, family)] = value
+            draws[test_name("main_task", name, family)] = rec["_draws"][name]
     out["tests"] = corrected_tests(observed, draws)
     for variants in out["groups"].values():
         for rec in variants.values():
@@ -326,7 +325,7 @@ def verdict(record: dict) -> list[str]:
             continue
         out.append(f"- [{group}] {_design(rec)}.")
         for name in COMPARISONS:
-            t = tests["tests"].get(f"[{group}] {name}")
+            t = tests["tests"].get(test_name(group, name))
             if t is None:
                 continue
             lo, hi = t["bonferroni_interval"]
@@ -360,10 +359,10 @@ def verdict(record: dict) -> list[str]:
         for family in record["per_family"]:
             parts = []
             for name in COMPARISONS:
-                t = tests["tests"].get(f"[main_task without {family}] {name}")
+                t = tests["tests"].get(test_name("main_task", name, family))
                 if t is not None:
                     parts.append(f"{name.split(': ')[1]} {t['difference']:+.2f} (Holm p {t['p_holm']:.3f})")
-            held = [n for n in COMPARISONS if tests["tests"].get(f"[main_task without {family}] {n}", {}).get("holds")]
+            held = [n for n in COMPARISONS if tests["tests"].get(test_name("main_task", n, family), {}).get("holds")]
             out.append(
                 f"  - without {family}: {'; '.join(parts)}: "
                 + ("still holds." if held else "nothing holds after correction.")
