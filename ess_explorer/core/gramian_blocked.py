@@ -76,12 +76,7 @@ def gramian_spectra_blocked(
     lam = a.new_zeros(units, len(wanted), n)
     error = a.new_zeros(units, len(wanted))
     # causal: P_t's spectrum as (diag, off, top, error), as the reference returns it
-    reach = [
-        lam.new_zeros(lam.shape),
-        lam.new_zeros(lam.shape),
-        error.new_zeros(error.shape),
-        error.new_zeros(error.shape),
-    ]
+    reach = [x.new_zeros(x.shape) for x in (lam, lam, error, error)] if causal else []
     q = a.new_zeros(units, n, n)  # Q_L: nothing read after the last token
     for k in range(len(starts) - 1, -1, -1):  # 2. blocks, last first
         start, stop = starts[k], min(starts[k] + BLOCK, length)
