@@ -15,7 +15,7 @@ QUANTITY_NAMES = {"ess": "ESS/kv", "entropy_ess": "entropy-ESS/kv", "tss": "TSS/
 
 
 def comparison_name(aggregation: str, quantity: str = "ess") -> str:
-    """"mean: ESS/kv - TSS/kv": the predictor ``quantity`` aggregated over t by ``aggregation``,
+    """ "mean: ESS/kv - TSS/kv": the predictor ``quantity`` aggregated over t by ``aggregation``,
     against TSS/kv aggregated the same way."""
     return f"{aggregation}: {QUANTITY_NAMES[quantity]} - TSS/kv"
 
