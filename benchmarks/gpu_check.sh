@@ -14,7 +14,8 @@
 #      on the GPU and on the same machine's CPU cores (cuSOLVER's eigvalsh loops over the batch,
 #      so the host's cores may be the faster place for attention's cut spectra)
 #   5. whole models through analyze, the targets first (Mamba-130m at L = 2048, GPT-2-small at 1024), then
-#      the rest of bench_engine.MODEL_CASES["gpu"] while time remains
+#      the rest of bench_engine.MODEL_CASES["gpu"] while time remains; last, the target cases' lines again
+#      beside the targets, in summary.txt
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
@@ -51,4 +52,8 @@ if $PY -c "import transformers" 2>/dev/null; then
 else
   say "models: skipped (transformers is not installed)"
 fi
+# the four GPU targets beside what this run measured for them (README "Performance")
+say "targets: Mamba layer <= 0.3 s | whole Mamba-130m, L = 2048 <= 20 s | 144 GPT-2 heads, L = 1024 <= 5 s (whole model below) | whole GPT-2-small, L = 2048 <= 60 s"
+grep -h -E "^  precision (ess|exact)|Mamba-130m, L = 2048|GPT-2-small, L = (1024|2048)" "$LOGS/layer.log" "$LOGS/models.log" 2>/dev/null \
+  | tee -a "$LOGS/summary.txt"
 say "done; logs in $LOGS"
