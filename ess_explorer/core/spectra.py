@@ -508,8 +508,9 @@ def _group_grams(flat: torch.Tensor, t: torch.Tensor, g_max: int, tall: bool) ->
     grams = flat.new_zeros(flat.shape[0], len(t), g_max, g_max)
     idx = torch.arange(g_max, device=flat.device)
     running, previous = None, None
-    for k in torch.argsort(t, descending=tall).tolist():
-        cut = int(t[k])
+    times = t.tolist()  # one copy to the host, not one per cut
+    for k in sorted(range(len(times)), key=times.__getitem__, reverse=tall):
+        cut = times[k]
         if tall:  # rows cut .. previous - 1 of the first g_max columns; keep [:t, :t]
             part = flat[:, cut : length if previous is None else previous, :g_max]
             add, keep = part.mT @ part, idx < cut
