@@ -26,7 +26,7 @@ __all__ = ["gramian_hankel_singular_values", "uses_kernel"]
 # Units per call: the kernel keeps only its lanes' checkpoints, so its chunks are set by
 # thread balance; the blocked route holds about `blocked_bytes_per_unit` per unit, within
 # BLOCKED_CHUNK_BYTES on a CPU and GPU_BUDGET_BYTES (or a quarter of the free memory, if less)
-# on a GPU: a Mamba-130m layer at L = 2048 (1536 channels, N = 16) is one call of about 4 GB.
+# on a GPU: a Mamba-130m layer at L = 2048 (1536 channels, N = 16) is one call of about 3.4 GB.
 BLOCKED_CHUNK_BYTES = 256 << 20
 GPU_BUDGET_BYTES = 8 << 30
 
