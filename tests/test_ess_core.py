@@ -284,3 +284,17 @@ def test_rotation_sweep_equals_qr_sweep():
     by_qr = _sweep_chunk(ssm.a, ssm.b, ssm.c, wanted, rotations=False)
     by_rotations = _sweep_chunk(ssm.a, ssm.b, ssm.c, wanted, rotations=True)
     torch.testing.assert_close(by_rotations, by_qr, rtol=1e-9, atol=1e-12 * by_qr.max().item())
+
+
+def test_finite_spectra_sees_nan_and_inf_anywhere():
+    """The engine's one-pass finiteness check of its spectra (core/checks.py): a NaN or an
+    infinity anywhere, the last cut's last value included, is seen; zeros and empty are fine."""
+    from ess_explorer.core.checks import finite_spectra
+
+    sigma = torch.rand(3, 40, 8, dtype=torch.float64)
+    assert finite_spectra(sigma) and finite_spectra(torch.zeros(2, 0, 3)) and finite_spectra(torch.zeros(2, 5, 3))
+    for bad in (float("nan"), float("inf")):
+        for where in ((0, 0, 0), (2, 39, 7), (1, 17, 3)):
+            spoiled = sigma.clone()
+            spoiled[where] = bad
+            assert not finite_spectra(spoiled), (bad, where)

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .checks import as_tensor, require
+from .checks import as_tensor, finite_spectra, require
 from .eigen import eigvalsh
 from .gramian import gramian_hankel_singular_values
 from .operators import FACTORED_OPERATORS, DiagonalSSM, overflow_error
@@ -226,7 +226,7 @@ def hankel_singular_values(
         )
     except torch.linalg.LinAlgError as error:
         raise overflow_error(op) from error
-    if not bool(torch.isfinite(sigma).all()):
+    if not finite_spectra(sigma):
         raise overflow_error(op)
     return sigma
 

@@ -45,6 +45,7 @@ import numpy as np
 import torch
 
 from .causal import reachability_singular_values, shift_register_singular_values
+from .checks import finite_spectra
 from .diagnostics import theoretical_state_size, unit_kind
 from .gramian import gramian_hankel_singular_values
 from .operators import DiagonalSSM
@@ -388,7 +389,7 @@ class SSMCapture(CapturedLayer):
         except torch.linalg.LinAlgError as error:
             raise overflow_error(ssm) from error
         top = reach.top if isinstance(reach, TridiagonalSpectra) else reach
-        if not (bool(torch.isfinite(sigma).all()) and bool(torch.isfinite(top).all())):
+        if not (finite_spectra(sigma) and finite_spectra(top)):
             raise overflow_error(ssm)  # as hankel_singular_values does: never inf / NaN
         return sigma, reach
 
