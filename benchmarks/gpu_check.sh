@@ -42,7 +42,7 @@ for pkg in numba "nvmath-python[cu12]:nvmath" "transformers<6:transformers" tqdm
   $PY -c "import ${pkg##*:}" 2>/dev/null || missing="$missing ${pkg%%:*}"
 done
 [ -n "$missing" ] && step install 60 $PY -m pip install -q $missing
-step gpu_tests 60 $PY -m pytest -q -m gpu tests/test_engine_paths.py tests/test_dplr.py tests/test_precision.py -p no:cacheprovider
+step gpu_tests 60 $PY -m pytest -q -m gpu tests/test_engine_paths.py tests/test_dplr.py tests/test_precision.py tests/test_gramian_blocked.py -p no:cacheprovider
 step layer 60 $PY benchmarks/bench_engine.py --device cuda --full --only layer
 step factored 40 $PY benchmarks/bench_engine.py --device cuda --full --only factored
 step dense 60 $PY benchmarks/bench_engine.py --device cuda --full --only dense

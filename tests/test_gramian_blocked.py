@@ -111,3 +111,13 @@ def test_a_mamba_layer_at_2048_is_one_chunk_of_layer_arrays_on_a_gpu():
     path, accuracy = {"method": "scan"}, Accuracy("ess")
     assert _chunk_size(capture, length, 16, path, accuracy, torch.device("cuda")) >= units
     assert _chunk_size(capture, length, 16, path, accuracy, None) < units
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_blocked_route_on_cuda_equals_the_cpu_reference():
+    ssm = mamba_like(70, BLOCK + 37, 16, seed=12)
+    cuts = torch.arange(1, ssm.length)
+    on_gpu = gramian_spectra_blocked(ssm.a.cuda(), ssm.b.cuda(), ssm.c.cuda(), cuts, True)
+    got = (on_gpu[0].cpu(), on_gpu[1].cpu(), tuple(x.cpu() for x in on_gpu[2]))
+    assert_same_outputs(got, gramian_spectra_reference(ssm.a, ssm.b, ssm.c, cuts, True))
