@@ -98,6 +98,9 @@ def _la(head_dim: int, gated: bool) -> dict:
     return dict(num_heads=4, head_dim=head_dim, value_dim=16, conv_size=4, gated=gated)
 
 
+# Mamba2Config's step-size initialisation for the deliberately collapsed model: dt_bias = softplus^-1(dt), dt
+# log-uniform in [time_step_min, time_step_max]; with A = -1..-num_heads, exp(dt A) <= 1/e per token from the start.
+COLLAPSING_INIT = dict(time_step_min=1.0, time_step_max=10.0, time_step_floor=1.0)
 MAIN_STEPS = 1200  # the equal budget of every main-task model (batch 32, L = 128)
 RESET_STEPS = 3000  # the equal budget of the reset-task models (batch 32, L = 131)
 
@@ -168,6 +171,23 @@ ZOO: dict[str, ZooSpec] = {
             "ess_linear_attention",
             _la(16, True),
             description="Gated linear attention (per-key decay), 4 heads, key size 16 (1,024 scalars per layer).",
+        ),
+        _main(
+            "mamba2_n64",
+            "mamba2",
+            "mamba2",
+            dict(state_size=64),
+            description="Mamba2 with a large state, 64 per head (8,192 scalars per layer), trained well (default "
+            "initialisation): the twin of mamba2_n64_collapse, the failure-mode pair.",
+        ),
+        _main(
+            "mamba2_n64_collapse",
+            "mamba2",
+            "mamba2",
+            dict(state_size=64, **COLLAPSING_INIT),
+            description="Mamba2 as mamba2_n64 (64 per head, 8,192 scalars per layer, same task, budget and learning "
+            "rate), initialised to forget: every head's step dt starts between 1 and 10 (default 0.001 to 0.1), so "
+            "exp(dt A) empties the state within a few tokens. The paper's collapse failure mode, beside its twin.",
         ),
         ZooSpec(
             "mamba2_n64_recent",
