@@ -30,6 +30,8 @@ __all__ = [
     "ZooSpec",
     "ZOO",
     "RESET_CONTROLS",
+    "FAILURE_PAIRS",
+    "COLLAPSING_INIT",
     "build_model",
 ]
 
@@ -82,6 +84,8 @@ class ZooSpec:
     # plateau_at_full_lr) or the budget less the anneal is spent, then a cosine anneal of ``anneal`` x steps
     schedule: str = "cosine"
     anneal: float = 0.2
+    # parameters kept at their initialisation (names ending so, e.g. "A_log"): a stated training recipe
+    frozen: tuple[str, ...] = ()
 
     def task_at(self, step: int) -> MQARTask:
         """The task of training batch ``step`` (the K mixture cycles through train_pairs)."""
@@ -276,6 +280,11 @@ RESET_CONTROLS = {
     "gla_k16_reset": "gla_k16_keep",
     "mamba2_n16_sep": "mamba2_n16_recent",
 }
+
+
+# The failure-mode pairs: a model deliberately collapsed by its initialisation -> the same architecture, task,
+# budget and learning rate trained well (zoo/collapse.py measures both over seeds and fresh prompts).
+FAILURE_PAIRS = {"mamba2_n64_collapse": "mamba2_n64"}
 
 
 def build_model(spec: ZooSpec, seed: int | None = None):

@@ -1,0 +1,266 @@
+"""The paper's collapse failure mode on a zoo pair, over training seeds and fresh prompts.
+
+    python -m ess_explorer.zoo.train --only mamba2_n64_collapse mamba2_n64 --seeds 1 2 --out build/zoo-collapse-seeds --no-cards
+    python -m ess_explorer.zoo.collapse build/zoo-collapse-seeds   # measure, write failure_mode.json and the pair's cards
+
+A failure-mode pair (``specs.FAILURE_PAIRS``) is one architecture trained twice on the same task,
+budget and learning rate: once initialised to forget (the collapsed model), once well (its twin).
+Each run (the shipped model is seed 0; replicas NAME_sSEED add seeds) is read on
+``len(FRESH_SEEDS)`` fresh prompt sets, drawn from seeds that no card, test, validation or
+training batch uses. Per set: the utilisation over whole prompts (``measure.prompt_utilisation``,
+the card's ratio of peaks, on ``FRESH_PROMPTS`` prompts), as a share of what the rank cap allows,
+in the memory layer where that share is largest (the layer that uses the most of its room), and
+the held-out accuracy on ``FRESH_SAMPLES`` sequences of the set. A run's value is its mean over
+the sets; over seeds, the mean with a 95% Student-t interval (``resets.t_interval``: the seed is
+the independent unit, the prompt sets only sharpen each seed's reading).
+
+The rule (FAILURE_RULE): the failure mode is shown when the collapsed model's share of the rank
+cap has its interval's upper end at or below FAILURE_SHARE *and* its accuracy interval lies wholly
+below its twin's (upper end under the twin's lower end). Either half alone is not the failure mode:
+low use at no accuracy cost is efficient compression, and low accuracy with the state in use is
+another failure. One seed gives no interval, so it cannot show it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .resets import LEVEL, t_interval
+
+__all__ = [
+    "FAILURE_SHARE",
+    "FAILURE_RULE",
+    "FAILURE_RECORD",
+    "FRESH_SEEDS",
+    "FRESH_PROMPTS",
+    "FRESH_SAMPLES",
+    "fresh_readings",
+    "run_reading",
+    "seed_summary",
+    "failure_verdict",
+    "failure_record",
+    "failure_lines",
+    "card_field",
+    "main",
+]
+
+FAILURE_SHARE = 0.05  # a state used at most this share of what the rank cap allows ...
+FAILURE_RULE = (
+    f"collapse failure mode shown when the collapsed model's utilisation, as a share of what the rank cap allows, has a "
+    f"{LEVEL:.0%} t interval over seeds whose upper end is <= {FAILURE_SHARE} of the cap, and its accuracy interval lies "
+    "wholly below its twin's"
+)
+FAILURE_RECORD = "failure_mode.json"  # next to the model folders
+# fresh prompt sets: clear of the cards' prompts (30000+), held-out tests (10000+), validation (20000+) and
+# training batches (two-word seeds)
+FRESH_SEEDS = (50_000, 51_000, 52_000, 53_000)
+FRESH_PROMPTS = 4  # prompts per set for the utilisation (an SVD per unit and cut: the costly part)
+FRESH_SAMPLES = 256  # sequences per set for the accuracy
+
+
+@torch.no_grad()
+def fresh_readings(model, task, seeds=FRESH_SEEDS, n_prompts: int = FRESH_PROMPTS, n_samples: int = FRESH_SAMPLES):
+    """One dict per fresh prompt set (seed s): the utilisation over whole prompts of the memory layer
+    with the largest share of what the rank cap allows (prompts s, s + 1, ...), that share, the cap,
+    and the held-out accuracy on ``n_samples`` sequences drawn from s."""
+    from .measure import prompt_utilisation
+    from .mqar import evaluate_model
+
+    out = []
+    for seed in seeds:
+        layers = prompt_utilisation(model, task, n_prompts=n_prompts, seed=seed)["layers"]
+        shares = {i: lay["utilisation"] / lay["rank_cap_allows"] for i, lay in layers.items() if lay["rank_cap_allows"]}
+        if not shares:
+            raise ValueError("no memory layer has room under the rank cap: the share of the cap is undefined")
+        layer = max(shares, key=shares.get)
+        out.append(
+            {
+                "seed": int(seed),
+                "layer": layer,
+                "utilisation": layers[layer]["utilisation"],
+                "rank_cap_allows": layers[layer]["rank_cap_allows"],
+                "share_of_cap": shares[layer],
+                "accuracy": evaluate_model(model, task, n_samples=n_samples, seed=seed)["accuracy"],
+            }
+        )
+    return out
+
+
+def run_reading(seed: int, sets: list[dict]) -> dict:
+    """One training run: its prompt sets and their means (the value the seed contributes)."""
+    if not sets:
+        raise ValueError("a run needs at least one prompt set")
+    keys = ("utilisation", "share_of_cap", "accuracy")
+    return {"seed": int(seed), **{k: float(np.mean([s[k] for s in sets])) for k in keys}, "sets": sets}
+
+
+def seed_summary(runs: list[dict]) -> dict:
+    """Over training seeds: {n_seeds, utilisation, share_of_cap, accuracy}, each ``t_interval`` of
+    the runs' means (mean, sd, interval; no interval for one seed)."""
+    if not runs:
+        raise ValueError("seed_summary needs at least one run")
+    keys = ("utilisation", "share_of_cap", "accuracy")
+    return {"n_seeds": len(runs), **{k: t_interval([r[k] for r in runs]) for k in keys}}
+
+
+def failure_verdict(collapsed: dict, twin: dict, share: float = FAILURE_SHARE) -> dict:
+    """FAILURE_RULE on two ``seed_summary`` records: low_use (the collapsed share's upper end <=
+    ``share``), accuracy_cost (its accuracy interval wholly below the twin's), shown (both), and
+    the sentence that says so. Without intervals (one seed) neither half can hold."""
+    use, acc, twin_acc = collapsed["share_of_cap"], collapsed["accuracy"], twin["accuracy"]
+    low_use = use["interval"] is not None and use["interval"][1] <= share
+    cost = acc["interval"] is not None and twin_acc["interval"] is not None
+    cost = cost and acc["interval"][1] < twin_acc["interval"][0]
+    shown = bool(low_use and cost)
+    halves = [
+        ("uses" if low_use else "does not stay under") + f" {share} of what the rank cap allows (share {_ci(use)})",
+        ("at" if cost else "without") + f" a clear accuracy cost ({_ci(acc)} against {_ci(twin_acc)})",
+    ]
+    line = f"collapse failure mode: {'shown' if shown else 'not shown'}: the collapsed model " + ", ".join(halves)
+    return {"low_use": bool(low_use), "accuracy_cost": bool(cost), "shown": shown, "line": line}
+
+
+def _ci(rec: dict) -> str:
+    if rec["interval"] is None:
+        return f"{rec['mean']:.3f}, one seed"
+    return f"{rec['mean']:.3f} [{rec['interval'][0]:.3f}, {rec['interval'][1]:.3f}]"
+
+
+def failure_record(runs: dict[str, list[dict]], pairs: dict[str, str] | None = None) -> dict:
+    """The record of every failure-mode pair with runs: {rule, share, level, fresh prompt sets,
+    pairs: {collapsed: {twin, models: {name: {runs, summary}}, verdict}}}; ``runs`` maps a model
+    name to its ``run_reading`` records."""
+    from .specs import FAILURE_PAIRS
+
+    out = {
+        "rule": FAILURE_RULE,
+        "share": FAILURE_SHARE,
+        "level": LEVEL,
+        "fresh_seeds": list(FRESH_SEEDS),
+        "n_prompts": FRESH_PROMPTS,
+        "n_samples": FRESH_SAMPLES,
+        "pairs": {},
+    }
+    for collapsed, twin in (pairs or FAILURE_PAIRS).items():
+        if not runs.get(collapsed) or not runs.get(twin):
+            continue
+        models = {
+            n: {"runs": sorted(runs[n], key=lambda r: r["seed"]), "summary": seed_summary(runs[n])}
+            for n in (collapsed, twin)
+        }
+        verdict = failure_verdict(models[collapsed]["summary"], models[twin]["summary"])
+        out["pairs"][collapsed] = {"twin": twin, "models": models, "verdict": verdict}
+    return out
+
+
+def failure_lines(card: dict) -> list[str]:
+    """The card README's section on its failure-mode pair (empty without a ``failure_mode`` field)."""
+    rec = card.get("failure_mode")
+    if not rec:
+        return []
+    collapsed, twin = rec["collapsed"], rec["twin"]
+    runs = {n: {r["seed"]: r for r in rec["models"][n]["runs"]} for n in (collapsed, twin)}
+    lines = [
+        "",
+        "### The collapse failure mode, over seeds and fresh prompts",
+        "",
+        f"`{collapsed}` (initialised to forget) beside `{twin}` (the same architecture trained well), each seed read on "
+        f"{len(rec['fresh_seeds'])} fresh prompt sets (seeds {', '.join(map(str, rec['fresh_seeds']))}; utilisation over "
+        f"whole prompts on {rec['n_prompts']} prompts per set, as a share of what the rank cap allows, in the layer "
+        f"using the most of it; accuracy on {rec['n_samples']} sequences per set). Rule: {rec['rule']}.",
+        "",
+        f"| seed | {collapsed} share of cap | {collapsed} accuracy | {twin} share of cap | {twin} accuracy |",
+        "|---|---|---|---|---|",
+    ]
+    for seed in sorted(set(runs[collapsed]) | set(runs[twin])):
+        cells = []
+        for n in (collapsed, twin):
+            r = runs[n].get(seed)
+            cells += [f"{r['share_of_cap']:.3f}", f"{r['accuracy']:.3f}"] if r else ["-", "-"]
+        lines.append(f"| {seed} | " + " | ".join(cells) + " |")
+    means = [rec["models"][n]["summary"] for n in (collapsed, twin)]
+    lines.append(
+        f"| mean, {LEVEL:.0%} t interval | "
+        + " | ".join(f"{_ci(s['share_of_cap'])} | {_ci(s['accuracy'])}" for s in means)
+        + " |"
+    )
+    lines += ["", f"**{rec['verdict']['line']}.**"]
+    return lines
+
+
+def card_field(record: dict, name: str) -> dict | None:
+    """What the card of ``name`` keeps of ``record``: its pair (collapsed, twin, both models' runs and
+    summaries, the verdict), the rule and the prompt sets; None when ``name`` is in no pair."""
+    for collapsed, pair in record.get("pairs", {}).items():
+        if name in (collapsed, pair["twin"]):
+            keep = ("rule", "share", "level", "fresh_seeds", "n_prompts", "n_samples")
+            return {
+                **{k: record[k] for k in keep},
+                "role": "collapsed" if name == collapsed else "twin",
+                "collapsed": collapsed,
+                "twin": pair["twin"],
+                "models": pair["models"],
+                "verdict": pair["verdict"],
+            }
+    return None
+
+
+def _runs_of(name: str, replica_folder: Path | None) -> list[Path]:
+    from ..sources import model_dir
+
+    folders = [model_dir(name)]
+    if replica_folder is not None:
+        folders += sorted(p for p in replica_folder.glob(f"{name}_s*") if (p / "training.json").is_file())
+    return folders
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(prog="python -m ess_explorer.zoo.collapse", description=__doc__.split("\n")[0])
+    parser.add_argument("folder", type=Path, nargs="?", help="the --out folder of zoo.train --seeds (NAME_sSEED)")
+    parser.add_argument("--out", type=Path, default=None, help=f"record path (default: the zoo's {FAILURE_RECORD})")
+    parser.add_argument("--no-cards", action="store_true", help="do not update the pair's card.json and README.md")
+    args = parser.parse_args(argv)
+    from transformers import AutoModelForCausalLM
+
+    from ..sources import ZOO_DIR, model_dir
+    from .mqar import MQARTask
+    from .specs import FAILURE_PAIRS
+
+    torch.set_num_threads(1)
+    runs: dict[str, list[dict]] = {}
+    for name in [n for pair in FAILURE_PAIRS.items() for n in pair]:
+        for folder in _runs_of(name, args.folder):
+            record = json.loads((folder / "training.json").read_text())
+            model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True).eval()
+            sets = fresh_readings(model, MQARTask.from_dict(record["task"]))
+            runs.setdefault(name, []).append(run_reading(record["training"]["seed"], sets))
+            last = runs[name][-1]
+            print(
+                f"{folder.name}: share of cap {last['share_of_cap']:.3f}, accuracy {last['accuracy']:.3f}", flush=True
+            )
+    record = failure_record(runs)
+    out = args.out or ZOO_DIR / FAILURE_RECORD
+    out.write_text(json.dumps(record, indent=1))
+    for pair in record["pairs"].values():
+        print(pair["verdict"]["line"])
+    if not args.no_cards:
+        from .cards import render_readme
+        from .seeds import evidence_records
+
+        evidence = evidence_records()
+        for name in [n for pair in FAILURE_PAIRS.items() for n in pair]:
+            path = model_dir(name) / "card.json"
+            card = json.loads(path.read_text())
+            card["failure_mode"] = card_field(record, name)
+            path.write_text(json.dumps(card, indent=2))
+            (path.parent / "README.md").write_text(render_readme(card, *evidence))
+    return record
+
+
+if __name__ == "__main__":
+    main()
