@@ -84,8 +84,6 @@ class ZooSpec:
     # plateau_at_full_lr) or the budget less the anneal is spent, then a cosine anneal of ``anneal`` x steps
     schedule: str = "cosine"
     anneal: float = 0.2
-    # parameters kept at their initialisation (names ending so, e.g. "A_log"): a stated training recipe
-    frozen: tuple[str, ...] = ()
 
     def task_at(self, step: int) -> MQARTask:
         """The task of training batch ``step`` (the K mixture cycles through train_pairs)."""
@@ -191,7 +189,8 @@ ZOO: dict[str, ZooSpec] = {
             dict(state_size=64, **COLLAPSING_INIT),
             description="Mamba2 as mamba2_n64 (64 per head, 8,192 scalars per layer, same task, budget and learning "
             "rate), initialised to forget: every head's step dt starts between 1 and 10 (default 0.001 to 0.1), so "
-            "exp(dt A) empties the state within a few tokens. The paper's collapse failure mode, beside its twin.",
+            "exp(dt A) empties the state within a few tokens, and 1,200 steps at this learning rate leave it there "
+            "(seed 0's trained step sizes softplus(dt_bias) sit within 0.15 of their start). The paper's collapse failure mode, beside its twin.",
         ),
         ZooSpec(
             "mamba2_n64_recent",

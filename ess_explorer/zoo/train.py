@@ -161,9 +161,6 @@ def train_model(
     model.train()
     decay, no_decay = [], []
     for name, p in model.named_parameters():  # no weight decay on norms, biases, A_log, D
-        if spec.frozen and name.endswith(spec.frozen):  # the recipe keeps these at their initialisation
-            p.requires_grad_(False)
-            continue
         (decay if p.ndim >= 2 and "embed" not in name else no_decay).append(p)
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": spec.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
@@ -249,7 +246,6 @@ def train_model(
             "warmup": spec.warmup,
             "weight_decay": spec.weight_decay,
             "grad_clip": 1.0,
-            "frozen": list(spec.frozen),
             "seed": spec.seed,
             "data_seeds": "batch at step s: task.sample(batch_size, seed=[seed, s])",
             "wall_seconds": round(seconds, 1),
