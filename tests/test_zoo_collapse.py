@@ -139,3 +139,13 @@ def test_the_pairs_cards_carry_the_record_and_its_verdict(name):
     shipped = [r for r in models[name]["runs"] if r["seed"] == card["training"]["seed"]]
     assert len(shipped) == 1  # the shipped weights are one of the seeds
     assert pair["verdict"]["line"] in (zoo.model_dir(name) / "README.md").read_text()
+
+
+def test_a_pair_measured_on_one_side_keeps_its_runs_without_a_verdict():
+    one = [{"seed": 0, "utilisation": 0.02, "share_of_cap": 0.02, "accuracy": 0.03, "sets": []}]
+    record = collapse.failure_record({"a": one}, pairs={"a": "b"})
+    assert record["pairs"]["a"]["verdict"] is None and list(record["pairs"]["a"]["models"]) == ["a"]
+    assert collapse._recorded_runs(record) == {"a": one}  # what a resumed measurement keeps
+    both = collapse.failure_record({"a": one, "b": one}, pairs={"a": "b"})
+    assert both["pairs"]["a"]["verdict"]["line"].startswith("collapse failure mode: not shown")
+    assert collapse.failure_record({}, pairs={"a": "b"})["pairs"] == {}

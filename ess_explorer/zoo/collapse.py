@@ -134,7 +134,8 @@ def _ci(rec: dict) -> str:
 def failure_record(runs: dict[str, list[dict]], pairs: dict[str, str] | None = None) -> dict:
     """The record of every failure-mode pair with runs: {rule, share, level, fresh prompt sets,
     pairs: {collapsed: {twin, models: {name: {runs, summary}}, verdict}}}; ``runs`` maps a model
-    name to its ``run_reading`` records."""
+    name to its ``run_reading`` records. A pair measured on one side only (a run in progress) keeps
+    that side's runs, with verdict None."""
     from .specs import FAILURE_PAIRS
 
     out = {
@@ -147,13 +148,15 @@ def failure_record(runs: dict[str, list[dict]], pairs: dict[str, str] | None = N
         "pairs": {},
     }
     for collapsed, twin in (pairs or FAILURE_PAIRS).items():
-        if not runs.get(collapsed) or not runs.get(twin):
-            continue
         models = {
             n: {"runs": sorted(runs[n], key=lambda r: r["seed"]), "summary": seed_summary(runs[n])}
             for n in (collapsed, twin)
+            if runs.get(n)
         }
-        verdict = failure_verdict(models[collapsed]["summary"], models[twin]["summary"])
+        if not models:
+            continue
+        both = len(models) == 2
+        verdict = failure_verdict(models[collapsed]["summary"], models[twin]["summary"]) if both else None
         out["pairs"][collapsed] = {"twin": twin, "models": models, "verdict": verdict}
     return out
 
@@ -161,7 +164,7 @@ def failure_record(runs: dict[str, list[dict]], pairs: dict[str, str] | None = N
 def failure_lines(card: dict) -> list[str]:
     """The card README's section on its failure-mode pair (empty without a ``failure_mode`` field)."""
     rec = card.get("failure_mode")
-    if not rec:
+    if not rec or not rec["verdict"]:
         return []
     collapsed, twin = rec["collapsed"], rec["twin"]
     runs = {n: {r["seed"]: r for r in rec["models"][n]["runs"]} for n in (collapsed, twin)}
@@ -224,6 +227,7 @@ def main(argv=None) -> dict:
     parser.add_argument("folder", type=Path, nargs="?", help="the --out folder of zoo.train --seeds (NAME_sSEED)")
     parser.add_argument("--out", type=Path, default=None, help=f"record path (default: the zoo's {FAILURE_RECORD})")
     parser.add_argument("--no-cards", action="store_true", help="do not update the pair's card.json and README.md")
+    parser.add_argument("--redo", action="store_true", help="re-measure runs the record already holds")
     args = parser.parse_args(argv)
     from transformers import AutoModelForCausalLM
 
@@ -232,10 +236,15 @@ def main(argv=None) -> dict:
     from .specs import FAILURE_PAIRS
 
     torch.set_num_threads(1)
-    runs: dict[str, list[dict]] = {}
-    for name in [n for pair in FAILURE_PAIRS.items() for n in pair]:
+    out = args.out or ZOO_DIR / FAILURE_RECORD
+    runs = {} if args.redo or not out.is_file() else _recorded_runs(json.loads(out.read_text()))
+    names = [n for pair in FAILURE_PAIRS.items() for n in pair]
+    for name in names:
+        measured = {r["seed"] for r in runs.get(name, [])}  # measured before: kept (the seed fixes them)
         for folder in _runs_of(name, args.folder):
             record = json.loads((folder / "training.json").read_text())
+            if record["training"]["seed"] in measured:
+                continue
             model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True).eval()
             sets = fresh_readings(model, MQARTask.from_dict(record["task"]))
             runs.setdefault(name, []).append(run_reading(record["training"]["seed"], sets))
@@ -243,8 +252,8 @@ def main(argv=None) -> dict:
             print(
                 f"{folder.name}: share of cap {last['share_of_cap']:.3f}, accuracy {last['accuracy']:.3f}", flush=True
             )
+            out.write_text(json.dumps(failure_record(runs), indent=1))  # after each run: resumable
     record = failure_record(runs)
-    out = args.out or ZOO_DIR / FAILURE_RECORD
     out.write_text(json.dumps(record, indent=1))
     for pair in record["pairs"].values():
         print(pair["verdict"]["line"])
@@ -253,13 +262,18 @@ def main(argv=None) -> dict:
         from .seeds import evidence_records
 
         evidence = evidence_records()
-        for name in [n for pair in FAILURE_PAIRS.items() for n in pair]:
+        for name in names:
             path = model_dir(name) / "card.json"
             card = json.loads(path.read_text())
             card["failure_mode"] = card_field(record, name)
             path.write_text(json.dumps(card, indent=2))
             (path.parent / "README.md").write_text(render_readme(card, *evidence))
     return record
+
+
+def _recorded_runs(record: dict) -> dict[str, list[dict]]:
+    """{model: its run_reading records} of a failure_record (every pair's models)."""
+    return {n: rec["runs"] for pair in record.get("pairs", {}).values() for n, rec in pair["models"].items()}
 
 
 if __name__ == "__main__":
