@@ -118,8 +118,16 @@ def failure_verdict(collapsed: dict, twin: dict, share: float = FAILURE_SHARE) -
     cost = cost and acc["interval"][1] < twin_acc["interval"][0]
     shown = bool(low_use and cost)
     halves = [
-        ("uses" if low_use else "does not stay under") + f" {share} of what the rank cap allows (share {_ci(use)})",
-        ("at" if cost else "without") + f" a clear accuracy cost ({_ci(acc)} against {_ci(twin_acc)})",
+        (
+            "uses at most"
+            if low_use
+            else "is not bounded under"
+            if use["interval"]
+            else "from one seed, cannot be bounded under"
+        )
+        + f" {share} of what the rank cap allows (share {_ci(use)})",
+        ("at" if cost else "without")
+        + f" an accuracy cost its interval separates from the twin's ({_ci(acc)} against {_ci(twin_acc)})",
     ]
     line = f"collapse failure mode: {'shown' if shown else 'not shown'}: the collapsed model " + ", ".join(halves)
     return {"low_use": bool(low_use), "accuracy_cost": bool(cost), "shown": shown, "line": line}
