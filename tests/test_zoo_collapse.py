@@ -148,4 +148,9 @@ def test_a_pair_measured_on_one_side_keeps_its_runs_without_a_verdict():
     assert collapse._recorded_runs(record) == {"a": one}  # what a resumed measurement keeps
     both = collapse.failure_record({"a": one, "b": one}, pairs={"a": "b"})
     assert both["pairs"]["a"]["verdict"]["line"].startswith("collapse failure mode: not shown")
+    assert not both["pairs"]["a"]["accuracy_apart"]["every_seed_below"]  # equal accuracies: not below
+    low = [{**one[0], "seed": s, "accuracy": a} for s, a in enumerate([0.02, 0.05])]
+    high = [{**one[0], "seed": s, "accuracy": a} for s, a in enumerate([0.14, 0.99])]
+    apart = collapse.failure_record({"a": low, "b": high}, pairs={"a": "b"})["pairs"]["a"]["accuracy_apart"]
+    assert apart == {"collapsed_best": 0.05, "twin_worst": 0.14, "every_seed_below": True}
     assert collapse.failure_record({}, pairs={"a": "b"})["pairs"] == {}

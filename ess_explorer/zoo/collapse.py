@@ -166,6 +166,13 @@ def failure_record(runs: dict[str, list[dict]], pairs: dict[str, str] | None = N
         both = len(models) == 2
         verdict = failure_verdict(models[collapsed]["summary"], models[twin]["summary"]) if both else None
         out["pairs"][collapsed] = {"twin": twin, "models": models, "verdict": verdict}
+        if both:  # descriptive, beside the rule: whether the two sets of seeds overlap in accuracy at all
+            worst, best = (min(r["accuracy"] for r in runs[twin]), max(r["accuracy"] for r in runs[collapsed]))
+            out["pairs"][collapsed]["accuracy_apart"] = {
+                "collapsed_best": best,
+                "twin_worst": worst,
+                "every_seed_below": bool(best < worst),
+            }
     return out
 
 
@@ -201,6 +208,18 @@ def failure_lines(card: dict) -> list[str]:
         + " |"
     )
     lines += ["", f"**{rec['verdict']['line']}.**"]
+    apart = rec.get("accuracy_apart")
+    if apart:
+        lines += [
+            "",
+            f"Beside the rule (descriptive): the collapsed model's best seed reaches {apart['collapsed_best']:.3f} "
+            f"accuracy, the twin's worst {apart['twin_worst']:.3f}: "
+            + (
+                "every collapsed seed lies below every twin seed."
+                if apart["every_seed_below"]
+                else "the seeds overlap."
+            ),
+        ]
     return lines
 
 
@@ -217,6 +236,7 @@ def card_field(record: dict, name: str) -> dict | None:
                 "twin": pair["twin"],
                 "models": pair["models"],
                 "verdict": pair["verdict"],
+                "accuracy_apart": pair.get("accuracy_apart"),
             }
     return None
 
