@@ -242,9 +242,9 @@ def card_field(record: dict, name: str) -> dict | None:
 
 
 def _runs_of(name: str, replica_folder: Path | None) -> list[Path]:
-    from ..sources import model_dir
+    from ..sources import list_models, model_dir
 
-    folders = [model_dir(name)]
+    folders = [model_dir(name)] if name in list_models() else []  # the shipped seed, once it is in the zoo
     if replica_folder is not None:
         folders += sorted(p for p in replica_folder.glob(f"{name}_s*") if (p / "training.json").is_file())
     return folders
