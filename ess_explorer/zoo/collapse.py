@@ -283,8 +283,8 @@ def main(argv=None) -> dict:
             out.write_text(json.dumps(failure_record(runs), indent=1))  # after each run: resumable
     record = failure_record(runs)
     out.write_text(json.dumps(record, indent=1))
-    for pair in record["pairs"].values():
-        print(pair["verdict"]["line"])
+    for collapsed, pair in record["pairs"].items():
+        print(pair["verdict"]["line"] if pair["verdict"] else f"{collapsed}: one side of the pair is not measured yet")
     if not args.no_cards:
         from .cards import render_readme
         from .seeds import evidence_records
