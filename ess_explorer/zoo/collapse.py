@@ -187,7 +187,8 @@ def failure_lines(card: dict) -> list[str]:
         "",
         "### The collapse failure mode, over seeds and fresh prompts",
         "",
-        f"`{collapsed}` (initialised to forget) beside `{twin}` (the same architecture trained well), each seed read on "
+        f"`{collapsed}` (deliberately collapsed; see its spec) beside `{twin}` (the same architecture, task and budget, "
+        f"trained well), each seed read on "
         f"{len(rec['fresh_seeds'])} fresh prompt sets (seeds {', '.join(map(str, rec['fresh_seeds']))}; utilisation over "
         f"whole prompts on {rec['n_prompts']} prompts per set, as a share of what the rank cap allows, in the layer "
         f"using the most of it; accuracy on {rec['n_samples']} sequences per set). Rule: {rec['rule']}.",
