@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from .collapse import failure_lines
+from .failure_card import failure_lines
 from .measure import ESS_SEED, memory_cut, prompt_utilisation, separator_drop, sweep
 from .measure import __doc__ as _MEASURE_DOC
 from .mqar import MQARTask, evaluate_model
@@ -155,7 +155,7 @@ def _failure_field(name: str) -> dict | None:
     """The card's ``failure_mode`` field: the zoo's failure-mode record (collapse.py) for a model of a
     failure-mode pair, so a rewritten card keeps it; None for any other model or without a record."""
     from ..sources import ZOO_DIR
-    from .collapse import FAILURE_RECORD, card_field
+    from .failure_card import FAILURE_RECORD, card_field
 
     path = ZOO_DIR / FAILURE_RECORD
     return card_field(json.loads(path.read_text()), name) if path.is_file() else None

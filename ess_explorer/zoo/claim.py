@@ -31,7 +31,8 @@ import json
 import numpy as np
 
 from .claim_stats import bootstrap, corrected_tests, correlations
-from .collapse import FAILURE_RECORD, FAILURE_SHARE
+from .collapse import FAILURE_SHARE
+from .failure_card import FAILURE_RECORD
 from .readme import CLAIM_RECORD
 from .resets import control_role, reset_line, reset_seed_pairs, reset_summary
 from .specs import FAILURE_PAIRS

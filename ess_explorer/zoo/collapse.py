@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .failure_card import FAILURE_RECORD, card_field, failure_lines, interval_text
 from .resets import LEVEL, t_interval
 
 __all__ = [
@@ -55,7 +56,6 @@ FAILURE_RULE = (
     f"{LEVEL:.0%} t interval over seeds whose upper end is <= {FAILURE_SHARE} of the cap, and its accuracy interval lies "
     "wholly below its twin's"
 )
-FAILURE_RECORD = "failure_mode.json"  # next to the model folders
 # fresh prompt sets: clear of the cards' prompts (30000+), held-out tests (10000+), validation (20000+) and
 # training batches (two-word seeds)
 FRESH_SEEDS = (50_000, 51_000, 52_000, 53_000)
@@ -125,18 +125,12 @@ def failure_verdict(collapsed: dict, twin: dict, share: float = FAILURE_SHARE) -
             if use["interval"]
             else "from one seed, cannot be bounded under"
         )
-        + f" {share} of what the rank cap allows (share {_ci(use)})",
+        + f" {share} of what the rank cap allows (share {interval_text(use)})",
         ("at" if cost else "without")
-        + f" an accuracy cost its interval separates from the twin's ({_ci(acc)} against {_ci(twin_acc)})",
+        + f" an accuracy cost its interval separates from the twin's ({interval_text(acc)} against {interval_text(twin_acc)})",
     ]
     line = f"collapse failure mode: {'shown' if shown else 'not shown'}: the collapsed model " + ", ".join(halves)
     return {"low_use": bool(low_use), "accuracy_cost": bool(cost), "shown": shown, "line": line}
-
-
-def _ci(rec: dict) -> str:
-    if rec["interval"] is None:
-        return f"{rec['mean']:.3f}, one seed"
-    return f"{rec['mean']:.3f} [{rec['interval'][0]:.3f}, {rec['interval'][1]:.3f}]"
 
 
 def failure_record(runs: dict[str, list[dict]], pairs: dict[str, str] | None = None) -> dict:
@@ -174,72 +168,6 @@ def failure_record(runs: dict[str, list[dict]], pairs: dict[str, str] | None = N
                 "every_seed_below": bool(best < worst),
             }
     return out
-
-
-def failure_lines(card: dict) -> list[str]:
-    """The card README's section on its failure-mode pair (empty without a ``failure_mode`` field)."""
-    rec = card.get("failure_mode")
-    if not rec or not rec["verdict"]:
-        return []
-    collapsed, twin = rec["collapsed"], rec["twin"]
-    runs = {n: {r["seed"]: r for r in rec["models"][n]["runs"]} for n in (collapsed, twin)}
-    lines = [
-        "",
-        "### The collapse failure mode, over seeds and fresh prompts",
-        "",
-        f"`{collapsed}` (deliberately collapsed; see its spec) beside `{twin}` (the same architecture, task and budget, "
-        f"trained well), each seed read on "
-        f"{len(rec['fresh_seeds'])} fresh prompt sets (seeds {', '.join(map(str, rec['fresh_seeds']))}; utilisation over "
-        f"whole prompts on {rec['n_prompts']} prompts per set, as a share of what the rank cap allows, in the layer "
-        f"using the most of it; accuracy on {rec['n_samples']} sequences per set). Rule: {rec['rule']}.",
-        "",
-        f"| seed | {collapsed} share of cap | {collapsed} accuracy | {twin} share of cap | {twin} accuracy |",
-        "|---|---|---|---|---|",
-    ]
-    for seed in sorted(set(runs[collapsed]) | set(runs[twin])):
-        cells = []
-        for n in (collapsed, twin):
-            r = runs[n].get(seed)
-            cells += [f"{r['share_of_cap']:.3f}", f"{r['accuracy']:.3f}"] if r else ["-", "-"]
-        lines.append(f"| {seed} | " + " | ".join(cells) + " |")
-    means = [rec["models"][n]["summary"] for n in (collapsed, twin)]
-    lines.append(
-        f"| mean, {LEVEL:.0%} t interval | "
-        + " | ".join(f"{_ci(s['share_of_cap'])} | {_ci(s['accuracy'])}" for s in means)
-        + " |"
-    )
-    lines += ["", f"**{rec['verdict']['line']}.**"]
-    apart = rec.get("accuracy_apart")
-    if apart:
-        lines += [
-            "",
-            f"Beside the rule (descriptive): the collapsed model's best seed reaches {apart['collapsed_best']:.3f} "
-            f"accuracy, the twin's worst {apart['twin_worst']:.3f}: "
-            + (
-                "every collapsed seed lies below every twin seed."
-                if apart["every_seed_below"]
-                else "the seeds overlap."
-            ),
-        ]
-    return lines
-
-
-def card_field(record: dict, name: str) -> dict | None:
-    """What the card of ``name`` keeps of ``record``: its pair (collapsed, twin, both models' runs and
-    summaries, the verdict), the rule and the prompt sets; None when ``name`` is in no pair."""
-    for collapsed, pair in record.get("pairs", {}).items():
-        if name in (collapsed, pair["twin"]):
-            keep = ("rule", "share", "level", "fresh_seeds", "n_prompts", "n_samples")
-            return {
-                **{k: record[k] for k in keep},
-                "role": "collapsed" if name == collapsed else "twin",
-                "collapsed": collapsed,
-                "twin": pair["twin"],
-                "models": pair["models"],
-                "verdict": pair["verdict"],
-                "accuracy_apart": pair.get("accuracy_apart"),
-            }
-    return None
 
 
 def _runs_of(name: str, replica_folder: Path | None) -> list[Path]:
