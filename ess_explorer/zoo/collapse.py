@@ -4,7 +4,8 @@
     python -m ess_explorer.zoo.collapse build/zoo-collapse-seeds   # measure, write failure_mode.json and the pair's cards
 
 A failure-mode pair (``specs.FAILURE_PAIRS``) is one architecture trained twice on the same task,
-budget and learning rate: once initialised to forget (the collapsed model), once well (its twin).
+budget and learning rate: once made to forget (the collapsed model: its spec says how), once well
+(its twin). The accuracy compared is the card's: held-out, at the task's K.
 Each run (the shipped model is seed 0; replicas NAME_sSEED add seeds) is read on
 ``len(FRESH_SEEDS)`` fresh prompt sets, drawn from seeds that no card, test, validation or
 training batch uses. Per set: the utilisation over whole prompts (``measure.prompt_utilisation``,
@@ -50,7 +51,7 @@ __all__ = [
     "main",
 ]
 
-FAILURE_SHARE = 0.05  # a state used at most this share of what the rank cap allows ...
+FAILURE_SHARE = 0.05  # a state used at most this share of what the rank cap allows (with an accuracy cost: the rule)
 FAILURE_RULE = (
     f"collapse failure mode shown when the collapsed model's utilisation, as a share of what the rank cap allows, has a "
     f"{LEVEL:.0%} t interval over seeds whose upper end is <= {FAILURE_SHARE} of the cap, and its accuracy interval lies "
