@@ -5,7 +5,7 @@
 
 A failure-mode pair (``specs.FAILURE_PAIRS``) is one architecture trained twice on the same task,
 budget and learning rate: once made to forget (the collapsed model: its spec says how), once well
-(its twin). The accuracy compared is the card's: held-out, at the task's K.
+(its twin). The accuracy compared is measured as the card's (exact match at the task's K), on fresh sequences.
 Each run (the shipped model is seed 0; replicas NAME_sSEED add seeds) is read on
 ``len(FRESH_SEEDS)`` fresh prompt sets, drawn from seeds that no card, test, validation or
 training batch uses. Per set: the utilisation over whole prompts (``measure.prompt_utilisation``,
