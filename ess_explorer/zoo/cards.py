@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from .claim_names import PRIMARY, comparison_name, test_name
+from .failure_card import failure_lines
 from .measure import ESS_SEED, memory_cut, prompt_utilisation, separator_drop, sweep
 from .measure import __doc__ as _MEASURE_DOC
 from .mqar import MQARTask, evaluate_model
@@ -118,6 +119,9 @@ def write_card(
                 "utilisation": prompt_utilisation(untrained, task),
             }
         card.update(separator_records(model, name, task))
+        failure = _failure_field(name)
+        if failure:
+            card["failure_mode"] = failure
         if task.separator_positions() and untrained is not None:
             card["untrained"]["separator_drop"] = _strip(separator_drop(untrained, task))
     (folder / "card.json").write_text(json.dumps(card, indent=2))
@@ -146,6 +150,16 @@ def separator_records(model, name: str, task: MQARTask) -> dict:
             "trained_on_separators": bool(task.separator_positions()),
         }
     return out
+
+
+def _failure_field(name: str) -> dict | None:
+    """The card's ``failure_mode`` field: the zoo's failure-mode record (collapse.py) for a model of a
+    failure-mode pair, so a rewritten card keeps it; None for any other model or without a record."""
+    from ..sources import ZOO_DIR
+    from .failure_card import FAILURE_RECORD, card_field
+
+    path = ZOO_DIR / FAILURE_RECORD
+    return card_field(json.loads(path.read_text()), name) if path.is_file() else None
 
 
 def _strip(drop: dict) -> dict:
@@ -419,6 +433,7 @@ def render_readme(card: dict, replicas: dict | None = None, claim_record: dict |
     lines += _sweep_lines(card)
     lines += _seed_lines(card, replicas or {})
     lines += _claim_lines(card, claim_record or {})
+    lines += failure_lines(card)
     if "separator_drop" in card:
         drop = card["separator_drop"]
         lines += [

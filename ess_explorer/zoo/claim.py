@@ -32,8 +32,11 @@ import numpy as np
 
 from .claim_names import PRIMARY, QUANTITY_NAMES, comparison_name, test_name
 from .claim_stats import bootstrap, corrected_tests, correlations
+from .collapse import FAILURE_SHARE
+from .failure_card import FAILURE_RECORD
 from .readme import CLAIM_RECORD
 from .resets import control_role, reset_line, reset_seed_pairs, reset_summary
+from .specs import FAILURE_PAIRS
 
 __all__ = [
     "CLAIM_RECORD",
@@ -44,6 +47,7 @@ __all__ = [
     "claim",
     "format_claim",
     "verdict",
+    "NOT_IN_CLAIM",
     "main",
 ]
 
@@ -66,9 +70,14 @@ COMPARISONS = {
     for agg, (_, keys) in AGGREGATIONS.items()
     for q in ("ess", "entropy_ess")
 }
-# the paper's collapse failure mode: a state used at most this share of what the rank cap allows ...
-FAILURE_SHARE = 0.05
-FAILURE_ACCURACY = 0.9  # ... by a model whose held-out accuracy suffers (below this)
+FAILURE_ACCURACY = 0.9  # one model's reading of the failure mode: at most FAILURE_SHARE of the cap, accuracy below this
+# shipped models that are not points of the claim, each with the reason
+NOT_IN_CLAIM = {
+    name: "a deliberately collapsed model and its well-trained twin: the failure-mode pair, reported on its own "
+    f"(zoo/collapse.py, {FAILURE_RECORD})"
+    for pair in FAILURE_PAIRS.items()
+    for name in pair
+}
 N_BOOT = 2000
 BOOT_SEED = 0
 
@@ -394,8 +403,8 @@ def verdict(record: dict) -> list[str]:
                 if best["utilisation"] <= FAILURE_SHARE * best["rank_cap_allows"]
                 and best["accuracy"] < FAILURE_ACCURACY
                 else f"not the paper's failure mode (at most {FAILURE_SHARE} of what the rank cap allows, with accuracy "
-                f"below {FAILURE_ACCURACY}); no zoo model shows that, which would need a model trained to fail beside "
-                "the same architecture trained well."
+                f"below {FAILURE_ACCURACY}); that is read on a model trained to fail beside the same architecture trained "
+                f"well, the failure-mode pair, over seeds and fresh prompts ({FAILURE_RECORD})."
             )
         )
     return out
@@ -408,14 +417,16 @@ def main(argv=None) -> dict:
     parser.add_argument(
         "--write", action="store_true", help="also write the zoo README (the zoo index) with these results"
     )
-    parser.add_argument("--only", nargs="*", help="models to include (default: every shipped model)")
+    parser.add_argument(
+        "--only", nargs="*", help="models to include (default: every shipped model not in NOT_IN_CLAIM)"
+    )
     parser.add_argument("--no-seeds", action="store_true", help="leave out the seed replicas (seeds.json)")
     parser.add_argument("--boot", type=int, default=N_BOOT, help=f"bootstrap resamples (default {N_BOOT})")
     args = parser.parse_args(argv)
     from ..sources import card, list_models, model_dir
     from .cards import write_card
 
-    names = args.only or list_models()
+    names = args.only or [n for n in list_models() if n not in NOT_IN_CLAIM]
     shipped = {n: (write_card(n, model_dir(n)) if args.recompute else card(n)) for n in names}
     cards = dict(shipped)
     if not args.no_seeds:

@@ -30,6 +30,8 @@ __all__ = [
     "ZooSpec",
     "ZOO",
     "RESET_CONTROLS",
+    "FAILURE_PAIRS",
+    "COLLAPSING_INIT",
     "build_model",
 ]
 
@@ -98,6 +100,12 @@ def _la(head_dim: int, gated: bool) -> dict:
     return dict(num_heads=4, head_dim=head_dim, value_dim=16, conv_size=4, gated=gated)
 
 
+# Mamba2Config's step size for the deliberately collapsed model: dt_bias = softplus^-1(dt), dt log-uniform in
+# [time_step_min, time_step_max], and time_step_limit clamps every token's dt = softplus(dt_raw + dt_bias) from below,
+# so no input can lower it: with A = -1..-num_heads, exp(dt A) <= exp(-8 |A|) per token, the past is gone after one.
+# (The initialisation alone, dt starting at 1-10 with no clamp, did not hold: one seed's in_proj learned input-driven
+# dt near 0 in layer 0, back to 0.052 of the rank cap.)
+COLLAPSING_INIT = dict(time_step_min=8.0, time_step_max=16.0, time_step_floor=8.0, time_step_limit=(8.0, float("inf")))
 MAIN_STEPS = 1200  # the equal budget of every main-task model (batch 32, L = 128)
 RESET_STEPS = 3000  # the equal budget of the reset-task models (batch 32, L = 131)
 
@@ -168,6 +176,24 @@ ZOO: dict[str, ZooSpec] = {
             "ess_linear_attention",
             _la(16, True),
             description="Gated linear attention (per-key decay), 4 heads, key size 16 (1,024 scalars per layer).",
+        ),
+        _main(
+            "mamba2_n64",
+            "mamba2",
+            "mamba2",
+            dict(state_size=64),
+            description="Mamba2 with a large state, 64 per head (8,192 scalars per layer), trained well (default "
+            "initialisation): the twin of mamba2_n64_collapse, the failure-mode pair.",
+        ),
+        _main(
+            "mamba2_n64_collapse",
+            "mamba2",
+            "mamba2",
+            dict(state_size=64, **COLLAPSING_INIT),
+            description="Mamba2 as mamba2_n64 (64 per head, 8,192 scalars per layer, same task, budget and learning "
+            "rate), initialised and held to forget: every head's step dt starts between 8 and 16 (default 0.001 to "
+            "0.1) and the config's time_step_limit keeps it at 8 or more for every token, so exp(dt A) empties the "
+            "state within a token or two unless training shrinks A a hundredfold. The paper's collapse failure mode, beside its twin.",
         ),
         ZooSpec(
             "mamba2_n64_recent",
@@ -256,6 +282,11 @@ RESET_CONTROLS = {
     "gla_k16_reset": "gla_k16_keep",
     "mamba2_n16_sep": "mamba2_n16_recent",
 }
+
+
+# The failure-mode pairs: a model deliberately collapsed by its initialisation -> the same architecture, task,
+# budget and learning rate trained well (zoo/collapse.py measures both over seeds and fresh prompts).
+FAILURE_PAIRS = {"mamba2_n64_collapse": "mamba2_n64"}
 
 
 def build_model(spec: ZooSpec, seed: int | None = None):
