@@ -277,8 +277,8 @@ def test_paper_figures_notebook(kernel_env, tmp_path_factory):
     assert "than its control over" in text
     # the advice checked by training: read from the zoo's record, its verdict stated, its figures exported
     assert "The prediction" in text and "advice_check_by_training.pdf" in {p.name for p in pdfs}
-    # the collapsed model drawn
-    assert "collapsed against TSS: mamba2 n128 rebind" in text
+    # the most collapsed model drawn: the failure-mode pair's collapsed model (0.016 of its cap; rebind uses 0.10)
+    assert "collapsed against TSS: mamba2 n64 collapse" in text
     # the cards are read through the typed reader, never by guessing keys
     code = "\n".join(c.source for c in code_cells(nb))
     assert "zoo.read_card" in code and "card.get(" not in code
