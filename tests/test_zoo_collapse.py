@@ -139,6 +139,9 @@ def test_the_pairs_cards_carry_the_record_and_its_verdict(name):
     shipped = [r for r in models[name]["runs"] if r["seed"] == card["training"]["seed"]]
     assert len(shipped) == 1  # the shipped weights are one of the seeds
     assert pair["verdict"]["line"] in (zoo.model_dir(name) / "README.md").read_text()
+    # the typed reader exposes the same field, and only the pair's cards have one
+    assert zoo.read_card(name).failure_mode == card["failure_mode"]
+    assert zoo.read_card("mamba2_n16").failure_mode is None
 
 
 def test_a_pair_measured_on_one_side_keeps_its_runs_without_a_verdict():

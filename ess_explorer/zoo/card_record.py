@@ -48,7 +48,9 @@ class ModelCard:
     ``prompt_utilisation``: per memory layer, the ratio of peaks over the card's prompts
     (diagnostics against TSS), ``prompt_rank_cap`` the most that ratio can be on those prompts
     (the rank cap min(t, L - t) over TSS). ``separator_drop`` / ``separator_control``: the records of
-    models measured at separators (None when the card has none). ``raw``: the whole card."""
+    models measured at separators (None when the card has none). ``failure_mode``: for the two
+    models of a collapse failure-mode pair (zoo/collapse.py), the pair's reading over seeds and
+    fresh prompts and its verdict (None for every other model). ``raw``: the whole card."""
 
     name: str
     family: str
@@ -79,6 +81,7 @@ class ModelCard:
     prompt_rank_cap: dict[int, float]
     separator_drop: dict | None = None
     separator_control: dict | None = None
+    failure_mode: dict | None = None
     raw: dict = field(default_factory=dict, repr=False)
 
 
@@ -140,6 +143,7 @@ def read_card(name: str) -> ModelCard:
             },
             separator_drop=raw.get("separator_drop"),
             separator_control=raw.get("separator_control"),
+            failure_mode=raw.get("failure_mode"),
             raw=raw,
         )
     except KeyError as missing:
