@@ -323,14 +323,15 @@ class StatusBar:
         self.analyze.disabled = False
         self.bar.value, self.bar.bar_style = 1.0, "success" if ok else "danger"
         self._done = (message, opened) if ok and opened is not None else None
-        self.say(
-            message + (f" · opened on layer {opened[0]}: {opened[1]}" if self._done else ""), "ok" if ok else "error"
-        )
+        if self._done is not None:
+            self.showing(opened[0])
+        else:
+            self.say(message, "ok" if ok else "error")
         self.refine.layout.display = "" if resumable else "none"
 
     def showing(self, layer) -> None:
-        """The user picked ``layer``: the line keeps the run's summary and says which layer
-        the explorer opened on only as what it was, so it never describes another view."""
+        """The status line for ``layer`` on screen (the opened one, or one the user picked): the
+        run's summary, and the opened layer named as what it was, never as another view."""
         if self._done is not None:
             message, (opened, why) = self._done
             now = (

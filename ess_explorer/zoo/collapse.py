@@ -62,6 +62,7 @@ FAILURE_RULE = (
 FRESH_SEEDS = (50_000, 51_000, 52_000, 53_000)
 FRESH_PROMPTS = 4  # prompts per set for the utilisation (an SVD per unit and cut: the costly part)
 FRESH_SAMPLES = 256  # sequences per set for the accuracy
+READINGS = ("utilisation", "share_of_cap", "accuracy")  # what each prompt set, run and seed summary holds
 
 
 @torch.no_grad()
@@ -96,8 +97,7 @@ def run_reading(seed: int, sets: list[dict]) -> dict:
     """One training run: its prompt sets and their means (the value the seed contributes)."""
     if not sets:
         raise ValueError("a run needs at least one prompt set")
-    keys = ("utilisation", "share_of_cap", "accuracy")
-    return {"seed": int(seed), **{k: float(np.mean([s[k] for s in sets])) for k in keys}, "sets": sets}
+    return {"seed": int(seed), **{k: float(np.mean([s[k] for s in sets])) for k in READINGS}, "sets": sets}
 
 
 def seed_summary(runs: list[dict]) -> dict:
@@ -105,8 +105,7 @@ def seed_summary(runs: list[dict]) -> dict:
     the runs' means (mean, sd, interval; no interval for one seed)."""
     if not runs:
         raise ValueError("seed_summary needs at least one run")
-    keys = ("utilisation", "share_of_cap", "accuracy")
-    return {"n_seeds": len(runs), **{k: t_interval([r[k] for r in runs]) for k in keys}}
+    return {"n_seeds": len(runs), **{k: t_interval([r[k] for r in runs]) for k in READINGS}}
 
 
 def failure_verdict(collapsed: dict, twin: dict, share: float = FAILURE_SHARE) -> dict:
