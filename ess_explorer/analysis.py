@@ -30,6 +30,7 @@ from .core.checks import check_device
 from .core.ess import DEFAULT_RELATIVE, DEFAULT_SCOPE, DEFAULT_TOL, check_scope, check_tolerance
 from .core.gates import DEFAULT_GATES, check_gates, gates_inside
 from .core.layer import SPECTRA_BUDGET
+from .core.memory import reused_memory
 from .core.precision import DEFAULT_PRECISION, check_precision
 from .core.units import CapturedLayer
 from .prompt_tokens import chat_tokens, check_separators, display_tokens, input_ids_of
@@ -305,23 +306,24 @@ def analyze_captured(
         )
 
     result_layers: dict[int, LayerESS] = {}
-    for index in tqdm(chosen, desc="layers", disable=not progress):
-        layer = captured.layers.pop(index) if release else captured.layers[index]
-        unit_ids = _select(unit_rows, layer)
-        result_layers[index] = LayerESS.from_units(
-            layer,
-            positions,
-            tol=tol,
-            relative=relative,
-            scope=scope,
-            unit_ids=unit_ids,
-            top_k=top_k,
-            device=captured.device,
-            operator_rows=_operator_rows(keep_operators, layer, len(unit_ids)),
-            on_chunk=on_chunk,
-            causal=causal,
-            precision=precision,
-        )
+    with reused_memory():  # one layer's freed arrays serve the next (core/memory.py)
+        for index in tqdm(chosen, desc="layers", disable=not progress):
+            layer = captured.layers.pop(index) if release else captured.layers[index]
+            unit_ids = _select(unit_rows, layer)
+            result_layers[index] = LayerESS.from_units(
+                layer,
+                positions,
+                tol=tol,
+                relative=relative,
+                scope=scope,
+                unit_ids=unit_ids,
+                top_k=top_k,
+                device=captured.device,
+                operator_rows=_operator_rows(keep_operators, layer, len(unit_ids)),
+                on_chunk=on_chunk,
+                causal=causal,
+                precision=precision,
+            )
     meta = {
         **captured.meta,
         "device": str(captured.device),

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from .ess import DEFAULT_SCOPE, check_scope, check_tolerance, count_above_tolerance, entropy_of, tolerance_reference
+from .memory import reused_memory
 from .precision import DEFAULT_PRECISION, Accuracy
 from .units import CapturedLayer, DenseCapture, SSMCapture
 
@@ -59,6 +60,7 @@ def _chunk_size(layer: CapturedLayer, n_pos: int, most: int, path: dict, accurac
     return chunk
 
 
+@reused_memory()  # its arrays are freed and made again chunk after chunk (core/memory.py)
 def layer_arrays(
     layer: CapturedLayer,
     positions: np.ndarray,
