@@ -207,6 +207,56 @@ def test_kernel_matches_its_reference():
     np.testing.assert_allclose(got[2][3], expected[2][3].numpy(), rtol=1e-10)
 
 
+def _hard_tridiagonals(lanes: int, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(diag, off) (n, lanes) of tridiagonals the QL iteration finds hard, one kind per lane in
+    turn: random, already diagonal, a zero coupling mid-way (two blocks), graded over 1e-200,
+    equal eigenvalues (a multiple of the identity plus a tiny coupling), a 2 x 2 block at the end."""
+    rng = np.random.default_rng(seed)
+    diag, off = rng.standard_normal((n, lanes)), rng.standard_normal((n, lanes))
+    for w in range(lanes):
+        kind = w % 6
+        if kind == 1:
+            off[:, w] = 0.0
+        elif kind == 2:
+            off[n // 2, w] = 0.0
+        elif kind == 3:
+            scale = np.logspace(0, -200, n)
+            diag[:, w] *= scale
+            off[:, w] *= np.sqrt(scale * np.roll(scale, -1))
+        elif kind == 4:
+            diag[:, w] = 0.5
+            off[:, w] *= 1e-300
+        elif kind == 5:
+            off[: n - 2, w] = 0.0
+    off[n - 1] = 0.0
+    return diag, off
+
+
+def test_the_kernels_lane_eigensolver_is_exact_and_each_lane_its_own():
+    """The compiled QL iteration (`_tridiagonal_eigenvalues`) against LAPACK on tridiagonals
+    of every hard kind; and each lane's result bit for bit the same beside any other lanes."""
+    if not gramian_kernel.available():
+        pytest.skip("numba is not installed")
+    lanes, n = gramian_kernel.LANES, 16
+    diag, off = _hard_tridiagonals(lanes, n, seed=0)
+    d, e, failed = diag.copy(), off.copy(), np.zeros(lanes, dtype=np.bool_)
+    gramian_kernel._tridiagonal_eigenvalues(d, e, n, failed)
+    assert not failed.any()
+    for w in range(lanes):
+        matrix = np.diag(diag[:, w]) + np.diag(off[:-1, w], 1) + np.diag(off[:-1, w], -1)
+        exact = np.linalg.eigvalsh(matrix)
+        scale = np.abs(exact).max()
+        np.testing.assert_allclose(np.sort(d[:, w]), exact, rtol=0, atol=1e-13 * scale + 1e-300)
+    # the same lanes among other neighbours (shuffled, and beside another batch): same bits
+    other_diag, other_off = _hard_tridiagonals(lanes, n, seed=1)
+    order = np.random.default_rng(2).permutation(lanes)
+    mixed_diag = np.where(np.arange(lanes) % 2 == 0, diag[:, order], other_diag)
+    mixed_off = np.where(np.arange(lanes) % 2 == 0, off[:, order], other_off)
+    gramian_kernel._tridiagonal_eigenvalues(mixed_diag, mixed_off, n, np.zeros(lanes, dtype=np.bool_))
+    even = np.arange(0, lanes, 2)
+    np.testing.assert_array_equal(mixed_diag[:, even], d[:, order[even]])
+
+
 def test_kernel_and_reference_routes_give_the_same_spectra():
     if not gramian_kernel.available():
         pytest.skip("numba is not installed")
