@@ -1,4 +1,4 @@
-"""core/memory.py: the scope that keeps freed large blocks for reuse, then restores malloc."""
+"""core/memory.py: the scope that keeps freed large blocks for reuse, then settles malloc and trims."""
 
 import threading
 
@@ -34,20 +34,21 @@ def settings(calls):
     return {parameter: value for kind, *rest in calls if kind == "mallopt" for parameter, value in [rest]}
 
 
-def test_nested_scopes_tune_once_and_restore_at_the_outermost_exit(libc):
+def test_nested_scopes_tune_once_and_settle_at_the_outermost_exit(libc):
     with memory.reused_memory():
         assert settings(libc.calls) == memory.REUSED
         with memory.reused_memory():
             pass
-        assert len(libc.calls) == len(memory.REUSED)  # the inner scope neither set nor restored
-    assert settings(libc.calls[len(memory.REUSED) :]) == memory.DEFAULTS
+        assert len(libc.calls) == len(memory.REUSED)  # the inner scope neither set nor settled
+    assert settings(libc.calls[len(memory.REUSED) :]) == memory.SETTLED
     assert libc.calls[-1] == ("trim", 0)
 
 
-def test_an_error_inside_still_restores_the_defaults(libc):
+def test_an_error_inside_still_settles_and_trims(libc):
     with pytest.raises(RuntimeError, match="boom"):
         with memory.reused_memory():
             raise RuntimeError("boom")
+    assert settings(libc.calls[len(memory.REUSED) : -1]) == memory.SETTLED
     assert libc.calls[-1] == ("trim", 0)
     assert memory._depth == 0
 

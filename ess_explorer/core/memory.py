@@ -9,9 +9,13 @@ a fresh 100 MB `torch.exp` took 36 ms against 10 ms into a reused one, and that 
 tenth of a whole Mamba model's run.
 
 Inside `reused_memory()` the thresholds are raised, so large blocks come from the heap and
-freed ones stay there for the next array of the same size; on leaving the outermost one the
-defaults are restored and `malloc_trim` hands the free pages back to the system. Scopes nest
-and may be entered from several threads; only glibc is tuned (elsewhere this does nothing).
+freed ones stay there for the next array of the same size; on leaving the outermost one
+`malloc_trim` hands the free pages back to the system. Any mallopt call switches off glibc's
+own sliding threshold for good, so the scope leaves the thresholds where that sliding one
+settles in a process that frees large arrays (32 MiB, and twice that for trimming), not at
+its 128 KiB start, which would map and unmap every later array of the user's above 128 KiB.
+Scopes nest and may be entered from several threads; only glibc is tuned (elsewhere this
+does nothing).
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ __all__ = ["reused_memory"]
 # mallopt's parameters (glibc's malloc.h) and what the scope sets them to.
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 REUSED = {M_MMAP_THRESHOLD: 1 << 30, M_TRIM_THRESHOLD: (1 << 31) - 1}  # mmap only past 1 GiB; never trim
-DEFAULTS = {M_MMAP_THRESHOLD: 128 * 1024, M_TRIM_THRESHOLD: 128 * 1024}  # glibc's
+# after: glibc's sliding threshold at its ceiling (DEFAULT_MMAP_THRESHOLD_MAX on 64-bit)
+SETTLED = {M_MMAP_THRESHOLD: 32 << 20, M_TRIM_THRESHOLD: 64 << 20}
 
 _lock = threading.Lock()
 _depth = 0
@@ -69,5 +74,5 @@ def reused_memory():
         with _lock:
             _depth -= 1
             if _depth == 0:
-                _set(DEFAULTS)
+                _set(SETTLED)
                 _LIBC.malloc_trim(0)
