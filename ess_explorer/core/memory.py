@@ -21,7 +21,6 @@ does nothing).
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import sys
 import threading
 from contextlib import contextmanager
@@ -39,14 +38,16 @@ _depth = 0
 
 
 def _glibc():
-    """glibc's malloc controls, or None (another C library or platform)."""
+    """glibc's malloc controls, or None (another C library, whose mallopt numbers may differ,
+    or another platform). The process's own symbols: no library search at import."""
     if not sys.platform.startswith("linux"):
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
+        libc = ctypes.CDLL(None)
     except OSError:
         return None
+    glibc = all(hasattr(libc, name) for name in ("gnu_get_libc_version", "mallopt", "malloc_trim"))
+    return libc if glibc else None
 
 
 _LIBC = _glibc()
