@@ -32,7 +32,7 @@ TINY = float(np.finfo(np.float64).tiny)
 # An off-diagonal below DEFLATE (the matrix is scaled to trace 1) is dropped: that moves an
 # eigenvalue by less than the error bound the caller already allows (>= 128 eps ||M||).
 DEFLATE = EPS
-MAX_QL_SWEEPS = 60  # per eigenvalue; QL converges in 2-3 (cubically), so this only stops a failure
+MAX_QL_SWEEPS = 60  # per eigenvalue, on average over a lane's n (it needs about 3): this only stops a failure
 BISECTIONS = 28  # of lambda_max of P_t's tridiagonal form (`_tridiagonal_top`)
 BLOCK = 32  # steps between the checkpoints of the forward scan (`_kernel`)
 
