@@ -16,12 +16,14 @@ from ess_explorer.core.precision import Accuracy
 
 def assert_same_outputs(got, expected, imbalanced: bool = False) -> None:
     """Both routes do the same arithmetic but for the order of the scans' additions: equal to
-    rounding, relative to each cut's largest value; for an imbalanced realisation, whose
+    rounding, relative to each cut's largest value (within 1e-11 of it: decays near 0 leave
+    P_t nearly rank one, and its Cholesky's other pivots rest on the shift of eps tr P alone,
+    which amplifies the rounding to about 1e-12); for an imbalanced realisation, whose
     rounding the eigensolve amplifies, within the error bound each route states (the guard
     reads that bound, and it agrees)."""
     torch.testing.assert_close(got[1], expected[1], rtol=1e-10, atol=0)
     largest = expected[0][..., :1].clamp_min(1e-300)
-    allowed = 2 * expected[1][..., None] if imbalanced else 1e-12 * largest
+    allowed = 2 * expected[1][..., None] if imbalanced else 1e-11 * largest
     assert bool(((got[0] - expected[0]).abs() <= allowed).all())
     if expected[2] is None:
         assert got[2] is None

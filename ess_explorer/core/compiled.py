@@ -18,6 +18,9 @@ __all__ = ["LANES", "available", "jit"]
 # Problems solved side by side. Each lane loop must be long enough for LLVM's loop
 # vectoriser, which checks at run time that the arrays do not overlap: at 8 or 16 lanes it
 # leaves the loops scalar (measured), at 64 it emits packed FMAs.
+# numba keys each kernel's disk cache on its own file, not on constants it imports from
+# here: after changing LANES, delete the kernels' cache (core/__pycache__/*.nbi, *.nbc). A
+# value that changes at run time is passed as an argument instead (gramian_kernel's shift).
 LANES = 64
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import gramian_naive
 from .compiled import LANES, available, jit
 
 __all__ = ["LANES", "available", "gramian_spectra_kernel"]
@@ -275,7 +276,7 @@ def _tridiagonal_top(m, n, diag, off, top, v, pv):  # pragma: no cover - compile
 
 
 @jit
-def _cut_batch(ps, qs, rank, n, causal, error_factor, lam, err, reach, work):  # pragma: no cover
+def _cut_batch(ps, qs, rank, n, causal, error_factor, shift_factor, lam, err, reach, work):  # pragma: no cover
     """Steps 1-4 of the module docstring of core/gramian_naive.py for LANES cuts at once (one
     t, LANES units): ps, qs (n, n, LANES) their Gramians, ``rank`` the rank bound of H_t,
     min(t, L - t, N). Writes lam (n, LANES) and err (LANES); with
@@ -306,9 +307,9 @@ def _cut_batch(ps, qs, rank, n, causal, error_factor, lam, err, reach, work):  #
     for i in range(n):
         for w in range(LANES):
             trace[w] += root[i, i, w]
-    for j in range(n):  # shifted Cholesky, lower, in place in root
+    for j in range(n):  # Cholesky of P + shift_factor eps tr P (gramian_naive.CHOLESKY_SHIFT), in place in root
         for w in range(LANES):
-            acc[w] = root[j, j, w] + n * EPS * trace[w] + TINY
+            acc[w] = root[j, j, w] + shift_factor * EPS * trace[w] + TINY
         for k in range(j):
             for w in range(LANES):
                 acc[w] -= root[j, k, w] * root[j, k, w]
@@ -364,7 +365,20 @@ def _cut_batch(ps, qs, rank, n, causal, error_factor, lam, err, reach, work):  #
 
 @jit
 def _kernel(  # pragma: no cover - compiled
-    a, b, c, slot_of, n_slots, lam_out, err_out, reach_diag, reach_off, reach_top, reach_err, causal, error_factor
+    a,
+    b,
+    c,
+    slot_of,
+    n_slots,
+    lam_out,
+    err_out,
+    reach_diag,
+    reach_off,
+    reach_top,
+    reach_err,
+    causal,
+    error_factor,
+    shift_factor,
 ):
     """a, b, c: (U, L, N). LANES units at a time are copied side by side (lanes last, zero
     operators past the last unit), then: the forward scan (P_t kept at checkpoints), the
@@ -433,7 +447,7 @@ def _kernel(  # pragma: no cover - compiled
                 if slot < 0:
                     continue
                 rank = min(min(t, length - t), n)
-                _cut_batch(recent[t - first], q, rank, n, causal, error_factor, lam, err, reach, work)
+                _cut_batch(recent[t - first], q, rank, n, causal, error_factor, shift_factor, lam, err, reach, work)
                 for w in range(lanes):
                     unit = first_unit + w
                     err_out[unit, slot] = err[w]
@@ -497,5 +511,20 @@ def gramian_spectra_kernel(
     if reach is None:  # the kernel's signature wants arrays; none of them is written
         reach = (np.empty((units, 0, 0)), np.empty((units, 0, 0)), np.empty((units, 0)), np.empty((units, 0)))
     as_float = lambda x: np.asarray(x, dtype=np.float64)  # noqa: E731  (no copy of a float64 view)
-    _kernel(as_float(a), as_float(b), as_float(c), slot_of, width, lam, err, *reach, bool(causal), float(error_factor))
+    # the shift is an argument, not a global: numba's cache of this file would keep an old
+    # value of a constant imported from another module
+    shift = float(gramian_naive.CHOLESKY_SHIFT)
+    _kernel(
+        as_float(a),
+        as_float(b),
+        as_float(c),
+        slot_of,
+        width,
+        lam,
+        err,
+        *reach,
+        bool(causal),
+        float(error_factor),
+        shift,
+    )
     return out

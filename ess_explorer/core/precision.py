@@ -24,12 +24,13 @@ of tau^2 as its estimate. This needs tau itself, so it applies where tau is the 
 (about 0.5% of them) pass it nearly all.
 
 Entropy-ESS reads the whole spectrum: values below the route's resolution (about sqrt(error))
-move it by up to about 1e-5 (measured: 2e-7 on Mamba-like channels, 4e-9 on attention heads;
-on layer 0 of a random Mamba-130m at L = 512, 27 of 784,896 cuts above 5e-6 and one at
-1.008e-5, just past the contract); its 1e-5 is a measured property (tests/test_precision.py),
-not a bound this guard proves. Guarding it per cut (redoing every cut whose values within
-the error bound carry more than 5e-6 of entropy) would redo 2.6% of such a layer's cuts by
-the exact route, about as much time again as the whole layer. Values past the structural rank
+move it by a few 1e-6 at most (measured: 2e-7 on Mamba-like channels, 4e-9 on attention
+heads; on layer 0 of a random Mamba-130m at L = 512, 2.6e-6 at the worst of its 784,896 cuts,
+where a Cholesky shift of N eps tr P instead of eps tr P gave 1.008e-5: the shift sets that
+noise floor, core/gramian_naive.py). Its 1e-5 is a measured property (tests/test_precision.py),
+not a bound this guard proves: guarding it per cut (redoing every cut whose values within the
+error bound carry more than 5e-6 of entropy) would redo a few % of such a layer's cuts by the
+exact route, about as much time again as the whole layer. Values past the structural rank
 are exactly zero and set so.
 """
 
