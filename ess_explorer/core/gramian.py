@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from . import gramian_kernel
+from .checks import finite_spectra
 from .gramian_blocked import blocked_bytes_per_unit, gramian_spectra_blocked
 from .gramian_naive import GRAMIAN_ERROR
 from .operators import DiagonalSSM, overflow_error
@@ -150,7 +151,7 @@ def _redo_uncertain(a, b, c, wanted, lam, error, reach, accuracy: Accuracy) -> N
         unit, row = units[start : start + REDO_PAIRS], rows[start : start + REDO_PAIRS]
         on = unit.to(a.device)  # the operator's device (the results may be on another)
         sigma, reach_sigma = _exact_cuts(a[on], b[on], c[on], wanted[row.cpu()])
-        if not (bool(torch.isfinite(sigma).all()) and bool(torch.isfinite(reach_sigma).all())):
+        if not (finite_spectra(sigma) and finite_spectra(reach_sigma)):
             raise overflow_error(DiagonalSSM.derived(a=a[on], b=b[on], c=c[on]))
         lam[unit, row] = sigma.to(lam.device) ** 2
         if reach is not None:

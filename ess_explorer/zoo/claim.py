@@ -36,7 +36,7 @@ from .collapse import FAILURE_SHARE
 from .failure_card import FAILURE_RECORD
 from .readme import CLAIM_RECORD
 from .resets import control_role, reset_line, reset_seed_pairs, reset_summary
-from .specs import FAILURE_PAIRS
+from .specs import FAILURE_PAIR_MODELS
 
 __all__ = [
     "CLAIM_RECORD",
@@ -75,8 +75,7 @@ FAILURE_ACCURACY = 0.9  # one model's reading of the failure mode: at most FAILU
 NOT_IN_CLAIM = {
     name: "a deliberately collapsed model and its well-trained twin: the failure-mode pair, reported on its own "
     f"(zoo/collapse.py, {FAILURE_RECORD})"
-    for pair in FAILURE_PAIRS.items()
-    for name in pair
+    for name in FAILURE_PAIR_MODELS
 }
 N_BOOT = 2000
 BOOT_SEED = 0

@@ -190,12 +190,12 @@ def main(argv=None) -> dict:
 
     from ..sources import ZOO_DIR, model_dir
     from .mqar import MQARTask
-    from .specs import FAILURE_PAIRS
+    from .specs import FAILURE_PAIR_MODELS
 
     torch.set_num_threads(1)
     out = args.out or ZOO_DIR / FAILURE_RECORD
     runs = {} if args.redo or not out.is_file() else _recorded_runs(json.loads(out.read_text()))
-    names = [n for pair in FAILURE_PAIRS.items() for n in pair]
+    names = FAILURE_PAIR_MODELS
     for name in names:
         measured = {r["seed"] for r in runs.get(name, [])}  # measured before: kept (the seed fixes them)
         for folder in _runs_of(name, args.folder):

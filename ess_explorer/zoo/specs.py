@@ -31,6 +31,7 @@ __all__ = [
     "ZOO",
     "RESET_CONTROLS",
     "FAILURE_PAIRS",
+    "FAILURE_PAIR_MODELS",
     "COLLAPSING_INIT",
     "build_model",
 ]
@@ -287,6 +288,7 @@ RESET_CONTROLS = {
 # The failure-mode pairs: a model deliberately collapsed by its initialisation -> the same architecture, task,
 # budget and learning rate trained well (zoo/collapse.py measures both over seeds and fresh prompts).
 FAILURE_PAIRS = {"mamba2_n64_collapse": "mamba2_n64"}
+FAILURE_PAIR_MODELS = tuple(name for pair in FAILURE_PAIRS.items() for name in pair)  # both sides of every pair
 
 
 def build_model(spec: ZooSpec, seed: int | None = None):
