@@ -29,10 +29,15 @@ def available() -> bool:
     return numba is not None
 
 
-def jit(function):
-    """The kernels' compiler: numba's njit, or the plain function where numba is missing."""
+def jit(function=None, *, reassociate: bool = False):
+    """The kernels' compiler: numba's njit, or the plain function where numba is missing.
+    ``reassociate``: let LLVM reorder sums (vectorised reductions; results then differ from
+    the sequential sum by rounding), for kernels whose accuracy is a backward-error bound."""
+    if function is None:
+        return lambda f: jit(f, reassociate=reassociate)
     if numba is None:
         return function
     # error_model "numpy": a division by zero gives inf / nan (discarded by a select) instead of
     # raising, so the lane loops stay branch-free and vectorise; "contract" allows FMA only.
-    return numba.njit(nogil=True, cache=True, error_model="numpy", fastmath={"contract"})(function)
+    flags = {"contract", "reassoc", "nsz"} if reassociate else {"contract"}
+    return numba.njit(nogil=True, cache=True, error_model="numpy", fastmath=flags)(function)

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from typing import Iterable
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from . import eigen_kernel
 from .checks import as_tensor, finite_spectra, require
 from .eigen import eigvalsh
 from .gramian import gramian_hankel_singular_values
@@ -362,34 +364,60 @@ def _recursive_gram_fill(
 ) -> None:
     """The per-cut dense path for method "gram" / "auto": Grams from `_gram_sequence` (one
     thread, cheap), their eigenvalues in ``workers`` threads (the cost), the guard of
-    `_gram_values` per cut. Writes ``out[:, row, :width]`` for every row of ``pos``."""
+    `_guarded` per cut. Writes ``out[:, row, :width]`` for every row of ``pos``.
+
+    On a CPU in float64 with the compiled kernel (core/eigen_kernel.py), each Gram is only
+    reduced to tridiagonal form as it comes, and all the forms are solved at the end, LANES
+    at a time (a layer's 12 heads would fill 12 of the kernel's 64 lanes per cut)."""
     rows_of: dict[int, list[int]] = {}
     for row, t in enumerate(pos.tolist()):
         if t > 0:
             rows_of.setdefault(int(t), []).append(row)
         else:
             bar.update()
+    units, length = flat.shape[0], flat.shape[-1]
+    slot_of = {t: k * units for k, t in enumerate(rows_of)}  # cut t's Grams: slots slot_of[t] + unit
+    deferred = eigen_kernel.available() and flat.dtype == torch.float64 and flat.device.type == "cpu"
+    forms = eigen_kernel.TridiagonalForms.empty(units * len(rows_of), (length + 1) // 2) if deferred else None
 
-    def finish(t: int, gram: torch.Tensor) -> None:
-        with single_threaded_torch():
-            sigma = _gram_values(gram, flat[:, t:, :t], method, accuracy)
+    def write(t: int, sigma: torch.Tensor) -> None:
         width = min(k_out, sigma.shape[-1])
         for row in rows_of[t]:
             out[:, row, :width] = sigma[:, :width]
         bar.update(len(rows_of[t]))
 
+    def finish(t: int, gram: torch.Tensor) -> None:
+        if deferred:
+            forms.reduce(gram.numpy(), gram.shape[-1], range(slot_of[t], slot_of[t] + units))
+            return
+        with single_threaded_torch():
+            sigma = eigvalsh(gram).flip(-1).clamp_min(0).sqrt()
+            write(t, _guarded(sigma, flat[:, t:, :t], method, accuracy))
+
     if workers <= 1:
         for t, gram in _gram_sequence(flat, list(rows_of)):
             finish(t, gram)
+    else:
+        pending: deque = deque()
+        with ThreadPoolExecutor(workers) as pool, single_threaded_torch():  # the workers have the cores
+            for t, gram in _gram_sequence(flat, list(rows_of)):
+                pending.append(pool.submit(finish, t, gram))
+                while len(pending) > workers:  # Grams in flight: one per worker and one queued (dense_bytes)
+                    pending.popleft().result()
+            for future in pending:
+                future.result()
+    if not deferred:
         return
-    pending: deque = deque()
-    with ThreadPoolExecutor(workers) as pool, single_threaded_torch():  # the workers have the cores
-        for t, gram in _gram_sequence(flat, list(rows_of)):
-            pending.append(pool.submit(finish, t, gram))
-            while len(pending) > workers:  # Grams in flight: one per worker and one queued (dense_bytes)
-                pending.popleft().result()
-        for future in pending:
-            future.result()
+    values, failed = forms.eigenvalues(workers)
+    with single_threaded_torch() if workers > 1 else nullcontext():
+        for t in rows_of:
+            size = min(t, length - t)
+            slots = slice(slot_of[t], slot_of[t] + units)
+            sigma = values[slots, :size].flip(-1).clamp_min(0).sqrt()
+            cut = flat[:, t:, :t]
+            if bool(failed[slots].any()):  # the kernel's QL gave up: an SVD answers
+                sigma[failed[slots]] = torch.linalg.svdvals(cut[failed[slots]])
+            write(t, _guarded(sigma, cut, method, accuracy))
 
 
 def gram_singular_values(cut: torch.Tensor, method: str = "auto", accuracy: Accuracy = EXACT) -> torch.Tensor:
@@ -415,8 +443,13 @@ def _gram_unsafe(sigma: torch.Tensor, rank: torch.Tensor | int, accuracy: Accura
 
 def _gram_values(gram: torch.Tensor, cut: torch.Tensor, method: str, accuracy: Accuracy = EXACT) -> torch.Tensor:
     """Descending singular values of ``cut`` (B, m, n) from its Gram (B, g, g), g = min(m, n):
-    eigvalsh, then ("auto") an SVD of every cut `_gram_unsafe` names."""
-    sigma = eigvalsh(gram).flip(-1).clamp_min(0).sqrt()
+    eigvalsh, then `_guarded`."""
+    return _guarded(eigvalsh(gram).flip(-1).clamp_min(0).sqrt(), cut, method, accuracy)
+
+
+def _guarded(sigma: torch.Tensor, cut: torch.Tensor, method: str, accuracy: Accuracy) -> torch.Tensor:
+    """The Gram route's values ``sigma`` (B, g) of ``cut`` (B, m, n), with ("auto") an SVD
+    of every cut `_gram_unsafe` names in place of its values."""
     if method == "gram":
         return sigma
     unsafe = _gram_unsafe(sigma, sigma.shape[-1], accuracy)

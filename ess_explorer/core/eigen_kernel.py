@@ -1,0 +1,363 @@
+"""Eigenvalues of many symmetric matrices of size ~32-512 on the CPU: one compiled kernel (numba).
+
+The dense path's cost is `eigvalsh` of one Gram per cut (a GPT-2 head at L = 512: sizes 1 to
+256, twice each), and LAPACK spends it in two places: the Householder reduction to
+tridiagonal form, half of whose work is a matrix-vector product that reads the whole trailing
+matrix at every step, and the tridiagonal QL iteration (dsterf), a chain of dependent
+divisions and square roots that keeps one core's vector units idle. This kernel:
+
+1. Reduces each matrix to tridiagonal form (Householder, as LAPACK's dsytd2) in ONE pass over
+   the trailing upper triangle per step: the rank-two update of step k and the product
+   A v_{k+1} of step k + 1 are fused, four rows at a time, so each entry is loaded and stored
+   once per step instead of loaded twice and stored once (`_tridiagonalise`).
+2. Solves LANES tridiagonals side by side with the QL iteration of core/gramian_kernel.py
+   (`_tridiagonal_eigenvalues`): one lane per matrix, the division and square root of each
+   rotation vectorised across the lanes. Matrices are grouped by size, padded with zeros
+   (a zero row and column only adds a zero eigenvalue, deflated at once).
+
+Accuracy: the same as LAPACK's (the reduction is backward stable, the QL deflates an
+off-diagonal below eps times the trace): every eigenvalue within a small multiple of
+n eps ||A|| of the exact one, which is the error bound the callers' guards assume
+(core/spectra.py, GRAM_ERROR). Sums are reassociated (vectorised), so results are not bit for
+bit LAPACK's. A lane whose QL does not converge is recomputed by torch (`failed`).
+
+The reference is `torch.linalg.eigvalsh` itself (what the tests compare with); where numba is
+missing, `symmetric_eigenvalues` is that reference.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import torch
+
+from .compiled import LANES, available, jit
+from .gramian_kernel import _tridiagonal_eigenvalues
+
+__all__ = ["symmetric_eigenvalues", "TridiagonalForms", "KERNEL_MIN_SIZE", "available"]
+
+TINY = float(np.finfo(np.float64).tiny)
+# Below this size torch's batched call is as fast (measured: the kernel's per-row overhead
+# and LAPACK's per-call overhead cross near n = 24 on one core).
+KERNEL_MIN_SIZE = 24
+PAD = 4  # columns past n in the work matrix: the four-row loop never needs a remainder there
+
+
+@jit(reassociate=True)
+def _householder(row, lo, n, v):  # pragma: no cover - compiled
+    """The Householder reflector I - beta v v^T that maps x = row[lo:n] to (alpha, 0, ..., 0):
+    v written to v[lo:n] (unnormalised, v[lo] = x_0 - alpha); returns (beta, alpha). A zero x
+    gives beta = 0 (no reflection) and alpha = x_0."""
+    s2 = 0.0
+    for j in range(lo, n):
+        s2 += row[j] * row[j]
+    x0 = row[lo]
+    norm = np.sqrt(s2)
+    alpha = -norm if x0 >= 0 else norm
+    v0 = x0 - alpha
+    vnorm2 = s2 - x0 * x0 + v0 * v0
+    v[lo] = v0
+    for j in range(lo + 1, n):
+        v[j] = row[j]
+    if vnorm2 > TINY:
+        return 2.0 / vnorm2, alpha
+    return 0.0, x0
+
+
+@jit(reassociate=True)
+def _tridiagonalise(a, n, d, e, v, w, vn, pn):  # pragma: no cover - compiled
+    """The Householder tridiagonal form (d, e) of the symmetric matrix whose UPPER triangle is
+    a[:n, :n] (row i holds a[i, i:n]; a is destroyed): d (n,), e (n,), e[k] couples k and
+    k + 1, e[n - 1] = 0. v, w, vn, pn: work vectors of length >= n.
+
+    Step k reflects rows/columns k+1.. with v_k: A <- A - v w^T - w v^T, w = p - K v,
+    p = beta A v, K = beta (v . p) / 2 (LAPACK's dsytd2). The update of step k and the
+    product p_{k+1} = beta' A v_{k+1} of step k + 1 are one pass: row k + 1 is updated first
+    (it gives v_{k+1}), then every later row is updated and, while in registers, multiplied
+    into p_{k+1} (by the row's dot product for its own entry, by an axpy for the entries its
+    upper-triangle part stands for below the diagonal)."""
+    if n <= 2:
+        d[0] = a[0, 0]
+        e[0] = a[0, 1] if n == 2 else 0.0
+        if n == 2:
+            d[1] = a[1, 1]
+            e[1] = 0.0
+        return
+    d[0] = a[0, 0]
+    beta, e[0] = _householder(a[0], 1, n, v)
+    for j in range(1, n):  # step 0's product, on its own
+        w[j] = 0.0
+    for i in range(1, n):
+        ri = a[i]
+        vi = v[i]
+        acc = ri[i] * vi
+        for j in range(i + 1, n):
+            acc += ri[j] * v[j]
+            w[j] += ri[j] * vi
+        w[i] += acc
+    for j in range(1, n):
+        w[j] *= beta
+    for k in range(n - 2):
+        lo = k + 1
+        kk = 0.0
+        for j in range(lo, n):
+            kk += v[j] * w[j]
+        kk *= 0.5 * beta
+        for j in range(lo, n):
+            w[j] -= kk * v[j]
+        r = a[lo]
+        vi = v[lo]
+        wi = w[lo]
+        for j in range(lo, n):
+            r[j] -= vi * w[j] + wi * v[j]
+        d[lo] = r[lo]
+        if lo == n - 2:  # the last step: row n - 1 alone, then the last 2 x 2 block
+            a[n - 1, n - 1] -= 2.0 * v[n - 1] * w[n - 1]
+            e[lo] = a[lo, n - 1]
+            d[n - 1] = a[n - 1, n - 1]
+            break
+        beta_next, e[lo] = _householder(r, lo + 1, n, vn)
+        for j in range(lo + 1, n):
+            pn[j] = 0.0
+        i = lo + 1
+        while i < n:
+            if n - i >= 4:
+                _four_rows(a, i, n, v, w, vn, pn)
+                i += 4
+            else:  # the last one to three rows
+                ri = a[i]
+                vi = v[i]
+                wi = w[i]
+                ni = vn[i]
+                acc = 0.0
+                for j in range(i, n):
+                    u = ri[j] - (vi * w[j] + wi * v[j])
+                    ri[j] = u
+                    acc += u * vn[j]
+                    if j > i:
+                        pn[j] += u * ni
+                pn[i] += acc
+                i += 1
+        for j in range(lo + 1, n):
+            w[j] = pn[j] * beta_next
+            v[j] = vn[j]
+        beta = beta_next
+    e[n - 1] = 0.0
+
+
+@jit(reassociate=True)
+def _four_rows(a, i, n, v, w, vn, pn):  # pragma: no cover - compiled
+    """Rows i..i+3 of `_tridiagonalise`'s fused pass: the update A -= v w^T + w v^T on their
+    upper-triangle entries and their share of pn = A vn. The 4 x 4 diagonal block is written
+    out (straight-line code), the rest is one loop over the columns right of it, vectorised,
+    with the four rows' entries in registers."""
+    r0 = a[i]
+    r1 = a[i + 1]
+    r2 = a[i + 2]
+    r3 = a[i + 3]
+    v0, w0, n0 = v[i], w[i], vn[i]
+    v1, w1, n1 = v[i + 1], w[i + 1], vn[i + 1]
+    v2, w2, n2 = v[i + 2], w[i + 2], vn[i + 2]
+    v3, w3, n3 = v[i + 3], w[i + 3], vn[i + 3]
+    u00 = r0[i] - 2.0 * v0 * w0
+    u01 = r0[i + 1] - (v0 * w1 + w0 * v1)
+    u02 = r0[i + 2] - (v0 * w2 + w0 * v2)
+    u03 = r0[i + 3] - (v0 * w3 + w0 * v3)
+    u11 = r1[i + 1] - 2.0 * v1 * w1
+    u12 = r1[i + 2] - (v1 * w2 + w1 * v2)
+    u13 = r1[i + 3] - (v1 * w3 + w1 * v3)
+    u22 = r2[i + 2] - 2.0 * v2 * w2
+    u23 = r2[i + 3] - (v2 * w3 + w2 * v3)
+    u33 = r3[i + 3] - 2.0 * v3 * w3
+    r0[i], r0[i + 1], r0[i + 2], r0[i + 3] = u00, u01, u02, u03
+    r1[i + 1], r1[i + 2], r1[i + 3] = u11, u12, u13
+    r2[i + 2], r2[i + 3] = u22, u23
+    r3[i + 3] = u33
+    acc0 = u00 * n0 + u01 * n1 + u02 * n2 + u03 * n3
+    acc1 = u01 * n0 + u11 * n1 + u12 * n2 + u13 * n3
+    acc2 = u02 * n0 + u12 * n1 + u22 * n2 + u23 * n3
+    acc3 = u03 * n0 + u13 * n1 + u23 * n2 + u33 * n3
+    # Slices, so that every index below starts at 0: LLVM then drops numba's negative-index
+    # wraparound and vectorises the loop (indexing a[i, j] with j >= i + 4 stays scalar).
+    s0 = r0[i + 4 : n]
+    s1 = r1[i + 4 : n]
+    s2 = r2[i + 4 : n]
+    s3 = r3[i + 4 : n]
+    ww = w[i + 4 : n]
+    vv = v[i + 4 : n]
+    nn = vn[i + 4 : n]
+    pp = pn[i + 4 : n]
+    for j in range(n - i - 4):
+        wj = ww[j]
+        vj = vv[j]
+        nj = nn[j]
+        x0 = s0[j] - (v0 * wj + w0 * vj)
+        x1 = s1[j] - (v1 * wj + w1 * vj)
+        x2 = s2[j] - (v2 * wj + w2 * vj)
+        x3 = s3[j] - (v3 * wj + w3 * vj)
+        s0[j] = x0
+        s1[j] = x1
+        s2[j] = x2
+        s3[j] = x3
+        acc0 += x0 * nj
+        acc1 += x1 * nj
+        acc2 += x2 * nj
+        acc3 += x3 * nj
+        pp[j] += (x0 * n0 + x1 * n1) + (x2 * n2 + x3 * n3)
+    pn[i] += acc0
+    pn[i + 1] += acc1
+    pn[i + 2] += acc2
+    pn[i + 3] += acc3
+
+
+@jit
+def _tridiagonal_forms(matrices, sizes, slots, diag, off, scale):  # pragma: no cover - compiled
+    """For each i: the tridiagonal form of matrices[i][:sizes[i], :sizes[i]] (symmetric; its
+    upper triangle read, not written), scaled by its trace, into slot slots[i]: diag, off
+    (sizes[i] entries each) and scale (the trace, 1 where it is 0)."""
+    n_max = matrices.shape[-1]
+    work = np.empty((n_max, n_max + PAD))
+    v = np.empty(n_max + PAD)
+    w = np.empty(n_max + PAD)
+    vn = np.empty(n_max + PAD)
+    pn = np.empty(n_max + PAD)
+    for i in range(len(slots)):
+        b = slots[i]
+        n = sizes[i]
+        if n == 0:
+            continue
+        trace = 0.0
+        for r in range(n):
+            trace += abs(matrices[i, r, r])
+        trace = trace if trace > TINY else 1.0
+        inverse = 1.0 / trace
+        for r in range(n):
+            for c in range(r, n):
+                work[r, c] = matrices[i, r, c] * inverse
+        _tridiagonalise(work, n, diag[b], off[b], v, w, vn, pn)
+        scale[b] = trace
+
+
+@jit
+def _lane_eigenvalues(diag, off, sizes, order, first, last, failed):  # pragma: no cover - compiled
+    """The eigenvalues of the tridiagonals order[first..last-1] (diag, off, as
+    `_tridiagonal_forms` left them), IN PLACE in diag: LANES at a time, side by side, each
+    group padded to its largest size. failed[b] where a lane did not converge."""
+    n_max = diag.shape[-1]
+    d = np.zeros((n_max, LANES))
+    e = np.zeros((n_max, LANES))
+    lane_failed = np.zeros(LANES, dtype=np.bool_)
+    for start in range(first, last, LANES):
+        count = min(LANES, last - start)
+        n = 0
+        for w in range(count):
+            n = max(n, sizes[order[start + w]])
+        for i in range(n):
+            for w in range(LANES):
+                d[i, w] = 0.0
+                e[i, w] = 0.0
+        for w in range(count):
+            b = order[start + w]
+            for i in range(sizes[b]):
+                d[i, w] = diag[b, i]
+                e[i, w] = off[b, i]
+            if sizes[b] > 0:
+                e[sizes[b] - 1, w] = 0.0  # no coupling into the padding
+            lane_failed[w] = False
+        for w in range(count, LANES):
+            lane_failed[w] = False
+        _tridiagonal_eigenvalues(d, e, n, lane_failed)
+        for w in range(count):
+            b = order[start + w]
+            failed[b] = lane_failed[w]
+            for i in range(sizes[b]):
+                diag[b, i] = d[i, w]
+
+
+def symmetric_eigenvalues(matrices: torch.Tensor, sizes=None, workers: int | None = None) -> torch.Tensor:
+    """Ascending eigenvalues (B, n) of the symmetric CPU float64 ``matrices`` (B, n, n) (upper
+    triangle read), as `torch.linalg.eigvalsh` gives them; with ``sizes`` (B,) ints, matrix b
+    is its leading sizes[b] x sizes[b] block and its eigenvalues fill [:sizes[b]], the rest
+    zero. ``workers`` threads (default torch's thread count). torch where numba is missing."""
+    count, n = matrices.shape[0], matrices.shape[-1]
+    sizes = np.full(count, n, dtype=np.int64) if sizes is None else np.asarray(sizes, dtype=np.int64)
+    if not available() or count == 0:
+        return _reference(matrices, sizes)
+    workers = max(1, min(workers or torch.get_num_threads(), count))
+    forms = TridiagonalForms.empty(count, n)
+    bounds = np.linspace(0, count, workers + 1).astype(np.int64)
+    array = matrices.detach().numpy()
+
+    def reduce(k: int) -> None:
+        lo, hi = bounds[k], bounds[k + 1]
+        forms.reduce(array[lo:hi], sizes[lo:hi], range(lo, hi))
+
+    if workers > 1:
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(reduce, range(workers)))
+    else:
+        reduce(0)
+    values, failed = forms.eigenvalues(workers)
+    if bool(failed.any()):
+        values[failed] = _reference(matrices[failed], sizes[failed.numpy()])
+    return values
+
+
+class TridiagonalForms:
+    """The tridiagonal forms of a batch of symmetric matrices, filled in any order (by
+    `reduce`, from any thread, each slot once), then solved together (`eigenvalues`): the
+    dense path reduces each cut's Grams as they are built and solves them all at the end, in
+    full groups of LANES."""
+
+    def __init__(self, diag: np.ndarray, off: np.ndarray, scale: np.ndarray, sizes: np.ndarray):
+        self.diag, self.off, self.scale, self.sizes = diag, off, scale, sizes
+
+    @classmethod
+    def empty(cls, count: int, n: int) -> "TridiagonalForms":
+        return cls(np.zeros((count, n)), np.zeros((count, n)), np.ones(count), np.zeros(count, dtype=np.int64))
+
+    def reduce(self, matrices: np.ndarray, sizes: np.ndarray, slots) -> None:
+        """Slot slots[i] <- the form of matrices[i]'s leading sizes[i] block (float64, its upper
+        triangle read). ``slots`` a range or int array, as many as matrices."""
+        slots = np.asarray(slots, dtype=np.int64)
+        self.sizes[slots] = sizes if np.ndim(sizes) else np.full(len(slots), int(sizes))
+        _tridiagonal_forms(
+            np.asarray(matrices, dtype=np.float64), self.sizes[slots], slots, self.diag, self.off, self.scale
+        )
+
+    def eigenvalues(self, workers: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+        """(values (B, n) ascending per slot, zero past its size; failed (B,) bool: slots whose
+        QL did not converge, their values unset). LANES slots of similar size at a time, the
+        groups shared among ``workers`` threads. The forms are consumed."""
+        count = len(self.sizes)
+        order = np.argsort(-self.sizes, kind="stable")  # lanes of similar size: little padding
+        failed = np.zeros(count, dtype=np.bool_)
+        groups = [(start, min(start + LANES, count)) for start in range(0, count, LANES)]
+
+        def solve(group: tuple[int, int]) -> None:
+            _lane_eigenvalues(self.diag, self.off, self.sizes, order, group[0], group[1], failed)
+
+        if workers > 1 and len(groups) > 1:
+            with ThreadPoolExecutor(min(workers, len(groups))) as pool:
+                list(pool.map(solve, groups))
+        else:
+            for group in groups:
+                solve(group)
+        values = torch.from_numpy(self.diag * self.scale[:, None])
+        # each slot's own values ascending, its padding (past its size) last and zero
+        pad = torch.arange(values.shape[-1])[None, :] >= torch.from_numpy(self.sizes)[:, None]
+        values = values.masked_fill(pad, float("inf")).sort(-1).values.masked_fill(pad, 0.0)
+        return values, torch.from_numpy(failed)
+
+
+def _reference(matrices: torch.Tensor, sizes: np.ndarray) -> torch.Tensor:
+    """torch.linalg.eigvalsh of each leading sizes[b] block, ascending, zero padded."""
+    n = matrices.shape[-1]
+    out = torch.zeros(matrices.shape[0], n, dtype=matrices.dtype)
+    for size in np.unique(sizes):
+        rows = torch.from_numpy(np.flatnonzero(sizes == size))
+        if size > 0:
+            block = matrices[rows, :size, :size]
+            out[rows, :size] = torch.linalg.eigvalsh(block, UPLO="U")
+    return out
