@@ -14,14 +14,13 @@ from __future__ import annotations
 
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import nullcontext
 from typing import Iterable
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from . import eigen_kernel
+from . import dense_kernel
 from .checks import as_tensor, finite_spectra, require
 from .eigen import eigvalsh
 from .gramian import gramian_hankel_singular_values
@@ -362,23 +361,20 @@ def _gram_sequence(flat: torch.Tensor, times: list[int]):
 def _recursive_gram_fill(
     flat, pos, method: str, out, k_out: int, workers: int, bar, accuracy: Accuracy = EXACT
 ) -> None:
-    """The per-cut dense path for method "gram" / "auto": Grams from `_gram_sequence` (one
-    thread, cheap), their eigenvalues in ``workers`` threads (the cost), the guard of
-    `_guarded` per cut. Writes ``out[:, row, :width]`` for every row of ``pos``.
+    """The per-cut dense path for method "gram" / "auto": each cut's Gram, its eigenvalues,
+    the guard of `_guarded` per cut. Writes ``out[:, row, :width]`` for every row of ``pos``.
 
-    On a CPU in float64 with the compiled kernel (core/eigen_kernel.py), each Gram is only
-    reduced to tridiagonal form as it comes, and all the forms are solved at the end, LANES
-    at a time (a layer's 12 heads would fill 12 of the kernel's 64 lanes per cut)."""
+    On a CPU in float64 with the compiled kernel (core/dense_kernel.py): per operator and
+    side (tall cuts, wide cuts; one job per worker thread at a time) the running Grams and
+    their tridiagonal forms in one compiled call, then all the forms solved together, LANES
+    at a time. Elsewhere: Grams from `_gram_sequence` (one thread, cheap), their eigenvalues
+    in ``workers`` threads (the cost)."""
     rows_of: dict[int, list[int]] = {}
     for row, t in enumerate(pos.tolist()):
         if t > 0:
             rows_of.setdefault(int(t), []).append(row)
         else:
             bar.update()
-    units, length = flat.shape[0], flat.shape[-1]
-    slot_of = {t: k * units for k, t in enumerate(rows_of)}  # cut t's Grams: slots slot_of[t] + unit
-    deferred = eigen_kernel.available() and flat.dtype == torch.float64 and flat.device.type == "cpu"
-    forms = eigen_kernel.TridiagonalForms.empty(units * len(rows_of), (length + 1) // 2) if deferred else None
 
     def write(t: int, sigma: torch.Tensor) -> None:
         width = min(k_out, sigma.shape[-1])
@@ -386,34 +382,56 @@ def _recursive_gram_fill(
             out[:, row, :width] = sigma[:, :width]
         bar.update(len(rows_of[t]))
 
+    if dense_kernel.available() and flat.dtype == torch.float64 and flat.device.type == "cpu":
+        _kernel_gram_fill(flat, list(rows_of), method, accuracy, workers, write)
+        return
+
     def finish(t: int, gram: torch.Tensor) -> None:
-        if deferred:
-            forms.reduce(gram.numpy(), gram.shape[-1], range(slot_of[t], slot_of[t] + units))
-            return
         with single_threaded_torch():
-            sigma = eigvalsh(gram).flip(-1).clamp_min(0).sqrt()
-            write(t, _guarded(sigma, flat[:, t:, :t], method, accuracy))
+            write(t, _gram_values(gram, flat[:, t:, :t], method, accuracy))
 
     if workers <= 1:
         for t, gram in _gram_sequence(flat, list(rows_of)):
             finish(t, gram)
-    else:
-        pending: deque = deque()
-        with ThreadPoolExecutor(workers) as pool, single_threaded_torch():  # the workers have the cores
-            for t, gram in _gram_sequence(flat, list(rows_of)):
-                pending.append(pool.submit(finish, t, gram))
-                while len(pending) > workers:  # Grams in flight: one per worker and one queued (dense_bytes)
-                    pending.popleft().result()
-            for future in pending:
-                future.result()
-    if not deferred:
         return
+    pending: deque = deque()
+    with ThreadPoolExecutor(workers) as pool, single_threaded_torch():  # the workers have the cores
+        for t, gram in _gram_sequence(flat, list(rows_of)):
+            pending.append(pool.submit(finish, t, gram))
+            while len(pending) > workers:  # Grams in flight: one per worker and one queued (dense_bytes)
+                pending.popleft().result()
+        for future in pending:
+            future.result()
+
+
+def _kernel_gram_fill(flat, times: list[int], method: str, accuracy: Accuracy, workers: int, write) -> None:
+    """`_recursive_gram_fill` by the compiled kernel: the tridiagonal form of every (unit,
+    cut) Gram (`dense_kernel.cut_forms`, one job per unit and side), their eigenvalues
+    together, then per cut the guard and ``write(t, sigma)``."""
+    units, length = flat.shape[0], flat.shape[-1]
+    slot_of = {t: k * units for k, t in enumerate(times)}  # cut t, unit u: slot slot_of[t] + u
+    forms = dense_kernel.TridiagonalForms.empty(units * len(times), (length + 1) // 2)
+    tall = sorted((t for t in times if t <= length - t), reverse=True)
+    wide = sorted(t for t in times if t > length - t)
+    operators = flat.detach().numpy()
+    jobs = [(unit, side, is_tall) for unit in range(units) for side, is_tall in ((tall, True), (wide, False)) if side]
+
+    def reduce(job) -> None:
+        unit, side, is_tall = job
+        slots = [slot_of[t] + unit for t in side]
+        dense_kernel.cut_forms(operators[unit], side, slots, is_tall, forms)
+
+    if workers > 1:
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(reduce, jobs))
+    else:
+        for job in jobs:
+            reduce(job)
     values, failed = forms.eigenvalues(workers)
-    with single_threaded_torch() if workers > 1 else nullcontext():
-        for t in rows_of:
-            size = min(t, length - t)
+    with single_threaded_torch():
+        for t in times:
             slots = slice(slot_of[t], slot_of[t] + units)
-            sigma = values[slots, :size].flip(-1).clamp_min(0).sqrt()
+            sigma = values[slots, : min(t, length - t)].flip(-1).clamp_min(0).sqrt()
             cut = flat[:, t:, :t]
             if bool(failed[slots].any()):  # the kernel's QL gave up: an SVD answers
                 sigma[failed[slots]] = torch.linalg.svdvals(cut[failed[slots]])

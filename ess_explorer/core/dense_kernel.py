@@ -35,7 +35,7 @@ import torch
 from .compiled import LANES, available, jit
 from .gramian_kernel import _tridiagonal_eigenvalues
 
-__all__ = ["symmetric_eigenvalues", "TridiagonalForms", "KERNEL_MIN_SIZE", "available"]
+__all__ = ["symmetric_eigenvalues", "cut_forms", "TridiagonalForms", "KERNEL_MIN_SIZE", "available"]
 
 TINY = float(np.finfo(np.float64).tiny)
 # Below this size torch's batched call is as fast (measured: the kernel's per-row overhead
@@ -178,33 +178,29 @@ def _four_rows(a, i, n, v, w, vn, pn):  # pragma: no cover - compiled
     acc1 = u01 * n0 + u11 * n1 + u12 * n2 + u13 * n3
     acc2 = u02 * n0 + u12 * n1 + u22 * n2 + u23 * n3
     acc3 = u03 * n0 + u13 * n1 + u23 * n2 + u33 * n3
-    # Slices, so that every index below starts at 0: LLVM then drops numba's negative-index
-    # wraparound and vectorises the loop (indexing a[i, j] with j >= i + 4 stays scalar).
-    s0 = r0[i + 4 : n]
-    s1 = r1[i + 4 : n]
-    s2 = r2[i + 4 : n]
-    s3 = r3[i + 4 : n]
-    ww = w[i + 4 : n]
-    vv = v[i + 4 : n]
-    nn = vn[i + 4 : n]
-    pp = pn[i + 4 : n]
-    for j in range(n - i - 4):
-        wj = ww[j]
-        vj = vv[j]
-        nj = nn[j]
-        x0 = s0[j] - (v0 * wj + w0 * vj)
-        x1 = s1[j] - (v1 * wj + w1 * vj)
-        x2 = s2[j] - (v2 * wj + w2 * vj)
-        x3 = s3[j] - (v3 * wj + w3 * vj)
-        s0[j] = x0
-        s1[j] = x1
-        s2[j] = x2
-        s3[j] = x3
+    # Unsigned indices: numba then drops its negative-index wraparound, and LLVM vectorises
+    # the loop (with signed ones it stays scalar; with slices it pays for 8 views per call).
+    i0 = np.uint64(i)
+    i1 = i0 + np.uint64(1)
+    i2 = i0 + np.uint64(2)
+    i3 = i0 + np.uint64(3)
+    for j in range(i0 + np.uint64(4), np.uint64(n)):
+        wj = w[j]
+        vj = v[j]
+        nj = vn[j]
+        x0 = a[i0, j] - v0 * wj - w0 * vj
+        x1 = a[i1, j] - v1 * wj - w1 * vj
+        x2 = a[i2, j] - v2 * wj - w2 * vj
+        x3 = a[i3, j] - v3 * wj - w3 * vj
+        a[i0, j] = x0
+        a[i1, j] = x1
+        a[i2, j] = x2
+        a[i3, j] = x3
         acc0 += x0 * nj
         acc1 += x1 * nj
         acc2 += x2 * nj
         acc3 += x3 * nj
-        pp[j] += (x0 * n0 + x1 * n1) + (x2 * n2 + x3 * n3)
+        pn[j] += (x0 * n0 + x1 * n1) + (x2 * n2 + x3 * n3)
     pn[i] += acc0
     pn[i + 1] += acc1
     pn[i + 2] += acc2
@@ -237,6 +233,96 @@ def _tridiagonal_forms(matrices, sizes, slots, diag, off, scale):  # pragma: no 
                 work[r, c] = matrices[i, r, c] * inverse
         _tridiagonalise(work, n, diag[b], off[b], v, w, vn, pn)
         scale[b] = trace
+
+
+@jit
+def _cut_forms(op, cuts, slots, tall, diag, off, scale, sizes):  # pragma: no cover - compiled
+    """The tridiagonal form of the Gram of every cut H_t = op[t:, :t] of one lower-triangular
+    op (L, L), t in ``cuts`` (all on one side: ``tall``, t <= L - t, descending, Gram H^T H
+    (t x t); else t > L - t, ascending, Gram H H^T ((L - t) x (L - t))), into slot slots[i].
+
+    One running Gram (its upper triangle), each the previous one plus rank-one terms, as
+    core/spectra.py's `_gram_sequence`:
+        tall:  H_t^T H_t = (H_{t+1}^T H_{t+1})[:t, :t] + op[t, :t]^T op[t, :t]
+        wide:  H_{t+1} H_{t+1}^T = (H_t H_t^T)[1:, 1:] + op[t+1:, t] op[t+1:, t]^T
+    The wide Gram is kept at its rows' absolute positions (row i of op at i - base), so that
+    dropping its first row and column moves nothing."""
+    length = op.shape[0]
+    half = (length + 1) // 2
+    base = length - half
+    gram = np.zeros((half, half))
+    work = np.empty((half, half + PAD))
+    v = np.empty(half + PAD)
+    w = np.empty(half + PAD)
+    vn = np.empty(half + PAD)
+    pn = np.empty(half + PAD)
+    column = np.empty(length)
+    if len(cuts) == 0:
+        return
+    first = cuts[0]
+    if tall:  # H^T H of the first (largest) cut: rows first.. of its first `first` columns
+        for i in range(first, length):
+            _add_outer(gram, op[i], 0, first)
+    else:  # H H^T of the first (largest) cut: rows first.., columns < first
+        for k in range(first):
+            for i in range(first, length):
+                column[i - base] = op[i, k]
+            _add_outer(gram, column, first - base, half)
+    current = first
+    for c in range(len(cuts)):
+        t = cuts[c]
+        if tall:
+            while current > t:
+                current -= 1
+                _add_outer(gram, op[current], 0, current)
+            n, lo = t, 0
+        else:
+            while current < t:
+                for i in range(current + 1, length):
+                    column[i - base] = op[i, current]
+                current += 1
+                _add_outer(gram, column, current - base, half)
+            n, lo = length - t, t - base
+        trace = 0.0
+        for i in range(n):
+            trace += gram[lo + i, lo + i]
+        trace = trace if trace > TINY else 1.0
+        inverse = 1.0 / trace
+        for i in range(n):
+            src = gram[lo + i]
+            dst = work[i]
+            for j in range(i, n):
+                dst[j] = src[lo + j] * inverse
+        b = slots[c]
+        _tridiagonalise(work, n, diag[b], off[b], v, w, vn, pn)
+        scale[b] = trace
+        sizes[b] = n
+
+
+@jit(reassociate=True)
+def _add_outer(gram, x, lo, hi):  # pragma: no cover - compiled
+    """gram[i, j] += x[i] x[j] for lo <= i <= j < hi (the upper triangle)."""
+    for i in range(lo, hi):
+        xi = x[i]
+        row = gram[i, i:hi]
+        xs = x[i:hi]
+        for j in range(hi - i):
+            row[j] += xi * xs[j]
+
+
+def cut_forms(op: np.ndarray, cuts: np.ndarray, slots: np.ndarray, tall: bool, forms: "TridiagonalForms") -> None:
+    """Into ``forms``' slots: the tridiagonal form of every cut's Gram of the lower-triangular
+    float64 ``op`` (L, L) (`_cut_forms`); cuts all tall (descending) or all wide (ascending)."""
+    _cut_forms(
+        op,
+        np.asarray(cuts, dtype=np.int64),
+        np.asarray(slots, dtype=np.int64),
+        bool(tall),
+        forms.diag,
+        forms.off,
+        forms.scale,
+        forms.sizes,
+    )
 
 
 @jit
