@@ -328,8 +328,8 @@ def cut_forms(op: np.ndarray, cuts: np.ndarray, slots: np.ndarray, tall: bool, f
 @jit
 def _lane_eigenvalues(diag, off, sizes, order, first, last, failed):  # pragma: no cover - compiled
     """The eigenvalues of the tridiagonals order[first..last-1] (diag, off, as
-    `_tridiagonal_forms` left them), IN PLACE in diag: LANES at a time, side by side, each
-    group padded to its largest size. failed[b] where a lane did not converge."""
+    `_tridiagonal_forms` left them), IN PLACE in diag, ascending: LANES at a time, side by
+    side, each group padded to its largest size. failed[b] where a lane did not converge."""
     n_max = diag.shape[-1]
     d = np.zeros((n_max, LANES))
     e = np.zeros((n_max, LANES))
@@ -359,6 +359,7 @@ def _lane_eigenvalues(diag, off, sizes, order, first, last, failed):  # pragma: 
             failed[b] = lane_failed[w]
             for i in range(sizes[b]):
                 diag[b, i] = d[i, w]
+            diag[b, : sizes[b]].sort()  # ascending, as eigvalsh
 
 
 def symmetric_eigenvalues(matrices: torch.Tensor, sizes=None, workers: int | None = None) -> torch.Tensor:
@@ -430,11 +431,8 @@ class TridiagonalForms:
         else:
             for group in groups:
                 solve(group)
-        values = torch.from_numpy(self.diag * self.scale[:, None])
-        # each slot's own values ascending, its padding (past its size) last and zero
-        pad = torch.arange(values.shape[-1])[None, :] >= torch.from_numpy(self.sizes)[:, None]
-        values = values.masked_fill(pad, float("inf")).sort(-1).values.masked_fill(pad, 0.0)
-        return values, torch.from_numpy(failed)
+        self.diag *= self.scale[:, None]  # past each slot's size: the zeros it was created with
+        return torch.from_numpy(self.diag), torch.from_numpy(failed)
 
 
 def _reference(matrices: torch.Tensor, sizes: np.ndarray) -> torch.Tensor:
