@@ -50,7 +50,7 @@ def _householder(row, lo, n, v):  # pragma: no cover - compiled
     v written to v[lo:n] (unnormalised, v[lo] = x_0 - alpha); returns (beta, alpha). A zero x
     gives beta = 0 (no reflection) and alpha = x_0."""
     s2 = 0.0
-    for j in range(lo, n):
+    for j in range(np.uint64(lo), np.uint64(n)):
         s2 += row[j] * row[j]
     x0 = row[lo]
     norm = np.sqrt(s2)
@@ -58,7 +58,7 @@ def _householder(row, lo, n, v):  # pragma: no cover - compiled
     v0 = x0 - alpha
     vnorm2 = s2 - x0 * x0 + v0 * v0
     v[lo] = v0
-    for j in range(lo + 1, n):
+    for j in range(np.uint64(lo + 1), np.uint64(n)):
         v[j] = row[j]
     if vnorm2 > TINY:
         return 2.0 / vnorm2, alpha
@@ -86,39 +86,41 @@ def _tridiagonalise(a, n, d, e, v, w, vn, pn):  # pragma: no cover - compiled
         return
     d[0] = a[0, 0]
     beta, e[0] = _householder(a[0], 1, n, v)
-    for j in range(1, n):  # step 0's product, on its own
+    for j in range(n):  # step 0's product, on its own
         w[j] = 0.0
     for i in range(1, n):
-        ri = a[i]
         vi = v[i]
-        acc = ri[i] * vi
-        for j in range(i + 1, n):
-            acc += ri[j] * v[j]
-            w[j] += ri[j] * vi
+        acc = a[i, i] * vi
+        row = np.uint64(i)
+        for j in range(row + np.uint64(1), np.uint64(n)):
+            acc += a[row, j] * v[j]
+            w[j] += a[row, j] * vi
         w[i] += acc
-    for j in range(1, n):
+    for j in range(np.uint64(1), np.uint64(n)):
         w[j] *= beta
     for k in range(n - 2):
         lo = k + 1
+        # unsigned indices in every loop over columns: numba then drops its negative-index
+        # wraparound and LLVM vectorises the loop (with signed ones it stays scalar)
+        first, end = np.uint64(lo), np.uint64(n)
         kk = 0.0
-        for j in range(lo, n):
+        for j in range(first, end):
             kk += v[j] * w[j]
         kk *= 0.5 * beta
-        for j in range(lo, n):
+        for j in range(first, end):
             w[j] -= kk * v[j]
-        r = a[lo]
         vi = v[lo]
         wi = w[lo]
-        for j in range(lo, n):
-            r[j] -= vi * w[j] + wi * v[j]
-        d[lo] = r[lo]
+        for j in range(first, end):
+            a[first, j] -= vi * w[j] + wi * v[j]
+        d[lo] = a[lo, lo]
         if lo == n - 2:  # the last step: row n - 1 alone, then the last 2 x 2 block
             a[n - 1, n - 1] -= 2.0 * v[n - 1] * w[n - 1]
             e[lo] = a[lo, n - 1]
             d[n - 1] = a[n - 1, n - 1]
             break
-        beta_next, e[lo] = _householder(r, lo + 1, n, vn)
-        for j in range(lo + 1, n):
+        beta_next, e[lo] = _householder(a[lo], lo + 1, n, vn)
+        for j in range(first + np.uint64(1), end):
             pn[j] = 0.0
         i = lo + 1
         while i < n:
@@ -126,20 +128,21 @@ def _tridiagonalise(a, n, d, e, v, w, vn, pn):  # pragma: no cover - compiled
                 _four_rows(a, i, n, v, w, vn, pn)
                 i += 4
             else:  # the last one to three rows
-                ri = a[i]
                 vi = v[i]
                 wi = w[i]
                 ni = vn[i]
-                acc = 0.0
-                for j in range(i, n):
-                    u = ri[j] - (vi * w[j] + wi * v[j])
-                    ri[j] = u
+                u = a[i, i] - 2.0 * vi * wi
+                a[i, i] = u
+                acc = u * ni
+                row = np.uint64(i)
+                for j in range(row + np.uint64(1), end):
+                    u = a[row, j] - (vi * w[j] + wi * v[j])
+                    a[row, j] = u
                     acc += u * vn[j]
-                    if j > i:
-                        pn[j] += u * ni
+                    pn[j] += u * ni
                 pn[i] += acc
                 i += 1
-        for j in range(lo + 1, n):
+        for j in range(first + np.uint64(1), end):
             w[j] = pn[j] * beta_next
             v[j] = vn[j]
         beta = beta_next
@@ -174,16 +177,15 @@ def _four_rows(a, i, n, v, w, vn, pn):  # pragma: no cover - compiled
     r1[i + 1], r1[i + 2], r1[i + 3] = u11, u12, u13
     r2[i + 2], r2[i + 3] = u22, u23
     r3[i + 3] = u33
-    acc0 = u00 * n0 + u01 * n1 + u02 * n2 + u03 * n3
-    acc1 = u01 * n0 + u11 * n1 + u12 * n2 + u13 * n3
-    acc2 = u02 * n0 + u12 * n1 + u22 * n2 + u23 * n3
-    acc3 = u03 * n0 + u13 * n1 + u23 * n2 + u33 * n3
-    # Unsigned indices: numba then drops its negative-index wraparound, and LLVM vectorises
-    # the loop (with signed ones it stays scalar; with slices it pays for 8 views per call).
     i0 = np.uint64(i)
     i1 = i0 + np.uint64(1)
     i2 = i0 + np.uint64(2)
     i3 = i0 + np.uint64(3)
+    acc0 = u00 * n0 + u01 * n1 + u02 * n2 + u03 * n3
+    acc1 = u01 * n0 + u11 * n1 + u12 * n2 + u13 * n3
+    acc2 = u02 * n0 + u12 * n1 + u22 * n2 + u23 * n3
+    acc3 = u03 * n0 + u13 * n1 + u23 * n2 + u33 * n3
+    # unsigned indices, as in `_tridiagonalise` (slices instead cost 8 views per call)
     for j in range(i0 + np.uint64(4), np.uint64(n)):
         wj = w[j]
         vj = v[j]
@@ -289,10 +291,9 @@ def _cut_forms(op, cuts, slots, tall, diag, off, scale, sizes):  # pragma: no co
         trace = trace if trace > TINY else 1.0
         inverse = 1.0 / trace
         for i in range(n):
-            src = gram[lo + i]
-            dst = work[i]
-            for j in range(i, n):
-                dst[j] = src[lo + j] * inverse
+            src = np.uint64(lo + i)
+            for j in range(np.uint64(i), np.uint64(n)):
+                work[np.uint64(i), j] = gram[src, j + np.uint64(lo)] * inverse
         b = slots[c]
         _tridiagonalise(work, n, diag[b], off[b], v, w, vn, pn)
         scale[b] = trace
@@ -304,10 +305,9 @@ def _add_outer(gram, x, lo, hi):  # pragma: no cover - compiled
     """gram[i, j] += x[i] x[j] for lo <= i <= j < hi (the upper triangle)."""
     for i in range(lo, hi):
         xi = x[i]
-        row = gram[i, i:hi]
-        xs = x[i:hi]
-        for j in range(hi - i):
-            row[j] += xi * xs[j]
+        row = np.uint64(i)
+        for j in range(row, np.uint64(hi)):  # unsigned: vectorised (`_tridiagonalise`)
+            gram[row, j] += xi * x[j]
 
 
 def cut_forms(op: np.ndarray, cuts: np.ndarray, slots: np.ndarray, tall: bool, forms: "TridiagonalForms") -> None:
