@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from ess_explorer import DiagonalSSM, entropy_ess, hankel_singular_values, tolerance_ess
-from ess_explorer.core import gramian, gramian_kernel
+from ess_explorer.core import gramian, gramian_kernel, tridiagonal_kernel
 from ess_explorer.core.gramian_naive import gramian_spectra_reference
 from ess_explorer.core.precision import TAU_BAND, Accuracy, check_precision
 from ess_explorer.core.sturm import TridiagonalSpectra
@@ -240,7 +240,7 @@ def test_the_kernels_lane_eigensolver_is_exact_and_each_lane_its_own():
     lanes, n = gramian_kernel.LANES, 16
     diag, off = _hard_tridiagonals(lanes, n, seed=0)
     d, e, failed = diag.copy(), off.copy(), np.zeros(lanes, dtype=np.bool_)
-    gramian_kernel._tridiagonal_eigenvalues(d, e, n, failed)
+    tridiagonal_kernel._tridiagonal_eigenvalues(d, e, n, failed)
     assert not failed.any()
     for w in range(lanes):
         matrix = np.diag(diag[:, w]) + np.diag(off[:-1, w], 1) + np.diag(off[:-1, w], -1)
@@ -252,7 +252,7 @@ def test_the_kernels_lane_eigensolver_is_exact_and_each_lane_its_own():
     order = np.random.default_rng(2).permutation(lanes)
     mixed_diag = np.where(np.arange(lanes) % 2 == 0, diag[:, order], other_diag)
     mixed_off = np.where(np.arange(lanes) % 2 == 0, off[:, order], other_off)
-    gramian_kernel._tridiagonal_eigenvalues(mixed_diag, mixed_off, n, np.zeros(lanes, dtype=np.bool_))
+    tridiagonal_kernel._tridiagonal_eigenvalues(mixed_diag, mixed_off, n, np.zeros(lanes, dtype=np.bool_))
     even = np.arange(0, lanes, 2)
     np.testing.assert_array_equal(mixed_diag[:, even], d[:, order[even]])
 

@@ -10,8 +10,8 @@ divisions and square roots that keeps one core's vector units idle. This kernel:
    the trailing upper triangle per step: the rank-two update of step k and the product
    A v_{k+1} of step k + 1 are fused, four rows at a time, so each entry is loaded and stored
    once per step instead of loaded twice and stored once (`_tridiagonalise`).
-2. Solves LANES tridiagonals side by side with the QL iteration of core/gramian_kernel.py
-   (`_tridiagonal_eigenvalues`): one lane per matrix, the division and square root of each
+2. Solves LANES tridiagonals side by side with the QL iteration of
+   core/tridiagonal_kernel.py: one lane per matrix, the division and square root of each
    rotation vectorised across the lanes. Matrices are grouped by size, padded with zeros
    (a zero row and column only adds a zero eigenvalue, deflated at once).
 
@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from .compiled import LANES, available, jit
-from .gramian_kernel import _tridiagonal_eigenvalues
+from .tridiagonal_kernel import _tridiagonal_eigenvalues
 
 __all__ = ["symmetric_eigenvalues", "cut_forms", "TridiagonalForms", "KERNEL_MIN_SIZE", "available"]
 
@@ -212,8 +212,8 @@ def _four_rows(a, i, n, v, w, vn, pn):  # pragma: no cover - compiled
 @jit
 def _tridiagonal_forms(matrices, sizes, slots, diag, off, scale):  # pragma: no cover - compiled
     """For each i: the tridiagonal form of matrices[i][:sizes[i], :sizes[i]] (symmetric; its
-    upper triangle read, not written), scaled by its trace, into slot slots[i]: diag, off
-    (sizes[i] entries each) and scale (the trace, 1 where it is 0)."""
+    upper triangle read, not written), scaled, into slot slots[i]: diag, off (sizes[i]
+    entries each) and scale (1 for a zero matrix)."""
     n_max = matrices.shape[-1]
     work = np.empty((n_max, n_max + PAD))
     v = np.empty(n_max + PAD)
@@ -225,9 +225,16 @@ def _tridiagonal_forms(matrices, sizes, slots, diag, off, scale):  # pragma: no 
         n = sizes[i]
         if n == 0:
             continue
+        # The scale: sum |a_rr|, or the largest |a_rc| where that is larger (a matrix with a
+        # zero diagonal). It lies between max |a_rc| >= ||A|| / n and n ||A||: the scaled
+        # entries are at most n, and the QL's absolute deflation (eps) is within n eps ||A||.
         trace = 0.0
+        largest = 0.0
         for r in range(n):
             trace += abs(matrices[i, r, r])
+            for c in range(r, n):
+                largest = max(largest, abs(matrices[i, r, c]))
+        trace = max(trace, largest)
         trace = trace if trace > TINY else 1.0
         inverse = 1.0 / trace
         for r in range(n):

@@ -8,12 +8,10 @@ arithmetic is about 10,000 multiply-adds. Here LANES units run side by side, eve
 innermost over the lanes (contiguous), so the compiler vectorises each operation across
 them; each cut's whole pipeline stays in cache; nothing is stored per cut but the outputs.
 
-Eigenvalues of the symmetric sandwich: Householder tridiagonalisation, then the implicit QL
-iteration with Wilkinson-type shifts (Numerical Recipes' tqli, eigenvalues only), run for all
-lanes at once: each lane has its own first unconverged row, split point and shift, and a
-rotation outside a lane's rows leaves that lane unchanged (masked by a select), so control
-flow is shared. A lane whose iteration does not converge gets an infinite error: the caller redoes
-its cut by the square-root sweep.
+Eigenvalues of the symmetric sandwich: Householder tridiagonalisation across the lanes,
+then the QL iteration of core/tridiagonal_kernel.py, every lane its own. A lane whose
+iteration does not converge gets an infinite error: the caller redoes its cut by the
+square-root sweep.
 
 numba is set up in core/compiled.py; where it does not import (`available()`), core/gramian.py
 runs the reference instead.
@@ -25,15 +23,12 @@ import numpy as np
 
 from . import gramian_naive
 from .compiled import LANES, available, jit
+from .tridiagonal_kernel import _tridiagonal_eigenvalues
 
 __all__ = ["LANES", "available", "gramian_spectra_kernel"]
 
 EPS = float(np.finfo(np.float64).eps)
 TINY = float(np.finfo(np.float64).tiny)
-# An off-diagonal below DEFLATE (the matrix is scaled to trace 1) is dropped: that moves an
-# eigenvalue by less than the error bound the caller already allows (>= 128 eps ||M||).
-DEFLATE = EPS
-MAX_QL_SWEEPS = 60  # per eigenvalue, on average over a lane's n (it needs about 3): this only stops a failure
 BISECTIONS = 28  # of lambda_max of P_t's tridiagonal form (`_tridiagonal_top`)
 BLOCK = 32  # steps between the checkpoints of the forward scan (`_kernel`)
 
@@ -99,91 +94,6 @@ def _tridiagonal(m, n, diag, off, v, pv):  # pragma: no cover - compiled
             off[n - 2, w] = m[n - 1, n - 2, w]
         diag[n - 1, w] = m[n - 1, n - 1, w]
         off[n - 1, w] = 0.0
-
-
-@jit
-def _tridiagonal_eigenvalues(d, e, n, failed):  # pragma: no cover - compiled
-    """Eigenvalues of the tridiagonal (d, e) of every lane, IN PLACE in d (unsorted): the
-    implicit QL iteration (module docstring). failed[w] is set where a lane does not converge.
-
-    Branch-free over the lanes (selects, not ifs), so that the compiler vectorises it. Each
-    lane keeps its own top (its first unconverged row), split point, shift and rotations,
-    and a sweep rotates every lane between its own top and split: a lane does exactly the
-    sweeps tqli would do for it alone. (Waiting instead for all lanes to converge at each
-    top costs the slowest of 64 lanes at every eigenvalue: measured 1.6x the rotations.)"""
-    top = np.zeros(LANES, dtype=np.int64)
-    split = np.empty(LANES, dtype=np.int64)
-    sweeps = np.zeros(LANES, dtype=np.int64)
-    live = np.empty(LANES, dtype=np.bool_)
-    s = np.empty(LANES)
-    c = np.empty(LANES)
-    g = np.empty(LANES)
-    p = np.empty(LANES)
-    while True:
-        lowest = n - 1
-        for w in range(LANES):
-            lowest = min(lowest, top[w])
-        for m in range(lowest, n - 1):  # each lane's top moves past its negligible off-diagonals
-            for w in range(LANES):
-                small = abs(e[m, w]) <= EPS * (abs(d[m, w]) + abs(d[m + 1, w])) or abs(e[m, w]) <= DEFLATE
-                top[w] = m + 1 if (top[w] == m and small) else top[w]
-        lowest = n - 1
-        for w in range(LANES):
-            lowest = min(lowest, top[w])
-        if lowest == n - 1:  # every lane's eigenvalues have converged
-            break
-        for w in range(LANES):
-            split[w] = n - 1
-        for m in range(n - 2, lowest, -1):  # the first negligible off-diagonal after the top
-            for w in range(LANES):
-                small = abs(e[m, w]) <= EPS * (abs(d[m, w]) + abs(d[m + 1, w])) or abs(e[m, w]) <= DEFLATE
-                split[w] = m if (small and m > top[w]) else split[w]
-        highest = 0
-        for w in range(LANES):
-            live[w] = top[w] < n - 1
-            sweeps[w] += live[w]
-            stuck = live[w] and sweeps[w] > MAX_QL_SWEEPS * n
-            failed[w] = failed[w] or stuck
-            top[w] = n - 1 if stuck else top[w]  # given up: the caller redoes its cut
-            live[w] = live[w] and not stuck
-            highest = max(highest, split[w] if live[w] else 0)
-        for w in range(LANES):  # each lane's Wilkinson-type shift, from its own top
-            k = top[w] if live[w] else 0
-            el = e[k, w] if live[w] else 1.0
-            gg = (d[k + 1, w] - d[k, w]) / (2.0 * el)
-            r = np.sqrt(gg * gg + 1.0)
-            g[w] = d[split[w], w] - d[k, w] + el / (gg + (r if gg >= 0 else -r))
-            s[w] = 1.0
-            c[w] = 1.0
-            p[w] = 0.0
-        for i in range(highest - 1, lowest - 1, -1):
-            for w in range(LANES):
-                on = live[w] and i < split[w] and i >= top[w]
-                f = s[w] * e[i, w]
-                b = c[w] * e[i, w]
-                r = np.sqrt(f * f + g[w] * g[w])
-                rotate = on and r > 0
-                inv = 1.0 / (r if r > 0 else 1.0)
-                sn = f * inv
-                cn = g[w] * inv
-                gi = d[i + 1, w] - p[w]
-                r2 = (d[i, w] - gi) * sn + 2.0 * cn * b
-                pn = sn * r2
-                e[i + 1, w] = r if on else e[i + 1, w]
-                d[i + 1, w] = (gi + pn) if rotate else ((d[i + 1, w] - p[w]) if on else d[i + 1, w])
-                s[w] = sn if rotate else s[w]
-                c[w] = cn if rotate else c[w]
-                g[w] = (cn * r2 - b) if rotate else g[w]
-                p[w] = pn if rotate else p[w]
-                # r == 0 (underflow): this lane's sweep stops here and restarts (tqli's recovery).
-                # Written last: a store to `live` before the others keeps LLVM from vectorising.
-                live[w] = live[w] and not (on and not rotate)
-        for w in range(LANES):  # each lane's own rows: d[top] and e[top] gain the sweep, e[split] = 0
-            if top[w] < n - 1:
-                if live[w]:
-                    d[top[w], w] -= p[w]
-                    e[top[w], w] = g[w]
-                e[split[w], w] = 0.0
 
 
 @jit

@@ -55,11 +55,14 @@ DENSE_BUDGET_BYTES = 2 * 1024**3
 def dense_bytes(batch: int, length: int, n_positions: int, k_out: int, itemsize: int, copies: bool) -> int:
     """Bytes the dense path allocates for ``batch`` operators of size L: the output
     (batch, P, K), the Gram matrices (batch, L/2, L/2) in flight (the running one and one
-    per worker thread plus one queued, `_recursive_gram_fill`) and, when the operator is
-    converted to another dtype or device, its copy (batch, L, L)."""
+    per worker thread plus one queued, `_recursive_gram_fill`), the compiled kernel's
+    tridiagonal forms of every (operator, cut), kept until all are solved (two
+    (batch, P, L/2)), and, when the operator is converted to another dtype or device, its
+    copy (batch, L, L)."""
     half = (length + 1) // 2
     grams = min(n_positions + 1, torch.get_num_threads() + 2)
-    return itemsize * batch * (n_positions * k_out + grams * half * half + (length * length if copies else 0))
+    forms = 2 * n_positions * half
+    return itemsize * batch * (n_positions * k_out + grams * half * half + forms + (length * length if copies else 0))
 
 
 def validate_operator(op, name: str = "op") -> torch.Tensor:

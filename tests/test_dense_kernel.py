@@ -1,0 +1,177 @@
+"""The dense path's compiled kernel (core/dense_kernel.py) against its reference,
+torch.linalg.eigvalsh, and the dense path with the kernel against the dense path without it.
+
+The bound every eigenvalue must meet is the one the dense path's guard assumes of any
+eigensolver (core/spectra.py, GRAM_ERROR): GRAM_ERROR * n * eps * max |lambda|."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from ess_explorer import entropy_ess, hankel_singular_values, tolerance_ess
+from ess_explorer.core import dense_kernel, spectra
+from ess_explorer.core.spectra import GRAM_ERROR
+from ess_explorer.synthetic import trained_like_attention
+
+pytestmark = pytest.mark.skipif(not dense_kernel.available(), reason="numba is not installed")
+EPS = float(np.finfo(np.float64).eps)
+
+
+def assert_within_the_bound(values: torch.Tensor, reference: torch.Tensor, n: int) -> None:
+    scale = reference.abs().amax(-1, keepdim=True).clamp_min(1e-300)
+    error = (values - reference).abs() / scale
+    assert float(error.max()) <= GRAM_ERROR * max(n, 1) * EPS, f"worst error {float(error.max()):.2e} of max |lambda|"
+
+
+def grams(count: int, n: int, seed: int, decay: float | None = None, rows: int | None = None) -> torch.Tensor:
+    """Gram matrices H^T H of random (rows x n) H, columns scaled by exp(-k / decay)."""
+    g = torch.Generator().manual_seed(seed)
+    h = torch.randn(count, rows or n + 3, n, generator=g, dtype=torch.float64)
+    if decay is not None:
+        h = h * torch.exp(-torch.arange(n, dtype=torch.float64) / decay)
+    return h.mT @ h
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 7, 8, 9, 31, 64, 130])
+def test_eigenvalues_of_random_grams_match_lapack(n):
+    matrices = grams(70, n, seed=n)  # 70: one full lane group and a part-filled one
+    assert_within_the_bound(dense_kernel.symmetric_eigenvalues(matrices), torch.linalg.eigvalsh(matrices), n)
+
+
+@pytest.mark.parametrize(
+    "kind",
+    ["graded", "rank-deficient", "identity", "zero", "indefinite", "zero-diagonal", "tiny", "huge", "sink"],
+)
+def test_eigenvalues_of_hard_matrices_match_lapack(kind):
+    n = 40
+    if kind == "graded":  # eigenvalues from 1 down to 1e-200: all but the top few are rounding
+        matrices = grams(4, n, seed=1, decay=n / 460)
+    elif kind == "rank-deficient":  # H^T H of a wide H: rank 10 of 40
+        matrices = grams(4, n, seed=2, rows=10)
+    elif kind == "identity":  # one eigenvalue, n times
+        matrices = 3.0 * torch.eye(n, dtype=torch.float64).expand(4, n, n).clone()
+    elif kind == "zero":
+        matrices = torch.zeros(4, n, n, dtype=torch.float64)
+    elif kind == "indefinite":
+        matrices = torch.randn(4, n, n, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+        matrices = matrices + matrices.mT
+    elif kind == "zero-diagonal":  # the scale cannot come from the trace
+        matrices = torch.randn(4, n, n, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+        matrices = (matrices + matrices.mT) * (1 - torch.eye(n, dtype=torch.float64)) * 1e-20
+    elif kind == "tiny":
+        matrices = grams(4, n, seed=5) * 1e-280
+    elif kind == "huge":
+        matrices = grams(4, n, seed=6) * 1e280
+    else:  # the Gram of an attention-sink head's cut: one value far above the rest
+        head = trained_like_attention(2 * n, units=4, head_dim=8, seed=7, mix=("sink",))
+        cut = head[:, n:, :n]
+        matrices = cut.mT @ cut
+    assert_within_the_bound(dense_kernel.symmetric_eigenvalues(matrices), torch.linalg.eigvalsh(matrices), n)
+
+
+def test_leading_blocks_of_each_size_and_the_rest_zero():
+    matrices = grams(6, 50, seed=8)
+    sizes = np.array([50, 1, 0, 17, 33, 2])
+    values = dense_kernel.symmetric_eigenvalues(matrices, sizes)
+    for b, size in enumerate(sizes):
+        if size:
+            expected = torch.linalg.eigvalsh(matrices[b, :size, :size])
+            assert_within_the_bound(values[b, :size], expected, size)
+        assert bool((values[b, size:] == 0).all())
+
+
+def test_only_the_upper_triangle_is_read():
+    matrices = grams(3, 20, seed=9)
+    scrambled = matrices.triu() + torch.randn(3, 20, 20, dtype=torch.float64).tril(-1)
+    np.testing.assert_array_equal(
+        dense_kernel.symmetric_eigenvalues(scrambled).numpy(), dense_kernel.symmetric_eigenvalues(matrices).numpy()
+    )
+
+
+def test_the_lane_solver_is_exact_at_the_dense_paths_sizes():
+    """The QL iteration shared with the Gramian kernel, on tridiagonals of every hard kind at
+    n = 200 (it was built for n = 16)."""
+    from test_precision import _hard_tridiagonals
+
+    from ess_explorer.core.tridiagonal_kernel import _tridiagonal_eigenvalues
+
+    n = 200
+    diag, off = _hard_tridiagonals(dense_kernel.LANES, n, seed=3)
+    d, e, failed = diag.copy(), off.copy(), np.zeros(dense_kernel.LANES, dtype=np.bool_)
+    _tridiagonal_eigenvalues(d, e, n, failed)
+    assert not failed.any()
+    for w in range(dense_kernel.LANES):
+        matrix = np.diag(diag[:, w]) + np.diag(off[:-1, w], 1) + np.diag(off[:-1, w], -1)
+        exact = np.linalg.eigvalsh(matrix)
+        np.testing.assert_allclose(np.sort(d[:, w]), exact, rtol=0, atol=1e-13 * np.abs(exact).max() + 1e-300)
+
+
+def test_a_lane_that_does_not_converge_is_answered_by_lapack(monkeypatch):
+    real = dense_kernel._lane_eigenvalues
+
+    def gives_up_on_slot_2(diag, off, sizes, order, first, last, failed):
+        real(diag, off, sizes, order, first, last, failed)
+        diag[2] = np.nan  # what a lane left behind is not read
+        failed[2] = True
+
+    monkeypatch.setattr(dense_kernel, "_lane_eigenvalues", gives_up_on_slot_2)
+    matrices = grams(5, 30, seed=10)
+    assert_within_the_bound(dense_kernel.symmetric_eigenvalues(matrices), torch.linalg.eigvalsh(matrices), 30)
+    # the dense path: the failed (unit, cut) gets an SVD of its cut
+    heads = trained_like_attention(40, units=2, head_dim=8, seed=11, mix=("random",))
+    sigma = hankel_singular_values(heads, precision="exact")
+    reference = torch.stack([torch.linalg.svdvals(heads[:, t:, :t])[:, :1] for t in range(1, 40)], 1)
+    np.testing.assert_allclose(sigma[:, 1:, :1].numpy(), reference.numpy(), rtol=1e-9)
+
+
+def test_without_numba_the_reference_answers(monkeypatch):
+    monkeypatch.setattr(dense_kernel, "available", lambda: False)
+    matrices = grams(3, 12, seed=12)
+    np.testing.assert_array_equal(
+        dense_kernel.symmetric_eigenvalues(matrices).numpy(), torch.linalg.eigvalsh(matrices, UPLO="U").numpy()
+    )
+
+
+def test_cut_forms_are_the_forms_of_each_cuts_gram():
+    """`cut_forms` builds each cut's Gram by rank-one updates; its eigenvalues are those of the
+    Gram of the cut itself, on both sides of L / 2 and for cuts that skip positions."""
+    length = 37
+    op = trained_like_attention(length, units=1, head_dim=8, seed=13, mix=("random",))[0]
+    for tall, cuts in ((True, [18, 15, 9, 2, 1]), (False, [19, 20, 27, 36])):
+        forms = dense_kernel.TridiagonalForms.empty(len(cuts), (length + 1) // 2)
+        dense_kernel.cut_forms(op.numpy(), np.array(cuts), np.arange(len(cuts)), tall, forms)
+        values, failed = forms.eigenvalues()
+        assert not bool(failed.any())
+        for k, t in enumerate(cuts):
+            cut = op[t:, :t]
+            gram = cut.mT @ cut if tall else cut @ cut.mT
+            size = gram.shape[-1]
+            assert size == min(t, length - t)
+            assert_within_the_bound(values[k, :size], torch.linalg.eigvalsh(gram), size)
+            assert bool((values[k, size:] == 0).all())
+
+
+@pytest.mark.parametrize("kind", ["sink", "sharp", "uniform", "random"])
+def test_the_dense_path_gives_the_same_spectra_with_and_without_the_kernel(kind, monkeypatch):
+    heads = trained_like_attention(90, units=3, head_dim=16, seed=14, mix=(kind,))
+    positions = [0, 1, 2, 30, 44, 45, 46, 60, 88, 89]
+    with_kernel = {p: hankel_singular_values(heads, precision=p, positions=positions) for p in ("exact", "ess")}
+    monkeypatch.setattr(dense_kernel, "available", lambda: False)
+    for precision, fast in with_kernel.items():
+        torch_route = hankel_singular_values(heads, precision=precision, positions=positions)
+        scale = torch_route[..., :1].clamp_min(1e-300)
+        if precision == "exact":  # both within the exact contract of an SVD: 1e-10 sigma_1 apart at most
+            assert float(((fast - torch_route).abs() / scale).max()) <= 2e-10
+        else:  # the same counts, entropy within the contract
+            assert torch.equal(tolerance_ess(spectra=fast), tolerance_ess(spectra=torch_route))
+            relative = (entropy_ess(spectra=fast) - entropy_ess(spectra=torch_route)).abs()
+            assert float((relative / entropy_ess(spectra=torch_route).clamp_min(1e-300)).max()) <= 1e-5
+
+
+def test_the_dense_budget_counts_the_kernels_forms():
+    """The tridiagonal forms of every (unit, cut) are held until all are solved: each cut
+    more costs its output row and two rows of L / 2 for its forms, per unit."""
+    fewer, more = (spectra.dense_bytes(12, 512, cuts, 1, 8, copies=False) for cuts in (255, 511))
+    assert more - fewer == 8 * 12 * 256 * (1 + 2 * 256)
