@@ -141,7 +141,7 @@ def test_cut_forms_are_the_forms_of_each_cuts_gram():
     op = trained_like_attention(length, units=1, head_dim=8, seed=13, mix=("random",))[0]
     for tall, cuts in ((True, [18, 15, 9, 2, 1]), (False, [19, 20, 27, 36])):
         forms = dense_kernel.TridiagonalForms.empty(len(cuts), (length + 1) // 2)
-        dense_kernel.cut_forms(op.numpy(), np.array(cuts), np.arange(len(cuts)), tall, forms)
+        dense_kernel.cut_forms(op.numpy(), np.array(cuts), np.arange(len(cuts)), tall, forms, np.zeros((19, 19)))
         values, failed = forms.eigenvalues()
         assert not bool(failed.any())
         for k, t in enumerate(cuts):
@@ -175,3 +175,52 @@ def test_the_dense_budget_counts_the_kernels_forms():
     more costs its output row and two rows of L / 2 for its forms, per unit."""
     fewer, more = (spectra.dense_bytes(12, 512, cuts, 1, 8, copies=False) for cuts in (255, 511))
     assert more - fewer == 8 * 12 * 256 * (1 + 2 * 256)
+
+
+class RecordingBar:
+    """A stand-in for tqdm that adds up its updates."""
+
+    def __init__(self, *args, total=None, **kwargs):
+        self.total, self.done = total, 0.0
+
+    def update(self, n=1):
+        self.done += n
+
+    def close(self):
+        pass
+
+
+def test_the_progress_bar_moves_with_the_kernels_calls_and_ends_full(monkeypatch):
+    bars = []
+    monkeypatch.setattr(spectra, "tqdm", lambda *a, **k: bars.append(RecordingBar(*a, **k)) or bars[-1])
+    monkeypatch.setattr(spectra, "KERNEL_CALL_WORK", 1.0)  # one cut per call
+    seen = []
+    real = dense_kernel.cut_forms
+
+    def watching(*args, **kwargs):
+        seen.append(bars[-1].done)  # what the bar showed when this call began
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(dense_kernel, "cut_forms", watching)
+    heads = trained_like_attention(40, units=2, head_dim=8, seed=15, mix=("random",))
+    hankel_singular_values(heads, positions=[0, 5, 5, 20, 39], progress=True)
+    assert bars[-1].done == pytest.approx(5)  # every row of positions, the repeated cut twice
+    assert len(set(seen)) > 2  # it moved while the kernel ran, not only at the end
+
+
+def test_an_interrupt_stops_the_kernels_workers(monkeypatch):
+    calls = []
+    real = dense_kernel.cut_forms
+
+    def interrupted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(dense_kernel, "cut_forms", interrupted)
+    monkeypatch.setattr(spectra, "KERNEL_CALL_WORK", 1.0)  # one cut per call: 4 units x 63 cuts
+    heads = trained_like_attention(64, units=4, head_dim=8, seed=16, mix=("random",))
+    with pytest.raises(KeyboardInterrupt):
+        hankel_singular_values(heads)
+    assert len(calls) <= 2 + torch.get_num_threads()  # each other worker finishes at most its current call

@@ -245,21 +245,22 @@ def _tridiagonal_forms(matrices, sizes, slots, diag, off, scale):  # pragma: no 
 
 
 @jit
-def _cut_forms(op, cuts, slots, tall, diag, off, scale, sizes):  # pragma: no cover - compiled
+def _cut_forms(op, cuts, slots, tall, diag, off, scale, sizes, gram, current):  # pragma: no cover - compiled
     """The tridiagonal form of the Gram of every cut H_t = op[t:, :t] of one lower-triangular
     op (L, L), t in ``cuts`` (all on one side: ``tall``, t <= L - t, descending, Gram H^T H
     (t x t); else t > L - t, ascending, Gram H H^T ((L - t) x (L - t))), into slot slots[i].
 
-    One running Gram (its upper triangle), each the previous one plus rank-one terms, as
-    core/spectra.py's `_gram_sequence`:
+    One running Gram (its upper triangle, in ``gram`` (L/2, L/2)), each the previous one plus
+    rank-one terms, as core/spectra.py's `_gram_sequence`:
         tall:  H_t^T H_t = (H_{t+1}^T H_{t+1})[:t, :t] + op[t, :t]^T op[t, :t]
         wide:  H_{t+1} H_{t+1}^T = (H_t H_t^T)[1:, 1:] + op[t+1:, t] op[t+1:, t]^T
     The wide Gram is kept at its rows' absolute positions (row i of op at i - base), so that
-    dropping its first row and column moves nothing."""
+    dropping its first row and column moves nothing. ``current``: the cut ``gram`` holds (a
+    later call goes on from where the previous one stopped), or -1: ``gram`` is zero and
+    starts at the first cut. Returns the cut ``gram`` holds now."""
     length = op.shape[0]
     half = (length + 1) // 2
     base = length - half
-    gram = np.zeros((half, half))
     work = np.empty((half, half + PAD))
     v = np.empty(half + PAD)
     w = np.empty(half + PAD)
@@ -267,17 +268,17 @@ def _cut_forms(op, cuts, slots, tall, diag, off, scale, sizes):  # pragma: no co
     pn = np.empty(half + PAD)
     column = np.empty(length)
     if len(cuts) == 0:
-        return
-    first = cuts[0]
-    if tall:  # H^T H of the first (largest) cut: rows first.. of its first `first` columns
-        for i in range(first, length):
-            _add_outer(gram, op[i], 0, first)
-    else:  # H H^T of the first (largest) cut: rows first.., columns < first
-        for k in range(first):
-            for i in range(first, length):
-                column[i - base] = op[i, k]
-            _add_outer(gram, column, first - base, half)
-    current = first
+        return current
+    if current < 0:
+        current = cuts[0]
+        if tall:  # H^T H of the first (largest) cut: rows current.. of its first `current` columns
+            for i in range(current, length):
+                _add_outer(gram, op[i], 0, current)
+        else:  # H H^T of the first (largest) cut: rows current.., columns < current
+            for k in range(current):
+                for i in range(current, length):
+                    column[i - base] = op[i, k]
+                _add_outer(gram, column, current - base, half)
     for c in range(len(cuts)):
         t = cuts[c]
         if tall:
@@ -305,6 +306,7 @@ def _cut_forms(op, cuts, slots, tall, diag, off, scale, sizes):  # pragma: no co
         _tridiagonalise(work, n, diag[b], off[b], v, w, vn, pn)
         scale[b] = trace
         sizes[b] = n
+    return current
 
 
 @jit(reassociate=True)
@@ -317,10 +319,15 @@ def _add_outer(gram, x, lo, hi):  # pragma: no cover - compiled
             gram[row, j] += xi * x[j]
 
 
-def cut_forms(op: np.ndarray, cuts: np.ndarray, slots: np.ndarray, tall: bool, forms: "TridiagonalForms") -> None:
+def cut_forms(
+    op: np.ndarray, cuts, slots, tall: bool, forms: "TridiagonalForms", gram: np.ndarray, current: int = -1
+) -> int:
     """Into ``forms``' slots: the tridiagonal form of every cut's Gram of the lower-triangular
-    float64 ``op`` (L, L) (`_cut_forms`); cuts all tall (descending) or all wide (ascending)."""
-    _cut_forms(
+    float64 ``op`` (L, L) (`_cut_forms`); cuts all tall (descending) or all wide (ascending).
+    ``gram`` ((L + 1) // 2 square, zeros at first) and ``current`` carry the running Gram from
+    one call to the next, so that a side's cuts can be reduced a few at a time; returns the
+    new ``current``."""
+    return _cut_forms(
         op,
         np.asarray(cuts, dtype=np.int64),
         np.asarray(slots, dtype=np.int64),
@@ -329,6 +336,8 @@ def cut_forms(op: np.ndarray, cuts: np.ndarray, slots: np.ndarray, tall: bool, f
         forms.off,
         forms.scale,
         forms.sizes,
+        gram,
+        int(current),
     )
 
 
@@ -433,8 +442,11 @@ class TridiagonalForms:
             _lane_eigenvalues(self.diag, self.off, self.sizes, order, group[0], group[1], failed)
 
         if workers > 1 and len(groups) > 1:
-            with ThreadPoolExecutor(min(workers, len(groups))) as pool:
+            pool = ThreadPoolExecutor(min(workers, len(groups)))
+            try:
                 list(pool.map(solve, groups))
+            finally:  # on an interrupt, the groups not yet begun are dropped
+                pool.shutdown(wait=True, cancel_futures=True)
         else:
             for group in groups:
                 solve(group)

@@ -12,6 +12,7 @@ No torch.nn and no UI here: tensors in, tensors out.
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable
@@ -379,14 +380,15 @@ def _recursive_gram_fill(
         else:
             bar.update()
 
-    def write(t: int, sigma: torch.Tensor) -> None:
+    def write(t: int, sigma: torch.Tensor, progress: bool = True) -> None:
         width = min(k_out, sigma.shape[-1])
         for row in rows_of[t]:
             out[:, row, :width] = sigma[:, :width]
-        bar.update(len(rows_of[t]))
+        if progress:
+            bar.update(len(rows_of[t]))
 
     if dense_kernel.available() and flat.dtype == torch.float64 and flat.device.type == "cpu":
-        _kernel_gram_fill(flat, list(rows_of), method, accuracy, workers, write)
+        _kernel_gram_fill(flat, rows_of, method, accuracy, workers, bar, lambda t, sigma: write(t, sigma, False))
         return
 
     def finish(t: int, gram: torch.Tensor) -> None:
@@ -407,29 +409,45 @@ def _recursive_gram_fill(
             future.result()
 
 
-def _kernel_gram_fill(flat, times: list[int], method: str, accuracy: Accuracy, workers: int, write) -> None:
+def _kernel_gram_fill(flat, rows_of: dict, method: str, accuracy: Accuracy, workers: int, bar, write) -> None:
     """`_recursive_gram_fill` by the compiled kernel: the tridiagonal form of every (unit,
-    cut) Gram (`dense_kernel.cut_forms`, one job per unit and side), their eigenvalues
-    together, then per cut the guard and ``write(t, sigma)``."""
+    cut) Gram (`dense_kernel.cut_forms`; one job per unit and side, a few cuts per call, so
+    that the progress bar moves and an interrupt stops the workers within a call), their
+    eigenvalues together, then per cut the guard and ``write(t, sigma)``."""
     units, length = flat.shape[0], flat.shape[-1]
+    times = list(rows_of)
     slot_of = {t: k * units for k, t in enumerate(times)}  # cut t, unit u: slot slot_of[t] + u
     forms = dense_kernel.TridiagonalForms.empty(units * len(times), (length + 1) // 2)
     tall = sorted((t for t in times if t <= length - t), reverse=True)
     wide = sorted(t for t in times if t > length - t)
     operators = flat.detach().numpy()
     jobs = [(unit, side, is_tall) for unit in range(units) for side, is_tall in ((tall, True), (wide, False)) if side]
+    stop = threading.Event()
 
     def reduce(job) -> None:
         unit, side, is_tall = job
-        slots = [slot_of[t] + unit for t in side]
-        dense_kernel.cut_forms(operators[unit], side, slots, is_tall, forms)
+        gram, current = np.zeros(((length + 1) // 2,) * 2), -1
+        try:
+            for calls in _kernel_calls(side, length):
+                if stop.is_set():
+                    return
+                slots = [slot_of[t] + unit for t in calls]
+                current = dense_kernel.cut_forms(operators[unit], calls, slots, is_tall, forms, gram, current)
+                bar.update(sum(len(rows_of[t]) for t in calls) / units)
+        except BaseException:  # the other jobs stop too
+            stop.set()
+            raise
 
-    if workers > 1:
-        with ThreadPoolExecutor(workers) as pool:
-            list(pool.map(reduce, jobs))
-    else:
-        for job in jobs:
-            reduce(job)
+    pool = ThreadPoolExecutor(workers) if workers > 1 else None
+    try:
+        for _ in pool.map(reduce, jobs) if pool else map(reduce, jobs):
+            pass
+    except BaseException:  # an interrupt: every job stops after its current call
+        stop.set()
+        raise
+    finally:
+        if pool:  # after `stop` is set: a pool's own exit would wait for every queued job
+            pool.shutdown(wait=True, cancel_futures=True)
     values, failed = forms.eigenvalues(workers)
     with single_threaded_torch():
         for t in times:
@@ -439,6 +457,22 @@ def _kernel_gram_fill(flat, times: list[int], method: str, accuracy: Accuracy, w
             if bool(failed[slots].any()):  # the kernel's QL gave up: an SVD answers
                 sigma[failed[slots]] = torch.linalg.svdvals(cut[failed[slots]])
             write(t, _guarded(sigma, cut, method, accuracy))
+
+
+# Work per kernel call, sum of g^3 over its cuts' Gram sizes g: about 50 ms on one core
+KERNEL_CALL_WORK = 1e8
+
+
+def _kernel_calls(side: list[int], length: int) -> list[list[int]]:
+    """``side``'s cuts in consecutive runs of about KERNEL_CALL_WORK each (at least one cut)."""
+    calls, run, work = [], [], 0.0
+    for t in side:
+        run.append(t)
+        work += float(min(t, length - t)) ** 3
+        if work >= KERNEL_CALL_WORK:
+            calls.append(run)
+            run, work = [], 0.0
+    return calls + [run] if run else calls
 
 
 def gram_singular_values(cut: torch.Tensor, method: str = "auto", accuracy: Accuracy = EXACT) -> torch.Tensor:
