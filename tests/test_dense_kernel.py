@@ -224,3 +224,13 @@ def test_an_interrupt_stops_the_kernels_workers(monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         hankel_singular_values(heads)
     assert len(calls) <= 2 + torch.get_num_threads()  # each other worker finishes at most its current call
+
+
+def test_a_gram_that_overflows_is_answered_by_the_svd_of_its_cut():
+    """Entries near 1e200 are finite, their Grams are not: the dense path's kernel leaves
+    those cuts to an SVD, which gives their (finite) values."""
+    heads = trained_like_attention(30, units=1, head_dim=8, seed=17, mix=("random",)) * 1e200
+    sigma = hankel_singular_values(heads, precision="exact", positions=[10, 20])
+    for row, t in enumerate([10, 20]):
+        expected = torch.linalg.svdvals(heads[0, t:, :t])
+        np.testing.assert_allclose(sigma[0, row, : len(expected)].numpy(), expected.numpy(), rtol=1e-12)

@@ -236,12 +236,14 @@ def _tridiagonal_forms(matrices, sizes, slots, diag, off, scale):  # pragma: no 
                 largest = max(largest, abs(matrices[i, r, c]))
         trace = max(trace, largest)
         trace = trace if trace > TINY else 1.0
+        scale[b] = trace
+        if not np.isfinite(trace):  # overflowed entries: left to the caller's fallback (`eigenvalues`)
+            continue
         inverse = 1.0 / trace
         for r in range(n):
             for c in range(r, n):
                 work[r, c] = matrices[i, r, c] * inverse
         _tridiagonalise(work, n, diag[b], off[b], v, w, vn, pn)
-        scale[b] = trace
 
 
 @jit
@@ -297,15 +299,17 @@ def _cut_forms(op, cuts, slots, tall, diag, off, scale, sizes, gram, current):  
         for i in range(n):
             trace += gram[lo + i, lo + i]
         trace = trace if trace > TINY else 1.0
+        b = slots[c]
+        scale[b] = trace
+        sizes[b] = n
+        if not np.isfinite(trace):  # the Gram overflowed: left to the caller's fallback (`eigenvalues`)
+            continue
         inverse = 1.0 / trace
         for i in range(n):
             src = np.uint64(lo + i)
             for j in range(np.uint64(i), np.uint64(n)):
                 work[np.uint64(i), j] = gram[src, j + np.uint64(lo)] * inverse
-        b = slots[c]
         _tridiagonalise(work, n, diag[b], off[b], v, w, vn, pn)
-        scale[b] = trace
-        sizes[b] = n
     return current
 
 
@@ -431,7 +435,7 @@ class TridiagonalForms:
 
     def eigenvalues(self, workers: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
         """(values (B, n) ascending per slot, zero past its size; failed (B,) bool: slots whose
-        QL did not converge, their values unset). LANES slots of similar size at a time, the
+        QL did not converge or whose matrix overflowed, their values unset). LANES slots of similar size at a time, the
         groups shared among ``workers`` threads. The forms are consumed."""
         count = len(self.sizes)
         order = np.argsort(-self.sizes, kind="stable")  # lanes of similar size: little padding
@@ -450,6 +454,9 @@ class TridiagonalForms:
         else:
             for group in groups:
                 solve(group)
+        overflowed = ~np.isfinite(self.scale)  # matrices whose entries overflowed: never solved
+        failed |= overflowed
+        self.scale[overflowed] = 0.0
         self.diag *= self.scale[:, None]  # past each slot's size: the zeros it was created with
         return torch.from_numpy(self.diag), torch.from_numpy(failed)
 
