@@ -193,7 +193,7 @@ class RecordingBar:
 def test_the_progress_bar_moves_with_the_kernels_calls_and_ends_full(monkeypatch):
     bars = []
     monkeypatch.setattr(spectra, "tqdm", lambda *a, **k: bars.append(RecordingBar(*a, **k)) or bars[-1])
-    monkeypatch.setattr(spectra, "KERNEL_CALL_WORK", 1.0)  # one cut per call
+    monkeypatch.setattr(dense_kernel, "CALL_WORK", 1.0)  # one cut per call
     seen = []
     real = dense_kernel.cut_forms
 
@@ -219,7 +219,7 @@ def test_an_interrupt_stops_the_kernels_workers(monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(dense_kernel, "cut_forms", interrupted)
-    monkeypatch.setattr(spectra, "KERNEL_CALL_WORK", 1.0)  # one cut per call: 4 units x 63 cuts
+    monkeypatch.setattr(dense_kernel, "CALL_WORK", 1.0)  # one cut per call: 4 units x 63 cuts
     heads = trained_like_attention(64, units=4, head_dim=8, seed=16, mix=("random",))
     with pytest.raises(KeyboardInterrupt):
         hankel_singular_values(heads)

@@ -12,7 +12,6 @@ No torch.nn and no UI here: tensors in, tensors out.
 
 from __future__ import annotations
 
-import threading
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable
@@ -27,7 +26,7 @@ from .eigen import eigvalsh
 from .gramian import gramian_hankel_singular_values
 from .operators import FACTORED_OPERATORS, DiagonalSSM, overflow_error
 from .precision import EXACT, Accuracy, check_precision
-from .sweeps import factored_hankel_singular_values, single_threaded_torch
+from .sweeps import factored_hankel_singular_values, over_chunks, single_threaded_torch
 
 __all__ = [
     "hankel_singular_values",
@@ -365,14 +364,10 @@ def _gram_sequence(flat: torch.Tensor, times: list[int]):
 def _recursive_gram_fill(
     flat, pos, method: str, out, k_out: int, workers: int, bar, accuracy: Accuracy = EXACT
 ) -> None:
-    """The per-cut dense path for method "gram" / "auto": each cut's Gram, its eigenvalues,
-    the guard of `_guarded` per cut. Writes ``out[:, row, :width]`` for every row of ``pos``.
-
-    On a CPU in float64 with the compiled kernel (core/dense_kernel.py): per operator and
-    side (tall cuts, wide cuts; one job per worker thread at a time) the running Grams and
-    their tridiagonal forms in one compiled call, then all the forms solved together, LANES
-    at a time. Elsewhere: Grams from `_gram_sequence` (one thread, cheap), their eigenvalues
-    in ``workers`` threads (the cost)."""
+    """The per-cut dense path for method "gram" / "auto": each cut's Gram, its eigenvalues, the
+    guard of `_guarded`, into ``out[:, row, :width]`` for every row of ``pos``. On a CPU in
+    float64 by the compiled kernel (`dense_kernel.cut_eigenvalues`; a (unit, cut) whose QL gave
+    up gets an SVD); elsewhere Grams from `_gram_sequence`, their eigenvalues in threads."""
     rows_of: dict[int, list[int]] = {}
     for row, t in enumerate(pos.tolist()):
         if t > 0:
@@ -380,20 +375,30 @@ def _recursive_gram_fill(
         else:
             bar.update()
 
-    def write(t: int, sigma: torch.Tensor, progress: bool = True) -> None:
+    def write(t: int, sigma: torch.Tensor) -> None:
         width = min(k_out, sigma.shape[-1])
         for row in rows_of[t]:
             out[:, row, :width] = sigma[:, :width]
-        if progress:
-            bar.update(len(rows_of[t]))
 
     if dense_kernel.available() and flat.dtype == torch.float64 and flat.device.type == "cpu":
-        _kernel_gram_fill(flat, rows_of, method, accuracy, workers, bar, lambda t, sigma: write(t, sigma, False))
+        times = list(rows_of)
+        values, failed = dense_kernel.cut_eigenvalues(flat.detach().numpy(), times, rows_of, workers, bar)
+
+        def guard(chunk: slice) -> None:  # the kernel has moved the bar; the guard's SVDs in threads
+            for k in range(len(times))[chunk]:
+                t = times[k]
+                sigma = values[:, k, : min(t, flat.shape[-1] - t)].flip(-1).clamp_min(0).sqrt()
+                if bool(failed[:, k].any()):
+                    sigma[failed[:, k]] = torch.linalg.svdvals(flat[failed[:, k], t:, :t])
+                write(t, _guarded(sigma, flat[:, t:, :t], method, accuracy))
+
+        over_chunks(guard, len(times), 8, workers)
         return
 
     def finish(t: int, gram: torch.Tensor) -> None:
         with single_threaded_torch():
             write(t, _gram_values(gram, flat[:, t:, :t], method, accuracy))
+        bar.update(len(rows_of[t]))
 
     if workers <= 1:
         for t, gram in _gram_sequence(flat, list(rows_of)):
@@ -407,72 +412,6 @@ def _recursive_gram_fill(
                 pending.popleft().result()
         for future in pending:
             future.result()
-
-
-def _kernel_gram_fill(flat, rows_of: dict, method: str, accuracy: Accuracy, workers: int, bar, write) -> None:
-    """`_recursive_gram_fill` by the compiled kernel: the tridiagonal form of every (unit,
-    cut) Gram (`dense_kernel.cut_forms`; one job per unit and side, a few cuts per call, so
-    that the progress bar moves and an interrupt stops the workers within a call), their
-    eigenvalues together, then per cut the guard and ``write(t, sigma)``."""
-    units, length = flat.shape[0], flat.shape[-1]
-    times = list(rows_of)
-    slot_of = {t: k * units for k, t in enumerate(times)}  # cut t, unit u: slot slot_of[t] + u
-    forms = dense_kernel.TridiagonalForms.empty(units * len(times), (length + 1) // 2)
-    tall = sorted((t for t in times if t <= length - t), reverse=True)
-    wide = sorted(t for t in times if t > length - t)
-    operators = flat.detach().numpy()
-    jobs = [(unit, side, is_tall) for unit in range(units) for side, is_tall in ((tall, True), (wide, False)) if side]
-    stop = threading.Event()
-
-    def reduce(job) -> None:
-        unit, side, is_tall = job
-        gram, current = np.zeros(((length + 1) // 2,) * 2), -1
-        try:
-            for calls in _kernel_calls(side, length):
-                if stop.is_set():
-                    return
-                slots = [slot_of[t] + unit for t in calls]
-                current = dense_kernel.cut_forms(operators[unit], calls, slots, is_tall, forms, gram, current)
-                bar.update(sum(len(rows_of[t]) for t in calls) / units)
-        except BaseException:  # the other jobs stop too
-            stop.set()
-            raise
-
-    pool = ThreadPoolExecutor(workers) if workers > 1 else None
-    try:
-        for _ in pool.map(reduce, jobs) if pool else map(reduce, jobs):
-            pass
-    except BaseException:  # an interrupt: every job stops after its current call
-        stop.set()
-        raise
-    finally:
-        if pool:  # after `stop` is set: a pool's own exit would wait for every queued job
-            pool.shutdown(wait=True, cancel_futures=True)
-    values, failed = forms.eigenvalues(workers)
-    with single_threaded_torch():
-        for t in times:
-            slots = slice(slot_of[t], slot_of[t] + units)
-            sigma = values[slots, : min(t, length - t)].flip(-1).clamp_min(0).sqrt()
-            cut = flat[:, t:, :t]
-            if bool(failed[slots].any()):  # the kernel's QL gave up: an SVD answers
-                sigma[failed[slots]] = torch.linalg.svdvals(cut[failed[slots]])
-            write(t, _guarded(sigma, cut, method, accuracy))
-
-
-# Work per kernel call, sum of g^3 over its cuts' Gram sizes g: about 50 ms on one core
-KERNEL_CALL_WORK = 1e8
-
-
-def _kernel_calls(side: list[int], length: int) -> list[list[int]]:
-    """``side``'s cuts in consecutive runs of about KERNEL_CALL_WORK each (at least one cut)."""
-    calls, run, work = [], [], 0.0
-    for t in side:
-        run.append(t)
-        work += float(min(t, length - t)) ** 3
-        if work >= KERNEL_CALL_WORK:
-            calls.append(run)
-            run, work = [], 0.0
-    return calls + [run] if run else calls
 
 
 def gram_singular_values(cut: torch.Tensor, method: str = "auto", accuracy: Accuracy = EXACT) -> torch.Tensor:

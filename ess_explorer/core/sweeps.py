@@ -152,8 +152,11 @@ def over_chunks(run, total: int, size: int, workers: int) -> None:
             run(sl)
 
     if workers > 1 and len(chunks) > 1:
-        with ThreadPoolExecutor(min(workers, len(chunks))) as pool:
+        pool = ThreadPoolExecutor(min(workers, len(chunks)))
+        try:
             list(pool.map(run_single_threaded, chunks))
+        finally:  # on an interrupt or an error, the chunks not yet begun are dropped
+            pool.shutdown(wait=True, cancel_futures=True)
     else:
         for sl in chunks:
             run(sl)
