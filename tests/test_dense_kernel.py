@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from ess_explorer import entropy_ess, hankel_singular_values, tolerance_ess
-from ess_explorer.core import dense_kernel, spectra
+from ess_explorer.core import dense_jobs, dense_kernel, spectra
 from ess_explorer.core.spectra import GRAM_ERROR
 from ess_explorer.synthetic import trained_like_attention
 
@@ -193,7 +193,7 @@ class RecordingBar:
 def test_the_progress_bar_moves_with_the_kernels_calls_and_ends_full(monkeypatch):
     bars = []
     monkeypatch.setattr(spectra, "tqdm", lambda *a, **k: bars.append(RecordingBar(*a, **k)) or bars[-1])
-    monkeypatch.setattr(dense_kernel, "CALL_WORK", 1.0)  # one cut per call
+    monkeypatch.setattr(dense_jobs, "CALL_WORK", 1.0)  # one cut per call
     seen = []
     real = dense_kernel.cut_forms
 
@@ -219,7 +219,7 @@ def test_an_interrupt_stops_the_kernels_workers(monkeypatch):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(dense_kernel, "cut_forms", interrupted)
-    monkeypatch.setattr(dense_kernel, "CALL_WORK", 1.0)  # one cut per call: 4 units x 63 cuts
+    monkeypatch.setattr(dense_jobs, "CALL_WORK", 1.0)  # one cut per call: 4 units x 63 cuts
     heads = trained_like_attention(64, units=4, head_dim=8, seed=16, mix=("random",))
     with pytest.raises(KeyboardInterrupt):
         hankel_singular_values(heads)
@@ -234,3 +234,15 @@ def test_a_gram_that_overflows_is_answered_by_the_svd_of_its_cut():
     for row, t in enumerate([10, 20]):
         expected = torch.linalg.svdvals(heads[0, t:, :t])
         np.testing.assert_allclose(sigma[0, row, : len(expected)].numpy(), expected.numpy(), rtol=1e-12)
+
+
+def test_a_long_prompts_cuts_go_in_groups_within_the_forms_budget(monkeypatch):
+    heads = trained_like_attention(60, units=2, head_dim=8, seed=18, mix=("random",))
+    whole = hankel_singular_values(heads, precision="exact")
+    monkeypatch.setattr(dense_jobs, "FORMS_BUDGET_BYTES", 7 * 16 * 2 * 30)  # 7 cuts of 2 units at a time
+    assert dense_jobs.forms_group(2, 60) == 7
+    grouped = hankel_singular_values(heads, precision="exact")
+    scale = whole[..., :1].clamp_min(1e-300)
+    assert float(((grouped - whole).abs() / scale).max()) <= 1e-12  # each group's Grams start afresh
+    # and the budget check counts one group's forms, not every cut's
+    assert spectra.dense_bytes(2, 60, 59, 1, 8, False) - spectra.dense_bytes(2, 60, 58, 1, 8, False) == 8 * 2

@@ -27,7 +27,6 @@ missing, `symmetric_eigenvalues` is that reference.
 
 from __future__ import annotations
 
-import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -36,7 +35,7 @@ import torch
 from .compiled import LANES, available, jit
 from .tridiagonal_kernel import _tridiagonal_eigenvalues
 
-__all__ = ["symmetric_eigenvalues", "cut_eigenvalues", "cut_forms", "TridiagonalForms", "KERNEL_MIN_SIZE", "available"]
+__all__ = ["symmetric_eigenvalues", "cut_forms", "TridiagonalForms", "KERNEL_MIN_SIZE", "available"]
 
 TINY = float(np.finfo(np.float64).tiny)
 # Below this size torch's batched call is as fast (measured: the kernel's per-row overhead
@@ -460,69 +459,6 @@ class TridiagonalForms:
         self.scale[overflowed] = 0.0
         self.diag *= self.scale[:, None]  # past each slot's size: the zeros it was created with
         return torch.from_numpy(self.diag), torch.from_numpy(failed)
-
-
-def cut_eigenvalues(operators: np.ndarray, times: list[int], rows_of: dict, workers: int, bar):
-    """Ascending eigenvalues of the Gram of every cut t in ``times`` of every lower-triangular
-    float64 operator in ``operators`` (U, L, L): (values (U, len(times), (L + 1) // 2), zero past
-    each cut's size min(t, L - t); failed (U, len(times)) bool, where the QL gave up or the Gram
-    overflowed).
-
-    One job per operator and side (tall cuts, wide cuts), on ``workers`` threads, each
-    reducing a few cuts per `cut_forms` call (about CALL_WORK), so that ``bar`` (updated by
-    the rows of ``rows_of`` each cut stands for, shared among the operators) moves and an
-    interrupt stops every job within a call; then all the forms solved together."""
-    units, length = operators.shape[0], operators.shape[-1]
-    half = (length + 1) // 2
-    forms = TridiagonalForms.empty(units * len(times), half)  # cut k, unit u: slot k * units + u
-    slot_of = {t: k * units for k, t in enumerate(times)}
-    tall = sorted((t for t in times if t <= length - t), reverse=True)
-    wide = sorted(t for t in times if t > length - t)
-    jobs = [(unit, side, is_tall) for unit in range(units) for side, is_tall in ((tall, True), (wide, False)) if side]
-    stop = threading.Event()
-
-    def reduce(job) -> None:
-        unit, side, is_tall = job
-        gram, current = np.zeros((half, half)), -1
-        try:
-            for calls in _calls(side, length):
-                if stop.is_set():
-                    return
-                slots = [slot_of[t] + unit for t in calls]
-                current = cut_forms(operators[unit], calls, slots, is_tall, forms, gram, current)
-                bar.update(sum(len(rows_of[t]) for t in calls) / units)
-        except BaseException:  # the other jobs stop too
-            stop.set()
-            raise
-
-    pool = ThreadPoolExecutor(workers) if workers > 1 else None
-    try:
-        for _ in pool.map(reduce, jobs) if pool else map(reduce, jobs):
-            pass
-    except BaseException:  # an interrupt: every job stops after its current call
-        stop.set()
-        raise
-    finally:
-        if pool:  # after `stop` is set: a pool's own exit would wait for every queued job
-            pool.shutdown(wait=True, cancel_futures=True)
-    values, failed = forms.eigenvalues(workers)
-    return values.reshape(len(times), units, -1).transpose(0, 1), failed.reshape(len(times), units).T
-
-
-# Work per `cut_forms` call, sum of g^3 over its cuts' Gram sizes g: about 50 ms on one core
-CALL_WORK = 1e8
-
-
-def _calls(side: list[int], length: int) -> list[list[int]]:
-    """``side``'s cuts in consecutive runs of about CALL_WORK each (at least one cut)."""
-    calls, run, work = [], [], 0.0
-    for t in side:
-        run.append(t)
-        work += float(min(t, length - t)) ** 3
-        if work >= CALL_WORK:
-            calls.append(run)
-            run, work = [], 0.0
-    return calls + [run] if run else calls
 
 
 def _reference(matrices: torch.Tensor, sizes: np.ndarray) -> torch.Tensor:

@@ -20,13 +20,13 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from . import dense_kernel
+from . import dense_jobs, dense_kernel
 from .checks import as_tensor, finite_spectra, require
 from .eigen import eigvalsh
 from .gramian import gramian_hankel_singular_values
 from .operators import FACTORED_OPERATORS, DiagonalSSM, overflow_error
 from .precision import EXACT, Accuracy, check_precision
-from .sweeps import factored_hankel_singular_values, over_chunks, single_threaded_torch
+from .sweeps import factored_hankel_singular_values, single_threaded_torch
 
 __all__ = [
     "hankel_singular_values",
@@ -56,12 +56,11 @@ def dense_bytes(batch: int, length: int, n_positions: int, k_out: int, itemsize:
     """Bytes the dense path allocates for ``batch`` operators of size L: the output
     (batch, P, K), the Gram matrices (batch, L/2, L/2) in flight (the running one and one
     per worker thread plus one queued, `_recursive_gram_fill`), the compiled kernel's
-    tridiagonal forms of every (operator, cut), kept until all are solved (two
-    (batch, P, L/2)), and, when the operator is converted to another dtype or device, its
-    copy (batch, L, L)."""
+    tridiagonal forms of a group of cuts (two (batch, cuts, L/2), `dense_jobs.forms_group`)
+    and, when the operator is converted to another dtype or device, its copy (batch, L, L)."""
     half = (length + 1) // 2
     grams = min(n_positions + 1, torch.get_num_threads() + 2)
-    forms = 2 * n_positions * half
+    forms = 2 * min(n_positions, dense_jobs.forms_group(batch, length)) * half
     return itemsize * batch * (n_positions * k_out + grams * half * half + forms + (length * length if copies else 0))
 
 
@@ -381,18 +380,14 @@ def _recursive_gram_fill(
             out[:, row, :width] = sigma[:, :width]
 
     if dense_kernel.available() and flat.dtype == torch.float64 and flat.device.type == "cpu":
-        times = list(rows_of)
-        values, failed = dense_kernel.cut_eigenvalues(flat.detach().numpy(), times, rows_of, workers, bar)
 
-        def guard(chunk: slice) -> None:  # the kernel has moved the bar; the guard's SVDs in threads
-            for k in range(len(times))[chunk]:
-                t = times[k]
-                sigma = values[:, k, : min(t, flat.shape[-1] - t)].flip(-1).clamp_min(0).sqrt()
-                if bool(failed[:, k].any()):
-                    sigma[failed[:, k]] = torch.linalg.svdvals(flat[failed[:, k], t:, :t])
-                write(t, _guarded(sigma, flat[:, t:, :t], method, accuracy))
+        def finish_cut(t: int, values: torch.Tensor, failed: torch.Tensor) -> None:  # the kernel moved the bar
+            sigma = values.flip(-1).clamp_min(0).sqrt()
+            if bool(failed.any()):
+                sigma[failed] = torch.linalg.svdvals(flat[failed, t:, :t])
+            write(t, _guarded(sigma, flat[:, t:, :t], method, accuracy))
 
-        over_chunks(guard, len(times), 8, workers)
+        dense_jobs.cut_spectra(flat.detach().numpy(), rows_of, workers, bar, finish_cut)
         return
 
     def finish(t: int, gram: torch.Tensor) -> None:

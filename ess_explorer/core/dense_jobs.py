@@ -1,0 +1,113 @@
+"""The dense path's cuts handed to the compiled kernel (core/dense_kernel.py) on a CPU.
+
+`cut_spectra` gives every cut's Gram eigenvalues of a batch of dense operators: one job per
+operator and side (the tall cuts t <= L - t, whose Grams shrink as t falls, and the wide ones,
+whose Grams shrink as t grows), each carrying its running Gram from one kernel call to the
+next, a few cuts per call, so that the progress bar moves and an interrupt stops every job
+within a call; all the forms of a group of cuts solved together, LANES at a time; then the
+caller's guard per cut, in threads. A long prompt's cuts go in groups whose forms fit
+FORMS_BUDGET_BYTES.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from . import dense_kernel
+from .sweeps import over_chunks
+
+__all__ = ["cut_spectra", "forms_group", "FORMS_BUDGET_BYTES", "CALL_WORK"]
+
+
+def cut_spectra(operators: np.ndarray, rows_of: dict, workers: int, bar, finish) -> None:
+    """``finish(t, values, failed)`` for every cut t of ``rows_of`` of the float64 operators
+    (U, L, L): values (U, min(t, L - t)) the ascending eigenvalues of each unit's cut Gram,
+    failed (U,) where they are unset (`cut_eigenvalues`). Called from ``workers`` threads, each
+    with single-threaded torch. The cuts go in groups whose forms fit FORMS_BUDGET_BYTES."""
+    length, step = operators.shape[-1], forms_group(operators.shape[0], operators.shape[-1])
+    times = list(rows_of)
+    for start in range(0, len(times), step):
+        group = times[start : start + step]
+        values, failed = cut_eigenvalues(operators, group, rows_of, workers, bar)
+
+        def run(chunk: slice) -> None:
+            for k in range(len(group))[chunk]:
+                finish(group[k], values[:, k, : min(group[k], length - group[k])], failed[:, k])
+
+        over_chunks(run, len(group), 8, workers)
+
+
+# The tridiagonal forms held at once, two float64 (units, cuts, L / 2) arrays: a long prompt's
+# cuts go in groups (each starts its running Grams afresh: O(L^3) per unit, a few % of a group).
+FORMS_BUDGET_BYTES = 256 * 1024**2
+
+
+def forms_group(units: int, length: int) -> int:
+    """How many cuts `cut_spectra` reduces together for ``units`` operators of size L."""
+    return max(1, FORMS_BUDGET_BYTES // (16 * units * ((length + 1) // 2)))
+
+
+def cut_eigenvalues(operators: np.ndarray, times: list[int], rows_of: dict, workers: int, bar):
+    """Ascending eigenvalues of the Gram of every cut t in ``times`` of every lower-triangular
+    float64 operator in ``operators`` (U, L, L): (values (U, len(times), (L + 1) // 2), zero past
+    each cut's size min(t, L - t); failed (U, len(times)) bool, where the QL gave up or the Gram
+    overflowed).
+
+    One job per operator and side (tall cuts, wide cuts), on ``workers`` threads, each
+    reducing a few cuts per `cut_forms` call (about CALL_WORK), so that ``bar`` (updated by
+    the rows of ``rows_of`` each cut stands for, shared among the operators) moves and an
+    interrupt stops every job within a call; then all the forms solved together."""
+    units, length = operators.shape[0], operators.shape[-1]
+    half = (length + 1) // 2
+    forms = dense_kernel.TridiagonalForms.empty(units * len(times), half)  # cut k, unit u: slot k * units + u
+    slot_of = {t: k * units for k, t in enumerate(times)}
+    tall = sorted((t for t in times if t <= length - t), reverse=True)
+    wide = sorted(t for t in times if t > length - t)
+    jobs = [(unit, side, is_tall) for unit in range(units) for side, is_tall in ((tall, True), (wide, False)) if side]
+    stop = threading.Event()
+
+    def reduce(job) -> None:
+        unit, side, is_tall = job
+        gram, current = np.zeros((half, half)), -1
+        try:
+            for calls in _calls(side, length):
+                if stop.is_set():
+                    return
+                slots = [slot_of[t] + unit for t in calls]
+                current = dense_kernel.cut_forms(operators[unit], calls, slots, is_tall, forms, gram, current)
+                bar.update(sum(len(rows_of[t]) for t in calls) / units)
+        except BaseException:  # the other jobs stop too
+            stop.set()
+            raise
+
+    pool = ThreadPoolExecutor(workers) if workers > 1 else None
+    try:
+        for _ in pool.map(reduce, jobs) if pool else map(reduce, jobs):
+            pass
+    except BaseException:  # an interrupt: every job stops after its current call
+        stop.set()
+        raise
+    finally:
+        if pool:  # after `stop` is set: a pool's own exit would wait for every queued job
+            pool.shutdown(wait=True, cancel_futures=True)
+    values, failed = forms.eigenvalues(workers)
+    return values.reshape(len(times), units, -1).transpose(0, 1), failed.reshape(len(times), units).T
+
+
+# Work per `cut_forms` call, sum of g^3 over its cuts' Gram sizes g: about 50 ms on one core
+CALL_WORK = 1e8
+
+
+def _calls(side: list[int], length: int) -> list[list[int]]:
+    """``side``'s cuts in consecutive runs of about CALL_WORK each (at least one cut)."""
+    calls, run, work = [], [], 0.0
+    for t in side:
+        run.append(t)
+        work += float(min(t, length - t)) ** 3
+        if work >= CALL_WORK:
+            calls.append(run)
+            run, work = [], 0.0
+    return calls + [run] if run else calls
