@@ -246,3 +246,20 @@ def test_a_long_prompts_cuts_go_in_groups_within_the_forms_budget(monkeypatch):
     assert float(((grouped - whole).abs() / scale).max()) <= 1e-12  # each group's Grams start afresh
     # and the budget check counts one group's forms, not every cut's
     assert spectra.dense_bytes(2, 60, 59, 1, 8, False) - spectra.dense_bytes(2, 60, 58, 1, 8, False) == 8 * 2
+
+
+def test_eigvalsh_sends_cpu_float64_batches_of_16_or_more_to_the_kernel(monkeypatch):
+    from ess_explorer.core import eigen
+
+    calls = []
+    real = dense_kernel.symmetric_eigenvalues
+    monkeypatch.setattr(
+        dense_kernel, "symmetric_eigenvalues", lambda m, *a, **k: calls.append(m.shape) or real(m, *a, **k)
+    )
+    batch = grams(16, 24, seed=19)
+    values = eigen.eigvalsh(batch.reshape(4, 4, 24, 24))
+    assert calls == [(16, 24, 24)] and values.shape == (4, 4, 24)
+    assert_within_the_bound(values.reshape(16, 24), torch.linalg.eigvalsh(batch), 24)
+    for torch_answers in (grams(15, 24, seed=20), grams(16, 23, seed=21), grams(16, 24, seed=22).float()):
+        eigen.eigvalsh(torch_answers)  # too few, too small, not float64
+    assert len(calls) == 1

@@ -47,7 +47,7 @@ FORMS_BUDGET_BYTES = 256 * 1024**2
 
 def forms_group(units: int, length: int) -> int:
     """How many cuts `cut_spectra` reduces together for ``units`` operators of size L."""
-    return max(1, FORMS_BUDGET_BYTES // (16 * units * ((length + 1) // 2)))
+    return max(1, FORMS_BUDGET_BYTES // (16 * max(1, units) * max(1, (length + 1) // 2)))
 
 
 def cut_eigenvalues(operators: np.ndarray, times: list[int], rows_of: dict, workers: int, bar):
