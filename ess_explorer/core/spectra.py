@@ -365,7 +365,7 @@ def _recursive_gram_fill(
 ) -> None:
     """The per-cut dense path for method "gram" / "auto": each cut's Gram, its eigenvalues, the
     guard of `_guarded`, into ``out[:, row, :width]`` for every row of ``pos``. On a CPU in
-    float64 by the compiled kernel (`dense_kernel.cut_eigenvalues`; a (unit, cut) whose QL gave
+    float64 by the compiled kernel (`dense_jobs.cut_spectra`; a (unit, cut) whose QL gave
     up gets an SVD); elsewhere Grams from `_gram_sequence`, their eigenvalues in threads."""
     rows_of: dict[int, list[int]] = {}
     for row, t in enumerate(pos.tolist()):
