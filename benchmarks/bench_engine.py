@@ -17,7 +17,8 @@ Cases (each timed under both accuracy contracts where they differ, core/precisio
 2. dense: the batched path (cuts grouped by size) vs the per-cut loop, GPT-2-shaped softmax
    heads (head_dim 64), float64: random-weight heads and trained-like ones (half attention
    sinks, a quarter sharp, a quarter near-uniform: synthetic.trained_like_attention), whose
-   steep spectra defeat the exact contract's Gram guard.
+   steep spectra defeat the exact contract's Gram guard. On a CPU also the eigenvalues of a
+   batch of Grams on one thread, torch's eigvalsh against the dense path's compiled kernel.
 3. a Mamba-130m-shaped layer: 1536 channels, N = 16, L = 1024 (--full; default 192
    channels, L = 512), all cuts, both ESS variants, method "auto"; on a CPU also the floor
    that its SVDs alone set (their per-call cost, measured in the run, spread over the threads)
@@ -120,6 +121,8 @@ def run_case(name: str, params: dict, device_name: str) -> dict:
         return run_model(params, device)
     elif name == "svd_call":
         return svd_call_cost(params["N"])
+    elif name == "eig_call":
+        return eig_call_cost(params["n"])
     else:
         raise ValueError(f"unknown case {name}")
     _sync(device)
@@ -154,6 +157,27 @@ def svd_call_cost(state: int, batch: int = 256, repeats: int = 40) -> dict:
         torch.linalg.svdvals(square)
         best = min(best, time.perf_counter() - start)
     return {"svd_us": best / batch * 1e6}
+
+
+def eig_call_cost(n: int, batch: int = 64, repeats: int = 3) -> dict:
+    """Milliseconds per matrix for the eigenvalues of a batch of float64 n x n Grams on one
+    thread: torch's `eigvalsh` (LAPACK) and the dense path's compiled kernel
+    (core/dense_kernel.py), each the best of ``repeats``."""
+    from ess_explorer.core import dense_kernel
+
+    torch.set_num_threads(1)
+    factor = torch.randn(batch, n + 8, n, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    grams = factor.mT @ factor
+    dense_kernel.symmetric_eigenvalues(grams[:2], workers=1)  # its one-time compile, untimed
+    out = {}
+    for label, solve in (("torch_ms", torch.linalg.eigvalsh), ("kernel_ms", dense_kernel.symmetric_eigenvalues)):
+        best = float("inf")
+        for _ in range(repeats):
+            start = time.perf_counter()
+            solve(grams)
+            best = min(best, time.perf_counter() - start)
+        out[label] = best / batch * 1e3
+    return out
 
 
 def run_model(params: dict, device: torch.device) -> dict:
@@ -292,6 +316,16 @@ def dense_cases(args, dev: str) -> None:
     if dev != "cpu":
         loop = child("per_cut", {"units": heads, "L": length, "precision": "ess"}, dev)
         show("random heads, per-cut loop, precision ess", loop)
+        return
+    for n in (64, 128, 256):  # what the per-cut loop spends its time on, one solver against the other
+        call = child("eig_call", {"n": n}, "cpu")
+        if "error" in call:
+            print(f"  eigenvalues of {n} x {n} Grams: failed: {call['error']}")
+            continue
+        print(
+            f"  eigenvalues of 64 Grams {n} x {n}, one thread: torch eigvalsh {call['torch_ms']:.3f} ms, "
+            f"compiled kernel {call['kernel_ms']:.3f} ms per matrix: {call['torch_ms'] / call['kernel_ms']:.2f}x"
+        )
 
 
 def layer_case(args, dev: str) -> None:
