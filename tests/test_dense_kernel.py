@@ -263,3 +263,18 @@ def test_eigvalsh_sends_cpu_float64_batches_of_16_or_more_to_the_kernel(monkeypa
     for torch_answers in (grams(15, 24, seed=20), grams(16, 23, seed=21), grams(16, 24, seed=22).float()):
         eigen.eigvalsh(torch_answers)  # too few, too small, not float64
     assert len(calls) == 1
+
+
+def test_strided_operators_give_the_same_spectra():
+    """A transposed or expanded view is read as its values, not its memory."""
+    heads = trained_like_attention(32, units=1, head_dim=8, seed=23, mix=("random",))
+    expanded = heads.expand(3, 32, 32)  # stride 0 over the batch
+    np.testing.assert_array_equal(
+        hankel_singular_values(expanded, precision="ess")[1].numpy(),
+        hankel_singular_values(heads, precision="ess")[0].numpy(),
+    )
+    matrices = grams(20, 30, seed=24)
+    matrices = (matrices + matrices.mT) / 2  # symmetric to the bit: its transpose has the same values
+    np.testing.assert_array_equal(
+        dense_kernel.symmetric_eigenvalues(matrices.mT).numpy(), dense_kernel.symmetric_eigenvalues(matrices).numpy()
+    )

@@ -394,7 +394,7 @@ def symmetric_eigenvalues(matrices: torch.Tensor, sizes=None, workers: int | Non
     workers = max(1, min(workers or torch.get_num_threads(), count))
     forms = TridiagonalForms.empty(count, n)
     bounds = np.linspace(0, count, workers + 1).astype(np.int64)
-    array = matrices.detach().numpy()
+    array = np.ascontiguousarray(matrices.detach().numpy())  # one compiled layout: C order
 
     def reduce(k: int) -> None:
         lo, hi = bounds[k], bounds[k + 1]
@@ -430,7 +430,7 @@ class TridiagonalForms:
         slots = np.asarray(slots, dtype=np.int64)
         self.sizes[slots] = sizes if np.ndim(sizes) else np.full(len(slots), int(sizes))
         _tridiagonal_forms(
-            np.asarray(matrices, dtype=np.float64), self.sizes[slots], slots, self.diag, self.off, self.scale
+            np.ascontiguousarray(matrices, dtype=np.float64), self.sizes[slots], slots, self.diag, self.off, self.scale
         )
 
     def eigenvalues(self, workers: int = 1) -> tuple[torch.Tensor, torch.Tensor]:

@@ -387,7 +387,8 @@ def _recursive_gram_fill(
                 sigma[failed] = torch.linalg.svdvals(flat[failed, t:, :t])
             write(t, _guarded(sigma, flat[:, t:, :t], method, accuracy))
 
-        dense_jobs.cut_spectra(flat.detach().numpy(), rows_of, workers, bar, finish_cut)
+        operators = np.ascontiguousarray(flat.detach().numpy())  # one compiled layout: C order
+        dense_jobs.cut_spectra(operators, rows_of, workers, bar, finish_cut)
         return
 
     def finish(t: int, gram: torch.Tensor) -> None:
