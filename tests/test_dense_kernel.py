@@ -19,14 +19,6 @@ pytestmark = pytest.mark.skipif(not dense_kernel.available(), reason="numba is n
 EPS = float(np.finfo(np.float64).eps)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def kernels_loaded():
-    """The kernels loaded before any test: a small job would otherwise take torch while they
-    load in the background (`dense_kernel.use_for`)."""
-    if dense_kernel.available():
-        assert dense_kernel.use_for(float("inf"))
-
-
 def assert_within_the_bound(values: torch.Tensor, reference: torch.Tensor, n: int) -> None:
     scale = reference.abs().amax(-1, keepdim=True).clamp_min(1e-300)
     error = (values - reference).abs() / scale
@@ -286,28 +278,3 @@ def test_strided_operators_give_the_same_spectra():
     np.testing.assert_array_equal(
         dense_kernel.symmetric_eigenvalues(matrices.mT).numpy(), dense_kernel.symmetric_eigenvalues(matrices).numpy()
     )
-
-
-def test_a_small_job_takes_torch_while_the_kernels_load_and_a_large_one_waits(monkeypatch):
-    import threading
-    import time
-
-    release = threading.Event()
-
-    def slow_load():
-        release.wait(10)
-        dense_kernel._loaded.set()
-
-    monkeypatch.setattr(dense_kernel, "_loaded", threading.Event())
-    monkeypatch.setattr(dense_kernel, "_loader", [])
-    monkeypatch.setattr(dense_kernel, "_load", slow_load)
-    assert dense_kernel.use_for(1e6) is False  # not loaded yet: torch now, the load in the background
-    assert len(dense_kernel._loader) == 1 and dense_kernel._loader[0].is_alive()
-    assert dense_kernel.use_for(1e6) is False and len(dense_kernel._loader) == 1  # one load, not two
-    release.set()
-    dense_kernel._loader[0].join()
-    assert dense_kernel.use_for(1e6) is True
-    monkeypatch.setattr(dense_kernel, "_loaded", threading.Event())
-    monkeypatch.setattr(dense_kernel, "_loader", [])
-    monkeypatch.setattr(dense_kernel, "_load", lambda: (time.sleep(0.2), dense_kernel._loaded.set()))
-    assert dense_kernel.use_for(dense_kernel.WAIT_FOR_COMPILE_FLOPS) is True  # a large job waits for it

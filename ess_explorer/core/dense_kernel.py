@@ -27,7 +27,6 @@ missing, `symmetric_eigenvalues` is that reference.
 
 from __future__ import annotations
 
-import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -36,7 +35,7 @@ import torch
 from .compiled import LANES, available, jit
 from .tridiagonal_kernel import _tridiagonal_eigenvalues
 
-__all__ = ["symmetric_eigenvalues", "cut_forms", "TridiagonalForms", "KERNEL_MIN_SIZE", "available", "use_for"]
+__all__ = ["symmetric_eigenvalues", "cut_forms", "TridiagonalForms", "KERNEL_MIN_SIZE", "available", "load"]
 
 TINY = float(np.finfo(np.float64).tiny)
 # Below this size torch's batched call is as fast (measured: the kernel's per-row overhead
@@ -383,46 +382,16 @@ def _lane_eigenvalues(diag, off, sizes, order, first, last, failed):  # pragma: 
             diag[b, : sizes[b]].sort()  # ascending, as eigvalsh
 
 
-# The kernels compile once per install (about 6 s, then numba's disk cache: about 0.3 s per
-# process). A job smaller than this many flops (about 2.5 s of LAPACK on 2 cores; a GPT-2 layer
-# at L = 512 is 3.4e10) does not wait for that: it takes torch while the kernels load in the
-# background (`use_for`), and the jobs after the load take the kernel.
-WAIT_FOR_COMPILE_FLOPS = 5e10
-TORCH_FLOPS_PER_SECOND = 2e10  # LAPACK's eigvalsh on 2 cores, roughly
-_loaded = threading.Event()
-_loading = threading.Lock()
-_loader: list[threading.Thread] = []
-
-
-def use_for(flops: float) -> bool:
-    """Whether a job of about ``flops`` (its LAPACK cost) should take the kernel now: yes once
-    the kernels are loaded in this process; a large job waits for them; a small job waits at
-    most about its own LAPACK time, and takes torch if they are still compiling."""
-    if not available():
-        return False
-    if not _loaded.is_set():
-        with _loading:
-            if not _loader:
-                # not a daemon: a short run that exits first still finishes (and caches) the compile
-                _loader.append(threading.Thread(target=_load, name="ess-dense-kernel-load"))
-                _loader[0].start()
-        # a large job waits; any other waits as long as it would take (up to 1 s), time enough
-        # to load the kernels from the disk cache, not to compile them
-        _loader[0].join(None if flops >= WAIT_FOR_COMPILE_FLOPS else min(1.0, flops / TORCH_FLOPS_PER_SECOND))
-    return _loaded.is_set()
-
-
-def _load() -> None:
-    """Compile (or load from the disk cache) every kernel, on a tiny problem."""
-    try:
-        op = np.tril(np.ones((6, 6)))
-        forms = TridiagonalForms.empty(2, 3)
-        cut_forms(op, [3], [0], True, forms, np.zeros((3, 3)))
-        cut_forms(op, [4], [1], False, forms, np.zeros((3, 3)))
-        forms.eigenvalues()
-        TridiagonalForms.empty(1, 3).reduce(np.eye(3)[None], np.array([3]), [0])
-    finally:
-        _loaded.set()  # a kernel that failed to compile fails again, visibly, in the job that takes it
+def load() -> None:
+    """Compile every kernel (once per install, about 6 s; numba's disk cache then loads them in
+    about 0.3 s per process) on a tiny problem: for a benchmark, so that it times none of it.
+    Any call compiles what it needs by itself."""
+    op = np.tril(np.ones((6, 6)))
+    forms = TridiagonalForms.empty(2, 3)
+    cut_forms(op, [3], [0], True, forms, np.zeros((3, 3)))
+    cut_forms(op, [4], [1], False, forms, np.zeros((3, 3)))
+    forms.eigenvalues()
+    TridiagonalForms.empty(1, 3).reduce(np.eye(3)[None], np.array([3]), [0])
 
 
 def symmetric_eigenvalues(matrices: torch.Tensor, sizes=None, workers: int | None = None) -> torch.Tensor:

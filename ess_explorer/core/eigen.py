@@ -51,7 +51,7 @@ def eigvalsh(matrices: torch.Tensor) -> torch.Tensor:
         and matrices.dtype == torch.float64
         and n >= dense_kernel.KERNEL_MIN_SIZE
         and matrices[..., 0, 0].numel() >= KERNEL_MIN_BATCH
-        and dense_kernel.use_for(matrices[..., 0, 0].numel() * 1.33 * n**3)
+        and dense_kernel.available()
     ):
         flat = matrices.reshape(-1, n, n)
         return dense_kernel.symmetric_eigenvalues(flat).reshape(matrices.shape[:-1])

@@ -379,8 +379,7 @@ def _recursive_gram_fill(
         for row in rows_of[t]:
             out[:, row, :width] = sigma[:, :width]
 
-    work = flat.shape[0] * sum(1.33 * min(t, flat.shape[-1] - t) ** 3 for t in rows_of)
-    if flat.dtype == torch.float64 and flat.device.type == "cpu" and dense_kernel.use_for(work):
+    if dense_kernel.available() and flat.dtype == torch.float64 and flat.device.type == "cpu":
 
         def finish_cut(t: int, values: torch.Tensor, failed: torch.Tensor) -> None:  # the kernel moved the bar
             sigma = values.flip(-1).clamp_min(0).sqrt()
