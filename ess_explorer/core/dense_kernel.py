@@ -15,8 +15,13 @@ divisions and square roots that keeps one core's vector units idle. This kernel:
    rotation vectorised across the lanes. Matrices are grouped by size, padded with zeros
    (a zero row and column only adds a zero eigenvalue, deflated at once).
 
+For the dense path, `_cut_forms` also builds each cut's Gram, in place from the previous one
+(core/dense_jobs.py hands it the cuts); `symmetric_eigenvalues` takes any batch
+(core/eigen.py).
+
 Accuracy: the same as LAPACK's (the reduction is backward stable, the QL deflates an
-off-diagonal below eps times the trace): every eigenvalue within a small multiple of
+off-diagonal below eps times the matrix's scale, its trace or its largest entry where that
+is larger): every eigenvalue within a small multiple of
 n eps ||A|| of the exact one, which is the error bound the callers' guards assume
 (core/spectra.py, GRAM_ERROR). Sums are reassociated (vectorised), so results are not bit for
 bit LAPACK's. A lane whose QL does not converge is recomputed by torch (`failed`).
