@@ -178,13 +178,16 @@ def test_the_dense_budget_counts_the_kernels_forms():
 
 
 class RecordingBar:
-    """A stand-in for tqdm that adds up its updates."""
+    """A stand-in for tqdm that adds up its updates (from any thread)."""
 
     def __init__(self, *args, total=None, **kwargs):
-        self.total, self.done = total, 0.0
+        import threading
+
+        self.total, self.done, self.lock = total, 0.0, threading.Lock()
 
     def update(self, n=1):
-        self.done += n
+        with self.lock:
+            self.done += n
 
     def close(self):
         pass
