@@ -29,15 +29,24 @@ def available() -> bool:
     return numba is not None
 
 
-def jit(function=None, *, reassociate: bool = False):
+def jit(function=None, *, reassociate: bool = False, inline: bool = False):
     """The kernels' compiler: numba's njit, or the plain function where numba is missing.
     ``reassociate``: let LLVM reorder sums (vectorised reductions; results then differ from
-    the sequential sum by rounding), for kernels whose accuracy is a backward-error bound."""
+    the sequential sum by rounding), for kernels whose accuracy is a backward-error bound.
+    ``inline``: a helper compiled into each kernel that calls it, with that kernel's flags.
+
+    A reassociating kernel must not call a helper it does not inline: numba links a copy of
+    the helper into the caller's module, where LLVM may vectorise its sums in another order
+    than in the helper's own module, and a process that compiled the kernel runs one copy
+    while a process that loaded it from numba's disk cache runs the other; the same input
+    then gave different bits after and before a fresh install (tests/test_compiled.py)."""
     if function is None:
-        return lambda f: jit(f, reassociate=reassociate)
+        return lambda f: jit(f, reassociate=reassociate, inline=inline)
     if numba is None:
         return function
     # error_model "numpy": a division by zero gives inf / nan (discarded by a select) instead of
     # raising, so the lane loops stay branch-free and vectorise; "contract" allows FMA only.
     flags = {"contract", "reassoc", "nsz"} if reassociate else {"contract"}
-    return numba.njit(nogil=True, cache=True, error_model="numpy", fastmath=flags)(function)
+    return numba.njit(
+        nogil=True, cache=True, error_model="numpy", fastmath=flags, inline="always" if inline else "never"
+    )(function)

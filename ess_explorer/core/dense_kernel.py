@@ -24,7 +24,9 @@ off-diagonal below eps times the matrix's scale, its trace or its largest entry 
 is larger): every eigenvalue within a small multiple of
 n eps ||A|| of the exact one, which is the error bound the callers' guards assume
 (core/spectra.py, GRAM_ERROR). Sums are reassociated (vectorised), so results are not bit for
-bit LAPACK's. A lane whose QL does not converge is recomputed by torch (`failed`).
+bit LAPACK's; the two entry points (`_tridiagonal_forms`, `_cut_forms`) inline every helper, so
+each runs one compiled copy of the arithmetic, whether compiled here or loaded from numba's
+cache (core/compiled.py). A lane whose QL does not converge is recomputed by torch (`failed`).
 
 The reference is `torch.linalg.eigvalsh` itself (what the tests compare with); where numba is
 missing, `symmetric_eigenvalues` is that reference.
@@ -49,7 +51,7 @@ KERNEL_MIN_SIZE = 24
 PAD = 4  # spare columns: rows of the work matrix not a power of two apart in memory (3% at n = 256)
 
 
-@jit(reassociate=True)
+@jit(inline=True)
 def _householder(row, lo, n, v):  # pragma: no cover - compiled
     """The Householder reflector I - beta v v^T that maps x = row[lo:n] to (alpha, 0, ..., 0):
     v written to v[lo:n] (unnormalised, v[lo] = x_0 - alpha); returns (beta, alpha). A zero x
@@ -70,7 +72,7 @@ def _householder(row, lo, n, v):  # pragma: no cover - compiled
     return 0.0, x0
 
 
-@jit(reassociate=True)
+@jit(inline=True)
 def _tridiagonalise(a, n, d, e, v, w, vn, pn):  # pragma: no cover - compiled
     """The Householder tridiagonal form (d, e) of the symmetric matrix whose UPPER triangle is
     a[:n, :n] (row i holds a[i, i:n]; a is destroyed): d (n,), e (n,), e[k] couples k and
@@ -154,7 +156,7 @@ def _tridiagonalise(a, n, d, e, v, w, vn, pn):  # pragma: no cover - compiled
     e[n - 1] = 0.0
 
 
-@jit(reassociate=True)
+@jit(inline=True)
 def _four_rows(a, i, n, v, w, vn, pn):  # pragma: no cover - compiled
     """Rows i..i+3 of `_tridiagonalise`'s fused pass: the update A -= v w^T + w v^T on their
     upper-triangle entries and their share of pn = A vn. The 4 x 4 diagonal block is written
@@ -214,7 +216,7 @@ def _four_rows(a, i, n, v, w, vn, pn):  # pragma: no cover - compiled
     pn[i + 3] += acc3
 
 
-@jit
+@jit(reassociate=True)
 def _tridiagonal_forms(matrices, sizes, slots, diag, off, scale):  # pragma: no cover - compiled
     """For each i: the tridiagonal form of matrices[i][:sizes[i], :sizes[i]] (symmetric; its
     upper triangle read, not written) into slot slots[i]: diag, off (sizes[i] entries each)
@@ -232,7 +234,7 @@ def _buffers(n):  # pragma: no cover - compiled
     return np.empty((n, n + PAD)), np.empty(n + PAD), np.empty(n + PAD), np.empty(n + PAD), np.empty(n + PAD)
 
 
-@jit(reassociate=True)
+@jit(inline=True)
 def _scaled_form(src, lo, n, psd, work, v, w, vn, pn, d, e):  # pragma: no cover - compiled
     """The tridiagonal form (d, e) of the symmetric block src[lo:lo+n, lo:lo+n] (its upper
     triangle read), computed on a copy divided by the block's scale, which is returned: the
@@ -263,7 +265,7 @@ def _scaled_form(src, lo, n, psd, work, v, w, vn, pn, d, e):  # pragma: no cover
     return scale
 
 
-@jit
+@jit(reassociate=True)
 def _cut_forms(op, cuts, slots, tall, diag, off, scale, sizes, gram, current):  # pragma: no cover - compiled
     """The tridiagonal form of the Gram of every cut H_t = op[t:, :t] of one lower-triangular
     op (L, L), t in ``cuts`` (all on one side: ``tall``, t <= L - t, descending, Gram H^T H
@@ -314,7 +316,7 @@ def _cut_forms(op, cuts, slots, tall, diag, off, scale, sizes, gram, current):  
     return current
 
 
-@jit(reassociate=True)
+@jit(inline=True)
 def _add_outer(gram, x, lo, hi):  # pragma: no cover - compiled
     """gram[i, j] += x[i] x[j] for lo <= i <= j < hi (the upper triangle)."""
     for i in range(lo, hi):
@@ -384,7 +386,7 @@ def _lane_eigenvalues(diag, off, sizes, order, first, last, failed):  # pragma: 
 
 
 def load() -> None:
-    """Compile every kernel (once per install, about 6 s; numba's disk cache then loads them in
+    """Compile every kernel (once per install, about 10 s; numba's disk cache then loads them in
     about 0.3 s per process) on a tiny problem: for a benchmark, so that it times none of it.
     Any call compiles what it needs by itself."""
     op = np.tril(np.ones((6, 6)))

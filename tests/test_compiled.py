@@ -1,0 +1,63 @@
+"""The compiled kernels give the same bits whether a process compiled them or loaded them from
+numba's disk cache.
+
+A sweep's shards run in other processes (Ray workers, a resumed CLI) than the one that first
+compiled the kernels after an install, and a resumed or distributed table must equal the
+uninterrupted one exactly. A reassociating kernel that calls a helper it does not inline broke
+this (core/compiled.py): the dense kernel's tridiagonal forms differed in their last bits.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ess_explorer.core import compiled
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Every entry point of the dense kernel (which reassociates) and the Gramian kernel, on inputs
+# large enough that LLVM's vectorised loops, not their scalar remainders, do the sums.
+SCRIPT = """
+import sys
+import numpy as np
+import torch
+from ess_explorer.core import dense_kernel, gramian_kernel
+
+rng = np.random.default_rng(0)
+out = {}
+grams = rng.standard_normal((70, 60, 60))
+grams = grams @ grams.transpose(0, 2, 1)
+out["symmetric"] = dense_kernel.symmetric_eigenvalues(torch.from_numpy(grams), workers=1).numpy()
+forms = dense_kernel.TridiagonalForms.empty(70, 60)
+forms.reduce(grams, np.full(70, 60), range(70))
+out["forms"] = np.concatenate([forms.diag, forms.off, forms.scale[:, None]], axis=1)
+op = np.tril(rng.standard_normal((90, 90)))
+forms = dense_kernel.TridiagonalForms.empty(4, 45)
+dense_kernel.cut_forms(op, [45, 30], [0, 1], True, forms, np.zeros((45, 45)))
+dense_kernel.cut_forms(op, [50, 70], [2, 3], False, forms, np.zeros((45, 45)))
+out["cut_forms"] = np.concatenate([forms.diag, forms.off, forms.scale[:, None]], axis=1)
+a = 0.85 + 0.14 * rng.random((2, 60, 24))
+b, c = rng.standard_normal((2, 2, 60, 24))
+lam, err, _ = gramian_kernel.gramian_spectra_kernel(a, b, c, np.arange(1, 60), False, 10.0)
+out["gramian"] = np.concatenate([lam.reshape(-1), err.reshape(-1)])
+np.savez(sys.argv[1], **out)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not compiled.available(), reason="numba is not installed")
+def test_a_fresh_compile_and_the_disk_cache_give_the_same_bits(tmp_path):
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba"), "PYTHONPATH": str(ROOT)}
+    results = []
+    for run in ("compiled", "cached"):  # the first process compiles into the empty cache folder
+        path = tmp_path / f"{run}.npz"
+        subprocess.run([sys.executable, "-c", SCRIPT, str(path)], env=env, check=True, timeout=600)
+        results.append(np.load(path))
+    assert any((tmp_path / "numba").rglob("*.nbc")), "the second process found no cache to load"
+    fresh, cached = results
+    for name in fresh.files:
+        np.testing.assert_array_equal(fresh[name], cached[name], err_msg=name)
