@@ -6,7 +6,7 @@ On a GPU: `torch.linalg.eigvalsh` on CUDA solves a batch in one call only for n 
 batched solver for any n, `cusolverDnXsyevBatched`; nvmath-python (the optional `gpu` extra)
 binds it, and `eigvalsh` uses it where it helps (a CUDA tensor, n > 32, nvmath importable).
 On a CPU: a float64 batch of 16 or more matrices of size 24 or more goes to the compiled
-kernel of core/dense_kernel.py (1.1-2.4x LAPACK's speed on one core). torch everywhere else.
+kernel of core/dense_kernel.py (1.15-2.8x LAPACK's speed on one core). torch everywhere else.
 All give ascending eigenvalues, as `torch.linalg.eigvalsh` does.
 """
 
@@ -22,8 +22,8 @@ __all__ = ["eigvalsh", "cusolver_batched_available", "TORCH_BATCHED_LIMIT"]
 
 TORCH_BATCHED_LIMIT = 32  # the largest n torch's CUDA eigvalsh solves as one batched call
 # Below this many matrices the kernel's 64 lanes are too empty to beat LAPACK. Measured on
-# one core, torch's time over the kernel's at n = 24-256: 16 matrices 1.1-1.35x, 32
-# matrices 1.6-2.5x, 64 matrices 2.0-2.4x.
+# one core, torch's time over the kernel's at n = 24-128: 8 matrices 0.7-1.0x, 16 matrices
+# 1.15-1.65x, 32 matrices 1.9-2.3x, 64 matrices 2.5-2.8x.
 KERNEL_MIN_BATCH = 16
 _CUDA_R_64F, _CUDA_R_32F = 1, 0  # cudaDataType
 _NO_VECTORS, _LOWER = 0, 0  # cusolverEigMode_t, cublasFillMode_t
