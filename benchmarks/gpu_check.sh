@@ -54,6 +54,6 @@ else
 fi
 # the four GPU targets beside what this run measured for them (README "Performance")
 say "targets: Mamba layer <= 0.3 s | whole Mamba-130m, L = 2048 <= 20 s | 144 GPT-2 heads, L = 1024 <= 5 s (whole model below) | whole GPT-2-small, L = 2048 <= 60 s"
-grep -h -E "^  precision (ess|exact)|Mamba-130m, L = 2048|GPT-2-small, L = (1024|2048)" "$LOGS/layer.log" "$LOGS/models.log" 2>/dev/null \
+grep -h -E "^  precision (ess|exact)|^  target|Mamba-130m, L = 2048|GPT-2-small, L = (1024|2048)" "$LOGS/layer.log" "$LOGS/models.log" 2>/dev/null \
   | tee -a "$LOGS/summary.txt"
 say "done; logs in $LOGS"
