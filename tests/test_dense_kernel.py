@@ -19,6 +19,29 @@ pytestmark = pytest.mark.skipif(not dense_kernel.available(), reason="numba is n
 EPS = float(np.finfo(np.float64).eps)
 
 
+@pytest.fixture(autouse=True)
+def every_job_takes_the_kernel(monkeypatch):
+    """The small operators here would take torch (`dense_jobs.takes`): this module tests the kernel."""
+    monkeypatch.setattr(dense_jobs, "KERNEL_MIN_WORK", 0.0)
+
+
+def test_only_a_job_of_kernel_min_work_takes_the_kernel(monkeypatch):
+    heads = trained_like_attention(40, units=3, seed=0)
+    taken, original = [], dense_jobs.cut_spectra
+    monkeypatch.setattr(dense_jobs, "cut_spectra", lambda *args: taken.append(args) or original(*args))
+    work = 3 * sum(min(t, 40 - t) ** 3 for t in range(1, 40))  # every cut t >= 1 of 3 heads
+    expected = hankel_singular_values(heads, precision="exact")
+    for threshold, kernel in ((work + 1, False), (work, True)):
+        taken.clear()
+        monkeypatch.setattr(dense_jobs, "KERNEL_MIN_WORK", float(threshold))
+        sigma = hankel_singular_values(heads, precision="exact")
+        assert bool(taken) == kernel
+        torch.testing.assert_close(sigma, expected, atol=2e-10 * float(expected.max()), rtol=0)
+    assert not dense_jobs.takes(heads.to(torch.float32), range(40))  # float64 only
+    monkeypatch.setattr(dense_kernel, "available", lambda: False)
+    assert not dense_jobs.takes(heads, range(40))
+
+
 def assert_within_the_bound(values: torch.Tensor, reference: torch.Tensor, n: int) -> None:
     scale = reference.abs().amax(-1, keepdim=True).clamp_min(1e-300)
     error = (values - reference).abs() / scale

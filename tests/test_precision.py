@@ -281,6 +281,24 @@ def test_the_cholesky_shift_keeps_the_unresolved_values_small(monkeypatch):
         assert errors[small, kernel] <= errors[large, kernel]
 
 
+def test_only_a_job_of_kernel_min_work_takes_the_kernel(monkeypatch):
+    """The Gramian route's choice (`gramian.uses_kernel`): the kernel from units x cuts x N^3 =
+    KERNEL_MIN_WORK on, the blocked torch route below it (a fresh install's small first job
+    does not wait for the compile)."""
+    if not gramian_kernel.available():
+        pytest.skip("numba is not installed")
+    ssm = mamba_like(9, 40, 16, seed=8)
+    calls, original = [], gramian_kernel.gramian_spectra_kernel
+    monkeypatch.setattr(gramian_kernel, "gramian_spectra_kernel", lambda *a, **k: calls.append(a) or original(*a, **k))
+    work = 9 * 39 * 16**3  # units x cuts 1..39 x N^3
+    for threshold, kernel in ((work + 1, False), (work, True)):
+        calls.clear()
+        monkeypatch.setattr(gramian, "KERNEL_MIN_WORK", threshold)
+        gramian.gramian_hankel_singular_values(ssm, positions=torch.arange(40), accuracy=Accuracy("ess"))
+        assert bool(calls) == kernel
+    assert not gramian.uses_kernel(torch.device("meta"), 10**6, 1000, 16)  # a CPU only
+
+
 def test_kernel_and_reference_routes_give_the_same_spectra():
     if not gramian_kernel.available():
         pytest.skip("numba is not installed")

@@ -6,7 +6,7 @@ whose Grams shrink as t grows), each carrying its running Gram from one kernel c
 next, a few cuts per call, so that the progress bar moves and an interrupt stops every job
 within a call; all the forms of a group of cuts solved together, LANES at a time; then the
 caller's guard per cut, in threads. A long prompt's cuts go in groups whose forms fit
-FORMS_BUDGET_BYTES.
+FORMS_BUDGET_BYTES. `takes` says which jobs come here: large ones (KERNEL_MIN_WORK).
 """
 
 from __future__ import annotations
@@ -15,11 +15,30 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import torch
 
 from . import dense_kernel
 from .sweeps import over_chunks
 
-__all__ = ["cut_spectra", "forms_group", "FORMS_BUDGET_BYTES", "CALL_WORK"]
+__all__ = ["takes", "cut_spectra", "forms_group", "FORMS_BUDGET_BYTES", "CALL_WORK", "KERNEL_MIN_WORK"]
+
+# The kernel compiles once per install (about 10 s) and then runs 2-3x LAPACK's speed. A job
+# whose eigenvalues LAPACK finds in under about a second on 2 cores (0.08 ns per unit of
+# work: a zoo model, a short prompt) takes torch, so that a fresh install's first small
+# analysis does not wait for the compile. The rule reads only the job's sizes, so every
+# process (a Ray worker, a resumed sweep) routes a job the same way.
+KERNEL_MIN_WORK = 1e10
+
+
+def takes(flat: torch.Tensor, times) -> bool:
+    """Whether the kernel computes the dense path's cuts ``times`` of ``flat`` (U, L, L): on a
+    CPU, in float64, with numba, and U * sum_t min(t, L - t)^3 (the eigenvalue work) at least
+    KERNEL_MIN_WORK."""
+    if not (dense_kernel.available() and flat.dtype == torch.float64 and flat.device.type == "cpu"):
+        return False
+    length = flat.shape[-1]
+    work = flat.shape[0] * sum(float(min(t, length - t)) ** 3 for t in times)
+    return work >= KERNEL_MIN_WORK
 
 
 def cut_spectra(operators: np.ndarray, rows_of: dict, workers: int, bar, finish) -> None:

@@ -2,9 +2,10 @@
 
 sigma(H_t)^2 = eig(P_t Q_t) from the elementwise Gramian scans (the math and the error bound
 are in core/gramian_naive.py; the contract in core/precision.py). On a CPU with numba the
-compiled kernel (core/gramian_kernel.py) runs, in chunks of units on parallel threads; on any
-other device, or without numba, the blocked torch route (core/gramian_blocked.py) does the
-same work in batched ops, every unit of a call at once.
+compiled kernel (core/gramian_kernel.py) runs a large job (`uses_kernel`), in chunks of units
+on parallel threads; for a small job, on any other device, or without numba, the blocked
+torch route (core/gramian_blocked.py) does the same work in batched ops, every unit of a
+call at once.
 Every cut whose error bound could move its tolerance count (`Accuracy.certain`) is computed
 again by the exact square-root sweep (core/sweeps.py), for its unit and cut only.
 """
@@ -32,9 +33,19 @@ BLOCKED_CHUNK_BYTES = 256 << 20
 GPU_BUDGET_BYTES = 8 << 30
 
 
-def uses_kernel(device: torch.device) -> bool:
-    """Whether the compiled kernel computes the Gramian route on ``device``."""
-    return device.type == "cpu" and gramian_kernel.available()
+# The kernel compiles once per install (about 11 s) and then runs 4-5x the blocked torch
+# route's speed on a CPU. A job below this many units x cuts x N^3 (about 50,000 cuts at
+# N = 16: 0.7 s for the torch route on 2 cores, a zoo model or a short prompt) takes torch,
+# so that a fresh install's first small analysis does not wait for the compile. The rule
+# reads only the job's sizes, so every process routes a job the same way.
+KERNEL_MIN_WORK = 2e8
+
+
+def uses_kernel(device: torch.device, units: int, cuts: int, state_size: int) -> bool:
+    """Whether the compiled kernel computes the Gramian route on ``device`` for ``units`` x
+    ``cuts`` cuts of state size N: on a CPU, with numba, for a job of at least KERNEL_MIN_WORK."""
+    large = units * cuts * state_size**3 >= KERNEL_MIN_WORK
+    return device.type == "cpu" and gramian_kernel.available() and large
 
 
 def gramian_hankel_singular_values(
@@ -65,7 +76,7 @@ def gramian_hankel_singular_values(
     # routes write straight into it (row 0, no past, stays zero) and nothing is gathered.
     every_cut = len(positions) == length and bool((positions == torch.arange(length)).all())
     rows = len(positions) if every_cut else len(wanted)
-    use_kernel = uses_kernel(device) if kernel is None else kernel
+    use_kernel = uses_kernel(device, units, len(wanted), n) if kernel is None else kernel
     # where the results live: the kernel's CPU, else the device, so that on a GPU the
     # spectra, the guard and the ESS that follow stay there (one copy to the host per layer)
     store = torch.device("cpu") if use_kernel else device

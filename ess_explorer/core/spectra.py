@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from . import dense_jobs, dense_kernel
+from . import dense_jobs
 from .checks import as_tensor, finite_spectra, require
 from .eigen import eigvalsh
 from .gramian import gramian_hankel_singular_values
@@ -364,9 +364,10 @@ def _recursive_gram_fill(
     flat, pos, method: str, out, k_out: int, workers: int, bar, accuracy: Accuracy = EXACT
 ) -> None:
     """The per-cut dense path for method "gram" / "auto": each cut's Gram, its eigenvalues, the
-    guard of `_guarded`, into ``out[:, row, :width]`` for every row of ``pos``. On a CPU in
-    float64 by the compiled kernel (`dense_jobs.cut_spectra`; a (unit, cut) whose QL gave
-    up gets an SVD); elsewhere Grams from `_gram_sequence`, their eigenvalues in threads."""
+    guard of `_guarded`, into ``out[:, row, :width]`` for every row of ``pos``. A large job on
+    a CPU in float64 by the compiled kernel (`dense_jobs.takes`, `dense_jobs.cut_spectra`; a
+    (unit, cut) whose QL gave up gets an SVD); else Grams from `_gram_sequence`, their
+    eigenvalues in threads."""
     rows_of: dict[int, list[int]] = {}
     for row, t in enumerate(pos.tolist()):
         if t > 0:
@@ -379,7 +380,7 @@ def _recursive_gram_fill(
         for row in rows_of[t]:
             out[:, row, :width] = sigma[:, :width]
 
-    if dense_kernel.available() and flat.dtype == torch.float64 and flat.device.type == "cpu":
+    if dense_jobs.takes(flat, rows_of):
 
         def finish_cut(t: int, values: torch.Tensor, failed: torch.Tensor) -> None:  # the kernel moved the bar
             sigma = values.flip(-1).clamp_min(0).sqrt()
