@@ -23,11 +23,12 @@ from .sweeps import over_chunks
 __all__ = ["takes", "cut_spectra", "forms_group", "FORMS_BUDGET_BYTES", "CALL_WORK", "KERNEL_MIN_WORK"]
 
 # The kernel compiles once per install (about 10 s) and then runs 2-3x LAPACK's speed. A job
-# whose eigenvalues LAPACK finds in under about a second on 2 cores (0.08 ns per unit of
-# work: a zoo model, a short prompt) takes torch, so that a fresh install's first small
-# analysis does not wait for the compile. The rule reads only the job's sizes, so every
-# process (a Ray worker, a resumed sweep) routes a job the same way.
-KERNEL_MIN_WORK = 1e10
+# whose eigenvalues LAPACK finds in under about 0.1 s on 2 cores (0.08 ns per unit of work: a
+# zoo model, GPT-2 at L = 128) takes torch, so that a fresh install's first small analysis
+# does not wait for the compile; one layer of a model at a few hundred tokens is above it
+# (GPT-2 at L = 256: 1.6e9), since a whole model repays the compile. The rule reads only the
+# job's sizes, so every process (a Ray worker, a resumed sweep) routes a job the same way.
+KERNEL_MIN_WORK = 1e9
 
 
 def takes(flat: torch.Tensor, times) -> bool:

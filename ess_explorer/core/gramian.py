@@ -23,7 +23,7 @@ from .precision import Accuracy
 from .sturm import TridiagonalSpectra
 from .sweeps import balanced_chunk, over_chunks
 
-__all__ = ["gramian_hankel_singular_values", "uses_kernel"]
+__all__ = ["gramian_hankel_singular_values", "uses_kernel", "load"]
 
 # Units per call: the kernel keeps only its lanes' checkpoints, so its chunks are set by
 # thread balance; the blocked route holds about `blocked_bytes_per_unit` per unit, within
@@ -46,6 +46,19 @@ def uses_kernel(device: torch.device, units: int, cuts: int, state_size: int) ->
     ``cuts`` cuts of state size N: on a CPU, with numba, for a job of at least KERNEL_MIN_WORK."""
     large = units * cuts * state_size**3 >= KERNEL_MIN_WORK
     return device.type == "cpu" and gramian_kernel.available() and large
+
+
+def load() -> None:
+    """Compile the kernel's route (once per install, about 11 s; numba's disk cache then loads
+    it per process) on a tiny problem, through the call a real job makes, with and without
+    causal ESS: for a benchmark, so that it times none of it (a small warm-up job would take
+    torch: `uses_kernel`). Any call compiles what it needs by itself."""
+    g = torch.Generator().manual_seed(0)
+    a, b, c = (torch.rand(2, 8, 4, generator=g, dtype=torch.float64) for _ in range(3))
+    for causal in (False, True):
+        gramian_hankel_singular_values(
+            DiagonalSSM(a, b, c), positions=torch.arange(8), accuracy=Accuracy("ess"), causal=causal, kernel=True
+        )
 
 
 def gramian_hankel_singular_values(
