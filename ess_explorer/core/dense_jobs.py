@@ -22,7 +22,7 @@ from .sweeps import over_chunks
 
 __all__ = ["takes", "cut_spectra", "forms_group", "FORMS_BUDGET_BYTES", "CALL_WORK", "KERNEL_MIN_WORK"]
 
-# The kernel compiles once per install (about 10 s) and then runs 2-3x LAPACK's speed. A job
+# The kernel compiles once per install (about 9 s) and then runs 2-3x LAPACK's speed. A job
 # whose eigenvalues LAPACK finds in under about 0.1 s on 2 cores (0.08 ns per unit of work: a
 # zoo model, GPT-2 at L = 128) takes torch, so that a fresh install's first small analysis
 # does not wait for the compile; one layer of a model at a few hundred tokens is above it

@@ -15,7 +15,7 @@ divisions and square roots that keeps one core's vector units idle. This kernel:
    rotation vectorised across the lanes. Matrices are grouped by size, padded with zeros
    (a zero row and column only adds a zero eigenvalue, deflated at once).
 
-For the dense path, `_cut_forms` also builds each cut's Gram, in place from the previous one
+For the dense path, `_forms` also builds each cut's Gram, in place from the previous one
 (core/dense_jobs.py hands it the cuts); `symmetric_eigenvalues` takes any batch
 (core/eigen.py).
 
@@ -24,9 +24,9 @@ off-diagonal below eps times the matrix's scale, its trace or its largest entry 
 is larger): every eigenvalue within a small multiple of
 n eps ||A|| of the exact one, which is the error bound the callers' guards assume
 (core/spectra.py, GRAM_ERROR). Sums are reassociated (vectorised), so results are not bit for
-bit LAPACK's; the two entry points (`_tridiagonal_forms`, `_cut_forms`) inline every helper, so
-each runs one compiled copy of the arithmetic, whether compiled here or loaded from numba's
-cache (core/compiled.py). A lane whose QL does not converge is recomputed by torch (`failed`).
+bit LAPACK's; the reduction's one entry point (`_forms`) inlines every helper, so it runs one
+compiled copy of the arithmetic, whether compiled here or loaded from numba's cache
+(core/compiled.py). A lane whose QL does not converge is recomputed by torch (`failed`).
 
 The reference is `torch.linalg.eigvalsh` itself (what the tests compare with); where numba is
 missing, `symmetric_eigenvalues` is that reference.
@@ -48,6 +48,9 @@ TINY = float(np.finfo(np.float64).tiny)
 # Below this size torch's batched call is as fast (measured: the kernel's per-row overhead
 # and LAPACK's per-call overhead cross near n = 24 on one core).
 KERNEL_MIN_SIZE = 24
+# The arguments `_forms` does not read for one kind of work: typed as the real ones, so that
+# both kinds run one compiled specialisation.
+_NO_MATRICES, _NO_OP, _NO_CUTS = np.zeros((0, 0, 0)), np.zeros((0, 0)), np.zeros(0, dtype=np.int64)
 PAD = 4  # spare columns: rows of the work matrix not a power of two apart in memory (3% at n = 256)
 
 
@@ -216,18 +219,6 @@ def _four_rows(a, i, n, v, w, vn, pn):  # pragma: no cover - compiled
     pn[i + 3] += acc3
 
 
-@jit(reassociate=True)
-def _tridiagonal_forms(matrices, sizes, slots, diag, off, scale):  # pragma: no cover - compiled
-    """For each i: the tridiagonal form of matrices[i][:sizes[i], :sizes[i]] (symmetric; its
-    upper triangle read, not written) into slot slots[i]: diag, off (sizes[i] entries each)
-    and scale (`_scaled_form`)."""
-    work, v, w, vn, pn = _buffers(matrices.shape[-1])
-    for i in range(len(slots)):
-        b = slots[i]
-        if sizes[i] > 0:
-            scale[b] = _scaled_form(matrices[i], 0, sizes[i], False, work, v, w, vn, pn, diag[b], off[b])
-
-
 @jit
 def _buffers(n):  # pragma: no cover - compiled
     """The work matrix and vectors `_scaled_form` needs for matrices up to n x n."""
@@ -266,27 +257,32 @@ def _scaled_form(src, lo, n, psd, work, v, w, vn, pn, d, e):  # pragma: no cover
 
 
 @jit(reassociate=True)
-def _cut_forms(op, cuts, slots, tall, diag, off, scale, sizes, gram, current):  # pragma: no cover - compiled
-    """The tridiagonal form of the Gram of every cut H_t = op[t:, :t] of one lower-triangular
-    op (L, L), t in ``cuts`` (all on one side: ``tall``, t <= L - t, descending, Gram H^T H
-    (t x t); else t > L - t, ascending, Gram H H^T ((L - t) x (L - t))), into slot slots[i].
+def _forms(matrices, op, cuts, slots, tall, diag, off, scale, sizes, gram, current):  # pragma: no cover - compiled
+    """The kernel's one entry point for the reduction (its helpers inlined, one call of
+    `_scaled_form`, so that the arithmetic compiles once: core/compiled.py), for two kinds of
+    work. The forms go to slots[i] of diag, off, scale (`_scaled_form`); sizes[slot] is each
+    matrix's size.
 
-    One running Gram (its upper triangle, in ``gram`` (L/2, L/2)), each the previous one plus
-    rank-one terms, as core/spectra.py's `_gram_sequence`:
+    ``op`` empty (0 x 0): matrices[i]'s leading sizes[slots[i]] block (symmetric, its upper
+    triangle read, not written). Else the Gram of every cut H_t = op[t:, :t] of one
+    lower-triangular op (L, L), t in ``cuts`` (all on one side: ``tall``, t <= L - t,
+    descending, Gram H^T H (t x t); else t > L - t, ascending, Gram H H^T ((L - t) x (L - t))),
+    from one running Gram (its upper triangle, in ``gram`` (L/2, L/2)), each the previous one
+    plus rank-one terms, as core/spectra.py's `_gram_sequence`:
         tall:  H_t^T H_t = (H_{t+1}^T H_{t+1})[:t, :t] + op[t, :t]^T op[t, :t]
         wide:  H_{t+1} H_{t+1}^T = (H_t H_t^T)[1:, 1:] + op[t+1:, t] op[t+1:, t]^T
     The wide Gram is kept at its rows' absolute positions (row i of op at i - base), so that
     dropping its first row and column moves nothing. ``current``: the cut ``gram`` holds (a
     later call goes on from where the previous one stopped), or -1: ``gram`` is zero and
     starts at the first cut. Returns the cut ``gram`` holds now."""
+    by_cut = op.shape[0] > 0
     length = op.shape[0]
     half = (length + 1) // 2
     base = length - half
-    work, v, w, vn, pn = _buffers(half)
+    work, v, w, vn, pn = _buffers(half if by_cut else matrices.shape[-1])
     column = np.empty(length)
-    if len(cuts) == 0:
-        return current
-    if current < 0:
+    count = len(cuts) if by_cut else len(slots)
+    if by_cut and count > 0 and current < 0:
         current = cuts[0]
         if tall:  # H^T H of the first (largest) cut: rows current.. of its first `current` columns
             for i in range(current, length):
@@ -296,23 +292,28 @@ def _cut_forms(op, cuts, slots, tall, diag, off, scale, sizes, gram, current):  
                 for i in range(current, length):
                     column[i - base] = op[i, k]
                 _add_outer(gram, column, current - base, half)
-    for c in range(len(cuts)):
-        t = cuts[c]
-        if tall:
-            while current > t:
-                current -= 1
-                _add_outer(gram, op[current], 0, current)
-            n, lo = t, 0
-        else:
-            while current < t:
-                for i in range(current + 1, length):
-                    column[i - base] = op[i, current]
-                current += 1
-                _add_outer(gram, column, current - base, half)
-            n, lo = length - t, t - base
+    for c in range(count):
         b = slots[c]
-        sizes[b] = n
-        scale[b] = _scaled_form(gram, lo, n, True, work, v, w, vn, pn, diag[b], off[b])
+        src, lo, n = gram, 0, sizes[b]
+        if by_cut:
+            t = cuts[c]
+            if tall:
+                while current > t:
+                    current -= 1
+                    _add_outer(gram, op[current], 0, current)
+                n = t
+            else:
+                while current < t:
+                    for i in range(current + 1, length):
+                        column[i - base] = op[i, current]
+                    current += 1
+                    _add_outer(gram, column, current - base, half)
+                n, lo = length - t, t - base
+            sizes[b] = n
+        else:
+            src = matrices[c]
+        if n > 0:  # a Gram's trace bounds its entries (psd): no scan for the largest
+            scale[b] = _scaled_form(src, lo, n, by_cut, work, v, w, vn, pn, diag[b], off[b])
     return current
 
 
@@ -330,11 +331,12 @@ def cut_forms(
     op: np.ndarray, cuts, slots, tall: bool, forms: "TridiagonalForms", gram: np.ndarray, current: int = -1
 ) -> int:
     """Into ``forms``' slots: the tridiagonal form of every cut's Gram of the lower-triangular
-    float64 ``op`` (L, L) (`_cut_forms`); cuts all tall (descending) or all wide (ascending).
+    float64 ``op`` (L, L) (`_forms`); cuts all tall (descending) or all wide (ascending).
     ``gram`` ((L + 1) // 2 square, zeros at first) and ``current`` carry the running Gram from
     one call to the next, so that a side's cuts can be reduced a few at a time; returns the
     new ``current``."""
-    return _cut_forms(
+    return _forms(
+        _NO_MATRICES,
         op,
         np.asarray(cuts, dtype=np.int64),
         np.asarray(slots, dtype=np.int64),
@@ -351,7 +353,7 @@ def cut_forms(
 @jit
 def _lane_eigenvalues(diag, off, sizes, order, first, last, failed):  # pragma: no cover - compiled
     """The eigenvalues of the tridiagonals order[first..last-1] (diag, off, as
-    `_tridiagonal_forms` left them), IN PLACE in diag, ascending: LANES at a time, side by
+    `_forms` left them), IN PLACE in diag, ascending: LANES at a time, side by
     side, each group padded to its largest size. failed[b] where a lane did not converge."""
     n_max = diag.shape[-1]
     d = np.zeros((n_max, LANES))
@@ -386,7 +388,7 @@ def _lane_eigenvalues(diag, off, sizes, order, first, last, failed):  # pragma: 
 
 
 def load() -> None:
-    """Compile every kernel (once per install, about 10 s; numba's disk cache then loads them in
+    """Compile every kernel (once per install, about 9 s; numba's disk cache then loads them in
     about 0.3 s per process) on a tiny problem: for a benchmark, so that it times none of it.
     Any call compiles what it needs by itself."""
     op = np.tril(np.ones((6, 6)))
@@ -444,9 +446,8 @@ class TridiagonalForms:
         triangle read). ``slots`` a range or int array, as many as matrices."""
         slots = np.asarray(slots, dtype=np.int64)
         self.sizes[slots] = sizes
-        _tridiagonal_forms(
-            np.ascontiguousarray(matrices, dtype=np.float64), self.sizes[slots], slots, self.diag, self.off, self.scale
-        )
+        matrices = np.ascontiguousarray(matrices, dtype=np.float64)
+        _forms(matrices, _NO_OP, _NO_CUTS, slots, False, self.diag, self.off, self.scale, self.sizes, _NO_OP, -1)
 
     def eigenvalues(self, workers: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
         """(values (B, n) ascending per slot, zero past its size; failed (B,) bool: slots whose
