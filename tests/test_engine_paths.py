@@ -296,9 +296,9 @@ def test_row_scaled_channels_under_the_ess_contract(monkeypatch):
     widths, own_cuts = {}, []
     original_gram, original_svdvals = row_scaled._ess_factor_values, torch.linalg.svdvals
 
-    def gram(factor, shift, accuracy):
-        widths.setdefault(factor.shape[1], []).append(factor.shape[-1])
-        return original_gram(factor, shift, accuracy)
+    def gram(base, gate, shift, accuracy):
+        widths.setdefault(base.shape[0], []).append(base.shape[-1])
+        return original_gram(base, gate, shift, accuracy)
 
     monkeypatch.setattr(row_scaled, "_ess_factor_values", gram)
     monkeypatch.setattr(torch.linalg, "svdvals", lambda x: own_cuts.append(tuple(x.shape)) or original_svdvals(x))

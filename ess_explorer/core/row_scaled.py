@@ -31,6 +31,7 @@ from __future__ import annotations
 import torch
 
 from .checks import require
+from .eigen import eigvalsh
 from .precision import EXACT, Accuracy
 from .spectra import GRAM_ERROR, GRAM_GUARD, gram_singular_values
 from .sweeps import over_chunks
@@ -126,13 +127,13 @@ def _shared_factor_values(cut, left, values, gate, owner_of, max_rank, accuracy:
         kept = max(1, int((own_values > truncate * own_values[0]).sum()))
         kept = kept if max_rank is None else min(kept, max(1, max_rank))
         dropped = own_values[kept] if kept < len(own_values) else own_values.new_zeros(())
-        factor = gate[rows, :, None] * (left[owner, :, :kept] * own_values[:kept])  # (u, m, r)
+        base = left[owner, :, :kept] * own_values[:kept]  # (m, r): unit u's factor is diag(g_u) base
         # Weyl: every value is off by at most ||diag(g)|| ||dropped part + rounding||
         shift = gate[rows].abs().amax(-1) * (dropped + ROUNDING * own_values[0])
         if accuracy.fast:
-            values_u, redo = _ess_factor_values(factor, shift, accuracy)
+            values_u, redo = _ess_factor_values(base, gate[rows], shift, accuracy)
         else:
-            values_u = torch.linalg.svdvals(factor)  # (u, min(m, r))
+            values_u = torch.linalg.svdvals(gate[rows, :, None] * base)  # (u, min(m, r))
             redo = shift > BOUND * values_u[:, 0]
         if bool(redo.any()):  # the cut of a channel whose gate peaks where its rows are small
             own = torch.linalg.svdvals(gate[rows[redo], :, None] * cut[owner])
@@ -143,12 +144,23 @@ def _shared_factor_values(cut, left, values, gate, owner_of, max_rank, accuracy:
     return sigma
 
 
-def _ess_factor_values(factor: torch.Tensor, shift: torch.Tensor, accuracy: Accuracy):
-    """sigma of each unit's factor (u, m, r) from its Gram's eigenvalues, and which units must
-    be redone: where the Gram's rounding plus the truncation's shift (Weyl, on each sigma)
-    could move a count (`Accuracy.certain`), or the shift exceeds ESS_BOUND sigma_1 (entropy-ESS
-    then stays within its 1e-5: every value moves by at most the shift)."""
-    sigma = gram_singular_values(factor, method="gram")  # (u, g), g = min(m, r): no redo here
+def _ess_factor_values(base: torch.Tensor, gate: torch.Tensor, shift: torch.Tensor, accuracy: Accuracy):
+    """sigma of each unit's factor diag(gate[u]) base (base (m, r), gate (u, m)) from its Gram's
+    eigenvalues, and which units must be redone: where the Gram's rounding plus the
+    truncation's shift (Weyl, on each sigma) could move a count (`Accuracy.certain`), or the
+    shift exceeds ESS_BOUND sigma_1 (entropy-ESS then stays within its 1e-5: every value moves
+    by at most the shift).
+
+    The u Grams in one matrix product, not u small ones: base^T diag(g^2) base is g^2 (a row
+    of gate^2) times the m outer products of base's rows, (m, r^2); where r > m the Gram
+    diag(g) base base^T diag(g) is base base^T scaled by g g^T."""
+    m, r = base.shape
+    if r <= m:
+        outer = (base[:, :, None] * base[:, None, :]).reshape(m, r * r)
+        gram = ((gate * gate) @ outer).reshape(-1, r, r)
+    else:
+        gram = (base @ base.T) * gate[:, :, None] * gate[:, None, :]
+    sigma = eigvalsh(gram).flip(-1).clamp_min(0).sqrt()  # (u, g), g = min(m, r): no redo here
     top = sigma[:, 0] ** 2
     rounding = GRAM_ERROR * sigma.shape[-1] * torch.finfo(sigma.dtype).eps * top
     error = rounding + (2 * sigma[:, 0] + shift) * shift  # on each sigma^2
