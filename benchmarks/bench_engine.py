@@ -179,13 +179,12 @@ def svd_call_cost(state: int, batch: int = 256, repeats: int = 40) -> dict:
 def eig_call_cost(n: int, batch: int = 64, repeats: int = 3) -> dict:
     """Milliseconds per matrix for the eigenvalues of a batch of float64 n x n Grams on one
     thread: torch's `eigvalsh` (LAPACK) and the dense path's compiled kernel
-    (core/dense_kernel.py), each the best of ``repeats``."""
+    (core/dense_kernel.py, compiled or loaded by `run_case`), each the best of ``repeats``."""
     from ess_explorer.core import dense_kernel
 
     torch.set_num_threads(1)
     factor = torch.randn(batch, n + 8, n, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     grams = factor.mT @ factor
-    dense_kernel.symmetric_eigenvalues(grams[:2], workers=1)  # its one-time compile, untimed
     out = {}
     for label, solve in (("torch_ms", torch.linalg.eigvalsh), ("kernel_ms", dense_kernel.symmetric_eigenvalues)):
         best = float("inf")
@@ -204,7 +203,7 @@ def run_model(params: dict, device: torch.device) -> dict:
 
     model = random_model(params["kind"]).to(device)
     ids = token_ids(model, params["L"])
-    # compiles the kernels (once per change of their source) outside the timing
+    # the same calls on a short prompt, untimed (`run_case` has compiled or loaded the kernels)
     analyze(model, ids[:128], progress=False, device=device, layers=range(1), gates=params.get("gates", "inside"))
     _sync(device)
     start, cpu_start = time.perf_counter(), time.process_time()

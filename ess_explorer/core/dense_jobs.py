@@ -37,9 +37,13 @@ def takes(flat: torch.Tensor, times) -> bool:
     KERNEL_MIN_WORK."""
     if not (dense_kernel.available() and flat.dtype == torch.float64 and flat.device.type == "cpu"):
         return False
-    length = flat.shape[-1]
-    work = flat.shape[0] * sum(float(min(t, length - t)) ** 3 for t in times)
-    return work >= KERNEL_MIN_WORK
+    return flat.shape[0] * sum(_work(t, flat.shape[-1]) for t in times) >= KERNEL_MIN_WORK
+
+
+def _work(t: int, length: int) -> float:
+    """The eigenvalue work of cut t, in the unit of KERNEL_MIN_WORK and CALL_WORK: g^3 for its
+    Gram's size g = min(t, L - t)."""
+    return float(min(t, length - t)) ** 3
 
 
 def cut_spectra(operators: np.ndarray, rows_of: dict, workers: int, bar, finish) -> None:
@@ -126,7 +130,7 @@ def _calls(side: list[int], length: int) -> list[list[int]]:
     calls, run, work = [], [], 0.0
     for t in side:
         run.append(t)
-        work += float(min(t, length - t)) ** 3
+        work += _work(t, length)
         if work >= CALL_WORK:
             calls.append(run)
             run, work = [], 0.0
