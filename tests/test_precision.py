@@ -329,6 +329,77 @@ def test_the_error_model_holds_with_headroom():
     assert bool((2 * measured <= error).all())
 
 
+def scalar_decay_heads(units: int = 3, length: int = 40, state: int = 24, seed: int = 11) -> DiagonalSSM:
+    """Mamba2-like heads: one decay per head and step for all N modes, N >= L / 2."""
+    g = torch.Generator().manual_seed(seed)
+    dt = torch.nn.functional.softplus(torch.randn(units, length, 1, generator=g, dtype=torch.float64) - 1)
+    a = torch.exp(-dt * torch.rand(units, 1, 1, generator=g, dtype=torch.float64) * 4).expand(units, length, state)
+    b = dt * torch.randn(units, length, state, generator=g, dtype=torch.float64)
+    return DiagonalSSM(a, b, torch.randn(units, length, state, generator=g, dtype=torch.float64))
+
+
+@pytest.mark.parametrize(
+    "ssm",
+    [mamba_like(4, 80, 16), mamba_like(3, 60, 8, dt_shift=0.0), decays_at(0.0), decays_at(1.0), scalar_decay_heads()],
+    ids=["mamba", "fast-decays", "decays-near-0", "decays-near-1", "mamba2-heads"],
+)
+def test_causal_gramian_route_meets_the_contract(ssm):
+    """sigma(R_t) from eig(P_t) (core/causal.py) against the exact sweep: the same causal
+    ESS at every cut (none of these lies within the band around tau) and every value within
+    the contract's resolution."""
+    from ess_explorer.core.causal import reachability_gramian_singular_values, reachability_singular_values
+
+    positions = torch.arange(ssm.length + 1)  # t = L too: the state after the last input
+    exact = reachability_singular_values(ssm, positions)
+    fast = reachability_gramian_singular_values(ssm, positions, Accuracy("ess"))
+    assert fast.shape == exact.shape
+    np.testing.assert_array_equal(
+        tolerance_ess(spectra=fast, tol=TOL).numpy(), tolerance_ess(spectra=exact, tol=TOL).numpy()
+    )
+    assert bool(((fast - exact).abs() <= Accuracy("ess").resolution * exact[..., :1] + 1e-300).all())
+    picked = reachability_gramian_singular_values(ssm, [5, 0, 5, 17], Accuracy("ess"))  # any order, repeats
+    resolution = Accuracy("ess").resolution * exact[:, [5, 0, 5, 17], :1]  # other batches, other solvers
+    assert bool(((picked - fast[:, [5, 0, 5, 17]]).abs() <= resolution).all())
+
+
+def test_causal_gramian_route_redoes_an_uncertain_cut_by_the_sweep(monkeypatch):
+    """A tolerance placed on an exact singular value of R_t about 1e-6 of its sigma_1, far
+    below what eig(P_t) resolves: that cut's count is not certain, so its unit takes the
+    sweep's values, and only that unit."""
+    from ess_explorer.core import causal
+
+    ssm = mamba_like(3, 30, 6, seed=12)
+    ssm.b[1, :, 5] *= 1e-6  # unit 1 writes one mode a million times softer
+    exact = causal.reachability_singular_values(ssm, torch.arange(30))
+    ratio = float(exact[1, 20, 5] / exact[1, 20, 0])
+    assert ratio < 1e-5
+    accuracy = Accuracy("ess", tol=ratio)
+    calls = []
+    real = causal.reachability_singular_values
+    monkeypatch.setattr(
+        causal, "reachability_singular_values", lambda s, *a, **k: calls.append(s.a.shape[0]) or real(s, *a, **k)
+    )
+    fast = causal.reachability_gramian_singular_values(ssm, torch.arange(30), accuracy)
+    assert calls == [1]  # unit 1 alone
+    torch.testing.assert_close(fast[1], exact[1], rtol=0, atol=0)
+
+
+def test_the_reachability_error_model_holds_with_headroom():
+    """GRAMIAN_ERROR bounds the error of eig(P_t) with 2x to spare on the hardest case
+    measured: no decay and inputs of one sign, so P_t is a sum of t positive terms (L = 2048)."""
+    from ess_explorer.core.causal import reachability_singular_values
+    from ess_explorer.core.gramian_naive import GRAMIAN_ERROR
+
+    g = torch.Generator().manual_seed(13)
+    a = torch.ones(2, 2048, 8, dtype=torch.float64)
+    b = torch.rand(2, 2048, 8, generator=g, dtype=torch.float64)
+    exact = reachability_singular_values(DiagonalSSM(a, b, b), torch.arange(1, 2048)) ** 2
+    p = torch.cumsum(b[:, :-1, :, None] * b[:, :-1, None, :], 1)  # P_t, t = 1..L-1, summed in order
+    measured = (torch.linalg.eigvalsh(p).flip(-1) - exact).abs().amax(-1)
+    bound = GRAMIAN_ERROR * torch.finfo(torch.float64).eps * torch.linalg.matrix_norm(p)
+    assert bool((2 * measured <= bound).all())
+
+
 def test_absolute_and_tiny_tolerances_take_the_exact_route():
     ssm = mamba_like(2, 40, 8, seed=10)
     exact = exact_spectra(ssm.materialize())[..., :8]
@@ -349,7 +420,7 @@ def test_precision_names_are_checked():
 # ---- the contract through analyze ----------------------------------------------------------
 
 
-@pytest.fixture(scope="module", params=["mamba", "gpt2"])
+@pytest.fixture(scope="module", params=["mamba", "mamba2", "gpt2"])
 def tiny_model(request):
     import transformers as tf
 
@@ -357,6 +428,10 @@ def tiny_model(request):
     ids = dict(vocab_size=64, bos_token_id=0, eos_token_id=0, pad_token_id=0)
     if request.param == "mamba":
         config = tf.MambaConfig(num_hidden_layers=2, hidden_size=16, state_size=8, **ids)
+    elif request.param == "mamba2":  # N >= L / 2: heads on the dense path, channels row-scaled copies
+        config = tf.Mamba2Config(
+            num_hidden_layers=2, hidden_size=16, state_size=24, num_heads=4, head_dim=8, n_groups=1, chunk_size=8, **ids
+        )
     else:
         config = tf.GPT2Config(n_layer=2, n_head=2, n_embd=16, n_positions=64, **ids)
     model = tf.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()

@@ -19,17 +19,31 @@ computes with. Other families (core/units.py): softmax attention stores every pa
 (its KV cache), so causal ESS(t) = t (min(t, w - 1) with a window); a gated short conv
 keeps B_j u_j for its last k - 1 inputs, so sigma(R_t) = |B_j| over those j; a dense
 operator with no known realisation has none (NaN, never a guess).
+
+Under the "ess" contract (core/precision.py) a diagonal recurrence needs no sweep:
+sigma(R_t)^2 = eig(P_t), P_t = R_t R_t^T, and the Gramian obeys the elementwise scan
+P_{t+1} = (a_t a_t^T) * P_t + b_t b_t^T (core/gramian_naive.py), so causal ESS is the
+eigenvalues of one N x N matrix per cut, batched, with no QR or SVD per step
+(`reachability_gramian_singular_values`). Their error is at most GRAMIAN_ERROR eps ||P_t||_F;
+a cut where that could move its count takes the sweep's exact values instead.
 """
 
 from __future__ import annotations
 
 import torch
 
+from .eigen import eigvalsh
+from .gramian_naive import GRAMIAN_ERROR
 from .operators import DPLRSSM, DiagonalSSM
+from .precision import Accuracy
 from .scan import stacked_qr_r, times_transition
 from .sweeps import _rank_one_update_upper, over_chunks
 
-__all__ = ["reachability_singular_values", "shift_register_singular_values"]
+__all__ = ["reachability_singular_values", "reachability_gramian_singular_values", "shift_register_singular_values"]
+
+# The reachability Gramians held at once by `reachability_gramian_singular_values`: the cuts
+# of one batched eigvalsh, (units, cuts, N, N) float64 (Mamba2's 24 heads, N = 128: 32 cuts).
+GRAMIAN_BLOCK_BYTES = 128 << 20
 
 
 def reachability_singular_values(
@@ -85,6 +99,52 @@ def reachability_singular_values(
     if units and wanted:
         workers = torch.get_num_threads() if device.type == "cpu" else 1
         over_chunks(run, units, -(-units // max(1, workers)), workers)
+    return out.reshape(*ssm.batch_shape, len(positions), n)
+
+
+def reachability_gramian_singular_values(
+    ssm: DiagonalSSM, positions, accuracy: Accuracy, *, dtype: torch.dtype = torch.float64, device=None
+) -> torch.Tensor:
+    """sigma(R_t) of every unit of ``ssm`` at ``positions`` within ``accuracy`` (an "ess"
+    contract), as `reachability_singular_values` returns them: from eig(P_t) (module
+    docstring), the Gramians of a block of cuts in one eigvalsh. The units with a cut whose
+    count the error bound cannot certify (`Accuracy.certain`) take the exact sweep's values."""
+    device = torch.device(device) if device is not None else ssm.a.device
+    positions = torch.as_tensor(positions, dtype=torch.long).flatten().cpu()
+    length, n = ssm.length, ssm.state_size
+    a, b = (x.reshape(-1, length, n).to(device=device, dtype=torch.float64) for x in (ssm.a, ssm.b))
+    units = a.shape[0]
+    wanted = sorted({t for t in positions.tolist() if 1 <= t <= length})
+    squares = torch.zeros(units, len(wanted), n, dtype=torch.float64, device=device)  # eig(P_t), descending
+    error = torch.zeros(units, len(wanted), dtype=torch.float64, device=device)
+    block = max(1, min(len(wanted), GRAMIAN_BLOCK_BYTES // (8 * max(1, units) * n * n)))
+    eps = torch.finfo(torch.float64).eps
+    held = a.new_empty(units, block, n, n)  # P_t of a block of cuts, solved together
+    p = a.new_zeros(units, n, n)
+    step = 0
+    for slot, t in enumerate(wanted):
+        while step < t:  # p becomes P_{step + 1}: what u_0..u_step wrote
+            p = torch.addcmul(b[:, step, :, None] * b[:, step, None, :], a[:, step, :, None] * a[:, step, None, :], p)
+            step += 1
+        held[:, slot % block] = p
+        if slot % block == block - 1 or slot == len(wanted) - 1:
+            first, count = slot - slot % block, slot % block + 1
+            squares[:, first : first + count] = eigvalsh(held[:, :count]).flip(-1)
+            error[:, first : first + count] = GRAMIAN_ERROR * eps * torch.linalg.matrix_norm(held[:, :count])
+    rank = torch.clamp(torch.as_tensor(wanted, device=device), max=n)  # P_t holds t inputs
+    squares = torch.where(torch.arange(n, device=device) < rank[:, None], squares.clamp_min(0), 0.0)
+    error = torch.where(torch.isfinite(squares).all(-1), error, float("inf"))
+    redo = (~accuracy.certain(squares[..., 0], error, squares)).any(-1).nonzero().flatten()
+    if len(redo):
+        exact = reachability_singular_values(
+            DiagonalSSM.derived(a=a[redo], b=b[redo], c=b[redo]), torch.as_tensor(wanted), device=device
+        )
+        squares[redo] = exact**2
+    row = {t: i for i, t in enumerate(wanted)}
+    out = torch.zeros(units, len(positions), n, dtype=dtype, device=device)
+    for k, t in enumerate(positions.tolist()):
+        if t in row:
+            out[:, k] = squares[:, row[t]].sqrt().to(dtype)
     return out.reshape(*ssm.batch_shape, len(positions), n)
 
 

@@ -44,7 +44,11 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .causal import reachability_singular_values, shift_register_singular_values
+from .causal import (
+    reachability_gramian_singular_values,
+    reachability_singular_values,
+    shift_register_singular_values,
+)
 from .checks import finite_spectra
 from .diagnostics import theoretical_state_size, unit_kind
 from .gramian import gramian_hankel_singular_values
@@ -342,11 +346,14 @@ class SSMCapture(CapturedLayer):
     def causal_spectra(
         self, units, positions, *, device=None, dtype=torch.float64, accuracy: Accuracy = EXACT
     ) -> torch.Tensor:
-        """One forward pass per distinct owner among ``units``: a row scale leaves a and b.
-        Exact under either contract: one sweep per owner is a small share of the layer."""
+        """One pass per distinct owner among ``units``: a row scale leaves a and b. Under
+        "ess" a diagonal owner's Gramian eigenvalues (core/causal.py), else the exact sweep
+        (Mamba2's N = 128 heads: a QR and an SVD of 128 x 128 per step, a quarter of the layer)."""
         owners, inverse = self._owners(units)
         ssm, positions = self.realize(owners), torch.as_tensor(positions)
-        if self.spectra_path(positions, device)["method"] == "scan":  # a GPU: the scan's roots, no per-step launches
+        if accuracy.fast and isinstance(ssm, DiagonalSSM):
+            reach = reachability_gramian_singular_values(ssm, positions, accuracy, dtype=dtype, device=device)
+        elif self.spectra_path(positions, device)["method"] == "scan":  # a GPU: the scan's roots, no per-step launches
             _, reach = factored_hankel_singular_values(
                 ssm, positions=positions, dtype=dtype, device=device, causal=True
             )
