@@ -30,6 +30,30 @@ def test_linear_attention_ess_is_min_of_key_size_and_cut(key_size):
         np.testing.assert_array_equal(ess, np.broadcast_to(expected, ess.shape))
 
 
+def test_a_scalar_decay_operator_is_the_recurrence_on_every_impulse(monkeypatch):
+    """materialize's route for a decay shared by the modes (Mamba2: core/operators.py)
+    against the recurrence itself (`apply`) on each impulse, with an exact reset (a = 0), no
+    decay (a = 1) and a skip d on the diagonal."""
+    from ess_explorer.core import operators
+
+    g = torch.Generator().manual_seed(7)
+    units, length, n = 3, 30, 5
+    a = torch.rand(units, length, 1, generator=g, dtype=torch.float64)
+    a[0, 12], a[1] = 0.0, 1.0
+    b, c = (torch.randn(units, length, n, generator=g, dtype=torch.float64) for _ in range(2))
+    d = torch.randn(units, length, generator=g, dtype=torch.float64)
+    calls = []
+    real = operators._scalar_decay_operator
+    monkeypatch.setattr(operators, "_scalar_decay_operator", lambda *x: calls.append(1) or real(*x))
+    dense = DiagonalSSM(a.expand(units, length, n), b, c, d=d).materialize()
+    assert calls == [1]
+    each = lambda x: x[:, None].expand(units, length, *x.shape[1:])  # noqa: E731  one copy per impulse
+    impulses = DiagonalSSM(each(a.expand(units, length, n)), each(b), each(c), d=each(d))
+    columns = impulses.apply(torch.eye(length, dtype=torch.float64).expand(units, length, length))  # [u, j] = T e_j
+    torch.testing.assert_close(dense, columns.mT, rtol=1e-12, atol=1e-14)
+    assert bool((dense[0, 12:, :12] == 0).all())  # the reset forgets everything before it
+
+
 @pytest.mark.parametrize("kernel", [2, 4, 7])
 def test_convolution_ess_is_kernel_minus_one_away_from_the_ends(kernel):
     length = 48

@@ -132,9 +132,14 @@ class DiagonalSSM(_Recurrence):
 
         Computed by running the recurrence on the identity (column j is the response
         to an impulse at j), so no product of decays is formed and nothing
-        underflows. Memory O(L^2 N) per unit: for tests and small units.
+        underflows. Memory O(L^2 N) per unit: for tests and small units. A unit whose
+        decay is one scalar per step for all modes (Mamba2) takes `_scalar_decay_operator`.
         """
         a, b, c = self.a, self.b, self.c
+        scalar = a[..., :1]
+        if bool((scalar >= 0).all()) and torch.equal(a, scalar.expand_as(a)):
+            dense = _scalar_decay_operator(scalar[..., 0], b, c)
+            return dense if self.d is None else dense + torch.diag_embed(self.d)
         length = self.length
         h = torch.zeros(*self.batch_shape, length, self.state_size, dtype=a.dtype, device=a.device)  # (..., j, N)
         rows = []
@@ -156,6 +161,21 @@ class DiagonalSSM(_Recurrence):
             ys.append((self.c[..., i, :] * h).sum(-1))
         y = torch.stack(ys, dim=-1)
         return y if self.d is None else y + self.d * u
+
+
+def _scalar_decay_operator(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """T[i, j] = (prod_{m=j+1..i} a_m) c_i . b_j for j <= i, for decays a (..., L) >= 0 shared
+    by the N modes (b, c (..., L, N)): the masked sums S[i, j] = sum_{m=j+1..i} log a_m of
+    Mamba2's SSD ("segsum"), each summed from its own first term (no difference of cumulative
+    sums, so nothing cancels), times the (L, L) matrix C B^T. A reset (a_m = 0) makes S = -inf
+    and the entry 0, as the recurrence does. The error of an entry is about (i - j) eps
+    |S[i, j]| exp(S[i, j]) |c_i . b_j|, below L eps |c_i . b_j|: that of the recurrence's products.
+    O(L^2 (N + 1)) per unit as one matrix product, instead of L steps over (L, N) states."""
+    length = a.shape[-1]
+    below = torch.ones(length, length, dtype=torch.bool, device=a.device).tril(-1)
+    logs = torch.log(a)[..., :, None].expand(*a.shape, length).masked_fill(~below, 0.0)  # [i, j] = log a_i, i > j
+    decay = torch.cumsum(logs, dim=-2).exp().tril()  # above the diagonal the sums are 0: exp 1, dropped
+    return (c @ b.mT) * decay
 
 
 @dataclass
