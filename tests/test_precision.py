@@ -509,6 +509,22 @@ def test_cuda_gramian_route_meets_the_contract():
     assert_ess_contract(fast.cpu(), exact)
 
 
+@pytest.mark.gpu
+@cuda
+def test_cuda_causal_gramian_route_equals_the_sweep():
+    """The causal Gramian route on a GPU (whole Gramians, cuSOLVER's batched eigenvalues
+    where nvmath is installed) against the CPU's exact sweep: the same causal ESS."""
+    from ess_explorer.core.causal import reachability_gramian_singular_values, reachability_singular_values
+
+    ssm = scalar_decay_heads(units=24, length=80, state=48)
+    exact = reachability_singular_values(ssm, torch.arange(80))
+    fast = reachability_gramian_singular_values(ssm, torch.arange(80), Accuracy("ess"), device="cuda").cpu()
+    np.testing.assert_array_equal(
+        tolerance_ess(spectra=fast, tol=TOL).numpy(), tolerance_ess(spectra=exact, tol=TOL).numpy()
+    )
+    assert bool(((fast - exact).abs() <= Accuracy("ess").resolution * exact[..., :1] + 1e-300).all())
+
+
 def test_compiled_sturm_counts_match_the_torch_sequence():
     """The compiled count against its reference, at thresholds between eigenvalues, on them
     (a zero pivot), with zero off-diagonals (a split matrix) and per-cut thresholds."""
