@@ -400,8 +400,7 @@ def gramian_spectra_kernel(
     float64 arrays a, b, c (B, L, N) (any strides) and sorted cuts ``wanted`` in 1..L-1:
     (sigma^2 (B, W, N) descending, error of each sigma^2 (B, W), and with ``causal`` the
     reachability Gramians as (diag, off, top, error): (B, W, N), (B, W, N), (B, W), (B, W);
-    else None). out: those arrays, written in place (any strides: the caller's own
-    layout, so nothing is copied after the kernel), or None: new ones."""
+    else None). out: those arrays, written in place (any strides), or None: new ones."""
     units, length, n = a.shape
     slot_of = np.full(length + 1, -1, dtype=np.int64)
     slot_of[np.asarray(wanted, dtype=np.int64)] = np.arange(len(wanted))
@@ -423,21 +422,26 @@ def gramian_spectra_kernel(
     lam, err, reach = out
     if reach is None:  # the kernel's signature wants arrays; none of them is written
         reach = (np.empty((units, 0, 0)), np.empty((units, 0, 0)), np.empty((units, 0)), np.empty((units, 0)))
-    as_float = lambda x: np.asarray(x, dtype=np.float64)  # noqa: E731  (no copy of a float64 view)
+    # numba compiles one version of the kernel per combination of array layouts (and a new
+    # one at the first call that brings another, minutes into a job): every array goes in
+    # C-contiguous, so all calls (every cut or some, with causal ESS or not, inputs shared
+    # across units or not) run the one version `gramian.load` compiles. An output in another
+    # layout is written through a C-ordered copy, a small share of the kernel's time.
+    targets = (lam, err, *reach)
+    written = [x if x.flags.c_contiguous else np.empty(x.shape) for x in targets]
     # the shift is an argument, not a global: numba's cache of this file would keep an old
     # value of a constant imported from another module
     shift = float(gramian_naive.CHOLESKY_SHIFT)
     _kernel(
-        as_float(a),
-        as_float(b),
-        as_float(c),
+        *(np.ascontiguousarray(x, dtype=np.float64) for x in (a, b, c)),
         slot_of,
         width,
-        lam,
-        err,
-        *reach,
+        *written,
         bool(causal),
         float(error_factor),
         shift,
     )
+    for target, result in zip(targets, written):
+        if result is not target:
+            target[...] = result
     return out
