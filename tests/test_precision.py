@@ -226,6 +226,17 @@ def test_the_gramian_kernel_runs_one_compiled_version_for_every_call():
                 sigma = out[0] if causal else out
                 reference = exact[:, positions]
                 assert bool(((sigma - reference).abs() <= Accuracy("ess").resolution * reference[..., :1]).all())
+    # a caller's views as outputs (every other column: not C-ordered), cuts from row 1 on
+    arrays = [x.numpy() for x in (base.a, base.b, base.c)]
+    expected = gramian_kernel.gramian_spectra_kernel(*arrays, np.arange(1, 20), False, gramian.GRAMIAN_ERROR)
+    lam, err = np.full((3, 20, 8), 7.0), np.full((3, 20, 2), 7.0)
+    out = (lam[..., ::2], err[..., 0], None)
+    gramian_kernel.gramian_spectra_kernel(*arrays, np.arange(1, 20), False, gramian.GRAMIAN_ERROR, out=out, first_row=1)
+    np.testing.assert_array_equal(out[0][:, 1:], expected[0])
+    np.testing.assert_array_equal(out[1][:, 1:], expected[1])
+    assert (
+        (lam[:, 0] == 7).all() and (lam[..., 1::2] == 7).all() and (err[:, 0] == 7).all() and (err[..., 1] == 7).all()
+    )
     assert len(gramian_kernel._kernel.signatures) == 1
 
 

@@ -111,14 +111,15 @@ def gramian_hankel_singular_values(
 
     def run(sl: slice) -> None:
         mine = (lam_w[sl], error_w[sl], *(x[sl] for x in reach_w or ()))
-        if use_kernel:
-            arrays = [x.numpy() for x in mine]
+        if use_kernel:  # whole rows (C-ordered: nothing copied), cut t into row t when every cut is wanted
+            arrays = [x[sl].numpy() for x in (lam, error, *(reach or ()))]
             gramian_kernel.gramian_spectra_kernel(
                 *(x[sl].to(torch.float64).numpy() for x in (a, b, c)),
                 wanted.numpy(),
                 causal,
                 GRAMIAN_ERROR,
                 out=(arrays[0], arrays[1], tuple(arrays[2:]) if causal else None),
+                first_row=1 if every_cut else 0,
             )
             return
         on = (x[sl].to(device=device, dtype=torch.float64) for x in (a, b, c))

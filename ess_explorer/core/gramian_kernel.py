@@ -394,17 +394,25 @@ def _observe_step(q, a, c, n):  # pragma: no cover - compiled
 
 
 def gramian_spectra_kernel(
-    a: np.ndarray, b: np.ndarray, c: np.ndarray, wanted: np.ndarray, causal: bool, error_factor: float, out=None
+    a: np.ndarray,
+    b: np.ndarray,
+    c: np.ndarray,
+    wanted: np.ndarray,
+    causal: bool,
+    error_factor: float,
+    out=None,
+    first_row: int = 0,
 ):
     """The kernel's counterpart of `gramian_naive.gramian_spectra_reference`, on numpy
     float64 arrays a, b, c (B, L, N) (any strides) and sorted cuts ``wanted`` in 1..L-1:
     (sigma^2 (B, W, N) descending, error of each sigma^2 (B, W), and with ``causal`` the
     reachability Gramians as (diag, off, top, error): (B, W, N), (B, W, N), (B, W), (B, W);
-    else None). out: those arrays, written in place (any strides), or None: new ones."""
+    else None). out: those arrays, written in place (any strides), or None: new ones; cut
+    wanted[k] goes to row first_row + k of them (the rows before are not written)."""
     units, length, n = a.shape
     slot_of = np.full(length + 1, -1, dtype=np.int64)
-    slot_of[np.asarray(wanted, dtype=np.int64)] = np.arange(len(wanted))
-    width = len(wanted)
+    slot_of[np.asarray(wanted, dtype=np.int64)] = first_row + np.arange(len(wanted))
+    width = first_row + len(wanted)
     if out is None:
         reach_n = n if causal else 0
         out = (
@@ -426,9 +434,10 @@ def gramian_spectra_kernel(
     # one at the first call that brings another, minutes into a job): every array goes in
     # C-contiguous, so all calls (every cut or some, with causal ESS or not, inputs shared
     # across units or not) run the one version `gramian.load` compiles. An output in another
-    # layout is written through a C-ordered copy, a small share of the kernel's time.
+    # layout is written through a C-ordered copy of it (core/gramian.py passes whole rows of
+    # its own C-ordered outputs instead: the copies cost about a tenth of a Mamba layer).
     targets = (lam, err, *reach)
-    written = [x if x.flags.c_contiguous else np.empty(x.shape) for x in targets]
+    written = [x if x.flags.c_contiguous else np.ascontiguousarray(x) for x in targets]
     # the shift is an argument, not a global: numba's cache of this file would keep an old
     # value of a constant imported from another module
     shift = float(gramian_naive.CHOLESKY_SHIFT)

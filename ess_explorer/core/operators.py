@@ -136,8 +136,8 @@ class DiagonalSSM(_Recurrence):
         decay is one scalar per step for all modes (Mamba2) takes `_scalar_decay_operator`.
         """
         a, b, c = self.a, self.b, self.c
-        scalar = a[..., :1]
-        if bool((scalar >= 0).all()) and torch.equal(a, scalar.expand_as(a)):
+        scalar = a[..., :1]  # (a gradient through log a would be NaN at a reset: the loop then)
+        if not a.requires_grad and bool((scalar >= 0).all()) and torch.equal(a, scalar.expand_as(a)):
             dense = _scalar_decay_operator(scalar[..., 0], b, c)
             return dense if self.d is None else dense + torch.diag_embed(self.d)
         length = self.length
