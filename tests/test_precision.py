@@ -433,6 +433,42 @@ def test_the_reachability_error_model_holds_with_headroom():
     assert bool((2 * measured <= bound).all())
 
 
+@pytest.mark.parametrize("route", ["channels", "causal"])
+def test_only_a_job_that_repays_the_compile_takes_the_dense_kernel(route, monkeypatch):
+    """The channels' Gram eigenvalues (core/row_scaled.py) and the causal Gramians (core/causal.py)
+    take the compiled kernel only for a job of at least dense_jobs.KERNEL_MIN_WORK (a zoo
+    model's first analysis does not wait for its compile); either way the same counts."""
+    from ess_explorer.core import dense_jobs, dense_kernel
+    from ess_explorer.core.causal import reachability_gramian_singular_values
+    from ess_explorer.core.row_scaled import row_scaled_hankel_singular_values
+
+    if not dense_kernel.available():
+        pytest.skip("numba is not installed")
+    g = torch.Generator().manual_seed(15)
+    b, c = (torch.randn(2, 56, 28, generator=g, dtype=torch.float64) for _ in range(2))
+    heads = DiagonalSSM(torch.full((2, 56, 28), 0.98, dtype=torch.float64), b, c)  # slow: factors 24+ wide
+    gate = torch.rand(40, 56, generator=torch.Generator().manual_seed(16), dtype=torch.float64) + 0.1
+    owner_of = torch.arange(2).repeat_interleave(20)
+    calls, original = [], dense_kernel.symmetric_eigenvalues
+    monkeypatch.setattr(dense_kernel, "symmetric_eigenvalues", lambda *a, **k: calls.append(1) or original(*a, **k))
+
+    def run() -> torch.Tensor:
+        if route == "causal":
+            return reachability_gramian_singular_values(heads, torch.arange(57), Accuracy("ess"))
+        dense = heads.materialize()
+        return row_scaled_hankel_singular_values(
+            dense, owner_of, gate, torch.arange(56), max_rank=28, accuracy=Accuracy("ess")
+        )
+
+    counts = {}
+    for threshold, kernel in ((float("inf"), False), (0.0, True)):
+        calls.clear()
+        monkeypatch.setattr(dense_jobs, "KERNEL_MIN_WORK", threshold)
+        counts[kernel] = tolerance_ess(spectra=run(), tol=TOL)
+        assert bool(calls) == kernel
+    assert torch.equal(counts[False], counts[True])
+
+
 def test_absolute_and_tiny_tolerances_take_the_exact_route():
     ssm = mamba_like(2, 40, 8, seed=10)
     exact = exact_spectra(ssm.materialize())[..., :8]

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import torch
 
-from . import dense_kernel
+from . import dense_jobs, dense_kernel
 from .eigen import KERNEL_MIN_BATCH, eigvalsh
 from .gramian_naive import GRAMIAN_ERROR
 from .operators import DPLRSSM, DiagonalSSM
@@ -123,8 +123,15 @@ def reachability_gramian_singular_values(
     # On a CPU the kernel solves each matrix's leading block only (dense_kernel): a cut t < N
     # then takes the t x t Gram of R_t's columns, F_t F_t^T (the same nonzero eigenvalues as
     # P_t = F_t^T F_t), a t^3 solve instead of N^3 (3/8 of Mamba2's at L = 2N). Where eigvalsh
-    # would not take the kernel (small batches, small N: core/eigen.py), neither does this.
-    trim = device.type == "cpu" and n >= dense_kernel.KERNEL_MIN_SIZE and units * block >= KERNEL_MIN_BATCH
+    # would not take the kernel (small batches, small N: core/eigen.py; a job too small to repay
+    # its compile: dense_jobs), neither does this.
+    allow_kernel = dense_jobs.repays_kernel(units * sum(min(t, n) ** 3 for t in wanted))
+    trim = (
+        allow_kernel
+        and device.type == "cpu"
+        and n >= dense_kernel.KERNEL_MIN_SIZE
+        and units * block >= KERNEL_MIN_BATCH
+    )
     held = a.new_zeros(units, block, n, n)  # P_t (or F_t F_t^T) of a block of cuts, solved together
     sizes = torch.full((units, block), n, dtype=torch.long)
     early = a.new_zeros(units, n, n) if trim else None  # F_t: rows j < min(t, N), b_j times the decays since
@@ -155,7 +162,7 @@ def reachability_gramian_singular_values(
                 flat = dense_kernel.symmetric_eigenvalues(solved.reshape(-1, n, n), sizes[:, :count].reshape(-1))
                 values = flat.reshape(units, count, n)
             else:
-                values = eigvalsh(solved)
+                values = eigvalsh(solved, allow_kernel)
             squares[:, first : first + count] = values.sort(-1, descending=True).values
             error[:, first : first + count] = torch.where(finite, bound, float("inf"))
     rank = torch.clamp(torch.as_tensor(wanted, device=device), max=n)  # P_t holds t inputs

@@ -20,7 +20,7 @@ import torch
 from . import dense_kernel
 from .sweeps import over_chunks
 
-__all__ = ["takes", "cut_spectra", "forms_group", "FORMS_BUDGET_BYTES", "CALL_WORK", "KERNEL_MIN_WORK"]
+__all__ = ["takes", "repays_kernel", "cut_spectra", "forms_group", "FORMS_BUDGET_BYTES", "CALL_WORK", "KERNEL_MIN_WORK"]
 
 # The kernel compiles once per install (about 9 s) and then runs 2-3x LAPACK's speed. A job
 # whose eigenvalues LAPACK finds in under about 0.1 s on 2 cores (0.08 ns per unit of work: a
@@ -37,7 +37,14 @@ def takes(flat: torch.Tensor, times) -> bool:
     KERNEL_MIN_WORK."""
     if not (dense_kernel.available() and flat.dtype == torch.float64 and flat.device.type == "cpu"):
         return False
-    return flat.shape[0] * sum(_work(t, flat.shape[-1]) for t in times) >= KERNEL_MIN_WORK
+    return repays_kernel(flat.shape[0] * sum(_work(t, flat.shape[-1]) for t in times))
+
+
+def repays_kernel(work: float) -> bool:
+    """Whether a job of this much eigenvalue work (the unit of KERNEL_MIN_WORK: the sum of
+    g^3 over its Grams of size g, or a bound on it) takes the compiled kernel: the one rule
+    for every caller whose job is many small eigenproblems (core/row_scaled.py, core/causal.py)."""
+    return work >= KERNEL_MIN_WORK
 
 
 def _work(t: int, length: int) -> float:

@@ -6,7 +6,9 @@ On a GPU: `torch.linalg.eigvalsh` on CUDA solves a batch in one call only for n 
 batched solver for any n, `cusolverDnXsyevBatched`; nvmath-python (the optional `gpu` extra)
 binds it, and `eigvalsh` uses it where it helps (a CUDA tensor, n > 32, nvmath importable).
 On a CPU: a float64 batch of 16 or more matrices of size 24 or more goes to the compiled
-kernel of core/dense_kernel.py (1.15-2.8x LAPACK's speed on one core). torch everywhere else.
+kernel of core/dense_kernel.py (1.15-2.8x LAPACK's speed on one core), unless its caller's
+whole job is too small to repay the kernel's compile (`allow_kernel`, decided by
+dense_jobs.repays_kernel). torch everywhere else.
 All give ascending eigenvalues, as `torch.linalg.eigvalsh` does.
 """
 
@@ -39,15 +41,18 @@ def cusolver_batched_available() -> bool:
     return hasattr(cusolverDn, "xsyev_batched")
 
 
-def eigvalsh(matrices: torch.Tensor) -> torch.Tensor:
+def eigvalsh(matrices: torch.Tensor, allow_kernel: bool = True) -> torch.Tensor:
     """Ascending eigenvalues (..., n) of the symmetric (..., n, n) ``matrices``. cuSOLVER's
     batched solver for a CUDA batch with n > 32 where nvmath is installed (falls back to
     torch, with one warning, if that call fails); the compiled kernel of core/dense_kernel.py
     for a CPU float64 batch of at least KERNEL_MIN_BATCH matrices with n >= KERNEL_MIN_SIZE
-    (it solves the batch's tridiagonals side by side, so it needs a batch); torch otherwise."""
+    (it solves the batch's tridiagonals side by side, so it needs a batch), unless the
+    caller's whole job is too small to repay its compile (``allow_kernel`` False:
+    dense_jobs.KERNEL_MIN_WORK); torch otherwise."""
     n = matrices.shape[-1]
     if (
-        matrices.device.type == "cpu"
+        allow_kernel
+        and matrices.device.type == "cpu"
         and matrices.dtype == torch.float64
         and n >= dense_kernel.KERNEL_MIN_SIZE
         and matrices[..., 0, 0].numel() >= KERNEL_MIN_BATCH

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import torch
 
+from . import dense_jobs
 from .checks import require
 from .eigen import eigvalsh
 from .precision import EXACT, Accuracy
@@ -81,6 +82,7 @@ def row_scaled_hankel_singular_values(
     out = torch.zeros(len(owner_of), len(positions), length // 2, dtype=dtype, device=device)
     cuts = sorted({int(t) for t in positions.tolist() if 0 < t < length})
     rows_of = {t: (positions == t).nonzero().flatten().tolist() for t in cuts}
+    allow_kernel = _repays_kernel(owners, owner_of, cuts, max_rank)
 
     def one_cut(t: int) -> torch.Tensor:
         cut = owners[:, t:, :t]  # (O, m, n)
@@ -92,10 +94,13 @@ def row_scaled_hankel_singular_values(
         # heads, mostly). A recurrence's cuts fall far below it and take the shared factor.
         by_gram = (values[:, -1] >= 10 * GRAM_GUARD * values[:, 0])[owner_of]
         if bool(by_gram.any()):
-            sigma[by_gram] = gram_singular_values(gate[by_gram, :, None] * cut[owner_of[by_gram]], accuracy=accuracy)
+            channels = gate[by_gram, :, None] * cut[owner_of[by_gram]]
+            sigma[by_gram] = gram_singular_values(channels, accuracy=accuracy, allow_kernel=allow_kernel)
         if not bool(by_gram.all()):
             rest = ~by_gram
-            shared = _shared_factor_values(cut, left, values, gate[rest], owner_of[rest], max_rank, accuracy)
+            shared = _shared_factor_values(
+                cut, left, values, gate[rest], owner_of[rest], max_rank, accuracy, allow_kernel
+            )
             sigma[rest, : shared.shape[-1]] = shared
         return sigma
 
@@ -113,7 +118,23 @@ def row_scaled_hankel_singular_values(
     return out
 
 
-def _shared_factor_values(cut, left, values, gate, owner_of, max_rank, accuracy: Accuracy) -> torch.Tensor:
+def _repays_kernel(owners: torch.Tensor, owner_of: torch.Tensor, cuts: list[int], max_rank: int | None) -> bool:
+    """Whether the channels' Gram eigenvalues may take the compiled kernel
+    (`dense_jobs.repays_kernel`): their work, sum over channels and cuts of min(r, t, L - t)^3,
+    with each owner's factor width r estimated from its middle cut (the widest; a zoo model's
+    heads keep a dozen columns where the bound N would say 64). Read from the data alone, so
+    every process routes a job the same way."""
+    length = owners.shape[-1]
+    middle = torch.linalg.svdvals(owners[:, length // 2 :, : length // 2])  # (O, L / 2)
+    widths = (middle > TRUNCATE_ESS * middle[:, :1]).sum(-1).clamp(max=max_rank or length).tolist()
+    channels = torch.bincount(owner_of, minlength=len(widths)).tolist()
+    work = sum(count * sum(min(w, t, length - t) ** 3 for t in cuts) for w, count in zip(widths, channels) if count)
+    return dense_jobs.repays_kernel(work)
+
+
+def _shared_factor_values(
+    cut, left, values, gate, owner_of, max_rank, accuracy: Accuracy, allow_kernel: bool = True
+) -> torch.Tensor:
     """sigma(diag(g_u) H) for each unit from its owner's H = U S V^T (module docstring), one
     owner at a time: the owner's own rank r decides the factor's width (a fast-decaying head
     keeps a few columns, not the widest head's). Under "exact" the SVD of diag(g_u) U_r S_r;
@@ -131,7 +152,7 @@ def _shared_factor_values(cut, left, values, gate, owner_of, max_rank, accuracy:
         # Weyl: every value is off by at most ||diag(g)|| ||dropped part + rounding||
         shift = gate[rows].abs().amax(-1) * (dropped + ROUNDING * own_values[0])
         if accuracy.fast:
-            values_u, redo = _ess_factor_values(base, gate[rows], shift, accuracy)
+            values_u, redo = _ess_factor_values(base, gate[rows], shift, accuracy, allow_kernel)
         else:
             values_u = torch.linalg.svdvals(gate[rows, :, None] * base)  # (u, min(m, r))
             redo = shift > BOUND * values_u[:, 0]
@@ -144,7 +165,9 @@ def _shared_factor_values(cut, left, values, gate, owner_of, max_rank, accuracy:
     return sigma
 
 
-def _ess_factor_values(base: torch.Tensor, gate: torch.Tensor, shift: torch.Tensor, accuracy: Accuracy):
+def _ess_factor_values(
+    base: torch.Tensor, gate: torch.Tensor, shift: torch.Tensor, accuracy: Accuracy, allow_kernel: bool = True
+):
     """sigma of each unit's factor diag(gate[u]) base (base (m, r), gate (u, m)) from its Gram's
     eigenvalues, and which units must be redone: where the Gram's rounding plus the
     truncation's shift (Weyl, on each sigma) could move a count (`Accuracy.certain`), or the
@@ -160,7 +183,7 @@ def _ess_factor_values(base: torch.Tensor, gate: torch.Tensor, shift: torch.Tens
         gram = ((gate * gate) @ outer).reshape(-1, r, r)
     else:
         gram = (base @ base.T) * gate[:, :, None] * gate[:, None, :]
-    sigma = eigvalsh(gram).flip(-1).clamp_min(0).sqrt()  # (u, g), g = min(m, r): no redo here
+    sigma = eigvalsh(gram, allow_kernel).flip(-1).clamp_min(0).sqrt()  # (u, g), g = min(m, r): no redo here
     top = sigma[:, 0] ** 2
     rounding = GRAM_ERROR * sigma.shape[-1] * torch.finfo(sigma.dtype).eps * top
     error = rounding + (2 * sigma[:, 0] + shift) * shift  # on each sigma^2

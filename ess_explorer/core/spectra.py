@@ -411,11 +411,12 @@ def _recursive_gram_fill(
             future.result()
 
 
-def gram_singular_values(cut: torch.Tensor, method: str = "auto", accuracy: Accuracy = EXACT) -> torch.Tensor:
+def gram_singular_values(cut: torch.Tensor, method="auto", accuracy=EXACT, allow_kernel=True) -> torch.Tensor:
     """Descending singular values of a batch of cuts (B, m, n) by the Gram route: the smaller
-    Gram, then `_gram_values` (with "auto", an SVD of every cut the guard does not pass)."""
+    Gram, then `_gram_values` (with "auto", an SVD of every cut the guard does not pass).
+    allow_kernel: False for a job too small for the compiled eigensolver (core/eigen.py)."""
     gram = cut.mT @ cut if cut.shape[-1] <= cut.shape[-2] else cut @ cut.mT
-    return _gram_values(gram, cut, method, accuracy)
+    return _gram_values(gram, cut, method, accuracy, allow_kernel)
 
 
 def _gram_unsafe(sigma: torch.Tensor, rank: torch.Tensor | int, accuracy: Accuracy) -> torch.Tensor:
@@ -432,10 +433,10 @@ def _gram_unsafe(sigma: torch.Tensor, rank: torch.Tensor | int, accuracy: Accura
     return smallest < GRAM_GUARD * sigma[..., 0]
 
 
-def _gram_values(gram: torch.Tensor, cut: torch.Tensor, method: str, accuracy: Accuracy = EXACT) -> torch.Tensor:
+def _gram_values(gram: torch.Tensor, cut: torch.Tensor, method: str, accuracy=EXACT, allow_kernel=True) -> torch.Tensor:
     """Descending singular values of ``cut`` (B, m, n) from its Gram (B, g, g), g = min(m, n):
     eigvalsh, then `_guarded`."""
-    return _guarded(eigvalsh(gram).flip(-1).clamp_min(0).sqrt(), cut, method, accuracy)
+    return _guarded(eigvalsh(gram, allow_kernel).flip(-1).clamp_min(0).sqrt(), cut, method, accuracy)
 
 
 def _guarded(sigma: torch.Tensor, cut: torch.Tensor, method: str, accuracy: Accuracy) -> torch.Tensor:
