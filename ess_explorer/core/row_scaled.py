@@ -121,9 +121,9 @@ def row_scaled_hankel_singular_values(
 def _repays_kernel(owners: torch.Tensor, owner_of: torch.Tensor, cuts: list[int], max_rank: int | None) -> bool:
     """Whether the channels' Gram eigenvalues may take the compiled kernel
     (`dense_jobs.repays_kernel`): their work, sum over channels and cuts of min(r, t, L - t)^3,
-    with each owner's factor width r estimated from its middle cut (the widest; a zoo model's
-    heads keep a dozen columns where the bound N would say 64). Read from the data alone, so
-    every process routes a job the same way."""
+    with each owner's factor width r estimated from its middle cut (the widest; a
+    fast-forgetting head keeps a few columns where the bound N would say 64 or 128). Read from
+    the data alone, so every process routes a job the same way."""
     length = owners.shape[-1]
     middle = torch.linalg.svdvals(owners[:, length // 2 :, : length // 2])  # (O, L / 2)
     widths = (middle > TRUNCATE_ESS * middle[:, :1]).sum(-1).clamp(max=max_rank or length).tolist()
