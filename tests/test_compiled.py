@@ -61,3 +61,34 @@ def test_a_fresh_compile_and_the_disk_cache_give_the_same_bits(tmp_path):
     fresh, cached = results
     for name in fresh.files:
         np.testing.assert_array_equal(fresh[name], cached[name], err_msg=name)
+
+
+def test_a_slow_first_call_says_once_that_the_kernels_compile(monkeypatch, capsys):
+    """A kernel's first call in a process that takes longer than NOTICE_AFTER (a compile after
+    an install, 9-12 s with nothing on screen) prints one line; a fast first call, a kernel the
+    process already runs, and any later slow first call print nothing."""
+    import threading
+    import time
+
+    if not compiled.available():
+        pytest.skip("numba is not installed: nothing compiles")
+    monkeypatch.setattr(compiled, "NOTICE_AFTER", 0.05)
+    monkeypatch.setattr(compiled, "_announced", threading.Event())
+
+    class Fresh:  # a dispatcher this process has not run yet
+        signatures: list = []
+
+    class Loaded:
+        signatures = ["(float64,)"]
+
+    with compiled.first_call(Fresh()):
+        pass
+    with compiled.first_call(Loaded()):
+        time.sleep(0.3)
+    assert capsys.readouterr().err == ""
+    with compiled.first_call(Fresh()):
+        time.sleep(0.3)
+    assert "compiling the CPU kernels" in capsys.readouterr().err
+    with compiled.first_call(Fresh()):
+        time.sleep(0.3)
+    assert capsys.readouterr().err == ""

@@ -10,12 +10,16 @@ the problems.
 
 from __future__ import annotations
 
+import contextlib
+import sys
+import threading
+
 try:  # optional: every kernel has a torch reference that runs without it
     import numba
 except ImportError:  # pragma: no cover - exercised where numba is absent
     numba = None
 
-__all__ = ["LANES", "available", "jit"]
+__all__ = ["LANES", "available", "jit", "first_call"]
 
 # Problems solved side by side. Each lane loop must be long enough for LLVM's loop
 # vectoriser, which checks at run time that the arrays do not overlap: at 8 or 16 lanes it
@@ -52,3 +56,35 @@ def jit(function=None, *, reassociate: bool = False, inline: bool = False):
     return numba.njit(
         nogil=True, cache=True, error_model="numpy", fastmath=flags, inline="always" if inline else "never"
     )(function)
+
+
+# A kernel's first call in a process loads it from numba's disk cache (a fraction of a second)
+# or, once per install, compiles it (9-12 s, with nothing on screen). Past NOTICE_AFTER seconds
+# one line says which, once per process, so a first analysis does not look hung.
+NOTICE_AFTER = 2.0
+_announced = threading.Event()
+
+
+def first_call(kernel):
+    """Context for a call of the compiled ``kernel``: where this process has not yet run it
+    (no signature loaded or compiled) and the call takes longer than NOTICE_AFTER seconds,
+    one line on stderr says that the kernels are being compiled once for this install."""
+    if numba is None or _announced.is_set() or getattr(kernel, "signatures", True):
+        return contextlib.nullcontext()
+    return _notice()
+
+
+@contextlib.contextmanager
+def _notice():
+    def say() -> None:
+        if not _announced.is_set():
+            _announced.set()
+            sys.stderr.write("ess-explorer: compiling the CPU kernels, once for this install (about 10 s) ...\n")
+
+    timer = threading.Timer(NOTICE_AFTER, say)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()

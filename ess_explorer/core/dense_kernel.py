@@ -39,6 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 
+from . import compiled
 from .compiled import LANES, available, jit
 from .tridiagonal_kernel import _tridiagonal_eigenvalues
 
@@ -335,19 +336,20 @@ def cut_forms(
     ``gram`` ((L + 1) // 2 square, zeros at first) and ``current`` carry the running Gram from
     one call to the next, so that a side's cuts can be reduced a few at a time; returns the
     new ``current``."""
-    return _forms(
-        _NO_MATRICES,
-        op,
-        np.asarray(cuts, dtype=np.int64),
-        np.asarray(slots, dtype=np.int64),
-        bool(tall),
-        forms.diag,
-        forms.off,
-        forms.scale,
-        forms.sizes,
-        gram,
-        int(current),
-    )
+    with compiled.first_call(_forms):
+        return _forms(
+            _NO_MATRICES,
+            op,
+            np.asarray(cuts, dtype=np.int64),
+            np.asarray(slots, dtype=np.int64),
+            bool(tall),
+            forms.diag,
+            forms.off,
+            forms.scale,
+            forms.sizes,
+            gram,
+            int(current),
+        )
 
 
 @jit
@@ -447,7 +449,8 @@ class TridiagonalForms:
         slots = np.asarray(slots, dtype=np.int64)
         self.sizes[slots] = sizes
         matrices = np.ascontiguousarray(matrices, dtype=np.float64)
-        _forms(matrices, _NO_OP, _NO_CUTS, slots, False, self.diag, self.off, self.scale, self.sizes, _NO_OP, -1)
+        with compiled.first_call(_forms):
+            _forms(matrices, _NO_OP, _NO_CUTS, slots, False, self.diag, self.off, self.scale, self.sizes, _NO_OP, -1)
 
     def eigenvalues(self, workers: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
         """(values (B, n) ascending per slot, zero past its size; failed (B,) bool: slots whose

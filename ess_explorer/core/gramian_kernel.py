@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import gramian_naive
+from . import compiled, gramian_naive
 from .compiled import LANES, available, jit
 from .tridiagonal_kernel import _tridiagonal_eigenvalues
 
@@ -441,15 +441,16 @@ def gramian_spectra_kernel(
     # the shift is an argument, not a global: numba's cache of this file would keep an old
     # value of a constant imported from another module
     shift = float(gramian_naive.CHOLESKY_SHIFT)
-    _kernel(
-        *(np.ascontiguousarray(x, dtype=np.float64) for x in (a, b, c)),
-        slot_of,
-        width,
-        *written,
-        bool(causal),
-        float(error_factor),
-        shift,
-    )
+    with compiled.first_call(_kernel):
+        _kernel(
+            *(np.ascontiguousarray(x, dtype=np.float64) for x in (a, b, c)),
+            slot_of,
+            width,
+            *written,
+            bool(causal),
+            float(error_factor),
+            shift,
+        )
     for target, result in zip(targets, written):
         if result is not target:
             target[...] = result
