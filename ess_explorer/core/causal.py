@@ -33,7 +33,7 @@ from __future__ import annotations
 import torch
 
 from . import dense_jobs, dense_kernel
-from .eigen import KERNEL_MIN_BATCH, eigvalsh
+from .eigen import eigvalsh, kernel_takes
 from .gramian_naive import GRAMIAN_ERROR
 from .operators import DPLRSSM, DiagonalSSM
 from .precision import Accuracy
@@ -126,12 +126,7 @@ def reachability_gramian_singular_values(
     # would not take the kernel (small batches, small N: core/eigen.py; a job too small to repay
     # its compile: dense_jobs), neither does this.
     allow_kernel = dense_jobs.repays_kernel(units * sum(min(t, n) ** 3 for t in wanted))
-    trim = (
-        allow_kernel
-        and device.type == "cpu"
-        and n >= dense_kernel.KERNEL_MIN_SIZE
-        and units * block >= KERNEL_MIN_BATCH
-    )
+    trim = allow_kernel and kernel_takes(units * block, n, torch.float64, device)
     held = a.new_zeros(units, block, n, n)  # P_t (or F_t F_t^T) of a block of cuts, solved together
     sizes = torch.full((units, block), n, dtype=torch.long)
     early = a.new_zeros(units, n, n) if trim else None  # F_t: rows j < min(t, N), b_j times the decays since

@@ -20,7 +20,7 @@ import torch
 
 from . import dense_kernel
 
-__all__ = ["eigvalsh", "cusolver_batched_available", "TORCH_BATCHED_LIMIT"]
+__all__ = ["eigvalsh", "kernel_takes", "cusolver_batched_available", "TORCH_BATCHED_LIMIT"]
 
 TORCH_BATCHED_LIMIT = 32  # the largest n torch's CUDA eigvalsh solves as one batched call
 # Below this many matrices the kernel's 64 lanes are too empty to beat LAPACK. Measured on
@@ -41,6 +41,18 @@ def cusolver_batched_available() -> bool:
     return hasattr(cusolverDn, "xsyev_batched")
 
 
+def kernel_takes(count: int, n: int, dtype: torch.dtype, device: torch.device) -> bool:
+    """Whether `eigvalsh` gives a batch of ``count`` matrices n x n to the compiled kernel:
+    CPU float64 with numba, at least KERNEL_MIN_BATCH matrices of n >= KERNEL_MIN_SIZE."""
+    return (
+        device.type == "cpu"
+        and dtype == torch.float64
+        and n >= dense_kernel.KERNEL_MIN_SIZE
+        and count >= KERNEL_MIN_BATCH
+        and dense_kernel.available()
+    )
+
+
 def eigvalsh(matrices: torch.Tensor, allow_kernel: bool = True) -> torch.Tensor:
     """Ascending eigenvalues (..., n) of the symmetric (..., n, n) ``matrices``. cuSOLVER's
     batched solver for a CUDA batch with n > 32 where nvmath is installed (falls back to
@@ -50,14 +62,7 @@ def eigvalsh(matrices: torch.Tensor, allow_kernel: bool = True) -> torch.Tensor:
     caller's whole job is too small to repay its compile (``allow_kernel`` False:
     dense_jobs.KERNEL_MIN_WORK); torch otherwise."""
     n = matrices.shape[-1]
-    if (
-        allow_kernel
-        and matrices.device.type == "cpu"
-        and matrices.dtype == torch.float64
-        and n >= dense_kernel.KERNEL_MIN_SIZE
-        and matrices[..., 0, 0].numel() >= KERNEL_MIN_BATCH
-        and dense_kernel.available()
-    ):
+    if allow_kernel and kernel_takes(matrices[..., 0, 0].numel(), n, matrices.dtype, matrices.device):
         flat = matrices.reshape(-1, n, n)
         return dense_kernel.symmetric_eigenvalues(flat).reshape(matrices.shape[:-1])
     if (

@@ -110,7 +110,6 @@ def gramian_hankel_singular_values(
     reach_w = None if reach is None else [x[:, cuts] for x in reach]
 
     def run(sl: slice) -> None:
-        mine = (lam_w[sl], error_w[sl], *(x[sl] for x in reach_w or ()))
         if use_kernel:  # whole rows (C-ordered: nothing copied), cut t into row t when every cut is wanted
             arrays = [x[sl].numpy() for x in (lam, error, *(reach or ()))]
             gramian_kernel.gramian_spectra_kernel(
@@ -124,6 +123,7 @@ def gramian_hankel_singular_values(
             return
         on = (x[sl].to(device=device, dtype=torch.float64) for x in (a, b, c))
         lam_part, error_part, reach_part = gramian_spectra_blocked(*on, wanted.to(device), causal)
+        mine = (lam_w[sl], error_w[sl], *(x[sl] for x in reach_w or ()))
         for whole, part in zip(mine, (lam_part, error_part, *(reach_part or ()))):
             whole.copy_(part)
 

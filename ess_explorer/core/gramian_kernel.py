@@ -437,7 +437,7 @@ def gramian_spectra_kernel(
     # layout is written through a C-ordered copy of it (core/gramian.py passes whole rows of
     # its own C-ordered outputs instead: the copies cost about a tenth of a Mamba layer).
     targets = (lam, err, *reach)
-    written = [x if x.flags.c_contiguous else np.ascontiguousarray(x) for x in targets]
+    written = [np.ascontiguousarray(x) for x in targets]  # the array itself where it is C-ordered
     # the shift is an argument, not a global: numba's cache of this file would keep an old
     # value of a constant imported from another module
     shift = float(gramian_naive.CHOLESKY_SHIFT)
