@@ -63,10 +63,12 @@ def test_a_fresh_compile_and_the_disk_cache_give_the_same_bits(tmp_path):
         np.testing.assert_array_equal(fresh[name], cached[name], err_msg=name)
 
 
-def test_a_slow_first_call_says_once_that_the_kernels_compile(monkeypatch, capsys):
-    """A kernel's first call in a process that takes longer than NOTICE_AFTER (a compile after
-    an install, 9-12 s with nothing on screen) prints one line; a fast first call, a kernel the
-    process already runs, and any later slow first call print nothing."""
+def test_a_kernels_first_call_warms_it_up_and_only_a_slow_warm_up_says_it_compiles(monkeypatch, capsys):
+    """Before a kernel's first call in a process, a tiny warm-up loads or compiles it; only a
+    warm-up longer than NOTICE_AFTER (a compile after an install, 9-12 s with nothing on
+    screen) prints one line, once per process. A long real call prints nothing (a large job
+    is not a compile), a kernel the process already runs is not warmed again, and the
+    warm-up's own call of the kernel does not recurse."""
     import threading
     import time
 
@@ -75,20 +77,25 @@ def test_a_slow_first_call_says_once_that_the_kernels_compile(monkeypatch, capsy
     monkeypatch.setattr(compiled, "NOTICE_AFTER", 0.05)
     monkeypatch.setattr(compiled, "_announced", threading.Event())
 
-    class Fresh:  # a dispatcher this process has not run yet
-        signatures: list = []
+    class Kernel:  # a dispatcher: a signature once it has run
+        def __init__(self, warm_seconds: float):
+            self.signatures, self.warm_ups, self.warm_seconds = [], 0, warm_seconds
 
-    class Loaded:
-        signatures = ["(float64,)"]
+        def warm_up(self):
+            self.warm_ups += 1
+            self(long=False)  # the warm-up's call goes through the same entry
 
-    with compiled.first_call(Fresh()):
-        pass
-    with compiled.first_call(Loaded()):
-        time.sleep(0.3)
-    assert capsys.readouterr().err == ""
-    with compiled.first_call(Fresh()):
-        time.sleep(0.3)
-    assert "compiling the CPU kernels" in capsys.readouterr().err
-    with compiled.first_call(Fresh()):
-        time.sleep(0.3)
+        def __call__(self, long: bool):
+            compiled.first_call(self, self.warm_up)
+            time.sleep(self.warm_seconds if not self.signatures else (0.3 if long else 0.0))
+            self.signatures = ["(float64,)"]
+
+    fast = Kernel(0.0)
+    fast(long=True)  # loaded from the cache, then a long job
+    fast(long=True)
+    assert fast.warm_ups == 1 and capsys.readouterr().err == ""
+    slow = Kernel(0.3)  # compiling
+    slow(long=False)
+    assert slow.warm_ups == 1 and "compiling the CPU kernels" in capsys.readouterr().err
+    Kernel(0.3)(long=False)  # another compile: said once per process
     assert capsys.readouterr().err == ""

@@ -317,7 +317,7 @@ def test_the_cholesky_shift_keeps_the_unresolved_values_small(monkeypatch):
 def test_only_a_job_of_kernel_min_work_takes_the_kernel(monkeypatch):
     """The Gramian route's choice (`gramian.uses_kernel`): the kernel from units x cuts x N^3 =
     KERNEL_MIN_WORK on, the blocked torch route below it (a fresh install's small first job
-    does not wait for the compile)."""
+    does not wait for the compile), and torch where the kernel's lanes would be mostly empty."""
     if not gramian_kernel.available():
         pytest.skip("numba is not installed")
     ssm = mamba_like(9, 40, 16, seed=8)
@@ -330,6 +330,12 @@ def test_only_a_job_of_kernel_min_work_takes_the_kernel(monkeypatch):
         gramian.gramian_hankel_singular_values(ssm, positions=torch.arange(40), accuracy=Accuracy("ess"))
         assert bool(calls) == kernel
     assert not gramian.uses_kernel(torch.device("meta"), 10**6, 1000, 16)  # a CPU only
+    # its 64 lanes run whether units fill them or not: a few large heads take torch
+    cpu = torch.device("cpu")
+    assert gramian.uses_kernel(cpu, 1536, 1023, 16)  # a Mamba-130m layer: 24 full lane groups
+    assert gramian.uses_kernel(cpu, 64, 255, 64)
+    assert not gramian.uses_kernel(cpu, 8, 255, 64)  # a Mamba2 zoo layer: 1/8 full, 6x slower
+    assert not gramian.uses_kernel(cpu, 24, 511, 128)  # Mamba2-130m's heads at L = 512
     calls.clear()
     gramian.load()  # a benchmark's warm-up: the kernel's own call, with causal ESS (one version for all)
     assert [args[4] for args in calls] == [True]

@@ -59,19 +59,33 @@ def jit(function=None, *, reassociate: bool = False, inline: bool = False):
 
 
 # A kernel's first call in a process loads it from numba's disk cache (a fraction of a second)
-# or, once per install, compiles it (9-12 s, with nothing on screen). Past NOTICE_AFTER seconds
-# one line says which, once per process, so a first analysis does not look hung.
+# or, once per install, compiles it (9-12 s, with nothing on screen). So before its first real
+# call it runs a tiny problem (`first_call`), and where that takes longer than NOTICE_AFTER
+# seconds (a compile: loading takes far less), one line says so, once per process, so a first
+# analysis does not look hung. Timing the real call instead would also announce a compile
+# for a large job that is merely long.
 NOTICE_AFTER = 2.0
 _announced = threading.Event()
+_warming: set = set()
+_warm_lock = threading.RLock()  # re-entered by the warm-up's own calls, in its thread
 
 
-def first_call(kernel):
-    """Context for a call of the compiled ``kernel``: where this process has not yet run it
-    (no signature loaded or compiled) and the call takes longer than NOTICE_AFTER seconds,
-    one line on stderr says that the kernels are being compiled once for this install."""
-    if numba is None or _announced.is_set() or getattr(kernel, "signatures", True):
-        return contextlib.nullcontext()
-    return _notice()
+def first_call(kernel, warm_up) -> None:
+    """Call before each call of the compiled ``kernel``: where this process has not yet run
+    it (no signature loaded or compiled), ``warm_up()`` (a tiny problem through the same
+    call, so the same compiled version) runs first, under the notice. Other threads wait for
+    it; the warm-up's own calls of the kernel pass straight through."""
+    if numba is None or getattr(kernel, "signatures", True):
+        return
+    with _warm_lock:
+        if kernel in _warming or kernel.signatures:
+            return
+        _warming.add(kernel)
+        try:
+            with _notice():
+                warm_up()
+        finally:
+            _warming.discard(kernel)
 
 
 @contextlib.contextmanager

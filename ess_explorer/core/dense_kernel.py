@@ -336,20 +336,20 @@ def cut_forms(
     ``gram`` ((L + 1) // 2 square, zeros at first) and ``current`` carry the running Gram from
     one call to the next, so that a side's cuts can be reduced a few at a time; returns the
     new ``current``."""
-    with compiled.first_call(_forms):
-        return _forms(
-            _NO_MATRICES,
-            op,
-            np.asarray(cuts, dtype=np.int64),
-            np.asarray(slots, dtype=np.int64),
-            bool(tall),
-            forms.diag,
-            forms.off,
-            forms.scale,
-            forms.sizes,
-            gram,
-            int(current),
-        )
+    compiled.first_call(_forms, load)
+    return _forms(
+        _NO_MATRICES,
+        op,
+        np.asarray(cuts, dtype=np.int64),
+        np.asarray(slots, dtype=np.int64),
+        bool(tall),
+        forms.diag,
+        forms.off,
+        forms.scale,
+        forms.sizes,
+        gram,
+        int(current),
+    )
 
 
 @jit
@@ -449,8 +449,8 @@ class TridiagonalForms:
         slots = np.asarray(slots, dtype=np.int64)
         self.sizes[slots] = sizes
         matrices = np.ascontiguousarray(matrices, dtype=np.float64)
-        with compiled.first_call(_forms):
-            _forms(matrices, _NO_OP, _NO_CUTS, slots, False, self.diag, self.off, self.scale, self.sizes, _NO_OP, -1)
+        compiled.first_call(_forms, load)
+        _forms(matrices, _NO_OP, _NO_CUTS, slots, False, self.diag, self.off, self.scale, self.sizes, _NO_OP, -1)
 
     def eigenvalues(self, workers: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
         """(values (B, n) ascending per slot, zero past its size; failed (B,) bool: slots whose

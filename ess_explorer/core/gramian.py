@@ -33,19 +33,32 @@ BLOCKED_CHUNK_BYTES = 256 << 20
 GPU_BUDGET_BYTES = 8 << 30
 
 
-# The kernel compiles once per install (about 11 s) and then runs 4-5x the blocked torch
-# route's speed on a CPU. A job below this many units x cuts x N^3 (about 50,000 cuts at
-# N = 16: 0.7 s for the torch route on 2 cores, a zoo model or a short prompt) takes torch,
-# so that a fresh install's first small analysis does not wait for the compile. The rule
-# reads only the job's sizes, so every process routes a job the same way.
+# The kernel compiles once per install (about 11 s). A job below this many units x cuts x N^3
+# (about 50,000 cuts at N = 16: 0.7 s for the torch route on 2 cores, a zoo model or a short
+# prompt) takes torch, so that a fresh install's first small analysis does not wait for it.
 KERNEL_MIN_WORK = 2e8
+
+
+def kernel_speedup(state_size: int) -> float:
+    """The kernel's speed over the blocked torch route per unit, one thread each, with its
+    lanes full. Measured at L = 256: N = 16 8.1x, 32 4.9x, 64 2.7x, 128 1.3x (a lane group's
+    N x N x LANES matrices leave the cache as N grows, while LAPACK's calls amortise)."""
+    return 8.0 * (16 / state_size) ** 0.85
 
 
 def uses_kernel(device: torch.device, units: int, cuts: int, state_size: int) -> bool:
     """Whether the compiled kernel computes the Gramian route on ``device`` for ``units`` x
-    ``cuts`` cuts of state size N: on a CPU, with numba, for a job of at least KERNEL_MIN_WORK."""
-    large = units * cuts * state_size**3 >= KERNEL_MIN_WORK
-    return device.type == "cpu" and gramian_kernel.available() and large
+    ``cuts`` cuts of state size N: on a CPU, with numba, for a job of at least
+    KERNEL_MIN_WORK, where its lanes are full enough to be the faster route. The kernel runs
+    LANES units side by side whether they are there or not: 8 heads of N = 64 cost it as
+    much as 64, 6x the torch route's time (a Mamba2 zoo model with gates outside). The rule
+    reads only the job's sizes (not the thread count), so every process (a Ray worker, a
+    resumed sweep) routes a job the same way."""
+    if device.type != "cpu" or not gramian_kernel.available() or units * cuts * state_size**3 < KERNEL_MIN_WORK:
+        return False
+    lanes = gramian_kernel.LANES
+    filled = units / (-(-units // lanes) * lanes)
+    return filled * kernel_speedup(state_size) > 1
 
 
 def load() -> None:

@@ -441,17 +441,23 @@ def gramian_spectra_kernel(
     # the shift is an argument, not a global: numba's cache of this file would keep an old
     # value of a constant imported from another module
     shift = float(gramian_naive.CHOLESKY_SHIFT)
-    with compiled.first_call(_kernel):
-        _kernel(
-            *(np.ascontiguousarray(x, dtype=np.float64) for x in (a, b, c)),
-            slot_of,
-            width,
-            *written,
-            bool(causal),
-            float(error_factor),
-            shift,
-        )
+    compiled.first_call(_kernel, _warm_up)
+    _kernel(
+        *(np.ascontiguousarray(x, dtype=np.float64) for x in (a, b, c)),
+        slot_of,
+        width,
+        *written,
+        bool(causal),
+        float(error_factor),
+        shift,
+    )
     for target, result in zip(targets, written):
         if result is not target:
             target[...] = result
     return out
+
+
+def _warm_up() -> None:
+    """The kernel's first call in a process, on a tiny problem (`compiled.first_call`)."""
+    a = np.full((1, 4, 2), 0.5)
+    gramian_spectra_kernel(a, a, a, np.arange(1, 4), True, 1.0)
