@@ -74,7 +74,8 @@ def first_call(kernel, warm_up) -> None:
     """Call before each call of the compiled ``kernel``: where this process has not yet run
     it (no signature loaded or compiled), ``warm_up()`` (a tiny problem through the same
     call, so the same compiled version) runs first, under the notice. Other threads wait for
-    it; the warm-up's own calls of the kernel pass straight through."""
+    it; the warm-up's own calls of the kernel pass straight through, so it must make them in
+    its own thread (a pool's threads would wait for it to finish)."""
     if numba is None or getattr(kernel, "signatures", True):
         return
     with _warm_lock:
