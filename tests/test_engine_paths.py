@@ -315,6 +315,73 @@ def test_row_scaled_channels_under_the_ess_contract(monkeypatch):
     assert (1, length - 24, 24) in own_cuts  # channel 5 at t = 24: 1e12 on the rows the reset zeroed
 
 
+def _spiked_heads(length=64, modes=8, spikes=(21, 22, 23)):
+    """Fast-forgetting heads (few values above the truncation, so factors are carried from
+    cut to cut), head k with its output row spikes[k] scaled by 1e8: the cut's sigma_1 falls
+    by about that much when the row leaves it."""
+    g = torch.Generator().manual_seed(5)
+    heads = len(spikes)
+    a = torch.full((heads, length, modes), 0.3, dtype=torch.float64)
+    b, c = (torch.randn(heads, length, modes, generator=g, dtype=torch.float64) for _ in range(2))
+    for k, row in enumerate(spikes):
+        c[k, row] *= 1e8
+    return DiagonalSSM(a, b, c).materialize()
+
+
+def test_a_carried_factor_is_within_its_error_bound_and_restarts_when_sigma_1_falls():
+    """`_carried_factor`: the next cut's factor from the previous one and the new column is a
+    fraction of the cut's width, and every singular value of it is within its stated error of
+    the cut's own (Weyl). When the spiked row leaves the cut, the carried error would be about
+    1e8 x the truncation relative to the new sigma_1: the cut's own SVD starts again."""
+    from ess_explorer.core.row_scaled import TRUNCATE, _carried_factor
+
+    owner = _spiked_heads(spikes=(21,))[0]
+    factor = _carried_factor(owner, 10, None, TRUNCATE, 8)
+    assert factor.whole
+    for t in range(11, 21):
+        factor = _carried_factor(owner, t, factor, TRUNCATE, 8)
+        assert not factor.whole and factor.base.shape[-1] < min(t, 64 - t)
+        own = torch.linalg.svdvals(owner[t:, :t])
+        mine = torch.linalg.svdvals(factor.base)
+        width = min(len(own), len(mine))
+        assert ((own[:width] - mine[:width]).abs() <= factor.error).all() and (own[width:] <= factor.error).all()
+        assert factor.error <= 4 * TRUNCATE * own[0]
+    factor = _carried_factor(owner, 21, factor, TRUNCATE, 8)  # the spike is the cut's first row
+    assert not factor.whole
+    factor = _carried_factor(owner, 22, factor, TRUNCATE, 8)  # the spike has left
+    assert factor.whole
+
+
+@pytest.mark.parametrize("precision", ["exact", "ess"])
+def test_row_scaled_channels_with_carried_factors_match_their_own_svd(precision, monkeypatch):
+    """Every cut of channels whose heads' factors are carried from cut to cut, across rows
+    that take sigma_1 down by 1e8: the same values as each channel's own SVD (within the
+    exact contract's bound), or under "ess" the same tolerance-ESS and entropy within 1e-5;
+    many of the heads' SVDs are the narrow carried ones."""
+    from ess_explorer import entropy_ess, tolerance_ess
+    from ess_explorer.core.precision import Accuracy
+    from ess_explorer.core.row_scaled import row_scaled_hankel_singular_values
+
+    heads = _spiked_heads()
+    owner_of = torch.tensor([0, 0, 1, 1, 2, 2])
+    gate = torch.rand(6, 64, generator=torch.Generator().manual_seed(6), dtype=torch.float64) + 0.1
+    shapes, original = [], torch.linalg.svd
+    monkeypatch.setattr(torch.linalg, "svd", lambda x, **k: shapes.append(tuple(x.shape)) or original(x, **k))
+    chosen = row_scaled_hankel_singular_values(
+        heads, owner_of, gate, torch.arange(64), max_rank=8, accuracy=Accuracy(precision)
+    )
+    monkeypatch.undo()
+    exact = hankel_singular_values(gate[..., None] * heads[owner_of], method="svd")
+    if precision == "exact":
+        assert_spectra_match(chosen, exact[..., : chosen.shape[-1]])
+    else:
+        assert torch.equal(tolerance_ess(spectra=chosen), tolerance_ess(spectra=exact))
+        entropy, reference = entropy_ess(spectra=chosen), entropy_ess(spectra=exact)
+        assert bool(((entropy - reference).abs() <= 1e-5 * reference).all())
+    carried = [m for m, n in shapes if n < min(64 - m, m)]  # an m x w SVD narrower than its cut
+    assert len(carried) > len(shapes) / 3  # the rest: the first cut of each chunk, and cuts t <= r
+
+
 @pytest.mark.gpu
 @cuda
 def test_cuda_row_scaled_channels_and_shared_causal_equal_cpu():

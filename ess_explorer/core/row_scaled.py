@@ -11,22 +11,31 @@ and U S keeps only the r columns with S_k > TRUNCATE * S_1 (TRUNCATE_ESS under "
 most the rank bound of the structure, N for a recurrence), so each channel works on an
 (L - t) x r matrix instead of its own (L - t) x t cut. Each owner keeps its own r: a
 fast-decaying head's cuts have a few values above the cut-off, a slow one's up to N, and a
-channel's cost grows as r^2 (L - t) + r^3.
+channel's cost grows as r^2 (L - t) + r^3. On a CPU the owner's factor is carried from one
+cut to the next: H_{t+1} is H_t without its first row plus one new column, so the SVD of
+[U_r S_r without its first row | new column], (L - t - 1) x (r + 1), gives the next factor
+(`_carried_factor`), instead of the SVD of the whole (L - t - 1) x (t + 1) cut (Mamba2's
+heads at L = 512: 59 s of SVDs per layer -> 17 s, one thread).
 
 Accuracy. Dropping the columns past r and the rounding of the owner's SVD change
 diag(g) H_t by at most ||diag(g)|| (S_{r+1} + ROUNDING * S_1) in the 2-norm, so by Weyl's
-inequality every singular value moves by at most that much (the shift). Under "exact" a
+inequality every singular value moves by at most that much (the shift); a carried factor
+adds up those of the cuts it was carried through (its ``error``), and restarts from the
+cut's own SVD before it passes RESTART times the truncation. Under "exact" a
 channel keeps the result only where the shift is within BOUND * sigma_1 of its own cut (the
 accuracy every path of the project keeps: docs/spectra.md), from the SVD of its (L - t) x r
 factor. Under "ess" (core/precision.py) the factor's Gram gives the values, and a channel
 keeps them where the Gram's rounding plus the shift cannot move a count and the shift is at
-most ESS_BOUND * sigma_1 (so entropy-ESS stays within its contract). Any other channel's cut
-is redone by its own SVD. Where the owner's cut is well conditioned, each channel's Gram and
+most ESS_BOUND * sigma_1 (so entropy-ESS stays within its contract). Any other channel
+tries again with the factor of its owner's own SVD, where the one it had was carried, and
+failing that its cut is redone by its own SVD. Where the owner's cut is well conditioned, each channel's Gram and
 `eigvalsh` of its whole cut (the dense path's guarded route, core/spectra.py) cost less than
 that SVD and are used instead.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 
@@ -47,6 +56,9 @@ BOUND = 1e-10  # a channel keeps the shared result when it is this accurate rela
 # ESS_BOUND times its own sigma_1 and cannot move a count: `_ess_factor_values`.
 TRUNCATE_ESS = 1e-13
 ESS_BOUND = 1e-8
+# A factor carried from cut to cut (`_carried_factor`) restarts from the cut's own SVD once its
+# error passes this many times the truncation, relative to the cut's sigma_1.
+RESTART = 4
 
 
 def row_scaled_hankel_singular_values(
@@ -84,29 +96,45 @@ def row_scaled_hankel_singular_values(
     rows_of = {t: (positions == t).nonzero().flatten().tolist() for t in cuts}
     allow_kernel = _repays_kernel(owners, owner_of, cuts, max_rank)
 
-    def one_cut(t: int) -> torch.Tensor:
+    truncate = TRUNCATE_ESS if accuracy.fast else TRUNCATE
+    in_use = torch.unique(owner_of).tolist()
+    # On a CPU each owner's factor follows it from cut to cut (`_carried_factor`); on a GPU one
+    # batched SVD of every owner's cut beats a loop of small ones.
+    carry = device.type == "cpu"
+
+    def one_cut(t: int, carried: dict) -> torch.Tensor:
         cut = owners[:, t:, :t]  # (O, m, n)
-        left, values, _ = torch.linalg.svd(cut, full_matrices=False)  # (O, m, k), (O, k)
+        if carry:
+            factors = {o: _carried_factor(owners[o], t, carried.get(o), truncate, max_rank) for o in in_use}
+        else:
+            left, values, _ = torch.linalg.svd(cut, full_matrices=False)  # (O, m, k), (O, k)
+            factors = {o: _Factor.truncated(t, left[o], values[o], 0.0, True, truncate, max_rank) for o in in_use}
         gate = scales[:, t:]  # (U, m)
-        sigma = cut.new_zeros(len(owner_of), values.shape[-1])
+        sigma = cut.new_zeros(len(owner_of), min(cut.shape[-2:]))
         # A well-conditioned owner cut (smallest value 10x above the Gram guard): its channels'
         # Grams keep every value (core/spectra.py) for a fraction of an SVD each (attention
         # heads, mostly). A recurrence's cuts fall far below it and take the shared factor.
-        by_gram = (values[:, -1] >= 10 * GRAM_GUARD * values[:, 0])[owner_of]
+        conditioned = torch.zeros(owners.shape[0], dtype=torch.bool)
+        for o, factor in factors.items():
+            conditioned[o] = factor.whole and bool(factor.values[-1] >= 10 * GRAM_GUARD * factor.values[0])
+        by_gram = conditioned.to(owner_of.device)[owner_of]
         if bool(by_gram.any()):
             channels = gate[by_gram, :, None] * cut[owner_of[by_gram]]
             sigma[by_gram] = gram_singular_values(channels, accuracy=accuracy, allow_kernel=allow_kernel)
         if not bool(by_gram.all()):
             rest = ~by_gram
             shared = _shared_factor_values(
-                cut, left, values, gate[rest], owner_of[rest], max_rank, accuracy, allow_kernel
+                cut, factors, gate[rest], owner_of[rest], accuracy, truncate, max_rank, allow_kernel
             )
             sigma[rest, : shared.shape[-1]] = shared
+        if carry:
+            carried.update(factors)
         return sigma
 
     def run(chunk: slice) -> None:
+        carried: dict = {}  # owner -> its factor at the chunk's previous cut
         for t in cuts[chunk]:
-            sigma = one_cut(t)
+            sigma = one_cut(t, carried)
             width = min(sigma.shape[-1], out.shape[-1])
             for row in rows_of[t]:
                 out[:, row, :width] = sigma[:, :width]
@@ -132,37 +160,96 @@ def _repays_kernel(owners: torch.Tensor, owner_of: torch.Tensor, cuts: list[int]
     return dense_jobs.repays_kernel(work)
 
 
+class _Factor(NamedTuple):
+    """An owner's cut H_t (m, n) as base Z + E: base (m, r) = U_r S_r, Z with orthonormal rows,
+    ||E||_2 <= error. values: the singular values it was cut from (of H_t itself where
+    ``whole``, else of the carried factor)."""
+
+    t: int
+    base: torch.Tensor
+    error: float
+    values: torch.Tensor
+    whole: bool
+
+    @classmethod
+    def truncated(cls, t, left, values, carried_error: float, whole: bool, truncate: float, max_rank) -> "_Factor":
+        """Keep the columns with S_k > truncate S_1 (at most ``max_rank``); the error grows by
+        the first dropped value and the SVD's rounding."""
+        kept = max(1, int((values > truncate * values[0]).sum()))
+        kept = kept if max_rank is None else min(kept, max(1, max_rank))
+        dropped = float(values[kept]) if kept < len(values) else 0.0
+        error = carried_error + dropped + ROUNDING * float(values[0])
+        return cls(t, left[:, :kept] * values[:kept], error, values, whole)
+
+
+def _carried_factor(owner: torch.Tensor, t: int, previous: "_Factor | None", truncate: float, max_rank) -> _Factor:
+    """The factor of cut t of ``owner`` (L, L), from the factor of an earlier cut t0 where
+    that is the smaller problem: H_t = [H_t0 without its first t - t0 rows | owner[t:, t0:t]],
+    so H_t = [base_t0[t - t0:] | new columns] blockdiag(Z_t0, I) + E_t0 (rows dropped), and an
+    SVD of that m x (r + t - t0) matrix, instead of the m x t cut, gives the next factor. The
+    dropped values and roundings add up along a chunk of cuts; where they pass RESTART x the
+    truncation (relative to this cut's sigma_1: a head's sigma_1 can fall by orders of
+    magnitude when a large row leaves the cut), the cut's own SVD starts again. A fast-
+    forgetting head keeps a few columns, so its cuts cost a fraction of their SVDs."""
+    m, n = owner.shape[-1] - t, t
+    if previous is not None and previous.t < t and previous.base.shape[-1] + t - previous.t < min(m, n):
+        stacked = torch.cat([previous.base[t - previous.t :], owner[t:, previous.t : t]], dim=-1)
+        left, values, _ = torch.linalg.svd(stacked, full_matrices=False)
+        factor = _Factor.truncated(t, left, values, previous.error, False, truncate, max_rank)
+        if factor.error <= RESTART * truncate * float(values[0]):
+            return factor
+    return _whole_factor(owner[t:, :t], t, truncate, max_rank)
+
+
+def _whole_factor(cut: torch.Tensor, t: int, truncate: float, max_rank) -> _Factor:
+    left, values, _ = torch.linalg.svd(cut, full_matrices=False)
+    return _Factor.truncated(t, left, values, 0.0, True, truncate, max_rank)
+
+
 def _shared_factor_values(
-    cut, left, values, gate, owner_of, max_rank, accuracy: Accuracy, allow_kernel: bool = True
+    cut, factors: dict, gate, owner_of, accuracy: Accuracy, truncate: float, max_rank, allow_kernel: bool = True
 ) -> torch.Tensor:
-    """sigma(diag(g_u) H) for each unit from its owner's H = U S V^T (module docstring), one
-    owner at a time: the owner's own rank r decides the factor's width (a fast-decaying head
-    keeps a few columns, not the widest head's). Under "exact" the SVD of diag(g_u) U_r S_r;
-    under "ess" its Gram's eigenvalues (`_ess_factor_values`). A unit whose bound does not
-    hold takes the SVD of its own cut."""
-    sigma = cut.new_zeros(len(owner_of), values.shape[-1])
-    truncate = TRUNCATE_ESS if accuracy.fast else TRUNCATE
+    """sigma(diag(g_u) H) for each unit from its owner's factor H = base Z + E (module
+    docstring), one owner at a time: the owner's own rank r decides the factor's width (a
+    fast-decaying head keeps a few columns, not the widest head's). A unit whose bound does
+    not hold tries again with the cut's own SVD where its owner's factor was carried (whose
+    error is the larger: ``factors`` then holds that one), then takes the SVD of its own cut."""
+    sigma = cut.new_zeros(len(owner_of), min(cut.shape[-2:]))
     for owner in torch.unique(owner_of).tolist():
         rows = (owner_of == owner).nonzero().flatten()
-        own_values = values[owner]
-        kept = max(1, int((own_values > truncate * own_values[0]).sum()))
-        kept = kept if max_rank is None else min(kept, max(1, max_rank))
-        dropped = own_values[kept] if kept < len(own_values) else own_values.new_zeros(())
-        base = left[owner, :, :kept] * own_values[:kept]  # (m, r): unit u's factor is diag(g_u) base
-        # Weyl: every value is off by at most ||diag(g)|| ||dropped part + rounding||
-        shift = gate[rows].abs().amax(-1) * (dropped + ROUNDING * own_values[0])
-        if accuracy.fast:
-            values_u, redo = _ess_factor_values(base, gate[rows], shift, accuracy, allow_kernel)
-        else:
-            values_u = torch.linalg.svdvals(gate[rows, :, None] * base)  # (u, min(m, r))
-            redo = shift > BOUND * values_u[:, 0]
+        factor = factors[owner]
+        values_u, redo = _channel_values(factor, gate[rows], accuracy, allow_kernel)
+        if bool(redo.any()) and not factor.whole:
+            factor = factors[owner] = _whole_factor(cut[owner], factor.t, truncate, max_rank)
+            again, redo_again = _channel_values(factor, gate[rows[redo]], accuracy, allow_kernel)
+            values_u = _padded_rows(values_u, redo, again)
+            redo[redo.clone()] = redo_again
         if bool(redo.any()):  # the cut of a channel whose gate peaks where its rows are small
             own = torch.linalg.svdvals(gate[rows[redo], :, None] * cut[owner])
-            values_u = torch.nn.functional.pad(values_u, (0, max(0, own.shape[-1] - values_u.shape[-1])))
-            values_u[redo] = torch.nn.functional.pad(own, (0, values_u.shape[-1] - own.shape[-1]))
+            values_u = _padded_rows(values_u, redo, own)
         width = min(values_u.shape[-1], sigma.shape[-1])
         sigma[rows, :width] = values_u[:, :width]
     return sigma
+
+
+def _channel_values(factor: _Factor, gate: torch.Tensor, accuracy: Accuracy, allow_kernel: bool):
+    """sigma of each unit's diag(gate[u]) base (gate (u, m)) and which units must be redone:
+    under "exact" by SVD, kept where the shift ||diag(g)|| ||E|| (Weyl) is within BOUND
+    sigma_1; under "ess" by its Gram (`_ess_factor_values`)."""
+    shift = gate.abs().amax(-1) * factor.error
+    if accuracy.fast:
+        return _ess_factor_values(factor.base, gate, shift, accuracy, allow_kernel)
+    values = torch.linalg.svdvals(gate[:, :, None] * factor.base)  # (u, min(m, r))
+    return values, shift > BOUND * values[:, 0]
+
+
+def _padded_rows(values: torch.Tensor, rows: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+    """values (u, k) with the rows selected by the mask ``rows`` replaced by ``new``, both
+    zero padded to the wider of the two."""
+    width = max(values.shape[-1], new.shape[-1])
+    values = torch.nn.functional.pad(values, (0, width - values.shape[-1]))
+    values[rows] = torch.nn.functional.pad(new, (0, width - new.shape[-1]))
+    return values
 
 
 def _ess_factor_values(
