@@ -21,16 +21,16 @@ Accuracy. Dropping the columns past r and the rounding of the owner's SVD change
 diag(g) H_t by at most ||diag(g)|| (S_{r+1} + ROUNDING * S_1) in the 2-norm, so by Weyl's
 inequality every singular value moves by at most that much (the shift); a carried factor
 adds up those of the cuts it was carried through (its ``error``), and restarts from the
-cut's own SVD before it passes RESTART times the truncation. Under "exact" a
-channel keeps the result only where the shift is within BOUND * sigma_1 of its own cut (the
-accuracy every path of the project keeps: docs/spectra.md), from the SVD of its (L - t) x r
-factor. Under "ess" (core/precision.py) the factor's Gram gives the values, and a channel
-keeps them where the Gram's rounding plus the shift cannot move a count and the shift is at
-most ESS_BOUND * sigma_1 (so entropy-ESS stays within its contract). Any other channel
-tries again with the factor of its owner's own SVD, where the one it had was carried, and
-failing that its cut is redone by its own SVD. Where the owner's cut is well conditioned, each channel's Gram and
-`eigvalsh` of its whole cut (the dense path's guarded route, core/spectra.py) cost less than
-that SVD and are used instead.
+cut's own SVD before it passes RESTART times the truncation. Under "exact" a channel keeps
+the result only where the shift is within BOUND * sigma_1 of its own cut (the accuracy
+every path of the project keeps: docs/spectra.md), from the SVD of its (L - t) x r factor.
+Under "ess" (core/precision.py) the factor's Gram gives the values, and a channel keeps
+them where the Gram's rounding plus the shift cannot move a count and the shift is at most
+ESS_BOUND * sigma_1 (so entropy-ESS stays within its contract). Any other channel tries
+again with the factor of its owner's own SVD, where the one it had was carried, and failing
+that its cut is redone by its own SVD. Where the owner's cut is well conditioned, each
+channel's Gram and `eigvalsh` of its whole cut (the dense path's guarded route,
+core/spectra.py) cost less than that SVD and are used instead.
 """
 
 from __future__ import annotations
