@@ -114,10 +114,11 @@ def row_scaled_hankel_singular_values(
         # A well-conditioned owner cut (smallest value 10x above the Gram guard): its channels'
         # Grams keep every value (core/spectra.py) for a fraction of an SVD each (attention
         # heads, mostly). A recurrence's cuts fall far below it and take the shared factor.
-        conditioned = torch.zeros(owners.shape[0], dtype=torch.bool)
+        conditioned = torch.zeros(owners.shape[0], dtype=torch.bool, device=device)  # filled on the device: no sync
         for o, factor in factors.items():
-            conditioned[o] = factor.whole and bool(factor.values[-1] >= 10 * GRAM_GUARD * factor.values[0])
-        by_gram = conditioned.to(owner_of.device)[owner_of]
+            if factor.whole:
+                conditioned[o] = factor.values[-1] >= 10 * GRAM_GUARD * factor.values[0]
+        by_gram = conditioned[owner_of]
         if bool(by_gram.any()):
             channels = gate[by_gram, :, None] * cut[owner_of[by_gram]]
             sigma[by_gram] = gram_singular_values(channels, accuracy=accuracy, allow_kernel=allow_kernel)
@@ -223,7 +224,7 @@ def _shared_factor_values(
             factor = factors[owner] = _whole_factor(cut[owner], factor.t, truncate, max_rank)
             again, redo_again = _channel_values(factor, gate[rows[redo]], accuracy, allow_kernel)
             values_u = _padded_rows(values_u, redo, again)
-            redo[redo.clone()] = redo_again
+            redo = redo.masked_scatter(redo, redo_again)  # the retried units: still failing?
         if bool(redo.any()):  # the cut of a channel whose gate peaks where its rows are small
             own = torch.linalg.svdvals(gate[rows[redo], :, None] * cut[owner])
             values_u = _padded_rows(values_u, redo, own)
