@@ -256,6 +256,34 @@ def test_row_scaled_channels_match_their_own_dense_svd(modes, monkeypatch):
     assert capture.dense(units).equal(channels[units])
 
 
+def test_chunks_of_channels_end_where_a_head_ends(monkeypatch):
+    """core/layer.py computes a layer in chunks of units; with heads of 5 channels and room
+    for 7 a chunk, each chunk stops at a head's last channel (no head's reachability computed
+    twice), a head larger than a chunk is split, and the ESS equal a one-chunk run's."""
+    from ess_explorer.core import layer as layer_module
+
+    capture, _ = _gated_heads(heads=3, channels=5)
+    assert layer_module._unit_chunks(capture, list(range(15)), 7) == [slice(0, 5), slice(5, 10), slice(10, 15)]
+    assert layer_module._unit_chunks(capture, [1, 2, 3, 4, 5, 6], 3) == [slice(0, 3), slice(3, 6)]
+    assert layer_module._unit_chunks(capture, list(range(15)), 3)[:2] == [slice(0, 3), slice(3, 5)]
+    positions = np.arange(40)
+    whole = layer_module.layer_arrays(capture, positions, tol=1e-3, relative=True)
+    owners_seen = []
+    original = capture.causal_spectra
+    monkeypatch.setattr(
+        capture,
+        "causal_spectra",
+        lambda units, *a, **k: owners_seen.extend(capture._owners(units)[0].tolist()) or original(units, *a, **k),
+    )
+    most = int(capture.rank_bound(positions).max())
+    monkeypatch.setattr(layer_module, "UNIT_CHUNK_VALUES", 7 * len(positions) * most)  # 7 units a chunk
+    chunked = layer_module.layer_arrays(capture, positions, tol=1e-3, relative=True)
+    assert sorted(owners_seen) == [0, 1, 2]  # each head's reachability once
+    for field in ("tolerance_ess", "causal_ess"):
+        np.testing.assert_array_equal(chunked[field], whole[field])
+    np.testing.assert_allclose(chunked["entropy_ess"], whole["entropy_ess"], rtol=1e-12)
+
+
 def test_row_scaled_channel_whose_bound_fails_is_redone(monkeypatch):
     """After an exact reset at step 30 the head's cuts have zero rows from 30 on; with a gate
     of 1e12 there, the worst-case bound on the shared factor's rounding (1e12 times it) no
