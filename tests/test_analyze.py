@@ -201,8 +201,10 @@ def test_channels_split_by_the_gate_share_their_heads_reachability(monkeypatch):
         return reachability_singular_values(ssm, *args, **kwargs)
 
     monkeypatch.setattr(units_module, "reachability_singular_values", counting)
-    sigma, reach = inside.spectra_and_causal(picked, positions)
+    sigma, shared = inside.spectra_and_causal(picked, positions)
     assert swept == [3]  # one sweep, one unit per head
+    assert shared.values.shape[0] == 3  # and one row per head, not copied to each channel
+    reach = shared.per_unit()
     own = torch.cat([reachability_singular_values(inside.ssm([unit]), positions) for unit in picked])
     torch.testing.assert_close(reach, own, rtol=1e-12, atol=0)
     torch.testing.assert_close(reach, outside.causal_spectra([0, 1, 1, 0, 2], positions), rtol=1e-12, atol=0)

@@ -19,13 +19,14 @@ from ess_explorer.core import compiled
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Every entry point of the dense kernel (which reassociates) and the Gramian kernel (with causal
-# ESS), on inputs large enough that LLVM's vectorised loops, not their scalar remainders, do the sums.
+# Every entry point of the dense kernel (which reassociates), the Gramian kernel (with causal
+# ESS) and the row-scaled channels' kernel, on inputs large enough that LLVM's vectorised
+# loops, not their scalar remainders, do the sums.
 SCRIPT = """
 import sys
 import numpy as np
 import torch
-from ess_explorer.core import dense_kernel, gramian_kernel
+from ess_explorer.core import channel_kernel, dense_kernel, gramian_kernel
 
 rng = np.random.default_rng(0)
 out = {}
@@ -44,6 +45,8 @@ a = 0.85 + 0.14 * rng.random((2, 60, 24))
 b, c = rng.standard_normal((2, 2, 60, 24))
 lam, err, reach = gramian_kernel.gramian_spectra_kernel(a, b, c, np.arange(1, 60), True, 10.0)
 out["gramian"] = np.concatenate([x.reshape(-1) for x in (lam, err, *reach)])
+base, gate = torch.from_numpy(rng.standard_normal((90, 20))), torch.from_numpy(rng.random((70, 90)))
+out["channels"] = channel_kernel.gram_eigenvalues(base, gate).numpy()
 np.savez(sys.argv[1], **out)
 """
 

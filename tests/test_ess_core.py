@@ -322,3 +322,26 @@ def test_finite_spectra_sees_nan_and_inf_anywhere():
             spoiled = sigma.clone()
             spoiled[where] = bad
             assert not finite_spectra(spoiled), (bad, where)
+
+
+@pytest.mark.parametrize("scope", ["cut", "unit", "layer"])
+def test_spectra_counted_and_their_entropy_taken_in_blocks_equal_one_pass(scope, monkeypatch):
+    """core/ess.py takes a layer's spectra in blocks of rows on a CPU; with blocks of 10 values
+    (uneven: 7 rows of 6 values per 3 units x 7 cuts = 21 rows) every count and entropy equals
+    the direct formulas, all-zero cuts included."""
+    from ess_explorer.core import ess
+
+    g = torch.Generator().manual_seed(3)
+    sigma = torch.rand(3, 7, 6, generator=g, dtype=torch.float64).sort(-1, descending=True).values
+    sigma = sigma * torch.logspace(0, -5, 6, dtype=torch.float64)
+    sigma[1, 2] = 0.0  # an all-zero cut
+    sigma[2, :, 3:] = 0.0  # a zero tail
+    reference = ess.tolerance_reference(sigma, scope)
+    counts = (sigma > 1e-3 * reference).sum(-1)
+    p = sigma / sigma.sum(-1, keepdim=True).clamp_min(1e-300)
+    entropy = torch.where(sigma.sum(-1) > 0, torch.exp(-torch.special.xlogy(p, p).sum(-1)), 0.0)
+    monkeypatch.setattr(ess, "BLOCK_VALUES", 10)
+    assert torch.equal(ess.count_above_tolerance(sigma, 1e-3, True, scope), counts)
+    assert torch.equal(ess.count_above_tolerance(sigma, 1e-2, False, "cut"), (sigma > 1e-2).sum(-1))
+    torch.testing.assert_close(ess.entropy_of(sigma), entropy, rtol=1e-13, atol=0)
+    assert ess.entropy_of(sigma)[1, 2] == 0 and ess.entropy_of(sigma[..., :0]).shape == (3, 7)

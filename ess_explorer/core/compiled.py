@@ -1,8 +1,8 @@
 """numba, where it is installed: the one place the compiled kernels are set up.
 
 core/gramian_kernel.py (the Gramian route), core/dense_kernel.py (the dense path's cut
-eigenvalues), core/tridiagonal_kernel.py (their shared QL iteration) and core/sturm.py (Sturm
-counts) compile their loops with `jit`; `available()` says whether numba imports, and where
+eigenvalues), core/channel_kernel.py (a head's row-scaled channels), core/tridiagonal_kernel.py
+(their shared QL iteration) and core/sturm.py (Sturm counts) compile their loops with `jit`; `available()` says whether numba imports, and where
 it does not the torch references beside each kernel run instead. The kernels put LANES
 problems side by side, every loop innermost over them, so LLVM vectorises each step across
 the problems.

@@ -26,7 +26,7 @@ import torch
 from .ess import DEFAULT_SCOPE, check_scope, check_tolerance, count_above_tolerance, entropy_of, tolerance_reference
 from .memory import reused_memory
 from .precision import DEFAULT_PRECISION, Accuracy
-from .units import CapturedLayer, DenseCapture, SSMCapture
+from .units import CapturedLayer, DenseCapture, OwnerRows, SSMCapture
 
 __all__ = ["layer_arrays", "SPECTRA_BUDGET"]
 
@@ -136,8 +136,10 @@ def layer_arrays(
     # checks of a user's spectra, which cost as much as the counting on a Mamba layer.
     def count(rows, sigma, csig, references):
         tol_ess[rows] = count_above_tolerance(sigma, tol, relative, scope, references.get("hankel")).cpu().numpy()
-        if csig is not None:
-            causal_ess[rows] = count_above_tolerance(csig, tol, relative, scope, references.get("causal")).cpu().numpy()
+        if csig is not None:  # OwnerRows: each owner's counted once (its units' references are its own)
+            shared = csig.values if isinstance(csig, OwnerRows) else csig
+            counts = count_above_tolerance(shared, tol, relative, scope, references.get("causal"))
+            causal_ess[rows] = (counts[csig.inverse] if isinstance(csig, OwnerRows) else counts).cpu().numpy()
 
     def chunk_spectra(rows):
         if not causal:
@@ -156,7 +158,8 @@ def layer_arrays(
         if deferred:
             top["hankel"] = max(top["hankel"], float(tolerance_reference(sigma, "layer")))
             if csig is not None:
-                top["causal"] = max(top["causal"], float(tolerance_reference(csig, "layer")))
+                shared = csig.values if isinstance(csig, OwnerRows) else csig
+                top["causal"] = max(top["causal"], float(tolerance_reference(shared, "layer")))
         else:
             count(rows, sigma, csig, {})
         if on_chunk is not None:

@@ -39,9 +39,8 @@ from typing import NamedTuple
 
 import torch
 
-from . import dense_jobs
+from . import channel_kernel, dense_jobs
 from .checks import require
-from .eigen import eigvalsh
 from .precision import EXACT, Accuracy
 from .spectra import GRAM_ERROR, GRAM_GUARD, gram_singular_values
 from .sweeps import over_chunks
@@ -260,18 +259,8 @@ def _ess_factor_values(
     eigenvalues, and which units must be redone: where the Gram's rounding plus the
     truncation's shift (Weyl, on each sigma) could move a count (`Accuracy.certain`), or the
     shift exceeds ESS_BOUND sigma_1 (entropy-ESS then stays within its 1e-5: every value moves
-    by at most the shift).
-
-    The u Grams in one matrix product, not u small ones: base^T diag(g^2) base is g^2 (a row
-    of gate^2) times the m outer products of base's rows, (m, r^2); where r > m the Gram
-    diag(g) base base^T diag(g) is base base^T scaled by g g^T."""
-    m, r = base.shape
-    if r <= m:
-        outer = (base[:, :, None] * base[:, None, :]).reshape(m, r * r)
-        gram = ((gate * gate) @ outer).reshape(-1, r, r)
-    else:
-        gram = (base @ base.T) * gate[:, :, None] * gate[:, None, :]
-    sigma = eigvalsh(gram, allow_kernel).flip(-1).clamp_min(0).sqrt()  # (u, g), g = min(m, r): no redo here
+    by at most the shift). The Grams and their eigenvalues: core/channel_kernel.py."""
+    sigma = channel_kernel.gram_eigenvalues(base, gate, allow_kernel).sqrt()  # (u, g), g = min(m, r): no redo here
     top = sigma[:, 0] ** 2
     rounding = GRAM_ERROR * sigma.shape[-1] * torch.finfo(sigma.dtype).eps * top
     error = rounding + (2 * sigma[:, 0] + shift) * shift  # on each sigma^2

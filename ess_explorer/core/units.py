@@ -39,7 +39,7 @@ them None. Token-wise maps (projections, norms) stay outside T (docs/families.md
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 import torch
@@ -60,11 +60,24 @@ from .spectra import choose_ssm_path, hankel_singular_values, overflow_error
 from .sturm import TridiagonalSpectra
 from .sweeps import factored_hankel_singular_values
 
-__all__ = ["CapturedLayer", "DenseCapture", "SSMCapture", "ShortConvCapture"]
+__all__ = ["CapturedLayer", "DenseCapture", "OwnerRows", "SSMCapture", "ShortConvCapture"]
 
 
 def _index(units) -> torch.Tensor:
     return torch.as_tensor(list(units) if not isinstance(units, torch.Tensor) else units, dtype=torch.long)
+
+
+class OwnerRows(NamedTuple):
+    """Spectra that units share through their owner: unit u's are values[inverse[u]] (a head's
+    reachability, the same for each of its channels: counted once per head, not copied to
+    each channel)."""
+
+    values: torch.Tensor  # (owners, P, K)
+    inverse: torch.Tensor  # (units,) rows into values
+
+    def per_unit(self) -> torch.Tensor:
+        """(units, P, K): each unit's own copy."""
+        return self.values[self.inverse]
 
 
 @dataclass
@@ -344,11 +357,12 @@ class SSMCapture(CapturedLayer):
         )
 
     def causal_spectra(
-        self, units, positions, *, device=None, dtype=torch.float64, accuracy: Accuracy = EXACT
-    ) -> torch.Tensor:
+        self, units, positions, *, device=None, dtype=torch.float64, accuracy: Accuracy = EXACT, by_owner=False
+    ) -> "torch.Tensor | OwnerRows":
         """One pass per distinct owner among ``units``: a row scale leaves a and b. Under
         "ess" a diagonal owner's Gramian eigenvalues (core/causal.py), else the exact sweep
-        (Mamba2's N = 128 heads: a QR and an SVD of 128 x 128 per step, a quarter of the layer)."""
+        (Mamba2's N = 128 heads: a QR and an SVD of 128 x 128 per step, a quarter of the layer).
+        ``by_owner``: as `OwnerRows`, one row per owner, not copied out to each of its units."""
         owners, inverse = self._owners(units)
         ssm, positions = self.realize(owners), torch.as_tensor(positions)
         if accuracy.fast and isinstance(ssm, DiagonalSSM):
@@ -359,7 +373,8 @@ class SSMCapture(CapturedLayer):
             )
         else:
             reach = reachability_singular_values(ssm, positions, dtype=dtype, device=device)
-        return reach[inverse]
+        shared = OwnerRows(reach, inverse)
+        return shared if by_owner else shared.per_unit()
 
     def gramian_route(self, units, path: dict, accuracy: Accuracy) -> bool:
         """Whether ``units`` take the Gramian route (core/gramian.py) on ``path``: diagonal
@@ -381,7 +396,12 @@ class SSMCapture(CapturedLayer):
         that share an owner take its reachability from one sweep (`causal_spectra`)."""
         positions = torch.as_tensor(positions)
         path = self.spectra_path(positions, device)
-        if self._shares_owners(units) or path["method"] == "dense":
+        if self._shares_owners(units):  # a head's channels: its reachability once, counted once (core/layer.py)
+            kwargs = dict(device=device, dtype=dtype, accuracy=accuracy)
+            return self.spectra(units, positions, **kwargs), self.causal_spectra(
+                units, positions, **kwargs, by_owner=True
+            )
+        if path["method"] == "dense":
             return super().spectra_and_causal(units, positions, device=device, dtype=dtype, accuracy=accuracy)
         ssm = self.ssm(units)  # realised only here: the dense route realises its own
         try:

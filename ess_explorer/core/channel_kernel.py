@@ -1,0 +1,140 @@
+"""The Grams of one owner's row-scaled channels and their eigenvalues, as one compiled CPU kernel (numba).
+
+core/row_scaled.py needs, at every cut, the eigenvalues of u small Grams that share one
+factor: G_u = F^T diag(w_u) F, F the owner's factor (m, r), w_u the channel's gate squared on
+the cut's rows (a Mamba2 head: 64 channels, r mostly 3-30). In torch that is one matrix
+product (u, m) x (m, r^2) and a batched `eigvalsh`, whose per-matrix overhead dominates at
+these sizes (about 4 us per 16 x 16 matrix, against some 6,000 multiply-adds). Here LANES
+channels run side by side, every loop innermost over them: each Gram's lower triangle is
+summed over the m rows in cache, then reduced and solved by the lane eigensolver of
+core/gramian_kernel.py (Householder across the lanes, trace-scaled, then the QL iteration of
+core/tridiagonal_kernel.py). Measured on one core, 64 channels, m = 128, eigenvalues alone:
+r = 8: 0.2 us per matrix (torch 1.3), r = 16: 1.1 (3.9), r = 24: 2.5 (7.5), r = 32: 6.0
+(13.0, and core/dense_kernel.py's 7.0). From r = 32 on the lanes' working set (r^2 x 64
+values) leaves the cache and core/dense_kernel.py is the faster: the kernel takes r below
+MAX_SIZE.
+
+Accuracy: the Gram's entries are the same sums of m products as torch's (in another order),
+and the eigensolver is backward stable with the trace as its scale, so every eigenvalue is
+within a small multiple of r eps lambda_1, the bound the caller's guard assumes of any
+eigensolver (core/spectra.py GRAM_ERROR; tests/test_channel_kernel.py). A lane whose QL does
+not converge is recomputed by the reference.
+
+The reference is `reference` below, the torch route the kernel replaces (the tests compare
+them); where numba is missing, or the factor is wider than MAX_SIZE, it runs instead.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from . import compiled
+from .compiled import LANES, available, jit
+from .eigen import eigvalsh
+from .gramian_kernel import _symmetric_eigenvalues
+
+__all__ = ["gram_eigenvalues", "reference", "MAX_SIZE"]
+
+MAX_SIZE = 31  # the widest factor the kernel takes (module docstring: measured crossover at 32)
+
+
+def gram_eigenvalues(base: torch.Tensor, gate: torch.Tensor, allow_kernel: bool = True) -> torch.Tensor:
+    """Eigenvalues of base^T diag(gate[u]^2) base for each unit u: (u, min(m, r)), descending,
+    clamped at 0. base (m, r), gate (u, m), float64. ``allow_kernel`` False (a job too small to
+    repay a compile: core/dense_jobs.py) takes the reference."""
+    m, r = base.shape
+    if not (allow_kernel and takes(base, gate)):
+        return reference(base, gate, allow_kernel)
+    weights = np.zeros((m, -(-gate.shape[0] // LANES) * LANES))  # (rows, lanes): a row's weights contiguous
+    weights[:, : gate.shape[0]] = (gate * gate).T.numpy()
+    out = np.empty((weights.shape[1], min(m, r)))
+    failed = np.zeros(weights.shape[1], dtype=np.bool_)
+    compiled.first_call(_grams_and_eigenvalues, _warm_up)
+    _grams_and_eigenvalues(np.ascontiguousarray(base.numpy()), weights, out, failed)
+    values = torch.from_numpy(out[: gate.shape[0]])
+    stuck = torch.from_numpy(failed[: gate.shape[0]])
+    if bool(stuck.any()):
+        values[stuck] = reference(base, gate[stuck], allow_kernel)
+    return values
+
+
+def takes(base: torch.Tensor, gate: torch.Tensor) -> bool:
+    """Whether `gram_eigenvalues` gives these to the kernel: CPU float64, r <= MAX_SIZE, numba."""
+    return (
+        available()
+        and base.device.type == "cpu"
+        and base.dtype == gate.dtype == torch.float64
+        and 0 < base.shape[-1] <= MAX_SIZE
+        and base.shape[0] > 0
+    )
+
+
+def reference(base: torch.Tensor, gate: torch.Tensor, allow_kernel: bool = True) -> torch.Tensor:
+    """`gram_eigenvalues` in torch. The u Grams in one matrix product, not u small ones:
+    base^T diag(g^2) base is g^2 (a row of gate^2) times the m outer products of base's rows,
+    (m, r^2); where r > m the Gram diag(g) base base^T diag(g) (m x m) has the same nonzero
+    eigenvalues and is the smaller."""
+    m, r = base.shape
+    if r <= m:
+        outer = (base[:, :, None] * base[:, None, :]).reshape(m, r * r)
+        gram = ((gate * gate) @ outer).reshape(-1, r, r)
+    else:
+        gram = (base @ base.T) * gate[:, :, None] * gate[:, None, :]
+    return eigvalsh(gram, allow_kernel).flip(-1).clamp_min(0)
+
+
+@jit
+def _grams_and_eigenvalues(base, weights, out, failed):  # pragma: no cover - compiled
+    """out[u] <- the eigenvalues of base^T diag(weights[:, u]) base, descending, clamped at 0,
+    its first min(m, r) (the rest are zero: rank <= m); failed[u] where the lane's QL did not
+    converge. base (m, r); weights (m, U), U a multiple of LANES; out (U, min(m, r))."""
+    m, r = base.shape
+    rank = out.shape[1]
+    gram = np.empty((r, r, LANES))
+    values = np.empty((r, LANES))
+    diag = np.empty((r, LANES))
+    off = np.empty((r, LANES))
+    v = np.empty((r, LANES))
+    pv = np.empty((r, LANES))
+    lane_failed = np.empty(LANES, dtype=np.bool_)
+    for start in range(0, weights.shape[1], LANES):
+        for i in range(r):  # the lower triangle: all the eigensolver reads
+            for j in range(i + 1):
+                for w in range(LANES):
+                    gram[i, j, w] = 0.0
+        k = 0
+        while k + 4 <= m:  # four rows a pass: a quarter of the Gram's loads and stores (they bound it)
+            w0 = weights[k, start : start + LANES]
+            w1 = weights[k + 1, start : start + LANES]
+            w2 = weights[k + 2, start : start + LANES]
+            w3 = weights[k + 3, start : start + LANES]
+            for i in range(r):
+                for j in range(i + 1):
+                    b0 = base[k, i] * base[k, j]
+                    b1 = base[k + 1, i] * base[k + 1, j]
+                    b2 = base[k + 2, i] * base[k + 2, j]
+                    b3 = base[k + 3, i] * base[k + 3, j]
+                    for w in range(LANES):
+                        gram[i, j, w] += ((w0[w] * b0 + w1[w] * b1) + w2[w] * b2) + w3[w] * b3
+            k += 4
+        while k < m:
+            row = weights[k, start : start + LANES]
+            for i in range(r):
+                for j in range(i + 1):
+                    b = base[k, i] * base[k, j]
+                    for w in range(LANES):
+                        gram[i, j, w] += row[w] * b
+            k += 1
+        for w in range(LANES):
+            lane_failed[w] = False
+        _symmetric_eigenvalues(gram, r, rank, values, lane_failed, diag, off, v, pv)
+        for w in range(LANES):
+            failed[start + w] = lane_failed[w]
+            for i in range(rank):
+                out[start + w, i] = values[i, w]
+
+
+def _warm_up() -> None:
+    """The kernel's first call in a process, on a tiny problem (`compiled.first_call`)."""
+    gram_eigenvalues(torch.eye(3, 2, dtype=torch.float64), torch.ones(1, 3, dtype=torch.float64))

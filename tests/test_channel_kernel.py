@@ -1,0 +1,95 @@
+"""The row-scaled channels' compiled kernel (core/channel_kernel.py) against its torch reference.
+
+The bound every eigenvalue must meet is the one the row-scaled path's guard assumes of any
+eigensolver (core/spectra.py, GRAM_ERROR): GRAM_ERROR * r * eps * lambda_1 of its own Gram."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from ess_explorer.core import channel_kernel
+from ess_explorer.core.spectra import GRAM_ERROR
+
+pytestmark = pytest.mark.skipif(not channel_kernel.available(), reason="numba is not installed")
+EPS = float(np.finfo(np.float64).eps)
+
+
+def factor_and_gates(rows: int, width: int, units: int, seed: int, decades: float = 12.0):
+    """A head's factor U_r S_r (orthonormal columns times values falling over ``decades``
+    decades, as a recurrence's cuts do) and per-channel gates in (0, 1], a few of them zero."""
+    g = torch.Generator().manual_seed(seed)
+    left, _ = torch.linalg.qr(torch.randn(rows, max(width, rows), generator=g, dtype=torch.float64))
+    values = torch.logspace(0, -decades, width, dtype=torch.float64)
+    base = (
+        torch.randn(rows, width, generator=g, dtype=torch.float64) * values
+        if rows < width
+        else left[:, :width] * values
+    )
+    gate = torch.rand(units, rows, generator=g, dtype=torch.float64)
+    gate[:, ::7] = 0.0  # a channel's gate closed on some rows
+    return base, gate
+
+
+@pytest.mark.parametrize(
+    "rows, width, units",
+    [
+        (128, 1, 64),
+        (128, 3, 1),
+        (128, 16, 63),
+        (200, 24, 65),
+        (40, channel_kernel.MAX_SIZE, 130),
+        (6, 20, 64),
+        (5, 5, 3),
+    ],
+)
+def test_the_kernel_is_within_the_bound_of_the_reference(rows, width, units):
+    """Any factor width up to MAX_SIZE, fewer rows than columns (rank < r: the kernel keeps
+    min(m, r) values), channel counts that leave lanes empty or span several lane groups."""
+    base, gate = factor_and_gates(rows, width, units, seed=rows + width)
+    got = channel_kernel.gram_eigenvalues(base, gate)
+    expected = channel_kernel.reference(base, gate)
+    assert got.shape == expected.shape == (units, min(rows, width))
+    assert (got[:, :-1] >= got[:, 1:]).all() and (got >= 0).all()  # descending, clamped at 0
+    scale = expected[:, :1].clamp_min(1e-300)
+    worst = float(((got - expected).abs() / scale).max())
+    assert worst <= GRAM_ERROR * width * EPS, f"worst error {worst:.2e} of lambda_1"
+
+
+def test_the_reference_is_each_channels_own_eigvalsh():
+    base, gate = factor_and_gates(30, 8, 5, seed=1)
+    for unit in range(5):
+        own = torch.linalg.eigvalsh(base.T @ torch.diag(gate[unit] ** 2) @ base).flip(-1).clamp_min(0)
+        torch.testing.assert_close(channel_kernel.reference(base, gate)[unit], own, rtol=0, atol=1e-14)
+    wide = torch.randn(4, 9, dtype=torch.float64)  # r > m: the m x m Gram, the same nonzero values
+    own = torch.linalg.svdvals(gate[:2, :4, None] * wide) ** 2
+    torch.testing.assert_close(channel_kernel.reference(wide, gate[:2, :4]), own, rtol=1e-12, atol=1e-14)
+
+
+def test_wider_factors_and_a_job_too_small_for_a_compile_take_the_reference(monkeypatch):
+    calls = []
+    original = channel_kernel._grams_and_eigenvalues
+    monkeypatch.setattr(channel_kernel, "_grams_and_eigenvalues", lambda *a: calls.append(1) or original(*a))
+    base, gate = factor_and_gates(64, channel_kernel.MAX_SIZE + 1, 8, seed=2)
+    channel_kernel.gram_eigenvalues(base, gate)
+    channel_kernel.gram_eigenvalues(base[:, :10], gate, allow_kernel=False)
+    channel_kernel.gram_eigenvalues(base[:, :10].float(), gate.float())  # float64 only
+    assert calls == []
+    channel_kernel.gram_eigenvalues(base[:, :10], gate)
+    assert calls == [1]
+
+
+def test_a_lane_whose_iteration_fails_is_recomputed_by_the_reference(monkeypatch):
+    original = channel_kernel._grams_and_eigenvalues
+
+    def failing(base, weights, out, failed):
+        original(base, weights, out, failed)
+        out[2] = np.nan
+        failed[2] = True
+
+    monkeypatch.setattr(channel_kernel, "_grams_and_eigenvalues", failing)
+    base, gate = factor_and_gates(50, 12, 6, seed=3)
+    got = channel_kernel.gram_eigenvalues(base, gate)
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got[2], channel_kernel.reference(base, gate[2:3])[0], rtol=0, atol=0)
