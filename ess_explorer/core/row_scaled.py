@@ -76,8 +76,8 @@ def row_scaled_hankel_singular_values(
     owners (O, L, L) lower triangular; owner_of (U,) rows into owners; scales (U, L);
     max_rank: a bound on rank(H_t) from the structure (N for a recurrence), or None: the
     owner's values past it are rounding, and dropping them is within the bound below.
-    Returns (U, P, L // 2), descending, zero padded; row t = 0 all zeros, as
-    `hankel_singular_values` of the materialised T_u.
+    Returns (U, P, K), K = L // 2 or max_rank where that is smaller, descending, zero padded;
+    row t = 0 all zeros, as `hankel_singular_values` of the materialised T_u (its first K).
     """
     device = torch.device(device) if device is not None else owners.device
     owners = owners.to(device=device, dtype=dtype)
@@ -90,7 +90,8 @@ def row_scaled_hankel_singular_values(
         f"and {tuple(scales.shape)}",
     )
     positions = torch.as_tensor(positions, dtype=torch.long).flatten().cpu()
-    out = torch.zeros(len(owner_of), len(positions), length // 2, dtype=dtype, device=device)
+    most = length // 2 if max_rank is None else min(length // 2, max(1, max_rank))  # past the bound: rounding
+    out = torch.zeros(len(owner_of), len(positions), most, dtype=dtype, device=device)
     cuts = sorted({int(t) for t in positions.tolist() if 0 < t < length})
     rows_of = {t: (positions == t).nonzero().flatten().tolist() for t in cuts}
     allow_kernel = _repays_kernel(owners, owner_of, cuts, max_rank)
