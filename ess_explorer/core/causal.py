@@ -43,11 +43,8 @@ from .sweeps import _rank_one_update_upper, over_chunks
 __all__ = ["reachability_singular_values", "reachability_gramian_singular_values", "shift_register_singular_values"]
 
 # The reachability Gramians held at once by `reachability_gramian_singular_values`: the cuts
-# of one batched eigvalsh, (units, cuts, N, N) float64. On a CPU a block small enough to be
-# reused from one call to the next (Mamba2's 24 heads, N = 128: 4 cuts, 96 matrices, enough
-# to fill the kernel's lanes): a fresh 128 MB block cost more in page faults than its
-# eigenvalues (a Mamba2 layer at L = 256: 2.4 s -> 1.1 s). A GPU takes larger, fewer calls.
-GRAMIAN_BLOCK_BYTES = {"cpu": 16 << 20, "gpu": 128 << 20}
+# of one batched eigvalsh, (units, cuts, N, N) float64 (Mamba2's 24 heads, N = 128: 32 cuts).
+GRAMIAN_BLOCK_BYTES = 128 << 20
 
 
 def reachability_singular_values(
@@ -121,8 +118,7 @@ def reachability_gramian_singular_values(
     wanted = sorted({t for t in positions.tolist() if 1 <= t <= length})
     squares = torch.zeros(units, len(wanted), n, dtype=torch.float64, device=device)  # eig(P_t), descending
     error = torch.zeros(units, len(wanted), dtype=torch.float64, device=device)
-    budget = GRAMIAN_BLOCK_BYTES["cpu" if device.type == "cpu" else "gpu"]
-    block = max(1, min(len(wanted), budget // (8 * max(1, units) * n * n)))
+    block = max(1, min(len(wanted), GRAMIAN_BLOCK_BYTES // (8 * max(1, units) * n * n)))
     eps = torch.finfo(torch.float64).eps
     # On a CPU the kernel solves each matrix's leading block only (dense_kernel): a cut t < N
     # then takes the t x t Gram of R_t's columns, F_t F_t^T (the same nonzero eigenvalues as
