@@ -93,3 +93,15 @@ def test_a_lane_whose_iteration_fails_is_recomputed_by_the_reference(monkeypatch
     got = channel_kernel.gram_eigenvalues(base, gate)
     assert torch.isfinite(got).all()
     torch.testing.assert_close(got[2], channel_kernel.reference(base, gate[2:3])[0], rtol=0, atol=0)
+
+
+def test_an_overflowed_gram_is_not_answered_with_zeros():
+    """A gate of 1e160 overflows its channel's Gram: the kernel hands that lane to the
+    reference, which refuses it as torch does (the eigensolver would clamp a NaN lane's values
+    to zeros, were it to converge)."""
+    base, gate = factor_and_gates(20, 6, 3, seed=4)
+    gate[1, 4] = 1e160
+    with pytest.raises(torch.linalg.LinAlgError):
+        channel_kernel.reference(base, gate)
+    with pytest.raises(torch.linalg.LinAlgError):
+        channel_kernel.gram_eigenvalues(base, gate)

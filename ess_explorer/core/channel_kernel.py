@@ -87,8 +87,8 @@ def reference(base: torch.Tensor, gate: torch.Tensor, allow_kernel: bool = True)
 @jit
 def _grams_and_eigenvalues(base, weights, out, failed):  # pragma: no cover - compiled
     """out[u] <- the eigenvalues of base^T diag(weights[:, u]) base, descending, clamped at 0,
-    its first min(m, r) (the rest are zero: rank <= m); failed[u] where the lane's QL did not
-    converge. base (m, r); weights (m, U), U a multiple of LANES; out (U, min(m, r))."""
+    its first min(m, r) (the rest are zero: rank <= m); failed[u] where the lane's Gram
+    overflowed or its QL did not converge. base (m, r); weights (m, U), U a multiple of LANES; out (U, min(m, r))."""
     m, r = base.shape
     rank = out.shape[1]
     gram = np.empty((r, r, LANES))
@@ -98,6 +98,7 @@ def _grams_and_eigenvalues(base, weights, out, failed):  # pragma: no cover - co
     v = np.empty((r, LANES))
     pv = np.empty((r, LANES))
     lane_failed = np.empty(LANES, dtype=np.bool_)
+    trace = np.empty(LANES)
     for start in range(0, weights.shape[1], LANES):
         for i in range(r):  # the lower triangle: all the eigensolver reads
             for j in range(i + 1):
@@ -127,7 +128,12 @@ def _grams_and_eigenvalues(base, weights, out, failed):  # pragma: no cover - co
                         gram[i, j, w] += row[w] * b
             k += 1
         for w in range(LANES):
-            lane_failed[w] = False
+            trace[w] = 0.0
+        for i in range(r):
+            for w in range(LANES):
+                trace[w] += gram[i, i, w]
+        for w in range(LANES):  # an overflowed Gram: the reference's answer (or its error), not zeros
+            lane_failed[w] = not np.isfinite(trace[w])
         _symmetric_eigenvalues(gram, r, rank, values, lane_failed, diag, off, v, pv)
         for w in range(LANES):
             failed[start + w] = lane_failed[w]
