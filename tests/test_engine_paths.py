@@ -282,6 +282,12 @@ def test_chunks_of_channels_end_where_a_head_ends(monkeypatch):
     for field in ("tolerance_ess", "causal_ess"):
         np.testing.assert_array_equal(chunked[field], whole[field])
     np.testing.assert_allclose(chunked["entropy_ess"], whole["entropy_ess"], rtol=1e-12)
+    # scope "layer" over several chunks: counted after the layer's largest sigma_1 is known
+    chunked = layer_module.layer_arrays(capture, positions, tol=1e-3, relative=True, scope="layer")
+    monkeypatch.undo()
+    whole = layer_module.layer_arrays(capture, positions, tol=1e-3, relative=True, scope="layer")
+    for field in ("tolerance_ess", "causal_ess"):
+        np.testing.assert_array_equal(chunked[field], whole[field])
 
 
 def test_row_scaled_channel_whose_bound_fails_is_redone(monkeypatch):

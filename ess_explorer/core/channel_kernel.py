@@ -60,11 +60,13 @@ def gram_eigenvalues(base: torch.Tensor, gate: torch.Tensor, allow_kernel: bool 
 
 
 def takes(base: torch.Tensor, gate: torch.Tensor) -> bool:
-    """Whether `gram_eigenvalues` gives these to the kernel: CPU float64, r <= MAX_SIZE, numba."""
+    """Whether `gram_eigenvalues` gives these to the kernel: CPU float64 without gradients,
+    r <= MAX_SIZE, numba."""
     return (
         available()
         and base.device.type == "cpu"
         and base.dtype == gate.dtype == torch.float64
+        and not (base.requires_grad or gate.requires_grad)
         and 0 < base.shape[-1] <= MAX_SIZE
         and base.shape[0] > 0
     )

@@ -134,22 +134,28 @@ def layer_arrays(
 
     # The spectra come from the engine (finite, descending): counted without tolerance_ess's
     # checks of a user's spectra, which cost as much as the counting on a Mamba layer.
-    def count(rows, sigma, csig, references):
+    def count(rows, sigma, csig, inverse, references):
         tol_ess[rows] = count_above_tolerance(sigma, tol, relative, scope, references.get("hankel")).cpu().numpy()
-        if csig is not None:  # OwnerRows: each owner's counted once (its units' references are its own)
-            shared = csig.values if isinstance(csig, OwnerRows) else csig
-            counts = count_above_tolerance(shared, tol, relative, scope, references.get("causal"))
-            causal_ess[rows] = (counts[csig.inverse] if isinstance(csig, OwnerRows) else counts).cpu().numpy()
+        if csig is not None:
+            counts = count_above_tolerance(csig, tol, relative, scope, references.get("causal"))
+            causal_ess[rows] = (counts if inverse is None else counts[inverse]).cpu().numpy()
 
     def chunk_spectra(rows):
+        """(spectra, causal spectra or None, None or each unit's row in the causal spectra):
+        the units of one owner share its causal spectra (`OwnerRows`), counted once."""
         if not causal:
-            return layer.spectra(unit_ids[rows], positions, device=device, dtype=torch.float64, accuracy=accuracy), None
-        return layer.spectra_and_causal(
+            return (
+                layer.spectra(unit_ids[rows], positions, device=device, dtype=torch.float64, accuracy=accuracy),
+                None,
+                None,
+            )
+        sigma, csig = layer.spectra_and_causal(
             unit_ids[rows], positions, device=device, dtype=torch.float64, accuracy=accuracy
         )
+        return (sigma, *csig) if isinstance(csig, OwnerRows) else (sigma, csig, None)
 
     for rows in chunks:
-        sigma, csig = chunk_spectra(rows)
+        sigma, csig, inverse = chunk_spectra(rows)
         ent_ess[rows] = entropy_of(sigma).cpu().numpy()
         width = min(keep, sigma.shape[-1])
         kept[rows, :, :width] = sigma[..., :width].cpu().numpy()
@@ -158,10 +164,9 @@ def layer_arrays(
         if deferred:
             top["hankel"] = max(top["hankel"], float(tolerance_reference(sigma, "layer")))
             if csig is not None:
-                shared = csig.values if isinstance(csig, OwnerRows) else csig
-                top["causal"] = max(top["causal"], float(tolerance_reference(shared, "layer")))
+                top["causal"] = max(top["causal"], float(tolerance_reference(csig, "layer")))
         else:
-            count(rows, sigma, csig, {})
+            count(rows, sigma, csig, inverse, {})
         if on_chunk is not None:
             on_chunk(rows.stop, n_units)
     for rows in chunks if deferred else ():
