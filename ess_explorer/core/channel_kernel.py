@@ -11,14 +11,14 @@ core/gramian_kernel.py (Householder across the lanes, trace-scaled, then the QL 
 core/tridiagonal_kernel.py). Measured on one core, 64 channels, m = 128, eigenvalues alone:
 r = 8: 0.2 us per matrix (torch 1.3), r = 16: 1.1 (3.9), r = 24: 2.5 (7.5), r = 32: 6.0
 (13.0, and core/dense_kernel.py's 7.0). From r = 32 on the lanes' working set (r^2 x 64
-values) leaves the cache and core/dense_kernel.py is the faster: the kernel takes r below
+values) leaves the cache and core/dense_kernel.py is the faster: the kernel takes r up to
 MAX_SIZE.
 
 Accuracy: the Gram's entries are the same sums of m products as torch's (in another order),
 and the eigensolver is backward stable with the trace as its scale, so every eigenvalue is
 within a small multiple of r eps lambda_1, the bound the caller's guard assumes of any
-eigensolver (core/spectra.py GRAM_ERROR; tests/test_channel_kernel.py). A lane whose QL does
-not converge is recomputed by the reference.
+eigensolver (core/spectra.py GRAM_ERROR; tests/test_channel_kernel.py). A lane whose Gram
+overflowed or whose QL does not converge is recomputed by the reference.
 
 The reference is `reference` below, the torch route the kernel replaces (the tests compare
 them); where numba is missing, or the factor is wider than MAX_SIZE, it runs instead.
