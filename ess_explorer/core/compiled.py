@@ -2,10 +2,10 @@
 
 core/gramian_kernel.py (the Gramian route), core/dense_kernel.py (the dense path's cut
 eigenvalues), core/channel_kernel.py (a head's row-scaled channels), core/tridiagonal_kernel.py
-(their shared QL iteration) and core/sturm.py (Sturm counts) compile their loops with `jit`; `available()` says whether numba imports, and where
-it does not the torch references beside each kernel run instead. The kernels put LANES
-problems side by side, every loop innermost over them, so LLVM vectorises each step across
-the problems.
+(their shared QL iteration) and core/sturm.py (Sturm counts) compile their loops with `jit`;
+`available()` says whether numba imports, and where it does not the torch references beside
+each kernel run instead. The kernels put LANES problems side by side, every loop innermost
+over them, so LLVM vectorises each step across the problems.
 """
 
 from __future__ import annotations

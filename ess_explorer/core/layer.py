@@ -69,9 +69,8 @@ def _unit_chunks(layer: CapturedLayer, unit_ids: list[int], chunk: int) -> list[
     chunks, start = [], 0
     while start < len(unit_ids):
         stop = min(len(unit_ids), start + chunk)
-        if owners is not None and stop < len(unit_ids):
-            ends = [row for row in range(stop, start, -1) if owners[row] != owners[row - 1]]
-            stop = ends[0] if ends else stop  # one owner larger than a chunk: split it
+        if owners is not None and stop < len(unit_ids):  # the last owner's end in the chunk, if any
+            stop = next((row for row in range(stop, start, -1) if owners[row] != owners[row - 1]), stop)
         chunks.append(slice(start, stop))
         start = stop
     return chunks
