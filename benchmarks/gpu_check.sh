@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # GPU check of the spectra engine: one run on a CUDA machine, under 8 minutes in all.
-# Needs python3 with a CUDA build of torch, numpy and pytest; installs from the registries what
-# else it can (numba, nvmath-python for cuSOLVER's batched eigensolver, transformers for the
-# whole-model cases, which are skipped without it). From the repository root:
+# Needs python3 with a CUDA build of torch, numpy and pytest. What else it can use (numba,
+# nvmath-python for cuSOLVER's batched eigensolver, transformers for the whole-model cases, which
+# are skipped without it) it installs from wheels in .whl/ (benchmarks/gpu_wheels.sh fetches them,
+# for a machine without network) or else from the registries. From the repository root:
 #     bash benchmarks/gpu_check.sh        # logs in $OUT when set, else ./gpu_check_logs
 # Steps, each under its own time limit (a step that runs out is reported, the next runs):
-#   0. install what is missing (pip, time-limited)
+#   0. install what is missing (pip, time-limited), and say whether cuSOLVER's batched solver loads
 #   1. the gpu-marked tests: CUDA results equal to the CPU's within the accuracy bound, cuSOLVER's
 #      batched eigenvalues equal to torch's, the Gramian route within the "ess" contract
 #   2. a Mamba-130m-shaped layer (1536 channels, N = 16, L = 1024, all cuts, both variants),
@@ -37,11 +38,20 @@ date -u | tee -a "$LOGS/summary.txt"
 say "torch: $($PY -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0) if torch.cuda.is_available() else "NO CUDA")' 2>&1)"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >> "$LOGS/summary.txt" 2>&1 || true
 
-missing=""
-for pkg in numba "nvmath-python[cu12]:nvmath" "transformers<6:transformers" tqdm; do
-  $PY -c "import ${pkg##*:}" 2>/dev/null || missing="$missing ${pkg%%:*}"
-done
-[ -n "$missing" ] && step install 60 $PY -m pip install -q $missing
+# What the machine lacks: from wheels carried in .whl/ (benchmarks/gpu_wheels.sh: a GPU machine may
+# reach no registry), installed without an index ahead of its own packages; else from the registries,
+# without retries (no network then costs seconds, not the step's minute).
+if ls .whl/*.whl >/dev/null 2>&1; then
+  step install 60 $PY -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/ess_gpu_site .whl/*.whl
+  export PYTHONPATH="/tmp/ess_gpu_site:$PYTHONPATH"
+else
+  missing=""
+  for pkg in numba "nvmath-python>=1.0,<2:nvmath" "transformers<6:transformers" tqdm; do
+    $PY -c "import ${pkg##*:}" 2>/dev/null || missing="$missing ${pkg%%:*}"
+  done
+  [ -n "$missing" ] && step install 60 $PY -m pip install -q --retries 0 --timeout 10 $missing
+fi
+say "cuSOLVER's batched eigensolver: $($PY -c 'from ess_explorer.core.eigen import cusolver_batched_available as a; print("available" if a() else "missing (torch loops over batches of n > 32)")' 2>&1 | tail -1)"
 step gpu_tests 60 $PY -m pytest -q -m gpu tests/test_engine_paths.py tests/test_dplr.py tests/test_precision.py tests/test_gramian_blocked.py -p no:cacheprovider
 step layer 60 $PY benchmarks/bench_engine.py --device cuda --full --only layer
 step factored 40 $PY benchmarks/bench_engine.py --device cuda --full --only factored
