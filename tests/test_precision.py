@@ -290,6 +290,29 @@ def test_the_kernels_lane_eigensolver_is_exact_and_each_lane_its_own():
     np.testing.assert_array_equal(mixed_diag[:, even], d[:, order[even]])
 
 
+
+def test_the_lane_solver_marks_an_overflowed_matrix_failed_and_solves_the_others():
+    """`_symmetric_eigenvalues` (shared by the Gramian and channel kernels) on lanes holding
+    symmetric matrices, one with an infinite and one with a NaN diagonal entry: those two are
+    marked failed, every other lane's eigenvalues are LAPACK's, and none is left marked."""
+    if not gramian_kernel.available():
+        pytest.skip("numba is not installed")
+    lanes, n = gramian_kernel.LANES, 12
+    rng = np.random.default_rng(5)
+    factors = rng.standard_normal((lanes, n, n))
+    matrices = factors @ factors.transpose(0, 2, 1)  # (lanes, n, n) positive definite
+    work = np.ascontiguousarray(matrices.transpose(1, 2, 0))  # (n, n, lanes)
+    work[3, 3, 1] = np.inf
+    work[0, 0, 2] = np.nan
+    out = np.empty((n, lanes))
+    failed = np.zeros(lanes, dtype=np.bool_)
+    buffers = [np.empty((n, lanes)) for _ in range(4)]
+    gramian_kernel._symmetric_eigenvalues(work, n, n, out, failed, *buffers)
+    assert failed.tolist() == [w in (1, 2) for w in range(lanes)]
+    for w in set(range(lanes)) - {1, 2}:
+        exact = np.linalg.eigvalsh(matrices[w])[::-1]
+        np.testing.assert_allclose(out[:, w], exact, rtol=0, atol=1e-13 * exact[0])
+
 def test_the_cholesky_shift_keeps_the_unresolved_values_small(monkeypatch):
     """The shift delta = CHOLESKY_SHIFT eps tr P lifts the values the Gramian route cannot
     resolve, which entropy-ESS reads: at eps tr P the reference's entropy error on Mamba-like

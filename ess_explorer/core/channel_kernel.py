@@ -100,7 +100,6 @@ def _grams_and_eigenvalues(base, weights, out, failed):  # pragma: no cover - co
     v = np.empty((r, LANES))
     pv = np.empty((r, LANES))
     lane_failed = np.empty(LANES, dtype=np.bool_)
-    trace = np.empty(LANES)
     for start in range(0, weights.shape[1], LANES):
         for i in range(r):  # the lower triangle: all the eigensolver reads
             for j in range(i + 1):
@@ -130,12 +129,7 @@ def _grams_and_eigenvalues(base, weights, out, failed):  # pragma: no cover - co
                         gram[i, j, w] += row[w] * b
             k += 1
         for w in range(LANES):
-            trace[w] = 0.0
-        for i in range(r):
-            for w in range(LANES):
-                trace[w] += gram[i, i, w]
-        for w in range(LANES):  # an overflowed Gram: the reference's answer (or its error), not zeros
-            lane_failed[w] = not np.isfinite(trace[w])
+            lane_failed[w] = False  # set by the solver for an overflowed Gram or a QL that did not converge
         _symmetric_eigenvalues(gram, r, rank, values, lane_failed, diag, off, v, pv)
         for w in range(LANES):
             failed[start + w] = lane_failed[w]

@@ -100,29 +100,44 @@ def _tridiagonal(m, n, diag, off, v, pv):  # pragma: no cover - compiled
 def _scale_by_trace(m, n, scale):  # pragma: no cover - compiled
     """Divide the lower triangle of the symmetric m (n, n, LANES) by its trace, per lane, IN
     PLACE; scale (LANES,) gets the trace (1 where it is 0). The rotations and bisections that
-    follow then work on numbers of order one: none underflows or overflows."""
+    follow then work on numbers of order one: none underflows or overflows. A lane whose trace
+    is not finite (its matrix overflowed) is zeroed, so the solver passes it at once, and keeps
+    that trace as its scale: its results come out NaN or zero, and `_symmetric_eigenvalues`
+    marks it failed."""
     inverse = np.empty(LANES)
     for w in range(LANES):
         scale[w] = 0.0
     for i in range(n):
         for w in range(LANES):
             scale[w] += abs(m[i, i, w])
+    overflowed = False
     for w in range(LANES):
-        scale[w] = scale[w] if scale[w] > TINY else 1.0
-        inverse[w] = 1.0 / scale[w]  # one division per lane, not per entry
+        finite = np.isfinite(scale[w])
+        overflowed = overflowed or not finite
+        scale[w] = scale[w] if (scale[w] > TINY or not finite) else 1.0
+        inverse[w] = 1.0 / scale[w] if finite else 0.0  # one division per lane, not per entry
     for i in range(n):  # the lower triangle: all that `_tridiagonal` reads
         for j in range(i + 1):
             for w in range(LANES):
                 m[i, j, w] *= inverse[w]
+    if overflowed:  # inf * 0 is NaN: such a lane's entries are set, not scaled
+        for w in range(LANES):
+            if not np.isfinite(scale[w]):
+                for i in range(n):
+                    for j in range(i + 1):
+                        m[i, j, w] = 0.0
 
 
 @jit
 def _symmetric_eigenvalues(m, n, rank, out, failed, diag, off, v, pv):  # pragma: no cover - compiled
     """Eigenvalues of the symmetric m (n, n, LANES) (destroyed) into out (n, LANES),
     descending, clamped at 0, zero from index ``rank`` on (every lane's cut has the same t). Scaled by the trace first, so the
-    rotations neither underflow nor overflow."""
+    rotations neither underflow nor overflow. failed[w] is set (never cleared) where the lane's
+    matrix overflowed or its QL did not converge."""
     scale = np.empty(LANES)
     _scale_by_trace(m, n, scale)
+    for w in range(LANES):
+        failed[w] = failed[w] or not np.isfinite(scale[w])
     _tridiagonal(m, n, diag, off, v, pv)
     _tridiagonal_eigenvalues(diag, off, n, failed)
     for sweep in range(n):  # odd-even transposition sort, descending: n rounds of selects
