@@ -290,7 +290,6 @@ def test_the_kernels_lane_eigensolver_is_exact_and_each_lane_its_own():
     np.testing.assert_array_equal(mixed_diag[:, even], d[:, order[even]])
 
 
-
 def test_the_lane_solver_marks_an_overflowed_matrix_failed_and_solves_the_others():
     """`_symmetric_eigenvalues` (shared by the Gramian and channel kernels) on lanes holding
     symmetric matrices, one with an infinite and one with a NaN diagonal entry: those two are
@@ -312,6 +311,7 @@ def test_the_lane_solver_marks_an_overflowed_matrix_failed_and_solves_the_others
     for w in set(range(lanes)) - {1, 2}:
         exact = np.linalg.eigvalsh(matrices[w])[::-1]
         np.testing.assert_allclose(out[:, w], exact, rtol=0, atol=1e-13 * exact[0])
+
 
 def test_the_cholesky_shift_keeps_the_unresolved_values_small(monkeypatch):
     """The shift delta = CHOLESKY_SHIFT eps tr P lifts the values the Gramian route cannot
