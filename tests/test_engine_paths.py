@@ -363,6 +363,51 @@ def test_row_scaled_channels_under_the_ess_contract(kernel, monkeypatch):
     assert (1, length - 24, 24) in own_cuts  # channel 5 at t = 24: 1e12 on the rows the reset zeroed
 
 
+def test_on_a_gpu_under_ess_row_scaled_channels_take_the_dense_route_within_the_contract(monkeypatch):
+    """A GPU under "ess" gives a head's channels to the dense route (each channel's cuts as
+    batched Grams) instead of an SVD of every head at every cut; a CPU, or "exact", keeps the
+    shared factors. The dense route, forced here on the CPU, meets the "ess" contract on the
+    heads of the test above (a fast head, a slow one with an exact reset, a channel gated by
+    1e12 past it): tolerance counts of each channel's exact SVD, entropy-ESS within 1e-5."""
+    from ess_explorer import entropy_ess, tolerance_ess
+    from ess_explorer.core import row_scaled, units
+    from ess_explorer.core.precision import Accuracy
+
+    ess, exact = Accuracy("ess"), Accuracy("exact")
+    assert row_scaled.takes_shared_factors("cpu", ess) and row_scaled.takes_shared_factors("cpu", exact)
+    assert row_scaled.takes_shared_factors("cuda", exact) and not row_scaled.takes_shared_factors("cuda", ess)
+
+    length, modes, g = 48, 24, torch.Generator().manual_seed(21)
+    a = torch.tensor([0.15, 0.97], dtype=torch.float64)[:, None, None].expand(2, length, modes).clone()
+    a[1, 30] = 0.0
+    b, c = (torch.randn(2, length, modes, generator=g, dtype=torch.float64) for _ in range(2))
+    ssm = DiagonalSSM(a, b, c)
+    gate = torch.rand(6, length, generator=g, dtype=torch.float64) + 0.1
+    gate[5, 30:] = 1e12
+    owner = torch.tensor([0, 0, 0, 1, 1, 1])
+    capture = SSMCapture(
+        layer=0,
+        family="mamba2",
+        state_size=modes,
+        realize=lambda index: ssm[index],
+        shape=(6, length),
+        owner=owner,
+        row_scale=gate,
+    )
+    factored = []
+    original = units.row_scaled_hankel_singular_values
+    monkeypatch.setattr(
+        units, "row_scaled_hankel_singular_values", lambda *x, **k: factored.append(1) or original(*x, **k)
+    )
+    monkeypatch.setattr(units, "takes_shared_factors", lambda device, accuracy: False)  # what a GPU decides
+    chosen = capture.spectra(range(6), torch.arange(length), accuracy=ess)
+    assert not factored  # the dense route answered
+    reference = hankel_singular_values(gate[..., None] * ssm.materialize()[owner], method="svd")[..., :modes]
+    assert torch.equal(tolerance_ess(spectra=chosen), tolerance_ess(spectra=reference))
+    entropy, expected = entropy_ess(spectra=chosen), entropy_ess(spectra=reference)
+    assert bool(((entropy - expected).abs() <= 1e-5 * expected).all())
+
+
 def _spiked_heads(length=64, modes=8, spikes=(21, 22, 23)):
     """Fast-forgetting heads (few values above the truncation, so factors are carried from
     cut to cut), head k with its output row spikes[k] scaled by 1e8: the cut's sigma_1 falls

@@ -45,7 +45,7 @@ from .precision import EXACT, Accuracy
 from .spectra import GRAM_ERROR, GRAM_GUARD, gram_singular_values
 from .sweeps import over_chunks
 
-__all__ = ["row_scaled_hankel_singular_values"]
+__all__ = ["row_scaled_hankel_singular_values", "takes_shared_factors"]
 
 TRUNCATE = 1e-14  # owner values kept: above this times the owner's sigma_1 (past it: rounding)
 ROUNDING = 1e-14  # the owner SVD's backward error, relative to its sigma_1 (a few hundred eps)
@@ -58,6 +58,18 @@ ESS_BOUND = 1e-8
 # A factor carried from cut to cut (`_carried_factor`) restarts from the cut's own SVD once its
 # error passes this many times the truncation, relative to the cut's sigma_1.
 RESTART = 4
+
+
+def takes_shared_factors(device, accuracy: Accuracy) -> bool:
+    """Whether a head's row-scaled channels take this module's route (one factor of the
+    head's cut shared by its channels) rather than the dense route of core/spectra.py (each
+    channel's own T, its cuts' Grams batched by size). On a CPU always: the shared factor
+    makes a channel's Gram r x r, not min(t, L - t) square. On a GPU only under "exact": under
+    "ess" the dense route answers a layer in a few batched Gram products and batched
+    eigensolves (core/eigen.py), where this one would run an SVD of every head at every cut,
+    which cuSOLVER takes one matrix at a time, with host syncs between them; the Grams'
+    eigenvalues are what the "ess" contract accepts of dense units (core/precision.py)."""
+    return torch.device(device).type == "cpu" or not accuracy.fast
 
 
 def row_scaled_hankel_singular_values(
