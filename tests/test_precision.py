@@ -464,10 +464,11 @@ def test_the_reachability_error_model_holds_with_headroom():
 
 @pytest.mark.parametrize("route", ["channels", "causal"])
 def test_only_a_job_that_repays_the_compile_takes_the_dense_kernel(route, monkeypatch):
-    """The channels' Gram eigenvalues (core/row_scaled.py) and the causal Gramians (core/causal.py)
-    take the compiled kernel only for a job of at least dense_jobs.KERNEL_MIN_WORK (a zoo
-    model's first analysis does not wait for its compile); either way the same counts."""
-    from ess_explorer.core import dense_jobs, dense_kernel
+    """The channels' spectra (core/row_scaled.py: their shared factors' Grams, or for these
+    slow heads the dense route) and the causal Gramians (core/causal.py) take a compiled kernel
+    only for a job of at least dense_jobs.KERNEL_MIN_WORK (a zoo model's first analysis does
+    not wait for its compile); either way the same counts."""
+    from ess_explorer.core import channel_kernel, dense_jobs, dense_kernel
     from ess_explorer.core.causal import reachability_gramian_singular_values
     from ess_explorer.core.row_scaled import row_scaled_hankel_singular_values
 
@@ -478,8 +479,14 @@ def test_only_a_job_that_repays_the_compile_takes_the_dense_kernel(route, monkey
     heads = DiagonalSSM(torch.full((2, 56, 28), 0.98, dtype=torch.float64), b, c)  # slow: factors 24+ wide
     gate = torch.rand(40, 56, generator=torch.Generator().manual_seed(16), dtype=torch.float64) + 0.1
     owner_of = torch.arange(2).repeat_interleave(20)
-    calls, original = [], dense_kernel.symmetric_eigenvalues
-    monkeypatch.setattr(dense_kernel, "symmetric_eigenvalues", lambda *a, **k: calls.append(1) or original(*a, **k))
+    calls = []
+    for module, name in (
+        (dense_kernel, "symmetric_eigenvalues"),
+        (dense_jobs, "cut_spectra"),
+        (channel_kernel, "_grams_and_eigenvalues"),
+    ):
+        original = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, original=original, **k: calls.append(1) or original(*a, **k))
 
     def run() -> torch.Tensor:
         if route == "causal":

@@ -392,9 +392,9 @@ def _recursive_gram_fill(
         dense_jobs.cut_spectra(operators, rows_of, workers, bar, finish_cut)
         return
 
-    def finish(t: int, gram: torch.Tensor) -> None:
+    def finish(t: int, gram: torch.Tensor) -> None:  # a job the kernel does not repay: torch's eigvalsh too
         with single_threaded_torch():
-            write(t, _gram_values(gram, flat[:, t:, :t], method, accuracy))
+            write(t, _gram_values(gram, flat[:, t:, :t], method, accuracy, allow_kernel=False))
         bar.update(len(rows_of[t]))
 
     if workers <= 1:
