@@ -365,45 +365,35 @@ def test_row_scaled_channels_under_the_ess_contract(kernel, monkeypatch):
 
 
 def test_on_a_gpu_under_ess_row_scaled_channels_take_the_dense_route_within_the_contract(monkeypatch):
-    """A GPU under "ess" gives a head's channels to the dense route (each channel's cuts as
-    batched Grams) instead of an SVD of every head at every cut; a CPU, or "exact", keeps the
-    shared factors. The dense route, forced here on the CPU, meets the "ess" contract on the
-    heads of the test above (a fast head, a slow one with an exact reset, a channel gated by
-    1e12 past it): tolerance counts of each channel's exact SVD, entropy-ESS within 1e-5."""
+    """A GPU under "ess" gives every head's channels to the dense route (each channel's cuts
+    as batched Grams) instead of an SVD of every head at every cut; "exact" keeps the shared
+    factors. The dense route, forced here on the CPU for every head, meets the "ess" contract
+    on a fast head, a slow one with an exact reset, and a channel gated by 1e12 past it:
+    tolerance counts of each channel's exact SVD, entropy-ESS within 1e-5."""
     from ess_explorer import entropy_ess, tolerance_ess
-    from ess_explorer.core import row_scaled, units
+    from ess_explorer.core import row_scaled
     from ess_explorer.core.precision import Accuracy
 
-    ess, exact = Accuracy("ess"), Accuracy("exact")
-    assert row_scaled.takes_shared_factors("cpu", ess) and row_scaled.takes_shared_factors("cpu", exact)
-    assert row_scaled.takes_shared_factors("cuda", exact) and not row_scaled.takes_shared_factors("cuda", ess)
+    ess, exact, cuda = Accuracy("ess"), Accuracy("exact"), torch.device("cuda")
+    assert row_scaled._takes_dense_route(3, range(1, 64), 64, cuda, ess)  # however narrow the head
+    assert not row_scaled._takes_dense_route(32, range(1, 64), 64, cuda, exact)
 
     length, modes, g = 48, 24, torch.Generator().manual_seed(21)
     a = torch.tensor([0.15, 0.97], dtype=torch.float64)[:, None, None].expand(2, length, modes).clone()
     a[1, 30] = 0.0
     b, c = (torch.randn(2, length, modes, generator=g, dtype=torch.float64) for _ in range(2))
-    ssm = DiagonalSSM(a, b, c)
+    heads = DiagonalSSM(a, b, c).materialize()
     gate = torch.rand(6, length, generator=g, dtype=torch.float64) + 0.1
     gate[5, 30:] = 1e12
-    owner = torch.tensor([0, 0, 0, 1, 1, 1])
-    capture = SSMCapture(
-        layer=0,
-        family="mamba2",
-        state_size=modes,
-        realize=lambda index: ssm[index],
-        shape=(6, length),
-        owner=owner,
-        row_scale=gate,
+    owner_of = torch.tensor([0, 0, 0, 1, 1, 1])
+    shared = []
+    monkeypatch.setattr(row_scaled, "_carried_factor", lambda *x: shared.append(1))
+    monkeypatch.setattr(row_scaled, "_takes_dense_route", lambda *x: True)  # what a GPU decides
+    chosen = row_scaled.row_scaled_hankel_singular_values(
+        heads, owner_of, gate, torch.arange(length), max_rank=modes, accuracy=ess
     )
-    factored = []
-    original = units.row_scaled_hankel_singular_values
-    monkeypatch.setattr(
-        units, "row_scaled_hankel_singular_values", lambda *x, **k: factored.append(1) or original(*x, **k)
-    )
-    monkeypatch.setattr(units, "takes_shared_factors", lambda device, accuracy: False)  # what a GPU decides
-    chosen = capture.spectra(range(6), torch.arange(length), accuracy=ess)
-    assert not factored  # the dense route answered
-    reference = hankel_singular_values(gate[..., None] * ssm.materialize()[owner], method="svd")[..., :modes]
+    assert not shared  # no head was factored
+    reference = hankel_singular_values(gate[..., None] * heads[owner_of], method="svd")[..., :modes]
     assert torch.equal(tolerance_ess(spectra=chosen), tolerance_ess(spectra=reference))
     entropy, expected = entropy_ess(spectra=chosen), entropy_ess(spectra=reference)
     assert bool(((entropy - expected).abs() <= 1e-5 * expected).all())
@@ -421,9 +411,12 @@ def test_under_ess_a_head_that_keeps_every_direction_gives_its_channels_to_the_d
     from ess_explorer.core import row_scaled
     from ess_explorer.core.precision import Accuracy
 
+    ess, cpu = Accuracy("ess"), torch.device("cpu")
     cuts = range(1, 256)
-    assert row_scaled._takes_dense_route(126, cuts, 256) and not row_scaled._takes_dense_route(19, cuts, 256)
-    assert not row_scaled._takes_dense_route(128, range(1, 1024), 1024)
+    assert row_scaled._takes_dense_route(126, cuts, 256, cpu, ess)
+    assert not row_scaled._takes_dense_route(19, cuts, 256, cpu, ess)
+    assert not row_scaled._takes_dense_route(126, cuts, 256, cpu, Accuracy("exact"))
+    assert not row_scaled._takes_dense_route(128, range(1, 1024), 1024, cpu, ess)
 
     length, modes, g = 64, 32, torch.Generator().manual_seed(23)
     a = torch.tensor([0.2, 0.995], dtype=torch.float64)[:, None, None].expand(2, length, modes).clone()
@@ -436,7 +429,7 @@ def test_under_ess_a_head_that_keeps_every_direction_gives_its_channels_to_the_d
         row_scaled, "hankel_singular_values", lambda x, **k: dense_batches.append(x.shape[0]) or original(x, **k)
     )
     args = (heads, owner_of, gate, torch.arange(length))
-    chosen = row_scaled.row_scaled_hankel_singular_values(*args, max_rank=modes, accuracy=Accuracy("ess"))
+    chosen = row_scaled.row_scaled_hankel_singular_values(*args, max_rank=modes, accuracy=ess)
     assert dense_batches == [3]  # the slow head's three channels, once
     row_scaled.row_scaled_hankel_singular_values(*args, max_rank=modes, accuracy=Accuracy("exact"))
     assert dense_batches == [3]

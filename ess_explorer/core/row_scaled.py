@@ -45,7 +45,7 @@ from .precision import EXACT, Accuracy
 from .spectra import GRAM_ERROR, GRAM_GUARD, gram_singular_values, hankel_singular_values
 from .sweeps import over_chunks
 
-__all__ = ["row_scaled_hankel_singular_values", "takes_shared_factors"]
+__all__ = ["row_scaled_hankel_singular_values"]
 
 TRUNCATE = 1e-14  # owner values kept: above this times the owner's sigma_1 (past it: rounding)
 ROUNDING = 1e-14  # the owner SVD's backward error, relative to its sigma_1 (a few hundred eps)
@@ -61,18 +61,6 @@ RESTART = 4
 # Under "ess" an owner's channels take the dense route where the flop count of its shared
 # factors is at least this times the dense route's (`_takes_dense_route`).
 DENSE_ROUTE_RATIO = 0.8
-
-
-def takes_shared_factors(device, accuracy: Accuracy) -> bool:
-    """Whether a head's row-scaled channels take this module's route (one factor of the
-    head's cut shared by its channels) rather than the dense route of core/spectra.py (each
-    channel's own T, its cuts' Grams batched by size). On a CPU always: the shared factor
-    makes a channel's Gram r x r, not min(t, L - t) square. On a GPU only under "exact": under
-    "ess" the dense route answers a layer in a few batched Gram products and batched
-    eigensolves (core/eigen.py), where this one would run an SVD of every head at every cut,
-    which cuSOLVER takes one matrix at a time, with host syncs between them; the Grams'
-    eigenvalues are what the "ess" contract accepts of dense units (core/precision.py)."""
-    return torch.device(device).type == "cpu" or not accuracy.fast
 
 
 def row_scaled_hankel_singular_values(
@@ -110,9 +98,9 @@ def row_scaled_hankel_singular_values(
     cuts = sorted({int(t) for t in positions.tolist() if 0 < t < length})
     rows_of = {t: (positions == t).nonzero().flatten().tolist() for t in cuts}
     widths = _owner_widths(owners, max_rank)
-    # Under "ess" the channels of an owner that keeps nearly every direction take the dense
-    # route (`_takes_dense_route`); the rest share their owner's factors, below.
-    dense_owner = [accuracy.fast and _takes_dense_route(width, cuts, length) for width in widths]
+    # Under "ess" the channels of some owners take the dense route (`_takes_dense_route`);
+    # the rest share their owner's factors, below.
+    dense_owner = [_takes_dense_route(width, cuts, length, device, accuracy) for width in widths]
     dense = torch.tensor(dense_owner, dtype=torch.bool, device=device)[owner_of]
     if bool(dense.any()):
         channels = scales[dense, :, None] * owners[owner_of[dense]]  # (u, L, L)
@@ -185,16 +173,28 @@ def _owner_widths(owners: torch.Tensor, max_rank: int | None) -> list[int]:
     return (middle > TRUNCATE_ESS * middle[:, :1]).sum(-1).clamp(max=max_rank or length).tolist()
 
 
-def _takes_dense_route(width: int, cuts: list[int], length: int) -> bool:
-    """Whether an owner's channels cost less on the dense route (core/spectra.py: each cut's
-    Gram built from the previous cut's, then its eigenvalues, about (8/3) g^3 per cut,
-    g = min(t, L - t)) than on its shared factors (per cut an (L - t) x r Gram and its
-    eigenvalues, 2 (L - t) r^2 + (8/3) r^3 with r = min(width, t, L - t), and the owner's
-    SVD). Measured on Mamba2-130m's heads at L = 256, 64 channels, one thread (factor against
-    dense): width 126: 2.39 s against 0.81 s; 63: 0.79 against 0.65; 43: 0.54 against 0.70;
-    19: 0.29 against 0.63. The flop counts leave out the owner's SVDs, so the dense route is
-    taken from DENSE_ROUTE_RATIO of its count on (width 64 and up at L = 256 with N = 128; at
-    L = 512 only a head that keeps all of N = 128; never at L = 1024)."""
+def _takes_dense_route(width: int, cuts: list[int], length: int, device: torch.device, accuracy: Accuracy) -> bool:
+    """Whether an owner's channels take the dense route of core/spectra.py (each channel's own
+    T, its cut Grams' eigenvalues: what the "ess" contract accepts of dense units,
+    core/precision.py) rather than their owner's shared factors. Never under "exact".
+
+    On a GPU always: the dense route answers in a few batched Gram products and batched
+    eigensolves (core/eigen.py), where shared factors need an SVD of every owner at every cut,
+    which cuSOLVER takes one matrix at a time, with host syncs between them.
+
+    On a CPU where it costs less: the dense route builds each cut's Gram from the previous
+    cut's, then takes its eigenvalues, about (8/3) g^3 per cut, g = min(t, L - t); the shared
+    factors cost per cut an (L - t) x r Gram and its eigenvalues, 2 (L - t) r^2 + (8/3) r^3
+    with r = min(width, g), and the owner's SVD. Measured on Mamba2-130m's heads at L = 256, 64
+    channels, one thread (factors against dense): width 126: 2.39 s against 0.81 s; 63: 0.79
+    against 0.65; 43: 0.54 against 0.70; 19: 0.29 against 0.63. The flop counts leave out the
+    owner's SVDs, so the dense route is taken from DENSE_ROUTE_RATIO of its count on (width 64
+    and up at L = 256 with N = 128; at L = 512 only a head that keeps all of N = 128; never at
+    L = 1024)."""
+    if not accuracy.fast:
+        return False
+    if device.type != "cpu":
+        return True
     factor = dense = 0.0
     for t in cuts:
         g = min(t, length - t)

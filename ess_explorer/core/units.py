@@ -54,7 +54,7 @@ from .diagnostics import theoretical_state_size, unit_kind
 from .gramian import gramian_hankel_singular_values
 from .operators import DiagonalSSM
 from .precision import EXACT, Accuracy
-from .row_scaled import row_scaled_hankel_singular_values, takes_shared_factors
+from .row_scaled import row_scaled_hankel_singular_values
 from .short_conv import short_conv_hankel_singular_values, short_conv_operator
 from .spectra import choose_ssm_path, hankel_singular_values, overflow_error
 from .sturm import TridiagonalSpectra
@@ -130,13 +130,11 @@ class CapturedLayer:
         return stored if self.row_scale is None else stored * self.row_scale[_index(units), :, None].to(torch.float64)
 
     def _row_scaled_spectra(self, units, positions, dtype, device, accuracy: Accuracy = EXACT) -> torch.Tensor | None:
-        """Spectra of units that share owners (one SVD of each owner's cut serves them all),
-        or None where no two of ``units`` share one, or where the dense route is the faster
-        on ``device`` (`row_scaled.takes_shared_factors`: a GPU under "ess")."""
+        """Spectra of units that share owners (core/row_scaled.py: one SVD of each owner's cut
+        serves them all, or the dense route where that costs less), or None where no two of
+        ``units`` share one."""
         owners, inverse = self._owners(units)
         if self.row_scale is None or len(owners) == len(inverse):
-            return None
-        if not takes_shared_factors(device if device is not None else self.row_scale.device, accuracy):
             return None
         scales = self.row_scale[_index(units)]
         return row_scaled_hankel_singular_values(
