@@ -31,6 +31,11 @@ again with the factor of its owner's own SVD, where the one it had was carried, 
 that its cut is redone by its own SVD. Where the owner's cut is well conditioned, each
 channel's Gram and `eigvalsh` of its whole cut (the dense path's guarded route,
 core/spectra.py) cost less than that SVD and are used instead.
+
+Where sharing does not pay, under "ess", an owner's channels go to that dense path whole
+(`_takes_dense_route`): on a CPU the owners whose factors are nearly as wide as their cuts
+(a slow head: an SVD per cut for no narrower factor), on a GPU every owner (its batched
+Grams beat an SVD of every owner at every cut).
 """
 
 from __future__ import annotations
