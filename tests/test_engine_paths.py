@@ -311,6 +311,18 @@ def test_row_scaled_channel_whose_bound_fails_is_redone(monkeypatch):
     assert_spectra_match(chosen[..., :20], hankel_singular_values(channels, method="svd")[..., :20])
 
 
+def _fast_and_reset_heads(length: int, modes: int):
+    """A fast head (decay 0.15) and a slow one (0.97) with an exact reset at step 30, three
+    channels each, channel 5 gated by 1e12 past the reset: (heads (2, L, L), owner_of, gate)."""
+    g = torch.Generator().manual_seed(21)
+    a = torch.tensor([0.15, 0.97], dtype=torch.float64)[:, None, None].expand(2, length, modes).clone()
+    a[1, 30] = 0.0  # an exact reset in the slow head
+    b, c = (torch.randn(2, length, modes, generator=g, dtype=torch.float64) for _ in range(2))
+    gate = torch.rand(6, length, generator=g, dtype=torch.float64) + 0.1
+    gate[5, 30:] = 1e12
+    return DiagonalSSM(a, b, c).materialize(), torch.tensor([0, 0, 0, 1, 1, 1]), gate
+
+
 @pytest.mark.parametrize("kernel", [False, True])
 def test_row_scaled_channels_under_the_ess_contract(kernel, monkeypatch):
     """Under "ess" each head's channels take the Gram of that head's factor, cut at the
@@ -333,14 +345,8 @@ def test_row_scaled_channels_under_the_ess_contract(kernel, monkeypatch):
             channel_kernel, "_grams_and_eigenvalues", lambda *a: compiled_calls.append(1) or original_kernel(*a)
         )
 
-    length, modes, g = 48, 24, torch.Generator().manual_seed(21)
-    a = torch.tensor([0.15, 0.97], dtype=torch.float64)[:, None, None].expand(2, length, modes).clone()
-    a[1, 30] = 0.0  # an exact reset in the slow head
-    b, c = (torch.randn(2, length, modes, generator=g, dtype=torch.float64) for _ in range(2))
-    heads = DiagonalSSM(a, b, c).materialize()
-    owner_of = torch.tensor([0, 0, 0, 1, 1, 1])
-    gate = torch.rand(6, length, generator=g, dtype=torch.float64) + 0.1
-    gate[5, 30:] = 1e12
+    length, modes = 48, 24
+    heads, owner_of, gate = _fast_and_reset_heads(length, modes)
     widths, own_cuts = {}, []
     original_gram, original_svdvals = row_scaled._ess_factor_values, torch.linalg.svdvals
 
@@ -378,14 +384,8 @@ def test_on_a_gpu_under_ess_row_scaled_channels_take_the_dense_route_within_the_
     assert row_scaled._takes_dense_route(3, range(1, 64), 64, cuda, ess)  # however narrow the head
     assert not row_scaled._takes_dense_route(32, range(1, 64), 64, cuda, exact)
 
-    length, modes, g = 48, 24, torch.Generator().manual_seed(21)
-    a = torch.tensor([0.15, 0.97], dtype=torch.float64)[:, None, None].expand(2, length, modes).clone()
-    a[1, 30] = 0.0
-    b, c = (torch.randn(2, length, modes, generator=g, dtype=torch.float64) for _ in range(2))
-    heads = DiagonalSSM(a, b, c).materialize()
-    gate = torch.rand(6, length, generator=g, dtype=torch.float64) + 0.1
-    gate[5, 30:] = 1e12
-    owner_of = torch.tensor([0, 0, 0, 1, 1, 1])
+    length, modes = 48, 24
+    heads, owner_of, gate = _fast_and_reset_heads(length, modes)
     shared = []
     monkeypatch.setattr(row_scaled, "_carried_factor", lambda *x: shared.append(1))
     monkeypatch.setattr(row_scaled, "_takes_dense_route", lambda *x: True)  # what a GPU decides
