@@ -685,6 +685,37 @@ def test_the_guard_certifies_a_larger_error_only_away_from_tau():
     assert not bool(Accuracy("ess").certain(top, error).any())  # without the values: the strict bound
 
 
+def test_a_shift_certified_at_tau_never_moves_a_count():
+    """Accuracy.shifted_error: singular values each moved by at most ``shift`` (a truncated
+    factor) are certified from the moved values alone, and the certificate is never wrong.
+    Values are placed around tau at distances of a fraction to a few times the shift, moved
+    by up to the shift either way; wherever `certain` says the count stands, it does, but for
+    a true value within the contract's band (TAU_BAND tau) of tau."""
+    ess = Accuracy("ess")
+    generator = torch.Generator().manual_seed(3)
+    tau = TOL  # sigma_1 = 1
+    for shift in (1e-12, 1e-10, 1e-9, 3e-9, 1e-8):
+        offset = shift * (torch.rand(4000, generator=generator, dtype=torch.float64) * 6 - 3)
+        true = torch.stack([torch.ones_like(offset), tau + offset], -1)  # (cuts, 2): sigma_1 and one near tau
+        moved = true + torch.stack(
+            [torch.zeros_like(offset), shift * (2 * torch.rand(4000, generator=generator) - 1)], -1
+        )
+        top = moved[:, 0] ** 2
+        error = ess.shifted_error(top, torch.zeros_like(top), torch.full_like(top, shift))
+        sure = ess.certain(top, error, moved**2)
+        crossed = (moved[:, 1] > tau) != (true[:, 1] > tau)
+        outside_band = (true[:, 1] - tau).abs() > TAU_BAND * tau
+        assert not bool((sure & crossed & outside_band).any()), shift
+        assert bool(sure.any())
+        if shift > TAU_BAND * tau:  # moves that cross tau from outside the band: the window test's case
+            assert bool((crossed & outside_band).any()) and bool((sure & ~crossed & outside_band).any())
+    # The bound the shift must meet is about TAU_BAND tau, not TAU_BAND tau^2 / sigma_1: a shift
+    # of 1e-10 sigma_1 (a thousand times what (2 sigma_1 + shift) shift would allow) is certain.
+    top = torch.ones(1, dtype=torch.float64)
+    assert bool(ess.certain(top, ess.shifted_error(top, top * 0, top * 1e-10)))
+    assert not bool(ess.certain(top, ess.shifted_error(top, top * 0, top * 1e-8)))
+
+
 def test_causal_ess_counts_the_reachability_factor():
     """causal_ess beside tolerance_ess: equal to the rank of R_t counted from an explicit
     reachability matrix, under both contracts; refused for a dense operator."""

@@ -85,12 +85,25 @@ class Accuracy:
         gives |s - sigma| <= sqrt(e) <= sqrt(2 TAU_BAND) tau_min."""
         return (2 * TAU_BAND) ** 0.5 * float(self.tol) if self.fast else 0.0
 
+    def smallest_tau(self, top):
+        """The smallest tau any scope can count a cut at whose largest eigenvalue is ``top``
+        (sigma_1^2): tol sigma_1 of the cut itself, or tol where the tolerance is absolute."""
+        return self.tol * top.clamp_min(0).sqrt() if self.relative else top.new_full(top.shape, float(self.tol))
+
+    def shifted_error(self, top, rounding, shift):
+        """The error `certain` reads for a route whose eigenvalues carry ``rounding`` and whose
+        singular values were each moved by at most ``shift`` before it (a truncated factor,
+        Weyl): a value s within shift of sigma near tau has |s^2 - tau^2| <= (2 tau + shift) shift
+        whenever it could cross tau, so the shift costs that, not the (2 sigma_1 + shift) shift
+        it costs at sigma_1, a thousand times more at tol = 1e-3."""
+        return rounding + (2 * self.smallest_tau(top) + shift) * shift
+
     def certain(self, top, error, values=None):
         """Where a cut whose largest eigenvalue is ``top`` (sigma_1^2) and whose eigenvalues
         carry the absolute error ``error`` (same shape) counts exactly: error <= 2e-6 tau_min^2,
         or, given all its eigenvalues ``values`` (..., K) and a tau of its own, none of them
         within ``error`` of tau^2 (module docstring)."""
-        tau_squared = self.tol**2 * top if self.relative else top.new_full(top.shape, float(self.tol) ** 2)
+        tau_squared = self.smallest_tau(top) ** 2
         sure = error.isfinite() & (error <= 2 * TAU_BAND * tau_squared)
         if values is None or (self.relative and self.scope != "cut") or bool(sure.all()):
             return sure

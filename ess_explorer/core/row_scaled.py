@@ -57,8 +57,12 @@ ROUNDING = 1e-14  # the owner SVD's backward error, relative to its sigma_1 (a f
 BOUND = 1e-10  # a channel keeps the shared result when it is this accurate relative to its sigma_1
 # Under the "ess" contract (core/precision.py) the owner's values are kept down to this times
 # its sigma_1, and a channel keeps the shared result while the shift that causes is at most
-# ESS_BOUND times its own sigma_1 and cannot move a count: `_ess_factor_values`.
-TRUNCATE_ESS = 1e-13
+# ESS_BOUND times its own sigma_1 and cannot move a count: `_ess_factor_values`. A count
+# tolerates a shift of about 1e-6 tau = 1e-9 sigma_1 (`Accuracy.shifted_error`), and a
+# channel's sigma_1 is mostly 1e-2 to 1e-1 of max|g| S_1 (Mamba2's heads), so RESTART times
+# this, 4e-12 S_1, leaves nearly every channel its shared result (at 1e-11, 0.1% of the
+# channel cuts fail and take their own SVD, for no gain in time: one Mamba2 layer, L = 256).
+TRUNCATE_ESS = 1e-12
 ESS_BOUND = 1e-8
 # A factor carried from cut to cut (`_carried_factor`) restarts from the cut's own SVD once its
 # error passes this many times the truncation, relative to the cut's sigma_1.
@@ -321,6 +325,6 @@ def _ess_factor_values(
     sigma = channel_kernel.gram_eigenvalues(base, gate, allow_kernel).sqrt()  # (u, g), g = min(m, r): no redo here
     top = sigma[:, 0] ** 2
     rounding = GRAM_ERROR * sigma.shape[-1] * torch.finfo(sigma.dtype).eps * top
-    error = rounding + (2 * sigma[:, 0] + shift) * shift  # on each sigma^2
+    error = accuracy.shifted_error(top, rounding, shift)
     certain = accuracy.certain(top, error, sigma**2) & (shift <= ESS_BOUND * sigma[:, 0])
     return sigma, ~certain
