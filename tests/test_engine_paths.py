@@ -350,9 +350,9 @@ def test_row_scaled_channels_under_the_ess_contract(kernel, monkeypatch):
     widths, own_cuts = {}, []
     original_gram, original_svdvals = row_scaled._ess_factor_values, torch.linalg.svdvals
 
-    def gram(base, *rest):
-        widths.setdefault(base.shape[0], []).append(base.shape[-1])
-        return original_gram(base, *rest)
+    def gram(factor, *rest):
+        widths.setdefault(factor.base.shape[0], []).append(factor.base.shape[-1])
+        return original_gram(factor, *rest)
 
     monkeypatch.setattr(row_scaled, "_ess_factor_values", gram)
     monkeypatch.setattr(torch.linalg, "svdvals", lambda x: own_cuts.append(tuple(x.shape)) or original_svdvals(x))
@@ -474,6 +474,39 @@ def test_a_carried_factor_is_within_its_error_bound_and_restarts_when_sigma_1_fa
     assert not factor.whole
     factor = _carried_factor(owner, 22, factor, TRUNCATE, 8)  # the spike has left
     assert factor.whole
+
+
+def test_what_a_carried_factor_drops_moves_a_gated_channel_only_as_the_ess_guard_assumes():
+    """The "ess" guard of a channel diag(g) H_t (`row_scaled._ess_factor_values`) reads two
+    properties of the owner's factor, checked here along a chain of carried cuts truncated
+    hard (1e-4 of S_1, so what is dropped is far above rounding): each sigma_k^2 of the
+    channel's cut lies between that of diag(g) base and it plus (max|g| ||E||)^2, a second-
+    order amount (the dropped part is orthogonal to the kept one; a first-order shift would be
+    2 sigma_k max|g| ||E||, ten thousand times more at sigma_1), and the 1-norm of the spectrum
+    moves by at most max|g| times the factor's mass."""
+    from ess_explorer.core.row_scaled import _carried_factor
+
+    length, modes = 64, 12
+    g = torch.Generator().manual_seed(8)
+    a = torch.linspace(0.5, 0.95, modes, dtype=torch.float64).expand(1, length, modes)
+    b, c = (torch.randn(1, length, modes, generator=g, dtype=torch.float64) for _ in range(2))
+    owner = DiagonalSSM(a, b, c).materialize()[0]
+    gate = torch.rand(length, generator=g, dtype=torch.float64) * 3
+    factor, carried, truncated = None, 0, 0
+    for t in range(8, 40):
+        factor = _carried_factor(owner, t, factor, 1e-4, modes)
+        carried += not factor.whole
+        true = torch.linalg.svdvals(gate[t:, None] * owner[t:, :t])
+        kept = torch.linalg.svdvals(gate[t:, None] * factor.base)
+        kept = torch.nn.functional.pad(kept, (0, len(true) - len(kept)))
+        largest = float(gate[t:].max())
+        dropped = largest * (factor.error - factor.rounding)
+        slack = 4 * largest * factor.rounding * float(true[0]) + 1e-13 * float(true[0]) ** 2
+        gap = true**2 - kept**2
+        truncated += dropped > 1e-7 * float(true[0])  # a real truncation, not rounding
+        assert bool((gap >= -slack).all()) and bool((gap <= dropped**2 + slack).all()), t
+        assert float(true.sum() - kept.sum()) <= largest * (factor.mass + len(true) * factor.rounding) + slack
+    assert carried > 10 and truncated > 10  # carried, not restarted at every cut, and truncated
 
 
 @pytest.mark.parametrize("precision", ["exact", "ess"])

@@ -25,8 +25,10 @@ cut's own SVD before it passes RESTART times the truncation. Under "exact" a cha
 the result only where the shift is within BOUND * sigma_1 of its own cut (the accuracy
 every path of the project keeps: docs/spectra.md), from the SVD of its (L - t) x r factor.
 Under "ess" (core/precision.py) the factor's Gram gives the values, and a channel keeps
-them where the Gram's rounding plus the shift cannot move a count and the shift is at most
-ESS_BOUND * sigma_1 (so entropy-ESS stays within its contract). Any other channel tries
+them where the Gram's rounding plus what was dropped cannot move a count and moves its
+spectrum by at most ESS_MASS of its sum (so entropy-ESS stays within its contract); there
+the dropped columns, orthogonal to the kept ones, move a value only to second order
+(`_ess_factor_values`), so the truncation can keep fewer. Any other channel tries
 again with the factor of its owner's own SVD, where the one it had was carried, and failing
 that its cut is redone by its own SVD. Where the owner's cut is well conditioned, each
 channel's Gram and `eigvalsh` of its whole cut (the dense path's guarded route,
@@ -56,14 +58,14 @@ TRUNCATE = 1e-14  # owner values kept: above this times the owner's sigma_1 (pas
 ROUNDING = 1e-14  # the owner SVD's backward error, relative to its sigma_1 (a few hundred eps)
 BOUND = 1e-10  # a channel keeps the shared result when it is this accurate relative to its sigma_1
 # Under the "ess" contract (core/precision.py) the owner's values are kept down to this times
-# its sigma_1, and a channel keeps the shared result while the shift that causes is at most
-# ESS_BOUND times its own sigma_1 and cannot move a count: `_ess_factor_values`. A count
-# tolerates a shift of about 1e-6 tau = 1e-9 sigma_1 (`Accuracy.shifted_error`), and a
-# channel's sigma_1 is mostly 1e-2 to 1e-1 of max|g| S_1 (Mamba2's heads), so RESTART times
-# this, 4e-12 S_1, leaves nearly every channel its shared result (at 1e-11, 0.1% of the
-# channel cuts fail and take their own SVD, for no gain in time: one Mamba2 layer, L = 256).
-TRUNCATE_ESS = 1e-12
-ESS_BOUND = 1e-8
+# its sigma_1, and a channel keeps the shared result where what was dropped cannot move a count
+# and moves its spectrum by at most ESS_MASS of its sum (`_ess_factor_values`). The dropped
+# directions are orthogonal to the kept ones, so they move a value near tau only to second
+# order, and entropy-ESS reads their sum: a channel's sigma_1 is mostly 1e-2 to 1e-1 of
+# max|g| S_1 (Mamba2's heads). One Mamba2 layer at L = 256, one thread: 1e-12 6.4 s, 1e-11
+# 5.6 s, 1e-10 5.5 s (0.4% of the channel cuts then fail and retry), 1e-9 7.2 s (4% retry).
+TRUNCATE_ESS = 1e-10
+ESS_MASS = 1e-7
 # A factor carried from cut to cut (`_carried_factor`) restarts from the cut's own SVD once its
 # error passes this many times the truncation, relative to the cut's sigma_1.
 RESTART = 4
@@ -133,7 +135,7 @@ def row_scaled_hankel_singular_values(
             factors = {o: _carried_factor(owners[o], t, carried.get(o), truncate, max_rank) for o in in_use}
         else:
             left, values, _ = torch.linalg.svd(cut, full_matrices=False)  # (O, m, k), (O, k)
-            factors = {o: _Factor.truncated(t, left[o], values[o], 0.0, True, truncate, max_rank) for o in in_use}
+            factors = {o: _Factor.truncated(t, left[o], values[o], None, True, truncate, max_rank) for o in in_use}
         gate = scales[:, t:]  # (U, m)
         sigma = cut.new_zeros(len(owner_of), min(cut.shape[-2:]))
         # A well-conditioned owner cut (smallest value 10x above the Gram guard): its channels'
@@ -223,25 +225,33 @@ def _repays_kernel(widths: list[int], owner_of: torch.Tensor, cuts: list[int], l
 
 
 class _Factor(NamedTuple):
-    """An owner's cut H_t (m, n) as base Z + E: base (m, r) = U_r S_r, Z with orthonormal rows,
-    ||E||_2 <= error. values: the singular values it was cut from (of H_t itself where
-    ``whole``, else of the carried factor)."""
+    """An owner's cut H_t (m, n) as base Z + E + R: base (m, r) = U_r S_r, Z with orthonormal
+    rows; E the dropped columns, whose rows are orthogonal to Z's (E Z^T = 0: each truncation
+    drops the trailing singular directions, and a carried factor's earlier E keeps its rows
+    orthogonal to the new Z); R the SVDs' rounding. ||E||_2 <= error - rounding, the nuclear
+    norm ||E||_* <= mass, ||R||_2 <= rounding. values: the singular values it was cut from (of
+    H_t itself where ``whole``, else of the carried factor)."""
 
     t: int
     base: torch.Tensor
     error: float
     values: torch.Tensor
     whole: bool
+    rounding: float = 0.0
+    mass: float = 0.0
 
     @classmethod
-    def truncated(cls, t, left, values, carried_error: float, whole: bool, truncate: float, max_rank) -> "_Factor":
-        """Keep the columns with S_k > truncate S_1 (at most ``max_rank``); the error grows by
-        the first dropped value and the SVD's rounding."""
+    def truncated(cls, t, left, values, carried: "_Factor | None", whole: bool, truncate: float, max_rank) -> "_Factor":
+        """Keep the columns with S_k > truncate S_1 (at most ``max_rank``), adding to what
+        ``carried`` (the factor this one was carried from, if any) had dropped: the error grows
+        by the first dropped value and the SVD's rounding, the mass by all the dropped values."""
         kept = max(1, int((values > truncate * values[0]).sum()))
         kept = kept if max_rank is None else min(kept, max(1, max_rank))
         dropped = float(values[kept]) if kept < len(values) else 0.0
-        error = carried_error + dropped + ROUNDING * float(values[0])
-        return cls(t, left[:, :kept] * values[:kept], error, values, whole)
+        rounding = ROUNDING * float(values[0]) + (carried.rounding if carried else 0.0)
+        error = dropped + rounding + (carried.error - carried.rounding if carried else 0.0)
+        mass = float(values[kept:].sum()) + (carried.mass if carried else 0.0)
+        return cls(t, left[:, :kept] * values[:kept], error, values, whole, rounding, mass)
 
 
 def _carried_factor(owner: torch.Tensor, t: int, previous: "_Factor | None", truncate: float, max_rank) -> _Factor:
@@ -257,7 +267,7 @@ def _carried_factor(owner: torch.Tensor, t: int, previous: "_Factor | None", tru
     if previous is not None and previous.t < t and previous.base.shape[-1] + t - previous.t < min(m, n):
         stacked = torch.cat([previous.base[t - previous.t :], owner[t:, previous.t : t]], dim=-1)
         left, values, _ = torch.linalg.svd(stacked, full_matrices=False)
-        factor = _Factor.truncated(t, left, values, previous.error, False, truncate, max_rank)
+        factor = _Factor.truncated(t, left, values, previous, False, truncate, max_rank)
         if factor.error <= RESTART * truncate * float(values[0]):
             return factor
     return _whole_factor(owner[t:, :t], t, truncate, max_rank)
@@ -265,7 +275,7 @@ def _carried_factor(owner: torch.Tensor, t: int, previous: "_Factor | None", tru
 
 def _whole_factor(cut: torch.Tensor, t: int, truncate: float, max_rank) -> _Factor:
     left, values, _ = torch.linalg.svd(cut, full_matrices=False)
-    return _Factor.truncated(t, left, values, 0.0, True, truncate, max_rank)
+    return _Factor.truncated(t, left, values, None, True, truncate, max_rank)
 
 
 def _shared_factor_values(
@@ -298,9 +308,9 @@ def _channel_values(factor: _Factor, gate: torch.Tensor, accuracy: Accuracy, all
     """sigma of each unit's diag(gate[u]) base (gate (u, m)) and which units must be redone:
     under "exact" by SVD, kept where the shift ||diag(g)|| ||E|| (Weyl) is within BOUND
     sigma_1; under "ess" by its Gram (`_ess_factor_values`)."""
-    shift = gate.abs().amax(-1) * factor.error
     if accuracy.fast:
-        return _ess_factor_values(factor.base, gate, shift, accuracy, allow_kernel)
+        return _ess_factor_values(factor, gate, accuracy, allow_kernel)
+    shift = gate.abs().amax(-1) * factor.error
     values = torch.linalg.svdvals(gate[:, :, None] * factor.base)  # (u, min(m, r))
     return values, shift > BOUND * values[:, 0]
 
@@ -314,17 +324,25 @@ def _padded_rows(values: torch.Tensor, rows: torch.Tensor, new: torch.Tensor) ->
     return values
 
 
-def _ess_factor_values(
-    base: torch.Tensor, gate: torch.Tensor, shift: torch.Tensor, accuracy: Accuracy, allow_kernel: bool = True
-):
-    """sigma of each unit's factor diag(gate[u]) base (base (m, r), gate (u, m)) from its Gram's
-    eigenvalues, and which units must be redone: where the Gram's rounding plus the
-    truncation's shift (Weyl, on each sigma) could move a count (`Accuracy.certain`), or the
-    shift exceeds ESS_BOUND sigma_1 (entropy-ESS then stays within its 1e-5: every value moves
-    by at most the shift). The Grams and their eigenvalues: core/channel_kernel.py."""
+def _ess_factor_values(factor: _Factor, gate: torch.Tensor, accuracy: Accuracy, allow_kernel: bool = True):
+    """sigma of each unit's diag(gate[u]) base (base (m, r), gate (u, m)) from its Gram's
+    eigenvalues, and which units must be redone. With g = max|gate[u]| and H = base Z + E + R
+    (`_Factor`), B = diag(gate) E is orthogonal to the kept part, so each sigma_k^2 lies
+    between that of diag(gate) base and it plus ||B||^2 <= (g ||E||)^2 (interlacing), and R
+    moves each sigma by at most g ||R|| (Weyl). A count stands where the Gram's rounding plus
+    those cannot move a value across tau (`Accuracy.certain`, `Accuracy.shifted_error`).
+    Entropy-ESS: the spectrum moves by at most g (||E||_* + k ||R||) in the 1-norm, k values
+    (the nuclear norm of [A | B] less that of A is at most ||B||_*), so p = sigma / sum(sigma)
+    moves by at most q = that / sum(sigma) in total variation, and the entropy by at most
+    q log(k - 1) + h(q) (Fannes-Audenaert): below ESS_MASS (q) it stays within 3e-6.
+    The Grams and their eigenvalues: core/channel_kernel.py."""
+    base = factor.base
     sigma = channel_kernel.gram_eigenvalues(base, gate, allow_kernel).sqrt()  # (u, g), g = min(m, r): no redo here
     top = sigma[:, 0] ** 2
-    rounding = GRAM_ERROR * sigma.shape[-1] * torch.finfo(sigma.dtype).eps * top
-    error = accuracy.shifted_error(top, rounding, shift)
-    certain = accuracy.certain(top, error, sigma**2) & (shift <= ESS_BOUND * sigma[:, 0])
+    gram_rounding = GRAM_ERROR * sigma.shape[-1] * torch.finfo(sigma.dtype).eps * top
+    largest_gate = gate.abs().amax(-1)
+    dropped = largest_gate * (factor.error - factor.rounding)
+    error = accuracy.shifted_error(top, gram_rounding + dropped**2, largest_gate * factor.rounding)
+    moved = largest_gate * (factor.mass + min(base.shape[0], factor.t) * factor.rounding)  # rank(H_t) <= min(m, t)
+    certain = accuracy.certain(top, error, sigma**2) & (moved <= ESS_MASS * sigma.sum(-1))
     return sigma, ~certain
