@@ -127,8 +127,10 @@ def reachability_gramian_singular_values(
     # its compile: dense_jobs), neither does this.
     allow_kernel = dense_jobs.repays_kernel(units * sum(min(t, n) ** 3 for t in wanted))
     trim = allow_kernel and kernel_takes(units * block, n, torch.float64, device)
-    held = a.new_zeros(units, block, n, n)  # P_t (or F_t F_t^T) of a block of cuts, solved together
-    sizes = torch.full((units, block), n, dtype=torch.long)
+    # P_t (or F_t F_t^T) of a block of cuts, solved together; cut-major, so that a last, partial
+    # block is a view (no copy of up to GRAMIAN_BLOCK_BYTES) and every slot is written before use
+    held = a.new_empty(block, units, n, n)
+    sizes = torch.full((block, units), n, dtype=torch.long)
     early = a.new_zeros(units, n, n) if trim else None  # F_t: rows j < min(t, N), b_j times the decays since
     p = a.new_zeros(units, n, n)
     step = 0
@@ -141,25 +143,25 @@ def reachability_gramian_singular_values(
             step += 1
         k = slot % block
         if trim and t < n:
-            held[:, k] = 0.0
-            torch.matmul(early[:, :t], early[:, :t].mT, out=held[:, k, :t, :t])
-            sizes[:, k] = t
+            held[k] = 0.0
+            torch.matmul(early[:, :t], early[:, :t].mT, out=held[k, :, :t, :t])
+            sizes[k] = t
         else:
-            held[:, k], sizes[:, k] = p, n
+            held[k], sizes[k] = p, n
         if k == block - 1 or slot == len(wanted) - 1:
             first, count = slot - k, k + 1
-            solved = held[:, :count]
+            solved = held[:count]  # (count, units, n, n)
             bound = GRAMIAN_ERROR * eps * torch.linalg.matrix_norm(solved)
             finite = torch.isfinite(bound)  # not: a growing recurrence overflowed (its unit is redone)
             if not bool(finite.all()):
                 solved = torch.where(finite[..., None, None], solved, 0.0)
             if trim:
-                flat = dense_kernel.symmetric_eigenvalues(solved.reshape(-1, n, n), sizes[:, :count].reshape(-1))
-                values = flat.reshape(units, count, n)
+                flat = dense_kernel.symmetric_eigenvalues(solved.reshape(-1, n, n), sizes[:count].reshape(-1))
+                values = flat.reshape(count, units, n)
             else:
                 values = eigvalsh(solved, allow_kernel)
-            squares[:, first : first + count] = values.sort(-1, descending=True).values
-            error[:, first : first + count] = torch.where(finite, bound, float("inf"))
+            squares[:, first : first + count] = values.sort(-1, descending=True).values.transpose(0, 1)
+            error[:, first : first + count] = torch.where(finite, bound, float("inf")).T
     rank = torch.clamp(torch.as_tensor(wanted, device=device), max=n)  # P_t holds t inputs
     squares = torch.where(torch.arange(n, device=device) < rank[:, None], squares.clamp_min(0), 0.0)
     redo = (~accuracy.certain(squares[..., 0], error, squares)).any(-1).nonzero().flatten()
