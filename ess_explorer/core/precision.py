@@ -92,10 +92,11 @@ class Accuracy:
 
     def shifted_error(self, top, rounding, shift):
         """The error `certain` reads for a route whose eigenvalues carry ``rounding`` and whose
-        singular values were each moved by at most ``shift`` before it (a truncated factor,
-        Weyl): a value s within shift of sigma near tau has |s^2 - tau^2| <= (2 tau + shift) shift
-        whenever it could cross tau, so the shift costs that, not the (2 sigma_1 + shift) shift
-        it costs at sigma_1, a thousand times more at tol = 1e-3."""
+        singular values were each moved by at most ``shift`` before it (Weyl: a perturbation
+        of the matrix of that 2-norm): a value s within shift of sigma near tau has
+        |s^2 - tau^2| <= (2 tau + shift) shift whenever it could cross tau, so the shift costs
+        that, not the (2 sigma_1 + shift) shift it costs at sigma_1, a thousand times more at
+        tol = 1e-3."""
         return rounding + (2 * self.smallest_tau(top) + shift) * shift
 
     def certain(self, top, error, values=None):
