@@ -2,7 +2,7 @@
 
 core/row_scaled.py needs, at every cut, the eigenvalues of u small Grams that share one
 factor: G_u = F^T diag(w_u) F, F the owner's factor (m, r), w_u the channel's gate squared on
-the cut's rows (a Mamba2 head: 64 channels, r mostly 3-30). In torch that is one matrix
+the cut's rows (a Mamba2 head: 64 channels, r mostly 1-60). In torch that is one matrix
 product (u, m) x (m, r^2) and a batched `eigvalsh`, whose per-matrix overhead dominates at
 these sizes (about 4 us per 16 x 16 matrix, against some 6,000 multiply-adds). Here LANES
 channels run side by side, every loop innermost over them: each Gram's lower triangle is
@@ -11,8 +11,12 @@ core/gramian_kernel.py (Householder across the lanes, trace-scaled, then the QL 
 core/tridiagonal_kernel.py). Measured on one core, 64 channels, m = 128, eigenvalues alone:
 r = 8: 0.2 us per matrix (torch 1.3), r = 16: 1.1 (3.9), r = 24: 2.5 (7.5), r = 32: 6.0
 (13.0, and core/dense_kernel.py's 7.0). From r = 32 on the lanes' working set (r^2 x 64
-values) leaves the cache and core/dense_kernel.py is the faster: the kernel takes r up to
-MAX_SIZE.
+values) leaves the cache and core/dense_kernel.py solves faster, but the reference must first
+form the Grams as a torch product, which this kernel fuses: Grams and eigenvalues together,
+64 channels, this kernel against `reference` (torch's product, the dense kernel's
+eigenvalues), one core: m = 64: 1.4-2.0x at r = 32-64; m = 128: 1.45x at r = 32, 1.1x at
+r = 48-56, even at 64, 0.9x at 80; m = 220: 1.6x at r = 32, 1.3x at 64, even at 80. The kernel
+takes r up to MAX_SIZE.
 
 Accuracy: the Gram's entries are the same sums of m products as torch's (in another order),
 and the eigensolver is backward stable with the trace as its scale, so every eigenvalue is
@@ -36,7 +40,7 @@ from .gramian_kernel import _symmetric_eigenvalues
 
 __all__ = ["gram_eigenvalues", "reference", "MAX_SIZE"]
 
-MAX_SIZE = 31  # the widest factor the kernel takes (module docstring: measured crossover at 32)
+MAX_SIZE = 64  # the widest factor the kernel takes (module docstring: measured crossover 64-80)
 
 
 def gram_eigenvalues(base: torch.Tensor, gate: torch.Tensor, allow_kernel: bool = True) -> torch.Tensor:
