@@ -500,7 +500,7 @@ def test_what_a_carried_factor_drops_moves_a_gated_channel_only_as_the_ess_guard
         kept = torch.linalg.svdvals(gate[t:, None] * factor.base)
         kept = torch.nn.functional.pad(kept, (0, len(true) - len(kept)))
         largest = float(gate[t:].max())
-        dropped = largest * (factor.error - factor.rounding)
+        dropped = largest * factor.dropped
         slack = 4 * largest * factor.rounding * float(true[0]) + 1e-13 * float(true[0]) ** 2
         gap = true**2 - kept**2
         truncated += dropped > 1e-7 * float(true[0])  # a real truncation, not rounding

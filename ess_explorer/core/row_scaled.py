@@ -228,17 +228,22 @@ class _Factor(NamedTuple):
     """An owner's cut H_t (m, n) as base Z + E + R: base (m, r) = U_r S_r, Z with orthonormal
     rows; E the dropped columns, whose rows are orthogonal to Z's (E Z^T = 0: each truncation
     drops the trailing singular directions, and a carried factor's earlier E keeps its rows
-    orthogonal to the new Z); R the SVDs' rounding. ||E||_2 <= error - rounding, the nuclear
-    norm ||E||_* <= mass, ||R||_2 <= rounding. values: the singular values it was cut from (of
-    H_t itself where ``whole``, else of the carried factor)."""
+    orthogonal to the new Z); R the SVDs' rounding. ||E||_2 <= dropped, the nuclear norm
+    ||E||_* <= mass, ||R||_2 <= rounding. values: the singular values it was cut from (of H_t
+    itself where ``whole``, else of the carried factor)."""
 
     t: int
     base: torch.Tensor
-    error: float
     values: torch.Tensor
     whole: bool
-    rounding: float = 0.0
-    mass: float = 0.0
+    dropped: float
+    rounding: float
+    mass: float
+
+    @property
+    def error(self) -> float:
+        """||E + R||_2 <= this: how far each singular value of H_t may be from base's (Weyl)."""
+        return self.dropped + self.rounding
 
     @classmethod
     def truncated(cls, t, left, values, carried: "_Factor | None", whole: bool, truncate: float, max_rank) -> "_Factor":
@@ -247,11 +252,16 @@ class _Factor(NamedTuple):
         by the first dropped value and the SVD's rounding, the mass by all the dropped values."""
         kept = max(1, int((values > truncate * values[0]).sum()))
         kept = kept if max_rank is None else min(kept, max(1, max_rank))
-        dropped = float(values[kept]) if kept < len(values) else 0.0
-        rounding = ROUNDING * float(values[0]) + (carried.rounding if carried else 0.0)
-        error = dropped + rounding + (carried.error - carried.rounding if carried else 0.0)
-        mass = float(values[kept:].sum()) + (carried.mass if carried else 0.0)
-        return cls(t, left[:, :kept] * values[:kept], error, values, whole, rounding, mass)
+        first_dropped = float(values[kept]) if kept < len(values) else 0.0
+        return cls(
+            t,
+            left[:, :kept] * values[:kept],
+            values,
+            whole,
+            dropped=first_dropped + (carried.dropped if carried else 0.0),
+            rounding=ROUNDING * float(values[0]) + (carried.rounding if carried else 0.0),
+            mass=float(values[kept:].sum()) + (carried.mass if carried else 0.0),
+        )
 
 
 def _carried_factor(owner: torch.Tensor, t: int, previous: "_Factor | None", truncate: float, max_rank) -> _Factor:
@@ -341,7 +351,7 @@ def _ess_factor_values(factor: _Factor, gate: torch.Tensor, accuracy: Accuracy, 
     top = sigma[:, 0] ** 2
     gram_rounding = GRAM_ERROR * sigma.shape[-1] * torch.finfo(sigma.dtype).eps * top
     largest_gate = gate.abs().amax(-1)
-    dropped = largest_gate * (factor.error - factor.rounding)
+    dropped = largest_gate * factor.dropped
     error = accuracy.shifted_error(top, gram_rounding + dropped**2, largest_gate * factor.rounding)
     moved = largest_gate * (factor.mass + min(base.shape[0], factor.t) * factor.rounding)  # rank(H_t) <= min(m, t)
     certain = accuracy.certain(top, error, sigma**2) & (moved <= ESS_MASS * sigma.sum(-1))
