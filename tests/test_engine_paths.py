@@ -348,13 +348,13 @@ def test_row_scaled_channels_under_the_ess_contract(kernel, monkeypatch):
     length, modes = 48, 24
     heads, owner_of, gate = _fast_and_reset_heads(length, modes)
     widths, own_cuts = {}, []
-    original_gram, original_svdvals = row_scaled._ess_factor_values, torch.linalg.svdvals
+    original_gram, original_svdvals = row_scaled._owner_values, torch.linalg.svdvals
 
     def gram(factor, *rest):
         widths.setdefault(factor.base.shape[0], []).append(factor.base.shape[-1])
         return original_gram(factor, *rest)
 
-    monkeypatch.setattr(row_scaled, "_ess_factor_values", gram)
+    monkeypatch.setattr(row_scaled, "_owner_values", gram)
     monkeypatch.setattr(torch.linalg, "svdvals", lambda x: own_cuts.append(tuple(x.shape)) or original_svdvals(x))
     chosen = row_scaled.row_scaled_hankel_singular_values(
         heads, owner_of, gate, torch.arange(length), max_rank=modes, accuracy=Accuracy("ess")
@@ -477,7 +477,7 @@ def test_a_carried_factor_is_within_its_error_bound_and_restarts_when_sigma_1_fa
 
 
 def test_what_a_carried_factor_drops_moves_a_gated_channel_only_as_the_ess_guard_assumes():
-    """The "ess" guard of a channel diag(g) H_t (`row_scaled._ess_factor_values`) reads two
+    """The "ess" guard of a channel diag(g) H_t (`row_scaled._ess_guard`) reads two
     properties of the owner's factor, checked here along a chain of carried cuts truncated
     hard (1e-4 of S_1, so what is dropped is far above rounding): each sigma_k^2 of the
     channel's cut lies between that of diag(g) base and it plus (max|g| ||E||)^2, a second-

@@ -28,7 +28,7 @@ Under "ess" (core/precision.py) the factor's Gram gives the values, and a channe
 them where the Gram's rounding plus what was dropped cannot move a count and moves its
 spectrum by at most ESS_MASS of its sum (so entropy-ESS stays within its contract); there
 the dropped columns, orthogonal to the kept ones, move a value only to second order
-(`_ess_factor_values`), so the truncation can keep fewer. Any other channel tries
+(`_ess_guard`), so the truncation can keep fewer. Any other channel tries
 again with the factor of its owner's own SVD, where the one it had was carried, and failing
 that its cut is redone by its own SVD. Where the owner's cut is well conditioned, each
 channel's Gram and `eigvalsh` of its whole cut (the dense path's guarded route,
@@ -59,7 +59,7 @@ ROUNDING = 1e-14  # the owner SVD's backward error, relative to its sigma_1 (a f
 BOUND = 1e-10  # a channel keeps the shared result when it is this accurate relative to its sigma_1
 # Under the "ess" contract (core/precision.py) the owner's values are kept down to this times
 # its sigma_1, and a channel keeps the shared result where what was dropped cannot move a count
-# and moves its spectrum by at most ESS_MASS of its sum (`_ess_factor_values`). The dropped
+# and moves its spectrum by at most ESS_MASS of its sum (`_ess_guard`). The dropped
 # directions are orthogonal to the kept ones, so they move a value near tau only to second
 # order, and entropy-ESS reads their sum: a channel's sigma_1 is mostly 1e-2 to 1e-1 of
 # max|g| S_1 (Mamba2's heads). One Mamba2 layer at L = 256, one thread: 1e-12 6.4 s, 1e-11
@@ -125,6 +125,7 @@ def row_scaled_hankel_singular_values(
 
     truncate = TRUNCATE_ESS if accuracy.fast else TRUNCATE
     in_use = torch.unique(owner_of).tolist()
+    owner_groups = [(o, (owner_of == o).nonzero().flatten()) for o in in_use]  # each owner's units
     # On a CPU each owner's factor follows it from cut to cut (`_carried_factor`); on a GPU one
     # batched SVD of every owner's cut beats a loop of small ones.
     carry = device.type == "cpu"
@@ -149,12 +150,11 @@ def row_scaled_hankel_singular_values(
         if bool(by_gram.any()):
             channels = gate[by_gram, :, None] * cut[owner_of[by_gram]]
             sigma[by_gram] = gram_singular_values(channels, accuracy=accuracy, allow_kernel=allow_kernel)
-        if not bool(by_gram.all()):
-            rest = ~by_gram
-            shared = _shared_factor_values(
-                cut, factors, gate[rest], owner_of[rest], accuracy, truncate, max_rank, allow_kernel
-            )
-            sigma[rest, : shared.shape[-1]] = shared
+            groups = [(o, rows) for o, rows in owner_groups if not bool(conditioned[o])]
+        else:
+            groups = owner_groups
+        if groups:
+            _shared_factor_values(sigma, cut, factors, gate, groups, accuracy, truncate, max_rank, allow_kernel)
         if carry:
             carried.update(factors)
         return sigma
@@ -289,70 +289,83 @@ def _whole_factor(cut: torch.Tensor, t: int, truncate: float, max_rank) -> _Fact
 
 
 def _shared_factor_values(
-    cut, factors: dict, gate, owner_of, accuracy: Accuracy, truncate: float, max_rank, allow_kernel: bool = True
-) -> torch.Tensor:
-    """sigma(diag(g_u) H) for each unit from its owner's factor H = base Z + E (module
-    docstring), one owner at a time: the owner's own rank r decides the factor's width (a
-    fast-decaying head keeps a few columns, not the widest head's). A unit whose bound does
+    sigma, cut, factors: dict, gate, groups, accuracy: Accuracy, truncate: float, max_rank, allow_kernel: bool = True
+) -> None:
+    """sigma(diag(g_u) H) into sigma[u] for each unit of ``groups`` ((owner, its units' rows)
+    pairs) from its owner's factor H = base Z + E (module docstring). The owner's own rank r decides the
+    factor's width (a fast-decaying head keeps a few columns, not the widest head's); one
+    guard then reads every unit of the cut at once (`_guarded_values`). A unit whose bound does
     not hold tries again with the cut's own SVD where its owner's factor was carried (whose
     error is the larger: ``factors`` then holds that one), then takes the SVD of its own cut."""
-    sigma = cut.new_zeros(len(owner_of), min(cut.shape[-2:]))
-    for owner in torch.unique(owner_of).tolist():
-        rows = (owner_of == owner).nonzero().flatten()
-        factor = factors[owner]
-        values_u, redo = _channel_values(factor, gate[rows], accuracy, allow_kernel)
-        if bool(redo.any()) and not factor.whole:
-            factor = factors[owner] = _whole_factor(cut[owner], factor.t, truncate, max_rank)
-            again, redo_again = _channel_values(factor, gate[rows[redo]], accuracy, allow_kernel)
-            values_u = _padded_rows(values_u, redo, again)
-            redo = redo.masked_scatter(redo, redo_again)  # the retried units: still failing?
-        if bool(redo.any()):  # the cut of a channel whose gate peaks where its rows are small
-            own = torch.linalg.svdvals(gate[rows[redo], :, None] * cut[owner])
-            values_u = _padded_rows(values_u, redo, own)
-        width = min(values_u.shape[-1], sigma.shape[-1])
-        sigma[rows, :width] = values_u[:, :width]
-    return sigma
-
-
-def _channel_values(factor: _Factor, gate: torch.Tensor, accuracy: Accuracy, allow_kernel: bool):
-    """sigma of each unit's diag(gate[u]) base (gate (u, m)) and which units must be redone:
-    under "exact" by SVD, kept where the shift ||diag(g)|| ||E|| (Weyl) is within BOUND
-    sigma_1; under "ess" by its Gram (`_ess_factor_values`)."""
-    if accuracy.fast:
-        return _ess_factor_values(factor, gate, accuracy, allow_kernel)
-    shift = gate.abs().amax(-1) * factor.error
-    values = torch.linalg.svdvals(gate[:, :, None] * factor.base)  # (u, min(m, r))
-    return values, shift > BOUND * values[:, 0]
-
-
-def _padded_rows(values: torch.Tensor, rows: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
-    """values (u, k) with the rows selected by the mask ``rows`` replaced by ``new``, both
-    zero padded to the wider of the two."""
-    width = max(values.shape[-1], new.shape[-1])
-    values = torch.nn.functional.pad(values, (0, width - values.shape[-1]))
-    values[rows] = torch.nn.functional.pad(new, (0, width - new.shape[-1]))
-    return values
-
-
-def _ess_factor_values(factor: _Factor, gate: torch.Tensor, accuracy: Accuracy, allow_kernel: bool = True):
-    """sigma of each unit's diag(gate[u]) base (base (m, r), gate (u, m)) from its Gram's
-    eigenvalues, and which units must be redone. With g = max|gate[u]| and H = base Z + E + R
-    (`_Factor`), B = diag(gate) E is orthogonal to the kept part, so each sigma_k^2 lies
-    between that of diag(gate) base and it plus ||B||^2 <= (g ||E||)^2 (interlacing), and R
-    moves each sigma by at most g ||R|| (Weyl). A count stands where the Gram's rounding plus
-    those cannot move a value across tau (`Accuracy.certain`, `Accuracy.shifted_error`).
-    Entropy-ESS: the spectrum moves by at most g (||E||_* + k ||R||) in the 1-norm, k values
-    (the nuclear norm of [A | B] less that of A is at most ||B||_*), so p = sigma / sum(sigma)
-    moves by at most q = that / sum(sigma) in total variation, and the entropy by at most
-    q log(k - 1) + h(q) (Fannes-Audenaert): below ESS_MASS (q) it stays within 3e-6.
-    The Grams and their eigenvalues: core/channel_kernel.py."""
-    base = factor.base
-    sigma = channel_kernel.gram_eigenvalues(base, gate, allow_kernel).sqrt()  # (u, g), g = min(m, r): no redo here
-    top = sigma[:, 0] ** 2
-    gram_rounding = GRAM_ERROR * sigma.shape[-1] * torch.finfo(sigma.dtype).eps * top
     largest_gate = gate.abs().amax(-1)
-    dropped = largest_gate * factor.dropped
-    error = accuracy.shifted_error(top, gram_rounding + dropped**2, largest_gate * factor.rounding)
-    moved = largest_gate * (factor.mass + min(base.shape[0], factor.t) * factor.rounding)  # rank(H_t) <= min(m, t)
-    certain = accuracy.certain(top, error, sigma**2) & (moved <= ESS_MASS * sigma.sum(-1))
-    return sigma, ~certain
+    redo = _guarded_values(factors, gate, largest_gate, groups, accuracy, allow_kernel, sigma)
+    if not bool(redo.any()):
+        return
+    for owner, rows in groups:
+        failing = rows[redo[rows]]
+        if len(failing) and not factors[owner].whole:
+            factors[owner] = _whole_factor(cut[owner], factors[owner].t, truncate, max_rank)
+            again = _guarded_values(factors, gate, largest_gate, [(owner, failing)], accuracy, allow_kernel, sigma)
+            failing = failing[again[failing]]
+        if len(failing):  # the cut of a channel whose gate peaks where its rows are small
+            own = torch.linalg.svdvals(gate[failing, :, None] * cut[owner])
+            sigma[failing] = 0.0
+            sigma[failing, : own.shape[-1]] = own
+
+
+def _guarded_values(factors: dict, gate, largest_gate, groups, accuracy: Accuracy, allow_kernel: bool, sigma):
+    """Write sigma[rows] (zero past each unit's values) for each (owner, rows) of ``groups``
+    from the owner's factor (`_owner_values`), and return which of all units (U,) must be
+    redone, by one guard over every unit written: under "exact" by SVD, kept where the shift
+    max|g| ||E + R|| (Weyl) is within BOUND sigma_1; under "ess" `_ess_guard`."""
+    stats = []  # per owner: its factor's bounds, and how many values each of its units has
+    for owner, members in groups:
+        factor = factors[owner]
+        values = _owner_values(factor, gate[members], accuracy, allow_kernel)
+        sigma[members] = 0.0
+        sigma[members, : values.shape[-1]] = values
+        size = min(factor.base.shape[0], factor.t)
+        stats.append((factor.dropped, factor.rounding, factor.mass, size, values.shape[-1]))
+    written = torch.cat([members for _, members in groups])
+    counts = torch.tensor([len(members) for _, members in groups], device=sigma.device)
+    per_unit = torch.tensor(stats, dtype=sigma.dtype, device=sigma.device).repeat_interleave(counts, 0)
+    dropped, rounding, mass, size, width = per_unit.unbind(-1)
+    values, largest = sigma[written], largest_gate[written]
+    if accuracy.fast:
+        fails = ~_ess_guard(values, width, largest, dropped, rounding, mass, size, accuracy)
+    else:
+        fails = largest * (dropped + rounding) > BOUND * values[:, 0]
+    redo = torch.zeros(len(sigma), dtype=torch.bool, device=sigma.device)
+    redo[written] = fails
+    return redo
+
+
+def _owner_values(factor: _Factor, gate: torch.Tensor, accuracy: Accuracy, allow_kernel: bool) -> torch.Tensor:
+    """sigma of each unit's diag(gate[u]) base (gate (u, m)), (u, min(m, r)): under "exact" by
+    SVD, under "ess" from its Gram's eigenvalues (core/channel_kernel.py)."""
+    if accuracy.fast:
+        return channel_kernel.gram_eigenvalues(factor.base, gate, allow_kernel).sqrt()
+    return torch.linalg.svdvals(gate[:, :, None] * factor.base)
+
+
+def _ess_guard(sigma, width, largest_gate, dropped, rounding, mass, size, accuracy: Accuracy) -> torch.Tensor:
+    """Which units keep sigma, each unit's diag(gate) base from its Gram's eigenvalues (its
+    first ``width`` values; the rest padding), base from its owner's factor H = base Z + E + R
+    (`_Factor`: ``dropped`` >= ||E||, ``rounding`` >= ||R||, ``mass`` >= ||E||_*, ``size`` =
+    min(m, t) >= rank(H)), g = ``largest_gate`` = max|gate|. B = diag(gate) E is orthogonal to
+    the kept part, so each sigma_k^2 lies between that of diag(gate) base and it plus ||B||^2
+    <= (g ||E||)^2 (interlacing), and R moves each sigma by at most g ||R|| (Weyl). A count
+    stands where the Gram's rounding plus those cannot move a value across tau
+    (`Accuracy.certain`, `Accuracy.shifted_error`). Entropy-ESS: the spectrum moves by at most
+    g (||E||_* + size ||R||) in the 1-norm (the nuclear norm of [A | B] less that of A is at
+    most ||B||_*), so p = sigma / sum(sigma) moves by at most q = that / sum(sigma) in total
+    variation, and the entropy by at most q log(k - 1) + h(q) (Fannes-Audenaert): below
+    ESS_MASS (q) it stays within 3e-6."""
+    squares = sigma**2
+    top = squares[:, 0]
+    gram_rounding = GRAM_ERROR * width * torch.finfo(sigma.dtype).eps * top
+    error = accuracy.shifted_error(top, gram_rounding + (largest_gate * dropped) ** 2, largest_gate * rounding)
+    moved = largest_gate * (mass + size * rounding)
+    padding = torch.arange(sigma.shape[-1], device=sigma.device) >= width[:, None]
+    values = squares.masked_fill(padding, float("nan"))  # no value there: never near tau
+    return accuracy.certain(top, error, values) & (moved <= ESS_MASS * sigma.sum(-1))
