@@ -29,7 +29,7 @@ def test_only_a_job_of_kernel_min_work_takes_the_kernel(monkeypatch):
     heads = trained_like_attention(40, units=3, seed=0)
     taken, original = [], dense_jobs.cut_spectra
     monkeypatch.setattr(dense_jobs, "cut_spectra", lambda *args: taken.append(args) or original(*args))
-    work = 3 * sum(min(t, 40 - t) ** 3 for t in range(1, 40))  # every cut t >= 1 of 3 heads
+    work = 3 * sum(dense_jobs.eigen_work(min(t, 40 - t)) for t in range(1, 40))  # every cut t >= 1 of 3 heads
     expected = hankel_singular_values(heads, precision="exact")
     for threshold, kernel in ((work + 1, False), (work, True)):
         taken.clear()

@@ -20,15 +20,35 @@ import torch
 from . import dense_kernel
 from .sweeps import over_chunks
 
-__all__ = ["takes", "repays_kernel", "cut_spectra", "forms_group", "FORMS_BUDGET_BYTES", "CALL_WORK", "KERNEL_MIN_WORK"]
+__all__ = [
+    "takes",
+    "repays_kernel",
+    "cut_spectra",
+    "forms_group",
+    "FORMS_BUDGET_BYTES",
+    "CALL_WORK",
+    "KERNEL_MIN_WORK",
+    "eigen_work",
+]
 
 # The kernel compiles once per install (about 9 s) and then runs 2-3x LAPACK's speed. A job
-# whose eigenvalues LAPACK finds in under about 0.1 s on 2 cores (0.08 ns per unit of work: a
-# zoo model, GPT-2 at L = 128) takes torch, so that a fresh install's first small analysis
-# does not wait for the compile; one layer of a model at a few hundred tokens is above it
-# (GPT-2 at L = 256: 1.6e9), since a whole model repays the compile. The rule reads only the
-# job's sizes, so every process (a Ray worker, a resumed sweep) routes a job the same way.
+# whose eigenvalues LAPACK finds in under about 0.1 s on 2 cores (0.08 ns per unit of work,
+# `eigen_work`: a zoo model, GPT-2 at L = 128) takes torch, so that a fresh install's first
+# small analysis does not wait for the compile; one layer of a model at a few hundred tokens is
+# above it (GPT-2 at L = 256: 1.6e9), since a whole model repays the compile. The rule reads
+# only the job's sizes, so every process (a Ray worker, a resumed sweep) routes a job the same way.
 KERNEL_MIN_WORK = 1e9
+# LAPACK's eigvalsh of a small matrix costs far more than its g^3: about 0.03 g^2 us on one
+# core for g = 2 to 64 (its QL and the per-matrix overhead; 16 x 16: 7 us, 1.7 ns per g^3),
+# some 300 g^2 units. A job of many small Grams (Mamba2's 64 channels per head at every cut)
+# counts it: without it a chunk of narrow heads took torch at 4x the kernel's time.
+SMALL_MATRIX_WORK = 300.0
+
+
+def eigen_work(size: int) -> float:
+    """The unit of KERNEL_MIN_WORK: what LAPACK spends on the eigenvalues of one symmetric
+    matrix of this size, g^3 + SMALL_MATRIX_WORK g^2."""
+    return float(size) ** 3 + SMALL_MATRIX_WORK * float(size) ** 2
 
 
 def takes(flat: torch.Tensor, times) -> bool:
@@ -37,12 +57,12 @@ def takes(flat: torch.Tensor, times) -> bool:
     KERNEL_MIN_WORK."""
     if not (dense_kernel.available() and flat.dtype == torch.float64 and flat.device.type == "cpu"):
         return False
-    return repays_kernel(flat.shape[0] * sum(_work(t, flat.shape[-1]) for t in times))
+    return repays_kernel(flat.shape[0] * sum(eigen_work(min(t, flat.shape[-1] - t)) for t in times))
 
 
 def repays_kernel(work: float) -> bool:
-    """Whether a job of this much eigenvalue work (the unit of KERNEL_MIN_WORK: the sum of
-    g^3 over its Grams of size g, or a bound on it) takes the compiled kernel: the one rule
+    """Whether a job of this much eigenvalue work (the sum of `eigen_work` over its Grams, or a
+    bound on it) takes the compiled kernel: the one rule
     for every caller whose job is many small eigenproblems (core/row_scaled.py, core/causal.py)."""
     return work >= KERNEL_MIN_WORK
 

@@ -217,10 +217,14 @@ def _takes_dense_route(width: int, cuts: list[int], length: int, device: torch.d
 
 def _repays_kernel(widths: list[int], owner_of: torch.Tensor, cuts: list[int], length: int) -> bool:
     """Whether the channels' Gram eigenvalues may take the compiled kernel
-    (`dense_jobs.repays_kernel`): their work, sum over channels and cuts of min(r, t, L - t)^3,
-    r each owner's width (`_owner_widths`)."""
+    (`dense_jobs.repays_kernel`): their work, over channels and cuts, of Grams of size
+    min(r, t, L - t), r each owner's width (`_owner_widths`)."""
     channels = torch.bincount(owner_of.cpu(), minlength=len(widths)).tolist()
-    work = sum(count * sum(min(w, t, length - t) ** 3 for t in cuts) for w, count in zip(widths, channels) if count)
+    work = sum(
+        count * sum(dense_jobs.eigen_work(min(w, t, length - t)) for t in cuts)
+        for w, count in zip(widths, channels)
+        if count
+    )
     return dense_jobs.repays_kernel(work)
 
 
