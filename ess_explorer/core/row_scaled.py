@@ -197,11 +197,12 @@ def _takes_dense_route(width: int, cuts: list[int], length: int, device: torch.d
     cut's, then takes its eigenvalues, about (8/3) g^3 per cut, g = min(t, L - t); the shared
     factors cost per cut an (L - t) x r Gram and its eigenvalues, 2 (L - t) r^2 + (8/3) r^3
     with r = min(width, g), and the owner's SVD. Measured on Mamba2-130m's heads at L = 256, 64
-    channels, one thread (factors against dense): width 126: 2.39 s against 0.81 s; 63: 0.79
-    against 0.65; 43: 0.54 against 0.70; 19: 0.29 against 0.63. The flop counts leave out the
-    owner's SVDs, so the dense route is taken from DENSE_ROUTE_RATIO of its count on (width 64
-    and up at L = 256 with N = 128; at L = 512 only a head that keeps all of N = 128; never at
-    L = 1024)."""
+    channels, one thread (factors against dense, CPU seconds): width 124-126: 1.5-1.6 against
+    0.7; 113: 1.4 against 0.7; 73-75: 0.75-1.0 against 0.6; 56-57: 0.3-0.5 against 0.6; 42:
+    0.42 against 0.59; 19: 0.31 against 0.61 (the rule below picks the faster one at each).
+    The flop counts leave out the owner's SVDs, so the dense route is taken from
+    DENSE_ROUTE_RATIO of its count on (width 64 and up at L = 256 with N = 128; at L = 512 only
+    a head that keeps all of N = 128; never at L = 1024)."""
     if not accuracy.fast:
         return False
     if device.type != "cpu":
