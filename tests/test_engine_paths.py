@@ -509,6 +509,47 @@ def test_what_a_carried_factor_drops_moves_a_gated_channel_only_as_the_ess_guard
     assert carried > 10 and truncated > 10  # carried, not restarted at every cut, and truncated
 
 
+def test_a_channel_that_reads_mostly_what_its_head_dropped_is_redone_for_its_entropy():
+    """The entropy half of the "ess" guard of gated channels (`row_scaled._ess_guard`). A head's
+    cut holds one direction of size 1 (on its first rows) and 100 of size 1e-11, below the
+    factor's truncation (1e-10 of S_1), on the other rows: the shared factor keeps one column.
+    A channel gated by 1e-4 on the first rows and 1 on the rest has the values 1e-4 and 100 x
+    1e-11: the dropped ones carry 1e-5 of its spectrum's sum, which moves its entropy-ESS by
+    about 2e-4, while each lies far below tau, so no count can move. Only the mass bound sees
+    it and redoes the channel (by its own SVD); a channel gated by 1 everywhere keeps the
+    shared result. Both match their own SVD: same tolerance-ESS, entropy-ESS within 1e-5."""
+    from ess_explorer import entropy_ess, tolerance_ess
+    from ess_explorer.core.precision import Accuracy
+    from ess_explorer.core.row_scaled import row_scaled_hankel_singular_values
+
+    length, t, first_rows, small = 240, 120, 10, 100
+    g = torch.Generator().manual_seed(31)
+    rows = torch.linalg.qr(torch.randn(length - t - first_rows, small, generator=g, dtype=torch.float64)).Q
+    columns = torch.linalg.qr(torch.randn(t, small + 1, generator=g, dtype=torch.float64)).Q
+    top_row = torch.randn(first_rows, generator=g, dtype=torch.float64)
+    cut = torch.zeros(length - t, t, dtype=torch.float64)
+    cut[:first_rows] = (top_row / top_row.norm())[:, None] * columns[:, 0]  # the one direction of size 1
+    cut[first_rows:] = 1e-11 * rows @ columns[:, 1:].T  # 100 directions of size 1e-11
+    head = torch.zeros(1, length, length, dtype=torch.float64)
+    head[0, t:, :t] = cut
+    gate = torch.ones(2, length, dtype=torch.float64)
+    gate[1, t : t + first_rows] = 1e-4
+    svd_inputs, original = [], torch.linalg.svdvals
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch.linalg, "svdvals", lambda x: svd_inputs.append(x) or original(x))
+        chosen = row_scaled_hankel_singular_values(
+            head, torch.zeros(2, dtype=torch.long), gate, torch.tensor([t]), accuracy=Accuracy("ess")
+        )
+    exact = torch.linalg.svdvals(gate[:, t:, None] * cut)[:, None]  # (2, 1, 120)
+    own_cut = gate[1, t:, None] * cut
+    assert any(x.shape[-2:] == own_cut.shape and torch.equal(x[0], own_cut) for x in svd_inputs)  # redone
+    assert torch.equal(tolerance_ess(spectra=chosen), tolerance_ess(spectra=exact))
+    entropy, reference = entropy_ess(spectra=chosen), entropy_ess(spectra=exact)
+    assert bool(((entropy - reference).abs() <= 1e-5 * reference).all())
+    kept_only = entropy_ess(spectra=exact[..., :1])  # what the shared factor alone gives
+    assert float((kept_only[1] - reference[1]).abs() / reference[1]) > 1e-4  # so the test can fail
+
+
 @pytest.mark.parametrize("precision", ["exact", "ess"])
 def test_row_scaled_channels_with_carried_factors_match_their_own_svd(precision, monkeypatch):
     """Every cut of channels whose heads' factors are carried from cut to cut, across rows
