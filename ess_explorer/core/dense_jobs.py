@@ -62,8 +62,8 @@ def takes(flat: torch.Tensor, times) -> bool:
 
 def repays_kernel(work: float) -> bool:
     """Whether a job of this much eigenvalue work (the sum of `eigen_work` over its Grams, or a
-    bound on it) takes the compiled kernel: the one rule
-    for every caller whose job is many small eigenproblems (core/row_scaled.py, core/causal.py)."""
+    bound on it) takes the compiled kernel: the one rule for every caller whose job is many
+    small eigenproblems (core/row_scaled.py, core/causal.py)."""
     return work >= KERNEL_MIN_WORK
 
 

@@ -301,11 +301,12 @@ def _shared_factor_values(
     sigma, cut, factors: dict, gate, groups, accuracy: Accuracy, truncate: float, max_rank, allow_kernel: bool = True
 ) -> None:
     """sigma(diag(g_u) H) into sigma[u] for each unit of ``groups`` ((owner, its units' rows)
-    pairs) from its owner's factor H = base Z + E (module docstring). The owner's own rank r decides the
-    factor's width (a fast-decaying head keeps a few columns, not the widest head's); one
-    guard then reads every unit of the cut at once (`_guarded_values`). A unit whose bound does
-    not hold tries again with the cut's own SVD where its owner's factor was carried (whose
-    error is the larger: ``factors`` then holds that one), then takes the SVD of its own cut."""
+    pairs) from its owner's factor H = base Z + E (module docstring). The owner's own rank r
+    decides the factor's width (a fast-decaying head keeps a few columns, not the widest
+    head's); one guard then reads every unit of the cut at once (`_guarded_values`). A unit
+    whose bound does not hold tries again with the cut's own SVD where its owner's factor was
+    carried (whose error is the larger: ``factors`` then holds that one), then takes the SVD of
+    its own cut."""
     largest_gate = gate.abs().amax(-1)
     redo = _guarded_values(factors, gate, largest_gate, groups, accuracy, allow_kernel, sigma)
     if not bool(redo.any()):
