@@ -68,8 +68,8 @@ def repays_kernel(work: float) -> bool:
 
 
 def _work(t: int, length: int) -> float:
-    """The eigenvalue work of cut t, in the unit of KERNEL_MIN_WORK and CALL_WORK: g^3 for its
-    Gram's size g = min(t, L - t)."""
+    """The kernel's own work on cut t, in the unit of CALL_WORK: g^3 for its Gram's size
+    g = min(t, L - t) (whether a job takes the kernel at all reads LAPACK's, `eigen_work`)."""
     return float(min(t, length - t)) ** 3
 
 

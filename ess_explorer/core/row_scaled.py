@@ -154,7 +154,8 @@ def row_scaled_hankel_singular_values(
         if bool(by_gram.any()):
             channels = gate[by_gram, :, None] * cut[owner_of[by_gram]]
             sigma[by_gram] = gram_singular_values(channels, accuracy=accuracy, allow_kernel=allow_kernel)
-            groups = [(o, rows) for o, rows in owner_groups if not bool(conditioned[o])]
+            skipped = conditioned.tolist()  # one copy to the host, not one sync per owner
+            groups = [(o, rows) for o, rows in owner_groups if not skipped[o]]
         else:
             groups = owner_groups
         if groups:
