@@ -33,6 +33,7 @@ from __future__ import annotations
 import torch
 
 from . import dense_jobs, dense_kernel
+from .accelerator import accelerator_routes, worker_threads
 from .eigen import eigvalsh, kernel_takes
 from .gramian_naive import GRAMIAN_ERROR
 from .operators import DPLRSSM, DiagonalSSM
@@ -74,7 +75,7 @@ def reachability_singular_values(
     for row, t in enumerate(positions.tolist()):
         if 1 <= t <= length:
             wanted.setdefault(t, []).append(row)
-    trim = device.type == "cpu"  # a GPU keeps one shape per step (rotations, no per-size calls)
+    trim = not accelerator_routes(device)  # a GPU keeps one shape per step (rotations, no per-size calls)
 
     def run(sl: slice) -> None:
         ac, bc = (x[sl].to(device=device, dtype=dtype) for x in (a, b))
@@ -98,7 +99,7 @@ def reachability_singular_values(
                 out[sl, rows, : values.shape[-1]] = values[:, None, :]
 
     if units and wanted:
-        workers = torch.get_num_threads() if device.type == "cpu" else 1
+        workers = worker_threads(device)
         over_chunks(run, units, -(-units // max(1, workers)), workers)
     return out.reshape(*ssm.batch_shape, len(positions), n)
 

@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from . import compiled
+from .accelerator import accelerator_routes
 from .compiled import LANES, available, jit
 from .eigen import eigvalsh
 from .gramian_kernel import _symmetric_eigenvalues
@@ -68,7 +69,7 @@ def takes(base: torch.Tensor, gate: torch.Tensor) -> bool:
     r <= MAX_SIZE, numba."""
     return (
         available()
-        and base.device.type == "cpu"
+        and not accelerator_routes(base.device)
         and base.dtype == gate.dtype == torch.float64
         and not (base.requires_grad or gate.requires_grad)
         and 0 < base.shape[-1] <= MAX_SIZE

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from . import dense_kernel
+from .accelerator import accelerator_routes
 from .sweeps import over_chunks
 
 __all__ = [
@@ -55,7 +56,7 @@ def takes(flat: torch.Tensor, times) -> bool:
     """Whether the kernel computes the dense path's cuts ``times`` of ``flat`` (U, L, L): on a
     CPU, in float64, with numba, and U * sum_t min(t, L - t)^3 (the eigenvalue work) at least
     KERNEL_MIN_WORK."""
-    if not (dense_kernel.available() and flat.dtype == torch.float64 and flat.device.type == "cpu"):
+    if not (dense_kernel.available() and flat.dtype == torch.float64 and not accelerator_routes(flat.device)):
         return False
     return repays_kernel(flat.shape[0] * sum(eigen_work(min(t, flat.shape[-1] - t)) for t in times))
 

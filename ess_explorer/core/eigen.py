@@ -19,6 +19,7 @@ import warnings
 import torch
 
 from . import dense_kernel
+from .accelerator import accelerator_routes
 
 __all__ = ["eigvalsh", "kernel_takes", "cusolver_batched_available", "TORCH_BATCHED_LIMIT"]
 
@@ -45,7 +46,7 @@ def kernel_takes(count: int, n: int, dtype: torch.dtype, device: torch.device) -
     """Whether `eigvalsh` gives a batch of ``count`` matrices n x n to the compiled kernel:
     CPU float64 with numba, at least KERNEL_MIN_BATCH matrices of n >= KERNEL_MIN_SIZE."""
     return (
-        device.type == "cpu"
+        not accelerator_routes(device)
         and dtype == torch.float64
         and n >= dense_kernel.KERNEL_MIN_SIZE
         and count >= KERNEL_MIN_BATCH

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from . import gramian_kernel
+from .accelerator import accelerator_routes, worker_threads
 from .checks import finite_spectra
 from .gramian_blocked import blocked_bytes_per_unit, gramian_spectra_blocked
 from .gramian_naive import GRAMIAN_ERROR
@@ -54,7 +55,7 @@ def uses_kernel(device: torch.device, units: int, cuts: int, state_size: int) ->
     much as 64, 6x the torch route's time (a Mamba2 zoo model with gates outside). The rule
     reads only the job's sizes (not the thread count), so every process (a Ray worker, a
     resumed sweep) routes a job the same way."""
-    if device.type != "cpu" or not gramian_kernel.available() or units * cuts * state_size**3 < KERNEL_MIN_WORK:
+    if accelerator_routes(device) or not gramian_kernel.available() or units * cuts * state_size**3 < KERNEL_MIN_WORK:
         return False
     lanes = gramian_kernel.LANES
     filled = units / (-(-units // lanes) * lanes)
@@ -141,7 +142,7 @@ def gramian_hankel_singular_values(
             whole.copy_(part)
 
     if units and len(wanted):
-        workers = torch.get_num_threads() if device.type == "cpu" else 1
+        workers = worker_threads(device)
         if use_kernel:  # whole lane groups per thread, and every thread busy
             lanes = gramian_kernel.LANES
             chunk = lanes * balanced_chunk(-(-units // lanes), max(1, 4096 // lanes), workers)

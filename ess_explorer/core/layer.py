@@ -23,6 +23,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from .accelerator import accelerator_routes
 from .ess import DEFAULT_SCOPE, check_scope, check_tolerance, count_above_tolerance, entropy_of, tolerance_reference
 from .memory import reused_memory
 from .precision import DEFAULT_PRECISION, Accuracy
@@ -52,8 +53,7 @@ def _chunk_size(layer: CapturedLayer, n_pos: int, most: int, path: dict, accurac
     elif isinstance(layer, SSMCapture) and layer.gramian_route(range(layer.n_units), path, accuracy):
         # the Gramian route (core/gramian.py) keeps no sweep buffer, only its outputs: about
         # four (units, P, N) arrays; a Mamba-130m layer at L = 512 is one chunk
-        on_gpu = device is not None and torch.device(device).type != "cpu"
-        values = GPU_GRAMIAN_CHUNK_VALUES if on_gpu else GRAMIAN_CHUNK_VALUES
+        values = GPU_GRAMIAN_CHUNK_VALUES if accelerator_routes(device) else GRAMIAN_CHUNK_VALUES
         chunk = min(chunk, max(1, values // max(1, n_pos * layer.state_size)))
     elif isinstance(layer, SSMCapture):  # the core's sweep buffer is (units, P, N, N) float64
         chunk = min(chunk, max(1, FACTORED_CHUNK_BYTES // max(1, 8 * n_pos * layer.state_size**2)))

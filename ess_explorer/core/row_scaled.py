@@ -47,6 +47,7 @@ from typing import NamedTuple
 import torch
 
 from . import channel_kernel, dense_jobs
+from .accelerator import accelerator_routes, worker_threads
 from .checks import require
 from .precision import EXACT, Accuracy
 from .spectra import GRAM_ERROR, GRAM_GUARD, gram_singular_values, hankel_singular_values
@@ -132,7 +133,7 @@ def row_scaled_hankel_singular_values(
     owner_groups = [(o, (owner_of == o).nonzero().flatten()) for o in in_use]  # each owner's units
     # On a CPU each owner's factor follows it from cut to cut (`_carried_factor`); on a GPU one
     # batched SVD of every owner's cut beats a loop of small ones.
-    carry = device.type == "cpu"
+    carry = not accelerator_routes(device)
 
     def one_cut(t: int, carried: dict) -> torch.Tensor:
         cut = owners[:, t:, :t]  # (O, m, n)
@@ -172,7 +173,7 @@ def row_scaled_hankel_singular_values(
             for row in rows_of[t]:
                 out[shared_rows, row, :width] = sigma[:, :width]
 
-    workers = torch.get_num_threads() if device.type == "cpu" else 1
+    workers = worker_threads(device)
     # Small chunks of cuts, handed out as threads free up: the cheap cuts near the ends
     # balance the costly ones in the middle.
     over_chunks(run, len(cuts), len(cuts) // (8 * workers), workers)
@@ -210,7 +211,7 @@ def _takes_dense_route(width: int, cuts: list[int], length: int, device: torch.d
     a head that keeps all of N = 128; never at L = 1024)."""
     if not accuracy.fast:
         return False
-    if device.type != "cpu":
+    if accelerator_routes(device):
         return True
     factor = dense = 0.0
     for t in cuts:

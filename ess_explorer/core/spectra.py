@@ -21,6 +21,7 @@ import torch
 from tqdm.auto import tqdm
 
 from . import dense_jobs
+from .accelerator import accelerator_routes, worker_threads
 from .checks import as_tensor, finite_spectra, require
 from .eigen import eigvalsh
 from .gramian import gramian_hankel_singular_values
@@ -143,7 +144,7 @@ def choose_ssm_path(length: int, state_size: int, positions, device=None, units_
     materialising and SVDs) + sum_t 4 (L - t) min(g, N)^2 (each channel's own SVD).
     """
     device = torch.device(device) if device is not None else torch.device("cpu")
-    factored_method = "sweep" if device.type == "cpu" else "scan"
+    factored_method = "scan" if accelerator_routes(device) else "sweep"
     n, length = int(state_size), int(length)
     if 2 * n >= length:
         return {"method": "dense", "reason": f"N={n} >= L/2={length // 2}"}
@@ -257,7 +258,7 @@ def _hankel_singular_values(
     max_rank = length // 2
     k_out = max_rank if top_k is None else min(int(top_k), max_rank)
     out = torch.zeros(flat.shape[0], len(pos), k_out, dtype=dtype, device=dense.device)
-    if batched if batched is not None else dense.device.type != "cpu":
+    if batched if batched is not None else accelerator_routes(dense.device):
         groups = _size_groups(pos, length, flat.shape[0])
         for rows in tqdm(groups, disable=not progress, desc="cut groups", leave=False):
             sigma = _group_singular_values(flat, pos[rows], method, accuracy)  # (B, len(rows), g)
@@ -265,7 +266,7 @@ def _hankel_singular_values(
             out[:, rows, :width] = sigma[..., :width]
         return out.reshape(*batch_shape, len(pos), k_out)
     bar = tqdm(total=len(pos), disable=not progress, desc="cuts", leave=False)
-    workers = torch.get_num_threads() if dense.device.type == "cpu" else 1
+    workers = worker_threads(dense.device)
     if method != "svd":
         _recursive_gram_fill(flat, pos, method, out, k_out, workers, bar, accuracy)
         bar.close()

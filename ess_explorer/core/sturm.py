@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from . import compiled
+from .accelerator import accelerator_routes
 
 __all__ = ["TridiagonalSpectra", "sturm_counts"]
 
@@ -88,7 +89,7 @@ def _compiled(values: torch.Tensor) -> bool:
     """Whether the compiled Sturm count (`sturm_counts`) runs on these values."""
     return (
         compiled.available()
-        and values.device.type == "cpu"
+        and not accelerator_routes(values.device)
         and values.dtype == torch.float64
         and not values.requires_grad
         and values.shape[-1] > 0

@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
+from .accelerator import accelerator_routes, worker_threads
 from .checks import require
 from .operators import DPLRSSM, DiagonalSSM
 from .scan import scan_chunk, stacked_qr_r, times_transition
@@ -31,7 +32,7 @@ def _rank_one_update_upper(r: torch.Tensor, x: torch.Tensor, rotations: bool | N
     every step cost more in page faults than the arithmetic.
     """
     n = r.shape[-1]
-    if not (r.device.type != "cpu" if rotations is None else rotations):
+    if not (accelerator_routes(r.device) if rotations is None else rotations):
         # On CPU one batched LAPACK QR of the stacked [R; x^T]. In one thread the N vectorised
         # rotations below are faster for a large batch (0.9 against 3.2 ms for 768 16 x 16
         # factors), but they are about 6N small torch ops whose Python steps hold the GIL, so
@@ -44,8 +45,12 @@ def _rank_one_update_upper(r: torch.Tensor, x: torch.Tensor, rotations: bool | N
         z = torch.complex(r[:, k, k:], x[:, k:])  # (B, N - k)
         pivot = z[:, :1]
         size = pivot.abs()
-        # A zero pivot (row k and x both vanish at k) needs no rotation.
-        phase = torch.where(size > 0, pivot.conj() / torch.where(size > 0, size, 1), 1)
+        # conj(z_k) / |z_k| from its real and imaginary parts: torch's complex division by a
+        # subnormal |z_k| (below 2.2e-308: a state after near-zero decays, as in trained Mamba2
+        # heads) gives inf and NaN. A zero pivot (row k and x both vanish at k) needs no rotation.
+        nonzero = size > 0
+        divisor = torch.where(nonzero, size, 1)
+        phase = torch.where(nonzero, torch.complex(pivot.real / divisor, -pivot.imag / divisor), 1)
         z = z * phase
         r[:, k, k:] = z.real
         x[:, k:] = z.imag
@@ -102,7 +107,7 @@ def factored_hankel_singular_values(
     if units == 0 or len(wanted) == 0:
         return result()
     if method == "auto":
-        method = "sweep" if device.type == "cpu" else "scan"
+        method = "scan" if accelerator_routes(device) else "sweep"
     if chunk_bytes is None:  # a GPU is fed larger chunks: fewer, larger launches
         chunk_bytes = 512 << 20 if device.type != "cuda" else min(8 << 30, torch.cuda.mem_get_info(device)[0] // 4)
     bytes_per_unit = len(wanted) * n * n * torch.finfo(dtype).bits // 8
@@ -111,7 +116,7 @@ def factored_hankel_singular_values(
         bytes_per_unit = (
             (2 * length * (2 if has_low_rank else 1) + 4 * len(wanted)) * n * n * torch.finfo(dtype).bits // 8
         )
-    workers = torch.get_num_threads() if device.type == "cpu" else 1
+    workers = worker_threads(device)
     chunk = balanced_chunk(units, chunk_bytes // max(1, bytes_per_unit), workers)
     row_of_wanted = torch.searchsorted(wanted, positions[inside])
 

@@ -44,6 +44,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 import torch
 
+from .accelerator import accelerator_routes
 from .causal import (
     reachability_gramian_singular_values,
     reachability_singular_values,
@@ -267,7 +268,7 @@ class DenseCapture(CapturedLayer):
         return None if self.window is None else max(self.window - 1, 0)
 
     def spectra_path(self, positions, device=None) -> dict:
-        batched = torch.device(device if device is not None else self.operator.device).type != "cpu"
+        batched = accelerator_routes(device if device is not None else self.operator.device)
         return {
             "method": "dense",
             "reason": "the operator is stored dense" + ("; cuts batched by size" if batched else "; one call per cut"),
