@@ -96,6 +96,16 @@ def test_entropy_ess_of_equal_singular_values_is_their_count():
     np.testing.assert_allclose(entropy_ess(spectra=sigma[None]).numpy()[0], [0.0, 2.0, 3.0, 1.0])
 
 
+@pytest.mark.parametrize("scale", [8.98846567e307, 1e-320])  # near the float64 maximum; subnormal
+@pytest.mark.parametrize("grad", [False, True])
+def test_entropy_ess_does_not_see_the_scale_even_at_the_ends_of_float64(scale, grad):
+    """sigma log sigma overflows near the float64 maximum (it gave NaN); the entropy of
+    equal values is still their count, with or without the gradient's formula."""
+    sigma = torch.tensor([[[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]]], dtype=torch.float64) * scale
+    sigma.requires_grad_(grad)
+    np.testing.assert_allclose(entropy_ess(spectra=sigma).detach().numpy()[0], [2.0, 1.0], rtol=1e-12)
+
+
 def test_relative_and_absolute_tolerance():
     sigma = torch.tensor([[[10.0, 1.0, 0.05]]], dtype=torch.float64)
     assert tolerance_ess(spectra=sigma, tol=0.01, relative=True).item() == 2  # threshold 0.1

@@ -283,8 +283,12 @@ def _by_row_blocks(compute, sigma: torch.Tensor, *per_row: torch.Tensor) -> torc
 
 
 def _entropy_rows(rows: torch.Tensor) -> torch.Tensor:
-    """exp(-sum p log p) = exp(log S - sum(sigma log sigma) / S), S = sum(sigma): no array p;
-    xlogy's 0 log 0 = 0; 0 for an all-zero row."""
+    """exp(-sum p log p) = exp(log S - sum(x log x) / S), x = sigma / max(sigma), S = sum(x): no
+    array p; xlogy's 0 log 0 = 0; 0 for an all-zero row. Entropy does not see the scale, and
+    dividing by the largest value keeps sigma log sigma and the sum finite for values up to the
+    float64 maximum."""
+    largest = rows.amax(-1, keepdim=True)
+    rows = rows / torch.where(largest > 0, largest, 1.0)
     total = rows.sum(-1)
     safe = torch.where(total > 0, total, 1.0)
     return torch.where(total > 0, torch.exp(torch.log(safe) - torch.special.xlogy(rows, rows).sum(-1) / safe), 0.0)
@@ -295,6 +299,8 @@ def entropy_of(sigma: torch.Tensor) -> torch.Tensor:
     engine's own: no checks)."""
     if not sigma.requires_grad:
         return _by_row_blocks(_entropy_rows, sigma)
+    largest = sigma.detach().amax(-1, keepdim=True)  # a constant scale: p and its gradient do not change
+    sigma = sigma / torch.where(largest > 0, largest, torch.ones_like(largest))
     total = sigma.sum(-1, keepdim=True)
     p = sigma / torch.where(total > 0, total, torch.ones_like(total))
     # 0 log 0 = 0, written so that the gradient is finite at p = 0 too (core/differentiable.py)
