@@ -211,7 +211,9 @@ def test_channels_split_by_the_gate_share_their_heads_reachability(monkeypatch):
     assert reach[:, -1, 0].min() > 0  # a real spectrum, not zeros
     torch.testing.assert_close(sigma, inside.spectra(picked, positions), rtol=1e-12, atol=0)
     # where the factored path is the scan (a GPU), the owners' reachability comes from its roots
-    monkeypatch.setattr(type(inside), "spectra_path", lambda self, positions, device=None: {"method": "scan"})
+    monkeypatch.setattr(
+        type(inside), "spectra_path", lambda self, positions, device=None, accuracy=None: {"method": "scan"}
+    )
     swept.clear()
     torch.testing.assert_close(inside.causal_spectra(picked, positions), own, rtol=1e-9, atol=1e-12)
     assert swept == []  # no per-step reachability sweep on that route

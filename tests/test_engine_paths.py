@@ -247,7 +247,9 @@ def test_row_scaled_channels_match_their_own_dense_svd(modes, monkeypatch):
     capture, channels = _gated_heads(modes=modes)
     positions = np.array([0, 39, 1, 20, 20, 7, 33])  # unsorted, repeated, both ends
     assert "5 units per owner" in capture.spectra_path(positions)["reason"] or modes * 2 >= 40
-    monkeypatch.setattr(SSMCapture, "spectra_path", lambda self, positions, device=None: {"method": "dense"})
+    monkeypatch.setattr(
+        SSMCapture, "spectra_path", lambda self, positions, device=None, accuracy=None: {"method": "dense"}
+    )
     units = [9, 0, 3, 5, 6]  # both heads, out of order
     chosen = capture.spectra(units, positions)
     dense = hankel_singular_values(channels[units], method="svd", positions=positions)

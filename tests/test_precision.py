@@ -17,8 +17,10 @@ import torch
 from ess_explorer import DiagonalSSM, entropy_ess, hankel_singular_values, tolerance_ess
 from ess_explorer.core import gramian, gramian_kernel, tridiagonal_kernel
 from ess_explorer.core.gramian_naive import gramian_spectra_reference
+from ess_explorer.core.layer import layer_arrays
 from ess_explorer.core.precision import TAU_BAND, Accuracy, check_precision
 from ess_explorer.core.sturm import TridiagonalSpectra
+from ess_explorer.core.units import SSMCapture
 from ess_explorer.synthetic import diagonal_ssm, trained_like_attention
 
 TOL = 1e-3
@@ -338,27 +340,33 @@ def test_the_cholesky_shift_keeps_the_unresolved_values_small(monkeypatch):
 
 
 def test_only_a_job_of_kernel_min_work_takes_the_kernel(monkeypatch):
-    """The Gramian route's choice (`gramian.uses_kernel`): the kernel from units x cuts x N^3 =
+    """The Gramian route's choice (`gramian.uses_kernel`): the kernel from `job_work` =
     KERNEL_MIN_WORK on, the blocked torch route below it (a fresh install's small first job
-    does not wait for the compile), and torch where the kernel's lanes would be mostly empty."""
+    does not wait for the compile), and torch where the kernel's lanes would be mostly empty.
+    The work counts the scans through all L steps, not the wanted cuts alone: a strided job
+    on a Mamba layer takes the kernel (its torch route took 5x as long)."""
     if not gramian_kernel.available():
         pytest.skip("numba is not installed")
     ssm = mamba_like(9, 40, 16, seed=8)
+    default = gramian.KERNEL_MIN_WORK
     calls, original = [], gramian_kernel.gramian_spectra_kernel
     monkeypatch.setattr(gramian_kernel, "gramian_spectra_kernel", lambda *a, **k: calls.append(a) or original(*a, **k))
-    work = 9 * 39 * 16**3  # units x cuts 1..39 x N^3
+    work = 9 * (39 * 16**3 + gramian.SCAN_WORK * 40 * 16**2)  # units x (cuts 1..39 x N^3 + scans)
     for threshold, kernel in ((work + 1, False), (work, True)):
         calls.clear()
         monkeypatch.setattr(gramian, "KERNEL_MIN_WORK", threshold)
         gramian.gramian_hankel_singular_values(ssm, positions=torch.arange(40), accuracy=Accuracy("ess"))
         assert bool(calls) == kernel
-    assert not gramian.uses_kernel(torch.device("meta"), 10**6, 1000, 16)  # a CPU only
+    assert not gramian.uses_kernel(torch.device("meta"), 10**6, 1000, 16, 1024)  # a CPU only
+    monkeypatch.setattr(gramian, "KERNEL_MIN_WORK", default)  # the sizes below at the shipped threshold
     # its 64 lanes run whether units fill them or not: a few large heads take torch
     cpu = torch.device("cpu")
-    assert gramian.uses_kernel(cpu, 1536, 1023, 16)  # a Mamba-130m layer: 24 full lane groups
-    assert gramian.uses_kernel(cpu, 64, 255, 64)
-    assert not gramian.uses_kernel(cpu, 8, 255, 64)  # a Mamba2 zoo layer: 1/8 full, 6x slower
-    assert not gramian.uses_kernel(cpu, 24, 511, 128)  # Mamba2-130m's heads at L = 512
+    assert gramian.uses_kernel(cpu, 1536, 1023, 16, 1024)  # a Mamba-130m layer: 24 full lane groups
+    assert gramian.uses_kernel(cpu, 1536, 31, 16, 96)  # the same at L = 96, every third cut
+    assert not gramian.uses_kernel(cpu, 64, 63, 16, 64)  # a zoo model's layer: 2e7
+    assert gramian.uses_kernel(cpu, 64, 255, 64, 256)
+    assert not gramian.uses_kernel(cpu, 8, 255, 64, 256)  # a Mamba2 zoo layer: 1/8 full, 6x slower
+    assert not gramian.uses_kernel(cpu, 24, 511, 128, 512)  # Mamba2-130m's heads at L = 512
     calls.clear()
     gramian.load()  # a benchmark's warm-up: the kernel's own call, with causal ESS (one version for all)
     assert [args[4] for args in calls] == [True]
@@ -503,6 +511,52 @@ def test_only_a_job_that_repays_the_compile_takes_the_dense_kernel(route, monkey
         counts[kernel] = tolerance_ess(spectra=run(), tol=TOL)
         assert bool(calls) == kernel
     assert torch.equal(counts[False], counts[True])
+
+
+def _short_prompt_layer(units: int, length: int, state: int) -> SSMCapture:
+    ssm = mamba_like(units, length, state, seed=11, dt_shift=-1.0)
+    return SSMCapture(
+        layer=0, family="mamba", state_size=state, realize=lambda index: ssm[index], shape=(units, length)
+    )
+
+
+@pytest.mark.parametrize("length", [6, 24, 31])  # a prompt shorter than N; N >= L / 2 (the exact costs: dense)
+def test_a_short_prompt_under_ess_takes_the_gramian_kernel_within_the_contract(length, monkeypatch):
+    """Under "ess" a diagonal layer whose Gramian job is large enough for the kernel takes the
+    factored path at any L (`SSMCapture.spectra_path`): the kernel's one pass instead of the
+    dense path's many small Grams (5x as long on a Mamba-130m layer at L = 32). "exact" keeps
+    the dense path, whose spectra are the reference; both contracts hold for ESS and causal ESS."""
+    if not gramian_kernel.available():
+        pytest.skip("numba is not installed")
+    monkeypatch.setattr(gramian, "KERNEL_MIN_WORK", 0.0)  # this small layer stands for a large one
+    layer, positions = _short_prompt_layer(70, length, 16), np.arange(length)
+    ess = Accuracy("ess")
+    assert layer.spectra_path(positions, accuracy=ess)["method"] == "sweep"
+    assert layer.spectra_path(positions)["method"] == "dense"
+    monkeypatch.setattr(gramian, "KERNEL_MIN_WORK", float("inf"))  # a job too small for the kernel
+    assert layer.spectra_path(positions, accuracy=ess)["method"] == "dense"
+    monkeypatch.setattr(gramian, "KERNEL_MIN_WORK", 0.0)
+    fast = layer_arrays(layer, positions, tol=1e-3, relative=True, precision="ess")
+    exact = layer_arrays(layer, positions, tol=1e-3, relative=True, precision="exact")
+    assert fast["path"]["method"] == "sweep" and exact["path"]["method"] == "dense"
+    np.testing.assert_array_equal(fast["tolerance_ess"], exact["tolerance_ess"])
+    np.testing.assert_array_equal(fast["causal_ess"], exact["causal_ess"])
+    np.testing.assert_allclose(fast["entropy_ess"], exact["entropy_ess"], rtol=1e-5, atol=1e-12)
+
+
+def test_the_gramian_routes_exact_redo_of_a_prompt_shorter_than_n_pads_its_values():
+    """`_exact_cuts` on L < N: rank(H_t) <= L, so L values and zeros up to N (the Gramian
+    route's width), equal to the SVD of each materialised cut and of R_t."""
+    ssm = mamba_like(3, 5, 8, seed=2)
+    times = torch.tensor([1, 2, 4])
+    sigma, reach = gramian._exact_cuts(ssm.a, ssm.b, ssm.c, times)
+    assert sigma.shape == reach.shape == (3, 8)
+    dense = ssm.materialize()
+    for k, t in enumerate(times.tolist()):
+        want = torch.linalg.svdvals(dense[k, t:, :t])
+        torch.testing.assert_close(sigma[k, : len(want)], want, rtol=1e-10, atol=1e-14)
+        assert bool((sigma[k, len(want) :] < 1e-12 * want[0]).all())
+        assert bool((reach[k, t:] == 0).all())  # R_t has t columns: rank t
 
 
 def test_absolute_and_tiny_tolerances_take_the_exact_route():

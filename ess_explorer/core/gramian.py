@@ -24,7 +24,7 @@ from .precision import Accuracy
 from .sturm import TridiagonalSpectra
 from .sweeps import balanced_chunk, over_chunks
 
-__all__ = ["gramian_hankel_singular_values", "uses_kernel", "load"]
+__all__ = ["gramian_hankel_singular_values", "uses_kernel", "job_work", "load"]
 
 # Units per call: the kernel keeps only its lanes' checkpoints, so its chunks are set by
 # thread balance; the blocked route holds about `blocked_bytes_per_unit` per unit, within
@@ -34,10 +34,24 @@ BLOCKED_CHUNK_BYTES = 256 << 20
 GPU_BUDGET_BYTES = 8 << 30
 
 
-# The kernel compiles once per install (about 11 s). A job below this many units x cuts x N^3
-# (about 50,000 cuts at N = 16: 0.7 s for the torch route on 2 cores, a zoo model or a short
-# prompt) takes torch, so that a fresh install's first small analysis does not wait for it.
+# The kernel compiles once per install (about 11 s). A job of less work than this (`job_work`:
+# about 50,000 cuts at N = 16 with every cut wanted, 0.7 s for the torch route on 2 cores, a zoo
+# model or a short prompt) takes torch, so that a fresh install's first small analysis does not
+# wait for it.
 KERNEL_MIN_WORK = 2e8
+# Both routes step the Gramian recurrences through every one of the L tokens, whichever cuts are
+# wanted; the torch route spends about this many units of a cut's N^3 per state entry and step.
+# Measured on one Mamba-130m layer (1536 channels, N = 16), 2 cores, torch route against kernel:
+# L = 512 with every 16th cut 1.58 s against 0.33, every 64th 1.26 against 0.26; L = 1024, every
+# 64th 2.58 against 0.66; L = 96, every 3rd 0.73 against 0.13 (counting the cuts alone sent all
+# of these to torch).
+SCAN_WORK = 4.0
+
+
+def job_work(units: int, cuts: int, length: int, state_size: int) -> float:
+    """The Gramian route's work on a job, in units of a cut's N^3: every wanted cut's
+    eigenproblem, and the scans through all L steps (SCAN_WORK per state entry and step)."""
+    return float(units) * (cuts * state_size**3 + SCAN_WORK * length * state_size**2)
 
 
 def kernel_speedup(state_size: int) -> float:
@@ -47,15 +61,17 @@ def kernel_speedup(state_size: int) -> float:
     return 8.0 * (16 / state_size) ** 0.85
 
 
-def uses_kernel(device: torch.device, units: int, cuts: int, state_size: int) -> bool:
+def uses_kernel(device: torch.device, units: int, cuts: int, state_size: int, length: int) -> bool:
     """Whether the compiled kernel computes the Gramian route on ``device`` for ``units`` x
-    ``cuts`` cuts of state size N: on a CPU, with numba, for a job of at least
-    KERNEL_MIN_WORK, where its lanes are full enough to be the faster route. The kernel runs
-    LANES units side by side whether they are there or not: 8 heads of N = 64 cost it as
-    much as 64, 6x the torch route's time (a Mamba2 zoo model with gates outside). The rule
-    reads only the job's sizes (not the thread count), so every process (a Ray worker, a
-    resumed sweep) routes a job the same way."""
-    if accelerator_routes(device) or not gramian_kernel.available() or units * cuts * state_size**3 < KERNEL_MIN_WORK:
+    ``cuts`` cuts of state size N of operators of ``length`` L: on a CPU, with numba, for a job
+    of at least KERNEL_MIN_WORK (`job_work`), where its lanes are full enough to be the faster
+    route. The kernel runs LANES units side by side whether they are there or not: 8 heads of
+    N = 64 cost it as much as 64, 6x the torch route's time (a Mamba2 zoo model with gates
+    outside). The rule reads only the job's sizes (not the thread count), so every process (a
+    Ray worker, a resumed sweep) routes a job the same way."""
+    if accelerator_routes(device) or not gramian_kernel.available():
+        return False
+    if job_work(units, cuts, length, state_size) < KERNEL_MIN_WORK:
         return False
     lanes = gramian_kernel.LANES
     filled = units / (-(-units // lanes) * lanes)
@@ -104,7 +120,7 @@ def gramian_hankel_singular_values(
     # routes write straight into it (row 0, no past, stays zero) and nothing is gathered.
     every_cut = len(positions) == length and bool((positions == torch.arange(length)).all())
     rows = len(positions) if every_cut else len(wanted)
-    use_kernel = uses_kernel(device, units, len(wanted), n) if kernel is None else kernel
+    use_kernel = uses_kernel(device, units, len(wanted), n, length) if kernel is None else kernel
     # where the results live: the kernel's CPU, else the device, so that on a GPU the
     # spectra, the guard and the ESS that follow stay there (one copy to the host per layer)
     store = torch.device("cpu") if use_kernel else device
@@ -218,6 +234,9 @@ def _exact_cuts(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, times: torch.
     past = torch.where(time < t, b * after, torch.zeros_like(b))  # F (k, L, N)
     since = torch.where(time >= t, a, ones).cumprod(1)  # prod_{m=t..i}
     future = torch.where(time >= t, c * since, torch.zeros_like(c))  # G (k, L, N)
-    reach_root = torch.linalg.qr(past, mode="r").R  # (k, N, N)
+    reach_root = torch.linalg.qr(past, mode="r").R  # (k, min(L, N), N)
     observe_root = torch.linalg.qr(future, mode="r").R
-    return torch.linalg.svdvals(observe_root @ reach_root.mT), torch.linalg.svdvals(reach_root)
+    n = a.shape[-1]  # a prompt shorter than N has rank below it: zeros after its L values
+    pad = (0, n - min(length, n))
+    sigma = torch.nn.functional.pad(torch.linalg.svdvals(observe_root @ reach_root.mT), pad)
+    return sigma, torch.nn.functional.pad(torch.linalg.svdvals(reach_root), pad)

@@ -120,7 +120,7 @@ def layer_arrays(
     check_tolerance(tol, relative)
     check_scope(scope, relative)
     accuracy = Accuracy(precision, tol, relative, scope)
-    path = layer.spectra_path(positions, device)
+    path = layer.spectra_path(positions, device, accuracy)
     chunks = _unit_chunks(layer, unit_ids, _chunk_size(layer, n_pos, most, path, accuracy, device))
     tol_ess = np.zeros((n_units, n_pos), dtype=np.int64)
     ent_ess = np.zeros((n_units, n_pos), dtype=np.float64)

@@ -52,7 +52,7 @@ from .causal import (
 )
 from .checks import finite_spectra
 from .diagnostics import theoretical_state_size, unit_kind
-from .gramian import gramian_hankel_singular_values
+from .gramian import gramian_hankel_singular_values, uses_kernel
 from .operators import DiagonalSSM
 from .precision import EXACT, Accuracy
 from .row_scaled import row_scaled_hankel_singular_values
@@ -194,8 +194,9 @@ class CapturedLayer:
         ``accuracy`` (core/precision.py)."""
         raise NotImplementedError
 
-    def spectra_path(self, positions, device=None) -> dict:
-        """How `spectra` computes these cuts: ``{"method", "reason"}`` (recorded per layer)."""
+    def spectra_path(self, positions, device=None, accuracy: Accuracy = EXACT) -> dict:
+        """How `spectra` computes these cuts within ``accuracy``: ``{"method", "reason"}``
+        (recorded per layer)."""
         return {"method": self.family, "reason": "the family's own path"}
 
     @property
@@ -267,7 +268,7 @@ class DenseCapture(CapturedLayer):
     def max_rank(self) -> int | None:
         return None if self.window is None else max(self.window - 1, 0)
 
-    def spectra_path(self, positions, device=None) -> dict:
+    def spectra_path(self, positions, device=None, accuracy: Accuracy = EXACT) -> dict:
         batched = accelerator_routes(device if device is not None else self.operator.device)
         return {
             "method": "dense",
@@ -322,9 +323,14 @@ class SSMCapture(CapturedLayer):
     def max_rank(self) -> int | None:
         return self.state_size
 
-    def spectra_path(self, positions, device=None) -> dict:
+    def spectra_path(self, positions, device=None, accuracy: Accuracy = EXACT) -> dict:
         """Dense on the materialised T where N is large against L, else factored
-        (core/spectra.py `choose_ssm_path`); exact either way."""
+        (core/spectra.py `choose_ssm_path`, whose costs are the exact routes'). Under "ess", where
+        the whole layer takes the Gramian route and that job is large enough for its compiled
+        kernel (`gramian.uses_kernel`), factored at any L: the kernel's one pass gives every cut
+        and its causal spectrum, where the dense path's many small Grams, a per-unit job each,
+        are overhead-bound (a Mamba-130m layer, N = 16, 2 cores: L = 32 0.52 s dense against
+        0.09 s, L = 48 0.74 s against 0.17 s)."""
         if self.state_size is None or device is None:  # both from the operator itself
             probe = self.ssm([0])
             state_size = self.state_size if self.state_size is not None else probe.state_size
@@ -334,13 +340,25 @@ class SSMCapture(CapturedLayer):
         shared = 1.0  # units per owner: row-scaled copies take the dense path's shared SVDs
         if self.row_scale is not None and self.owner is not None:
             shared = len(self.owner) / max(1, len(torch.unique(self.owner)))
-        return choose_ssm_path(self.length, state_size, positions, device, units_per_owner=shared)
+        path = choose_ssm_path(self.length, state_size, positions, device, units_per_owner=shared)
+        if path["method"] == "dense" and self._takes_gramian_kernel(positions, device, accuracy, state_size):
+            return {"method": "sweep", "reason": f"N={state_size}, L={self.length}: the Gramian route's kernel"}
+        return path
+
+    def _takes_gramian_kernel(self, positions, device, accuracy: Accuracy, state_size: int) -> bool:
+        """Whether the whole layer would take the Gramian route (`gramian_route`) on a factored
+        path, as a job for its compiled kernel (`spectra_path`)."""
+        if not (accuracy.fast and self._diagonal_own_owners(range(self.n_units))):
+            return False
+        t = torch.as_tensor(positions)
+        cuts = len(torch.unique(t[(t >= 1) & (t < self.length)]))  # the cuts the route computes
+        return uses_kernel(device, self.n_units, cuts, state_size, self.length)
 
     def spectra(
         self, units, positions, *, device=None, dtype=torch.float64, accuracy: Accuracy = EXACT
     ) -> torch.Tensor:
         positions = torch.as_tensor(positions)
-        if self.spectra_path(positions, device)["method"] == "dense":
+        if self.spectra_path(positions, device, accuracy)["method"] == "dense":
             # the dense path returns L // 2 values per cut; rank(H_t) <= N keeps the first N
             sigma = self._row_scaled_spectra(units, positions, dtype, device, accuracy)
             if sigma is None:
@@ -369,7 +387,9 @@ class SSMCapture(CapturedLayer):
         ssm, positions = self.realize(owners), torch.as_tensor(positions)
         if accuracy.fast and isinstance(ssm, DiagonalSSM):
             reach = reachability_gramian_singular_values(ssm, positions, accuracy, dtype=dtype, device=device)
-        elif self.spectra_path(positions, device)["method"] == "scan":  # a GPU: the scan's roots, no per-step launches
+        elif (
+            self.spectra_path(positions, device, accuracy)["method"] == "scan"
+        ):  # a GPU: the scan's roots, no per-step launches
             _, reach = factored_hankel_singular_values(
                 ssm, positions=positions, dtype=dtype, device=device, causal=True
             )
@@ -383,21 +403,19 @@ class SSMCapture(CapturedLayer):
         recurrences on the factored path, each its own owner (channels that share a head go
         dense), under the "ess" contract. `spectra_and_causal` and the chunk size of
         core/layer.py both ask here."""
+        return bool(accuracy.fast and path.get("method") != "dense" and self._diagonal_own_owners(units))
+
+    def _diagonal_own_owners(self, units) -> bool:
+        """Whether ``units`` are diagonal recurrences, each its own owner."""
         index = _index(units)
-        return bool(
-            accuracy.fast
-            and len(index)
-            and path.get("method") != "dense"
-            and not self._shares_owners(index)
-            and isinstance(self.ssm(index[:1]), DiagonalSSM)
-        )
+        return bool(len(index) and not self._shares_owners(index) and isinstance(self.ssm(index[:1]), DiagonalSSM))
 
     def spectra_and_causal(self, units, positions, *, device=None, dtype=torch.float64, accuracy: Accuracy = EXACT):
         """Both in one pass where the factored path runs (the forward half of the sweep or
         the scan is the reachability factor: core/sweeps.py), else one after the other. Units
         that share an owner take its reachability from one sweep (`causal_spectra`)."""
         positions = torch.as_tensor(positions)
-        path = self.spectra_path(positions, device)
+        path = self.spectra_path(positions, device, accuracy)
         if self._shares_owners(units):  # a head's channels: its reachability once, counted once (core/layer.py)
             kwargs = dict(device=device, dtype=dtype, accuracy=accuracy)
             return self.spectra(units, positions, **kwargs), self.causal_spectra(
@@ -447,7 +465,7 @@ class ShortConvCapture(CapturedLayer):
         index = _index(units)
         return short_conv_operator(self.gate_in[index], self.gate_out[index], self.weight[index])
 
-    def spectra_path(self, positions, device=None) -> dict:
+    def spectra_path(self, positions, device=None, accuracy: Accuracy = EXACT) -> dict:
         size = self.kernel_size - 1
         return {"method": "short_conv", "reason": f"exact from the {size} x {size} block of each cut"}
 
