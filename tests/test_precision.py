@@ -513,6 +513,24 @@ def test_only_a_job_that_repays_the_compile_takes_the_dense_kernel(route, monkey
     assert torch.equal(counts[False], counts[True])
 
 
+def test_a_short_prompt_of_wide_heads_takes_the_kernel_for_its_causal_gramians(monkeypatch):
+    """The causal Gramians' job is what LAPACK would spend without the kernel: every cut's
+    N x N Gramian. Mamba2's 24 heads of N = 128 at L = 64 (cuts of rank t < N, which the kernel
+    solves as t x t) are such a job at the shipped threshold: LAPACK took 0.7 s of a layer's 1.1 s."""
+    from ess_explorer.core import dense_kernel
+    from ess_explorer.core.causal import reachability_gramian_singular_values, reachability_singular_values
+
+    if not dense_kernel.available():
+        pytest.skip("numba is not installed")
+    heads = mamba_like(24, 64, 128, seed=17)
+    calls, original = [], dense_kernel.symmetric_eigenvalues
+    monkeypatch.setattr(dense_kernel, "symmetric_eigenvalues", lambda *a, **k: calls.append(1) or original(*a, **k))
+    fast = reachability_gramian_singular_values(heads, torch.arange(64), Accuracy("ess"))
+    assert calls
+    exact = reachability_singular_values(heads, torch.arange(64))
+    assert torch.equal(*(tolerance_ess(spectra=x, tol=TOL) for x in (fast, exact)))
+
+
 def _short_prompt_layer(units: int, length: int, state: int) -> SSMCapture:
     ssm = mamba_like(units, length, state, seed=11, dt_shift=-1.0)
     return SSMCapture(
