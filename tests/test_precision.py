@@ -513,6 +513,38 @@ def test_only_a_job_that_repays_the_compile_takes_the_dense_kernel(route, monkey
     assert torch.equal(counts[False], counts[True])
 
 
+def test_the_kernels_rules_count_the_layer_a_chunk_of_units_belongs_to(monkeypatch):
+    """core/layer.py computes a layer in memory-bounded chunks of units; the kernels' rules read
+    the layer's work (`dense_jobs.chunk_of_layer`): a chunk that is a quarter of its layer
+    counts four times its own work, and a layer computed in chunks takes the kernel wherever
+    the same layer in one chunk does, with the same counts."""
+    from ess_explorer.core import dense_jobs, dense_kernel
+    from ess_explorer.core import layer as layer_module
+
+    if not dense_kernel.available():
+        pytest.skip("numba is not installed")
+    least = dense_jobs.KERNEL_MIN_WORK
+    assert not dense_jobs.repays_kernel(least / 3)
+    with dense_jobs.chunk_of_layer(0.25):
+        assert dense_jobs.repays_kernel(least / 3)
+        assert gramian.uses_kernel(torch.device("cpu"), 384, 127, 16, 128)  # a quarter of a Mamba layer
+    assert not dense_jobs.repays_kernel(least / 3)  # the scope is left as it was
+    assert not gramian.uses_kernel(torch.device("cpu"), 384, 31, 16, 128)
+
+    ssm = mamba_like(8, 48, 8, seed=19)
+    layer = SSMCapture(layer=0, family="mamba", state_size=8, realize=lambda index: ssm[index], shape=(8, 48))
+    positions = np.arange(48)
+    whole = layer_arrays(layer, positions, tol=TOL, relative=True, precision="ess")
+    seen = []  # (a chunk's work, the layer's it was counted as)
+    original = dense_jobs.layer_work
+    monkeypatch.setattr(dense_jobs, "layer_work", lambda work: seen.append((work, original(work))) or seen[-1][1])
+    monkeypatch.setattr(layer_module, "UNIT_CHUNK_VALUES", 2 * len(positions) * 8)  # 2 units a chunk
+    chunked = layer_arrays(layer, positions, tol=TOL, relative=True, precision="ess")
+    assert len(seen) == 4 and all(counted == pytest.approx(4 * work) for work, counted in seen)
+    for field in ("tolerance_ess", "causal_ess"):
+        np.testing.assert_array_equal(chunked[field], whole[field])
+
+
 def test_a_short_prompt_of_wide_heads_takes_the_kernel_for_its_causal_gramians(monkeypatch):
     """The causal Gramians' job is what LAPACK would spend without the kernel: every cut's
     N x N Gramian. Mamba2's 24 heads of N = 128 at L = 64 (cuts of rank t < N, which the kernel

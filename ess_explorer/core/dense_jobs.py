@@ -11,8 +11,10 @@ FORMS_BUDGET_BYTES. `takes` says which jobs come here: large ones (KERNEL_MIN_WO
 
 from __future__ import annotations
 
+import contextvars
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -24,6 +26,8 @@ from .sweeps import over_chunks
 __all__ = [
     "takes",
     "repays_kernel",
+    "chunk_of_layer",
+    "layer_work",
     "cut_spectra",
     "forms_group",
     "FORMS_BUDGET_BYTES",
@@ -64,8 +68,33 @@ def takes(flat: torch.Tensor, times) -> bool:
 def repays_kernel(work: float) -> bool:
     """Whether a job of this much eigenvalue work (the sum of `eigen_work` over its Grams, or a
     bound on it) takes the compiled kernel: the one rule for every caller whose job is many
-    small eigenproblems (core/row_scaled.py, core/causal.py)."""
-    return work >= KERNEL_MIN_WORK
+    small eigenproblems (core/row_scaled.py, core/causal.py). Inside `chunk_of_layer` the job
+    is the whole layer (`layer_work`)."""
+    return layer_work(work) >= KERNEL_MIN_WORK
+
+
+# The share of its layer that the units being computed are (`chunk_of_layer`): 1 outside one.
+_LAYER_SHARE: contextvars.ContextVar[float] = contextvars.ContextVar("layer_share", default=1.0)
+
+
+@contextmanager
+def chunk_of_layer(share: float):
+    """Inside, the units being computed are ``share`` of their layer's (core/layer.py splits a
+    layer into chunks of units that fit its memory budget): the compiled kernels' rules
+    (`repays_kernel`, core/gramian.py `uses_kernel`) count the whole layer's work, since the
+    layer, not a chunk, is the job whose size decides whether the compile is repaid. Counted
+    by chunk, a strided preview of Mamba2 (one head of 64 channels per chunk at L = 512) sent
+    every head to LAPACK."""
+    token = _LAYER_SHARE.set(min(1.0, max(float(share), 1e-12)))
+    try:
+        yield
+    finally:
+        _LAYER_SHARE.reset(token)
+
+
+def layer_work(work: float) -> float:
+    """The work of the whole layer that ``work``, a chunk's (`chunk_of_layer`), is part of."""
+    return work / _LAYER_SHARE.get()
 
 
 def _work(t: int, length: int) -> float:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from . import gramian_kernel
+from . import dense_jobs, gramian_kernel
 from .accelerator import accelerator_routes, worker_threads
 from .checks import finite_spectra
 from .gramian_blocked import blocked_bytes_per_unit, gramian_spectra_blocked
@@ -71,7 +71,7 @@ def uses_kernel(device: torch.device, units: int, cuts: int, state_size: int, le
     Ray worker, a resumed sweep) routes a job the same way."""
     if accelerator_routes(device) or not gramian_kernel.available():
         return False
-    if job_work(units, cuts, length, state_size) < KERNEL_MIN_WORK:
+    if dense_jobs.layer_work(job_work(units, cuts, length, state_size)) < KERNEL_MIN_WORK:  # the layer's job
         return False
     lanes = gramian_kernel.LANES
     filled = units / (-(-units // lanes) * lanes)

@@ -23,6 +23,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from . import dense_jobs
 from .accelerator import accelerator_routes
 from .ess import DEFAULT_SCOPE, check_scope, check_tolerance, count_above_tolerance, entropy_of, tolerance_reference
 from .memory import reused_memory
@@ -141,7 +142,12 @@ def layer_arrays(
 
     def chunk_spectra(rows):
         """(spectra, causal spectra or None, None or each unit's row in the causal spectra):
-        the units of one owner share its causal spectra (`OwnerRows`), counted once."""
+        the units of one owner share its causal spectra (`OwnerRows`), counted once. The
+        kernels' rules read the layer's work, not the chunk's (`dense_jobs.chunk_of_layer`)."""
+        with dense_jobs.chunk_of_layer(len(range(n_units)[rows]) / max(1, n_units)):
+            return _chunk_spectra(rows)
+
+    def _chunk_spectra(rows):
         if not causal:
             return (
                 layer.spectra(unit_ids[rows], positions, device=device, dtype=torch.float64, accuracy=accuracy),
