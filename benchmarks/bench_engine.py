@@ -25,7 +25,8 @@ Cases (each timed under both accuracy contracts where they differ, core/precisio
    and each contract's time as a ratio of it.
 4. (--models) whole models through ess_explorer.analyze (random weights, built from
    transformers configs in benchmarks/_models.py, nothing downloaded): GPT-2-small and
-   Mamba-130m at L = 512 and 1024 (Mamba also 2048 on a GPU), Mamba2-130m (N = 128) at
+   Mamba-130m at L = 512 and 1024 (Mamba also 2048 on a GPU; and at L = 32, and at L = 512
+   every 16th cut, on a CPU), Mamba2-130m (N = 128) at
    L = 256 with gates inside and outside, LFM2-350M at L = 512, each under "ess" and some
    under "exact" (MODEL_CASES); skipped when transformers is missing.
 """
@@ -217,6 +218,7 @@ def run_model(params: dict, device: torch.device) -> dict:
         layers=layers,
         causal=params.get("causal", True),
         precision=params.get("precision", "ess"),
+        stride=params.get("stride"),
     )
     _sync(device)
     lay = result.layers[min(result.layers)]
@@ -421,6 +423,8 @@ MODEL_CASES = {
         _model("mamba", 512, precision="exact", layers=4),
         _model("mamba", 512, causal=False),
         _model("mamba", 1024),
+        _model("mamba", 32),  # a short prompt and a strided preview: the kernels' jobs are layers
+        _model("mamba", 512, stride=16),
         _model("mamba2", 256, target=30, layers=1),  # gates inside: seconds per layer, so one layer (x 24)
         _model("mamba2", 256, gates="outside"),
         _model("lfm2", 512),
@@ -451,6 +455,7 @@ def model_cases(dev: str) -> None:
         case = child("model", params, dev)
         label = f"{KINDS[params['kind']].split(' (')[0]}, L = {params['L']}, gates {params['gates']}"
         label += f", {params['layers']} layer(s)" if "layers" in params else ""
+        label += f", every {params['stride']}th cut" if "stride" in params else ""
         label += ", no causal ESS" if params.get("causal") is False else ""
         label += f", {params.get('precision', 'ess')}"
         verdict = target_verdict(case, params)
