@@ -545,6 +545,25 @@ def test_the_kernels_rules_count_the_layer_a_chunk_of_units_belongs_to(monkeypat
         np.testing.assert_array_equal(chunked[field], whole[field])
 
 
+def test_a_chunk_of_units_takes_the_path_its_layer_recorded(monkeypatch):
+    """`SSMCapture.spectra_path` counts the whole layer's units for the Gramian kernel, so
+    inside a chunk of them (`dense_jobs.chunk_of_layer`) it does not count them again: a layer
+    just too small for the kernel stays dense in every chunk (it went factored in a half
+    chunk, against the dense path the layer recorded and sized its chunks for)."""
+    from ess_explorer.core import dense_jobs
+
+    if not gramian_kernel.available():
+        pytest.skip("numba is not installed")
+    layer, positions, ess = _short_prompt_layer(128, 24, 16), np.arange(24), Accuracy("ess")
+    monkeypatch.setattr(gramian, "KERNEL_MIN_WORK", 1.5 * gramian.job_work(128, 23, 24, 16))
+    assert layer.spectra_path(positions, accuracy=ess)["method"] == "dense"
+    with dense_jobs.chunk_of_layer(0.5):
+        assert layer.spectra_path(positions, accuracy=ess)["method"] == "dense"
+    monkeypatch.setattr(gramian, "KERNEL_MIN_WORK", 0.5 * gramian.job_work(128, 23, 24, 16))
+    with dense_jobs.chunk_of_layer(0.5):
+        assert layer.spectra_path(positions, accuracy=ess)["method"] == "sweep"
+
+
 def test_a_short_prompt_of_wide_heads_takes_the_kernel_for_its_causal_gramians(monkeypatch):
     """The causal Gramians' job is what LAPACK would spend without the kernel: every cut's
     N x N Gramian. Mamba2's 24 heads of N = 128 at L = 64 (cuts of rank t < N, which the kernel

@@ -44,6 +44,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 import torch
 
+from . import dense_jobs
 from .accelerator import accelerator_routes
 from .causal import (
     reachability_gramian_singular_values,
@@ -352,7 +353,10 @@ class SSMCapture(CapturedLayer):
             return False
         t = torch.as_tensor(positions)
         cuts = len(torch.unique(t[(t >= 1) & (t < self.length)]))  # the cuts the route computes
-        return uses_kernel(device, self.n_units, cuts, state_size, self.length)
+        # these are the whole layer's units: counted as such inside a chunk of them too, so that
+        # every chunk takes the path the layer recorded (core/layer.py)
+        with dense_jobs.chunk_of_layer(1.0):
+            return uses_kernel(device, self.n_units, cuts, state_size, self.length)
 
     def spectra(
         self, units, positions, *, device=None, dtype=torch.float64, accuracy: Accuracy = EXACT
