@@ -430,6 +430,12 @@ def test_causal_gramian_route_meets_the_contract(ssm):
     picked = reachability_gramian_singular_values(ssm, [5, 0, 5, 17], Accuracy("ess"))  # any order, repeats
     resolution = Accuracy("ess").resolution * exact[:, [5, 0, 5, 17], :1]  # other batches, other solvers
     assert bool(((picked - fast[:, [5, 0, 5, 17]]).abs() <= resolution).all())
+    strided = positions[::7]  # the steps between two cuts taken in one product (`_steps_between`)
+    fast_strided = reachability_gramian_singular_values(ssm, strided, Accuracy("ess"))
+    np.testing.assert_array_equal(
+        tolerance_ess(spectra=fast_strided, tol=TOL).numpy(), tolerance_ess(spectra=exact[:, strided], tol=TOL).numpy()
+    )
+    assert bool(((fast_strided - exact[:, strided]).abs() <= Accuracy("ess").resolution * exact[:, strided, :1]).all())
 
 
 def test_causal_gramian_route_redoes_an_uncertain_cut_by_the_sweep(monkeypatch):

@@ -137,13 +137,17 @@ def reachability_gramian_singular_values(
     early = a.new_zeros(units, n, n) if trim else None  # F_t: rows j < min(t, N), b_j times the decays since
     p = a.new_zeros(units, n, n)
     step = 0
-    for slot, t in enumerate(wanted):
-        while step < t:  # p becomes P_{step + 1}: what u_0..u_step wrote
-            p = torch.addcmul(b[:, step, :, None] * b[:, step, None, :], a[:, step, :, None] * a[:, step, None, :], p)
-            if trim and step < n:
-                early[:, :step] *= a[:, step, None, :]
-                early[:, step] = b[:, step]
-            step += 1
+    for slot, t in enumerate(wanted):  # sorted and distinct: t > step
+        if t == step + 1:  # p becomes P_t: what u_0..u_step wrote
+            decay, written = a[:, step], b[:, step : step + 1]
+            p = torch.addcmul(b[:, step, :, None] * b[:, step, None, :], decay[:, :, None] * decay[:, None, :], p)
+        else:  # strided cuts: the steps between two cuts in one product
+            decay, written = _steps_between(a[:, step:t], b[:, step:t])
+            p = (decay[:, :, None] * decay[:, None, :]) * p + written.mT @ written
+        if trim and step < n:  # F_t's rows j < min(t, N): b_j times the decays since
+            early[:, :step] *= decay[:, None, :]
+            early[:, step : min(t, n)] = written[:, : min(t, n) - step]
+        step = t
         k = slot % block
         if trim and t < n:
             held[k] = 0.0
@@ -178,6 +182,18 @@ def reachability_gramian_singular_values(
     out = torch.zeros(units, len(positions), n, dtype=dtype, device=device)
     out[:, inside.to(device)] = squares[:, row.to(device)].sqrt().to(dtype)  # one gather, no per-cut launch
     return out.reshape(*ssm.batch_shape, len(positions), n)
+
+
+def _steps_between(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """What k steps of P <- (a_s a_s^T) * P + b_s b_s^T (a, b: (U, k, N)) do at once:
+    P_end = (d d^T) * P + W^T W, d = a_0 * ... * a_{k-1} elementwise (U, N), and W (U, k, N)
+    with row s = b_s * a_{s+1} * ... * a_{k-1}, the input of step s decayed over the steps
+    after it. A strided run's cuts (the explorer's first chart: every 16th of 512) take one
+    (N x k) (k x N) product per unit between two cuts instead of k launches of N x N ones."""
+    after = a.flip(1).cumprod(1).flip(1)  # after[:, s] = a_s * ... * a_{k-1}
+    written = b.clone()
+    written[:, :-1] *= after[:, 1:]
+    return after[:, 0], written
 
 
 def shift_register_singular_values(gate_in: torch.Tensor, kernel_size: int, positions) -> torch.Tensor:
