@@ -24,7 +24,7 @@ from .precision import Accuracy
 from .sturm import TridiagonalSpectra
 from .sweeps import balanced_chunk, over_chunks
 
-__all__ = ["gramian_hankel_singular_values", "uses_kernel", "job_work", "load"]
+__all__ = ["gramian_hankel_singular_values", "uses_kernel", "job_work", "wanted_cuts", "load"]
 
 # Units per call: the kernel keeps only its lanes' checkpoints, so its chunks are set by
 # thread balance; the blocked route holds about `blocked_bytes_per_unit` per unit, within
@@ -59,6 +59,13 @@ def kernel_speedup(state_size: int) -> float:
     lanes full. Measured at L = 256: N = 16 8.1x, 32 4.9x, 64 2.7x, 128 1.3x (a lane group's
     N x N x LANES matrices leave the cache as N grows, while LAPACK's calls amortise)."""
     return 8.0 * (16 / state_size) ** 0.85
+
+
+def wanted_cuts(positions, length: int) -> torch.Tensor:
+    """The distinct cuts among ``positions`` that the route computes: 1..L-1 (cut 0 and cut L
+    have no past or no future, so no values)."""
+    positions = torch.as_tensor(positions).to(torch.long).cpu()
+    return torch.unique(positions[(positions >= 1) & (positions < length)])
 
 
 def uses_kernel(device: torch.device, units: int, cuts: int, state_size: int, length: int) -> bool:
@@ -115,7 +122,7 @@ def gramian_hankel_singular_values(
     a, b, c = (x.reshape(-1, length, n) for x in (ssm.a, ssm.b, ssm.c))
     units = a.shape[0]
     inside = (positions >= 1) & (positions < length)
-    wanted = torch.unique(positions[inside])
+    wanted = wanted_cuts(positions, length)
     # Every cut 0..L-1 (the usual case): the wanted cuts are rows 1.. of the output, so the
     # routes write straight into it (row 0, no past, stays zero) and nothing is gathered.
     every_cut = len(positions) == length and bool((positions == torch.arange(length)).all())

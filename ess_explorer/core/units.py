@@ -53,7 +53,7 @@ from .causal import (
 )
 from .checks import finite_spectra
 from .diagnostics import theoretical_state_size, unit_kind
-from .gramian import gramian_hankel_singular_values, uses_kernel
+from .gramian import gramian_hankel_singular_values, uses_kernel, wanted_cuts
 from .operators import DiagonalSSM
 from .precision import EXACT, Accuracy
 from .row_scaled import row_scaled_hankel_singular_values
@@ -351,8 +351,7 @@ class SSMCapture(CapturedLayer):
         path, as a job for its compiled kernel (`spectra_path`)."""
         if not (accuracy.fast and self._diagonal_own_owners(range(self.n_units))):
             return False
-        t = torch.as_tensor(positions)
-        cuts = len(torch.unique(t[(t >= 1) & (t < self.length)]))  # the cuts the route computes
+        cuts = len(wanted_cuts(positions, self.length))
         # these are the whole layer's units: counted as such inside a chunk of them too, so that
         # every chunk takes the path the layer recorded (core/layer.py)
         with dense_jobs.chunk_of_layer(1.0):
