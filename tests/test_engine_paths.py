@@ -459,7 +459,7 @@ def test_a_carried_factor_is_within_its_error_bound_and_restarts_when_sigma_1_fa
     fraction of the cut's width, and every singular value of it is within its stated error of
     the cut's own (Weyl). When the spiked row leaves the cut, the carried error would be about
     1e8 x the truncation relative to the new sigma_1: the cut's own SVD starts again."""
-    from ess_explorer.core.row_scaled import TRUNCATE, _carried_factor
+    from ess_explorer.core.row_scaled import RESTART, TRUNCATE, _carried_factor
 
     owner = _spiked_heads(spikes=(21,))[0]
     factor = _carried_factor(owner, 10, None, TRUNCATE, 8)
@@ -471,7 +471,7 @@ def test_a_carried_factor_is_within_its_error_bound_and_restarts_when_sigma_1_fa
         mine = torch.linalg.svdvals(factor.base)
         width = min(len(own), len(mine))
         assert ((own[:width] - mine[:width]).abs() <= factor.error).all() and (own[width:] <= factor.error).all()
-        assert factor.error <= 4 * TRUNCATE * own[0]
+        assert factor.error <= RESTART * TRUNCATE * own[0]
     factor = _carried_factor(owner, 21, factor, TRUNCATE, 8)  # the spike is the cut's first row
     assert not factor.whole
     factor = _carried_factor(owner, 22, factor, TRUNCATE, 8)  # the spike has left
