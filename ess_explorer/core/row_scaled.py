@@ -75,9 +75,11 @@ ESS_MASS = 2e-7
 # error passes this many times the truncation, relative to the cut's sigma_1. Below that, a
 # restart waits for a channel whose guard fails (`_shared_factor_values` then takes the cut's
 # own SVD, and that factor is carried on), since most channels pass theirs with the carried
-# factor's larger error: at 4, a fifth of the heads' SVDs were restarts ahead of need (two
-# Mamba2 layers at L = 256: the heads' SVD work 2,197 -> 1,916 units under "ess", one layer's
-# 2,600 -> 1,531 under "exact"; the same counts and entropy within 1.2e-6 of the exact SVDs).
+# factor's larger error: at 4, a fifth of the heads' SVDs were restarts ahead of need (Mamba2
+# layers at L = 256, one thread, 4 and 64 alternated in one process: under "exact" one layer
+# 20.1-22.4 s -> 18.7-19.5 s, its heads' SVD work 2,600 -> 1,531 units; under "ess" two layers
+# 10.2 s -> 10.0 s on average, 2,197 -> 1,916 units; the same counts and entropy within 1.2e-6
+# of the exact SVDs either way).
 RESTART = 64
 # Under "ess" an owner's channels take the dense route where the flop count of its shared
 # factors is at least this times the dense route's (`_takes_dense_route`).
