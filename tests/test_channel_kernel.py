@@ -83,8 +83,9 @@ def test_wider_factors_and_a_job_too_small_for_a_compile_take_the_reference(monk
 def test_a_lane_whose_iteration_fails_is_recomputed_by_the_reference(monkeypatch):
     original = channel_kernel._grams_and_eigenvalues
 
-    def failing(base, weights, out, failed):
-        original(base, weights, out, failed)
+    def failing(*args):
+        original(*args)
+        out, failed = args[-2:]
         out[2] = np.nan
         failed[2] = True
 
@@ -105,3 +106,25 @@ def test_an_overflowed_gram_is_not_answered_with_zeros():
         channel_kernel.reference(base, gate)
     with pytest.raises(torch.linalg.LinAlgError):
         channel_kernel.gram_eigenvalues(base, gate)
+
+
+def test_one_call_takes_every_owner_each_with_its_own_factor():
+    """`ChannelLanes`: owners of different widths (one wider than the kernel takes, so the
+    reference answers it) and unit counts (one spanning two lane blocks), their units
+    interleaved, in one call: each unit as `reference` of its own owner's factor gives it,
+    zero past its owner's width; a unit of an owner left out stays zero."""
+    rows = 70
+    owner_of = torch.tensor([0, 1, 2, 0, 3] * 14 + [1] * 60)  # owner 1: 74 units, two blocks
+    widths = {0: 5, 1: 30, 2: channel_kernel.MAX_SIZE + 3, 3: 12}
+    bases = {o: factor_and_gates(rows, w, 1, seed=10 + o)[0] for o, w in widths.items()}
+    _, gate = factor_and_gates(rows, 1, len(owner_of), seed=9)
+    lanes = channel_kernel.ChannelLanes(owner_of)
+    got = lanes.eigenvalues({o: bases[o] for o in (0, 1, 2)}, gate)
+    assert got.shape == (len(owner_of), widths[2])
+    for owner in (0, 1, 2):
+        units = (owner_of == owner).nonzero().flatten()
+        expected = channel_kernel.reference(bases[owner], gate[units])
+        scale = expected[:, :1].clamp_min(1e-300)
+        assert float(((got[units, : widths[owner]] - expected).abs() / scale).max()) <= GRAM_ERROR * 64 * EPS
+        assert (got[units, widths[owner] :] == 0).all()
+    assert (got[owner_of == 3] == 0).all()

@@ -352,9 +352,10 @@ def test_row_scaled_channels_under_the_ess_contract(kernel, monkeypatch):
     widths, own_cuts = {}, []
     original_gram, original_svdvals = row_scaled._owner_values, torch.linalg.svdvals
 
-    def gram(factor, *rest):
-        widths.setdefault(factor.base.shape[0], []).append(factor.base.shape[-1])
-        return original_gram(factor, *rest)
+    def gram(factors, groups, *rest):
+        for owner, _ in groups:
+            widths.setdefault(factors[owner].base.shape[0], []).append(factors[owner].base.shape[-1])
+        return original_gram(factors, groups, *rest)
 
     monkeypatch.setattr(row_scaled, "_owner_values", gram)
     monkeypatch.setattr(torch.linalg, "svdvals", lambda x: own_cuts.append(tuple(x.shape)) or original_svdvals(x))

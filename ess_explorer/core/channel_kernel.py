@@ -1,4 +1,4 @@
-"""The Grams of one owner's row-scaled channels and their eigenvalues, as one compiled CPU kernel (numba).
+"""The Grams of row-scaled channels and their eigenvalues, as one compiled CPU kernel (numba).
 
 core/row_scaled.py needs, at every cut, the eigenvalues of u small Grams that share one
 factor: G_u = F^T diag(w_u) F, F the owner's factor (m, r), w_u the channel's gate squared on
@@ -8,7 +8,8 @@ these sizes (about 4 us per 16 x 16 matrix, against some 6,000 multiply-adds). H
 channels run side by side, every loop innermost over them: each Gram's lower triangle is
 summed over the m rows in cache, then reduced and solved by the lane eigensolver of
 core/gramian_kernel.py (Householder across the lanes, trace-scaled, then the QL iteration of
-core/tridiagonal_kernel.py). Measured on one core, 64 channels, m = 128, eigenvalues alone:
+core/tridiagonal_kernel.py). One call takes every owner of a cut, each block of lanes with its
+own owner's factor (`ChannelLanes`). Measured on one core, 64 channels, m = 128, eigenvalues alone:
 r = 8: 0.2 us per matrix (torch 1.3), r = 16: 1.1 (3.9), r = 24: 2.5 (7.5), r = 32: 6.0
 (13.0, and core/dense_kernel.py's 7.0). From r = 32 on the lanes' working set (r^2 x 64
 values) leaves the cache and core/dense_kernel.py solves faster, but the reference must first
@@ -39,7 +40,7 @@ from .compiled import LANES, available, jit
 from .eigen import eigvalsh
 from .gramian_kernel import _symmetric_eigenvalues
 
-__all__ = ["gram_eigenvalues", "reference", "MAX_SIZE"]
+__all__ = ["ChannelLanes", "gram_eigenvalues", "reference", "MAX_SIZE"]
 
 MAX_SIZE = 64  # the widest factor the kernel takes (module docstring: measured crossover 64-80)
 
@@ -48,31 +49,84 @@ def gram_eigenvalues(base: torch.Tensor, gate: torch.Tensor, allow_kernel: bool 
     """Eigenvalues of base^T diag(gate[u]^2) base for each unit u: (u, min(m, r)), descending,
     clamped at 0. base (m, r), gate (u, m), float64. ``allow_kernel`` False (a job too small to
     repay a compile: core/dense_jobs.py) takes the reference."""
-    m, r = base.shape
-    if not (allow_kernel and takes(base, gate)):
-        return reference(base, gate, allow_kernel)
-    weights = np.zeros((m, -(-gate.shape[0] // LANES) * LANES))  # (rows, lanes): a row's weights contiguous
-    weights[:, : gate.shape[0]] = (gate * gate).T.numpy()
-    out = np.empty((weights.shape[1], min(m, r)))
-    failed = np.zeros(weights.shape[1], dtype=np.bool_)
-    compiled.first_call(_grams_and_eigenvalues, _warm_up)
-    _grams_and_eigenvalues(np.ascontiguousarray(base.numpy()), weights, out, failed)
-    values = torch.from_numpy(out[: gate.shape[0]])
-    stuck = torch.from_numpy(failed[: gate.shape[0]])
-    if bool(stuck.any()):
-        values[stuck] = reference(base, gate[stuck], allow_kernel)
-    return values
+    lanes = ChannelLanes(torch.zeros(gate.shape[0], dtype=torch.long))
+    return lanes.eigenvalues({0: base}, gate, allow_kernel)[:, : min(base.shape)]
+
+
+class ChannelLanes:
+    """The kernel's lanes for units that share their owners' factors (U units, ``owner_of``
+    (U,)): each owner's units fill whole blocks of LANES lanes (Mamba2's 64 channels of a
+    head: one block), so that one call of the kernel takes every owner of a cut, each block
+    with its own owner's factor, instead of one call (and its conversions) per owner."""
+
+    def __init__(self, owner_of: torch.Tensor):
+        owner_of = torch.as_tensor(owner_of).cpu()
+        self.lane_of_unit = np.empty(len(owner_of), dtype=np.int64)
+        self.units_of: dict[int, torch.Tensor] = {}
+        self.blocks_of: dict[int, list[int]] = {}
+        lane = 0
+        for owner in torch.unique(owner_of).tolist():
+            units = (owner_of == owner).nonzero().flatten()
+            self.units_of[owner] = units
+            self.lane_of_unit[units.numpy()] = lane + np.arange(len(units))
+            blocks = -(-len(units) // LANES)
+            self.blocks_of[owner] = list(range(lane // LANES, lane // LANES + blocks))
+            lane += blocks * LANES
+        self.lanes = lane
+        # each owner's units in order and in whole blocks (Mamba2's heads): unit u is lane u
+        self.in_order = lane == len(owner_of) and bool((self.lane_of_unit == np.arange(lane)).all())
+
+    def eigenvalues(self, bases: dict, gate: torch.Tensor, allow_kernel: bool = True) -> torch.Tensor:
+        """(U, R): row u the eigenvalues of bases[o]^T diag(gate[u]^2) bases[o] (o = u's owner;
+        each base (m, r_o)) for the units of the owners in ``bases``, descending, clamped at 0,
+        zero past min(m, r_o); other rows zero; R the largest min(m, r_o). gate (U, m)."""
+        m = gate.shape[-1]
+        width = max(min(m, base.shape[-1]) for base in bases.values())
+        runs = allow_kernel and m > 0 and takes(next(iter(bases.values())), gate)  # one device and dtype
+        kernel = [o for o, base in bases.items() if runs and base.shape[-1] <= MAX_SIZE]
+        if not kernel:
+            values = gate.new_zeros(gate.shape[0], width)
+        else:
+            factors = [np.ascontiguousarray(bases[o].numpy()).ravel() for o in kernel]
+            offsets = np.cumsum([0] + [len(f) for f in factors[:-1]])
+            widths = np.array([bases[o].shape[-1] for o in kernel], dtype=np.int64)
+            blocks = np.array([b for o in kernel for b in self.blocks_of[o]], dtype=np.int64)
+            block_group = np.array([k for k, o in enumerate(kernel) for _ in self.blocks_of[o]], dtype=np.int64)
+            squares = torch.square(gate).T.contiguous().numpy()  # (rows, units): torch's transposing copy
+            if self.in_order:  # (rows, lanes): a row's weights contiguous
+                weights = squares
+            else:
+                weights = np.zeros((m, self.lanes))
+                weights[:, self.lane_of_unit] = squares
+            out = np.zeros((self.lanes, width))
+            failed = np.zeros(self.lanes, dtype=np.bool_)
+            compiled.first_call(_grams_and_eigenvalues, _warm_up)
+            _grams_and_eigenvalues(np.concatenate(factors), offsets, widths, blocks, block_group, weights, out, failed)
+            values = torch.from_numpy(out if self.in_order else out[self.lane_of_unit])
+            stuck = torch.from_numpy(failed if self.in_order else failed[self.lane_of_unit])
+            if bool(stuck.any()):  # the reference answers these (and raises where torch would)
+                for owner in kernel:
+                    redo = self.units_of[owner][stuck[self.units_of[owner]]]
+                    if len(redo):
+                        values[redo] = 0.0
+                        own = reference(bases[owner], gate[redo], allow_kernel)
+                        values[redo, : own.shape[-1]] = own
+        for owner in (o for o in bases if o not in kernel):
+            units = self.units_of[owner]
+            own = reference(bases[owner], gate[units], allow_kernel)
+            values[units, : own.shape[-1]] = own
+        return values
 
 
 def takes(base: torch.Tensor, gate: torch.Tensor) -> bool:
-    """Whether `gram_eigenvalues` gives these to the kernel: CPU float64 without gradients,
-    r <= MAX_SIZE, numba."""
+    """Whether the kernel may take this factor's channels: CPU float64 without gradients,
+    numba (`ChannelLanes` gives it those no wider than MAX_SIZE)."""
     return (
         available()
         and not accelerator_routes(base.device)
         and base.dtype == gate.dtype == torch.float64
         and not (base.requires_grad or gate.requires_grad)
-        and 0 < base.shape[-1] <= MAX_SIZE
+        and base.shape[-1] > 0
         and base.shape[0] > 0
     )
 
@@ -92,20 +146,29 @@ def reference(base: torch.Tensor, gate: torch.Tensor, allow_kernel: bool = True)
 
 
 @jit
-def _grams_and_eigenvalues(base, weights, out, failed):  # pragma: no cover - compiled
-    """out[u] <- the eigenvalues of base^T diag(weights[:, u]) base, descending, clamped at 0,
-    its first min(m, r) (the rest are zero: rank <= m); failed[u] where the lane's Gram
-    overflowed or its QL did not converge. base (m, r); weights (m, U), U a multiple of LANES; out (U, min(m, r))."""
-    m, r = base.shape
-    rank = out.shape[1]
-    gram = np.empty((r, r, LANES))
-    values = np.empty((r, LANES))
-    diag = np.empty((r, LANES))
-    off = np.empty((r, LANES))
-    v = np.empty((r, LANES))
-    pv = np.empty((r, LANES))
+def _grams_and_eigenvalues(bases, offsets, widths, blocks, block_group, weights, out, failed):  # pragma: no cover
+    """For each lane block b of ``blocks``, its factor base = bases[offsets[g]:][: m * r]
+    as (m, r), g = block_group[b], r = widths[g]: out[lane] <- the eigenvalues of
+    base^T diag(weights[:, lane]) base for the block's lanes, descending, clamped at 0, its
+    first min(m, r) (the rest stay as they were, zero: rank <= m); failed[lane] where the
+    lane's Gram overflowed or its QL did not converge. weights (m, lanes); out (lanes, R)."""
+    m = weights.shape[0]
+    size = 1
+    for g in range(widths.shape[0]):
+        size = max(size, widths[g])
+    gram = np.empty((size, size, LANES))
+    values = np.empty((size, LANES))
+    diag = np.empty((size, LANES))
+    off = np.empty((size, LANES))
+    v = np.empty((size, LANES))
+    pv = np.empty((size, LANES))
     lane_failed = np.empty(LANES, dtype=np.bool_)
-    for start in range(0, weights.shape[1], LANES):
+    for index in range(blocks.shape[0]):
+        g = block_group[index]
+        r = widths[g]
+        rank = min(m, r)
+        base = bases[offsets[g] : offsets[g] + m * r].reshape((m, r))
+        start = blocks[index] * LANES
         for i in range(r):  # the lower triangle: all the eigensolver reads
             for j in range(i + 1):
                 for w in range(LANES):
