@@ -274,17 +274,17 @@ class _Factor(NamedTuple):
         """Keep the columns with S_k > truncate S_1 (at most ``max_rank``), adding to what
         ``carried`` (the factor this one was carried from, if any) had dropped: the error grows
         by the first dropped value and the SVD's rounding, the mass by all the dropped values."""
-        kept = max(1, int((values > truncate * values[0]).sum()))
-        kept = kept if max_rank is None else min(kept, max(1, max_rank))
-        first_dropped = float(values[kept]) if kept < len(values) else 0.0
+        listed = values.tolist()  # descending; one copy to the host for a few dozen floats
+        kept = sum(value > truncate * listed[0] for value in listed)
+        kept = max(1, kept if max_rank is None else min(kept, max_rank))
         return cls(
             t,
             left[:, :kept] * values[:kept],
             values,
             whole,
-            dropped=first_dropped + (carried.dropped if carried else 0.0),
-            rounding=ROUNDING * float(values[0]) + (carried.rounding if carried else 0.0),
-            mass=float(values[kept:].sum()) + (carried.mass if carried else 0.0),
+            dropped=(listed[kept] if kept < len(listed) else 0.0) + (carried.dropped if carried else 0.0),
+            rounding=ROUNDING * listed[0] + (carried.rounding if carried else 0.0),
+            mass=sum(listed[kept:]) + (carried.mass if carried else 0.0),
         )
 
 
