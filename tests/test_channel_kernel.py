@@ -118,8 +118,8 @@ def test_one_call_takes_every_owner_each_with_its_own_factor():
     widths = {0: 5, 1: 30, 2: channel_kernel.MAX_SIZE + 3, 3: 12}
     bases = {o: factor_and_gates(rows, w, 1, seed=10 + o)[0] for o, w in widths.items()}
     _, gate = factor_and_gates(rows, 1, len(owner_of), seed=9)
-    lanes = channel_kernel.ChannelLanes(owner_of)
-    got = lanes.eigenvalues({o: bases[o] for o in (0, 1, 2)}, gate)
+    lanes = channel_kernel.ChannelLanes(owner_of, torch.cat([torch.ones(len(owner_of), 3), gate], 1))
+    got = lanes.eigenvalues({o: bases[o] for o in (0, 1, 2)}, 3)  # rows 3: of the gates
     assert got.shape == (len(owner_of), widths[2])
     for owner in (0, 1, 2):
         units = (owner_of == owner).nonzero().flatten()

@@ -31,6 +31,8 @@ them); where numba is missing, or the factor is wider than MAX_SIZE, it runs ins
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import torch
 
@@ -49,17 +51,20 @@ def gram_eigenvalues(base: torch.Tensor, gate: torch.Tensor, allow_kernel: bool 
     """Eigenvalues of base^T diag(gate[u]^2) base for each unit u: (u, min(m, r)), descending,
     clamped at 0. base (m, r), gate (u, m), float64. ``allow_kernel`` False (a job too small to
     repay a compile: core/dense_jobs.py) takes the reference."""
-    lanes = ChannelLanes(torch.zeros(gate.shape[0], dtype=torch.long))
-    return lanes.eigenvalues({0: base}, gate, allow_kernel)[:, : min(base.shape)]
+    lanes = ChannelLanes(torch.zeros(gate.shape[0], dtype=torch.long), gate)
+    return lanes.eigenvalues({0: base}, 0, allow_kernel)[:, : min(base.shape)]
 
 
 class ChannelLanes:
     """The kernel's lanes for units that share their owners' factors (U units, ``owner_of``
-    (U,)): each owner's units fill whole blocks of LANES lanes (Mamba2's 64 channels of a
-    head: one block), so that one call of the kernel takes every owner of a cut, each block
-    with its own owner's factor, instead of one call (and its conversions) per owner."""
+    (U,), each with its row scales ``gates`` (U, L)): each owner's units fill whole blocks of
+    LANES lanes (Mamba2's 64 channels of a head: one block), so that one call of the kernel
+    takes every owner of a cut, each block with its own owner's factor, instead of one call
+    (and its conversions) per owner."""
 
-    def __init__(self, owner_of: torch.Tensor):
+    def __init__(self, owner_of: torch.Tensor, gates: torch.Tensor):
+        self.gates = gates
+        self._squares: np.ndarray | None = None  # gates^2 transposed, (L, U): made at the first kernel call
         owner_of = torch.as_tensor(owner_of).cpu()
         self.lane_of_unit = np.empty(len(owner_of), dtype=np.int64)
         self.units_of: dict[int, torch.Tensor] = {}
@@ -76,10 +81,12 @@ class ChannelLanes:
         # each owner's units in order and in whole blocks (Mamba2's heads): unit u is lane u
         self.in_order = lane == len(owner_of) and bool((self.lane_of_unit == np.arange(lane)).all())
 
-    def eigenvalues(self, bases: dict, gate: torch.Tensor, allow_kernel: bool = True) -> torch.Tensor:
-        """(U, R): row u the eigenvalues of bases[o]^T diag(gate[u]^2) bases[o] (o = u's owner;
-        each base (m, r_o)) for the units of the owners in ``bases``, descending, clamped at 0,
-        zero past min(m, r_o); other rows zero; R the largest min(m, r_o). gate (U, m)."""
+    def eigenvalues(self, bases: dict, start: int, allow_kernel: bool = True) -> torch.Tensor:
+        """(U, R): row u the eigenvalues of bases[o]^T diag(g_u^2) bases[o], g_u = gates[u,
+        start:] and o = u's owner (each base (L - start, r_o)), for the units of the owners in
+        ``bases``, descending, clamped at 0, zero past min(m, r_o); other rows zero; R the
+        largest min(m, r_o)."""
+        gate = self.gates[:, start:]
         m = gate.shape[-1]
         width = max(min(m, base.shape[-1]) for base in bases.values())
         runs = allow_kernel and m > 0 and takes(next(iter(bases.values())), gate)  # one device and dtype
@@ -88,11 +95,13 @@ class ChannelLanes:
             values = gate.new_zeros(gate.shape[0], width)
         else:
             factors = [np.ascontiguousarray(bases[o].numpy()).ravel() for o in kernel]
-            offsets = np.cumsum([0] + [len(f) for f in factors[:-1]])
+            offsets = np.array([0, *itertools.accumulate(f.size for f in factors[:-1])], dtype=np.int64)
             widths = np.array([bases[o].shape[-1] for o in kernel], dtype=np.int64)
             blocks = np.array([b for o in kernel for b in self.blocks_of[o]], dtype=np.int64)
             block_group = np.array([k for k, o in enumerate(kernel) for _ in self.blocks_of[o]], dtype=np.int64)
-            squares = torch.square(gate).T.contiguous().numpy()  # (rows, units): torch's transposing copy
+            if self._squares is None:  # one transposing copy for every cut: (rows, units)
+                self._squares = torch.square(self.gates).T.contiguous().numpy()
+            squares = self._squares[start:]
             if self.in_order:  # (rows, lanes): a row's weights contiguous
                 weights = squares
             else:

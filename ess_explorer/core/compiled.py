@@ -67,6 +67,7 @@ def jit(function=None, *, reassociate: bool = False, inline: bool = False):
 NOTICE_AFTER = 2.0
 _announced = threading.Event()
 _warming: set = set()
+_warmed: set = set()  # kernels with a loaded signature: a set lookup, not numba's signature list, per call
 _warm_lock = threading.RLock()  # re-entered by the warm-up's own calls, in its thread
 
 
@@ -76,7 +77,10 @@ def first_call(kernel, warm_up) -> None:
     call, so the same compiled version) runs first, under the notice. Other threads wait for
     it; the warm-up's own calls of the kernel pass straight through, so it must make them in
     its own thread (a pool's threads would wait for it to finish)."""
-    if numba is None or getattr(kernel, "signatures", True):
+    if numba is None or kernel in _warmed:
+        return
+    if getattr(kernel, "signatures", True):
+        _warmed.add(kernel)
         return
     with _warm_lock:
         if kernel in _warming or kernel.signatures:

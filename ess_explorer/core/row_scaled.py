@@ -141,7 +141,7 @@ def row_scaled_hankel_singular_values(
     allow_kernel = _repays_kernel(widths, owner_of, cuts, length)
 
     truncate = TRUNCATE_ESS if accuracy.fast else TRUNCATE
-    lanes = ChannelLanes(owner_of)  # every owner's channels of a cut in one call of the kernel
+    lanes = ChannelLanes(owner_of, scales)  # every owner's channels of a cut in one call of the kernel
     in_use = torch.unique(owner_of).tolist()
     owner_groups = [(o, (owner_of == o).nonzero().flatten()) for o in in_use]  # each owner's units
     # On a CPU each owner's factor follows it from cut to cut (`_carried_factor`); on a GPU one
@@ -389,7 +389,8 @@ def _owner_values(
     that two threads of cuts waited on it, two Mamba2 layers at L = 256 on 2 threads, alternated
     in one process: 7.9 s -> 6.7 s)."""
     if accuracy.fast:
-        return lanes.eigenvalues({o: factors[o].base for o, _ in groups}, gate, allow_kernel).sqrt()
+        start = factors[groups[0][0]].t  # the cut: its rows t: of every gate
+        return lanes.eigenvalues({o: factors[o].base for o, _ in groups}, start, allow_kernel).sqrt()
     values = gate.new_zeros(gate.shape[0], max(min(factors[o].base.shape) for o, _ in groups))
     for owner, rows in groups:
         own = torch.linalg.svdvals(gate[rows, :, None] * factors[owner].base)
