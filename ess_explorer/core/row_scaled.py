@@ -357,9 +357,9 @@ def _guarded_values(
     redone, by one guard over every unit written: under "exact" by SVD, kept where the shift
     max|g| ||E + R|| (Weyl) is within BOUND sigma_1; under "ess" `_ess_guard`."""
     written = torch.cat([members for _, members in groups])
-    values = _owner_values(factors, groups, gate, accuracy, allow_kernel, lanes)
+    values = _owner_values(factors, groups, gate, accuracy, allow_kernel, lanes)[written]  # (u, R): the rest zero
     sigma[written] = 0.0
-    sigma[written, : values.shape[-1]] = values[written]
+    sigma[written, : values.shape[-1]] = values
     stats = []  # per owner: its factor's bounds, and how many values each of its units has
     for owner, _ in groups:
         factor = factors[owner]
@@ -368,7 +368,7 @@ def _guarded_values(
     counts = torch.tensor([len(members) for _, members in groups], device=sigma.device)
     per_unit = torch.tensor(stats, dtype=sigma.dtype, device=sigma.device).repeat_interleave(counts, 0)
     dropped, rounding, mass, size, width = per_unit.unbind(-1)
-    values, largest = sigma[written], largest_gate[written]
+    largest = largest_gate[written]
     if accuracy.fast:
         fails = ~_ess_guard(values, width, largest, dropped, rounding, mass, size, accuracy)
     else:
