@@ -275,7 +275,7 @@ def _by_row_blocks(compute, sigma: torch.Tensor, *per_row: torch.Tensor) -> torc
     width = sigma.shape[-1]
     rows = sigma.reshape(-1, width) if width else sigma.new_zeros(sigma.shape[:-1].numel(), 1)
     extra = [x.reshape(-1, 1) for x in per_row]
-    step = max(1, BLOCK_VALUES // max(1, width)) if not accelerator_routes(sigma.device) else max(1, len(rows))
+    step = max(1, len(rows)) if accelerator_routes(sigma.device) else max(1, BLOCK_VALUES // max(1, width))
     if step >= len(rows):
         return compute(rows, *extra).reshape(sigma.shape[:-1])
     out = torch.cat([compute(rows[i : i + step], *(x[i : i + step] for x in extra)) for i in range(0, len(rows), step)])

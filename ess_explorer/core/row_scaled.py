@@ -142,8 +142,8 @@ def row_scaled_hankel_singular_values(
 
     truncate = TRUNCATE_ESS if accuracy.fast else TRUNCATE
     lanes = ChannelLanes(owner_of, scales)  # every owner's channels of a cut in one call of the kernel
-    in_use = torch.unique(owner_of).tolist()
-    owner_groups = [(o, (owner_of == o).nonzero().flatten()) for o in in_use]  # each owner's units
+    in_use = list(lanes.units_of)
+    owner_groups = [(o, units.to(device)) for o, units in lanes.units_of.items()]  # each owner's units
     # On a CPU each owner's factor follows it from cut to cut (`_carried_factor`); on a GPU one
     # batched SVD of every owner's cut beats a loop of small ones.
     carry = not accelerator_routes(device)

@@ -390,9 +390,8 @@ class SSMCapture(CapturedLayer):
         ssm, positions = self.realize(owners), torch.as_tensor(positions)
         if accuracy.fast and isinstance(ssm, DiagonalSSM):
             reach = reachability_gramian_singular_values(ssm, positions, accuracy, dtype=dtype, device=device)
-        elif (
-            self.spectra_path(positions, device, accuracy)["method"] == "scan"
-        ):  # a GPU: the scan's roots, no per-step launches
+        # a GPU: the scan's roots, no per-step launches
+        elif self.spectra_path(positions, device, accuracy)["method"] == "scan":
             _, reach = factored_hankel_singular_values(
                 ssm, positions=positions, dtype=dtype, device=device, causal=True
             )
