@@ -588,6 +588,38 @@ def test_a_short_prompt_of_wide_heads_takes_the_kernel_for_its_causal_gramians(m
     assert torch.equal(*(tolerance_ess(spectra=x, tol=TOL) for x in (fast, exact)))
 
 
+@pytest.mark.parametrize("stride", [1, 5])
+def test_heads_with_one_decay_per_step_build_their_early_grams_step_by_step(stride, monkeypatch):
+    """Where every step decays all N modes by one number (Mamba2's heads), the causal Gramian
+    route updates F_t F_t^T from the previous cut's (`causal._next_row_gram`) instead of forming
+    the product at each cut t < N: each Gram is the product's, and the counts are the exact
+    sweep's, at every cut and at a stride (several rows a step)."""
+    from ess_explorer.core import causal, dense_kernel
+
+    if not dense_kernel.available():
+        pytest.skip("numba is not installed")
+    g = torch.Generator().manual_seed(23)
+    units, length, n = 24, 64, 96
+    rate = 4 * torch.rand(units, 1, 1, generator=g, dtype=torch.float64)
+    dt = 0.5 * torch.rand(units, length, 1, generator=g, dtype=torch.float64)  # input-dependent steps
+    b = torch.randn(units, length, n, generator=g, dtype=torch.float64)
+    heads = DiagonalSSM(torch.exp(-rate * dt).expand(units, length, n).contiguous(), b, b.clone())
+    grams, original = [], causal._next_row_gram
+
+    def spy(gram, rows, decay, old, new):
+        original(gram, rows, decay, old, new)
+        grams.append((gram[:, :new, :new].clone(), rows[:, :new] @ rows[:, :new].mT))
+
+    monkeypatch.setattr(causal, "_next_row_gram", spy)
+    positions = torch.arange(0, length + 1, stride)
+    fast = causal.reachability_gramian_singular_values(heads, positions, Accuracy("ess"))
+    assert len(grams) == len([t for t in positions.tolist() if 1 <= t <= n])
+    for gram, product in grams:
+        torch.testing.assert_close(gram, product, rtol=1e-10, atol=1e-13 * float(product.abs().max()))
+    exact = causal.reachability_singular_values(heads, positions)
+    assert torch.equal(*(tolerance_ess(spectra=x, tol=TOL) for x in (fast, exact)))
+
+
 def _short_prompt_layer(units: int, length: int, state: int) -> SSMCapture:
     ssm = mamba_like(units, length, state, seed=11, dt_shift=-1.0)
     return SSMCapture(

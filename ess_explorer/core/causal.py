@@ -135,6 +135,9 @@ def reachability_gramian_singular_values(
     held = a.new_empty(block, units, n, n)
     sizes = torch.full((block, units), n, dtype=torch.long)
     early = a.new_zeros(units, n, n) if trim else None  # F_t: rows j < min(t, N), b_j times the decays since
+    # Where each step decays all N modes by one number (Mamba2's heads), F_t F_t^T follows the
+    # steps too (`_next_row_gram`): O(t N) a step instead of the O(t^2 N) product of F_t.
+    row_gram = a.new_zeros(units, n, n) if trim and bool((a == a[..., :1]).all()) else None
     p = a.new_zeros(units, n, n)
     step = 0
     for slot, t in enumerate(wanted):  # sorted and distinct: t > step
@@ -147,11 +150,16 @@ def reachability_gramian_singular_values(
         if trim and step < n:  # F_t's rows j < min(t, N): b_j times the decays since
             early[:, :step] *= decay[:, None, :]
             early[:, step : min(t, n)] = written[:, : min(t, n) - step]
+            if row_gram is not None:
+                _next_row_gram(row_gram, early, decay[:, 0], step, min(t, n))
         step = t
         k = slot % block
         if trim and t < n:
             held[k] = 0.0
-            torch.matmul(early[:, :t], early[:, :t].mT, out=held[k, :, :t, :t])
+            if row_gram is None:
+                torch.matmul(early[:, :t], early[:, :t].mT, out=held[k, :, :t, :t])
+            else:
+                held[k, :, :t, :t] = row_gram[:, :t, :t]
             sizes[k] = t
         else:
             held[k], sizes[k] = p, n
@@ -182,6 +190,16 @@ def reachability_gramian_singular_values(
     out = torch.zeros(units, len(positions), n, dtype=dtype, device=device)
     out[:, inside.to(device)] = squares[:, row.to(device)].sqrt().to(dtype)  # one gather, no per-cut launch
     return out.reshape(*ssm.batch_shape, len(positions), n)
+
+
+def _next_row_gram(gram: torch.Tensor, rows: torch.Tensor, decay: torch.Tensor, old: int, new: int) -> None:
+    """gram[:, :new, :new] <- F F^T, F = rows[:, :new] (U, new, N), IN PLACE from F's first ``old``
+    rows' Gram before they decayed by the one number ``decay`` (U,) for all N modes: their
+    block scales by decay^2, the rows old..new-1 (just written) add their products with F."""
+    gram[:, :old, :old] *= (decay * decay)[:, None, None]
+    fresh = rows[:, :new] @ rows[:, old:new].mT  # (U, new, new - old)
+    gram[:, :new, old:new] = fresh
+    gram[:, old:new, :new] = fresh.mT
 
 
 def _steps_between(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
