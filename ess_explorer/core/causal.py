@@ -155,11 +155,11 @@ def reachability_gramian_singular_values(
         step = t
         k = slot % block
         if trim and t < n:
-            held[k] = 0.0
             if row_gram is None:
+                held[k] = 0.0
                 torch.matmul(early[:, :t], early[:, :t].mT, out=held[k, :, :t, :t])
             else:
-                held[k, :, :t, :t] = row_gram[:, :t, :t]
+                held[k] = row_gram  # zero past its leading t x t block, as the slot must be
             sizes[k] = t
         else:
             held[k], sizes[k] = p, n
