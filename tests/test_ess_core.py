@@ -265,6 +265,31 @@ def test_bad_operators_raise_clear_errors(bad, message):
         hankel_singular_values(bad)
 
 
+@pytest.mark.parametrize("length", [1, 2, 63, 64, 65, 130])
+def test_one_bad_entry_anywhere_is_found_by_the_band_checks(length):
+    # validate_operator reads an operator band by band (checks.largest_above_diagonal), never
+    # as a masked copy: one entry above the diagonal, or one NaN / inf, must show wherever it
+    # sits: on a band's edge, in its diagonal block, in the last unit of a batch.
+    from ess_explorer.core.checks import all_finite, largest_above_diagonal
+
+    base = torch.randn(3, length, length, dtype=torch.float64, generator=torch.Generator().manual_seed(length)).tril()
+    assert all_finite(base) and largest_above_diagonal(base) == 0.0
+    spots = [(i, j) for i in (0, 62, 63, 64, length - 2) for j in (i + 1, 64, 65, length - 1) if 0 <= i < j < length]
+    for unit in (0, 2):
+        for i, j in spots:
+            bad = base.clone()
+            bad[unit, i, j] = -2.5
+            assert largest_above_diagonal(bad, rows=64) == torch.triu(bad, 1).abs().max().item() == 2.5
+            with pytest.raises(ValueError, match=rf"not lower triangular.*\({unit}, {i}, {j}\)"):
+                hankel_singular_values(bad)
+        for value in (float("nan"), float("inf"), -float("inf")):
+            bad = base.clone()
+            bad[unit, length - 1, 0] = value
+            assert not all_finite(bad)
+            with pytest.raises(ValueError, match="NaN or infinite"):
+                hankel_singular_values(bad)
+
+
 def test_bad_ssm_and_options_raise_clear_errors():
     x = torch.ones(2, 5, 3)
     with pytest.raises(ValueError, match="share one shape"):

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 
 from . import dense_jobs
 from .accelerator import accelerator_routes, worker_threads
-from .checks import as_tensor, finite_spectra, require
+from .checks import all_finite, as_tensor, finite_spectra, largest_above_diagonal, require
 from .eigen import eigvalsh
 from .gramian import gramian_hankel_singular_values
 from .operators import FACTORED_OPERATORS, DiagonalSSM, overflow_error
@@ -81,10 +81,10 @@ def validate_operator(op, name: str = "op") -> torch.Tensor:
         f"{name} is empty (shape {tuple(tensor.shape)}); an operator needs L >= 1 and at least one unit",
     )
     require(tensor.is_floating_point(), f"{name} must be a floating-point tensor, got {tensor.dtype}")
-    require(bool(torch.isfinite(tensor).all()), f"{name} contains NaN or infinite values")
-    above = torch.triu(tensor, diagonal=1)
-    if bool((above != 0).any()):
-        worst = above.abs().flatten(-2).max(-1).values.max().item()
+    require(all_finite(tensor), f"{name} contains NaN or infinite values")
+    worst = largest_above_diagonal(tensor)
+    if worst > 0:
+        above = torch.triu(tensor, diagonal=1)
         where = torch.nonzero(above)[0].tolist()
         raise ValueError(
             f"{name} is not lower triangular (causal): entry {tuple(where)} above the diagonal is "
@@ -312,7 +312,6 @@ def _check_dense_budget(tensor: torch.Tensor, top_k, dtype, device, positions, s
     target = torch.device(device) if device is not None else tensor.device
     itemsize = torch.empty(0, dtype=dtype).element_size()
     need = dense_bytes(batch, length, n_positions, k_out, itemsize, tensor.dtype != dtype or tensor.device != target)
-    need += batch * length * length * tensor.element_size()  # validate_operator's triangle check
     if need > DENSE_BUDGET_BYTES:
         raise ValueError(
             f"the dense path would allocate about {_size(need)} for operators of shape {tuple(tensor.shape)} "
