@@ -615,6 +615,65 @@ def test_row_scaled_channels_of_well_conditioned_heads_take_their_grams(monkeypa
     assert_spectra_match(chosen, expected)
 
 
+def test_a_row_scaled_layer_is_chunked_by_owners_and_bounds_its_own_dense_copies(monkeypatch):
+    """core/layer.py sizes a chunk of row-scaled channels by the owners it materialises (a
+    Mamba2-130m layer at L = 256 is one chunk), and core/row_scaled.py keeps the dense copies
+    it makes of those channels (the dense route's T, a well-conditioned cut's channels) within
+    DENSE_CHUNK_CELLS by groups: with room for less than one copy, each call gets one channel,
+    and every ESS is as in one group."""
+    from ess_explorer.core import layer as layer_module
+    from ess_explorer.core import row_scaled
+    from ess_explorer.core.precision import Accuracy
+    from ess_explorer.core.units import DenseCapture
+
+    capture, _ = _gated_heads(heads=3, channels=5)  # L = 40
+    ess = Accuracy("ess")
+    positions = np.arange(40)
+    assert capture.units_per_owner() == 5
+    path = {"method": "dense"}
+    monkeypatch.setattr(layer_module, "DENSE_CHUNK_CELLS", 2 * 40 * 40)  # room for two owners
+    assert layer_module._chunk_size(capture, 40, 24, path, ess, None) == 10
+    g = torch.Generator().manual_seed(8)
+    heads = torch.tril(torch.randn(2, 40, 40, generator=g, dtype=torch.float64))
+    unscaled = DenseCapture(layer=0, family="softmax_attention", operator=heads, owner=torch.tensor([0, 0, 1, 1]))
+    assert unscaled.units_per_owner() == 1  # no row scale: the chunk's units are materialised
+    assert layer_module._chunk_size(unscaled, 40, 20, path, ess, None) == 2
+    lonely = DenseCapture(
+        layer=0, family="softmax_attention", operator=heads, owner=torch.tensor([0, 0, 1]), row_scale=torch.ones(3, 40)
+    )
+    assert lonely.units_per_owner() == 1  # an owner with one channel: a chunk may hold no shared owner
+    monkeypatch.undo()
+
+    scale = torch.rand(5, 40, generator=g, dtype=torch.float64) + 0.5
+    attention = DenseCapture(
+        layer=0, family="softmax_attention", operator=heads, owner=torch.tensor([0, 0, 0, 1, 1]), row_scale=scale
+    )
+    # the slow heads take the dense route under "ess"; the attention heads' well-conditioned
+    # cuts give their channels' Grams under "exact" (under "ess" they would go dense too)
+    for layer, precision, route in ((capture, "ess", "dense route"), (attention, "exact", "cut Grams")):
+        whole = layer_module.layer_arrays(layer, positions, tol=1e-3, relative=True, precision=precision)
+        largest = {"dense route": 0, "cut Grams": 0}
+        hankel, gram = row_scaled.hankel_singular_values, row_scaled.gram_singular_values
+
+        def dense_route(channels, *a, **k):
+            largest["dense route"] = max(largest["dense route"], len(channels))
+            return hankel(channels, *a, **k)
+
+        def cut_grams(channels, *a, **k):
+            largest["cut Grams"] = max(largest["cut Grams"], len(channels))
+            return gram(channels, *a, **k)
+
+        monkeypatch.setattr(row_scaled, "DENSE_CHUNK_CELLS", 1)  # room for no copy: one channel a call
+        monkeypatch.setattr(row_scaled, "hankel_singular_values", dense_route)
+        monkeypatch.setattr(row_scaled, "gram_singular_values", cut_grams)
+        grouped = layer_module.layer_arrays(layer, positions, tol=1e-3, relative=True, precision=precision)
+        monkeypatch.undo()
+        assert largest[route] == 1  # taken, one channel a call
+        for field in ("tolerance_ess", "causal_ess"):
+            np.testing.assert_array_equal(grouped[field], whole[field])
+        np.testing.assert_allclose(grouped["entropy_ess"], whole["entropy_ess"], rtol=1e-9)
+
+
 @pytest.mark.parametrize("workers", [1, 2, 3, 8])
 def test_balanced_chunks_keep_the_budget_and_load_every_worker_equally(workers):
     for total in (1, 2, 5, 127, 1536):

@@ -28,13 +28,13 @@ from .accelerator import accelerator_routes
 from .ess import DEFAULT_SCOPE, check_scope, check_tolerance, count_above_tolerance, entropy_of, tolerance_reference
 from .memory import reused_memory
 from .precision import DEFAULT_PRECISION, Accuracy
+from .spectra import DENSE_CHUNK_CELLS
 from .units import CapturedLayer, DenseCapture, OwnerRows, SSMCapture
 
 __all__ = ["layer_arrays", "SPECTRA_BUDGET"]
 
 SPECTRA_BUDGET = 8_000_000
 UNIT_CHUNK_VALUES = 64_000_000  # full-spectrum float64 values per chunk of units (~512 MB)
-DENSE_CHUNK_CELLS = 32_000_000  # dense T cells per chunk of heads (~256 MB in float64)
 # Units per call of the factored core: its sweep buffer (units, P, N, N) float64 stays near
 # this size (measured: chunks of 256 Mamba channels cost the same per channel as the whole
 # layer in one call, and peak memory falls from 3.4 GB to ~1.4 GB at L = 512).
@@ -48,9 +48,14 @@ GPU_GRAMIAN_CHUNK_VALUES = 64_000_000
 
 def _chunk_size(layer: CapturedLayer, n_pos: int, most: int, path: dict, accuracy: Accuracy, device) -> int:
     chunk = max(1, UNIT_CHUNK_VALUES // max(1, n_pos * most))
-    # the dense stack of a chunk is materialised in float64 (also an SSM chosen dense)
     if isinstance(layer, DenseCapture) or path.get("method") == "dense":
-        chunk = min(chunk, max(1, DENSE_CHUNK_CELLS // max(1, layer.length**2)))
+        # the dense stack of a chunk is materialised in float64 (also an SSM chosen dense);
+        # row-scaled copies of a few owners (core/row_scaled.py) materialise only the owners
+        # and bound their own copies, so such a chunk holds that many owners, not units
+        # (Mamba2-130m at L = 256: one chunk instead of four of 7 heads, each with its own
+        # calls per cut; four layers on 2 threads, alternated: 14.5-16.2 s -> 12.8-14.3 s)
+        owners = max(1, DENSE_CHUNK_CELLS // max(1, layer.length**2))
+        chunk = min(chunk, owners * layer.units_per_owner())
     elif isinstance(layer, SSMCapture) and layer.gramian_route(range(layer.n_units), path, accuracy):
         # the Gramian route (core/gramian.py) keeps no sweep buffer, only its outputs: about
         # four (units, P, N) arrays; a Mamba-130m layer at L = 512 is one chunk

@@ -51,7 +51,7 @@ from .accelerator import accelerator_routes, worker_threads
 from .channel_kernel import ChannelLanes
 from .checks import require
 from .precision import EXACT, Accuracy
-from .spectra import GRAM_ERROR, GRAM_GUARD, gram_singular_values, hankel_singular_values
+from .spectra import DENSE_CHUNK_CELLS, GRAM_ERROR, GRAM_GUARD, gram_singular_values, hankel_singular_values
 from .sweeps import over_chunks
 
 __all__ = ["row_scaled_hankel_singular_values"]
@@ -130,10 +130,10 @@ def row_scaled_hankel_singular_values(
     # the rest share their owner's factors, below.
     dense_owner = [_takes_dense_route(width, cuts, length, device, accuracy) for width in widths]
     dense = torch.tensor(dense_owner, dtype=torch.bool, device=device)[owner_of]
-    if bool(dense.any()):
-        channels = scales[dense, :, None] * owners[owner_of[dense]]  # (u, L, L)
+    for rows in _in_groups(dense.nonzero().flatten(), length * length):
+        channels = scales[rows, :, None] * owners[owner_of[rows]]  # (u, L, L)
         sigma = hankel_singular_values(channels, positions=positions, dtype=dtype, device=device, precision=accuracy)
-        out[dense] = sigma[..., :most]
+        out[rows] = sigma[..., :most]
     shared_rows = (~dense).nonzero().flatten()
     owner_of, scales = owner_of[shared_rows], scales[shared_rows]
     if not len(shared_rows):
@@ -166,8 +166,9 @@ def row_scaled_hankel_singular_values(
                 conditioned[o] = factor.values[-1] >= 10 * GRAM_GUARD * factor.values[0]
         by_gram = conditioned[owner_of]
         if bool(by_gram.any()):
-            channels = gate[by_gram, :, None] * cut[owner_of[by_gram]]
-            sigma[by_gram] = gram_singular_values(channels, accuracy=accuracy, allow_kernel=allow_kernel)
+            for rows in _in_groups(by_gram.nonzero().flatten(), cut.shape[-2] * cut.shape[-1]):
+                channels = gate[rows, :, None] * cut[owner_of[rows]]
+                sigma[rows] = gram_singular_values(channels, accuracy=accuracy, allow_kernel=allow_kernel)
             skipped = conditioned.tolist()  # one copy to the host, not one sync per owner
             groups = [(o, rows) for o, rows in owner_groups if not skipped[o]]
         else:
@@ -191,6 +192,13 @@ def row_scaled_hankel_singular_values(
     # balance the costly ones in the middle; at least CARRY_RUN, so that factors are carried.
     over_chunks(run, len(cuts), max(CARRY_RUN, len(cuts) // (8 * workers)), workers)
     return out
+
+
+def _in_groups(rows: torch.Tensor, cells: int) -> tuple[torch.Tensor, ...]:
+    """``rows`` (units) in groups whose dense copies, ``cells`` values each, hold at most
+    DENSE_CHUNK_CELLS together: a layer's chunk holds every unit of its owners (core/layer.py),
+    so the copies made from them are bounded here."""
+    return rows.split(max(1, DENSE_CHUNK_CELLS // max(1, cells))) if len(rows) else ()
 
 
 def _owner_widths(owners: torch.Tensor, max_rank: int | None) -> list[int]:

@@ -35,6 +35,7 @@ __all__ = [
     "GRAM_GUARD",
     "choose_ssm_path",
     "DENSE_BUDGET_BYTES",
+    "DENSE_CHUNK_CELLS",
     "dense_bytes",
     "gram_singular_values",
 ]
@@ -51,6 +52,9 @@ GRAM_ERROR = 4.0
 # The most memory the dense path may allocate (its copy of T, the output and one cut's
 # Gram matrix), checked before anything is allocated; raise it deliberately if needed.
 DENSE_BUDGET_BYTES = 2 * 1024**3
+# Dense T cells a caller materialises at once to hand to this path (~256 MB in float64): a
+# layer's chunk of heads (core/layer.py), a group of row-scaled channels (core/row_scaled.py).
+DENSE_CHUNK_CELLS = 32_000_000
 
 
 def dense_bytes(batch: int, length: int, n_positions: int, k_out: int, itemsize: int, copies: bool) -> int:

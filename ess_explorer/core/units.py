@@ -120,6 +120,15 @@ class CapturedLayer:
         owners, inverse = self._owners(units)
         return len(owners) < len(inverse)
 
+    def units_per_owner(self) -> int:
+        """The fewest units any owner has where every owner's units are row-scaled copies of
+        it, at least two each (their spectra then take core/row_scaled.py, which materialises
+        the owners, not the units); else 1."""
+        if self.row_scale is None or self.owner is None:
+            return 1
+        fewest = int(torch.bincount(self.owner)[torch.unique(self.owner)].min())
+        return fewest if fewest >= 2 else 1
+
     def _stored_owners(self, owners: torch.Tensor) -> torch.Tensor:
         """The stored operators ``owners`` as dense T (o, L, L), unscaled (subclasses)."""
         raise NotImplementedError
