@@ -52,9 +52,7 @@ GRAM_ERROR = 4.0
 # The most memory the dense path may allocate (its copy of T, the output and one cut's
 # Gram matrix), checked before anything is allocated; raise it deliberately if needed.
 DENSE_BUDGET_BYTES = 2 * 1024**3
-# Dense T cells a caller materialises at once to hand to this path (~256 MB in float64): a
-# layer's chunk of heads (core/layer.py), a group of row-scaled channels (core/row_scaled.py).
-DENSE_CHUNK_CELLS = 32_000_000
+DENSE_CHUNK_CELLS = 32_000_000  # dense T cells a caller makes at once for this path (~256 MB in float64)
 
 
 def dense_bytes(batch: int, length: int, n_positions: int, k_out: int, itemsize: int, copies: bool) -> int:
@@ -88,11 +86,10 @@ def validate_operator(op, name: str = "op") -> torch.Tensor:
     require(all_finite(tensor), f"{name} contains NaN or infinite values")
     worst = largest_above_diagonal(tensor)
     if worst > 0:
-        above = torch.triu(tensor, diagonal=1)
-        where = torch.nonzero(above)[0].tolist()
+        where = torch.nonzero(torch.triu(tensor, diagonal=1))[0].tolist()
         raise ValueError(
             f"{name} is not lower triangular (causal): entry {tuple(where)} above the diagonal is "
-            f"{above[tuple(where)].item():.3g} (largest above-diagonal magnitude {worst:.3g}). "
+            f"{tensor[tuple(where)].item():.3g} (largest above-diagonal magnitude {worst:.3g}). "
             "ESS is defined for causal operators y_i = sum_{j<=i} T[i, j] u_j; pass T, not T^T."
         )
     return tensor
