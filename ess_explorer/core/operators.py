@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .checks import as_tensor, require
+from .checks import all_finite, as_tensor, require
 
 __all__ = ["DiagonalSSM", "DPLRSSM", "FACTORED_OPERATORS", "overflow_error"]
 
@@ -111,7 +111,7 @@ class DiagonalSSM(_Recurrence):
                     f"DiagonalSSM: {name} must be a real floating-point tensor, got {value.dtype}; the factored "
                     "path is real (analyse a complex diagonal SSM densely, or as its real 2x2-block form)",
                 )
-                require(bool(torch.isfinite(value).all()), f"DiagonalSSM: {name} contains NaN or infinite values")
+                require(all_finite(value), f"DiagonalSSM: {name} contains NaN or infinite values")
 
     def to(self, *args, **kwargs) -> "DiagonalSSM":
         d = None if self.d is None else self.d.to(*args, **kwargs)
@@ -217,7 +217,7 @@ class DPLRSSM(_Recurrence):
                 f"DPLRSSM: {name} must be a real floating-point tensor, got dtype {value.dtype}; "
                 "convert it with .to(torch.float64)",
             )
-            require(bool(torch.isfinite(value).all()), f"DPLRSSM: {name} contains NaN or infinite values")
+            require(all_finite(value), f"DPLRSSM: {name} contains NaN or infinite values")
             setattr(self, name, value)
         vectors = {name: tuple(getattr(self, name).shape) for name in ("a", "b", "c")}
         require(self.a.ndim >= 2, f"DPLRSSM: a must have shape (*batch, L, N), got {vectors['a']}")

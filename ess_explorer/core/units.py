@@ -126,7 +126,7 @@ class CapturedLayer:
         the owners, not the units); else 1."""
         if self.row_scale is None or self.owner is None:
             return 1
-        fewest = int(torch.bincount(self.owner)[torch.unique(self.owner)].min())
+        fewest = int(torch.unique(self.owner, return_counts=True)[1].min())
         return fewest if fewest >= 2 else 1
 
     def _stored_owners(self, owners: torch.Tensor) -> torch.Tensor:
