@@ -102,3 +102,32 @@ def test_a_kernels_first_call_warms_it_up_and_only_a_slow_warm_up_says_it_compil
     assert slow.warm_ups == 1 and "compiling the CPU kernels" in capsys.readouterr().err
     Kernel(0.3)(long=False)  # another compile: said once per process
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.skipif(not compiled.available(), reason="numba is not installed")
+def test_a_kernels_disk_cache_goes_stale_when_any_kernel_file_changes(tmp_path, monkeypatch):
+    """A kernel carries compiled copies of helpers from other kernel files (the QL in three
+    kernels), and numba checks its cache against the kernel's own file alone: so the cache
+    also records every kernel file's contents, and a change to any of them compiles again."""
+    (tmp_path / "tiny_kernel.py").write_text("def double(x):\n    return 2.0 * x\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import tiny_kernel
+
+    def misses() -> int:  # a new dispatcher each time, as in a new process
+        kernel = compiled.jit(tiny_kernel.double)
+        assert kernel(1.5) == 3.0
+        return sum(kernel.stats.cache_misses.values())
+
+    assert misses() == 1  # compiled, and saved to tmp_path/__pycache__
+    assert misses() == 0  # loaded
+    monkeypatch.setattr(compiled, "_kernels_digest", lambda: "another kernel file changed")
+    assert misses() == 1
+    assert misses() == 0
+
+
+def test_the_cache_key_reads_every_module_that_defines_kernels():
+    core = ROOT / "ess_explorer" / "core"
+    defining = {
+        path.stem for path in core.glob("*.py") if "@jit" in path.read_text() or "@compiled.jit" in path.read_text()
+    }
+    assert defining | {"compiled"} == set(compiled.KERNEL_MODULES)

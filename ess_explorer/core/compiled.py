@@ -11,8 +11,11 @@ over them, so LLVM vectorises each step across the problems.
 from __future__ import annotations
 
 import contextlib
+import functools
+import hashlib
 import sys
 import threading
+from pathlib import Path
 
 try:  # optional: every kernel has a torch reference that runs without it
     import numba
@@ -24,9 +27,8 @@ __all__ = ["LANES", "available", "jit", "first_call"]
 # Problems solved side by side. Each lane loop must be long enough for LLVM's loop
 # vectoriser, which checks at run time that the arrays do not overlap: at 8 or 16 lanes it
 # leaves the loops scalar (measured), at 64 it emits packed FMAs.
-# numba keys each kernel's disk cache on its own file, not on constants it imports from
-# here: after changing LANES, delete the kernels' cache (core/__pycache__/*.nbi, *.nbc). A
-# value that changes at run time is passed as an argument instead (gramian_kernel's shift).
+# A change here compiles every kernel again (`_key_cache_on_every_kernel_file`). A value that
+# changes at run time is passed as an argument instead (gramian_kernel's shift).
 LANES = 64
 
 
@@ -53,9 +55,33 @@ def jit(function=None, *, reassociate: bool = False, inline: bool = False):
     # error_model "numpy": a division by zero gives inf / nan (discarded by a select) instead of
     # raising, so the lane loops stay branch-free and vectorise; "contract" allows FMA only.
     flags = {"contract", "reassoc", "nsz"} if reassociate else {"contract"}
-    return numba.njit(
+    kernel = numba.njit(
         nogil=True, cache=True, error_model="numpy", fastmath=flags, inline="always" if inline else "never"
     )(function)
+    _key_cache_on_every_kernel_file(kernel)
+    return kernel
+
+
+# The modules whose functions `jit` compiles (tests/test_compiled.py checks the list).
+KERNEL_MODULES = ("compiled", "tridiagonal_kernel", "dense_kernel", "gramian_kernel", "channel_kernel", "sturm")
+
+
+@functools.cache
+def _kernels_digest() -> str:
+    here = Path(__file__).parent
+    return hashlib.sha256(b"".join((here / f"{name}.py").read_bytes() for name in KERNEL_MODULES)).hexdigest()
+
+
+def _key_cache_on_every_kernel_file(kernel) -> None:
+    """numba checks a kernel's disk cache against its own file alone, but a kernel carries
+    compiled copies of the helpers it calls from other files (the QL of
+    core/tridiagonal_kernel.py in three kernels): after a change to a helper's file only, it
+    would load the old copy. So its cache also records the contents of every kernel file, and
+    any change there compiles every kernel again. Where numba's cache object differs (another
+    version), the kernel keeps numba's own check."""
+    cache_file = getattr(getattr(kernel, "_cache", None), "_cache_file", None)
+    if cache_file is not None and hasattr(cache_file, "_source_stamp"):
+        cache_file._source_stamp = (cache_file._source_stamp, _kernels_digest())
 
 
 # A kernel's first call in a process loads it from numba's disk cache (a fraction of a second)
