@@ -111,6 +111,7 @@ def test_a_kernels_disk_cache_goes_stale_when_any_kernel_file_changes(tmp_path, 
     also records every kernel file's contents, and a change to any of them compiles again."""
     (tmp_path / "tiny_kernel.py").write_text("def double(x):\n    return 2.0 * x\n")
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "tiny_kernel", raising=False)
     import tiny_kernel
 
     def misses() -> int:  # a new dispatcher each time, as in a new process

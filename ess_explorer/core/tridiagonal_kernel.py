@@ -41,8 +41,9 @@ def _tridiagonal_eigenvalues(d, e, n, failed):  # pragma: no cover - compiled
     Branch-free over the lanes (selects of values, 0/1 blends of stores; no ifs), so that
     the compiler vectorises it without masked stores. Each lane keeps its own top (its first
     unconverged row), split point, shift and rotations, and a sweep rotates every lane
-    between its own top and split: a lane does exactly the sweeps tqli would do for it alone. (Waiting instead for all lanes to converge at each
-    top costs the slowest of 64 lanes at every eigenvalue: measured 1.6x the rotations.)"""
+    between its own top and split: a lane does exactly the sweeps tqli would do for it
+    alone. (Waiting instead for all lanes to converge at each top costs the slowest of 64
+    lanes at every eigenvalue: measured 1.6x the rotations.)"""
     top = np.zeros(LANES, dtype=np.int64)
     split = np.empty(LANES, dtype=np.int64)
     sweeps = np.zeros(LANES, dtype=np.int64)
