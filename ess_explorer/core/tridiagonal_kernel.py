@@ -122,11 +122,9 @@ def _tridiagonal_eigenvalues(d, e, n, failed):  # pragma: no cover - compiled
                 # r == 0 (underflow): this lane's sweep stops here and restarts (tqli's recovery).
                 # Written last: a store to the mask before the others keeps LLVM from vectorising.
                 runs[w] *= stay + move  # 0 where on and not rotate (rotate implies on)
-        for w in range(LANES):
-            live[w] = runs[w] > 0.0
         for w in range(LANES):  # each lane's own rows: d[top] and e[top] gain the sweep, e[split] = 0
             if top[w] < n - 1:
-                if live[w]:
+                if runs[w] > 0.0:  # live through the whole sweep
                     d[top[w], w] -= p[w]
                     e[top[w], w] = g[w]
                 e[split[w], w] = 0.0
