@@ -176,8 +176,9 @@ def _rotate_all(d, e, i, s, c, g, p, runs):  # pragma: no cover - compiled
 def _rotation(f, b, g, d_i, d_next, p):  # pragma: no cover - compiled
     """One lane's QL rotation at a row (tqli): f = s e_i, b = c e_i, the running g and p, and
     the row's diagonal entries. Returns r (the new e_{i+1}), the new s and c, g_i = d_{i+1} - p,
-    r2 (the new g is c r2 - b) and the new p = s r2. r == 0 (underflow) gives s = c = 0 and
-    p = 0 with no division by zero: the callers then stop the lane's sweep."""
+    r2 (the new g is c r2 - b) and the new p = s r2. Where r == 0 (f^2 + g^2 underflowed) it
+    divides by 1 instead; the callers then stop the lane's sweep and keep only e_{i+1} = 0 and
+    d_{i+1} = g_i of that row."""
     r = np.sqrt(f * f + g * g)
     inv = 1.0 / (r if r > 0 else 1.0)
     sn = f * inv
