@@ -74,6 +74,7 @@ def _tridiagonal_eigenvalues(d, e, n, failed):  # pragma: no cover - compiled
         if lowest == n - 1:  # every lane's eigenvalues have converged
             break
         highest = 0
+        every_from, every_to = 0, n  # the rows where every live lane rotates: no masks (`_rotate_all`)
         for w in range(LANES):
             live[w] = top[w] < n - 1
             sweeps[w] += live[w]
@@ -82,6 +83,8 @@ def _tridiagonal_eigenvalues(d, e, n, failed):  # pragma: no cover - compiled
             top[w] = n - 1 if stuck else top[w]  # given up: the caller redoes its cut
             live[w] = live[w] and not stuck
             highest = max(highest, split[w] if live[w] else 0)
+            every_from = max(every_from, top[w] if live[w] else 0)
+            every_to = min(every_to, split[w] if live[w] else n)
         for w in range(LANES):  # a lane done (or given up): its off-diagonals, all negligible, to zeros, once
             if not (live[w] or inert[w]):
                 for m in range(n):
@@ -102,11 +105,6 @@ def _tridiagonal_eigenvalues(d, e, n, failed):  # pragma: no cover - compiled
             first[w] = top[w]
             last[w] = split[w]
             runs[w] = 1.0 if live[w] else 0.0
-        # The rows where every live lane rotates: no masks there (`_rotate_all`)
-        every_from, every_to = 0, n
-        for w in range(LANES):
-            every_from = max(every_from, top[w] if live[w] else 0)
-            every_to = min(every_to, split[w] if live[w] else n)
         for i in range(highest - 1, lowest - 1, -1):
             if every_from <= i < every_to:
                 if _rotate_all(d, e, rows[i], s, c, g, p, runs):  # a lane stopped: masks again
