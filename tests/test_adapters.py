@@ -352,3 +352,28 @@ def test_mamba2_gate_is_the_gated_norms_scale():
     inside = gates_inside(layer)
     assert inside.n_units == heads * head_dim and inside.unit_multiplicity() == 1
     assert inside.info["unit_kind"] == "channel"
+
+
+def test_scan_signature_reads_the_function_a_kernels_module_wraps():
+    """With the ``kernels`` package, transformers turns a scan function into an nn.Module whose
+    forward(*args, **kwargs) calls the function it closes over: its parameters are read there."""
+    from ess_explorer.capture.mamba import scan_signature
+
+    def scan(hidden_states, dt, A, D=None, **kwargs):
+        return hidden_states
+
+    def function_module(func):  # the shape of kernels' _create_func_module
+        class Func(torch.nn.Module):
+            def forward(self, *args, **kwargs):
+                return func(*args, **kwargs)
+
+        return Func()
+
+    assert list(scan_signature(function_module(scan)).parameters) == ["hidden_states", "dt", "A", "D", "kwargs"]
+    assert list(scan_signature(scan).parameters) == ["hidden_states", "dt", "A", "D", "kwargs"]
+    with pytest.raises(RuntimeError, match="tested range"):
+        scan_signature(lambda *args, **kwargs: None)
+    # and the installed transformers' own scan functions bind by name
+    from transformers.models.mamba2 import modeling_mamba2
+
+    assert "hidden_states" in scan_signature(modeling_mamba2.mamba2_chunk_scan).parameters

@@ -358,3 +358,27 @@ def test_unsupported_model_type_names_the_closest_supported_ones():
     model.config.model_type = "qwen4"  # an unknown type, one edit away from qwen2 / qwen3
     with pytest.raises(ValueError, match=r"'qwen4'.*not supported\. Closest supported: qwen[23], qwen[23]"):
         layer_slots(model)
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [
+        dict(multi_query=True),  # every query head, then one key, then one value
+        dict(multi_query=False),  # query, key and value interleaved per head
+        dict(new_decoder_architecture=True, num_kv_heads=2),  # per KV group: its queries, key, value
+    ],
+    ids=["multi_query", "interleaved", "kv_groups"],
+)
+def test_falcon_value_heads_follow_each_fused_layout(layout):
+    """V is read from Falcon's one fused projection, whose column order the config chooses:
+    a wrong split would give V of the wrong heads and o_h != T_h v_{g(h)}."""
+    torch.manual_seed(0)
+    config = tf.FalconConfig(num_hidden_layers=1, hidden_size=32, num_attention_heads=4, **layout, **IDS)
+    model = tf.AutoModelForCausalLM.from_config(config).eval()
+    ids = torch.randint(1, VOCAB, (1, LENGTH), generator=torch.Generator().manual_seed(1))
+    layer = capture(model, ids, layer_slots(model))[0]
+    kv_heads = 1 if layout.get("multi_query") else layout.get("num_kv_heads", 4)
+    assert layer.info["num_key_value_heads"] == kv_heads
+    predicted, observed = layer.reconstruct()
+    scale = observed.abs().max().item()
+    torch.testing.assert_close(predicted, observed, rtol=1e-4, atol=1e-4 * scale)

@@ -203,8 +203,11 @@ def test_main_task_models_train_on_every_k_of_the_sweep_at_one_length():
 
 
 def test_stepwise_mamba_scan_matches_the_stock_scan(one_thread):
+    from transformers.models.mamba import modeling_mamba
+
     from ess_explorer.zoo.train import ZooSpec, build_model, fast_mamba_training
 
+    stock_scan = modeling_mamba.mamba_selective_scan
     spec = ZooSpec("mamba_n2", "mamba", "mamba", dict(state_size=2))
     model = build_model(spec).eval()
     ids = spec.task.sample(2, seed=0).input_ids
@@ -215,9 +218,7 @@ def test_stepwise_mamba_scan_matches_the_stock_scan(one_thread):
         restored = model(ids).logits
     torch.testing.assert_close(fast, stock, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(restored, stock, rtol=0, atol=0)  # the patch is undone
-    from transformers.models.mamba import modeling_mamba
-
-    assert modeling_mamba.mamba_selective_scan.__name__ == "mamba_selective_scan"
+    assert modeling_mamba.mamba_selective_scan is stock_scan
 
 
 # ---- the shipped zoo ----------------------------------------------------------------------

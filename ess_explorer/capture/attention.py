@@ -30,7 +30,8 @@ Capture (hooks on public modules only, nothing patched):
   or flash they are None: analysis switches the model to "eager" for the pass
   (`model.set_attn_implementation`), and `build` raises if they are still missing, so
   empty attentions are never taken silently.
-- forward hook on ``v_proj`` (or GPT-2's fused ``c_attn``, third third) for V, and a
+- forward hook on ``v_proj`` (or the fused projection: GPT-2's ``c_attn``, third third;
+  Phi-3's ``qkv_proj``; Falcon's ``query_key_value``, by its config's layout) for V, and a
   pre-hook on the output projection (``o_proj`` / ``out_proj`` / GPT-2 ``c_proj``) for the
   concatenated head outputs: the reconstruction test checks o_h = T_h v_{g(h)}.
 """
@@ -72,17 +73,19 @@ class AttentionAdapter:
                 raw["v"] = out.detach()[..., out.shape[-1] - kv_width :]
 
             session.hook(module.qkv_proj.register_forward_hook(on_fused))
-        elif hasattr(module, "_split_heads"):  # Falcon: its own head split of query_key_value
+        elif hasattr(module, "query_key_value"):  # Falcon: one projection, three layouts by config
 
-            def make_split(original):
-                def split(fused):
-                    parts = original(fused)
-                    raw["v"] = parts[2].detach().flatten(-2)  # (B, L, H_kv, hd) -> (B, L, H_kv hd)
-                    return parts
+            def on_falcon(_m, _a, out):
+                fused = out.detach().unflatten(-1, (-1, module.head_dim))  # (B, L, columns / hd, hd)
+                if module.new_decoder_architecture:  # per KV group: its query heads, its key, its value
+                    v = fused.unflatten(-2, (module.num_kv_heads, -1))[..., -1, :]
+                elif module.multi_query:  # every query head, then the one key, then the one value
+                    v = fused[..., -1:, :]
+                else:  # query, key and value interleaved per head
+                    v = fused.unflatten(-2, (module.num_heads, 3))[..., 2, :]
+                raw["v"] = v.flatten(-2)  # (B, L, H_kv hd)
 
-                return split
-
-            session.patch_method(module, "_split_heads", make_split)
+            session.hook(module.query_key_value.register_forward_hook(on_falcon))
         for name in _OUTPUT_PROJECTIONS:
             if hasattr(module, name):
                 proj = getattr(module, name)

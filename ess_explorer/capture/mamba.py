@@ -21,7 +21,8 @@ Zamba calls the scan once per "mamba head" (a slice of the channels, each with i
 B and C): every call of the layer is kept and the channels concatenated in call order.
 
 Capture: the mixer calls the module-level ``mamba_selective_scan(u, dt, A, B, C, D, z,
-delta_bias, delta_softplus, ...)`` of its own modeling module (transformers 5.24; see
+delta_bias, delta_softplus, ...)`` of its own modeling module (transformers 5.24 and 5.25; in
+5.25 the ``kernels`` package makes it an nn.Module, read by `scan_signature`; see
 docs/families.md). For the one forward pass that function is wrapped in the mixer's module
 (restored in a ``finally``); the wrapper records its arguments and output for the layer
 whose mixer is running (forward pre/post hooks on the mixer). The wrapped call still runs
@@ -39,13 +40,35 @@ from ..core.operators import DiagonalSSM
 from ..core.units import SSMCapture
 from .base import CaptureSession, LayerSlot
 
-__all__ = ["MambaAdapter", "ScanAdapter", "wrap_scan"]
+__all__ = ["MambaAdapter", "ScanAdapter", "scan_signature", "wrap_scan"]
+
+
+def scan_signature(function) -> inspect.Signature:
+    """The parameters of a module-level scan function, by name.
+
+    From transformers 5.25 with the ``kernels`` package installed, a function decorated with
+    ``use_kernel_forward_from_hub`` is an ``nn.Module`` instance whose ``forward(*args,
+    **kwargs)`` calls the decorated function it closes over (``func``); that function (or
+    the one it wraps) has the real parameters. Without them the recorded arguments could not
+    be read by name.
+    """
+    signature = inspect.signature(function)
+    if all(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in signature.parameters.values()):
+        forward = getattr(type(function), "forward", None)
+        inner = inspect.getclosurevars(forward).nonlocals.get("func") if inspect.isfunction(forward) else None
+        if callable(inner):
+            return inspect.signature(inner)
+        raise RuntimeError(
+            f"cannot read the parameters of {function!r} (only *args, **kwargs); this transformers version "
+            "is outside the tested range (pyproject.toml)"
+        )
+    return signature
 
 
 def wrap_scan(session: CaptureSession, original):
     """A wrapper of a module-level scan function that records bound arguments and output
     into ``session.raw[session.current]["scan"]`` (only while a tracked mixer runs)."""
-    signature = inspect.signature(original)
+    signature = scan_signature(original)
 
     def wrapper(*args, **kwargs):
         output = original(*args, **kwargs)
