@@ -377,3 +377,29 @@ def test_scan_signature_reads_the_function_a_kernels_module_wraps():
     from transformers.models.mamba2 import modeling_mamba2
 
     assert "hidden_states" in scan_signature(modeling_mamba2.mamba2_chunk_scan).parameters
+
+
+def test_an_adapter_that_finds_nothing_under_another_transformers_says_what_to_install(monkeypatch):
+    """A modeling change in a transformers release outside the tested range shows up as an
+    adapter reading a key or attribute that is not there: the error names the installed and
+    the tested versions. Inside the range the adapter's own error is left as it is."""
+    from ess_explorer.capture import ADAPTERS
+    from ess_explorer.capture.base import transformers_outside_tested_range
+
+    model, ids = build("mamba")
+    slots = layer_slots(model)
+
+    def build_fails(slot, raw):
+        raise KeyError("hidden_states")
+
+    monkeypatch.setattr(ADAPTERS["mamba"], "build", build_fails)
+    assert transformers_outside_tested_range() is None
+    with pytest.raises(KeyError):
+        capture(model, ids, slots)
+    monkeypatch.setattr(sys.modules["transformers"], "__version__", "5.99.0")
+    message = transformers_outside_tested_range()
+    assert message is not None and "5.99.0" in message and "pip install 'transformers" in message
+    with pytest.raises(
+        RuntimeError, match=r"layer 0: the mamba adapter failed \(KeyError\('hidden_states'\)\).*5\.99\.0"
+    ):
+        capture(model, ids, slots)

@@ -28,7 +28,7 @@ from torch import nn
 from ..core.units import CapturedLayer, DenseCapture, ShortConvCapture, SSMCapture
 from .attention import AttentionAdapter
 from .attention_variants import GatedAttentionAdapter, LatentAttentionAdapter
-from .base import Adapter, CaptureSession, LayerSlot
+from .base import Adapter, CaptureSession, LayerSlot, transformers_outside_tested_range
 from .gated_delta import GatedDeltaNetAdapter, KimiDeltaAdapter
 from .lightning import LightningAttentionAdapter
 from .linear_attention import LinearAttentionAdapter
@@ -505,7 +505,15 @@ def capture(
 
     def build(slot: LayerSlot) -> None:
         if slot.index not in built:
-            built[slot.index] = ADAPTERS[slot.adapter].build(slot, session.raw.get(slot.index, {}))
+            try:
+                built[slot.index] = ADAPTERS[slot.adapter].build(slot, session.raw.get(slot.index, {}))
+            except (KeyError, AttributeError, IndexError, TypeError) as error:  # what a modeling change gives
+                mismatch = transformers_outside_tested_range()
+                if mismatch is None:
+                    raise
+                raise RuntimeError(
+                    f"layer {slot.index}: the {slot.adapter} adapter failed ({error!r}); {mismatch}"
+                ) from error
             if on_layer is not None:
                 on_layer(slot.index, built[slot.index])
 

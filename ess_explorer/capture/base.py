@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from importlib import metadata
 from typing import Any, Callable, Protocol
 
 from torch import nn
 
 from ..core.units import CapturedLayer
 
-__all__ = ["LayerSlot", "Adapter", "CaptureSession"]
+__all__ = ["LayerSlot", "Adapter", "CaptureSession", "transformers_outside_tested_range"]
 
 
 @dataclass(frozen=True)
@@ -125,3 +126,27 @@ class CaptureSession:
             vars(instance).pop(name, None)
         self._instance_patches.clear()
         self.current = None
+
+
+def transformers_outside_tested_range() -> str | None:
+    """A sentence saying that the installed transformers is outside the range this package
+    asks for (its own metadata, from pyproject.toml), or None when it is inside.
+
+    The adapters read transformers' modeling code (the functions a mixer calls, the names of
+    its projections), which a release may change: an adapter that finds nothing where it
+    looks is then a version mismatch, and the error should say so and what to install."""
+    import transformers
+    from packaging.requirements import Requirement
+
+    try:
+        wanted = next(
+            r for r in map(Requirement, metadata.requires("ess-explorer") or []) if r.name == "transformers"
+        ).specifier
+    except (metadata.PackageNotFoundError, StopIteration):
+        return None
+    if wanted.contains(transformers.__version__, prereleases=True):
+        return None
+    return (
+        f"transformers {transformers.__version__} is installed, and this package is tested with "
+        f"transformers{wanted}: pip install 'transformers{wanted}'"
+    )
