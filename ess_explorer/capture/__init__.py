@@ -28,7 +28,7 @@ from torch import nn
 from ..core.units import CapturedLayer, DenseCapture, ShortConvCapture, SSMCapture
 from .attention import AttentionAdapter
 from .attention_variants import GatedAttentionAdapter, LatentAttentionAdapter
-from .base import Adapter, CaptureSession, LayerSlot, transformers_outside_tested_range
+from .base import Adapter, CaptureSession, LayerSlot, quiet_kernel_fallback, transformers_outside_tested_range
 from .gated_delta import GatedDeltaNetAdapter, KimiDeltaAdapter
 from .lightning import LightningAttentionAdapter
 from .linear_attention import LinearAttentionAdapter
@@ -519,7 +519,8 @@ def capture(
 
     was_training = model.training
     try:
-        with eager_attention(model, any(ADAPTERS[slot.adapter].family == "softmax_attention" for slot in slots)):
+        attention = any(ADAPTERS[slot.adapter].family == "softmax_attention" for slot in slots)
+        with eager_attention(model, attention), quiet_kernel_fallback():
             model.eval()
             for slot in slots:
                 ADAPTERS[slot.adapter].install(session, slot)

@@ -9,6 +9,8 @@ layer's mixer lives.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import sys
 from dataclasses import dataclass
 from importlib import metadata
@@ -18,7 +20,7 @@ from torch import nn
 
 from ..core.units import CapturedLayer
 
-__all__ = ["LayerSlot", "Adapter", "CaptureSession", "transformers_outside_tested_range"]
+__all__ = ["LayerSlot", "Adapter", "CaptureSession", "quiet_kernel_fallback", "transformers_outside_tested_range"]
 
 
 @dataclass(frozen=True)
@@ -150,3 +152,25 @@ def transformers_outside_tested_range() -> str | None:
         f"transformers {transformers.__version__} is installed, and this package is tested with "
         f"transformers{wanted}: pip install 'transformers{wanted}'"
     )
+
+
+_FALLBACK_NOTICE = "falling back to its reference PyTorch implementation"
+
+
+@contextlib.contextmanager
+def quiet_kernel_fallback():
+    """transformers (5.25) says, once per function, that a scan or a convolution "is falling
+    back to its reference PyTorch implementation ... much slower" where its CUDA package is
+    missing or the input is on the CPU. For the capture that reference is the path it reads,
+    and the forward pass is a small part of an analysis, so the notice is dropped for the pass
+    (its other messages pass)."""
+    logger = logging.getLogger("transformers.integrations.hub_kernels")
+
+    def keep(record: logging.LogRecord) -> bool:
+        return _FALLBACK_NOTICE not in record.getMessage()
+
+    logger.addFilter(keep)
+    try:
+        yield
+    finally:
+        logger.removeFilter(keep)
