@@ -38,7 +38,7 @@ import torch.nn.functional as F
 
 from ..core.operators import DiagonalSSM
 from ..core.units import SSMCapture
-from .base import CaptureSession, LayerSlot
+from .base import CaptureSession, LayerSlot, transformers_outside_tested_range
 
 __all__ = ["MambaAdapter", "ScanAdapter", "scan_signature", "wrap_scan"]
 
@@ -58,9 +58,11 @@ def scan_signature(function) -> inspect.Signature:
         inner = inspect.getclosurevars(forward).nonlocals.get("func") if inspect.isfunction(forward) else None
         if callable(inner):
             return inspect.signature(inner)
+        mismatch = transformers_outside_tested_range()
         raise RuntimeError(
-            f"cannot read the parameters of {function!r} (only *args, **kwargs); this transformers version "
-            "is outside the tested range (pyproject.toml)"
+            f"cannot read the parameters of {function!r}: it takes only *args, **kwargs and wraps no function "
+            "this package knows how to find; "
+            + (mismatch or "the installed transformers or kernels package wraps it in a way not seen before")
         )
     return signature
 
