@@ -335,8 +335,8 @@ def test_the_cholesky_shift_keeps_the_unresolved_values_small(monkeypatch):
             errors[factor, kernel] = float(((entropy_ess(spectra=sigma) - exact).abs() / exact).nan_to_num().max())
     small, large = naive.CHOLESKY_SHIFT, 16 * naive.CHOLESKY_SHIFT
     assert errors[small, False] <= 1.5e-7 < errors[large, False]
-    for kernel in routes:
-        assert errors[small, kernel] <= errors[large, kernel]
+    for kernel in routes:  # no worse: equal up to the rounding of the error itself (1e-8 of it)
+        assert errors[small, kernel] <= errors[large, kernel] * (1 + 1e-6)
 
 
 def test_only_a_job_of_kernel_min_work_takes_the_kernel(monkeypatch):

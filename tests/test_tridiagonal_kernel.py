@@ -1,5 +1,6 @@
-"""The lane QL iteration (core/tridiagonal_kernel.py): its unmasked row against the masked
-row's arithmetic, and whole QL runs against LAPACK where lanes finish at very different times."""
+"""The lane QL iteration (core/tridiagonal_kernel.py): its unmasked row against LAPACK's
+dsterf row written in numpy, and whole QL runs against LAPACK where lanes finish at very
+different times."""
 
 from __future__ import annotations
 
@@ -12,51 +13,50 @@ from ess_explorer.core.compiled import LANES
 pytestmark = pytest.mark.skipif(not compiled.available(), reason="numba is not installed")
 
 
-def masked_row(d, e, i, s, c, g, p, runs):
-    """One row of the QL sweep as the masked loop writes it, every lane on (numpy, in place)."""
-    f, b = s * e[i], c * e[i]
-    r = np.sqrt(f * f + g * g)
-    rotate = r > 0
-    inv = 1.0 / np.where(rotate, r, 1.0)
-    sn, cn = f * inv, g * inv
-    gi = d[i + 1] - p
-    r2 = (d[i] - gi) * sn + 2.0 * cn * b
-    pn = sn * r2
-    e[i + 1] = r
-    d[i + 1] = np.where(rotate, gi + pn, gi)
-    s[:], c[:] = np.where(rotate, sn, s), np.where(rotate, cn, c)
-    g[:], p[:] = np.where(rotate, cn * r2 - b, g), np.where(rotate, pn, p)
-    runs *= rotate
+def root_free_row(d, e2, i, s, c, gamma, p, sigma):
+    """One row of the root-free QL sweep as LAPACK's dsterf writes it, every lane on (numpy,
+    in place; e2 holds the squared off-diagonals)."""
+    bb = e2[i].copy()
+    r = p + bb
+    e2[i + 1] = s * r
+    old_c = c.copy()
+    with np.errstate(invalid="ignore"):  # 0 / 0 in a done lane (r = 0), whose values are not read
+        c[:] = p / r
+        s[:] = bb / r
+    old_gamma = gamma.copy()
+    gamma[:] = c * (d[i] - sigma) - s * old_gamma
+    d[i + 1] = old_gamma + (d[i] - gamma)
+    p[:] = np.where(c != 0, gamma * gamma / np.where(c != 0, c, 1.0), old_c * bb)
 
 
-def test_the_unmasked_row_is_the_masked_rows_arithmetic_and_counts_the_lanes_it_stops():
+def test_the_unmasked_row_is_dsterfs_row_and_leaves_a_finished_lane_as_it_is():
     from ess_explorer.core.tridiagonal_kernel import _rotate_all
 
     rng = np.random.default_rng(0)
     n, i = 6, 2
-    d, e = rng.standard_normal((n, LANES)), rng.standard_normal((n, LANES))
-    s, c, g, p = (rng.uniform(0.1, 1.0, LANES) for _ in range(4))
+    d, e2 = rng.standard_normal((n, LANES)), rng.uniform(0.1, 1.0, (n, LANES))
+    s, c, gamma, p, sigma = (rng.uniform(0.1, 1.0, LANES) for _ in range(5))
     runs = np.ones(LANES)
-    # lane 1 stops here (f = g = 0: r = 0); lane 2 is done (zero off-diagonals, g = p = 0)
-    e[i, 1], g[1] = 0.0, 0.0
-    e[:, 2], g[2], p[2], runs[2] = 0.0, 0.0, 0.0, 0.0
-    expected = [x.copy() for x in (d, e, s, c, g, p, runs)]
-    masked_row(expected[0], expected[1], i, *expected[2:])
-    got = [x.copy() for x in (d, e, s, c, g, p, runs)]
-    stopped = _rotate_all(got[0], got[1], i, *got[2:])
+    gamma[3] = 0.0  # lane 3 rotates with p = 0: c = 0, and p comes from the old c (dsterf's branch)
+    p[3] = 0.0
+    # lane 2 is done: zero off-diagonals, gamma = p = s = 0, runs 0
+    e2[:, 2], gamma[2], p[2], s[2], runs[2] = 0.0, 0.0, 0.0, 0.0, 0.0
+    expected = [x.copy() for x in (d, e2, s, c, gamma, p)]
+    root_free_row(*expected[:2], i, *expected[2:], sigma)
+    got = [x.copy() for x in (d, e2, s, c, gamma, p)]
+    _rotate_all(got[0], got[1], i, *got[2:], sigma, runs)
 
-    assert stopped == 1
-    np.testing.assert_array_equal(got[6], expected[6])  # runs: lane 1 stopped, lane 2 stays off
     assert (got[0][:, 2] == d[:, 2]).all() and (got[1][:, 2] == 0).all()  # the done lane is untouched
-    assert got[0][i + 1, 1] == d[i + 1, 1] - p[1] and got[1][i + 1, 1] == 0.0  # the stopped lane: no rotation
-    keep = np.ones(LANES, dtype=bool)
-    keep[1:3] = False  # a stopped or done lane's rotation state is never read again
-    # the kernel contracts a * b + c into one rounding (fastmath "contract"), numpy does not
+    assert got[3][3] == 0.0 and got[5][3] == c[3] * e2[i, 3]  # p = 0: the c = 0 branch
+    live = np.ones(LANES, dtype=bool)
+    live[2] = False  # a done lane's rotation state is never read again
+    # the kernel contracts a * b + c into one rounding (fastmath "contract") and divides by r
+    # once (1 / r times p and bb), numpy does neither
     close = dict(rtol=1e-14, atol=1e-15)
-    np.testing.assert_allclose(got[0], expected[0], **close)  # d
-    np.testing.assert_allclose(got[1], expected[1], **close)  # e
+    np.testing.assert_allclose(got[0][:, live], expected[0][:, live], **close)  # d
+    np.testing.assert_allclose(got[1][:, live], expected[1][:, live], **close)  # e^2
     for k in range(2, 6):
-        np.testing.assert_allclose(got[k][keep], expected[k][keep], **close)
+        np.testing.assert_allclose(got[k][live], expected[k][live], **close)
 
 
 @pytest.mark.parametrize("n", [16, 96])

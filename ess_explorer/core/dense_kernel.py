@@ -10,9 +10,9 @@ divisions and square roots that keeps one core's vector units idle. This kernel:
    the trailing upper triangle per step: the rank-two update of step k and the product
    A v_{k+1} of step k + 1 are fused, four rows at a time, so each entry is loaded and stored
    once per step instead of loaded twice and stored once (`_tridiagonalise`).
-2. Solves LANES tridiagonals side by side with the QL iteration of
-   core/tridiagonal_kernel.py: one lane per matrix, the division and square root of each
-   rotation vectorised across the lanes. Matrices are grouped by size, padded with zeros
+2. Solves LANES tridiagonals side by side with the root-free QL iteration of
+   core/tridiagonal_kernel.py: one lane per matrix, the two divisions of each rotation
+   vectorised across the lanes. Matrices are grouped by size, padded with zeros
    (a zero row and column only adds a zero eigenvalue, deflated at once).
 
 For the dense path, `_forms` also builds each cut's Gram, in place from the previous one
