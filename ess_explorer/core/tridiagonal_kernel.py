@@ -100,10 +100,12 @@ def _tridiagonal_eigenvalues(d, e, n, failed):  # pragma: no cover - compiled
                 inert[w] = True
         for w in range(LANES):  # each lane's Wilkinson-type shift sigma, from its own top (dsterf's)
             k = top[w] if live[w] else 0
-            el = np.sqrt(e[k, w]) if live[w] else 1.0
-            gg = (d[k + 1, w] - d[k, w]) / (2.0 * el)
-            r = np.sqrt(gg * gg + 1.0)
-            sigma[w] = (d[k, w] - el / (gg + (r if gg >= 0 else -r))) if live[w] else 0.0
+            # d_k - e / (g + sign(g) sqrt(g^2 + 1)), g = (d_k+1 - d_k) / 2e, multiplied through by
+            # e: one square root and one division instead of two of each
+            e2 = e[k, w] if live[w] else 1.0
+            half = 0.5 * (d[k + 1, w] - d[k, w])
+            root = np.sqrt(half * half + e2)
+            sigma[w] = (d[k, w] - e2 / (half + (root if half >= 0 else -root))) if live[w] else 0.0
             # a lane done: gamma = p = 0 and zero off-diagonals, so an unmasked row leaves its e
             # at zero and computes finite values for its d, which the row then discards
             gamma[w] = (d[split[w], w] - sigma[w]) if live[w] else 0.0
