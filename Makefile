@@ -54,6 +54,7 @@ test-fast: setup
 bench: setup
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_engine.py --full --models
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_explorer.py --first-only --models gpt2 mamba lfm2 mamba2 --lengths 128 512
+	$(BIN)/python benchmarks/bench_ql.py
 	$(BIN)/python benchmarks/bench_core.py
 	$(BIN)/python benchmarks/bench_analyze.py
 	$(BIN)/python benchmarks/bench_views.py
