@@ -117,18 +117,9 @@ def test_the_lane_solver_is_exact_at_the_dense_paths_sizes():
     """The QL iteration shared with the Gramian kernel, on tridiagonals of every hard kind at
     n = 200 (it was built for n = 16)."""
     from test_precision import _hard_tridiagonals
+    from test_tridiagonal_kernel import lanes_against_lapack
 
-    from ess_explorer.core.tridiagonal_kernel import _tridiagonal_eigenvalues
-
-    n = 200
-    diag, off = _hard_tridiagonals(dense_kernel.LANES, n, seed=3)
-    d, e, failed = diag.copy(), off.copy(), np.zeros(dense_kernel.LANES, dtype=np.bool_)
-    _tridiagonal_eigenvalues(d, e, n, failed)
-    assert not failed.any()
-    for w in range(dense_kernel.LANES):
-        matrix = np.diag(diag[:, w]) + np.diag(off[:-1, w], 1) + np.diag(off[:-1, w], -1)
-        exact = np.linalg.eigvalsh(matrix)
-        np.testing.assert_allclose(np.sort(d[:, w]), exact, rtol=0, atol=1e-13 * np.abs(exact).max() + 1e-300)
+    lanes_against_lapack(*_hard_tridiagonals(dense_kernel.LANES, 200, seed=3))
 
 
 def test_a_lane_that_does_not_converge_is_answered_by_lapack(monkeypatch):
