@@ -201,7 +201,7 @@ def test_kernel_matches_its_reference():
     np.testing.assert_allclose(got[0] / scale, expected[0].numpy() / scale, atol=1e-12)
     np.testing.assert_allclose(got[1], expected[1].numpy(), rtol=1e-10)
     # the kernel stops at P_t's tridiagonal form, the reference has its eigenvalues: same
-    # spectrum, same largest eigenvalue (to the bisection's 2^-32 of the trace), same bound
+    # spectrum, same largest eigenvalue (to core/sturm.py's TOP_ACCURACY), same bound
     tridiagonal = TridiagonalSpectra(*(torch.from_numpy(x) for x in got[2][:3]))
     top = expected[2][2][..., None]
     np.testing.assert_allclose((tridiagonal.values() ** 2 / top).numpy(), (expected[2][0] / top).numpy(), atol=1e-12)
@@ -802,6 +802,76 @@ def test_compiled_sturm_counts_match_the_torch_sequence():
         np.testing.assert_array_equal(compiled.numpy(), reference.numpy())
     between = 0.5 * (sigma[..., 3] + sigma[..., 4])
     np.testing.assert_array_equal(spectra.count_above(between, compiled=True).numpy(), np.full((5, 70), 4))
+
+
+def hard_top_lanes(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(diag, off) (n, LANES) tridiagonals, trace-scaled, whose largest eigenvalue is hard to
+    find: graded spectra, a zero matrix, a diagonal one, rank one, Wilkinson's W+ (its top
+    pair agrees to 1e-14), a top eigenvalue repeated by a split (two equal blocks, where
+    Laguerre's iteration slows to a linear rate) and near-equal diagonals."""
+    from ess_explorer.core.compiled import LANES
+
+    rng = np.random.default_rng(3)
+    diag, off = np.zeros((n, LANES)), np.zeros((n, LANES))
+    for w in range(LANES):
+        kind = w % 8
+        if kind in (0, 1):  # Householder form of a graded Gram (scipy-free: the Lanczos-free route)
+            spectrum = 10.0 ** rng.uniform(-12 if kind else -2, 0, n)
+            q = np.linalg.qr(rng.standard_normal((n, n)))[0]
+            t = (q * spectrum) @ q.T
+            d, e = _householder_tridiagonal(t)
+        elif kind == 2:
+            d, e = np.zeros(n), np.zeros(n)
+        elif kind == 3:
+            d, e = rng.uniform(0, 1, n), np.zeros(n)
+        elif kind == 4:
+            d, e = np.zeros(n), np.zeros(n)
+            d[rng.integers(n)] = 1.0
+        elif kind == 5:
+            d, e = np.abs(np.arange(n) - (n - 1) / 2.0), np.ones(n)
+        elif kind == 6 and n >= 4:  # two equal blocks (and a small last entry where n is odd)
+            half = n // 2
+            d = np.append(np.tile(rng.uniform(0, 1, half), 2), [0.01] * (n % 2))
+            e = np.append(np.tile(np.append(rng.uniform(0.1, 0.5, half - 1), 0.0), 2), [0.0] * (n % 2))
+        else:
+            d, e = 1.0 + 1e-9 * rng.standard_normal(n), 1e-6 * rng.standard_normal(n)
+        e[-1] = 0.0
+        scale = np.abs(d).sum() or 1.0
+        diag[:, w], off[:, w] = d / scale, e / scale
+    return diag, off
+
+
+def _householder_tridiagonal(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The tridiagonal (d, e) of a symmetric matrix, by plain Householder reflections."""
+    a = matrix.copy()
+    n = len(a)
+    for k in range(n - 2):
+        x = a[k + 1 :, k].copy()
+        x[0] += np.copysign(np.linalg.norm(x), x[0])
+        if np.linalg.norm(x) > 0:
+            v = x / np.linalg.norm(x)
+            a[k + 1 :, :] -= 2 * np.outer(v, v @ a[k + 1 :, :])
+            a[:, k + 1 :] -= 2 * np.outer(a[:, k + 1 :] @ v, v)
+    return np.diag(a).copy(), np.append(np.diag(a, 1), 0.0)
+
+
+@pytest.mark.parametrize("n", [1, 2, 16, 33])
+def test_the_largest_eigenvalue_of_hard_lanes(n):
+    """The Gramian kernel's lambda_max of P_t's tridiagonal form (core/sturm.py: Laguerre's
+    iteration, certified by Sturm counts, else bisection) within its TOP_ACCURACY of LAPACK's,
+    on lanes where each of those routes decides (a repeated top defeats Laguerre's 10 steps)."""
+    if not gramian_kernel.available():
+        pytest.skip("numba is not installed")
+    from ess_explorer.core.compiled import LANES
+    from ess_explorer.core.sturm import TOP_ACCURACY, _largest_eigenvalues
+
+    diag, off = hard_top_lanes(n)
+    top = np.empty(LANES)
+    _largest_eigenvalues(diag, off, n, top, np.empty((n, LANES)), np.empty((10, LANES)))
+    for w in range(LANES):
+        matrix = np.diag(diag[:, w]) + np.diag(off[:-1, w], 1) + np.diag(off[:-1, w], -1)
+        exact = np.linalg.eigvalsh(matrix)[-1]
+        assert abs(top[w] - exact) <= TOP_ACCURACY * abs(exact) + 1e-15 * np.abs(matrix).max(), (w, top[w], exact)
 
 
 def test_sturm_counts_equal_counts_of_the_eigenvalues():

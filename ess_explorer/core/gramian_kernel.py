@@ -23,13 +23,13 @@ import numpy as np
 
 from . import compiled, gramian_naive
 from .compiled import LANES, available, jit
+from .sturm import _largest_eigenvalues
 from .tridiagonal_kernel import _tridiagonal_eigenvalues
 
 __all__ = ["LANES", "available", "gramian_spectra_kernel"]
 
 EPS = float(np.finfo(np.float64).eps)
 TINY = float(np.finfo(np.float64).tiny)
-BISECTIONS = 28  # of lambda_max of P_t's tridiagonal form (`_tridiagonal_top`)
 BLOCK = 32  # steps between the checkpoints of the forward scan (`_kernel`)
 
 
@@ -156,48 +156,19 @@ def _symmetric_eigenvalues(m, n, rank, out, failed, diag, off, v, pv):  # pragma
 @jit
 def _tridiagonal_top(m, n, diag, off, top, v, pv):  # pragma: no cover - compiled
     """The Householder tridiagonal (diag, off) of the symmetric m (n, n, LANES) (destroyed)
-    and its largest eigenvalue ``top`` (LANES,), by bisection on Sturm counts: what
+    and its largest eigenvalue ``top`` (LANES,) (core/sturm.py `_largest_eigenvalues`): what
     core/sturm.py needs to count the eigenvalues above any threshold later. Scaled by the
-    trace for the bisection; returned in m's own scale."""
+    trace for the iteration; returned in m's own scale."""
     scale = np.empty(LANES)
-    lo = np.empty(LANES)
-    hi = np.empty(LANES)
-    below = np.empty(LANES)
-    q = np.empty(LANES)
     _scale_by_trace(m, n, scale)
     _tridiagonal(m, n, diag, off, v, pv)
-    for w in range(LANES):  # lambda_max lies in [max d_i, the Gershgorin bound]
-        lo[w] = diag[0, w]
-        hi[w] = diag[0, w] + abs(off[0, w])
-    for i in range(1, n):
-        for w in range(LANES):
-            lo[w] = max(lo[w], diag[i, w])
-            hi[w] = max(hi[w], diag[i, w] + abs(off[i - 1, w]) + abs(off[i, w]))
-    # lambda_max >= trace / n = 1 / n here, so 2^-BISECTIONS of a width <= 2 is far below the
-    # 1e-6 relative that a count at tau needs
-    for _ in range(BISECTIONS):
-        for w in range(LANES):
-            below[w] = 0.0
-            q[w] = 1.0
-        for i in range(n):
-            for w in range(LANES):
-                x = 0.5 * (lo[w] + hi[w])
-                e2 = off[i - 1, w] * off[i - 1, w] if i > 0 else 0.0
-                value = diag[i, w] - x - e2 / q[w]
-                value = -TINY if value == 0 else value
-                q[w] = value
-                below[w] += value < 0
-        for w in range(LANES):
-            x = 0.5 * (lo[w] + hi[w])
-            above = below[w] < n  # some eigenvalue lies above x
-            lo[w] = x if above else lo[w]
-            hi[w] = hi[w] if above else x
+    _largest_eigenvalues(diag, off, n, top, v, np.empty((10, LANES)))
     for i in range(n):
         for w in range(LANES):
             diag[i, w] *= scale[w]
             off[i, w] *= scale[w]
     for w in range(LANES):
-        top[w] = hi[w] * scale[w]
+        top[w] *= scale[w]
 
 
 @jit

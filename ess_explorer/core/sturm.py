@@ -11,6 +11,18 @@ T - x I = L D L^T):
 
 which is backward stable for a tridiagonal matrix, so the count is exact for a matrix within
 a few eps ||T|| of T. An exact spectrum sigma is the diagonal T = diag(sigma^2).
+
+The largest eigenvalue (`_largest_eigenvalues`, for the Gramian kernel) comes from Laguerre's
+iteration on p(x) = det(T - x I), whose roots are all real: from an upper bound it falls
+monotonically onto lambda_max, cubically where lambda_max is simple, in 3-5 steps on the
+reachability Gramians of Mamba layers, where bisection to the same accuracy takes 28. The
+same pass of the recurrence above gives the step's sums (its derivatives in x):
+
+    G = p'/p = sum_i q_i' / q_i,   H = -(log |p|)'' = sum_i (q_i' / q_i)^2 - q_i'' / q_i,
+    x <- x - n / (G + sqrt((n - 1) (n H - G^2))).
+
+Two Sturm counts certify the result (an eigenvalue above x (1 - TOP_ACCURACY), none above
+x (1 + TOP_ACCURACY)); where any lane fails them, bisection on Sturm counts decides instead.
 """
 
 from __future__ import annotations
@@ -97,6 +109,115 @@ def _compiled(values: torch.Tensor) -> bool:
 
 
 _TINY = float(np.finfo(np.float64).tiny)
+# lambda_max to this relative accuracy: a count at tau = tol sigma_1 then moves only for a
+# singular value within 1e-9 of tau, far inside the "ess" contract's 1e-6 (core/precision.py)
+TOP_ACCURACY = 1e-9
+LAGUERRE_STEPS = 10  # then certified, or bisection from the first bracket to TOP_ACCURACY
+BISECTIONS = 64  # at most (from a width of 2 to 1e-9 of 1 / n takes 31 + log2(n))
+
+
+@compiled.jit
+def _largest_eigenvalues(diag, off, n, top, e2, state):  # pragma: no cover - compiled
+    """top (LANES,): the largest eigenvalue of each of the LANES tridiagonals (diag, off)
+    (n, LANES) (off[i] couples i and i + 1), their entries of order one (scaled by the trace:
+    core/gramian_kernel.py). Laguerre's iteration, certified by Sturm counts (module
+    docstring). e2 (n, LANES), state (10, LANES): work arrays."""
+    lanes = compiled.LANES
+    lo, hi, x, step = state[0], state[1], state[2], state[3]  # bracket, iterate, certificate's width
+    q, dq, ddq, r, g, h = state[4], state[5], state[6], state[7], state[8], state[9]  # the sequence's
+    for w in range(lanes):  # lambda_max in [max d_i, min(Gershgorin, ||T||_F)]
+        e2[0, w] = 0.0
+        lo[w] = diag[0, w]
+        hi[w] = diag[0, w] + abs(off[0, w]) if n > 1 else diag[0, w]
+        g[w] = diag[0, w] * diag[0, w]
+    for i in range(1, n):
+        for w in range(lanes):
+            e2[i, w] = off[i - 1, w] * off[i - 1, w]
+            coupling = abs(off[i - 1, w]) + (abs(off[i, w]) if i < n - 1 else 0.0)
+            lo[w] = max(lo[w], diag[i, w])
+            hi[w] = max(hi[w], diag[i, w] + coupling)
+            g[w] += diag[i, w] * diag[i, w] + 2.0 * e2[i, w]
+    for w in range(lanes):
+        hi[w] = min(hi[w], np.sqrt(g[w]))
+        x[w] = hi[w]
+    for _ in range(LAGUERRE_STEPS):
+        for w in range(lanes):
+            r[w] = 0.0
+            dq[w] = 0.0
+            ddq[w] = 0.0
+            g[w] = 0.0
+            h[w] = 0.0
+        for i in range(n):  # q_i and its derivatives, from those of q_{i-1} (r = 1 / q_{i-1})
+            for w in range(lanes):
+                r2 = r[w] * r[w]
+                ddq[w] = e2[i, w] * (ddq[w] * r2 - 2.0 * dq[w] * dq[w] * r2 * r[w])
+                dq[w] = e2[i, w] * dq[w] * r2 - 1.0
+                value = diag[i, w] - x[w] - e2[i, w] * r[w]
+                r[w] = 1.0 / (-_TINY if value == 0 else value)
+                ratio = dq[w] * r[w]
+                g[w] += ratio
+                h[w] += ratio * ratio - ddq[w] * r[w]
+        moving = False
+        for w in range(lanes):
+            root = np.sqrt(max((n - 1) * (n * h[w] - g[w] * g[w]), 0.0))
+            size = n / (g[w] + root)
+            size = size if (size > 0 and size < np.inf) else 0.0  # x is an eigenvalue: inf or NaN
+            x[w] -= size
+            moving = moving or size > 0.1 * TOP_ACCURACY * x[w]
+        if not moving:
+            break
+    for w in range(lanes):  # the certificate: lambda_max within TOP_ACCURACY of x
+        exact = lo[w] >= hi[w]  # a closed bracket: the bound is the eigenvalue
+        x[w] = hi[w] if exact else x[w]
+        step[w] = 0.0 if exact else TOP_ACCURACY * x[w]
+    certified = _lanes_count_above(diag, e2, n, x, step, 1.0, q, r) and _lanes_count_above(
+        diag, e2, n, x, step, -1.0, q, r
+    )
+    for _ in range(0 if certified else BISECTIONS):  # bisection from the first bracket, every lane
+        narrow = True
+        for w in range(lanes):
+            narrow = narrow and hi[w] - lo[w] <= TOP_ACCURACY * lo[w]
+        if narrow:
+            break
+        for w in range(lanes):
+            step[w] = 0.5 * (lo[w] + hi[w])
+            q[w] = 1.0
+            r[w] = 0.0
+        for i in range(n):
+            for w in range(lanes):
+                value = diag[i, w] - step[w] - e2[i, w] / q[w]
+                value = -_TINY if value == 0 else value
+                q[w] = value
+                r[w] += value < 0  # the count below the midpoint
+        for w in range(lanes):
+            above = r[w] < n  # some eigenvalue lies above the midpoint
+            lo[w] = step[w] if above else lo[w]
+            hi[w] = hi[w] if above else step[w]
+            x[w] = hi[w]
+    for w in range(lanes):
+        top[w] = x[w]
+
+
+@compiled.jit(inline=True)
+def _lanes_count_above(diag, e2, n, x, step, sign, q, below):  # pragma: no cover - compiled
+    """Whether, in every lane, the tridiagonal has an eigenvalue above x - step (sign 1) or
+    none above x + step (sign -1), by one Sturm sequence (module docstring); a lane whose
+    step is 0 passes."""
+    lanes = compiled.LANES
+    for w in range(lanes):
+        q[w] = 1.0
+        below[w] = 0.0
+    for i in range(n):
+        for w in range(lanes):
+            value = diag[i, w] - (x[w] - sign * step[w]) - e2[i, w] / q[w]
+            value = -_TINY if value == 0 else value
+            q[w] = value
+            below[w] += value < 0
+    good = True
+    for w in range(lanes):
+        ok = (below[w] < n) if sign > 0 else (below[w] == n)
+        good = good and (ok or step[w] == 0)
+    return good
 
 
 @compiled.jit
