@@ -815,7 +815,7 @@ def hard_top_lanes(n: int) -> tuple[np.ndarray, np.ndarray]:
     diag, off = np.zeros((n, LANES)), np.zeros((n, LANES))
     for w in range(LANES):
         kind = w % 8
-        if kind in (0, 1):  # Householder form of a graded Gram (scipy-free: the Lanczos-free route)
+        if kind in (0, 1):  # the Householder form of a Gram, graded over 2 or 12 orders
             spectrum = 10.0 ** rng.uniform(-12 if kind else -2, 0, n)
             q = np.linalg.qr(rng.standard_normal((n, n)))[0]
             t = (q * spectrum) @ q.T
