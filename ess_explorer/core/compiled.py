@@ -124,7 +124,7 @@ def _notice():
     def say() -> None:
         if not _announced.is_set():
             _announced.set()
-            sys.stderr.write("ess-explorer: compiling the CPU kernels, once for this install (about 10 s) ...\n")
+            sys.stderr.write("ess-explorer: compiling the CPU kernels, once for this install (10-25 s) ...\n")
 
     timer = threading.Timer(NOTICE_AFTER, say)
     timer.daemon = True
