@@ -812,14 +812,21 @@ def hard_top_lanes(n: int) -> tuple[np.ndarray, np.ndarray]:
     from ess_explorer.core.compiled import LANES
 
     rng = np.random.default_rng(3)
+    # kinds 0 and 1: the Householder forms (the kernel's own reduction) of Grams graded over 2
+    # or 12 orders, as the Gramian kernel meets them
+    grams = np.zeros((n, n, LANES))
+    for w in range(0, LANES, 8):
+        for kind in (0, 1):
+            spectrum = 10.0 ** rng.uniform(-12 if kind else -2, 0, n)
+            q = np.linalg.qr(rng.standard_normal((n, n)))[0]
+            grams[:, :, w + kind] = (q * spectrum) @ q.T
+    reduced, reduced_off = np.zeros((n, LANES)), np.zeros((n, LANES))
+    gramian_kernel._tridiagonal(grams, n, reduced, reduced_off, np.empty((n, LANES)), np.empty((n, LANES)))
     diag, off = np.zeros((n, LANES)), np.zeros((n, LANES))
     for w in range(LANES):
         kind = w % 8
-        if kind in (0, 1):  # the Householder form of a Gram, graded over 2 or 12 orders
-            spectrum = 10.0 ** rng.uniform(-12 if kind else -2, 0, n)
-            q = np.linalg.qr(rng.standard_normal((n, n)))[0]
-            t = (q * spectrum) @ q.T
-            d, e = _householder_tridiagonal(t)
+        if kind in (0, 1):
+            d, e = reduced[:, w].copy(), reduced_off[:, w].copy()
         elif kind == 2:
             d, e = np.zeros(n), np.zeros(n)
         elif kind == 3:
@@ -841,20 +848,6 @@ def hard_top_lanes(n: int) -> tuple[np.ndarray, np.ndarray]:
     return diag, off
 
 
-def _householder_tridiagonal(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The tridiagonal (d, e) of a symmetric matrix, by plain Householder reflections."""
-    a = matrix.copy()
-    n = len(a)
-    for k in range(n - 2):
-        x = a[k + 1 :, k].copy()
-        x[0] += np.copysign(np.linalg.norm(x), x[0])
-        if np.linalg.norm(x) > 0:
-            v = x / np.linalg.norm(x)
-            a[k + 1 :, :] -= 2 * np.outer(v, v @ a[k + 1 :, :])
-            a[:, k + 1 :] -= 2 * np.outer(a[:, k + 1 :] @ v, v)
-    return np.diag(a).copy(), np.append(np.diag(a, 1), 0.0)
-
-
 @pytest.mark.parametrize("n", [1, 2, 16, 33])
 def test_the_largest_eigenvalue_of_hard_lanes(n):
     """The Gramian kernel's lambda_max of P_t's tridiagonal form (core/sturm.py: Laguerre's
@@ -862,6 +855,8 @@ def test_the_largest_eigenvalue_of_hard_lanes(n):
     on lanes where each of those routes decides (a repeated top defeats Laguerre's 10 steps)."""
     if not gramian_kernel.available():
         pytest.skip("numba is not installed")
+    from test_tridiagonal_kernel import lane_matrix
+
     from ess_explorer.core.compiled import LANES
     from ess_explorer.core.sturm import TOP_ACCURACY, _largest_eigenvalues
 
@@ -869,7 +864,7 @@ def test_the_largest_eigenvalue_of_hard_lanes(n):
     top = np.empty(LANES)
     _largest_eigenvalues(diag, off, n, top, np.empty((n, LANES)), np.empty((10, LANES)))
     for w in range(LANES):
-        matrix = np.diag(diag[:, w]) + np.diag(off[:-1, w], 1) + np.diag(off[:-1, w], -1)
+        matrix = lane_matrix(diag, off, w)
         exact = np.linalg.eigvalsh(matrix)[-1]
         assert abs(top[w] - exact) <= TOP_ACCURACY * abs(exact) + 1e-15 * np.abs(matrix).max(), (w, top[w], exact)
 

@@ -29,6 +29,11 @@ def root_free_row(d, e2, i, s, c, gamma, p, sigma):
     p[:] = np.where(c != 0, gamma * gamma / np.where(c != 0, c, 1.0), old_c * bb)
 
 
+def lane_matrix(diag: np.ndarray, off: np.ndarray, w: int) -> np.ndarray:
+    """Lane w of the tridiagonals (diag, off) (n, LANES) as a full symmetric matrix."""
+    return np.diag(diag[:, w]) + np.diag(off[:-1, w], 1) + np.diag(off[:-1, w], -1)
+
+
 def lanes_against_lapack(diag: np.ndarray, off: np.ndarray) -> np.ndarray:
     """The lane QL on copies of the tridiagonals (diag, off) (n, LANES): asserts that no lane
     failed and that each lane's values lie within 1e-13 of its largest of LAPACK's
@@ -41,8 +46,7 @@ def lanes_against_lapack(diag: np.ndarray, off: np.ndarray) -> np.ndarray:
     _tridiagonal_eigenvalues(d, e, n, failed)
     assert not failed.any()
     for w in range(LANES):
-        matrix = np.diag(diag[:, w]) + np.diag(off[:-1, w], 1) + np.diag(off[:-1, w], -1)
-        exact = np.linalg.eigvalsh(matrix)
+        exact = np.linalg.eigvalsh(lane_matrix(diag, off, w))
         np.testing.assert_allclose(np.sort(d[:, w]), exact, rtol=0, atol=1e-13 * np.abs(exact).max() + 1e-300)
     return d
 
