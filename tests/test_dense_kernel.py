@@ -67,11 +67,11 @@ def test_eigenvalues_of_random_grams_match_lapack(n):
     "kind",
     ["graded", "rank-deficient", "identity", "zero", "indefinite", "zero-diagonal", "tiny", "huge", "sink"],
 )
-def test_eigenvalues_of_hard_matrices_match_lapack(kind):
-    n = 40
+@pytest.mark.parametrize("n", [40, 101])  # 2 panels of reflectors and a corner of 32; 17 panels, rows left over
+def test_eigenvalues_of_hard_matrices_match_lapack(kind, n):
     if kind == "graded":  # eigenvalues from 1 down to 1e-200: all but the top few are rounding
         matrices = grams(4, n, seed=1, decay=n / 460)
-    elif kind == "rank-deficient":  # H^T H of a wide H: rank 10 of 40
+    elif kind == "rank-deficient":  # H^T H of a wide H: rank 10 of n
         matrices = grams(4, n, seed=2, rows=10)
     elif kind == "identity":  # one eigenvalue, n times
         matrices = 3.0 * torch.eye(n, dtype=torch.float64).expand(4, n, n).clone()
@@ -105,9 +105,10 @@ def test_leading_blocks_of_each_size_and_the_rest_zero():
         assert bool((values[b, size:] == 0).all())
 
 
-def test_only_the_upper_triangle_is_read():
-    matrices = grams(3, 20, seed=9)
-    scrambled = matrices.triu() + torch.randn(3, 20, 20, dtype=torch.float64).tril(-1)
+@pytest.mark.parametrize("n", [20, 70])  # the fused step alone; panels of reflectors first
+def test_only_the_upper_triangle_is_read(n):
+    matrices = grams(3, n, seed=9)
+    scrambled = matrices.triu() + torch.randn(3, n, n, dtype=torch.float64).tril(-1)
     np.testing.assert_array_equal(
         dense_kernel.symmetric_eigenvalues(scrambled).numpy(), dense_kernel.symmetric_eigenvalues(matrices).numpy()
     )

@@ -1,8 +1,9 @@
 """numba, where it is installed: the one place the compiled kernels are set up.
 
 core/gramian_kernel.py (the Gramian route), core/dense_kernel.py (the dense path's cut
-eigenvalues), core/channel_kernel.py (a head's row-scaled channels), core/tridiagonal_kernel.py
-(their shared QL iteration) and core/sturm.py (Sturm counts) compile their loops with `jit`;
+eigenvalues), core/householder_kernel.py (its tridiagonal reduction), core/channel_kernel.py (a
+head's row-scaled channels), core/tridiagonal_kernel.py (their shared QL iteration) and
+core/sturm.py (Sturm counts) compile their loops with `jit`;
 `available()` says whether numba imports, and where it does not the torch references beside
 each kernel run instead. The kernels put LANES problems side by side, every loop innermost
 over them, so LLVM vectorises each step across the problems.
@@ -63,7 +64,15 @@ def jit(function=None, *, reassociate: bool = False, inline: bool = False):
 
 
 # The modules whose functions `jit` compiles (tests/test_compiled.py checks the list).
-KERNEL_MODULES = ("compiled", "tridiagonal_kernel", "dense_kernel", "gramian_kernel", "channel_kernel", "sturm")
+KERNEL_MODULES = (
+    "compiled",
+    "tridiagonal_kernel",
+    "householder_kernel",
+    "dense_kernel",
+    "gramian_kernel",
+    "channel_kernel",
+    "sturm",
+)
 
 
 @functools.cache

@@ -6,10 +6,9 @@ tridiagonal form, half of whose work is a matrix-vector product that reads the w
 matrix at every step, and the tridiagonal QL iteration (dsterf), a chain of dependent
 divisions and square roots that keeps one core's vector units idle. This kernel:
 
-1. Reduces each matrix to tridiagonal form (Householder, as LAPACK's dsytd2) in ONE pass over
-   the trailing upper triangle per step: the rank-two update of step k and the product
-   A v_{k+1} of step k + 1 are fused, four rows at a time, so each entry is loaded and stored
-   once per step instead of loaded twice and stored once (`_tridiagonalise`).
+1. Reduces each matrix to tridiagonal form by Householder reflectors (core/householder_kernel.py:
+   panels of reflectors, each applied to the trailing matrix in one pass, the last columns by
+   a fused one-pass step).
 2. Solves LANES tridiagonals side by side with the root-free QL iteration of
    core/tridiagonal_kernel.py: one lane per matrix, the two divisions of each rotation
    vectorised across the lanes. Matrices are grouped by size, padded with zeros
@@ -41,6 +40,7 @@ import torch
 
 from . import compiled
 from .compiled import LANES, available, jit
+from .householder_kernel import reduce_to_tridiagonal, reduction_buffers
 from .tridiagonal_kernel import _tridiagonal_eigenvalues
 
 __all__ = ["symmetric_eigenvalues", "cut_forms", "TridiagonalForms", "KERNEL_MIN_SIZE", "available", "load"]
@@ -52,182 +52,10 @@ KERNEL_MIN_SIZE = 24
 # The arguments `_forms` does not read for one kind of work: typed as the real ones, so that
 # both kinds run one compiled specialisation.
 _NO_MATRICES, _NO_OP, _NO_CUTS = np.zeros((0, 0, 0)), np.zeros((0, 0)), np.zeros(0, dtype=np.int64)
-PAD = 4  # spare columns: rows of the work matrix not a power of two apart in memory (3% at n = 256)
 
 
 @jit(inline=True)
-def _householder(row, lo, n, v):  # pragma: no cover - compiled
-    """The Householder reflector I - beta v v^T that maps x = row[lo:n] to (alpha, 0, ..., 0):
-    v written to v[lo:n] (unnormalised, v[lo] = x_0 - alpha); returns (beta, alpha). A zero x
-    gives beta = 0 (no reflection) and alpha = x_0."""
-    s2 = 0.0
-    for j in range(np.uint64(lo), np.uint64(n)):
-        s2 += row[j] * row[j]
-    x0 = row[lo]
-    norm = np.sqrt(s2)
-    alpha = -norm if x0 >= 0 else norm
-    v0 = x0 - alpha
-    vnorm2 = s2 - x0 * x0 + v0 * v0
-    v[lo] = v0
-    for j in range(np.uint64(lo + 1), np.uint64(n)):
-        v[j] = row[j]
-    if vnorm2 > TINY:
-        return 2.0 / vnorm2, alpha
-    return 0.0, x0
-
-
-@jit(inline=True)
-def _tridiagonalise(a, n, d, e, v, w, vn, pn):  # pragma: no cover - compiled
-    """The Householder tridiagonal form (d, e) of the symmetric matrix whose UPPER triangle is
-    a[:n, :n] (row i holds a[i, i:n]; a is destroyed): d (n,), e (n,), e[k] couples k and
-    k + 1, e[n - 1] = 0. v, w, vn, pn: work vectors of length >= n.
-
-    Step k reflects rows/columns k+1.. with v_k: A <- A - v w^T - w v^T, w = p - K v,
-    p = beta A v, K = beta (v . p) / 2 (LAPACK's dsytd2). The update of step k and the
-    product p_{k+1} = beta' A v_{k+1} of step k + 1 are one pass: row k + 1 is updated first
-    (it gives v_{k+1}), then every later row is updated and, while in registers, multiplied
-    into p_{k+1} (by the row's dot product for its own entry, by an axpy for the entries its
-    upper-triangle part stands for below the diagonal)."""
-    if n <= 2:
-        d[0] = a[0, 0]
-        e[0] = a[0, 1] if n == 2 else 0.0
-        if n == 2:
-            d[1] = a[1, 1]
-            e[1] = 0.0
-        return
-    d[0] = a[0, 0]
-    beta, e[0] = _householder(a[0], 1, n, v)
-    for j in range(n):  # step 0's product, on its own
-        w[j] = 0.0
-    for i in range(1, n):
-        vi = v[i]
-        acc = a[i, i] * vi
-        row = np.uint64(i)
-        for j in range(row + np.uint64(1), np.uint64(n)):
-            acc += a[row, j] * v[j]
-            w[j] += a[row, j] * vi
-        w[i] += acc
-    for j in range(np.uint64(1), np.uint64(n)):
-        w[j] *= beta
-    for k in range(n - 2):
-        lo = k + 1
-        # unsigned indices in every loop over columns: numba then drops its negative-index
-        # wraparound and LLVM vectorises the loop (with signed ones it stays scalar)
-        first, end = np.uint64(lo), np.uint64(n)
-        kk = 0.0
-        for j in range(first, end):
-            kk += v[j] * w[j]
-        kk *= 0.5 * beta
-        for j in range(first, end):
-            w[j] -= kk * v[j]
-        vi = v[lo]
-        wi = w[lo]
-        for j in range(first, end):
-            a[first, j] -= vi * w[j] + wi * v[j]
-        d[lo] = a[lo, lo]
-        if lo == n - 2:  # the last step: row n - 1 alone, then the last 2 x 2 block
-            a[n - 1, n - 1] -= 2.0 * v[n - 1] * w[n - 1]
-            e[lo] = a[lo, n - 1]
-            d[n - 1] = a[n - 1, n - 1]
-            break
-        beta_next, e[lo] = _householder(a[lo], lo + 1, n, vn)
-        for j in range(first + np.uint64(1), end):
-            pn[j] = 0.0
-        i = lo + 1
-        while i < n:
-            if n - i >= 4:
-                _four_rows(a, i, n, v, w, vn, pn)
-                i += 4
-            else:  # the last one to three rows
-                vi = v[i]
-                wi = w[i]
-                ni = vn[i]
-                u = a[i, i] - 2.0 * vi * wi
-                a[i, i] = u
-                acc = u * ni
-                row = np.uint64(i)
-                for j in range(row + np.uint64(1), end):
-                    u = a[row, j] - (vi * w[j] + wi * v[j])
-                    a[row, j] = u
-                    acc += u * vn[j]
-                    pn[j] += u * ni
-                pn[i] += acc
-                i += 1
-        for j in range(first + np.uint64(1), end):
-            w[j] = pn[j] * beta_next
-            v[j] = vn[j]
-        beta = beta_next
-    e[n - 1] = 0.0
-
-
-@jit(inline=True)
-def _four_rows(a, i, n, v, w, vn, pn):  # pragma: no cover - compiled
-    """Rows i..i+3 of `_tridiagonalise`'s fused pass: the update A -= v w^T + w v^T on their
-    upper-triangle entries and their share of pn = A vn. The 4 x 4 diagonal block is written
-    out (straight-line code), the rest is one loop over the columns right of it, vectorised,
-    with the four rows' entries in registers."""
-    r0 = a[i]
-    r1 = a[i + 1]
-    r2 = a[i + 2]
-    r3 = a[i + 3]
-    v0, w0, n0 = v[i], w[i], vn[i]
-    v1, w1, n1 = v[i + 1], w[i + 1], vn[i + 1]
-    v2, w2, n2 = v[i + 2], w[i + 2], vn[i + 2]
-    v3, w3, n3 = v[i + 3], w[i + 3], vn[i + 3]
-    u00 = r0[i] - 2.0 * v0 * w0
-    u01 = r0[i + 1] - (v0 * w1 + w0 * v1)
-    u02 = r0[i + 2] - (v0 * w2 + w0 * v2)
-    u03 = r0[i + 3] - (v0 * w3 + w0 * v3)
-    u11 = r1[i + 1] - 2.0 * v1 * w1
-    u12 = r1[i + 2] - (v1 * w2 + w1 * v2)
-    u13 = r1[i + 3] - (v1 * w3 + w1 * v3)
-    u22 = r2[i + 2] - 2.0 * v2 * w2
-    u23 = r2[i + 3] - (v2 * w3 + w2 * v3)
-    u33 = r3[i + 3] - 2.0 * v3 * w3
-    r0[i], r0[i + 1], r0[i + 2], r0[i + 3] = u00, u01, u02, u03
-    r1[i + 1], r1[i + 2], r1[i + 3] = u11, u12, u13
-    r2[i + 2], r2[i + 3] = u22, u23
-    r3[i + 3] = u33
-    i0 = np.uint64(i)
-    i1 = i0 + np.uint64(1)
-    i2 = i0 + np.uint64(2)
-    i3 = i0 + np.uint64(3)
-    acc0 = u00 * n0 + u01 * n1 + u02 * n2 + u03 * n3
-    acc1 = u01 * n0 + u11 * n1 + u12 * n2 + u13 * n3
-    acc2 = u02 * n0 + u12 * n1 + u22 * n2 + u23 * n3
-    acc3 = u03 * n0 + u13 * n1 + u23 * n2 + u33 * n3
-    # unsigned indices, as in `_tridiagonalise` (slices instead cost 8 views per call)
-    for j in range(i0 + np.uint64(4), np.uint64(n)):
-        wj = w[j]
-        vj = v[j]
-        nj = vn[j]
-        x0 = a[i0, j] - v0 * wj - w0 * vj
-        x1 = a[i1, j] - v1 * wj - w1 * vj
-        x2 = a[i2, j] - v2 * wj - w2 * vj
-        x3 = a[i3, j] - v3 * wj - w3 * vj
-        a[i0, j] = x0
-        a[i1, j] = x1
-        a[i2, j] = x2
-        a[i3, j] = x3
-        acc0 += x0 * nj
-        acc1 += x1 * nj
-        acc2 += x2 * nj
-        acc3 += x3 * nj
-        pn[j] += (x0 * n0 + x1 * n1) + (x2 * n2 + x3 * n3)
-    pn[i] += acc0
-    pn[i + 1] += acc1
-    pn[i + 2] += acc2
-    pn[i + 3] += acc3
-
-
-@jit
-def _buffers(n):  # pragma: no cover - compiled
-    """The work matrix and vectors `_scaled_form` needs for matrices up to n x n."""
-    return np.empty((n, n + PAD)), np.empty(n + PAD), np.empty(n + PAD), np.empty(n + PAD), np.empty(n + PAD)
-
-
-@jit(inline=True)
-def _scaled_form(src, lo, n, psd, work, v, w, vn, pn, d, e):  # pragma: no cover - compiled
+def _scaled_form(src, lo, n, psd, work, vectors, panel, corner, d, e):  # pragma: no cover - compiled
     """The tridiagonal form (d, e) of the symmetric block src[lo:lo+n, lo:lo+n] (its upper
     triangle read), computed on a copy divided by the block's scale, which is returned: the
     sum of |a_rr|, or the largest |a_rc| where that is larger (a zero diagonal). With ``psd``
@@ -251,9 +79,10 @@ def _scaled_form(src, lo, n, psd, work, v, w, vn, pn, d, e):  # pragma: no cover
     inverse = 1.0 / scale
     for r in range(n):
         row = np.uint64(r)
-        for c in range(row, np.uint64(n)):  # unsigned: vectorised (`_tridiagonalise`)
+        for c in range(row, np.uint64(n)):  # unsigned: vectorised (core/householder_kernel.py)
             work[row, c] = src[row + first, c + first] * inverse
-    _tridiagonalise(work, n, d, e, v, w, vn, pn)
+    v, w, vn, pn = vectors[0], vectors[1], vectors[2], vectors[3]
+    reduce_to_tridiagonal(work, n, d, e, v, w, vn, pn, panel[0], panel[1], corner[0], corner[1])
     return scale
 
 
@@ -280,7 +109,7 @@ def _forms(matrices, op, cuts, slots, tall, diag, off, scale, sizes, gram, curre
     length = op.shape[0]
     half = (length + 1) // 2
     base = length - half
-    work, v, w, vn, pn = _buffers(half if by_cut else matrices.shape[-1])
+    work, vectors, panel, corner = reduction_buffers(half if by_cut else matrices.shape[-1])
     column = np.empty(length)
     count = len(cuts) if by_cut else len(slots)
     if by_cut and count > 0 and current < 0:
@@ -314,7 +143,7 @@ def _forms(matrices, op, cuts, slots, tall, diag, off, scale, sizes, gram, curre
         else:
             src = matrices[c]
         if n > 0:  # a Gram's trace bounds its entries (psd): no scan for the largest
-            scale[b] = _scaled_form(src, lo, n, by_cut, work, v, w, vn, pn, diag[b], off[b])
+            scale[b] = _scaled_form(src, lo, n, by_cut, work, vectors, panel, corner, diag[b], off[b])
     return current
 
 
@@ -324,7 +153,7 @@ def _add_outer(gram, x, lo, hi):  # pragma: no cover - compiled
     for i in range(lo, hi):
         xi = x[i]
         row = np.uint64(i)
-        for j in range(row, np.uint64(hi)):  # unsigned: vectorised (`_tridiagonalise`)
+        for j in range(row, np.uint64(hi)):  # unsigned: vectorised (core/householder_kernel.py)
             gram[row, j] += xi * x[j]
 
 
