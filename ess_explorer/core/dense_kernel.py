@@ -6,9 +6,8 @@ tridiagonal form, half of whose work is a matrix-vector product that reads the w
 matrix at every step, and the tridiagonal QL iteration (dsterf), a chain of dependent
 divisions and square roots that keeps one core's vector units idle. This kernel:
 
-1. Reduces each matrix to tridiagonal form by Householder reflectors (core/householder_kernel.py:
-   panels of reflectors, each applied to the trailing matrix in one pass, the last columns by
-   a fused one-pass step).
+1. Reduces each matrix to tridiagonal form by Householder reflectors, four at a time
+   (core/householder_kernel.py).
 2. Solves LANES tridiagonals side by side with the root-free QL iteration of
    core/tridiagonal_kernel.py: one lane per matrix, the two divisions of each rotation
    vectorised across the lanes. Matrices are grouped by size, padded with zeros
@@ -55,7 +54,7 @@ _NO_MATRICES, _NO_OP, _NO_CUTS = np.zeros((0, 0, 0)), np.zeros((0, 0)), np.zeros
 
 
 @jit(inline=True)
-def _scaled_form(src, lo, n, psd, work, vectors, panel, corner, d, e):  # pragma: no cover - compiled
+def _scaled_form(src, lo, n, psd, work, vectors, panel, d, e):  # pragma: no cover - compiled
     """The tridiagonal form (d, e) of the symmetric block src[lo:lo+n, lo:lo+n] (its upper
     triangle read), computed on a copy divided by the block's scale, which is returned: the
     sum of |a_rr|, or the largest |a_rc| where that is larger (a zero diagonal). With ``psd``
@@ -81,8 +80,7 @@ def _scaled_form(src, lo, n, psd, work, vectors, panel, corner, d, e):  # pragma
         row = np.uint64(r)
         for c in range(row, np.uint64(n)):  # unsigned: vectorised (core/householder_kernel.py)
             work[row, c] = src[row + first, c + first] * inverse
-    v, w, vn, pn = vectors[0], vectors[1], vectors[2], vectors[3]
-    reduce_to_tridiagonal(work, n, d, e, v, w, vn, pn, panel[0], panel[1], corner[0], corner[1])
+    reduce_to_tridiagonal(work, n, d, e, vectors[0], vectors[1], vectors[2], panel[0], panel[1])
     return scale
 
 
@@ -109,7 +107,7 @@ def _forms(matrices, op, cuts, slots, tall, diag, off, scale, sizes, gram, curre
     length = op.shape[0]
     half = (length + 1) // 2
     base = length - half
-    work, vectors, panel, corner = reduction_buffers(half if by_cut else matrices.shape[-1])
+    work, vectors, panel = reduction_buffers(half if by_cut else matrices.shape[-1])
     column = np.empty(length)
     count = len(cuts) if by_cut else len(slots)
     if by_cut and count > 0 and current < 0:
@@ -143,7 +141,7 @@ def _forms(matrices, op, cuts, slots, tall, diag, off, scale, sizes, gram, curre
         else:
             src = matrices[c]
         if n > 0:  # a Gram's trace bounds its entries (psd): no scan for the largest
-            scale[b] = _scaled_form(src, lo, n, by_cut, work, vectors, panel, corner, diag[b], off[b])
+            scale[b] = _scaled_form(src, lo, n, by_cut, work, vectors, panel, diag[b], off[b])
     return current
 
 
