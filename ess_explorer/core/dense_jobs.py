@@ -5,8 +5,9 @@ operator and side (the tall cuts t <= L - t, whose Grams shrink as t falls, and 
 whose Grams shrink as t grows), each carrying its running Gram from one kernel call to the
 next, a few cuts per call, so that the progress bar moves and an interrupt stops every job
 within a call; all the forms of a group of cuts solved together, LANES at a time; then the
-caller's guard per cut, in threads. A long prompt's cuts go in groups whose forms fit
-FORMS_BUDGET_BYTES. `takes` says which jobs come here: large ones (KERNEL_MIN_WORK).
+caller's guard once for the whole group, with the few cuts it sends to an SVD in threads
+(`redo_by_svd`). A long prompt's cuts go in groups whose forms fit FORMS_BUDGET_BYTES. `takes`
+says which jobs come here: large ones (KERNEL_MIN_WORK).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ __all__ = [
     "chunk_of_layer",
     "layer_work",
     "cut_spectra",
+    "descending_roots",
+    "redo_by_svd",
     "forms_group",
     "FORMS_BUDGET_BYTES",
     "CALL_WORK",
@@ -104,21 +107,47 @@ def _work(t: int, length: int) -> float:
 
 
 def cut_spectra(operators: np.ndarray, rows_of: dict, workers: int, bar, finish) -> None:
-    """``finish(t, values, failed)`` for every cut t of ``rows_of`` of the float64 operators
-    (U, L, L): values (U, min(t, L - t)) the ascending eigenvalues of each unit's cut Gram,
-    failed (U,) where they are unset (`cut_eigenvalues`). Called from ``workers`` threads, each
-    with single-threaded torch. The cuts go in groups whose forms fit FORMS_BUDGET_BYTES."""
+    """``finish(times, sigma, failed)`` for each group of the cuts of ``rows_of`` of the float64
+    operators (U, L, L): sigma (U, len(times), (L + 1) // 2) every unit's singular values at each
+    cut t, from its Gram's eigenvalues, descending, zero past min(t, L - t) (`descending_roots`);
+    failed (U, len(times)) where they are unset (`cut_eigenvalues`). The cuts go in groups whose
+    forms fit FORMS_BUDGET_BYTES; ``finish`` runs once per group, not once per cut (per cut, its
+    small torch calls took 9% of a GPT-2 layer's time)."""
     length, step = operators.shape[-1], forms_group(operators.shape[0], operators.shape[-1])
     times = list(rows_of)
     for start in range(0, len(times), step):
         group = times[start : start + step]
         values, failed = cut_eigenvalues(operators, group, rows_of, workers, bar)
+        finish(group, descending_roots(values, [min(t, length - t) for t in group]), failed)
 
-        def run(chunk: slice) -> None:
-            for k in range(len(group))[chunk]:
-                finish(group[k], values[:, k, : min(group[k], length - group[k])], failed[:, k])
 
-        over_chunks(run, len(group), 8, workers)
+def descending_roots(values: torch.Tensor, sizes: list[int]) -> torch.Tensor:
+    """The square roots of ``values`` (U, K, n), each (u, k)'s first sizes[k] ascending (a
+    Gram's eigenvalues, rounding below zero clamped), descending, zero past sizes[k]."""
+    width = values.shape[-1]
+    sizes = torch.as_tensor(sizes)[:, None]
+    columns = torch.arange(width)
+    sigma = values.gather(-1, (sizes - 1 - columns).clamp_min(0).expand(values.shape))
+    # in place: with the eigenvalues (the forms' diagonals), one more array of their size, as the
+    # forms' two were (FORMS_BUDGET_BYTES)
+    return sigma.masked_fill_(columns >= sizes, 0.0).clamp_min_(0).sqrt_()
+
+
+def redo_by_svd(
+    sigma: torch.Tensor, operators: torch.Tensor, times: list[int], redo: torch.Tensor, workers: int
+) -> None:
+    """sigma[u, k, :g] <- the singular values of operators[u]'s cut at times[k] for every (u, k)
+    of ``redo`` (U, K) (whose Gram values are unset or not accurate enough), IN PLACE; the cuts
+    shared among ``workers`` threads (an "exact" run of attention-sink heads redoes most)."""
+    cuts = redo.any(0).nonzero().flatten().tolist()
+
+    def run(chunk: slice) -> None:
+        for k in cuts[chunk]:
+            t, units = times[k], redo[:, k].nonzero().flatten()
+            values = torch.linalg.svdvals(operators[units, t:, :t])
+            sigma[units, k, : values.shape[-1]] = values
+
+    over_chunks(run, len(cuts), 8, workers)
 
 
 # The tridiagonal forms held at once, two float64 (units, cuts, L / 2) arrays: a long prompt's

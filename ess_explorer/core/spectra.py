@@ -383,14 +383,17 @@ def _recursive_gram_fill(
 
     if dense_jobs.takes(flat, rows_of):
 
-        def finish_cut(t: int, values: torch.Tensor, failed: torch.Tensor) -> None:  # the kernel moved the bar
-            sigma = values.flip(-1).clamp_min(0).sqrt()
-            if bool(failed.any()):
-                sigma[failed] = torch.linalg.svdvals(flat[failed, t:, :t])
-            write(t, _guarded(sigma, flat[:, t:, :t], method, accuracy))
+        def finish_group(
+            times: list[int], sigma: torch.Tensor, failed: torch.Tensor
+        ) -> None:  # the kernel moved the bar
+            sizes = torch.tensor([min(t, flat.shape[-1] - t) for t in times])
+            unsafe = _gram_unsafe(sigma, sizes, accuracy) if method != "gram" else torch.zeros_like(failed)
+            dense_jobs.redo_by_svd(sigma, flat, times, failed | unsafe, workers)
+            rows, cuts = zip(*[(row, k) for k, t in enumerate(times) for row in rows_of[t]])
+            out[:, list(rows)] = sigma[:, list(cuts), :k_out]  # k_out <= (L + 1) // 2, sigma's width
 
         operators = np.ascontiguousarray(flat.detach().numpy())  # one compiled layout: C order
-        dense_jobs.cut_spectra(operators, rows_of, workers, bar, finish_cut)
+        dense_jobs.cut_spectra(operators, rows_of, workers, bar, finish_group)
         return
 
     def finish(t: int, gram: torch.Tensor) -> None:  # a job the kernel does not repay: torch's eigvalsh too
@@ -427,7 +430,7 @@ def _gram_unsafe(sigma: torch.Tensor, rank: torch.Tensor | int, accuracy: Accura
     (core/precision.py)."""
     top = sigma[..., 0] ** 2
     if accuracy.fast:
-        error = GRAM_ERROR * sigma.shape[-1] * torch.finfo(sigma.dtype).eps * top
+        error = GRAM_ERROR * torch.as_tensor(rank) * torch.finfo(sigma.dtype).eps * top
         return ~accuracy.certain(top, error)
     index = torch.as_tensor(rank, device=sigma.device).expand(sigma.shape[:-1]) - 1
     smallest = sigma.gather(-1, index[..., None])[..., 0]
