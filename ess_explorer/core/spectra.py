@@ -378,14 +378,12 @@ def _recursive_gram_fill(
 
     def write(t: int, sigma: torch.Tensor) -> None:
         width = min(k_out, sigma.shape[-1])
-        for row in rows_of[t]:
-            out[:, row, :width] = sigma[:, :width]
+        out[:, rows_of[t], :width] = sigma[:, None, :width]  # every row that stands for cut t
 
     if dense_jobs.takes(flat, rows_of):
 
-        def finish_group(
-            times: list[int], sigma: torch.Tensor, failed: torch.Tensor
-        ) -> None:  # the kernel moved the bar
+        def finish_group(times: list[int], sigma: torch.Tensor, failed: torch.Tensor) -> None:
+            # (the kernel moved the bar) the guard on every cut at once, at its own Gram size
             sizes = torch.tensor([min(t, flat.shape[-1] - t) for t in times])
             unsafe = _gram_unsafe(sigma, sizes, accuracy) if method != "gram" else torch.zeros_like(failed)
             dense_jobs.redo_by_svd(sigma, flat, times, failed | unsafe, workers)
