@@ -67,7 +67,7 @@ def test_eigenvalues_of_random_grams_match_lapack(n):
     "kind",
     ["graded", "rank-deficient", "identity", "zero", "indefinite", "zero-diagonal", "tiny", "huge", "sink"],
 )
-@pytest.mark.parametrize("n", [40, 101])  # 2 panels of reflectors and a corner of 32; 17 panels, rows left over
+@pytest.mark.parametrize("n", [40, 101])  # panels of 4 reflectors, the last of 2; of 3, rows left over
 def test_eigenvalues_of_hard_matrices_match_lapack(kind, n):
     if kind == "graded":  # eigenvalues from 1 down to 1e-200: all but the top few are rounding
         matrices = grams(4, n, seed=1, decay=n / 460)
@@ -105,7 +105,7 @@ def test_leading_blocks_of_each_size_and_the_rest_zero():
         assert bool((values[b, size:] == 0).all())
 
 
-@pytest.mark.parametrize("n", [20, 70])  # the fused step alone; panels of reflectors first
+@pytest.mark.parametrize("n", [20, 70])  # 5 and 17 panels of reflectors
 def test_only_the_upper_triangle_is_read(n):
     matrices = grams(3, n, seed=9)
     scrambled = matrices.triu() + torch.randn(3, n, n, dtype=torch.float64).tril(-1)

@@ -128,8 +128,7 @@ def descending_roots(values: torch.Tensor, sizes: list[int]) -> torch.Tensor:
     sizes = torch.as_tensor(sizes)[:, None]
     columns = torch.arange(width)
     sigma = values.gather(-1, (sizes - 1 - columns).clamp_min(0).expand(values.shape))
-    # in place: with the eigenvalues (the forms' diagonals), one more array of their size, as the
-    # forms' two were (FORMS_BUDGET_BYTES)
+    # in place: a group holds two arrays of this size at once, as its two forms did (FORMS_BUDGET_BYTES)
     return sigma.masked_fill_(columns >= sizes, 0.0).clamp_min_(0).sqrt_()
 
 

@@ -39,12 +39,11 @@ import torch
 
 from . import compiled
 from .compiled import LANES, available, jit
-from .householder_kernel import reduce_to_tridiagonal, reduction_buffers
+from .householder_kernel import TINY, reduce_to_tridiagonal, reduction_buffers
 from .tridiagonal_kernel import _tridiagonal_eigenvalues
 
 __all__ = ["symmetric_eigenvalues", "cut_forms", "TridiagonalForms", "KERNEL_MIN_SIZE", "available", "load"]
 
-TINY = float(np.finfo(np.float64).tiny)
 # Below this size torch's batched call is as fast (measured: the kernel's per-row overhead
 # and LAPACK's per-call overhead cross near n = 24 on one core).
 KERNEL_MIN_SIZE = 24
