@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from test_precision import exact_spectra
 
 from ess_explorer import entropy_ess, hankel_singular_values, tolerance_ess
 from ess_explorer.core import dense_jobs, dense_kernel, spectra
@@ -181,7 +182,7 @@ def test_the_dense_path_gives_the_same_spectra_with_and_without_the_kernel(kind,
             assert float(((fast - torch_route).abs() / scale).max()) <= 2e-10
             # and each value within it: 1e-6 of itself + 1e-10 sigma_1 (the cuts whose Gram
             # values cannot promise that are redone by SVD, most of them for sinks)
-            svd = torch.stack([_padded_svdvals(heads[:, t:, :t], fast.shape[-1]) for t in positions], 1)
+            svd = exact_spectra(heads)[:, positions]
             assert bool(((fast - svd).abs() <= 1e-6 * svd + 1e-10 * svd[..., :1]).all())
         else:  # the same counts, entropy within the contract
             assert torch.equal(tolerance_ess(spectra=fast), tolerance_ess(spectra=torch_route))
@@ -200,11 +201,6 @@ def test_descending_roots_read_each_cuts_own_size():
         [[[3.0, 2.0, 0.0, 0.0], [4.0, 2.0, 1.0, 0.5]], [[1.0, 1.0, 1.0, 0.0], [0.0, 0.0, 0.0, 0.0]]]
     )
     assert torch.equal(sigma, expected)
-
-
-def _padded_svdvals(cut: torch.Tensor, width: int) -> torch.Tensor:
-    values = torch.linalg.svdvals(cut) if cut.numel() else cut.new_zeros(cut.shape[0], 0)
-    return torch.nn.functional.pad(values, (0, width - values.shape[-1]))
 
 
 def test_the_dense_budget_counts_the_kernels_forms():

@@ -27,7 +27,6 @@ x (1 + TOP_ACCURACY)); where any lane fails them, bisection on Sturm counts deci
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,6 +34,7 @@ import torch
 
 from . import compiled
 from .accelerator import accelerator_routes
+from .sweeps import over_chunks
 
 __all__ = ["TridiagonalSpectra", "sturm_counts"]
 
@@ -253,15 +253,9 @@ def sturm_counts(diag: np.ndarray, off: np.ndarray, x: np.ndarray, workers: int 
     out = np.empty(len(x), dtype=np.int64)
     diag, off, x = (np.ascontiguousarray(a) for a in (diag, off, x))
     workers = max(1, min(workers or torch.get_num_threads(), len(x) // compiled.LANES))
-    bounds = np.linspace(0, len(x), workers + 1).astype(np.int64)
 
-    def count(k: int) -> None:
-        share = slice(bounds[k], bounds[k + 1])
+    def count(share: slice) -> None:
         _sturm_counts(diag[share], off[share], x[share], out[share])
 
-    if workers > 1:
-        with ThreadPoolExecutor(workers) as pool:
-            list(pool.map(count, range(workers)))
-    else:
-        count(0)
+    over_chunks(count, len(x), -(-len(x) // workers), workers)
     return out
