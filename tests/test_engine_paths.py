@@ -508,7 +508,7 @@ def test_what_a_carried_factor_drops_moves_a_gated_channel_only_as_the_ess_guard
         gap = true**2 - kept**2
         truncated += dropped > 1e-7 * float(true[0])  # a real truncation, not rounding
         assert bool((gap >= -slack).all()) and bool((gap <= dropped**2 + slack).all()), t
-        assert float(true.sum() - kept.sum()) <= largest * (factor.mass + len(true) * factor.rounding) + slack
+        assert float(true.sum() - kept.sum()) <= largest * (factor.mass + factor.rounding_mass) + slack
     assert carried > 10 and truncated > 10  # carried, not restarted at every cut, and truncated
 
 

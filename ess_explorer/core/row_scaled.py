@@ -261,7 +261,9 @@ class _Factor(NamedTuple):
     rows; E the dropped columns, whose rows are orthogonal to Z's (E Z^T = 0: each truncation
     drops the trailing singular directions, and a carried factor's earlier E keeps its rows
     orthogonal to the new Z); R the SVDs' rounding. ||E||_2 <= dropped, the nuclear norm
-    ||E||_* <= mass, ||R||_2 <= rounding. values: the singular values it was cut from (of H_t
+    ||E||_* <= mass, ||R||_2 <= rounding, ||R||_* <= rounding_mass (each SVD's rounding is a
+    matrix as wide as what it factored, so of rank at most its number of values: a carried
+    step's r + 1, not the cut's min(m, t)). values: the singular values it was cut from (of H_t
     itself where ``whole``, else of the carried factor)."""
 
     t: int
@@ -271,6 +273,7 @@ class _Factor(NamedTuple):
     dropped: float
     rounding: float
     mass: float
+    rounding_mass: float
 
     @property
     def error(self) -> float:
@@ -281,7 +284,8 @@ class _Factor(NamedTuple):
     def truncated(cls, t, left, values, carried: "_Factor | None", whole: bool, truncate: float, max_rank) -> "_Factor":
         """Keep the columns with S_k > truncate S_1 (at most ``max_rank``), adding to what
         ``carried`` (the factor this one was carried from, if any) had dropped: the error grows
-        by the first dropped value and the SVD's rounding, the mass by all the dropped values."""
+        by the first dropped value and the SVD's rounding, the mass by all the dropped values,
+        the rounding's mass by that rounding times the number of values."""
         listed = values.tolist()  # descending; one copy to the host for a few dozen floats
         kept = sum(value > truncate * listed[0] for value in listed)
         kept = max(1, kept if max_rank is None else min(kept, max_rank))
@@ -293,6 +297,7 @@ class _Factor(NamedTuple):
             dropped=(listed[kept] if kept < len(listed) else 0.0) + (carried.dropped if carried else 0.0),
             rounding=ROUNDING * listed[0] + (carried.rounding if carried else 0.0),
             mass=sum(listed[kept:]) + (carried.mass if carried else 0.0),
+            rounding_mass=len(listed) * ROUNDING * listed[0] + (carried.rounding_mass if carried else 0.0),
         )
 
 
@@ -371,14 +376,13 @@ def _guarded_values(
     stats = []  # per owner: its factor's bounds, and how many values each of its units has
     for owner, _ in groups:
         factor = factors[owner]
-        size = min(factor.base.shape[0], factor.t)
-        stats.append((factor.dropped, factor.rounding, factor.mass, size, min(factor.base.shape)))
+        stats.append((factor.dropped, factor.rounding, factor.mass + factor.rounding_mass, min(factor.base.shape)))
     counts = torch.tensor([len(members) for _, members in groups], device=sigma.device)
     per_unit = torch.tensor(stats, dtype=sigma.dtype, device=sigma.device).repeat_interleave(counts, 0)
-    dropped, rounding, mass, size, width = per_unit.unbind(-1)
+    dropped, rounding, mass, width = per_unit.unbind(-1)
     largest = largest_gate[written]
     if accuracy.fast:
-        fails = ~_ess_guard(values, width, largest, dropped, rounding, mass, size, accuracy)
+        fails = ~_ess_guard(values, width, largest, dropped, rounding, mass, accuracy)
     else:
         fails = largest * (dropped + rounding) > BOUND * values[:, 0]
     redo = torch.zeros(len(sigma), dtype=torch.bool, device=sigma.device)
@@ -406,24 +410,24 @@ def _owner_values(
     return values
 
 
-def _ess_guard(sigma, width, largest_gate, dropped, rounding, mass, size, accuracy: Accuracy) -> torch.Tensor:
+def _ess_guard(sigma, width, largest_gate, dropped, rounding, mass, accuracy: Accuracy) -> torch.Tensor:
     """Which units keep sigma, each unit's diag(gate) base from its Gram's eigenvalues (its
     first ``width`` values; the rest padding), base from its owner's factor H = base Z + E + R
-    (`_Factor`: ``dropped`` >= ||E||, ``rounding`` >= ||R||, ``mass`` >= ||E||_*, ``size`` =
-    min(m, t) >= rank(H)), g = ``largest_gate`` = max|gate|. B = diag(gate) E is orthogonal to
+    (`_Factor`: ``dropped`` >= ||E||, ``rounding`` >= ||R||, ``mass`` >= ||E||_* + ||R||_*),
+    g = ``largest_gate`` = max|gate|. B = diag(gate) E is orthogonal to
     the kept part, so each sigma_k^2 lies between that of diag(gate) base and it plus ||B||^2
     <= (g ||E||)^2 (interlacing), and R moves each sigma by at most g ||R|| (Weyl). A count
     stands where the Gram's rounding plus those cannot move a value across tau
     (`Accuracy.certain`, `Accuracy.shifted_error`). Entropy-ESS: the spectrum moves by at most
-    g (||E||_* + size ||R||) in the 1-norm (the nuclear norm of [A | B] less that of A is at
-    most ||B||_*), so p = sigma / sum(sigma) moves by at most q = that / sum(sigma) in total
+    g (||E||_* + ||R||_*) in the 1-norm (the nuclear norm of [A | B] less that of A is at
+    most ||B||_*, and R moves it by at most ||R||_*, Mirsky), so p = sigma / sum(sigma) moves by at most q = that / sum(sigma) in total
     variation, and the entropy by at most q log(k - 1) + h(q) (Fannes-Audenaert): at q below
     ESS_MASS, by 5e-6 at most for up to 2,048 values."""
     squares = sigma**2
     top = squares[:, 0]
     gram_rounding = GRAM_ERROR * width * torch.finfo(sigma.dtype).eps * top
     error = accuracy.shifted_error(top, gram_rounding + (largest_gate * dropped) ** 2, largest_gate * rounding)
-    moved = largest_gate * (mass + size * rounding)
+    moved = largest_gate * mass
     padding = torch.arange(sigma.shape[-1], device=sigma.device) >= width[:, None]
     values = squares.masked_fill(padding, float("nan"))  # no value there: never near tau
     return accuracy.certain(top, error, values) & (moved <= ESS_MASS * sigma.sum(-1))
