@@ -414,15 +414,15 @@ def _ess_guard(sigma, width, largest_gate, dropped, rounding, mass, accuracy: Ac
     """Which units keep sigma, each unit's diag(gate) base from its Gram's eigenvalues (its
     first ``width`` values; the rest padding), base from its owner's factor H = base Z + E + R
     (`_Factor`: ``dropped`` >= ||E||, ``rounding`` >= ||R||, ``mass`` >= ||E||_* + ||R||_*),
-    g = ``largest_gate`` = max|gate|. B = diag(gate) E is orthogonal to
-    the kept part, so each sigma_k^2 lies between that of diag(gate) base and it plus ||B||^2
-    <= (g ||E||)^2 (interlacing), and R moves each sigma by at most g ||R|| (Weyl). A count
-    stands where the Gram's rounding plus those cannot move a value across tau
-    (`Accuracy.certain`, `Accuracy.shifted_error`). Entropy-ESS: the spectrum moves by at most
-    g (||E||_* + ||R||_*) in the 1-norm (the nuclear norm of [A | B] less that of A is at
-    most ||B||_*, and R moves it by at most ||R||_*, Mirsky), so p = sigma / sum(sigma) moves by at most q = that / sum(sigma) in total
-    variation, and the entropy by at most q log(k - 1) + h(q) (Fannes-Audenaert): at q below
-    ESS_MASS, by 5e-6 at most for up to 2,048 values."""
+    g = ``largest_gate`` = max|gate|. B = diag(gate) E is orthogonal to the kept part, so each
+    sigma_k^2 lies between that of diag(gate) base and it plus ||B||^2 <= (g ||E||)^2
+    (interlacing), and R moves each sigma by at most g ||R|| (Weyl). A count stands where the
+    Gram's rounding plus those cannot move a value across tau (`Accuracy.certain`,
+    `Accuracy.shifted_error`). Entropy-ESS: the spectrum moves by at most g (||E||_* + ||R||_*)
+    in the 1-norm (the nuclear norm of [A | B] less that of A is at most ||B||_*; R moves the
+    values by at most ||R||_* in all, Mirsky), so p = sigma / sum(sigma) moves by at most
+    q = that / sum(sigma) in total variation, and the entropy by at most q log(k - 1) + h(q)
+    (Fannes-Audenaert): at q below ESS_MASS, by 5e-6 at most for up to 2,048 values."""
     squares = sigma**2
     top = squares[:, 0]
     gram_rounding = GRAM_ERROR * width * torch.finfo(sigma.dtype).eps * top
