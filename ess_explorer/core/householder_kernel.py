@@ -25,7 +25,7 @@ import numpy as np
 
 from .compiled import jit
 
-__all__ = ["PAD", "PANEL", "reduction_buffers", "reduce_to_tridiagonal"]
+__all__ = ["PAD", "PANEL", "TINY", "reduction_buffers", "reduce_to_tridiagonal"]
 
 TINY = float(np.finfo(np.float64).tiny)
 

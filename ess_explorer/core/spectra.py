@@ -426,11 +426,11 @@ def _gram_unsafe(sigma: torch.Tensor, rank: torch.Tensor | int, accuracy: Accura
     those whose smallest value within their rank is below GRAM_GUARD sigma_1 (each value
     then keeps ~1e-10 relative); under "ess", those whose eigenvalue error could move a count
     (core/precision.py)."""
-    top = sigma[..., 0] ** 2
+    top, rank = sigma[..., 0] ** 2, torch.as_tensor(rank, device=sigma.device)  # one conversion, on sigma's device
     if accuracy.fast:
-        error = GRAM_ERROR * torch.as_tensor(rank) * torch.finfo(sigma.dtype).eps * top
+        error = GRAM_ERROR * rank * torch.finfo(sigma.dtype).eps * top
         return ~accuracy.certain(top, error)
-    index = torch.as_tensor(rank, device=sigma.device).expand(sigma.shape[:-1]) - 1
+    index = rank.expand(sigma.shape[:-1]) - 1
     smallest = sigma.gather(-1, index[..., None])[..., 0]
     return smallest < GRAM_GUARD * sigma[..., 0]
 
