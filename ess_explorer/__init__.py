@@ -16,6 +16,7 @@ from .core.spectra import hankel_singular_values
 from .io import ResultCache, export_table, read_result, write_result_dir
 from .result import ESSResult, LayerESS
 from .sources import load_model
+from .verification import Verification, verify
 
 __all__ = [
     "__version__",
@@ -35,6 +36,8 @@ __all__ = [
     "LayerESS",
     "load_model",
     "analyze",
+    "verify",
+    "Verification",
     "zoo",
     "explore",
     "load_ipython_extension",

@@ -62,7 +62,7 @@ from .core.diagnostics import utilisation
 from .core.ess import DEFAULT_SCOPE, check_scope, check_variant, tolerance_reference
 from .core.layer import layer_arrays
 from .core.operators import DiagonalSSM
-from .core.precision import DEFAULT_PRECISION
+from .core.precision import DEFAULT_PRECISION, PRECISIONS, Accuracy
 from .core.units import CapturedLayer, DenseCapture, SSMCapture
 from .result_file import (  # noqa: F401  (SAVED_*: what the views draw, taken from here)
     BYTE_PLANES,
@@ -283,6 +283,17 @@ class ESSResult:
     @property
     def length(self) -> int:
         return len(self.input_ids)
+
+    def accuracy(self) -> Accuracy:
+        """The accuracy contract the spectra meet, with the tolerance that counted them (meta);
+        a result from before the contracts existed was computed exactly."""
+        precision = self.meta.get("precision")
+        return Accuracy(
+            precision if precision in PRECISIONS else "exact",
+            float(self.meta.get("tol", 1e-3)),
+            bool(self.meta.get("relative", True)),
+            self.meta.get("scope", DEFAULT_SCOPE),
+        )
 
     def layer(self, index: int) -> LayerESS:
         if index not in self.layers:

@@ -181,7 +181,19 @@ def cmd_analyze(args) -> int:
         out = write_result_dir(result, args.out)
         print(f"wrote {out}/ (result.npz, table.csv, meta.json)")
     store()
-    return 0
+    return _verify(args, result) if args.verify else 0
+
+
+def _verify(args, result) -> int:
+    """--verify: the result against plain SVDs of a sample of its cuts (verification.py), after
+    it is written and cached; 1 where any cut breaks the contract."""
+    from ..verification import verify
+
+    say(args, "verifying against plain SVDs ...")
+    model, _ = _load_model(_resolve_source(args.model), args.revision)  # a cache hit loaded no weights
+    report = verify(result, model, cuts=args.verify)
+    print(report)
+    return 0 if report.passed else 1
 
 
 def cmd_figure(args) -> int:
@@ -320,6 +332,15 @@ def build_parser() -> argparse.ArgumentParser:
     analyze = sub.add_parser("analyze", help="analyse one prompt; print ESS per layer; save a result directory")
     add_analysis_options(analyze)
     analyze.add_argument("--out", "-o", help="result directory to write (result.npz, table.csv, meta.json)")
+    analyze.add_argument(
+        "--verify",
+        nargs="?",
+        const=8,
+        type=_positive_int,
+        metavar="CUTS",
+        help="then check the result against plain SVDs of CUTS cuts (default 8) of 4 units per layer, "
+        "under its accuracy contract; exit 1 where it fails",
+    )
     analyze.set_defaults(func=cmd_analyze)
 
     fig = sub.add_parser("figure", help="a publication figure (PDF, SVG or PNG) from saved results")

@@ -42,9 +42,10 @@ from ..options import DEFAULT_PRECISION, PRECISIONS
 
 # No torch import: the CLI builds its --precision choices from here before torch loads.
 
-__all__ = ["PRECISIONS", "DEFAULT_PRECISION", "Accuracy", "check_precision", "TAU_BAND"]
+__all__ = ["PRECISIONS", "DEFAULT_PRECISION", "Accuracy", "check_precision", "TAU_BAND", "ROUNDOFF"]
 
 TAU_BAND = 1e-6  # the contract's band around tau within which a count may differ
+ROUNDOFF = 1e-13  # below this times sigma_1 a singular value is float64 round-off, not signal
 WINDOW_ERROR = 1e-10  # the largest error (relative to sigma_1^2) the window test accepts
 
 
@@ -84,6 +85,15 @@ class Accuracy:
         1e-6 sigma_k + 1e-10 sigma_1 is the SVD's own). From `certain`: |s^2 - sigma^2| <= e
         gives |s - sigma| <= sqrt(e) <= sqrt(2 TAU_BAND) tau_min."""
         return (2 * TAU_BAND) ** 0.5 * float(self.tol) if self.fast else 0.0
+
+    def drawn_floor(self) -> tuple[float, float]:
+        """(relative, absolute): a kept singular value below max(relative * sigma_1, absolute)
+        is neither drawn (views/) nor checked (verification.py). Float64 round-off under both
+        contracts; under "ess" its resolution too (a value there may be off by as much as
+        itself), so that what is drawn is exact where drawn."""
+        if self.relative:
+            return max(ROUNDOFF, self.resolution), 0.0
+        return ROUNDOFF, self.resolution
 
     def smallest_tau(self, top):
         """The smallest tau any scope can count a cut at whose largest eigenvalue is ``top``

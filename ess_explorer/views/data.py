@@ -24,7 +24,7 @@ import weakref
 import numpy as np
 
 from ..core.diagnostics import MODULATION_MEASURES, attainable_ceiling, layer_diagnostics, layer_modulation
-from ..core.precision import PRECISIONS, Accuracy
+from ..core.precision import ROUNDOFF
 from ..result import SAVED_SPECTRUM_K, ESSResult, LayerESS
 from .labels import (
     ceiling_label,
@@ -67,21 +67,13 @@ __all__ = [
 # What a saved result keeps is what these views draw (result.py)
 MAX_SPECTRUM_K = SAVED_SPECTRUM_K
 MAX_OVERVIEW_CELLS = 4000
-# Singular values below this fraction of sigma_1 are float64 round-off, not signal: not drawn.
-ROUNDOFF = 1e-13
 
 
 def drawn_floor(result: ESSResult) -> tuple[float, float]:
     """(relative, absolute): a kept singular value below max(relative * sigma_1, absolute) is
-    not drawn. Float64 round-off for every result; under the "ess" contract its resolution too
-    (core/precision.py: a value there may be off by as much as itself), so what a view draws is
-    exact where drawn. A result from before the contracts existed was computed exactly."""
-    meta = result.meta
-    precision = meta.get("precision", "exact") if meta.get("precision") in PRECISIONS else "exact"
-    accuracy = Accuracy(precision, float(meta.get("tol", 1e-3)), bool(meta.get("relative", True)))
-    if accuracy.relative:
-        return max(ROUNDOFF, accuracy.resolution), 0.0
-    return ROUNDOFF, accuracy.resolution
+    not drawn (`Accuracy.drawn_floor` of the result's contract), so what a view draws is exact
+    where drawn."""
+    return result.accuracy().drawn_floor()
 
 
 def floor_note(result: ESSResult) -> str:

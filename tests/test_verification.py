@@ -1,0 +1,168 @@
+"""verify: a result checked against plain SVDs of a sample of its cuts.
+
+The reference is torch.linalg.svdvals of each sampled cut of the layer's own dense T, so a
+passing check on real analyses says the engine's routes meet their contract there, and a
+result changed by more than the contract allows must fail at the cuts changed."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from test_families import build
+
+from ess_explorer import analyze, read_result, verify, write_result_dir
+from ess_explorer.app import cli
+from ess_explorer.core.precision import Accuracy
+
+
+@pytest.fixture(scope="module")
+def hybrid():
+    """Mamba2 heads split into gated channels (gates inside: the row-scaled route) and
+    attention heads, 2 layers, analysed under each contract."""
+    model, _ = build("falcon_h1")
+    ids = torch.randint(1, 64, (60,), generator=torch.Generator().manual_seed(3)).tolist()
+    return model, {
+        precision: analyze(model, ids, progress=False, precision=precision) for precision in ("ess", "exact")
+    }
+
+
+@pytest.mark.parametrize("precision", ["ess", "exact"])
+def test_a_real_analysis_meets_its_contract_at_every_sampled_cut(hybrid, precision):
+    model, results = hybrid
+    report = verify(results[precision], model, units=6, cuts=10)
+    assert report.precision == precision
+    assert report.passed, str(report)
+    expected = sum(min(6, lay.tolerance_ess.shape[0]) * 10 for lay in results[precision].layers.values())
+    assert len(report.rows) == expected
+    assert {row["layer"] for row in report.rows} == set(results[precision].layers)
+    middle = results[precision].length // 2
+    assert all(any(row["t"] == middle and row["layer"] == k for row in report.rows) for k in results[precision].layers)
+    assert max(row["entropy_error"] for row in report.rows) < (1e-5 if precision == "ess" else 1e-9)
+
+
+def test_scopes_unit_and_layer_count_against_the_largest_sigma_1():
+    """Each scope's counts pass; the per-cut counts, which differ from them, fail under them."""
+    model, _ = build("zamba")  # layer keys 1..5, not 0..n-1; Mamba channels and attention heads
+    ids = torch.randint(1, 64, (40,), generator=torch.Generator().manual_seed(4)).tolist()
+    per_cut = analyze(model, ids, progress=False, scope="cut", layers=[1, 2])
+    for scope in ("unit", "layer"):
+        result = analyze(model, ids, progress=False, scope=scope, layers=[1, 2])
+        report = verify(result, model, units=100, cuts=100)  # every unit and cut of this small model
+        assert report.passed, str(report)
+        swapped = copy.deepcopy(result)
+        for key, lay in swapped.layers.items():
+            lay.tolerance_ess = per_cut.layers[key].tolerance_ess.copy()
+        differ = sum(int((result.layers[k].tolerance_ess != per_cut.layers[k].tolerance_ess).sum()) for k in (1, 2))
+        assert differ > 0  # the premise: a larger sigma_1 counts fewer values somewhere
+        assert len(verify(swapped, model, units=100, cuts=100).failures) == differ
+
+
+def test_a_result_changed_beyond_its_contract_fails_where_it_was_changed(hybrid):
+    model, results = hybrid
+    result = results["ess"]
+    layer = min(result.layers)
+
+    def changed(edit):
+        bad = copy.deepcopy(result)
+        edit(bad.layers[layer])
+        return verify(bad, model, layers=[layer], units=3, cuts=5)
+
+    counts = changed(lambda lay: lay.tolerance_ess.__iadd__(1))
+    assert not counts.passed and all(not row["ok"] for row in counts.rows if row["t"] > 0)
+    assert all(row["tolerance_ess"] == row["tolerance_ess_svd"] + 1 for row in counts.failures)
+
+    entropy = changed(lambda lay: lay.entropy_ess.__imul__(1 + 1e-4))
+    assert not entropy.passed and min(row["entropy_error"] for row in entropy.failures) > 1e-5
+
+    within = changed(lambda lay: lay.entropy_ess.__imul__(1 + 1e-7))
+    assert within.passed, str(within)
+
+    def move_sigma_1(lay, fraction):
+        lay.singular_values[..., 0] *= 1 + fraction
+
+    values = changed(lambda lay: move_sigma_1(lay, 1e-3))  # far beyond 1.4e-6 sigma_1 + 1e-6 sigma_1
+    assert not values.passed and min(row["values_error"] for row in values.failures) > 1
+    assert verify(result, model, layers=[layer], units=3, cuts=5).passed
+
+
+def test_the_kept_values_are_held_to_the_exact_contract_only_under_exact(hybrid):
+    """A change of 1e-6 sigma_1 in the second value is within the "ess" resolution (1.4e-6
+    sigma_1) and beyond the "exact" bound (1e-6 sigma_2 + 1e-10 sigma_1)."""
+    model, results = hybrid
+    assert Accuracy("ess").resolution > 1e-6
+    for precision, passes in (("ess", True), ("exact", False)):
+        bad = copy.deepcopy(results[precision])
+        layer = min(bad.layers)
+        lay = bad.layers[layer]
+        lay.singular_values[..., 1] += 1e-6 * lay.singular_values[..., 0]
+        report = verify(bad, model, layers=[layer], units=3, cuts=5)
+        assert report.passed == passes, str(report)
+
+
+def test_a_saved_result_verifies(hybrid, tmp_path):
+    model, results = hybrid
+    folder = write_result_dir(results["exact"], tmp_path / "run")
+    loaded = read_result(folder)
+    assert verify(loaded, model, units=2, cuts=4).passed
+
+
+def test_the_wrong_model_or_options_are_refused_before_any_pass(hybrid):
+    model, results = hybrid
+    other, _ = build("qwen3")
+    with pytest.raises(ValueError, match="falcon_h1.*pass the model the result came from"):
+        verify(results["ess"], other)
+    with pytest.raises(ValueError, match="float64.*load it in float32"):
+        verify(results["ess"], copy.deepcopy(model).to(torch.float64))
+    with pytest.raises(ValueError, match=r"layers \[7\] are not in the result"):
+        verify(results["ess"], model, layers=[7])
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="units must be a positive int"):
+            verify(results["ess"], model, units=bad)
+    with pytest.raises(TypeError, match="ESSResult"):
+        verify({"layers": {}}, model)
+
+
+def test_the_report_says_what_failed(hybrid):
+    model, results = hybrid
+    bad = copy.deepcopy(results["exact"])
+    layer = min(bad.layers)
+    bad.layers[layer].tolerance_ess[0] += 2
+    report = verify(bad, model, layers=[layer], units=2, cuts=3)
+    text = str(report)
+    assert "FAILED" in text and f"layer {layer} unit 0" in text
+    assert report.to_frame().shape[0] == len(report.rows)
+    assert np.all(report.to_frame().query("unit != 0")["ok"])
+
+
+def test_the_command_line_verifies_after_writing_the_result(capsys, tmp_path, monkeypatch):
+    from ess_explorer import zoo
+
+    default = zoo.DEFAULT_MODEL
+    if default not in zoo.list_models():
+        pytest.skip(f"the default zoo model {default!r} is not on disk yet")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("ESS_EXPLORER_CACHE", str(tmp_path / "cache"))
+    words = " ".join(zoo.task_of(default).prompt(seed=1).split()[:12])
+    argv = ["analyze", "--prompt", words, "-q", "--out", str(tmp_path / "d"), "--verify", "5"]
+    code = cli.main(argv)
+    out = capsys.readouterr().out
+    assert code == 0 and "PASSED" in out and (tmp_path / "d" / "result.npz").exists()
+    from ess_explorer import verification
+
+    checked = verification._compare  # every cut found out of contract
+    monkeypatch.setattr(verification, "_compare", lambda *a, **k: {**checked(*a, **k), "ok": False})
+    code = cli.main(argv)  # a cache hit: the weights are loaded for the check alone
+    assert code == 1 and "FAILED" in capsys.readouterr().out
+
+
+def test_a_preview_at_a_stride_is_checked_at_its_own_cuts(hybrid):
+    model, _ = hybrid
+    ids = torch.randint(1, 64, (50,), generator=torch.Generator().manual_seed(5)).tolist()
+    preview = analyze(model, ids, progress=False, stride=7, units=[1, 3])
+    report = verify(preview, model, units=2, cuts=4)
+    assert report.passed, str(report)
+    assert {row["t"] % 7 for row in report.rows} == {0} and {row["unit"] for row in report.rows} == {0, 1}
+    assert any(row["t"] == 28 for row in report.rows)  # the computed cut nearest the middle, 25
