@@ -137,33 +137,36 @@ def analyze(
     _units(units)  # bad options fail before the forward pass
     if max_seconds is not None:
         _check_number("max_seconds", max_seconds, minimum=0.0)
-    captured = capture_layers(
-        model,
-        input_ids,
-        prompt=prompt,
-        chat=chat,
-        separators=separators,
-        tokenizer=tokenizer,
-        layers=layers,
-        device=device,
-        gates=gates,
-    )
-    if max_seconds is not None:
-        _check_estimate(captured, stride, max_seconds)
-    return analyze_captured(
-        captured,
-        tol=tol,
-        relative=relative,
-        scope=scope,
-        stride=stride,
-        top_k=top_k,
-        keep_operators=keep_operators,
-        units=units,
-        progress=progress,
-        release=True,
-        causal=causal,
-        precision=precision,
-    )
+    # One scope for the pass and the spectra: the forward's freed temporaries (a Mamba layer's
+    # discretised (D, L, N) arrays) serve the spectra's arrays instead of being unmapped between.
+    with reused_memory():
+        captured = capture_layers(
+            model,
+            input_ids,
+            prompt=prompt,
+            chat=chat,
+            separators=separators,
+            tokenizer=tokenizer,
+            layers=layers,
+            device=device,
+            gates=gates,
+        )
+        if max_seconds is not None:
+            _check_estimate(captured, stride, max_seconds)
+        return analyze_captured(
+            captured,
+            tol=tol,
+            relative=relative,
+            scope=scope,
+            stride=stride,
+            top_k=top_k,
+            keep_operators=keep_operators,
+            units=units,
+            progress=progress,
+            release=True,
+            causal=causal,
+            precision=precision,
+        )
 
 
 @dataclass
@@ -258,7 +261,8 @@ def capture_layers(
         if on_layer is not None:
             on_layer(captured, index)
 
-    capture(model, torch.tensor([ids], dtype=torch.long, device=model_device), [slots[i] for i in chosen], arrived)
+    with reused_memory():  # the pass's large temporaries reused, not mapped afresh each (core/memory.py)
+        capture(model, torch.tensor([ids], dtype=torch.long, device=model_device), [slots[i] for i in chosen], arrived)
     captured.layers = {index: captured.layers[index] for index in chosen}
     return captured
 

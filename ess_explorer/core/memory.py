@@ -6,7 +6,8 @@ freed before the next is made. glibc's malloc serves every block above M_MMAP_TH
 (128 KiB to 32 MiB) by a fresh mmap and unmaps it on free, so each such array costs a page
 fault per 4 KiB page and the kernel's zeroing of it on first touch: measured on a 2-core CPU,
 a fresh 100 MB `torch.exp` took 36 ms against 10 ms into a reused one, and that alone was a
-tenth of a whole Mamba model's run.
+tenth of a whole Mamba model's run. The model's forward pass, which captures the operators,
+runs inside the same scope: its own large temporaries are of the same kind.
 
 Inside `reused_memory()` the thresholds are raised, so large blocks come from the heap and
 freed ones stay there for the next array of the same size; on leaving the outermost one
