@@ -1,0 +1,110 @@
+"""`verify` on random analyses for a while (prints; not a test): every run's sampled cuts
+against plain float64 SVDs under the contract it was computed with (ess_explorer/verification.py).
+
+    python benchmarks/verify_sweep.py                      # real shapes, one random layer a run
+    python benchmarks/verify_sweep.py --tiny --minutes 30  # every tiny config of the tests
+
+Each run draws a model, a prompt length, a layer and the options a user can vary: precision,
+gates, scope, and with --tiny also a stride and an absolute tolerance. Real shapes are the
+random models of benchmarks/_models.py (Mamba2 under "ess" only: "exact" takes 13 s a layer);
+--tiny takes the configs of tests/test_adapters.py and tests/test_families.py (every model
+type the package registers) with seeded weights. A refusal (ValueError: a combination the
+API rejects with a message, such as a stride longer than the prompt) is counted, not failed;
+any other error or a failed `verify` is printed in full. Exit status 1 if anything failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import time
+import traceback
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch
+from _models import random_model, token_ids
+
+from ess_explorer import analyze, verify
+
+
+def real_shapes(rng: random.Random, models: dict):
+    """(name, model, ids, analyze options) of one run on a random model in a real shape."""
+    kind = rng.choice(sorted(models))
+    model = models[kind]
+    length = rng.randrange(100, 300 if kind == "mamba2" else 420)
+    options = dict(
+        layers=[rng.randrange(model.config.num_hidden_layers)],
+        precision="ess" if kind == "mamba2" else rng.choice(["ess", "ess", "exact"]),
+        gates=rng.choice(["inside", "outside"]),
+        scope=rng.choice(["cut", "unit", "layer"]),
+    )
+    return kind, model, token_ids(model, length), options
+
+
+def tiny_configs(rng: random.Random, builders: list):
+    """The same for a tiny config of the tests, seeded, with strides and absolute tolerances too."""
+    name, module = rng.choice(builders)
+    seed = rng.randrange(1000)
+    model, _ = module.build(name, seed)
+    length = rng.choice([2, 3, 5, 16, 33, 64, 97, 128, 200])
+    ids = torch.randint(1, module.VOCAB, (1, length), generator=torch.Generator().manual_seed(seed))
+    options = dict(
+        precision=rng.choice(["ess", "exact"]),
+        gates=rng.choice(["inside", "outside"]),
+        stride=rng.choice([None, None, 3]),
+    )
+    if rng.random() < 1 / 3:
+        options["relative"], options["tol"] = False, 1e-4  # absolute: no scope to choose
+    else:
+        options["scope"] = rng.choice(["cut", "unit", "layer"])
+    return name, model, ids, {k: v for k, v in options.items() if v is not None}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tiny", action="store_true", help="the tests' tiny configs instead of real shapes")
+    parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    if args.tiny:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+        import test_adapters
+        import test_families
+
+        builders = [(n, m) for m in (test_adapters, test_families) for n in sorted(m.CONFIGS)]
+        draw = lambda: tiny_configs(rng, builders)  # noqa: E731
+    else:
+        models = {kind: random_model(kind) for kind in ("gpt2", "mamba", "mamba2", "lfm2")}
+        draw = lambda: real_shapes(rng, models)  # noqa: E731
+    runs = refused = failed = 0
+    deadline = time.perf_counter() + 60 * args.minutes
+    while time.perf_counter() < deadline:
+        name, model, ids, options = draw()
+        try:
+            result = analyze(model, ids, progress=False, **options)
+            report = verify(result, model, units=8, cuts=8, seed=runs)
+        except ValueError as error:
+            refused += 1
+            if not args.tiny:
+                print(f"refused: {name} {options}: {error}", flush=True)
+            continue
+        except Exception:
+            failed += 1
+            print(f"ERROR {name} L = {len(torch.as_tensor(ids).flatten())} {options}", flush=True)
+            traceback.print_exc()
+            continue
+        runs += 1
+        if not report.passed:
+            failed += 1
+            print(f"FAILED {name} L = {len(result.input_ids)} {options}\n{report}", flush=True)
+    print(f"{runs} runs verified, {refused} refused by the API, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
