@@ -583,35 +583,91 @@ def test_a_short_prompt_of_wide_heads_takes_the_kernel_for_its_causal_gramians(m
     assert torch.equal(*(tolerance_ess(spectra=x, tol=TOL) for x in (fast, exact)))
 
 
+def one_decay_heads(units: int = 24, length: int = 160, state: int = 48, seed: int = 23) -> DiagonalSSM:
+    """Mamba2-like heads, one decay per head and step for all N modes, L > N: decay rates from
+    0.01 to 4 (slow heads need more than N rows, fast ones a few), input-dependent steps; head
+    0 has exact resets (a = 0 every 37 steps), head 1 decays within 1e-6 of 0, head 2 within
+    1e-6 of 1."""
+    g = torch.Generator().manual_seed(seed)
+    rate = torch.logspace(-2, 0.6, units, dtype=torch.float64)[:, None, None]
+    dt = 0.5 * torch.rand(units, length, 1, generator=g, dtype=torch.float64)
+    a = torch.exp(-rate * dt)
+    a[0, ::37] = 0.0
+    a[1] = 1e-6 * torch.rand(length, 1, generator=g, dtype=torch.float64)
+    a[2] = 1 - 1e-6 * torch.rand(length, 1, generator=g, dtype=torch.float64)
+    b = torch.randn(units, length, state, generator=g, dtype=torch.float64)
+    return DiagonalSSM(a.expand(units, length, state).contiguous(), b, b.clone())
+
+
 @pytest.mark.parametrize("stride", [1, 5])
-def test_heads_with_one_decay_per_step_build_their_early_grams_step_by_step(stride, monkeypatch):
-    """Where every step decays all N modes by one number (Mamba2's heads), the causal Gramian
-    route updates F_t F_t^T from the previous cut's (`causal._next_row_gram`) instead of forming
-    the product at each cut t < N: each Gram is the product's, and the counts are the exact
-    sweep's, at every cut and at a stride (several rows a step)."""
-    from ess_explorer.core import causal, dense_kernel
+def test_heads_with_one_decay_per_step_take_the_gram_of_their_recent_rows(stride, monkeypatch):
+    """Where every step decays all N modes by one number (Mamba2's heads), each cut's Gramian is
+    the Gram of the recent rows of R_t (core/recent_kernel.py): each is the product of those rows
+    (b_j times the decays since, built step by step here), what it leaves out is P_t's trace
+    less its own, within WINDOW_MASS of its largest row's weight; fast heads keep a few rows,
+    slow ones take P_t; and the counts are the exact sweep's, every value within the contract's
+    resolution, at every cut and at a stride."""
+    from ess_explorer.core import causal, dense_jobs, dense_kernel, recent_kernel
 
     if not dense_kernel.available():
         pytest.skip("numba is not installed")
-    g = torch.Generator().manual_seed(23)
-    units, length, n = 24, 64, 96
-    rate = 4 * torch.rand(units, 1, 1, generator=g, dtype=torch.float64)
-    dt = 0.5 * torch.rand(units, length, 1, generator=g, dtype=torch.float64)  # input-dependent steps
-    b = torch.randn(units, length, n, generator=g, dtype=torch.float64)
-    heads = DiagonalSSM(torch.exp(-rate * dt).expand(units, length, n).contiguous(), b, b.clone())
-    grams, original = [], causal._next_row_gram
+    monkeypatch.setattr(dense_jobs, "KERNEL_MIN_WORK", 0.0)
+    heads = one_decay_heads()
+    a, b = heads.a[..., 0], heads.b
+    seen, original = [], recent_kernel.RecentRows.grams
 
-    def spy(gram, rows, decay, old, new):
-        original(gram, rows, decay, old, new)
-        grams.append((gram[:, :new, :new].clone(), rows[:, :new] @ rows[:, :new].mT))
+    def spy(self, t, p, out, mass):
+        sizes, left_out, norms = original(self, t, p, out, mass)
+        seen.append((t, p.clone(), out.clone(), sizes.clone(), left_out.clone(), norms.clone()))
+        return sizes, left_out, norms
 
-    monkeypatch.setattr(causal, "_next_row_gram", spy)
-    positions = torch.arange(0, length + 1, stride)
+    monkeypatch.setattr(recent_kernel.RecentRows, "grams", spy)
+    positions = torch.arange(0, heads.length + 1, stride)
     fast = causal.reachability_gramian_singular_values(heads, positions, Accuracy("ess"))
-    assert len(grams) == len([t for t in positions.tolist() if 1 <= t <= n])
-    for gram, product in grams:
-        torch.testing.assert_close(gram, product, rtol=1e-10, atol=1e-13 * float(product.abs().max()))
+    assert [t for t, *_ in seen] == [t for t in positions.tolist() if t >= 1]
+    n, narrow, whole = heads.state_size, 0, 0
+    for t, p, gram, sizes, left_out, norms in seen:
+        for unit in range(len(sizes)):
+            w = int(sizes[unit])
+            if w == n and t > n and float(left_out[unit]) == 0.0 and torch.equal(gram[unit], p[unit]):
+                assert float(norms[unit]) == pytest.approx(float(torch.linalg.matrix_norm(p[unit])), rel=1e-14)
+                whole += 1
+                continue
+            narrow += w < min(t, n)
+            decayed = torch.stack([b[unit, j] * torch.prod(a[unit, j + 1 : t]) for j in range(t - w, t)])
+            product = decayed @ decayed.mT
+            scale = float(product.abs().max())
+            torch.testing.assert_close(gram[unit, :w, :w], product, rtol=1e-12, atol=1e-14 * scale)
+            assert float(norms[unit]) == pytest.approx(float(torch.linalg.matrix_norm(product)), rel=1e-12)
+            top = float((decayed * decayed).sum(-1).max())
+            assert 0.0 <= float(left_out[unit]) <= causal.WINDOW_MASS * top
+            trace = float(p[unit].trace()) - float(product.trace())
+            assert abs(float(left_out[unit]) - trace) <= 1e-13 * float(p[unit].trace())
+    assert narrow and whole  # both kinds of cut were exercised
     exact = causal.reachability_singular_values(heads, positions)
+    assert torch.equal(*(tolerance_ess(spectra=x, tol=TOL) for x in (fast, exact)))
+    assert bool(((fast - exact).abs() <= Accuracy("ess").resolution * exact[..., :1] + 1e-300).all())
+
+
+def test_what_a_window_of_recent_rows_leaves_out_counts_in_the_cuts_error(monkeypatch):
+    """A window that leaves out far more than WINDOW_MASS (set to 1e-3 here) makes its cuts'
+    counts uncertain through the error bound, so their units take the exact sweep's values and
+    every count stays the sweep's."""
+    from ess_explorer.core import causal, dense_jobs, dense_kernel
+
+    if not dense_kernel.available():
+        pytest.skip("numba is not installed")
+    monkeypatch.setattr(dense_jobs, "KERNEL_MIN_WORK", 0.0)
+    monkeypatch.setattr(causal, "WINDOW_MASS", 1e-3)
+    heads = one_decay_heads()
+    calls, real = [], causal.reachability_singular_values
+    monkeypatch.setattr(
+        causal, "reachability_singular_values", lambda s, *a, **k: calls.append(s.a.shape[0]) or real(s, *a, **k)
+    )
+    positions = torch.arange(heads.length + 1)
+    fast = causal.reachability_gramian_singular_values(heads, positions, Accuracy("ess"))
+    assert calls and calls[0] < heads.a.shape[0]  # some units redone, not all
+    exact = real(heads, positions)
     assert torch.equal(*(tolerance_ess(spectra=x, tol=TOL) for x in (fast, exact)))
 
 
@@ -1020,3 +1076,35 @@ def test_a_recurrent_layer_under_ess_is_one_chunk_of_units(gated, monkeypatch):
         )
     assert calls == {"ess": [40], "exact": [8, 16, 24, 32, 40]}
     np.testing.assert_array_equal(results["ess"]["tolerance_ess"], results["exact"]["tolerance_ess"])
+
+
+def test_the_recent_rows_kernel_matches_its_torch_reference():
+    """core/recent_kernel.py's compiled kernel against `reference`, at every cut of heads that
+    keep a few rows, need more than N (P_t itself), have exact resets, write nothing (a zero
+    Gram) or overflowed (inf weights: P_t, which the caller redoes): the same sizes, the same
+    window Grams and the same left-out mass, in the same order of operations, so bit for bit;
+    the norms (which only scale the error bound) to rounding."""
+    from ess_explorer.core import recent_kernel
+
+    if not recent_kernel.available():
+        pytest.skip("numba is not installed")
+    heads = one_decay_heads(units=8, length=120, state=40)
+    a, b = heads.a[..., 0].clone(), heads.b.clone()
+    b[3] = 0.0  # writes nothing
+    b[4, 70] = 1e300  # overflows from t = 71 on
+    recent = recent_kernel.RecentRows(a, b)
+    n, p = heads.state_size, torch.zeros(8, 40, 40, dtype=torch.float64)
+    kinds = set()
+    for t in range(1, heads.length + 1):
+        p = (a[:, t - 1, None, None] ** 2) * p + b[:, t - 1, :, None] * b[:, t - 1, None, :]
+        fast, slow = torch.full((2, 8, n, n), float("nan"), dtype=torch.float64)
+        sizes, left_out, norms = recent.grams(t, p, fast, 1e-18)
+        ref_sizes, ref_left_out, ref_norms = recent_kernel.reference(
+            t, recent.a, recent.weights, recent.trace, recent.rows, recent.first, 1e-18, p, slow
+        )
+        assert torch.equal(sizes, ref_sizes) and torch.equal(left_out, ref_left_out)
+        torch.testing.assert_close(norms, ref_norms, rtol=1e-13, atol=0, equal_nan=True)
+        for unit, w in enumerate(sizes.tolist()):
+            assert torch.equal(fast[unit, :w, :w], slow[unit, :w, :w])
+            kinds.add("whole" if w == n and t > n else "window" if w < min(t, n) else "all rows")
+    assert kinds == {"whole", "window", "all rows"}

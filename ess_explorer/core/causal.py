@@ -25,7 +25,10 @@ sigma(R_t)^2 = eig(P_t), P_t = R_t R_t^T, and the Gramian obeys the elementwise 
 P_{t+1} = (a_t a_t^T) * P_t + b_t b_t^T (core/gramian_naive.py), so causal ESS is the
 eigenvalues of one N x N matrix per cut, batched, with no QR or SVD per step
 (`reachability_gramian_singular_values`). Their error is at most GRAMIAN_ERROR eps ||P_t||_F;
-a cut where that could move its count takes the sweep's exact values instead.
+a cut where that could move its count takes the sweep's exact values instead. A head whose
+steps decay all N modes by one number (Mamba2) takes, on a CPU, the Gram of the few recent
+rows of R_t that hold all but WINDOW_MASS of P_t (core/recent_kernel.py), whose trace left out
+is added to that error.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from .eigen import eigvalsh, kernel_takes
 from .gramian_naive import GRAMIAN_ERROR
 from .operators import DPLRSSM, DiagonalSSM
 from .precision import Accuracy
+from .recent_kernel import RecentRows
 from .scan import stacked_qr_r, times_transition
 from .sweeps import _rank_one_update_upper, over_chunks
 
@@ -46,6 +50,13 @@ __all__ = ["reachability_singular_values", "reachability_gramian_singular_values
 # The reachability Gramians held at once by `reachability_gramian_singular_values`: the cuts
 # of one batched eigvalsh, (units, cuts, N, N) float64 (Mamba2's 24 heads, N = 128: 32 cuts).
 GRAMIAN_BLOCK_BYTES = 128 << 20
+# A cut of a head whose steps decay all N modes by one number leaves out the rows of R_t that
+# carry at most this times its largest row's weight (core/recent_kernel.py). Each eigenvalue of P_t then
+# moves by at most that much of ||P_t|| (added to the cut's error bound, and far below the
+# Gramian's own rounding, GRAMIAN_ERROR eps ||P_t||_F), and the singular values by at most
+# sqrt(N WINDOW_MASS) sigma_1 in all (their squares by WINDOW_MASS ||P_t|| in all: Lidskii), so
+# entropy-ESS by at most 3e-7 for N = 128 (Fannes-Audenaert, as in core/row_scaled.py).
+WINDOW_MASS = 1e-18
 
 
 def reachability_singular_values(
@@ -134,39 +145,44 @@ def reachability_gramian_singular_values(
     # block is a view (no copy of up to GRAMIAN_BLOCK_BYTES) and every slot is written before use
     held = a.new_empty(block, units, n, n)
     sizes = torch.full((block, units), n, dtype=torch.long)
-    early = a.new_zeros(units, n, n) if trim else None  # F_t: rows j < min(t, N), b_j times the decays since
-    # Where each step decays all N modes by one number (Mamba2's heads), F_t F_t^T follows the
-    # steps too (`_next_row_gram`): O(t N) a step instead of the O(t^2 N) product of F_t.
-    row_gram = a.new_zeros(units, n, n) if trim and bool((a == a[..., :1]).all()) else None
+    # Where each step decays all N modes by one number (Mamba2's heads), a cut takes the Gram of
+    # the few recent rows of R_t that carry all but WINDOW_MASS of P_t (core/recent_kernel.py):
+    # a fast-forgetting head's cut is a w x w problem with w far below N.
+    recent = RecentRows(a[..., 0], b) if trim and bool((a == a[..., :1]).all()) else None
+    early = a.new_zeros(units, n, n) if trim and recent is None else None  # F_t: rows j < min(t, N), b_j decayed since
+    left_out = a.new_zeros(block, units)  # the trace of what each slot's window left out of P_t
+    frobenius = a.new_zeros(block, units)  # each slot's ||P_t||_F (or its window's)
     p = a.new_zeros(units, n, n)
     step = 0
     for slot, t in enumerate(wanted):  # sorted and distinct: t > step
         if t == step + 1:  # p becomes P_t: what u_0..u_step wrote
             decay, written = a[:, step], b[:, step : step + 1]
-            p = torch.addcmul(b[:, step, :, None] * b[:, step, None, :], decay[:, :, None] * decay[:, None, :], p)
+            if recent is not None:  # one decay per step: in place, no (U, N, N) temporaries
+                p.mul_(decay[:, :1, None] ** 2).addcmul_(written.mT, written)
+            else:
+                p = torch.addcmul(b[:, step, :, None] * b[:, step, None, :], decay[:, :, None] * decay[:, None, :], p)
         else:  # strided cuts: the steps between two cuts in one product
             decay, written = _steps_between(a[:, step:t], b[:, step:t])
             p = (decay[:, :, None] * decay[:, None, :]) * p + written.mT @ written
-        if trim and step < n:  # F_t's rows j < min(t, N): b_j times the decays since
+        if early is not None and step < n:  # F_t's rows j < min(t, N): b_j times the decays since
             early[:, :step] *= decay[:, None, :]
             early[:, step : min(t, n)] = written[:, : min(t, n) - step]
-            if row_gram is not None:
-                _next_row_gram(row_gram, early, decay[:, 0], step, min(t, n))
         step = t
         k = slot % block
-        if trim and t < n:
-            if row_gram is None:
+        if recent is not None:
+            sizes[k], left_out[k], frobenius[k] = recent.grams(t, p, held[k], WINDOW_MASS)
+        else:
+            if trim and t < n:
                 held[k] = 0.0
                 torch.matmul(early[:, :t], early[:, :t].mT, out=held[k, :, :t, :t])
+                sizes[k] = t
             else:
-                held[k] = row_gram  # zero past its leading t x t block, as the slot must be
-            sizes[k] = t
-        else:
-            held[k], sizes[k] = p, n
+                held[k], sizes[k] = p, n
+            frobenius[k] = torch.linalg.matrix_norm(held[k])
         if k == block - 1 or slot == len(wanted) - 1:
             first, count = slot - k, k + 1
             solved = held[:count]  # (count, units, n, n)
-            bound = GRAMIAN_ERROR * eps * torch.linalg.matrix_norm(solved)
+            bound = GRAMIAN_ERROR * eps * frobenius[:count]
             finite = torch.isfinite(bound)  # not: a growing recurrence overflowed (its unit is redone)
             if not bool(finite.all()):
                 solved = torch.where(finite[..., None, None], solved, 0.0)
@@ -176,7 +192,7 @@ def reachability_gramian_singular_values(
             else:
                 values = eigvalsh(solved, allow_kernel)
             squares[:, first : first + count] = values.sort(-1, descending=True).values.transpose(0, 1)
-            error[:, first : first + count] = torch.where(finite, bound, float("inf")).T
+            error[:, first : first + count] = torch.where(finite, bound + left_out[:count], float("inf")).T
     rank = torch.clamp(torch.as_tensor(wanted, device=device), max=n)  # P_t holds t inputs
     squares = torch.where(torch.arange(n, device=device) < rank[:, None], squares.clamp_min(0), 0.0)
     redo = (~accuracy.certain(squares[..., 0], error, squares)).any(-1).nonzero().flatten()
@@ -190,16 +206,6 @@ def reachability_gramian_singular_values(
     out = torch.zeros(units, len(positions), n, dtype=dtype, device=device)
     out[:, inside.to(device)] = squares[:, row.to(device)].sqrt().to(dtype)  # one gather, no per-cut launch
     return out.reshape(*ssm.batch_shape, len(positions), n)
-
-
-def _next_row_gram(gram: torch.Tensor, rows: torch.Tensor, decay: torch.Tensor, old: int, new: int) -> None:
-    """gram[:, :new, :new] <- F F^T, F = rows[:, :new] (U, new, N), IN PLACE from F's first ``old``
-    rows' Gram before they decayed by the one number ``decay`` (U,) for all N modes: their
-    block scales by decay^2, the rows old..new-1 (just written) add their products with F."""
-    gram[:, :old, :old] *= (decay * decay)[:, None, None]
-    fresh = rows[:, :new] @ rows[:, old:new].mT  # (U, new, new - old)
-    gram[:, :new, old:new] = fresh
-    gram[:, old:new, :new] = fresh.mT
 
 
 def _steps_between(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
