@@ -17,7 +17,8 @@ core/row_scaled.py:
   (the upper triangle);
 - ``dense heads``: for the other heads (cuts of full rank, or nearly), the reduction of each
   channel's whole cut Gram, (4/3) min(t, L - t)^3, each built from the previous cut's;
-- ``causal``: the reduction of each head's reachability Gramian, (4/3) min(t, N)^3 per cut;
+- ``causal``: the reduction of each head's causal Gram at each cut, (4/3) w^3, w the rows of
+  R_t it keeps (core/recent_kernel.py: at most min(t, N), a fast-forgetting head's far fewer);
 
 and turns them into seconds: the reductions at the rate this machine's kernel reduces 128 x 128
 matrices (core/dense_kernel.py, its best size), the Grams at torch's matrix-product rate (one
@@ -37,6 +38,8 @@ from _models import random_model, token_ids
 
 from ess_explorer.analysis import capture_layers
 from ess_explorer.core import dense_kernel
+from ess_explorer.core.causal import WINDOW_MASS
+from ess_explorer.core.recent_kernel import RecentRows
 from ess_explorer.core.row_scaled import TRUNCATE_ESS
 from ess_explorer.core.sweeps import single_threaded_torch
 
@@ -72,6 +75,10 @@ def layer_flops(layer) -> dict:
     channels = torch.bincount(owner_of).to(torch.float64)  # (H,)
     length, state = heads.shape[-1], layer.max_rank
     eigen, grams, dense = (torch.zeros(len(channels), dtype=torch.float64) for _ in range(3))
+    ssm = layer.realize(owners)
+    recent = RecentRows(ssm.a[..., 0].to(torch.float64), ssm.b.to(torch.float64))
+    gramian = torch.zeros(len(channels), state, state, dtype=torch.float64)  # P_t: its values are not read
+    out = torch.empty_like(gramian)
     causal = 0.0
     for t in range(1, length):
         sigma = torch.linalg.svdvals(heads[:, t:, :t])  # (H, min(t, L - t))
@@ -79,7 +86,8 @@ def layer_flops(layer) -> dict:
         eigen += channels * 4 / 3 * rank**3
         grams += channels * (length - t) * rank * (rank + 1) / 2
         dense += channels * 4 / 3 * min(t, length - t) ** 3
-        causal += len(channels) * 4 / 3 * min(t, state) ** 3
+        kept = recent.grams(t, gramian, out, WINDOW_MASS)[0]  # rows kept: the sizes alone are read
+        causal += float((4 / 3 * kept.to(torch.float64) ** 3).sum())
     shared = eigen + 2 * grams < dense  # in flops; else the channels build each cut's Gram from the last
     return {
         "dense heads": float(dense[~shared].sum()),
