@@ -14,10 +14,16 @@ checks, under the contract the result was computed with (meta["precision"]):
   the contract's resolution under "ess"): within 1e-6 sigma_k + 1e-10 sigma_1 under "exact";
   within the resolution times sigma_1 plus 1e-6 sigma_k under "ess".
 
-Causal ESS is not checked here: its reference needs each family's realisation, not T (the
-tests compare it with the reachability matrices' SVDs). Under the scopes "unit" and "layer",
-tau refers to the largest sigma_1 over the unit's or layer's cuts; the unsampled cuts' sigma_1
-come from the result (each sampled cut's own sigma_1 is among the values checked).
+- causal ESS, where the family has a realisation (recurrences, short convolutions): equal to
+  the count of sigma(R_t) from the exact sweep of the layer's own realisation (core/causal.py:
+  a QR and an SVD per step, not the Gramians' eigenvalues), except where one lies within
+  TAU_BAND of tau. Attention's causal ESS is its KV cache (t), by definition, and is not
+  re-derived; under the scope "layer" with a relative tolerance causal ESS is not checked
+  (its tau would need every unit's sweep).
+
+Under the scopes "unit" and "layer", tau refers to the largest sigma_1 over the unit's or
+layer's cuts; the unsampled cuts' sigma_1 come from the result (each sampled cut's own sigma_1
+is among the values checked); for causal ESS under "unit", from the sweep, which gives every cut.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import torch
 
 from .analysis import capture_layers
 from .core.gates import DEFAULT_GATES
-from .core.precision import TAU_BAND
+from .core.precision import EXACT, TAU_BAND
 from .result import ESSResult
 
 __all__ = ["verify", "Verification", "ENTROPY_TOLERANCE"]
@@ -46,7 +52,8 @@ class Verification:
     near_tau (an SVD value within TAU_BAND of tau: the counts may differ there),
     entropy_ess, entropy_ess_svd, entropy_error (relative), values_error (the worst kept
     value's distance from the SVD's, as a fraction of what the contract allows: at most 1
-    passes) and ok."""
+    passes), causal_ess, causal_ess_sweep and causal_near_tau (None where causal ESS is not
+    checked) and ok."""
 
     precision: str
     rows: list[dict] = field(default_factory=list)
@@ -82,11 +89,19 @@ class Verification:
             f"  entropy-ESS: worst relative error {entropy:.1e} (allowed {ENTROPY_TOLERANCE:g})",
             f"  kept singular values: worst error {values:.2g} of what the contract allows",
         ]
+        causal = [row for row in self.rows if row["causal_ess_sweep"] is not None]
+        if causal:
+            lines.append(
+                f"  causal ESS: {sum(r['causal_ess'] == r['causal_ess_sweep'] for r in causal)} of {len(causal)} "
+                f"equal to the exact sweep's, {sum(r['causal_near_tau'] for r in causal)} with a value within "
+                f"{TAU_BAND:g} of tau"
+            )
         for row in self.failures[:5]:
             lines.append(
                 f"  failed: layer {row['layer']} unit {row['unit']} t = {row['t']}: tolerance-ESS "
                 f"{row['tolerance_ess']} (SVD {row['tolerance_ess_svd']}), entropy-ESS error "
-                f"{row['entropy_error']:.1e}, values {row['values_error']:.2g}"
+                f"{row['entropy_error']:.1e}, values {row['values_error']:.2g}, causal ESS "
+                f"{row['causal_ess']} (sweep {row['causal_ess_sweep']})"
             )
         return "\n".join(lines)
 
@@ -126,16 +141,44 @@ def verify(
         candidates = [k for k, t in enumerate(positions) if t > 0]
         picked = _cut_sample(candidates, positions, result.length, cuts, rng)
         dense = layer.dense(unit_ids)  # (units, L, L) float64
+        swept = _causal_sweep(layer, unit_ids, positions, stored.causal_ess[rows], accuracy)
         top_of_layer = float(np.max(stored.singular_values[..., 0], initial=0.0))
-        for row, operator in zip(rows, dense):
+        for i, (row, operator) in enumerate(zip(rows, dense)):
             top_of_unit = float(np.max(stored.singular_values[row, :, 0], initial=0.0))
             for k in picked:
                 t = positions[k]
                 sigma = torch.linalg.svdvals(operator[t:, :t])
                 reference = {"cut": float(sigma[0]), "unit": top_of_unit, "layer": top_of_layer}[accuracy.scope]
                 reference = max(reference, float(sigma[0]))  # this cut's own, by SVD, counts too
-                report.rows.append(_compare(stored, row, k, t, sigma, reference, accuracy, index))
+                entry = _compare(stored, row, k, t, sigma, reference, accuracy, index)
+                causal = _compare_causal(stored.causal_ess[row, k], None if swept is None else swept[i], k, accuracy)
+                entry.update(causal, ok=entry["ok"] and causal["causal_ok"])
+                del entry["causal_ok"]
+                report.rows.append(entry)
     return report
+
+
+def _causal_sweep(layer, unit_ids, positions, stored_causal, accuracy):
+    """sigma(R_t) of the sampled units at every cut of the result, (u, P, K), from the exact
+    sweep of the layer's realisation; None where causal ESS is not checked (module docstring)."""
+    if (accuracy.relative and accuracy.scope == "layer") or not np.isfinite(stored_causal).any():
+        return None
+    swept = layer.causal_spectra(unit_ids, torch.as_tensor(positions), accuracy=EXACT)
+    return None if swept is None else swept.to(torch.float64).cpu()
+
+
+def _compare_causal(got: float, swept, k: int, accuracy) -> dict:
+    """The causal part of a cut's row: the result's causal ESS ``got`` against the count of the
+    unit's swept spectra ``swept`` (P, K) at cut k, tau referring to their sigma_1 at that cut
+    or (scope "unit") at any cut."""
+    if swept is None or not np.isfinite(got):
+        return dict(causal_ess=None, causal_ess_sweep=None, causal_near_tau=None, causal_ok=True)
+    sigma = swept[k]
+    reference = float(sigma[0]) if accuracy.scope == "cut" else float(swept[:, 0].max())
+    tau = accuracy.tol * reference if accuracy.relative else accuracy.tol
+    count = int((sigma > tau).sum())
+    near = bool(((sigma - tau).abs() <= TAU_BAND * tau).any())
+    return dict(causal_ess=int(got), causal_ess_sweep=count, causal_near_tau=near, causal_ok=int(got) == count or near)
 
 
 def _compare(stored, row: int, k: int, t: int, sigma: torch.Tensor, reference: float, accuracy, index) -> dict:

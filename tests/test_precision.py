@@ -603,7 +603,7 @@ def one_decay_heads(units: int = 24, length: int = 160, state: int = 48, seed: i
 def test_heads_with_one_decay_per_step_take_the_gram_of_their_recent_rows(stride, monkeypatch):
     """Where every step decays all N modes by one number (Mamba2's heads), each cut's Gramian is
     the Gram of the recent rows of R_t (core/recent_kernel.py): each is the product of those rows
-    (b_j times the decays since, built step by step here), what it leaves out is P_t's trace
+    (b_j times the decays since, built row by row here), what it leaves out is P_t's trace
     less its own, within WINDOW_MASS of its largest row's weight; fast heads keep a few rows,
     slow ones take P_t; and the counts are the exact sweep's, every value within the contract's
     resolution, at every cut and at a stride."""

@@ -11,6 +11,7 @@ import copy
 import numpy as np
 import pytest
 import torch
+from test_adapters import CONFIGS
 from test_families import build
 
 from ess_explorer import analyze, read_result, verify, write_result_dir
@@ -41,6 +42,10 @@ def test_a_real_analysis_meets_its_contract_at_every_sampled_cut(hybrid, precisi
     middle = results[precision].length // 2
     assert all(any(row["t"] == middle and row["layer"] == k for row in report.rows) for k in results[precision].layers)
     assert max(row["entropy_error"] for row in report.rows) < (1e-5 if precision == "ess" else 1e-9)
+    causal = [row for row in report.rows if row["causal_ess_sweep"] is not None]
+    mamba2 = [k for k, lay in results[precision].layers.items() if lay.family == "mamba2"]
+    assert {row["layer"] for row in causal} == set(mamba2)  # attention's is its KV cache: not re-derived
+    assert all(row["causal_ess"] == row["causal_ess_sweep"] for row in causal)
 
 
 def test_scopes_unit_and_layer_count_against_the_largest_sigma_1():
@@ -76,6 +81,11 @@ def test_a_result_changed_beyond_its_contract_fails_where_it_was_changed(hybrid)
 
     entropy = changed(lambda lay: lay.entropy_ess.__imul__(1 + 1e-4))
     assert not entropy.passed and min(row["entropy_error"] for row in entropy.failures) > 1e-5
+
+    causal = changed(lambda lay: lay.causal_ess.__iadd__(1))
+    assert not causal.passed and all(not row["ok"] for row in causal.rows if row["t"] > 0)
+    assert all(row["causal_ess"] == row["causal_ess_sweep"] + 1 for row in causal.failures)
+    assert "causal ESS" in str(causal)
 
     within = changed(lambda lay: lay.entropy_ess.__imul__(1 + 1e-7))
     assert within.passed, str(within)
@@ -166,3 +176,30 @@ def test_a_preview_at_a_stride_is_checked_at_its_own_cuts(hybrid):
     assert report.passed, str(report)
     assert {row["t"] % 7 for row in report.rows} == {0} and {row["unit"] for row in report.rows} == {0, 1}
     assert any(row["t"] == 28 for row in report.rows)  # the computed cut nearest the middle, 25
+
+
+def test_causal_ess_of_heads_from_their_recent_rows_is_checked_against_the_exact_sweep(monkeypatch):
+    """A Mamba2 model whose heads take the causal route of core/recent_kernel.py (the kernel's
+    threshold lowered so a tiny model takes it): its causal ESS meets the sweep's at every
+    sampled cut, under the scopes "cut" and "unit"; under "layer" it is not checked."""
+    import transformers as tf
+
+    from ess_explorer.core import dense_jobs, recent_kernel
+
+    if not recent_kernel.available():
+        pytest.skip("numba is not installed")
+    monkeypatch.setattr(dense_jobs, "KERNEL_MIN_WORK", 0.0)
+    used, grams = [], recent_kernel.RecentRows.grams
+    monkeypatch.setattr(recent_kernel.RecentRows, "grams", lambda *a: used.append(1) or grams(*a))
+    torch.manual_seed(5)  # the tests' tiny Mamba2 with N = 32 (the kernel's smallest size is 24)
+    config = tf.Mamba2Config.from_dict({**CONFIGS["mamba2"].to_dict(), "state_size": 32, "num_hidden_layers": 1})
+    model = tf.AutoModelForCausalLM.from_config(config).eval()
+    ids = torch.randint(1, 64, (72,), generator=torch.Generator().manual_seed(6)).tolist()
+    for scope, checked in (("cut", True), ("unit", True), ("layer", False)):
+        used.clear()
+        result = analyze(model, ids, progress=False, scope=scope)
+        assert used  # the route under check ran
+        report = verify(result, model, units=8, cuts=12)
+        assert report.passed, str(report)
+        swept = [row for row in report.rows if row["causal_ess_sweep"] is not None]
+        assert bool(swept) == checked and all(row["causal_ess"] == row["causal_ess_sweep"] for row in swept)

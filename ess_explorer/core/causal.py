@@ -51,11 +51,11 @@ __all__ = ["reachability_singular_values", "reachability_gramian_singular_values
 # of one batched eigvalsh, (units, cuts, N, N) float64 (Mamba2's 24 heads, N = 128: 32 cuts).
 GRAMIAN_BLOCK_BYTES = 128 << 20
 # A cut of a head whose steps decay all N modes by one number leaves out the rows of R_t that
-# carry at most this times its largest row's weight (core/recent_kernel.py). Each eigenvalue of P_t then
-# moves by at most that much of ||P_t|| (added to the cut's error bound, and far below the
-# Gramian's own rounding, GRAMIAN_ERROR eps ||P_t||_F), and the singular values by at most
-# sqrt(N WINDOW_MASS) sigma_1 in all (their squares by WINDOW_MASS ||P_t|| in all: Lidskii), so
-# entropy-ESS by at most 3e-7 for N = 128 (Fannes-Audenaert, as in core/row_scaled.py).
+# carry at most this times its largest row's weight (core/recent_kernel.py). Each eigenvalue
+# of P_t then moves by at most that much of ||P_t|| (added to the cut's error bound, and far
+# below the Gramian's own rounding, GRAMIAN_ERROR eps ||P_t||_F); their sum by as much
+# (Lidskii), so the singular values by sqrt(N WINDOW_MASS) sigma_1 in all and entropy-ESS by
+# at most 3e-7 for N = 128 (Fannes-Audenaert, as in core/row_scaled.py).
 WINDOW_MASS = 1e-18
 
 
@@ -149,7 +149,7 @@ def reachability_gramian_singular_values(
     # the few recent rows of R_t that carry all but WINDOW_MASS of P_t (core/recent_kernel.py):
     # a fast-forgetting head's cut is a w x w problem with w far below N.
     recent = RecentRows(a[..., 0], b) if trim and bool((a == a[..., :1]).all()) else None
-    early = a.new_zeros(units, n, n) if trim and recent is None else None  # F_t: rows j < min(t, N), b_j decayed since
+    early = a.new_zeros(units, n, n) if trim and recent is None else None  # F_t: rows j < min(t, N)
     left_out = a.new_zeros(block, units)  # the trace of what each slot's window left out of P_t
     frobenius = a.new_zeros(block, units)  # each slot's ||P_t||_F (or its window's)
     p = a.new_zeros(units, n, n)
