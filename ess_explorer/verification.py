@@ -151,10 +151,10 @@ def verify(
                 reference = {"cut": float(sigma[0]), "unit": top_of_unit, "layer": top_of_layer}[accuracy.scope]
                 reference = max(reference, float(sigma[0]))  # this cut's own, by SVD, counts too
                 entry = _compare(stored, row, k, t, sigma, reference, accuracy, index)
-                causal = _compare_causal(stored.causal_ess[row, k], None if swept is None else swept[i], k, accuracy)
-                entry.update(causal, ok=entry["ok"] and causal["causal_ok"])
-                del entry["causal_ok"]
-                report.rows.append(entry)
+                causal, causal_ok = _compare_causal(
+                    stored.causal_ess[row, k], None if swept is None else swept[i], k, accuracy
+                )
+                report.rows.append({**entry, **causal, "ok": entry["ok"] and causal_ok})
     return report
 
 
@@ -167,18 +167,18 @@ def _causal_sweep(layer, unit_ids, positions, stored_causal, accuracy):
     return None if swept is None else swept.to(torch.float64).cpu()
 
 
-def _compare_causal(got: float, swept, k: int, accuracy) -> dict:
-    """The causal part of a cut's row: the result's causal ESS ``got`` against the count of the
-    unit's swept spectra ``swept`` (P, K) at cut k, tau referring to their sigma_1 at that cut
-    or (scope "unit") at any cut."""
+def _compare_causal(got: float, swept, k: int, accuracy) -> tuple[dict, bool]:
+    """The causal part of a cut's row, and whether it passes: the result's causal ESS ``got``
+    against the count of the unit's swept spectra ``swept`` (P, K) at cut k, tau referring to
+    their sigma_1 at that cut or (scope "unit") at any cut."""
     if swept is None or not np.isfinite(got):
-        return dict(causal_ess=None, causal_ess_sweep=None, causal_near_tau=None, causal_ok=True)
+        return dict(causal_ess=None, causal_ess_sweep=None, causal_near_tau=None), True
     sigma = swept[k]
     reference = float(sigma[0]) if accuracy.scope == "cut" else float(swept[:, 0].max())
     tau = accuracy.tol * reference if accuracy.relative else accuracy.tol
     count = int((sigma > tau).sum())
     near = bool(((sigma - tau).abs() <= TAU_BAND * tau).any())
-    return dict(causal_ess=int(got), causal_ess_sweep=count, causal_near_tau=near, causal_ok=int(got) == count or near)
+    return dict(causal_ess=int(got), causal_ess_sweep=count, causal_near_tau=near), int(got) == count or near
 
 
 def _compare(stored, row: int, k: int, t: int, sigma: torch.Tensor, reference: float, accuracy, index) -> dict:
