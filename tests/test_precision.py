@@ -649,6 +649,25 @@ def test_heads_with_one_decay_per_step_take_the_gram_of_their_recent_rows(stride
     assert bool(((fast - exact).abs() <= Accuracy("ess").resolution * exact[..., :1] + 1e-300).all())
 
 
+def test_heads_too_many_for_the_rows_gram_budget_take_the_early_cuts_product(monkeypatch):
+    """The recent rows' route holds (3N)^2 values a unit; past GRAMIAN_BLOCK_BYTES (set low here)
+    the heads take the product of their early rows and P_t instead, with the sweep's counts."""
+    from ess_explorer.core import causal, dense_jobs, dense_kernel, recent_kernel
+
+    if not dense_kernel.available():
+        pytest.skip("numba is not installed")
+    monkeypatch.setattr(dense_jobs, "KERNEL_MIN_WORK", 0.0)
+    heads = one_decay_heads(units=16, length=80, state=32)
+    monkeypatch.setattr(causal, "GRAMIAN_BLOCK_BYTES", 16 * (3 * 32) ** 2 * 8 - 1)
+    used, grams = [], recent_kernel.RecentRows.grams
+    monkeypatch.setattr(recent_kernel.RecentRows, "grams", lambda *a: used.append(1) or grams(*a))
+    positions = torch.arange(heads.length + 1)
+    fast = causal.reachability_gramian_singular_values(heads, positions, Accuracy("ess"))
+    assert not used
+    exact = causal.reachability_singular_values(heads, positions)
+    assert torch.equal(*(tolerance_ess(spectra=x, tol=TOL) for x in (fast, exact)))
+
+
 def test_what_a_window_of_recent_rows_leaves_out_counts_in_the_cuts_error(monkeypatch):
     """A window that leaves out far more than WINDOW_MASS (set to 1e-3 here) makes its cuts'
     counts uncertain through the error bound, so their units take the exact sweep's values and

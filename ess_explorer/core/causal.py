@@ -147,8 +147,11 @@ def reachability_gramian_singular_values(
     sizes = torch.full((block, units), n, dtype=torch.long)
     # Where each step decays all N modes by one number (Mamba2's heads), a cut takes the Gram of
     # the few recent rows of R_t that carry all but WINDOW_MASS of P_t (core/recent_kernel.py):
-    # a fast-forgetting head's cut is a w x w problem with w far below N.
-    recent = RecentRows(a[..., 0], b) if trim and bool((a == a[..., :1]).all()) else None
+    # a fast-forgetting head's cut is a w x w problem with w far below N. It holds the rows'
+    # Gram of a span of N cuts, under (3N)^2 values a unit: within the block's budget (24 heads
+    # of N = 128: 28 MB), or the early cuts' product below instead.
+    fits = units * (3 * n) ** 2 * 8 <= GRAMIAN_BLOCK_BYTES
+    recent = RecentRows(a[..., 0], b) if trim and fits and bool((a == a[..., :1]).all()) else None
     early = a.new_zeros(units, n, n) if trim and recent is None else None  # F_t: rows j < min(t, N)
     left_out = a.new_zeros(block, units)  # the trace of what each slot's window left out of P_t
     frobenius = a.new_zeros(block, units)  # each slot's ||P_t||_F (or its window's)
