@@ -167,6 +167,13 @@ def _causal_sweep(layer, unit_ids, positions, stored_causal, accuracy):
     return None if swept is None else swept.to(torch.float64).cpu()
 
 
+def _count_at_tau(sigma: torch.Tensor, reference: float, accuracy) -> tuple[int, bool]:
+    """(the values of ``sigma`` above tau, whether one lies within TAU_BAND of tau), tau referring
+    to ``reference`` (a sigma_1) under a relative tolerance."""
+    tau = accuracy.tol * reference if accuracy.relative else accuracy.tol
+    return int((sigma > tau).sum()), bool(((sigma - tau).abs() <= TAU_BAND * tau).any())
+
+
 def _compare_causal(got: float, swept, k: int, accuracy) -> tuple[dict, bool]:
     """The causal part of a cut's row, and whether it passes: the result's causal ESS ``got``
     against the count of the unit's swept spectra ``swept`` (P, K) at cut k, tau referring to
@@ -175,9 +182,7 @@ def _compare_causal(got: float, swept, k: int, accuracy) -> tuple[dict, bool]:
         return dict(causal_ess=None, causal_ess_sweep=None, causal_near_tau=None), True
     sigma = swept[k]
     reference = float(sigma[0]) if accuracy.scope == "cut" else float(swept[:, 0].max())
-    tau = accuracy.tol * reference if accuracy.relative else accuracy.tol
-    count = int((sigma > tau).sum())
-    near = bool(((sigma - tau).abs() <= TAU_BAND * tau).any())
+    count, near = _count_at_tau(sigma, reference, accuracy)
     return dict(causal_ess=int(got), causal_ess_sweep=count, causal_near_tau=near), int(got) == count or near
 
 
@@ -186,9 +191,7 @@ def _compare(stored, row: int, k: int, t: int, sigma: torch.Tensor, reference: f
     SVD of the cut, with tau referring to ``reference`` (a sigma_1)."""
     sigma = sigma.double()
     top = float(sigma[0]) if len(sigma) else 0.0
-    tau = accuracy.tol * reference if accuracy.relative else accuracy.tol
-    count = int((sigma > tau).sum())
-    near = bool(((sigma - tau).abs() <= TAU_BAND * tau).any())
+    count, near = _count_at_tau(sigma, reference, accuracy)
     total = float(sigma.sum())
     if total > 0:
         p = sigma / total
