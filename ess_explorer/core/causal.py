@@ -151,7 +151,8 @@ def reachability_gramian_singular_values(
     # Gram of a span of N cuts, under (3N)^2 values a unit: within the block's budget (24 heads
     # of N = 128: 28 MB), or the early cuts' product below instead.
     fits = units * (3 * n) ** 2 * 8 <= GRAMIAN_BLOCK_BYTES
-    recent = RecentRows(a[..., 0], b) if trim and fits and bool((a == a[..., :1]).all()) else None
+    one_decay = bool((a == a[..., :1]).all())
+    recent = RecentRows(a[..., 0], b) if trim and fits and one_decay else None
     early = a.new_zeros(units, n, n) if trim and recent is None else None  # F_t: rows j < min(t, N)
     left_out = a.new_zeros(block, units)  # the trace of what each slot's window left out of P_t
     frobenius = a.new_zeros(block, units)  # each slot's ||P_t||_F (or its window's)
@@ -160,7 +161,7 @@ def reachability_gramian_singular_values(
     for slot, t in enumerate(wanted):  # sorted and distinct: t > step
         if t == step + 1:  # p becomes P_t: what u_0..u_step wrote
             decay, written = a[:, step], b[:, step : step + 1]
-            if recent is not None:  # one decay per step: in place, no (U, N, N) temporaries
+            if one_decay:  # a scalar scale, in place: no (U, N, N) temporaries
                 p.mul_(decay[:, :1, None] ** 2).addcmul_(written.mT, written)
             else:
                 p = torch.addcmul(b[:, step, :, None] * b[:, step, None, :], decay[:, :, None] * decay[:, None, :], p)
