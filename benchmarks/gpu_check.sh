@@ -1,36 +1,40 @@
 #!/usr/bin/env bash
-# GPU check of the spectra engine: one run on a CUDA machine, under 8 minutes in all.
+# GPU check of the spectra engine: one run on a CUDA machine, under 9 minutes in all.
 # Needs python3 with a CUDA build of torch, numpy and pytest. What else it can use (numba,
 # nvmath-python for cuSOLVER's batched eigensolver, transformers for the whole-model cases, which
 # are skipped without it) it installs from wheels in .whl/ (benchmarks/gpu_wheels.sh fetches them,
 # for a machine without network) or else from the registries. From the repository root:
 #     bash benchmarks/gpu_check.sh        # logs in $OUT when set, else ./gpu_check_logs
-# Steps, each under its own time limit (a step that runs out is reported, the next runs):
+# Two files: summary.txt (versions, each step's exit, the targets beside their figures) and
+# steps.log (every step's output). Steps, each under its own time limit (a step that runs out is
+# reported, the next runs), the targets first:
 #   0. install what is missing (pip, time-limited), and say whether cuSOLVER's batched solver loads
 #   1. the gpu-marked tests: CUDA results equal to the CPU's within the accuracy bound, cuSOLVER's
 #      batched eigenvalues equal to torch's, the Gramian route within the "ess" contract
 #   2. a Mamba-130m-shaped layer (1536 channels, N = 16, L = 1024, all cuts, both variants),
 #      under both accuracy contracts
-#   3. factored scan vs sweep vs dense; 4. dense batched vs per-cut (GPT-2 heads, L = 1024),
-#      on the GPU and on the same machine's CPU cores (cuSOLVER's eigvalsh loops over the batch,
-#      so the host's cores may be the faster place for attention's cut spectra)
-#   5. whole models through analyze, the targets first (Mamba-130m at L = 2048, GPT-2-small at 1024), then
-#      the rest of bench_engine.MODEL_CASES["gpu"] while time remains; last, the target cases' lines again
-#      beside the targets, in summary.txt
+#   3. whole models through analyze (bench_engine.MODEL_CASES["gpu"]: Mamba-130m at L = 2048 and
+#      GPT-2-small at 1024 and 2048 first), each case stopped after a minute
+#   4. where the time of one Mamba-130m layer pair at L = 2048 and one GPT-2 layer at L = 2048 goes
+#      (cProfile, benchmarks/profile_model.py)
+#   5. dense batched vs per-cut (GPT-2 heads, L = 1024), on the GPU and on the same machine's CPU
+#      cores (cuSOLVER's eigvalsh loops over the batch, so the host's cores may be the faster place)
+#   6. factored scan vs sweep vs dense
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 LOGS="${OUT:-$PWD/gpu_check_logs}"
+STEPS=$(mktemp -d)  # one log per step, for the summary's grep; all of them go to $LOGS/steps.log
 mkdir -p "$LOGS"
 PY="${PYTHON:-python3}"
 start=$(date +%s)
 say() { echo "[$(( $(date +%s) - start )) s] $*" | tee -a "$LOGS/summary.txt"; }
-step() {  # step NAME SECONDS COMMAND...: run under a limit, log to $LOGS/NAME.log, echo the log
+step() {  # step NAME SECONDS COMMAND...: run under a limit, log it, echo the log
   local name=$1 limit=$2; shift 2
   say "$name (limit ${limit} s)"
-  timeout "$limit" "$@" > "$LOGS/$name.log" 2>&1
+  timeout "$limit" "$@" > "$STEPS/$name.log" 2>&1
   local rc=$?
-  cat "$LOGS/$name.log"
+  { echo "===== $name"; cat "$STEPS/$name.log"; } | tee -a "$LOGS/steps.log"
   say "$name: exit $rc$( [ $rc = 124 ] && echo ' (time limit)')"
 }
 
@@ -42,8 +46,12 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >> "$LOGS/s
 # reach no registry), installed without an index ahead of its own packages; else from the registries,
 # without retries (no network then costs seconds, not the step's minute).
 if ls .whl/*.whl >/dev/null 2>&1; then
-  step install 60 $PY -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/ess_gpu_site .whl/*.whl
+  step install 40 $PY -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/ess_gpu_site .whl/*.whl
   export PYTHONPATH="/tmp/ess_gpu_site:$PYTHONPATH"
+  # nvmath needs cuda-core and cuda-pathfinder: the machine's own unless they are too old
+  if ! $PY -c "from nvmath.bindings import cusolverDn" >/dev/null 2>&1 && ls .whl/fallback/*.whl >/dev/null 2>&1; then
+    step install_cuda_core 30 $PY -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/ess_gpu_site .whl/fallback/*.whl
+  fi
 else
   missing=""
   for pkg in numba "nvmath-python>=1.0,<2:nvmath" "transformers<6:transformers" tqdm; do
@@ -51,19 +59,33 @@ else
   done
   [ -n "$missing" ] && step install 60 $PY -m pip install -q --retries 0 --timeout 10 $missing
 fi
+say "versions: $($PY -c '
+import importlib.metadata as m
+def version(name):
+    try:
+        return m.version(name)
+    except m.PackageNotFoundError:
+        return "missing"
+names = "torch", "transformers", "huggingface_hub", "numba", "nvmath-python", "cuda-bindings", "cuda-core", "cuda-pathfinder"
+print(", ".join(f"{name} {version(name)}" for name in names))' 2>&1 | tail -1)"
 say "cuSOLVER's batched eigensolver: $($PY -c 'from ess_explorer.core.eigen import cusolver_batched_available as a; print("available" if a() else "missing (torch loops over batches of n > 32)")' 2>&1 | tail -1)"
+$PY -c "from nvmath.bindings import cusolverDn" 2>&1 | tail -2 | tee -a "$LOGS/summary.txt"
+
 step gpu_tests 60 $PY -m pytest -q -m gpu tests/test_engine_paths.py tests/test_dplr.py tests/test_precision.py tests/test_gramian_blocked.py -p no:cacheprovider
-step layer 60 $PY benchmarks/bench_engine.py --device cuda --full --only layer
-step factored 40 $PY benchmarks/bench_engine.py --device cuda --full --only factored
-step dense 60 $PY benchmarks/bench_engine.py --device cuda --full --only dense
-step dense_host 40 $PY benchmarks/bench_engine.py --device cpu --full --only dense
+step layer 50 $PY benchmarks/bench_engine.py --device cuda --full --only layer
 if $PY -c "import transformers" 2>/dev/null; then
-  step models 150 $PY benchmarks/bench_engine.py --device cuda --models-only
+  step models 180 $PY benchmarks/bench_engine.py --device cuda --models-only --case-timeout 60
+  step profile_mamba 35 $PY benchmarks/profile_model.py mamba 2048 --device cuda --layers 2 --top 25
+  step profile_gpt2 30 $PY benchmarks/profile_model.py gpt2 2048 --device cuda --layers 1 --top 25
 else
   say "models: skipped (transformers is not installed)"
 fi
+step dense 60 $PY benchmarks/bench_engine.py --device cuda --full --only dense --case-timeout 30
+step dense_host 25 $PY benchmarks/bench_engine.py --device cpu --full --only dense --case-timeout 12
+step factored 20 $PY benchmarks/bench_engine.py --device cuda --full --only factored --case-timeout 10
+
 # the four GPU targets beside what this run measured for them (README "Performance")
 say "targets: Mamba layer <= 0.3 s | whole Mamba-130m, L = 2048 <= 20 s | 144 GPT-2 heads, L = 1024 <= 5 s (whole model below) | whole GPT-2-small, L = 2048 <= 60 s"
-grep -h -E "^  precision (ess|exact)|^  target|Mamba-130m, L = 2048|GPT-2-small, L = (1024|2048)" "$LOGS/layer.log" "$LOGS/models.log" 2>/dev/null \
+grep -h -E "^  precision (ess|exact)|^  target|Mamba-130m, L = 2048|GPT-2-small, L = (1024|2048)" "$STEPS/layer.log" "$STEPS/models.log" 2>/dev/null \
   | tee -a "$LOGS/summary.txt"
 say "done; logs in $LOGS"
