@@ -258,8 +258,11 @@ def child(name: str, params: dict, device: str) -> dict:
     except subprocess.TimeoutExpired as stopped:
         printed = _json_lines(stopped.stdout)
         return printed[-1] if printed else {"error": f"stopped at the case time limit ({CASE_TIMEOUT:g} s)"}
-    if run.returncode != 0:
-        return {"error": run.stderr.strip().splitlines()[-1] if run.stderr.strip() else f"exit {run.returncode}"}
+    if run.returncode != 0:  # the error's last line, and where it was raised
+        lines = run.stderr.strip().splitlines() or [f"exit {run.returncode}"]
+        frames = [line.strip() for line in lines if line.lstrip().startswith("File ")]
+        ours = [frame for frame in frames if "/ess_explorer/" in frame or "/benchmarks/" in frame]
+        return {"error": lines[-1], "where": list(dict.fromkeys(ours[-3:] + frames[-1:]))}
     return _json_lines(run.stdout)[-1]
 
 
@@ -275,6 +278,8 @@ def _get(case: dict, key: str) -> float:
 def show(label: str, case: dict, extra: str = "") -> None:
     if "error" in case:
         print(f"  {label:<52} failed: {case['error']}", flush=True)
+        for line in case.get("where", []):
+            print(f"    {line}", flush=True)
         return
     print(
         f"  {label:<52} {case['seconds']:8.2f} s wall {case['cpu_seconds']:8.2f} s CPU   "

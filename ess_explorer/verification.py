@@ -189,7 +189,7 @@ def _compare_causal(got: float, swept, k: int, accuracy) -> tuple[dict, bool]:
 def _compare(stored, row: int, k: int, t: int, sigma: torch.Tensor, reference: float, accuracy, index) -> dict:
     """One cut's row of the report: the result's numbers at (row, k) against ``sigma``, the
     SVD of the cut, with tau referring to ``reference`` (a sigma_1)."""
-    sigma = sigma.double()
+    sigma = sigma.double().cpu()  # beside the stored numbers, which are on the host
     top = float(sigma[0]) if len(sigma) else 0.0
     count, near = _count_at_tau(sigma, reference, accuracy)
     total = float(sigma.sum())

@@ -820,7 +820,63 @@ def test_eigvalsh_dispatch_keeps_torch_off_the_gpu(monkeypatch):
     torch.testing.assert_close(eigen.eigvalsh(x), torch.linalg.eigvalsh(x))
 
 
+def test_cuda_batches_are_split_and_halved_where_cusolver_refuses(monkeypatch):
+    """The GPU's batch splitting, on the CPU: a solver that refuses batches larger than 600
+    (as cuSOLVER refuses batches of tens of thousands) gets at most the limit per call, the
+    limit halves until the calls pass and stays there, every matrix is solved once, in
+    order; an error that is not cuSOLVER's, or one at the smallest batch, is raised."""
+    from ess_explorer.core import eigen
+
+    calls = []
+
+    def refusing(batch):
+        calls.append(batch.shape[0])
+        if batch.shape[0] > 600:
+            raise RuntimeError("cusolver error: CUSOLVER_STATUS_INTERNAL_ERROR, when calling `cusolverDnXsyevBatched`")
+        return torch.linalg.eigvalsh(batch)
+
+    monkeypatch.setattr(eigen, "_cuda_eigvalsh", refusing)
+    monkeypatch.setattr(eigen, "_cuda_batch", 2000)
+    x = torch.randn(2500, 6, 6, dtype=torch.float64)
+    x = x @ x.mT
+    torch.testing.assert_close(eigen._in_cuda_batches(x), torch.linalg.eigvalsh(x), rtol=0, atol=0)
+    assert calls == [2000, 1000, 500, 500, 500, 500, 500]
+    assert eigen.cuda_batch_limit() == 500  # kept for the next call
+
+    def failing(message):
+        def solve(batch):
+            calls.append(batch.shape[0])
+            raise RuntimeError(message)
+
+        return solve
+
+    calls.clear()
+    monkeypatch.setattr(eigen, "_cuda_eigvalsh", failing("cusolver error: CUSOLVER_STATUS_INTERNAL_ERROR"))
+    with pytest.raises(RuntimeError, match="CUSOLVER_STATUS_INTERNAL_ERROR"):
+        eigen._in_cuda_batches(x)
+    assert calls == [500, 256]  # halved down to the smallest batch, then raised
+    monkeypatch.setattr(eigen, "_cuda_eigvalsh", failing("CUDA out of memory"))
+    monkeypatch.setattr(eigen, "_cuda_batch", 1000)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        eigen._in_cuda_batches(x)
+    assert eigen.cuda_batch_limit() == 1000
+
+
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+@pytest.mark.gpu
+@cuda
+@pytest.mark.parametrize("n", [16, 48])
+def test_cuda_eigvalsh_takes_a_layer_sized_batch(n):
+    """A Mamba layer's Gramian route asks for about 1.5 million 16 x 16 solves at once, more
+    than one cuSOLVER call takes: the answer still equals the CPU's."""
+    from ess_explorer.core import eigen
+
+    count = 3 * eigen.CUDA_BATCH + 17
+    x = torch.randn(count, n, n, dtype=torch.float64, generator=torch.Generator().manual_seed(n))
+    x = x @ x.mT
+    torch.testing.assert_close(eigen.eigvalsh(x.cuda()).cpu(), torch.linalg.eigvalsh(x), rtol=1e-10, atol=1e-9 * n)
 
 
 @pytest.mark.gpu

@@ -203,3 +203,22 @@ def test_causal_ess_of_heads_from_their_recent_rows_is_checked_against_the_exact
         assert report.passed, str(report)
         swept = [row for row in report.rows if row["causal_ess_sweep"] is not None]
         assert bool(swept) == checked and all(row["causal_ess"] == row["causal_ess_sweep"] for row in swept)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("precision", ["ess", "exact"])
+def test_an_analysis_on_the_gpu_verifies_and_equals_the_cpus(precision):
+    """Mamba2 channels and attention heads analysed on a GPU, the model on the GPU too: the
+    check (its SVDs on the GPU, the stored numbers on the host) passes, and the counts equal
+    the CPU's away from tau."""
+    model, _ = build("falcon_h1")
+    ids = torch.randint(1, 64, (60,), generator=torch.Generator().manual_seed(3)).tolist()
+    on_cpu = analyze(model, ids, progress=False, precision=precision)
+    model = model.cuda()
+    on_gpu = analyze(model, ids, progress=False, precision=precision, device="cuda")
+    report = verify(on_gpu, model, units=6, cuts=10)
+    assert report.passed, str(report)
+    for key, lay in on_gpu.layers.items():
+        np.testing.assert_allclose(lay.entropy_ess, on_cpu.layers[key].entropy_ess, rtol=1e-5)
+        assert (lay.tolerance_ess != on_cpu.layers[key].tolerance_ess).mean() < 0.01

@@ -9,6 +9,12 @@ On a CPU: a float64 batch of 16 or more matrices of size 24 or more goes to the 
 kernel of core/dense_kernel.py (1.15-2.8x LAPACK's speed on one core), unless its caller's
 whole job is too small to repay the kernel's compile (`allow_kernel`, decided by
 dense_jobs.repays_kernel). torch everywhere else.
+On a GPU every call takes at most `cuda_batch_limit()` matrices: cuSOLVER's batched solvers fail
+(CUSOLVER_STATUS_INTERNAL_ERROR or INVALID_VALUE) on batches of a few tens of thousands of
+matrices or more, an undocumented limit that torch (2.11, whose eigvalsh calls
+cusolverDnXsyevBatched) does not split for; a Mamba layer's Gramian route asks for about 1.5
+million 16 x 16 solves at once. A batch that fails anyway is solved again in halves, down to
+CUDA_MIN_BATCH, and the smaller size is kept for the rest of the process.
 All give ascending eigenvalues, as `torch.linalg.eigvalsh` does.
 """
 
@@ -21,7 +27,7 @@ import torch
 from . import dense_kernel
 from .accelerator import accelerator_routes
 
-__all__ = ["eigvalsh", "kernel_takes", "cusolver_batched_available", "TORCH_BATCHED_LIMIT"]
+__all__ = ["eigvalsh", "kernel_takes", "cusolver_batched_available", "cuda_batch_limit", "TORCH_BATCHED_LIMIT"]
 
 TORCH_BATCHED_LIMIT = 32  # the largest n torch's CUDA eigvalsh solves as one batched call
 # Below this many matrices the kernel's 64 lanes are too empty to beat LAPACK. Measured on
@@ -31,6 +37,14 @@ KERNEL_MIN_BATCH = 16
 _CUDA_R_64F, _CUDA_R_32F = 1, 0  # cudaDataType
 _NO_VECTORS, _LOWER = 0, 0  # cusolverEigMode_t, cublasFillMode_t
 _failed_once = False
+CUDA_BATCH = 16384  # matrices per cuSOLVER call to start with (module docstring)
+CUDA_MIN_BATCH = 256  # below this a failing call is not the batch's size: raise
+_cuda_batch = CUDA_BATCH
+
+
+def cuda_batch_limit() -> int:
+    """The most matrices one CUDA eigensolver call takes in this process (module docstring)."""
+    return _cuda_batch
 
 
 def cusolver_batched_available() -> bool:
@@ -66,11 +80,38 @@ def eigvalsh(matrices: torch.Tensor, allow_kernel: bool = True) -> torch.Tensor:
     if allow_kernel and kernel_takes(matrices[..., 0, 0].numel(), n, matrices.dtype, matrices.device):
         flat = matrices.reshape(-1, n, n)
         return dense_kernel.symmetric_eigenvalues(flat).reshape(matrices.shape[:-1])
+    if matrices.device.type == "cuda":
+        return _in_cuda_batches(matrices.reshape(-1, n, n)).reshape(matrices.shape[:-1])
+    return torch.linalg.eigvalsh(matrices)
+
+
+def _in_cuda_batches(flat: torch.Tensor) -> torch.Tensor:
+    """Eigenvalues (B, n) of the CUDA batch ``flat`` (B, n, n), at most `cuda_batch_limit()`
+    matrices per call; a call that cuSOLVER refuses is made again in halves (module docstring)."""
+    global _cuda_batch
+    out = flat.new_empty(flat.shape[:-1])
+    start = 0
+    while start < flat.shape[0]:
+        stop = min(start + _cuda_batch, flat.shape[0])
+        try:
+            out[start:stop] = _cuda_eigvalsh(flat[start:stop])
+        except RuntimeError as error:
+            if "cusolver" not in str(error).lower() or stop - start <= CUDA_MIN_BATCH:
+                raise
+            _cuda_batch = max(CUDA_MIN_BATCH, (stop - start) // 2)
+            continue
+        start = stop
+    return out
+
+
+def _cuda_eigvalsh(matrices: torch.Tensor) -> torch.Tensor:
+    """One batch (B, n, n) on the GPU: cuSOLVER's batched solver through nvmath where torch
+    would loop (n > 32), torch otherwise."""
+    n = matrices.shape[-1]
     if (
-        matrices.device.type == "cuda"
-        and n > TORCH_BATCHED_LIMIT
+        n > TORCH_BATCHED_LIMIT
         and matrices.dtype in (torch.float64, torch.float32)
-        and matrices[..., 0, 0].numel() > 1
+        and matrices.shape[0] > 1
         and cusolver_batched_available()
     ):
         global _failed_once
