@@ -19,7 +19,8 @@
 #      (cProfile, benchmarks/profile_model.py)
 #   5. dense batched vs per-cut (GPT-2 heads, L = 1024), on the GPU and on the same machine's CPU
 #      cores (cuSOLVER's eigvalsh loops over the batch, so the host's cores may be the faster place)
-#   6. factored scan vs sweep vs dense
+#   6. eigenvalues of batches of Grams, n = 16 ... 1024: torch against core/eigen.py
+#   7. factored scan vs sweep vs dense
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
@@ -80,6 +81,7 @@ if $PY -c "import transformers" 2>/dev/null; then
 else
   say "models: skipped (transformers is not installed)"
 fi
+step eigen 25 $PY benchmarks/gpu_eigen.py
 step dense 60 $PY benchmarks/bench_engine.py --device cuda --full --only dense --case-timeout 30
 step dense_host 25 $PY benchmarks/bench_engine.py --device cpu --full --only dense --case-timeout 12
 step factored 20 $PY benchmarks/bench_engine.py --device cuda --full --only factored --case-timeout 10

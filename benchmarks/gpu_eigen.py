@@ -1,0 +1,41 @@
+"""Eigenvalues of a batch of float64 Grams on a GPU: torch.linalg.eigvalsh against the engine's
+`eigvalsh` (core/eigen.py: cuSOLVER's batched solver through nvmath where n > 32, at most
+`cuda_batch_limit()` matrices a call). Prints microseconds per matrix; not a test.
+
+    python benchmarks/gpu_eigen.py            # needs CUDA
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from ess_explorer.core import eigen
+
+
+def per_matrix_us(solve, grams: torch.Tensor, repeats: int = 3) -> float:
+    solve(grams)  # warm: handles, workspaces, kernels loaded
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        solve(grams)
+        torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - start)
+    return best / grams.shape[0] * 1e6
+
+
+def main() -> None:
+    print(f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}, nvmath: {eigen.cusolver_batched_available()}")
+    for n, count in ((16, 100_000), (64, 10_000), (128, 4_000), (512, 200), (1024, 48)):
+        factor = torch.randn(count, n + 8, n, dtype=torch.float64, device="cuda")
+        grams = factor.mT @ factor
+        line = f"  n = {n:5d}, {count:6d} matrices: engine {per_matrix_us(eigen.eigvalsh, grams):9.2f} us"
+        if count <= eigen.cuda_batch_limit():  # torch alone fails on larger batches
+            line += f", torch {per_matrix_us(torch.linalg.eigvalsh, grams):9.2f} us"
+        print(line + " per matrix", flush=True)
+
+
+if __name__ == "__main__":
+    main()
