@@ -571,6 +571,23 @@ def test_core_refusals():
             call()
 
 
+def test_a_solver_that_fails_on_stable_decays_is_not_called_an_overflow(monkeypatch):
+    """A LinAlgError from a solver (a GPU's batched solver that did not converge) on an operator
+    whose decays are stable says that, and what to do; on growing decays it is the overflow."""
+    from ess_explorer.core import spectra
+
+    def fails(*_args):
+        raise torch.linalg.LinAlgError("linalg.eigh: the algorithm failed to converge")
+
+    monkeypatch.setattr(spectra, "_hankel_singular_values", fails)
+    stable = torch.full((20, 2), 0.9, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"did not converge .*largest \|a\| = 0.9\).*device='cpu'"):
+        hankel_singular_values(DiagonalSSM(stable, torch.ones_like(stable), torch.ones_like(stable)))
+    growing = torch.full((20, 2), 3.0, dtype=torch.float64)
+    with pytest.raises(ValueError, match="overflow the floating-point range .largest .a. = 3: decays above 1"):
+        hankel_singular_values(DiagonalSSM(growing, torch.ones_like(growing), torch.ones_like(growing)))
+
+
 def test_a_growing_decay_is_a_clear_overflow_error():
     a = torch.full((200, 2), 1e3, dtype=torch.float64)
     ssm = DiagonalSSM(a, torch.ones_like(a), torch.ones_like(a))

@@ -862,6 +862,27 @@ def test_cuda_batches_are_split_and_halved_where_cusolver_refuses(monkeypatch):
     assert eigen.cuda_batch_limit() == 1000
 
 
+def test_a_cuda_batch_the_solver_does_not_converge_on_is_solved_by_lapack(monkeypatch):
+    """cuSOLVER's batched solver may fail to converge where LAPACK does (LinAlgError): that
+    batch alone is solved on the host, the others stay on the device's solver."""
+    from ess_explorer.core import eigen
+
+    calls = []
+
+    def fails_once(batch):
+        calls.append(batch.shape[0])
+        if len(calls) == 2:
+            raise torch.linalg.LinAlgError("linalg.eigh: (Batch element 3): The algorithm failed to converge")
+        return torch.linalg.eigvalsh(batch) + 0.0
+
+    monkeypatch.setattr(eigen, "_cuda_eigvalsh", fails_once)
+    monkeypatch.setattr(eigen, "_cuda_batch", 300)
+    x = torch.randn(700, 5, 5, dtype=torch.float64)
+    x = x @ x.mT
+    torch.testing.assert_close(eigen._in_cuda_batches(x), torch.linalg.eigvalsh(x), rtol=0, atol=0)
+    assert calls == [300, 300, 100] and eigen.cuda_batch_limit() == 300
+
+
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 

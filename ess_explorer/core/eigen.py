@@ -14,7 +14,8 @@ On a GPU every call takes at most `cuda_batch_limit()` matrices: cuSOLVER's batc
 matrices or more, an undocumented limit that torch (2.11, whose eigvalsh calls
 cusolverDnXsyevBatched) does not split for; a Mamba layer's Gramian route asks for about 1.5
 million 16 x 16 solves at once. A batch that fails anyway is solved again in halves, down to
-CUDA_MIN_BATCH, and the smaller size is kept for the rest of the process.
+CUDA_MIN_BATCH, and the smaller size is kept for the rest of the process. A batch that the GPU's
+solver does not converge on (LinAlgError) is solved on the host by LAPACK.
 All give ascending eigenvalues, as `torch.linalg.eigvalsh` does.
 """
 
@@ -95,6 +96,8 @@ def _in_cuda_batches(flat: torch.Tensor) -> torch.Tensor:
         stop = min(start + _cuda_batch, flat.shape[0])
         try:
             out[start:stop] = _cuda_eigvalsh(flat[start:stop])
+        except torch.linalg.LinAlgError:  # a matrix the batched solver does not converge on
+            out[start:stop] = torch.linalg.eigvalsh(flat[start:stop].cpu()).to(flat.device)
         except RuntimeError as error:
             if "cusolver" not in str(error).lower() or stop - start <= CUDA_MIN_BATCH:
                 raise

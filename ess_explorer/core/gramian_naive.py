@@ -109,9 +109,15 @@ def spectra_from_gramians(
     shift = CHOLESKY_SHIFT * eps * pb.diagonal(0, -2, -1).sum(-1)
     eye = torch.eye(n, dtype=p.dtype, device=p.device)
     root, info = torch.linalg.cholesky_ex(pb + (shift[..., None, None] + tiny) * eye)
-    lam = eigvalsh(root.mT @ qb @ root).flip(-1).clamp_min(0)
+    sandwich = root.mT @ qb @ root
+    # A failed Cholesky or a Gramian that is not finite leaves NaN here; cuSOLVER refuses a batch
+    # holding one (LinAlgError) where LAPACK answers it: such cuts are solved as zeros, then
+    # marked below for the exact route.
+    solvable = (info == 0) & torch.isfinite(sandwich).flatten(-2).all(-1)
+    lam = eigvalsh(torch.where(solvable[..., None, None], sandwich, torch.zeros_like(sandwich)))
+    lam = lam.flip(-1).clamp_min(0)
     error = GRAMIAN_ERROR * eps * torch.linalg.matrix_norm(pb) * torch.linalg.matrix_norm(qb)
-    bad = (info != 0) | ~torch.isfinite(error) | ~torch.isfinite(lam).all(-1)
+    bad = ~solvable | ~torch.isfinite(error) | ~torch.isfinite(lam).all(-1)
     error = torch.where(bad, torch.full_like(error, float("inf")), error)
     lam = torch.where(bad[..., None], torch.zeros_like(lam), lam)
     t = wanted.to(torch.long)

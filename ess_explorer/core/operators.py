@@ -286,12 +286,21 @@ class DPLRSSM(_Recurrence):
 FACTORED_OPERATORS = (DiagonalSSM, DPLRSSM)
 
 
-def overflow_error(op) -> ValueError:
-    """The error for spectra that left the floating-point range (growing decays)."""
+def overflow_error(op, cause: Exception | None = None) -> ValueError:
+    """The error for spectra that left the floating-point range (growing decays). ``cause``: the
+    solver's LinAlgError that revealed it; where the decays are stable (|a| <= 1) that is a
+    solver that did not converge, not an overflow, and the error says so."""
     hint = ""
     decay = getattr(op, "a", None) if isinstance(op, FACTORED_OPERATORS) else None
     if isinstance(decay, torch.Tensor) and decay.numel():
-        hint = f" (largest |a| = {decay.abs().max().item():.3g}: decays above 1 grow like |a|^L)"
+        largest = decay.abs().max().item()
+        if cause is not None and largest <= 1:
+            return ValueError(
+                f"a linear-algebra solver did not converge on this operator ({cause}); its decays are stable "
+                f"(largest |a| = {largest:.6g}), so its spectra do not overflow the floating-point range: "
+                "compute it with precision='exact' or on the CPU (device='cpu'), and please report it"
+            )
+        hint = f" (largest |a| = {largest:.3g}: decays above 1 grow like |a|^L)"
     return ValueError(
         f"the operator's singular values overflow the floating-point range{hint}; ESS is defined for "
         "operators whose entries stay finite: check the decays (|a| <= 1 for a stable model) or rescale the operator"

@@ -230,7 +230,7 @@ def hankel_singular_values(
             op, top_k, dtype, device, positions, stride, method, batched, progress, accuracy
         )
     except torch.linalg.LinAlgError as error:
-        raise overflow_error(op) from error
+        raise overflow_error(op, error) from error
     if not finite_spectra(sigma):
         raise overflow_error(op)
     return sigma

@@ -445,7 +445,7 @@ class SSMCapture(CapturedLayer):
                     ssm, positions=positions, dtype=dtype, device=device, causal=True
                 )
         except torch.linalg.LinAlgError as error:
-            raise overflow_error(ssm) from error
+            raise overflow_error(ssm, error) from error
         top = reach.top if isinstance(reach, TridiagonalSpectra) else reach
         if not (finite_spectra(sigma) and finite_spectra(top)):
             raise overflow_error(ssm)  # as hankel_singular_values does: never inf / NaN
