@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check of the spectra engine: one run on a CUDA machine, under 9 minutes in all.
+# GPU check of the spectra engine: one run on a CUDA machine, about 8 minutes at most.
 # Needs python3 with a CUDA build of torch, numpy and pytest. What else it can use (numba,
 # nvmath-python for cuSOLVER's batched eigensolver, transformers for the whole-model cases, which
 # are skipped without it) it installs from wheels in .whl/ (benchmarks/gpu_wheels.sh fetches them,
@@ -10,16 +10,17 @@
 # reported, the next runs), the targets first:
 #   0. install what is missing (pip, time-limited), and say whether cuSOLVER's batched solver loads
 #   1. the gpu-marked tests: CUDA results equal to the CPU's within the accuracy bound, cuSOLVER's
-#      batched eigenvalues equal to torch's, the Gramian route within the "ess" contract
+#      batched eigenvalues equal to torch's (a layer-sized batch too), the Gramian route within
+#      the "ess" contract, an analysis on the GPU verified and equal to the CPU's
 #   2. a Mamba-130m-shaped layer (1536 channels, N = 16, L = 1024, all cuts, both variants),
 #      under both accuracy contracts
 #   3. whole models through analyze (bench_engine.MODEL_CASES["gpu"]: Mamba-130m at L = 2048 and
-#      GPT-2-small at 1024 and 2048 first), each case stopped after a minute
-#   4. where the time of one Mamba-130m layer pair at L = 2048 and one GPT-2 layer at L = 2048 goes
+#      GPT-2-small at 1024 and 2048 first), each case stopped after 55 s
+#   4. where the time of one Mamba-130m layer pair at L = 2048 and one GPT-2 layer at L = 1024 goes
 #      (cProfile, benchmarks/profile_model.py)
-#   5. dense batched vs per-cut (GPT-2 heads, L = 1024), on the GPU and on the same machine's CPU
+#   5. eigenvalues of batches of Grams, n = 16 ... 1024: torch against core/eigen.py
+#   6. dense batched vs per-cut (GPT-2 heads, L = 1024), on the GPU and on the same machine's CPU
 #      cores (cuSOLVER's eigvalsh loops over the batch, so the host's cores may be the faster place)
-#   6. eigenvalues of batches of Grams, n = 16 ... 1024: torch against core/eigen.py
 #   7. factored scan vs sweep vs dense
 set -u
 cd "$(dirname "$0")/.."
@@ -47,11 +48,11 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >> "$LOGS/s
 # reach no registry), installed without an index ahead of its own packages; else from the registries,
 # without retries (no network then costs seconds, not the step's minute).
 if ls .whl/*.whl >/dev/null 2>&1; then
-  step install 40 $PY -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/ess_gpu_site .whl/*.whl
+  step install 30 $PY -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/ess_gpu_site .whl/*.whl
   export PYTHONPATH="/tmp/ess_gpu_site:$PYTHONPATH"
   # nvmath needs cuda-core and cuda-pathfinder: the machine's own unless they are too old
   if ! $PY -c "from nvmath.bindings import cusolverDn" >/dev/null 2>&1 && ls .whl/fallback/*.whl >/dev/null 2>&1; then
-    step install_cuda_core 30 $PY -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/ess_gpu_site .whl/fallback/*.whl
+    step install_cuda_core 20 $PY -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/ess_gpu_site .whl/fallback/*.whl
   fi
 else
   missing=""
@@ -72,19 +73,19 @@ print(", ".join(f"{name} {version(name)}" for name in names))' 2>&1 | tail -1)"
 say "cuSOLVER's batched eigensolver: $($PY -c 'from ess_explorer.core.eigen import cusolver_batched_available as a; print("available" if a() else "missing (torch loops over batches of n > 32)")' 2>&1 | tail -1)"
 $PY -c "from nvmath.bindings import cusolverDn" 2>&1 | tail -2 | tee -a "$LOGS/summary.txt"
 
-step gpu_tests 60 $PY -m pytest -q -m gpu tests/test_engine_paths.py tests/test_dplr.py tests/test_precision.py tests/test_gramian_blocked.py -p no:cacheprovider
-step layer 50 $PY benchmarks/bench_engine.py --device cuda --full --only layer
+step gpu_tests 50 $PY -m pytest -q -m gpu tests/test_engine_paths.py tests/test_dplr.py tests/test_precision.py tests/test_gramian_blocked.py tests/test_verification.py -p no:cacheprovider
+step layer 35 $PY benchmarks/bench_engine.py --device cuda --full --only layer
 if $PY -c "import transformers" 2>/dev/null; then
-  step models 180 $PY benchmarks/bench_engine.py --device cuda --models-only --case-timeout 60
-  step profile_mamba 35 $PY benchmarks/profile_model.py mamba 2048 --device cuda --layers 2 --top 25
-  step profile_gpt2 30 $PY benchmarks/profile_model.py gpt2 2048 --device cuda --layers 1 --top 25
+  step models 165 $PY benchmarks/bench_engine.py --device cuda --models-only --case-timeout 55
+  step profile_mamba 30 $PY benchmarks/profile_model.py mamba 2048 --device cuda --layers 2 --top 25
+  step profile_gpt2 25 $PY benchmarks/profile_model.py gpt2 1024 --device cuda --layers 1 --top 25
 else
   say "models: skipped (transformers is not installed)"
 fi
 step eigen 25 $PY benchmarks/gpu_eigen.py
-step dense 60 $PY benchmarks/bench_engine.py --device cuda --full --only dense --case-timeout 30
-step dense_host 25 $PY benchmarks/bench_engine.py --device cpu --full --only dense --case-timeout 12
-step factored 20 $PY benchmarks/bench_engine.py --device cuda --full --only factored --case-timeout 10
+step dense 45 $PY benchmarks/bench_engine.py --device cuda --full --only dense --case-timeout 30
+step dense_host 20 $PY benchmarks/bench_engine.py --device cpu --full --only dense --case-timeout 12
+step factored 15 $PY benchmarks/bench_engine.py --device cuda --full --only factored --case-timeout 10
 
 # the four GPU targets beside what this run measured for them (README "Performance")
 say "targets: Mamba layer <= 0.3 s | whole Mamba-130m, L = 2048 <= 20 s | 144 GPT-2 heads, L = 1024 <= 5 s (whole model below) | whole GPT-2-small, L = 2048 <= 60 s"
