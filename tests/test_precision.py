@@ -883,6 +883,39 @@ def test_a_cuda_batch_the_solver_does_not_converge_on_is_solved_by_lapack(monkey
     assert calls == [300, 300, 100] and eigen.cuda_batch_limit() == 300
 
 
+def test_an_svd_the_accelerators_solver_does_not_converge_on_is_solved_on_the_host(monkeypatch):
+    """On an accelerator's routes (here on the CPU, core/accelerator.py) a batch whose SVD the
+    device's solver gives up on (LinAlgError) is solved again by LAPACK on the host; on the
+    CPU's own routes the error stands (LAPACK itself failed)."""
+    from ess_explorer.core import eigen
+    from ess_explorer.core.accelerator import accelerator_routes_on_cpu
+
+    plain_values, plain_svd = torch.linalg.svdvals, torch.linalg.svd
+    failures = []
+
+    def once(solve):
+        def flaky(x, **options):
+            if not failures:
+                failures.append(x.shape)
+                raise torch.linalg.LinAlgError("linalg.svd: The algorithm failed to converge")
+            return solve(x, **options)
+
+        return flaky
+
+    x = torch.randn(7, 9, 5, dtype=torch.float64)
+    monkeypatch.setattr(torch.linalg, "svdvals", once(plain_values))
+    monkeypatch.setattr(torch.linalg, "svd", once(plain_svd))
+    with pytest.raises(torch.linalg.LinAlgError):
+        eigen.svdvals(x)
+    with accelerator_routes_on_cpu():
+        failures.clear()
+        torch.testing.assert_close(eigen.svdvals(x), plain_values(x), rtol=0, atol=0)
+        failures.clear()
+        u, sigma, vh = eigen.svd(x)
+        torch.testing.assert_close(u @ torch.diag_embed(sigma) @ vh, x)
+    assert failures == [x.shape]
+
+
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 

@@ -37,7 +37,7 @@ import torch
 
 from . import dense_jobs, dense_kernel
 from .accelerator import accelerator_routes, worker_threads
-from .eigen import eigvalsh, kernel_takes
+from .eigen import eigvalsh, kernel_takes, svdvals
 from .gramian_naive import GRAMIAN_ERROR
 from .operators import DPLRSSM, DiagonalSSM
 from .precision import Accuracy
@@ -106,7 +106,7 @@ def reachability_singular_values(
                 _rank_one_update_upper(state, vector, rotations=False if pq is not None else None)
             rows = wanted.get(step + 1)  # the state now holds u_0..u_step: R_{step + 1}
             if rows:
-                values = torch.linalg.svdvals(state[:, : min(live + 1, n)])
+                values = svdvals(state[:, : min(live + 1, n)])
                 out[sl, rows, : values.shape[-1]] = values[:, None, :]
 
     if units and wanted:

@@ -22,6 +22,7 @@ import torch
 
 from . import dense_kernel
 from .accelerator import accelerator_routes
+from .eigen import svdvals
 from .sweeps import over_chunks
 
 __all__ = [
@@ -143,7 +144,7 @@ def redo_by_svd(
     def run(chunk: slice) -> None:
         for k in cuts[chunk]:
             t, units = times[k], redo[:, k].nonzero().flatten()
-            values = torch.linalg.svdvals(operators[units, t:, :t])
+            values = svdvals(operators[units, t:, :t])
             sigma[units, k, : values.shape[-1]] = values
 
     over_chunks(run, len(cuts), 8, workers)

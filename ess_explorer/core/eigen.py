@@ -1,4 +1,5 @@
-"""Eigenvalues of many symmetric matrices at once: which solver a batch goes to.
+"""Eigenvalues of many symmetric matrices at once, and the singular values of many matrices:
+which solver a batch goes to.
 
 On a GPU: `torch.linalg.eigvalsh` on CUDA solves a batch in one call only for n <= 32
 (cuSOLVER's batched Jacobi); above that it calls `syevd` once per matrix, so a batch of
@@ -17,6 +18,10 @@ million 16 x 16 solves at once. A batch that fails anyway is solved again in hal
 CUDA_MIN_BATCH, and the smaller size is kept for the rest of the process. A batch that the GPU's
 solver does not converge on (LinAlgError) is solved on the host by LAPACK.
 All give ascending eigenvalues, as `torch.linalg.eigvalsh` does.
+`svdvals` and `svd` are torch's, except on an accelerator's routes, where a batch the device's
+solver does not converge on (cuSOLVER's Jacobi SVD stops at a sweep limit, on cuts whose values
+span hundreds of orders of magnitude, and torch raises LinAlgError for the whole batch) is
+solved again on the host by LAPACK, which does converge there.
 """
 
 from __future__ import annotations
@@ -28,7 +33,15 @@ import torch
 from . import dense_kernel
 from .accelerator import accelerator_routes
 
-__all__ = ["eigvalsh", "kernel_takes", "cusolver_batched_available", "cuda_batch_limit", "TORCH_BATCHED_LIMIT"]
+__all__ = [
+    "eigvalsh",
+    "svdvals",
+    "svd",
+    "kernel_takes",
+    "cusolver_batched_available",
+    "cuda_batch_limit",
+    "TORCH_BATCHED_LIMIT",
+]
 
 TORCH_BATCHED_LIMIT = 32  # the largest n torch's CUDA eigvalsh solves as one batched call
 # Below this many matrices the kernel's 64 lanes are too empty to beat LAPACK. Measured on
@@ -84,6 +97,28 @@ def eigvalsh(matrices: torch.Tensor, allow_kernel: bool = True) -> torch.Tensor:
     if matrices.device.type == "cuda":
         return _in_cuda_batches(matrices.reshape(-1, n, n)).reshape(matrices.shape[:-1])
     return torch.linalg.eigvalsh(matrices)
+
+
+def svdvals(matrices: torch.Tensor) -> torch.Tensor:
+    """`torch.linalg.svdvals`, solved on the host where an accelerator's solver does not
+    converge (module docstring)."""
+    try:
+        return torch.linalg.svdvals(matrices)
+    except torch.linalg.LinAlgError:
+        if not accelerator_routes(matrices.device):
+            raise
+        return torch.linalg.svdvals(matrices.cpu()).to(matrices.device)
+
+
+def svd(matrices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`torch.linalg.svd(matrices, full_matrices=False)`, solved on the host where an
+    accelerator's solver does not converge (module docstring)."""
+    try:
+        return torch.linalg.svd(matrices, full_matrices=False)
+    except torch.linalg.LinAlgError:
+        if not accelerator_routes(matrices.device):
+            raise
+        return tuple(x.to(matrices.device) for x in torch.linalg.svd(matrices.cpu(), full_matrices=False))
 
 
 def _in_cuda_batches(flat: torch.Tensor) -> torch.Tensor:

@@ -17,6 +17,7 @@ import torch
 from . import dense_jobs, gramian_kernel
 from .accelerator import accelerator_routes, worker_threads
 from .checks import finite_spectra
+from .eigen import svdvals
 from .gramian_blocked import blocked_bytes_per_unit, gramian_spectra_blocked
 from .gramian_naive import GRAMIAN_ERROR
 from .operators import DiagonalSSM, overflow_error
@@ -245,5 +246,5 @@ def _exact_cuts(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, times: torch.
     observe_root = torch.linalg.qr(future, mode="r").R
     n = a.shape[-1]  # a prompt shorter than N has rank below it: zeros after its L values
     pad = (0, n - min(length, n))
-    sigma = torch.nn.functional.pad(torch.linalg.svdvals(observe_root @ reach_root.mT), pad)
-    return sigma, torch.nn.functional.pad(torch.linalg.svdvals(reach_root), pad)
+    sigma = torch.nn.functional.pad(svdvals(observe_root @ reach_root.mT), pad)
+    return sigma, torch.nn.functional.pad(svdvals(reach_root), pad)

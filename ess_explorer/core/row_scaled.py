@@ -50,6 +50,7 @@ from . import dense_jobs
 from .accelerator import accelerator_routes, worker_threads
 from .channel_kernel import ChannelLanes
 from .checks import require
+from .eigen import svd, svdvals
 from .precision import EXACT, Accuracy
 from .spectra import DENSE_CHUNK_CELLS, GRAM_ERROR, GRAM_GUARD, gram_singular_values, hankel_singular_values
 from .sweeps import over_chunks
@@ -153,7 +154,7 @@ def row_scaled_hankel_singular_values(
         if carry:
             factors = {o: _carried_factor(owners[o], t, carried.get(o), truncate, max_rank) for o in in_use}
         else:
-            left, values, _ = torch.linalg.svd(cut, full_matrices=False)  # (O, m, k), (O, k)
+            left, values, _ = svd(cut)  # (O, m, k), (O, k)
             factors = {o: _Factor.truncated(t, left[o], values[o], None, True, truncate, max_rank) for o in in_use}
         gate = scales[:, t:]  # (U, m)
         sigma = cut.new_zeros(len(owner_of), min(cut.shape[-2:]))
@@ -207,7 +208,7 @@ def _owner_widths(owners: torch.Tensor, max_rank: int | None) -> list[int]:
     values above TRUNCATE_ESS S_1, at most ``max_rank``. Read from the data alone, so every
     process routes a job the same way."""
     length = owners.shape[-1]
-    middle = torch.linalg.svdvals(owners[:, length // 2 :, : length // 2])  # (O, L / 2)
+    middle = svdvals(owners[:, length // 2 :, : length // 2])  # (O, L / 2)
     return (middle > TRUNCATE_ESS * middle[:, :1]).sum(-1).clamp(max=max_rank or length).tolist()
 
 
@@ -313,7 +314,7 @@ def _carried_factor(owner: torch.Tensor, t: int, previous: "_Factor | None", tru
     m, n = owner.shape[-1] - t, t
     if previous is not None and previous.t < t and previous.base.shape[-1] + t - previous.t < min(m, n):
         stacked = torch.cat([previous.base[t - previous.t :], owner[t:, previous.t : t]], dim=-1)
-        left, values, _ = torch.linalg.svd(stacked, full_matrices=False)
+        left, values, _ = svd(stacked)
         factor = _Factor.truncated(t, left, values, previous, False, truncate, max_rank)
         if factor.error <= RESTART * truncate * float(values[0]):
             return factor
@@ -321,7 +322,7 @@ def _carried_factor(owner: torch.Tensor, t: int, previous: "_Factor | None", tru
 
 
 def _whole_factor(cut: torch.Tensor, t: int, truncate: float, max_rank) -> _Factor:
-    left, values, _ = torch.linalg.svd(cut, full_matrices=False)
+    left, values, _ = svd(cut)
     return _Factor.truncated(t, left, values, None, True, truncate, max_rank)
 
 
@@ -357,7 +358,7 @@ def _shared_factor_values(
             )
             failing = failing[again[failing]]
         if len(failing):  # the cut of a channel whose gate peaks where its rows are small
-            own = torch.linalg.svdvals(gate[failing, :, None] * cut[owner])
+            own = svdvals(gate[failing, :, None] * cut[owner])
             sigma[failing] = 0.0
             sigma[failing, : own.shape[-1]] = own
 
@@ -405,7 +406,7 @@ def _owner_values(
         return lanes.eigenvalues({o: factors[o].base for o, _ in groups}, start, allow_kernel).sqrt()
     values = gate.new_zeros(gate.shape[0], max(min(factors[o].base.shape) for o, _ in groups))
     for owner, rows in groups:
-        own = torch.linalg.svdvals(gate[rows, :, None] * factors[owner].base)
+        own = svdvals(gate[rows, :, None] * factors[owner].base)
         values[rows, : own.shape[-1]] = own
     return values
 

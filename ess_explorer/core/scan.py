@@ -32,6 +32,8 @@ import math
 
 import torch
 
+from .eigen import svdvals
+
 __all__ = ["scan_chunk", "scan_roots", "stacked_qr_r", "times_transition"]
 
 
@@ -171,5 +173,5 @@ def scan_chunk(
     # U_o(t) = W_t A_t
     at = (x[:, wanted].transpose(0, 1) for x in (a, *(low_rank or ())))  # (W, B, N[, r])
     observe = times_transition(observe.clone(), *at)
-    sigma = torch.linalg.svdvals(observe @ reach.transpose(-1, -2)).transpose(0, 1)  # (B, W, N)
-    return (sigma, torch.linalg.svdvals(reach).transpose(0, 1)) if causal else sigma
+    sigma = svdvals(observe @ reach.transpose(-1, -2)).transpose(0, 1)  # (B, W, N)
+    return (sigma, svdvals(reach).transpose(0, 1)) if causal else sigma

@@ -24,6 +24,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .eigen import svdvals
+
 __all__ = ["short_conv_operator", "short_conv_hankel_singular_values"]
 
 
@@ -71,5 +73,5 @@ def short_conv_hankel_singular_values(
     r, s = offsets[:, None], offsets[None, :]
     taps = weight[:, (s - r).clamp(min=0)] * (s >= r)  # (U, m, m): w[s - r] on and above the diagonal
     blocks = rows[..., :, None] * taps[:, None] * cols[..., None, :]  # (U, P, m, m)
-    sigma = torch.linalg.svdvals(blocks)  # tiny (k-1) x (k-1) blocks, one batched call
+    sigma = svdvals(blocks)  # tiny (k-1) x (k-1) blocks, one batched call
     return torch.where(pos[None, :, None] == 0, torch.zeros_like(sigma), sigma)

@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 from . import dense_jobs
 from .accelerator import accelerator_routes, worker_threads
 from .checks import all_finite, as_tensor, finite_spectra, largest_above_diagonal, require
-from .eigen import eigvalsh
+from .eigen import eigvalsh, svdvals
 from .gramian import gramian_hankel_singular_values
 from .operators import FACTORED_OPERATORS, DiagonalSSM, overflow_error
 from .precision import EXACT, Accuracy, check_precision
@@ -281,7 +281,7 @@ def _hankel_singular_values(
         for row in rows:
             t = int(pos[row])
             if t > 0:
-                sigma = torch.linalg.svdvals(flat[:, t:, :t])  # method "svd"
+                sigma = svdvals(flat[:, t:, :t])  # method "svd"
                 width = min(k_out, sigma.shape[-1])
                 out[:, row, :width] = sigma[:, :width]
             bar.update()
@@ -448,7 +448,7 @@ def _guarded(sigma: torch.Tensor, cut: torch.Tensor, method: str, accuracy: Accu
         return sigma
     unsafe = _gram_unsafe(sigma, sigma.shape[-1], accuracy)
     if bool(unsafe.any()):
-        sigma[unsafe] = torch.linalg.svdvals(cut[unsafe])
+        sigma[unsafe] = svdvals(cut[unsafe])
     return sigma
 
 
@@ -497,7 +497,7 @@ def _group_singular_values(
             continue
         t = times[select]  # (c,)
         if method == "svd":
-            values = torch.linalg.svdvals(_masked_cuts(flat[:, None], t, g_max, is_tall))
+            values = svdvals(_masked_cuts(flat[:, None], t, g_max, is_tall))
         else:
             values = eigvalsh(_group_grams(flat, t, g_max, is_tall)).flip(-1).clamp_min(0).sqrt()
             if method == "auto":
@@ -507,7 +507,7 @@ def _group_singular_values(
                 unsafe = _gram_unsafe(values, rank, accuracy)
                 if bool(unsafe.any()):
                     unit, cut = unsafe.nonzero(as_tuple=True)
-                    values[unit, cut] = torch.linalg.svdvals(_masked_cuts(flat[unit], t[cut], g_max, is_tall))
+                    values[unit, cut] = svdvals(_masked_cuts(flat[unit], t[cut], g_max, is_tall))
         sigma[:, select] = values
     return sigma
 

@@ -13,6 +13,7 @@ import torch
 
 from .accelerator import accelerator_routes, worker_threads
 from .checks import require
+from .eigen import svdvals
 from .operators import DPLRSSM, DiagonalSSM
 from .scan import scan_chunk, stacked_qr_r, times_transition
 
@@ -284,7 +285,7 @@ def _sweep_chunk(
         reach, observe = state[:units], state[units:]
         forward_t, backward_t = step + 1, length - 1 - step
         if causal and forward_t in slot:  # U_c(t): what the past u_0..u_{t-1} wrote
-            reach_sigma[:, slot[forward_t]] = torch.linalg.svdvals(reach)
+            reach_sigma[:, slot[forward_t]] = svdvals(reach)
         if forward_t == backward_t and forward_t in slot:
             store_product(slot[forward_t], observe, forward_t, reach)
             continue
@@ -300,5 +301,5 @@ def _sweep_chunk(
                 store_product(i, observe, backward_t, buffer[i])
             else:
                 buffer[i] = observe
-    sigma = torch.linalg.svdvals(buffer).transpose(0, 1)  # (B, W, N)
+    sigma = svdvals(buffer).transpose(0, 1)  # (B, W, N)
     return (sigma, reach_sigma) if causal else sigma
