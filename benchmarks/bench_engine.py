@@ -267,8 +267,15 @@ def child(name: str, params: dict, device: str) -> dict:
 
 
 def _json_lines(stdout) -> list[dict]:
+    """The JSON lines a case printed, whole ones only (a stopped case may have cut its last)."""
     text = stdout.decode() if isinstance(stdout, bytes) else stdout or ""
-    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+    lines = []
+    for line in filter(lambda line: line.startswith("{"), text.splitlines()):
+        try:
+            lines.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return lines
 
 
 def _get(case: dict, key: str) -> float:

@@ -8,6 +8,8 @@ compiles and warms what it needs, untimed), then profiles `analyze` of the first
 layers at length L with the default options and prints the functions with the most cumulative
 and the most own time. On a GPU, time spent waiting for the device shows up in the function
 that first needs a result on the host (a `.item()`, `.cpu()` or a Python `bool` of a tensor).
+On a CPU the engine runs its chunks in worker threads, which cProfile does not see: profile
+with one thread (OMP_NUM_THREADS=1) to see them.
 """
 
 from __future__ import annotations
