@@ -18,10 +18,11 @@
 #      GPT-2-small at 1024 and 2048 first), each case stopped after 55 s
 #   4. where the time of one Mamba-130m layer pair at L = 2048 and one GPT-2 layer at L = 1024 goes
 #      (cProfile, benchmarks/profile_model.py)
-#   5. eigenvalues of batches of Grams, n = 16 ... 1024: torch against core/eigen.py
+#   5. eigenvalues of batches of Grams, n = 16 ... 1024: torch against core/eigen.py, and the
+#      16 x 16 ones (a Mamba layer's) at several limits of the batch one cuSOLVER call takes
 #   6. dense batched vs per-cut (GPT-2 heads, L = 1024), on the GPU and on the same machine's CPU
 #      cores (cuSOLVER's eigvalsh loops over the batch, so the host's cores may be the faster place)
-#   7. factored scan vs sweep vs dense
+# (the factored scan against the sweep: bench_engine.py --device cuda --full --only factored)
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
@@ -82,10 +83,9 @@ if $PY -c "import transformers" 2>/dev/null; then
 else
   say "models: skipped (transformers is not installed)"
 fi
-step eigen 25 $PY benchmarks/gpu_eigen.py
-step dense 45 $PY benchmarks/bench_engine.py --device cuda --full --only dense --case-timeout 30
+step eigen 35 $PY benchmarks/gpu_eigen.py
+step dense 40 $PY benchmarks/bench_engine.py --device cuda --full --only dense --case-timeout 30
 step dense_host 20 $PY benchmarks/bench_engine.py --device cpu --full --only dense --case-timeout 12
-step factored 15 $PY benchmarks/bench_engine.py --device cuda --full --only factored --case-timeout 10
 
 # the four GPU targets beside what this run measured for them (README "Performance")
 say "targets: Mamba layer <= 0.3 s | whole Mamba-130m, L = 2048 <= 20 s | 144 GPT-2 heads, L = 1024 <= 5 s (whole model below) | whole GPT-2-small, L = 2048 <= 60 s"

@@ -1,7 +1,8 @@
 """Eigenvalues of a batch of float64 Grams on a GPU: torch.linalg.eigvalsh against the engine's
 `eigvalsh` (core/eigen.py: cuSOLVER's batched solver through nvmath where n > 32, at most
 `cuda_batch_limit()` matrices a call). Prints microseconds per matrix and the memory the
-engine's call takes beyond its input; not a test.
+engine's call takes beyond its input, then both for 16 x 16 matrices at several limits of the
+batch a call takes; not a test.
 
     python benchmarks/gpu_eigen.py            # needs CUDA
 """
@@ -50,6 +51,16 @@ def main() -> None:
         # at n = 64 on an H200) and refuses batches above cuSOLVER's limit at any n
         line += f", torch {per_matrix_us(torch.linalg.eigvalsh, grams[:300], repeats=1):9.2f} us"
         print(line + " per matrix", flush=True)
+    # the batch size a call takes (core/eigen.py: cuSOLVER refuses large ones): time and memory
+    factor = torch.randn(400_000, 24, 16, dtype=torch.float64, device="cuda")
+    grams = factor.mT @ factor
+    for limit in (2048, 4096, 8192, eigen.CUDA_BATCH):
+        eigen._cuda_batch = limit
+        print(
+            f"  n = 16 in calls of at most {limit:5d}: {per_matrix_us(eigen.eigvalsh, grams):6.3f} us per matrix, "
+            f"{extra_peak_gb(eigen.eigvalsh, grams):.2f} GB more at the peak",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":
