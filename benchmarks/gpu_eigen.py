@@ -1,8 +1,8 @@
 """Eigenvalues of a batch of float64 Grams on a GPU: torch.linalg.eigvalsh against the engine's
 `eigvalsh` (core/eigen.py: cuSOLVER's batched solver through nvmath where n > 32, at most
-`cuda_batch_limit()` matrices a call). Prints microseconds per matrix and the memory the
-engine's call takes beyond its input, then both for 16 x 16 matrices at several limits of the
-batch a call takes; not a test.
+`cuda_batch_limit()` matrices a call). Prints microseconds per matrix and the memory a call
+takes beyond its input: first for 16 x 16 matrices (a Mamba layer's) at several limits of the
+batch one call takes and by the batched Jacobi solver, then per size against torch; not a test.
 
     python benchmarks/gpu_eigen.py            # needs CUDA
 """
@@ -38,20 +38,58 @@ def extra_peak_gb(solve, grams: torch.Tensor) -> float:
     return (torch.cuda.max_memory_allocated() - before) / 2**30
 
 
+def jacobi_batched(grams: torch.Tensor, chunk: int = 16384) -> torch.Tensor:
+    """Ascending eigenvalues of float64 (B, n, n), n <= 32, by cuSOLVER's batched Jacobi solver
+    (`cusolverDnDsyevjBatched`, torch's route for such batches before 2.11) through nvmath, in
+    calls of at most ``chunk`` matrices: a candidate for the 16 x 16 Gramian sandwiches, timed
+    here against the engine's route before it is wired in."""
+    from nvmath.bindings import cusolverDn
+
+    handle, n = eigen._handle(grams.device), grams.shape[-1]
+    cusolverDn.set_stream(handle, torch.cuda.current_stream(grams.device).cuda_stream)
+    params = cusolverDn.create_syevj_info()
+    out = grams.new_empty(grams.shape[:-1])
+    try:
+        for start in range(0, grams.shape[0], chunk):
+            batch = grams[start : start + chunk].contiguous().clone()  # overwritten by the solver
+            count = batch.shape[0]
+            info = torch.zeros(count, dtype=torch.int32, device=grams.device)
+            values = out[start : start + count]
+            lwork = cusolverDn.dsyevj_batched_buffer_size(
+                handle, 0, 0, n, batch.data_ptr(), n, values.data_ptr(), params, count
+            )
+            work = torch.empty(max(1, lwork), dtype=torch.float64, device=grams.device)
+            cusolverDn.dsyevj_batched(
+                handle,
+                0,
+                0,
+                n,
+                batch.data_ptr(),
+                n,
+                values.data_ptr(),
+                work.data_ptr(),
+                lwork,
+                info.data_ptr(),
+                params,
+                count,
+            )
+            if bool((info != 0).any()):
+                raise RuntimeError(f"{int((info != 0).sum())} of {count} matrices did not converge")
+    finally:
+        cusolverDn.destroy_syevj_info(params)
+    return out
+
+
 def main() -> None:
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}, nvmath: {eigen.cusolver_batched_available()}")
-    # n = 16 as a Mamba layer's Gramian route asks (1.5 million at L = 1024): its peak memory
-    # beside the input says what the solver's workspace costs
-    for n, count in ((16, 400_000), (64, 10_000), (128, 4_000), (512, 200), (1024, 48)):
-        factor = torch.randn(count, n + 8, n, dtype=torch.float64, device="cuda")
-        grams = factor.mT @ factor
-        line = f"  n = {n:5d}, {count:6d} matrices ({grams.numel() * 8 / 2**30:.2f} GB): engine "
-        line += f"{per_matrix_us(eigen.eigvalsh, grams):9.2f} us, {extra_peak_gb(eigen.eigvalsh, grams):.2f} GB more at its peak"
-        # torch on a few hundred of them: it loops over matrices above n = 32 (about 0.3 ms each
-        # at n = 64 on an H200) and refuses batches above cuSOLVER's limit at any n
-        line += f", torch {per_matrix_us(torch.linalg.eigvalsh, grams[:300], repeats=1):9.2f} us"
-        print(line + " per matrix", flush=True)
-    # the batch size a call takes (core/eigen.py: cuSOLVER refuses large ones): time and memory
+    sixteen()
+    sizes()
+
+
+def sixteen() -> None:
+    """The Mamba layer's solves (1.5 million 16 x 16 at L = 1024): the engine's route at several
+    limits of the batch one call takes (core/eigen.py: cuSOLVER refuses large ones), time and
+    memory beyond the input (the solver's workspace), and the batched Jacobi solver beside it."""
     factor = torch.randn(400_000, 24, 16, dtype=torch.float64, device="cuda")
     grams = factor.mT @ factor
     for limit in (2048, 4096, 8192, eigen.CUDA_BATCH):
@@ -61,6 +99,31 @@ def main() -> None:
             f"{extra_peak_gb(eigen.eigvalsh, grams):.2f} GB more at the peak",
             flush=True,
         )
+    if not eigen.cusolver_batched_available():
+        return
+    try:
+        reference = eigen.eigvalsh(grams)
+        error = float(((jacobi_batched(grams) - reference).abs() / reference[:, -1:]).max())
+        print(
+            f"  n = 16 by the batched Jacobi solver: {per_matrix_us(jacobi_batched, grams):6.3f} us per matrix, "
+            f"{extra_peak_gb(jacobi_batched, grams):.2f} GB more at the peak, max error {error:.1e} of lambda_max",
+            flush=True,
+        )
+    except Exception as failure:  # a candidate's trial: say why, go on
+        print(f"  n = 16 by the batched Jacobi solver: failed ({type(failure).__name__}: {failure})", flush=True)
+
+
+def sizes() -> None:
+    """Engine against torch per matrix size, and the engine call's memory beyond its input."""
+    for n, count in ((64, 10_000), (128, 4_000), (512, 200), (1024, 48)):
+        factor = torch.randn(count, n + 8, n, dtype=torch.float64, device="cuda")
+        grams = factor.mT @ factor
+        line = f"  n = {n:5d}, {count:6d} matrices ({grams.numel() * 8 / 2**30:.2f} GB): engine "
+        line += f"{per_matrix_us(eigen.eigvalsh, grams):9.2f} us, {extra_peak_gb(eigen.eigvalsh, grams):.2f} GB more"
+        # torch on a few hundred of them: it loops over matrices above n = 32 (about 0.3 ms each
+        # at n = 64 on an H200)
+        line += f", torch {per_matrix_us(torch.linalg.eigvalsh, grams[:300], repeats=1):9.2f} us"
+        print(line + " per matrix", flush=True)
 
 
 if __name__ == "__main__":
