@@ -114,8 +114,7 @@ def spectra_from_gramians(
     # holding one (LinAlgError) where LAPACK answers it: such cuts are solved as zeros, then
     # marked below for the exact route.
     solvable = (info == 0) & torch.isfinite(sandwich).flatten(-2).all(-1)
-    lam = eigvalsh(torch.where(solvable[..., None, None], sandwich, torch.zeros_like(sandwich)))
-    lam = lam.flip(-1).clamp_min(0)
+    lam = eigvalsh(sandwich.masked_fill_(~solvable[..., None, None], 0.0)).flip(-1).clamp_min(0)
     error = GRAMIAN_ERROR * eps * torch.linalg.matrix_norm(pb) * torch.linalg.matrix_norm(qb)
     bad = ~solvable | ~torch.isfinite(error) | ~torch.isfinite(lam).all(-1)
     error = torch.where(bad, torch.full_like(error, float("inf")), error)
