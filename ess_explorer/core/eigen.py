@@ -102,23 +102,28 @@ def eigvalsh(matrices: torch.Tensor, allow_kernel: bool = True) -> torch.Tensor:
 def svdvals(matrices: torch.Tensor) -> torch.Tensor:
     """`torch.linalg.svdvals`, solved on the host where an accelerator's solver does not
     converge (module docstring)."""
-    try:
-        return torch.linalg.svdvals(matrices)
-    except torch.linalg.LinAlgError:
-        if not accelerator_routes(matrices.device):
-            raise
-        return torch.linalg.svdvals(matrices.cpu()).to(matrices.device)
+    return _on_host_where_the_device_fails(lambda x: torch.linalg.svdvals(x), matrices)
 
 
 def svd(matrices: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """`torch.linalg.svd(matrices, full_matrices=False)`, solved on the host where an
     accelerator's solver does not converge (module docstring)."""
+    return _on_host_where_the_device_fails(lambda x: torch.linalg.svd(x, full_matrices=False), matrices)
+
+
+def _on_host_where_the_device_fails(solve, matrices: torch.Tensor):
+    """solve(matrices); on an accelerator's routes, where its solver does not converge
+    (LinAlgError), solve(matrices on the host) brought back to the device. ``solve`` reads
+    torch.linalg when called, so a test can stand in for the device's solver."""
     try:
-        return torch.linalg.svd(matrices, full_matrices=False)
+        return solve(matrices)
     except torch.linalg.LinAlgError:
         if not accelerator_routes(matrices.device):
             raise
-        return tuple(x.to(matrices.device) for x in torch.linalg.svd(matrices.cpu(), full_matrices=False))
+        answer = solve(matrices.cpu())
+        if isinstance(answer, torch.Tensor):
+            return answer.to(matrices.device)
+        return tuple(x.to(matrices.device) for x in answer)
 
 
 def _in_cuda_batches(flat: torch.Tensor) -> torch.Tensor:
