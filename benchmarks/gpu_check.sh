@@ -13,7 +13,8 @@
 #      batched eigenvalues equal to torch's (a layer-sized batch too), the Gramian route within
 #      the "ess" contract, an analysis on the GPU verified and equal to the CPU's
 #   2. a Mamba-130m-shaped layer (1536 channels, N = 16, L = 1024, all cuts, both variants),
-#      under both accuracy contracts
+#      under both accuracy contracts, then what its memory holds at the peak, by the engine's line
+#      that allocated it (benchmarks/gpu_memory.py)
 #   3. whole models through analyze (bench_engine.MODEL_CASES["gpu"]: Mamba-130m at L = 2048 and
 #      GPT-2-small at 1024 and 2048 first), each case stopped after 55 s
 #   4. where the time of one Mamba-130m layer pair at L = 2048 and one GPT-2 layer at L = 1024 goes
@@ -76,6 +77,7 @@ $PY -c "from nvmath.bindings import cusolverDn" 2>&1 | tail -2 | tee -a "$LOGS/s
 
 step gpu_tests 50 $PY -m pytest -q -m gpu tests/test_engine_paths.py tests/test_dplr.py tests/test_precision.py tests/test_gramian_blocked.py tests/test_verification.py -p no:cacheprovider
 step layer 35 $PY benchmarks/bench_engine.py --device cuda --full --only layer
+step memory 25 $PY benchmarks/gpu_memory.py
 if $PY -c "import transformers" 2>/dev/null; then
   step models 165 $PY benchmarks/bench_engine.py --device cuda --models-only --case-timeout 55
   step profile_mamba 30 $PY benchmarks/profile_model.py mamba 2048 --device cuda --layers 2 --top 25
@@ -85,10 +87,12 @@ else
 fi
 step eigen 35 $PY benchmarks/gpu_eigen.py
 step dense 40 $PY benchmarks/bench_engine.py --device cuda --full --only dense --case-timeout 30
-step dense_host 20 $PY benchmarks/bench_engine.py --device cpu --full --only dense --case-timeout 12
+step dense_host 15 $PY benchmarks/bench_engine.py --device cpu --full --only dense --case-timeout 12
 
 # the four GPU targets beside what this run measured for them (README "Performance")
 say "targets: Mamba layer <= 0.3 s | whole Mamba-130m, L = 2048 <= 20 s | 144 GPT-2 heads, L = 1024 <= 5 s (whole model below) | whole GPT-2-small, L = 2048 <= 60 s"
 grep -h -E "^  precision (ess|exact)|^  target|Mamba-130m, L = 2048|GPT-2-small, L = (1024|2048)" "$STEPS/layer.log" "$STEPS/models.log" 2>/dev/null \
   | tee -a "$LOGS/summary.txt"
+say "the Mamba layer's memory at its peak (budget 8 GB):"
+grep -h -E "max_memory_allocated| GB in " "$STEPS/memory.log" 2>/dev/null | head -9 | tee -a "$LOGS/summary.txt"
 say "done; logs in $LOGS"
