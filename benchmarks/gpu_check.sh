@@ -10,7 +10,8 @@
 # reported, the next runs), the targets first:
 #   0. install what is missing (pip, time-limited), and say whether cuSOLVER's batched solver loads
 #   1. the gpu-marked tests: CUDA results equal to the CPU's within the accuracy bound, cuSOLVER's
-#      batched eigenvalues equal to torch's (a layer-sized batch too), the Gramian route within
+#      batched eigenvalues and the CUDA kernel's (core/cuda_eigen_kernel.py) equal to torch's
+#      and LAPACK's (a layer-sized batch too), the Gramian route within
 #      the "ess" contract, an analysis on the GPU verified and equal to the CPU's
 #   2. a Mamba-130m-shaped layer (1536 channels, N = 16, L = 1024, all cuts, both variants),
 #      under both accuracy contracts, then what its memory holds at the peak, by the engine's line
@@ -20,7 +21,8 @@
 #   4. where the time of one Mamba-130m layer pair at L = 2048 and one GPT-2 layer at L = 1024 goes
 #      (cProfile, benchmarks/profile_model.py)
 #   5. eigenvalues of batches of Grams, n = 16 ... 1024: torch against core/eigen.py, and the
-#      16 x 16 ones (a Mamba layer's) at several limits of the batch one cuSOLVER call takes
+#      16 x 16 ones (a Mamba layer's) by cuSOLVER at several limits of the batch one call takes
+#      and by the CUDA kernel
 #   6. dense batched vs per-cut (GPT-2 heads, L = 1024), on the GPU and on the same machine's CPU
 #      cores (cuSOLVER's eigvalsh loops over the batch, so the host's cores may be the faster place)
 # (the factored scan against the sweep: bench_engine.py --device cuda --full --only factored)
@@ -70,12 +72,12 @@ def version(name):
         return m.version(name)
     except m.PackageNotFoundError:
         return "missing"
-names = "torch", "transformers", "huggingface_hub", "numba", "nvmath-python", "cuda-bindings", "cuda-core", "cuda-pathfinder"
+names = "torch", "transformers", "huggingface_hub", "numba", "numba-cuda", "nvmath-python", "cuda-bindings", "cuda-core", "cuda-pathfinder"
 print(", ".join(f"{name} {version(name)}" for name in names))' 2>&1 | tail -1)"
 say "cuSOLVER's batched eigensolver: $($PY -c 'from ess_explorer.core.eigen import cusolver_batched_available as a; print("available" if a() else "missing (torch loops over batches of n > 32)")' 2>&1 | tail -1)"
 $PY -c "from nvmath.bindings import cusolverDn" 2>&1 | tail -2 | tee -a "$LOGS/summary.txt"
 
-step gpu_tests 50 $PY -m pytest -q -m gpu tests/test_engine_paths.py tests/test_dplr.py tests/test_precision.py tests/test_gramian_blocked.py tests/test_verification.py -p no:cacheprovider
+step gpu_tests 50 $PY -m pytest -q -m gpu tests/test_engine_paths.py tests/test_dplr.py tests/test_precision.py tests/test_gramian_blocked.py tests/test_verification.py tests/test_cuda_eigen_kernel.py -p no:cacheprovider
 step layer 35 $PY benchmarks/bench_engine.py --device cuda --full --only layer
 step memory 25 $PY benchmarks/gpu_memory.py
 if $PY -c "import transformers" 2>/dev/null; then
@@ -93,6 +95,8 @@ step dense_host 15 $PY benchmarks/bench_engine.py --device cpu --full --only den
 say "targets: Mamba layer <= 0.3 s | whole Mamba-130m, L = 2048 <= 20 s | 144 GPT-2 heads, L = 1024 <= 5 s (whole model below) | whole GPT-2-small, L = 2048 <= 60 s"
 grep -h -E "^  precision (ess|exact)|^  target|Mamba-130m, L = 2048|GPT-2-small, L = (1024|2048)" "$STEPS/layer.log" "$STEPS/models.log" 2>/dev/null \
   | tee -a "$LOGS/summary.txt"
+say "small eigenproblems (16 x 16: the Mamba layer's), cuSOLVER against the CUDA kernel:"
+grep -h -E "^  n = (16|32)" "$STEPS/eigen.log" 2>/dev/null | tee -a "$LOGS/summary.txt"
 say "the Mamba layer's memory at its peak (budget 8 GB):"
 grep -h -E "max_memory_allocated| GB in " "$STEPS/memory.log" 2>/dev/null | head -9 | tee -a "$LOGS/summary.txt"
 say "done; logs in $LOGS"

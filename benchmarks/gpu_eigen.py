@@ -1,8 +1,10 @@
 """Eigenvalues of a batch of float64 Grams on a GPU: torch.linalg.eigvalsh against the engine's
 `eigvalsh` (core/eigen.py: cuSOLVER's batched solver through nvmath where n > 32, at most
-`cuda_batch_limit()` matrices a call). Prints microseconds per matrix and the memory a call
-takes beyond its input: first for 16 x 16 matrices (a Mamba layer's) at several limits of the
-batch one call takes and by the batched Jacobi solver, then per size against torch; not a test.
+`cuda_batch_limit()` matrices a call; the CUDA kernel of core/cuda_eigen_kernel.py for n <= 32).
+Prints microseconds per matrix and the memory a call takes beyond its input: first for 16 x 16
+matrices (a Mamba layer's) by cuSOLVER at several limits of the batch one call takes, by the
+kernel and by the batched Jacobi solver, then 32 x 32 by torch and the kernel, then per size
+against torch; not a test.
 
     python benchmarks/gpu_eigen.py            # needs CUDA
 """
@@ -13,7 +15,7 @@ import time
 
 import torch
 
-from ess_explorer.core import eigen
+from ess_explorer.core import cuda_eigen_kernel, eigen
 
 
 def per_matrix_us(solve, grams: torch.Tensor, repeats: int = 3) -> float:
@@ -87,30 +89,64 @@ def main() -> None:
 
 
 def sixteen() -> None:
-    """The Mamba layer's solves (1.5 million 16 x 16 at L = 1024): the engine's route at several
+    """The Mamba layer's solves (1.5 million 16 x 16 at L = 1024): cuSOLVER's route at several
     limits of the batch one call takes (core/eigen.py: cuSOLVER refuses large ones), time and
-    memory beyond the input (the solver's workspace), and the batched Jacobi solver beside it."""
+    memory beyond the input (the solver's workspace), the batched Jacobi solver beside it, and
+    the engine's default for these sizes, the one-thread-per-matrix kernel of
+    core/cuda_eigen_kernel.py (its first call's compile, then its time, memory and error)."""
     factor = torch.randn(400_000, 24, 16, dtype=torch.float64, device="cuda")
     grams = factor.mT @ factor
-    for limit in (2048, 4096, 8192, eigen.CUDA_BATCH):
+    eigen.use_cuda_kernel = False  # cuSOLVER's route first
+    for limit in (4096, eigen.CUDA_BATCH):
         eigen._cuda_batch = limit
         print(
             f"  n = 16 in calls of at most {limit:5d}: {per_matrix_us(eigen.eigvalsh, grams):6.3f} us per matrix, "
             f"{extra_peak_gb(eigen.eigvalsh, grams):.2f} GB more at the peak",
             flush=True,
         )
-    if not eigen.cusolver_batched_available():
+    reference = eigen.eigvalsh(grams)
+    eigen.use_cuda_kernel = True
+    kernel_rows(grams, reference)
+    if eigen.cusolver_batched_available():
+        try:
+            error = float(((jacobi_batched(grams) - reference).abs() / reference[:, -1:]).max())
+            print(
+                f"  n = 16 by the batched Jacobi solver: {per_matrix_us(jacobi_batched, grams):6.3f} us per matrix, "
+                f"{extra_peak_gb(jacobi_batched, grams):.2f} GB more at the peak, max error {error:.1e} of lambda_max",
+                flush=True,
+            )
+        except Exception as failure:  # a candidate's trial: say why, go on
+            print(f"  n = 16 by the batched Jacobi solver: failed ({type(failure).__name__}: {failure})", flush=True)
+    factor = torch.randn(100_000, 40, 32, dtype=torch.float64, device="cuda")
+    grams = factor.mT @ factor
+    reference = torch.linalg.eigvalsh(grams)
+    print(f"  n = 32, torch: {per_matrix_us(torch.linalg.eigvalsh, grams):6.3f} us per matrix", flush=True)
+    kernel_rows(grams, reference)
+
+
+def kernel_rows(grams: torch.Tensor, reference: torch.Tensor) -> None:
+    """The CUDA kernel on ``grams``: its first call (the compile, or numba's disk cache), then
+    per-matrix time, memory beyond the input and largest error relative to lambda_max."""
+    n = grams.shape[-1]
+    if not cuda_eigen_kernel.available():
+        print(f"  n = {n} by the CUDA kernel: numba-cuda is not available here", flush=True)
         return
     try:
-        reference = eigen.eigvalsh(grams)
-        error = float(((jacobi_batched(grams) - reference).abs() / reference[:, -1:]).max())
+        start = time.perf_counter()
+        got = cuda_eigen_kernel.symmetric_eigenvalues(grams[:1000])
+        torch.cuda.synchronize()
+        first = time.perf_counter() - start
+        got = cuda_eigen_kernel.symmetric_eigenvalues(grams)
+        error = float(((got - reference).abs() / reference[:, -1:]).max())
         print(
-            f"  n = 16 by the batched Jacobi solver: {per_matrix_us(jacobi_batched, grams):6.3f} us per matrix, "
-            f"{extra_peak_gb(jacobi_batched, grams):.2f} GB more at the peak, max error {error:.1e} of lambda_max",
+            f"  n = {n} by the CUDA kernel: first call {first:.2f} s, "
+            f"{per_matrix_us(cuda_eigen_kernel.symmetric_eigenvalues, grams):6.3f} us per matrix, "
+            f"{extra_peak_gb(cuda_eigen_kernel.symmetric_eigenvalues, grams):.2f} GB more at the peak, "
+            f"max error {error:.1e} of lambda_max",
             flush=True,
         )
-    except Exception as failure:  # a candidate's trial: say why, go on
-        print(f"  n = 16 by the batched Jacobi solver: failed ({type(failure).__name__}: {failure})", flush=True)
+    except Exception as failure:
+        print(f"  n = {n} by the CUDA kernel: failed ({type(failure).__name__}: {failure})", flush=True)
 
 
 def sizes() -> None:

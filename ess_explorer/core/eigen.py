@@ -13,6 +13,9 @@ matrices, an undocumented limit that torch does not split for, and a Mamba layer
 route asks for about 1.5 million 16 x 16 solves at once. A batch refused anyway is solved again
 in halves, down to CUDA_MIN_BATCH, and the smaller size is kept for the rest of the process; a
 batch the GPU's solver does not converge on (LinAlgError) is solved on the host by LAPACK.
+A float64 CUDA batch with n <= 32 goes instead to the kernel of core/cuda_eigen_kernel.py
+(numba-cuda, part of the `gpu` extra: one thread per matrix, no limit on the batch), where it
+imports; a call that fails falls back to the route above, with one warning.
 On a CPU: a float64 batch of 16 or more matrices of size 24 or more goes to the compiled
 kernel of core/dense_kernel.py (1.15-2.8x LAPACK's speed on one core), unless its caller's
 whole job is too small to repay the kernel's compile (`allow_kernel`, decided by
@@ -30,7 +33,7 @@ import warnings
 
 import torch
 
-from . import dense_kernel
+from . import cuda_eigen_kernel, dense_kernel
 from .accelerator import accelerator_routes
 
 __all__ = [
@@ -40,6 +43,7 @@ __all__ = [
     "kernel_takes",
     "cusolver_batched_available",
     "cuda_batch_limit",
+    "cuda_kernel_takes",
     "TORCH_BATCHED_LIMIT",
 ]
 
@@ -51,6 +55,10 @@ KERNEL_MIN_BATCH = 16
 _CUDA_R_64F, _CUDA_R_32F = 1, 0  # cudaDataType
 _NO_VECTORS, _LOWER = 0, 0  # cusolverEigMode_t, cublasFillMode_t
 _failed_once = False
+# Whether a small float64 CUDA batch may take core/cuda_eigen_kernel.py (a benchmark turns it
+# off to time torch's route in the same process).
+use_cuda_kernel = True
+_kernel_failed_once = False
 CUDA_BATCH = 16384  # matrices per cuSOLVER call to start with (module docstring)
 CUDA_MIN_BATCH = 256  # below this a failing call is not the batch's size: raise
 _cuda_batch = CUDA_BATCH
@@ -83,9 +91,10 @@ def kernel_takes(count: int, n: int, dtype: torch.dtype, device: torch.device) -
 
 
 def eigvalsh(matrices: torch.Tensor, allow_kernel: bool = True) -> torch.Tensor:
-    """Ascending eigenvalues (..., n) of the symmetric (..., n, n) ``matrices``. cuSOLVER's
-    batched solver for a CUDA batch with n > 32 where nvmath is installed (falls back to
-    torch, with one warning, if that call fails); the compiled kernel of core/dense_kernel.py
+    """Ascending eigenvalues (..., n) of the symmetric (..., n, n) ``matrices``. The CUDA kernel
+    of core/cuda_eigen_kernel.py for a float64 CUDA batch with n <= 32 (`cuda_kernel_takes`);
+    cuSOLVER's batched solver for a CUDA batch with n > 32 where nvmath is installed (falls
+    back to torch, with one warning, if that call fails); the compiled kernel of core/dense_kernel.py
     for a CPU float64 batch of at least KERNEL_MIN_BATCH matrices with n >= KERNEL_MIN_SIZE
     (it solves the batch's tridiagonals side by side, so it needs a batch), unless the
     caller's whole job is too small to repay its compile (``allow_kernel`` False:
@@ -95,8 +104,35 @@ def eigvalsh(matrices: torch.Tensor, allow_kernel: bool = True) -> torch.Tensor:
         flat = matrices.reshape(-1, n, n)
         return dense_kernel.symmetric_eigenvalues(flat).reshape(matrices.shape[:-1])
     if matrices.device.type == "cuda":
-        return _in_cuda_batches(matrices.reshape(-1, n, n)).reshape(matrices.shape[:-1])
+        flat = matrices.reshape(-1, n, n)
+        return (_small_cuda_batch(flat) if cuda_kernel_takes(flat) else _in_cuda_batches(flat)).reshape(
+            matrices.shape[:-1]
+        )
     return torch.linalg.eigvalsh(matrices)
+
+
+def cuda_kernel_takes(flat: torch.Tensor) -> bool:
+    """Whether `eigvalsh` gives the CUDA batch ``flat`` (B, n, n) to core/cuda_eigen_kernel.py:
+    float64, n <= its MAX_SIZE, numba-cuda importable with a GPU, not turned off."""
+    return (
+        use_cuda_kernel
+        and not _kernel_failed_once
+        and flat.dtype == torch.float64
+        and 0 < flat.shape[-1] <= cuda_eigen_kernel.MAX_SIZE
+        and cuda_eigen_kernel.available()
+    )
+
+
+def _small_cuda_batch(flat: torch.Tensor) -> torch.Tensor:
+    """The kernel's eigenvalues of ``flat``; where it cannot run (numba-cuda cannot compile or
+    launch it here), cuSOLVER's, with one warning, for the rest of the process."""
+    global _kernel_failed_once
+    try:
+        return cuda_eigen_kernel.symmetric_eigenvalues(flat)
+    except Exception as error:  # a toolkit or driver numba-cuda cannot use: torch still answers
+        warnings.warn(f"the CUDA eigenvalue kernel failed ({error}); using cuSOLVER")
+        _kernel_failed_once = True
+        return _in_cuda_batches(flat)
 
 
 def svdvals(matrices: torch.Tensor) -> torch.Tensor:
