@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import warnings
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -61,6 +62,21 @@ SIMULATED = textwrap.dedent(
     bad[1, 4, 2] = bad[1, 2, 4] = np.nan
     bad[2, 0, 0] = np.inf
     cases["non-finite"] = bad
+
+    # what the Gramian route gives the solver: the balanced sandwiches C^T Q C and the causal
+    # Gramians P of Mamba-like units, slow (dt ~ e^-4) and fast (dt ~ 1) decays
+    from ess_explorer.core import gramian_naive
+
+    solved = []
+    gramian_naive.eigvalsh = lambda x, allow_kernel=True: solved.append(x.clone()) or torch.linalg.eigvalsh(x)
+    g = torch.Generator().manual_seed(3)
+    for shift in (-4.0, 0.0):
+        dt = torch.nn.functional.softplus(torch.randn(3, 40, 1, generator=g, dtype=torch.float64) + shift)
+        a = torch.exp(-dt * torch.arange(1, 17, dtype=torch.float64))
+        b = dt * torch.randn(3, 40, 16, generator=g, dtype=torch.float64)
+        c = torch.randn(3, 40, 16, generator=g, dtype=torch.float64)
+        gramian_naive.gramian_spectra_reference(a, b, c, torch.arange(1, 40), causal=True)
+    cases["mamba sandwiches and causal gramians"] = torch.cat([x.reshape(-1, 16, 16) for x in solved]).numpy()
     out = {}
     for name, matrices in cases.items():
         matrices = np.ascontiguousarray(matrices)
@@ -69,6 +85,29 @@ SIMULATED = textwrap.dedent(
         launch(matrices, values, failed)
         reference = torch.linalg.eigvalsh(torch.from_numpy(np.nan_to_num(matrices))).numpy()
         out[name] = {"values": values.tolist(), "failed": failed.tolist(), "reference": reference.tolist()}
+    # the Gramian route's per-cut steps, fused, against its torch route on the same Gramians
+    from ess_explorer.core.cuda_eigen_kernel import launch_gramian
+
+    g = torch.Generator().manual_seed(4)
+    pairs = []
+    for shift in (-4.0, 0.0, 2.0):
+        dt = torch.nn.functional.softplus(torch.randn(3, 40, 1, generator=g, dtype=torch.float64) + shift)
+        a = torch.exp(-dt * torch.arange(1, 17, dtype=torch.float64))
+        b = dt * torch.randn(3, 40, 16, generator=g, dtype=torch.float64)
+        c = torch.randn(3, 40, 16, generator=g, dtype=torch.float64)
+        pairs.append(gramian_naive.gramians(a, b, c, torch.arange(1, 40)))
+    p, q = (torch.cat([pair[k] for pair in pairs]).reshape(-1, 16, 16).clone() for k in (0, 1))
+    p[5, 2, 2] = float("nan")  # not finite: redone exactly
+    p[6] = -torch.eye(16, dtype=p.dtype)  # its Cholesky fails: redone exactly
+    q[7] = -q[7] - torch.eye(16, dtype=q.dtype)  # wrong but finite: solved
+    p[8], q[8] = 0.0, 0.0  # nothing written, nothing read
+    lam, error = np.zeros((len(p), 16)), np.zeros(len(p))
+    launch_gramian(p.numpy(), q.numpy(), gramian_naive.CHOLESKY_SHIFT, gramian_naive.GRAMIAN_ERROR, lam, error)
+    reference = gramian_naive._sandwich_spectra(p, q)
+    out["gramian cuts"] = {
+        "lam": lam.tolist(), "error": error.tolist(),
+        "reference_lam": reference[0].tolist(), "reference_error": reference[1].tolist(),
+    }
     try:
         launch(np.zeros((1, MAX_SIZE + 1, MAX_SIZE + 1)), np.zeros((1, MAX_SIZE + 1)), np.zeros(1, dtype=np.int32))
         out["too large"] = "accepted"
@@ -90,9 +129,11 @@ def simulated() -> dict:
 def test_simulated_kernel_gives_lapacks_eigenvalues_within_the_backward_error(simulated):
     """Every finite case: ascending, and each eigenvalue within 4 n eps ||A|| of LAPACK's (both
     backward stable: the bound the engine's guards assume), graded and rank-deficient spectra,
-    Wilkinson's close pairs, and scales near the ends of the float range included."""
+    Wilkinson's close pairs, scales near the ends of the float range, and the very matrices the
+    Gramian route solves for Mamba-like units included (its GRAMIAN_ERROR bound was measured
+    with LAPACK's solver: the kernel's error must be of the same order)."""
     for name, case in simulated.items():
-        if name in ("non-finite", "too large"):
+        if name in ("non-finite", "too large", "gramian cuts"):
             continue
         values, reference = np.array(case["values"]), np.array(case["reference"])
         n = values.shape[-1]
@@ -116,25 +157,49 @@ def test_simulated_kernel_flags_what_it_cannot_solve(simulated):
     assert f"n <= {cuda_eigen_kernel.MAX_SIZE}" in simulated["too large"]
 
 
-def test_eigvalsh_routes_small_cuda_batches_to_the_kernel_only_where_it_runs(monkeypatch):
-    """The rule (`eigen.cuda_kernel_takes`): float64, 0 < n <= MAX_SIZE, the kernel available
-    and not turned off. Without numba-cuda and a GPU (this machine) it is never taken."""
-    batch = torch.zeros(4, 16, 16, dtype=torch.float64)
+def test_simulated_gramian_kernel_gives_the_torch_routes_cuts(simulated):
+    """The fused per-cut steps (balance, shifted Cholesky, sandwich, eigenvalues, bound) against
+    the torch route on the same Gramians of Mamba-like units (slow, fast and very fast decays):
+    the same error bound (to rounding), the same cuts marked for the exact route (a NaN, a
+    failed Cholesky), a wrong but finite Gramian solved as torch solves it, nothing written
+    giving zeros; each value within an eighth of the cut's bound of torch's, which both routes
+    must meet against the exact values."""
+    case = simulated["gramian cuts"]
+    lam, error = np.array(case["lam"]), np.array(case["error"])
+    reference_lam, reference_error = np.array(case["reference_lam"]), np.array(case["reference_error"])
+    assert np.array_equal(np.isinf(error), np.isinf(reference_error))
+    assert np.isinf(error[[5, 6]]).all() and np.isfinite(error[7]) and error[8] == 0.0
+    finite = np.isfinite(error)
+    assert np.allclose(error[finite], reference_error[finite], rtol=1e-12, atol=0)
+    assert np.all(lam[~finite] == 0.0) and np.all(lam[8] == 0.0)
+    assert np.all(np.diff(lam, axis=-1) <= 0) and np.all(lam >= 0)
+    assert np.all(np.abs(lam - reference_lam)[finite] <= error[finite, None] / 8)
+
+
+def on_gpu(*shape, dtype=torch.float64):
+    """What `eigen.cuda_kernel_takes` reads of a CUDA tensor (none can be made without a GPU)."""
+    return SimpleNamespace(shape=shape, dtype=dtype, device=torch.device("cuda"))
+
+
+def test_small_cuda_batches_go_to_the_kernel_only_where_it_runs(monkeypatch):
+    """The rule (`eigen.cuda_kernel_takes`, for `eigvalsh` and the Gramian route's per-cut
+    steps): a CUDA tensor, float64, 0 < n <= MAX_SIZE, the kernel available and not turned off.
+    Without numba-cuda and a GPU (this machine) it is never taken."""
     if not torch.cuda.is_available():
-        assert not cuda_eigen_kernel.available() and not eigen.cuda_kernel_takes(batch)
+        assert not cuda_eigen_kernel.available() and not eigen.cuda_kernel_takes(on_gpu(4, 16, 16))
     monkeypatch.setattr(cuda_eigen_kernel, "available", lambda: True)
-    assert eigen.cuda_kernel_takes(batch)
-    assert not eigen.cuda_kernel_takes(batch.float())
-    assert not eigen.cuda_kernel_takes(
-        torch.zeros(4, cuda_eigen_kernel.MAX_SIZE + 1, cuda_eigen_kernel.MAX_SIZE + 1, dtype=torch.float64)
-    )
+    assert eigen.cuda_kernel_takes(on_gpu(4, 16, 16)) and eigen.cuda_kernel_takes(on_gpu(2, 9, 32, 32))
+    assert not eigen.cuda_kernel_takes(torch.zeros(4, 16, 16, dtype=torch.float64))  # the CPU's
+    assert not eigen.cuda_kernel_takes(on_gpu(4, 16, 16, dtype=torch.float32))
+    size = cuda_eigen_kernel.MAX_SIZE + 1
+    assert not eigen.cuda_kernel_takes(on_gpu(4, size, size))
     monkeypatch.setattr(eigen, "use_cuda_kernel", False)
-    assert not eigen.cuda_kernel_takes(batch)
+    assert not eigen.cuda_kernel_takes(on_gpu(4, 16, 16))
 
 
-def test_a_kernel_that_cannot_run_falls_back_to_cusolver_once(monkeypatch):
-    """A toolkit or driver numba-cuda cannot use: the call warns once and answers by the
-    cuSOLVER route, and later batches go there directly."""
+def test_a_kernel_that_cannot_run_falls_back_to_torch_once(monkeypatch):
+    """A toolkit or driver numba-cuda cannot use: the call warns once and answers by torch's
+    route (here cuSOLVER's `eigvalsh`), and later batches go there directly."""
     calls = []
 
     def broken(flat):
@@ -149,7 +214,7 @@ def test_a_kernel_that_cannot_run_falls_back_to_cusolver_once(monkeypatch):
     with pytest.warns(UserWarning, match="NVVM not found"):
         values = eigen._small_cuda_batch(x)  # CPU tensors stand in for the device's
     assert torch.allclose(values, torch.linalg.eigvalsh(x), rtol=0, atol=1e-12)
-    assert calls == [5] and not eigen.cuda_kernel_takes(x)
+    assert calls == [5] and not eigen.cuda_kernel_takes(on_gpu(5, 16, 16))
 
 
 @pytest.mark.gpu
@@ -173,3 +238,28 @@ def test_cuda_kernel_equals_lapack_on_a_layer_sized_batch(n):
     bound = 4 * n * EPS * reference.abs().amax(-1, keepdim=True)
     assert ((got - reference).abs() <= bound).all()
     assert torch.equal(routed, got)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_gramian_kernel_equals_the_torch_route(monkeypatch):
+    """The fused per-cut steps on the GPU against the torch route on the same GPU (cuSOLVER's
+    Cholesky and eigensolver), on the Gramians of 64 Mamba-like units at 200 cuts: the same
+    bounds and marks, each value within an eighth of its cut's bound."""
+    if not cuda_eigen_kernel.available():
+        pytest.skip("numba-cuda is not installed")
+    from ess_explorer.core import gramian_naive
+
+    g = torch.Generator().manual_seed(7)
+    dt = torch.nn.functional.softplus(torch.randn(64, 201, 1, generator=g, dtype=torch.float64) - 2)
+    a = torch.exp(-dt * torch.arange(1, 17, dtype=torch.float64))
+    b = dt * torch.randn(64, 201, 16, generator=g, dtype=torch.float64)
+    c = torch.randn(64, 201, 16, generator=g, dtype=torch.float64)
+    p, q = (x.cuda() for x in gramian_naive.gramians(a, b, c, torch.arange(1, 201)))
+    lam, error = cuda_eigen_kernel.gramian_cut_spectra(p, q, gramian_naive.CHOLESKY_SHIFT, gramian_naive.GRAMIAN_ERROR)
+    monkeypatch.setattr(eigen, "use_cuda_kernel", False)
+    reference_lam, reference_error = gramian_naive._sandwich_spectra(p, q)
+    assert torch.equal(error.isinf(), reference_error.isinf())
+    finite = error.isfinite()
+    assert torch.allclose(error[finite], reference_error[finite], rtol=1e-12, atol=0)
+    assert ((lam - reference_lam).abs()[finite] <= error[finite][:, None] / 8).all()

@@ -44,6 +44,7 @@ __all__ = [
     "cusolver_batched_available",
     "cuda_batch_limit",
     "cuda_kernel_takes",
+    "with_cuda_kernel",
     "TORCH_BATCHED_LIMIT",
 ]
 
@@ -111,28 +112,36 @@ def eigvalsh(matrices: torch.Tensor, allow_kernel: bool = True) -> torch.Tensor:
     return torch.linalg.eigvalsh(matrices)
 
 
-def cuda_kernel_takes(flat: torch.Tensor) -> bool:
-    """Whether `eigvalsh` gives the CUDA batch ``flat`` (B, n, n) to core/cuda_eigen_kernel.py:
-    float64, n <= its MAX_SIZE, numba-cuda importable with a GPU, not turned off."""
+def cuda_kernel_takes(matrices: torch.Tensor) -> bool:
+    """Whether the CUDA batch ``matrices`` (..., n, n) goes to core/cuda_eigen_kernel.py
+    (`eigvalsh`, and the Gramian route's per-cut steps): float64, n <= its MAX_SIZE, numba-cuda
+    importable with a GPU, not turned off."""
     return (
         use_cuda_kernel
         and not _kernel_failed_once
-        and flat.dtype == torch.float64
-        and 0 < flat.shape[-1] <= cuda_eigen_kernel.MAX_SIZE
+        and matrices.dtype == torch.float64
+        and 0 < matrices.shape[-1] <= cuda_eigen_kernel.MAX_SIZE
+        and matrices.device.type == "cuda"
         and cuda_eigen_kernel.available()
     )
 
 
 def _small_cuda_batch(flat: torch.Tensor) -> torch.Tensor:
-    """The kernel's eigenvalues of ``flat``; where it cannot run (numba-cuda cannot compile or
-    launch it here), cuSOLVER's, with one warning, for the rest of the process."""
+    """The kernel's eigenvalues of ``flat``, else cuSOLVER's (`with_cuda_kernel`)."""
+    return with_cuda_kernel(lambda: cuda_eigen_kernel.symmetric_eigenvalues(flat), lambda: _in_cuda_batches(flat))
+
+
+def with_cuda_kernel(kernel, fallback):
+    """kernel(), a call of core/cuda_eigen_kernel.py; where it cannot run (numba-cuda cannot
+    compile or launch it here), fallback(), the torch route, with one warning, and
+    `cuda_kernel_takes` says no for the rest of the process."""
     global _kernel_failed_once
     try:
-        return cuda_eigen_kernel.symmetric_eigenvalues(flat)
+        return kernel()
     except Exception as error:  # a toolkit or driver numba-cuda cannot use: torch still answers
-        warnings.warn(f"the CUDA eigenvalue kernel failed ({error}); using cuSOLVER")
+        warnings.warn(f"the CUDA eigenvalue kernel failed ({error}); using torch's route")
         _kernel_failed_once = True
-        return _in_cuda_batches(flat)
+        return fallback()
 
 
 def svdvals(matrices: torch.Tensor) -> torch.Tensor:

@@ -26,15 +26,17 @@ Per cut (docs/spectra.md, "The ESS-grade routes"):
 Values past the structural rank bound min(t, L - t, N) (and min(t, N) for R_t) are exactly
 zero and are set so; what the eigensolver returns there is rounding of size sqrt(error).
 
-This module is the test oracle of core/gramian_kernel.py and the route on devices the
-kernel does not run on (a GPU: every step is one batched torch op over the chunk).
+This module is the test oracle of core/gramian_kernel.py and of core/cuda_eigen_kernel.py, and
+the route on devices those kernels do not run on (every step one batched torch op over the
+chunk; on a GPU with numba-cuda, steps 1-3 are one kernel call).
 """
 
 from __future__ import annotations
 
 import torch
 
-from .eigen import eigvalsh
+from . import cuda_eigen_kernel
+from .eigen import cuda_kernel_takes, eigvalsh, with_cuda_kernel
 
 __all__ = ["CHOLESKY_SHIFT", "GRAMIAN_ERROR", "gramian_spectra_reference", "gramians", "spectra_from_gramians"]
 
@@ -91,13 +93,11 @@ def gramian_spectra_reference(
     return spectra_from_gramians(p, q, wanted, a.shape[1], causal)
 
 
-def spectra_from_gramians(
-    p: torch.Tensor, q: torch.Tensor, wanted: torch.Tensor, length: int, causal: bool = False
-) -> tuple[torch.Tensor, torch.Tensor, tuple | None]:
-    """Steps 1-4 of the module docstring on the Gramians (P_t, Q_t) (B, W, N, N) of the cuts
-    ``wanted`` (W,) of operators of length ``length``: the outputs of
-    `gramian_spectra_reference` (core/gramian_blocked.py computes the Gramians its own way
-    and shares this)."""
+def _sandwich_spectra(p: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Steps 1-3 of the module docstring on (P_t, Q_t) (B, W, N, N): (sigma^2 (B, W, N)
+    descending, each cut's error bound (B, W)), inf where the cut cannot be solved here (the
+    caller redoes it exactly) and its values then zeros. core/cuda_eigen_kernel.py fuses the
+    same steps on a GPU."""
     n = p.shape[-1]
     eps = torch.finfo(p.dtype).eps
     tiny = torch.finfo(p.dtype).tiny
@@ -119,13 +119,31 @@ def spectra_from_gramians(
     bad = ~solvable | ~torch.isfinite(error) | ~torch.isfinite(lam).all(-1)
     error = torch.where(bad, torch.full_like(error, float("inf")), error)
     lam = torch.where(bad[..., None], torch.zeros_like(lam), lam)
+    return lam, error
+
+
+def spectra_from_gramians(
+    p: torch.Tensor, q: torch.Tensor, wanted: torch.Tensor, length: int, causal: bool = False
+) -> tuple[torch.Tensor, torch.Tensor, tuple | None]:
+    """Steps 1-4 of the module docstring on the Gramians (P_t, Q_t) (B, W, N, N) of the cuts
+    ``wanted`` (W,) of operators of length ``length``: the outputs of
+    `gramian_spectra_reference` (core/gramian_blocked.py computes the Gramians its own way
+    and shares this)."""
+    n = p.shape[-1]
+    if n <= cuda_eigen_kernel.GRAMIAN_MAX_SIZE and cuda_kernel_takes(p):  # a GPU: steps 1-3 fused, a thread a cut
+        lam, error = with_cuda_kernel(
+            lambda: cuda_eigen_kernel.gramian_cut_spectra(p, q, CHOLESKY_SHIFT, GRAMIAN_ERROR),
+            lambda: _sandwich_spectra(p, q),
+        )
+    else:
+        lam, error = _sandwich_spectra(p, q)
     t = wanted.to(torch.long)
     lam = _rank_mask(lam, torch.clamp(torch.minimum(t, length - t), max=n))
     reach = None
     if causal:
         finite = torch.isfinite(p).flatten(-2).all(-1)
         values = eigvalsh(torch.where(finite[..., None, None], p, torch.zeros_like(p))).flip(-1)
-        reach_error = GRAMIAN_ERROR * eps * torch.linalg.matrix_norm(p)
+        reach_error = GRAMIAN_ERROR * torch.finfo(p.dtype).eps * torch.linalg.matrix_norm(p)
         reach_error = torch.where(finite, reach_error, torch.full_like(reach_error, float("inf")))
         reach = (values, torch.zeros_like(values), values[..., 0], reach_error)
     return lam, error, reach
