@@ -133,7 +133,9 @@ def run_case(name: str, params: dict, device_name: str) -> dict:
             sigma = hankel_singular_values(op, device=device, precision=params.get("precision", "exact"))
             return sigma, tolerance_ess(spectra=sigma), entropy_ess(spectra=sigma)
 
-        fn(mamba_like(64, 128, 16))  # the same calls, small: anything else they need, untimed
+        # the same calls, short: anything else they need, untimed (on a GPU the kernels' compile,
+        # and with a whole layer's channels the choice between them and torch: eigen.kernel_or_torch)
+        fn(mamba_like(params["units"], 128, 16))
         fn_ref = None
     elif name == "model":
         return run_model(params, device)
@@ -150,6 +152,8 @@ def run_case(name: str, params: dict, device_name: str) -> dict:
     out["seconds"] = time.perf_counter() - start
     out["cpu_seconds"] = time.process_time() - cpu_start  # all threads: the honest figure on a shared machine
     out["peak_gb"] = _peak_gb(device)
+    if device.type == "cuda":
+        out["routes"] = chosen_routes()
     if name == "mamba_layer":
         out["mean_tolerance_ess"] = value[1].double().mean().item()
         out["mean_entropy_ess"] = value[2].double().mean().item()
@@ -232,6 +236,7 @@ def run_model(params: dict, device: torch.device) -> dict:
         "model_layers": model.config.num_hidden_layers,
         "path": lay.path,
         "mean_tolerance_ess_layer0": float(lay.tolerance_ess.mean()),
+        **({"routes": chosen_routes()} if device.type == "cuda" else {}),
     }
     print(json.dumps(out), flush=True)  # the timing stands if the check below runs out of time (`child`)
     # untimed: the numbers against plain SVDs of 32 cuts a layer; on a GPU of the first and last
@@ -282,6 +287,18 @@ def _get(case: dict, key: str) -> float:
     return case.get(key, float("nan"))
 
 
+def chosen_routes() -> str:
+    """Which route each size class of small eigenproblems took on this GPU, kernel or torch,
+    with their timings on the batch that decided (core/eigen.py `kernel_or_torch`)."""
+    from ess_explorer.core import eigen
+
+    chosen = [
+        f"{route} n <= {2**size}: {choice}" + (f" ({kernel:.4f} s vs {torch_s:.4f} s)" if kernel is not None else "")
+        for (route, size), (choice, kernel, torch_s) in sorted(eigen.route_choices().items())
+    ]
+    return "; ".join(chosen) or "none timed"
+
+
 def show(label: str, case: dict, extra: str = "") -> None:
     if "error" in case:
         print(f"  {label:<52} failed: {case['error']}", flush=True)
@@ -293,6 +310,8 @@ def show(label: str, case: dict, extra: str = "") -> None:
         f"peak {case['peak_gb']:6.2f} GB  {extra}",
         flush=True,
     )
+    if "routes" in case:
+        print(f"    routes: {case['routes']}", flush=True)
 
 
 def main() -> None:

@@ -78,25 +78,25 @@ say "cuSOLVER's batched eigensolver: $($PY -c 'from ess_explorer.core.eigen impo
 $PY -c "from nvmath.bindings import cusolverDn" 2>&1 | tail -2 | tee -a "$LOGS/summary.txt"
 
 step gpu_tests 50 $PY -m pytest -q -m gpu tests/test_engine_paths.py tests/test_dplr.py tests/test_precision.py tests/test_gramian_blocked.py tests/test_verification.py tests/test_cuda_eigen_kernel.py -p no:cacheprovider
-step layer 35 $PY benchmarks/bench_engine.py --device cuda --full --only layer
+step layer 45 $PY benchmarks/bench_engine.py --device cuda --full --only layer
 step memory 25 $PY benchmarks/gpu_memory.py
 if $PY -c "import transformers" 2>/dev/null; then
-  step models 165 $PY benchmarks/bench_engine.py --device cuda --models-only --case-timeout 55
+  step models 160 $PY benchmarks/bench_engine.py --device cuda --models-only --case-timeout 55
   step profile_mamba 30 $PY benchmarks/profile_model.py mamba 2048 --device cuda --layers 2 --top 25
-  step profile_gpt2 25 $PY benchmarks/profile_model.py gpt2 1024 --device cuda --layers 1 --top 25
+  step profile_gpt2 20 $PY benchmarks/profile_model.py gpt2 1024 --device cuda --layers 1 --top 25
 else
   say "models: skipped (transformers is not installed)"
 fi
-step eigen 35 $PY benchmarks/gpu_eigen.py
-step dense 40 $PY benchmarks/bench_engine.py --device cuda --full --only dense --case-timeout 30
+step eigen 40 $PY benchmarks/gpu_eigen.py
+step dense 30 $PY benchmarks/bench_engine.py --device cuda --full --only dense --case-timeout 30
 step dense_host 15 $PY benchmarks/bench_engine.py --device cpu --full --only dense --case-timeout 12
 
 # the four GPU targets beside what this run measured for them (README "Performance")
 say "targets: Mamba layer <= 0.3 s | whole Mamba-130m, L = 2048 <= 20 s | 144 GPT-2 heads, L = 1024 <= 5 s (whole model below) | whole GPT-2-small, L = 2048 <= 60 s"
-grep -h -E "^  precision (ess|exact)|^  target|Mamba-130m, L = 2048|GPT-2-small, L = (1024|2048)" "$STEPS/layer.log" "$STEPS/models.log" 2>/dev/null \
+grep -h -E "^  precision (ess|exact)|^  target|^    routes|Mamba-130m, L = 2048|GPT-2-small, L = (1024|2048)" "$STEPS/layer.log" "$STEPS/models.log" 2>/dev/null \
   | tee -a "$LOGS/summary.txt"
-say "small eigenproblems (16 x 16: the Mamba layer's), cuSOLVER against the CUDA kernel:"
-grep -h -E "^  n = (16|32)" "$STEPS/eigen.log" 2>/dev/null | tee -a "$LOGS/summary.txt"
+say "eigenproblems by size, cuSOLVER against the CUDA kernels, and what the engine chose:"
+grep -h -E "^  n = |^  the engine chose" "$STEPS/eigen.log" 2>/dev/null | tee -a "$LOGS/summary.txt"
 say "the Mamba layer's memory at its peak (budget 8 GB):"
 grep -h -E "max_memory_allocated| GB in " "$STEPS/memory.log" 2>/dev/null | head -9 | tee -a "$LOGS/summary.txt"
 say "done; logs in $LOGS"

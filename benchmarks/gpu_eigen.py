@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from ess_explorer.core import cuda_eigen_kernel, eigen
+from ess_explorer.core import cuda_block_kernel, cuda_eigen_kernel, eigen
 
 
 def per_matrix_us(solve, grams: torch.Tensor, repeats: int = 3) -> float:
@@ -150,16 +150,33 @@ def kernel_rows(grams: torch.Tensor, reference: torch.Tensor) -> None:
 
 
 def sizes() -> None:
-    """Engine against torch per matrix size, and the engine call's memory beyond its input."""
+    """Per matrix size: cuSOLVER's batched route (nvmath), the block kernel of
+    core/cuda_block_kernel.py (its error against cuSOLVER's), torch's per-matrix loop, and what
+    the engine's `eigvalsh` chose on its first batch of the size class (`eigen.route_choices`)."""
     for n, count in ((64, 10_000), (128, 4_000), (512, 200), (1024, 48)):
         factor = torch.randn(count, n + 8, n, dtype=torch.float64, device="cuda")
         grams = factor.mT @ factor
-        line = f"  n = {n:5d}, {count:6d} matrices ({grams.numel() * 8 / 2**30:.2f} GB): engine "
+        line = f"  n = {n:5d}, {count:6d} matrices ({grams.numel() * 8 / 2**30:.2f} GB): cuSOLVER "
+        eigen.use_cuda_kernel = False
+        reference = eigen.eigvalsh(grams)
         line += f"{per_matrix_us(eigen.eigvalsh, grams):9.2f} us, {extra_peak_gb(eigen.eigvalsh, grams):.2f} GB more"
+        eigen.use_cuda_kernel = True
+        if cuda_eigen_kernel.available():
+            try:
+                got = cuda_block_kernel.block_eigenvalues(grams)
+                error = float(((got - reference).abs() / reference[:, -1:]).max())
+                line += f", block kernel {per_matrix_us(cuda_block_kernel.block_eigenvalues, grams):9.2f} us"
+                line += f" (max error {error:.1e} of lambda_max)"
+            except Exception as failure:
+                line += f", block kernel failed ({type(failure).__name__}: {failure})"
         # torch on a few hundred of them: it loops over matrices above n = 32 (about 0.3 ms each
         # at n = 64 on an H200)
         line += f", torch {per_matrix_us(torch.linalg.eigvalsh, grams[:300], repeats=1):9.2f} us"
+        eigen.eigvalsh(grams)  # the engine's own choice for this size class
         print(line + " per matrix", flush=True)
+    for (route, size_class), (choice, kernel_s, torch_s) in sorted(eigen.route_choices().items()):
+        timing = f" (kernel {kernel_s:.4f} s, torch {torch_s:.4f} s)" if kernel_s is not None else ""
+        print(f"  the engine chose {choice} for {route}, n <= {2**size_class}{timing}", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The CUDA eigenvalue kernel (core/cuda_eigen_kernel.py) against its reference, torch.linalg.eigvalsh.
+"""The CUDA kernels (core/cuda_eigen_kernel.py, core/cuda_block_kernel.py) against their references.
 
 On a CPU the kernel runs in numba's CUDA simulator, in a subprocess (the simulator is chosen
 when numba.cuda is first imported, so it cannot share a process with the real target); on a
@@ -7,19 +7,22 @@ GPU the gpu-marked tests run it for real, on a layer-sized batch.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import time
 import warnings
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
-from ess_explorer.core import cuda_eigen_kernel, eigen
+from ess_explorer.core import cuda_block_kernel, cuda_eigen_kernel, eigen
 
 EPS = float(np.finfo(np.float64).eps)
 
@@ -85,6 +88,31 @@ SIMULATED = textwrap.dedent(
         launch(matrices, values, failed)
         reference = torch.linalg.eigvalsh(torch.from_numpy(np.nan_to_num(matrices))).numpy()
         out[name] = {"values": values.tolist(), "failed": failed.tolist(), "reference": reference.tolist()}
+    # the block kernel (n > 32): a few matrices, the simulator runs its 128 threads as Python's
+    from ess_explorer.core.cuda_block_kernel import launch_block
+
+    q, _ = np.linalg.qr(rng.standard_normal((1, 37, 37)))
+    block_cases = {
+        "random n=40": symmetric(1, 40),
+        "graded 1e-30 n=37": q @ ((10.0 ** rng.uniform(-30, 0, (1, 37)))[..., None] * q.transpose(0, 2, 1)),
+        "rank 4 n=48": low_rank(1, 48, 4),
+        "identity n=33": np.eye(33)[None] * 3.0,
+        "small n=1, 2": None,
+    }
+    for name, matrices in block_cases.items():
+        if matrices is None:
+            matrices = np.array([[[2.0, 1.0], [1.0, 2.0]]])
+        matrices = np.ascontiguousarray(matrices)
+        values, failed = np.full(matrices.shape[:-1], 123.0), np.zeros(len(matrices), dtype=np.int32)
+        launch_block(matrices.copy(), values, failed)
+        reference = torch.linalg.eigvalsh(torch.from_numpy(matrices)).numpy()
+        out["block " + name] = {"values": values.tolist(), "failed": failed.tolist(), "reference": reference.tolist()}
+    bad = symmetric(2, 34)
+    bad[1, 3, 5] = bad[1, 5, 3] = np.nan
+    values, failed = np.zeros((2, 34)), np.zeros(2, dtype=np.int32)
+    launch_block(bad.copy(), values, failed)
+    out["block non-finite"] = {"failed": failed.tolist(), "values": values.tolist()}
+
     # the Gramian route's per-cut steps, fused, against its torch route on the same Gramians
     from ess_explorer.core.cuda_eigen_kernel import launch_gramian
 
@@ -131,9 +159,10 @@ def test_simulated_kernel_gives_lapacks_eigenvalues_within_the_backward_error(si
     backward stable: the bound the engine's guards assume), graded and rank-deficient spectra,
     Wilkinson's close pairs, scales near the ends of the float range, and the very matrices the
     Gramian route solves for Mamba-like units included (its GRAMIAN_ERROR bound was measured
-    with LAPACK's solver: the kernel's error must be of the same order)."""
+    with LAPACK's solver: the kernel's error must be of the same order); the block kernel's
+    ("block ...", n > 32 and the smallest n) the same way."""
     for name, case in simulated.items():
-        if name in ("non-finite", "too large", "gramian cuts"):
+        if name in ("non-finite", "too large", "gramian cuts", "block non-finite"):
             continue
         values, reference = np.array(case["values"]), np.array(case["reference"])
         n = values.shape[-1]
@@ -155,6 +184,8 @@ def test_simulated_kernel_flags_what_it_cannot_solve(simulated):
     assert np.allclose(first, simulated["non-finite"]["reference"][0], rtol=0, atol=1e-12)
     assert simulated["zeros"]["values"] == [[0.0] * 16] * 2
     assert f"n <= {cuda_eigen_kernel.MAX_SIZE}" in simulated["too large"]
+    assert simulated["block non-finite"]["failed"] == [0, 1]
+    assert simulated["block non-finite"]["values"][1] == [0.0] * 34
 
 
 def test_simulated_gramian_kernel_gives_the_torch_routes_cuts(simulated):
@@ -197,30 +228,95 @@ def test_small_cuda_batches_go_to_the_kernel_only_where_it_runs(monkeypatch):
     assert not eigen.cuda_kernel_takes(on_gpu(4, 16, 16))
 
 
-def test_a_kernel_that_cannot_run_falls_back_to_torch_once(monkeypatch):
-    """A toolkit or driver numba-cuda cannot use: the call warns once and answers by torch's
-    route (here cuSOLVER's `eigvalsh`), and later batches go there directly."""
-    calls = []
+@pytest.fixture
+def fresh_choices(monkeypatch):
+    """`eigen.kernel_or_torch` with nothing chosen yet in this process."""
+    monkeypatch.setattr(eigen, "_choices", {})
+    monkeypatch.setattr(eigen, "_timings", {})
+    monkeypatch.setattr(eigen, "_kernel_failed_once", False)
 
-    def broken(flat):
-        calls.append(len(flat))
+
+def symmetric_batch(count: int, n: int) -> torch.Tensor:
+    x = torch.randn(count, n, n, dtype=torch.float64, generator=torch.Generator().manual_seed(count + n))
+    return x + x.mT
+
+
+def slowly(seconds: float, answer):
+    """A route that takes ``seconds`` and answers ``answer``, counting its calls."""
+
+    def route():
+        route.calls += 1
+        time.sleep(seconds)
+        return answer
+
+    route.calls = 0
+    return route
+
+
+def test_each_size_class_takes_the_route_its_first_large_batch_timed_faster(fresh_choices):
+    """On its first batch of at least CALIBRATION_WORK in a size class, a kernel is run twice
+    (its compile, then timed) and torch's route once; the faster answers that batch and every
+    later one of the class, the other is not run again; another class is timed on its own."""
+    big = symmetric_batch(2, 400)  # 2 x 400^3 > CALIBRATION_WORK
+    values = torch.linalg.eigvalsh(big)
+    kernel, torch_route = slowly(0.0, values), slowly(0.05, values.clone())
+    assert eigen.kernel_or_torch("t", big, kernel, torch_route, eigen._same_eigenvalues) is values
+    assert (kernel.calls, torch_route.calls) == (2, 1)
+    eigen.kernel_or_torch("t", big, kernel, torch_route, eigen._same_eigenvalues)
+    assert (kernel.calls, torch_route.calls) == (3, 1)
+    choice, kernel_seconds, torch_seconds = eigen.route_choices()[("t", 9)]  # n = 257 .. 512
+    assert choice == "kernel" and kernel_seconds < torch_seconds
+
+    slow, fast = slowly(0.05, values), slowly(0.0, values.clone())
+    eigen.kernel_or_torch("t", symmetric_batch(4, 300), slow, fast, lambda *_: True)  # the same class
+    assert slow.calls == 1 and fast.calls == 0
+    other = symmetric_batch(2, 600)  # n = 513 .. 1024: a class of its own
+    eigen.kernel_or_torch("t", other, slow, fast, lambda *_: True)
+    assert eigen.route_choices()[("t", 10)][0] == "torch"
+    assert (slow.calls, fast.calls) == (3, 1)
+
+
+def test_batches_below_the_calibration_work_take_the_routes_default(fresh_choices):
+    small = symmetric_batch(3, 16)  # 3 x 16^3: far below CALIBRATION_WORK
+    kernel, torch_route = slowly(0.0, "kernel"), slowly(0.0, "torch")
+    assert eigen.kernel_or_torch("s", small, kernel, torch_route, eigen._same_eigenvalues) == "kernel"
+    assert (
+        eigen.kernel_or_torch("s", small, kernel, torch_route, eigen._same_eigenvalues, kernel_first=False) == "torch"
+    )
+    assert eigen.route_choices() == {}
+
+
+def test_a_kernel_that_disagrees_with_torch_is_dropped(fresh_choices):
+    big = symmetric_batch(2, 400)
+    values = torch.linalg.eigvalsh(big)
+    wrong = values.clone()
+    wrong[0, -1] *= 1 + 1e-9  # far outside two backward-stable solvers' 16 n eps
+    kernel, torch_route = slowly(0.0, wrong), slowly(0.05, values)
+    with pytest.warns(UserWarning, match="disagree"):
+        assert eigen.kernel_or_torch("d", big, kernel, torch_route, eigen._same_eigenvalues) is values
+    eigen.kernel_or_torch("d", big, kernel, torch_route, eigen._same_eigenvalues)
+    assert kernel.calls == 2 and torch_route.calls == 2  # torch's from then on, although slower
+
+
+def test_a_kernel_that_cannot_run_falls_back_to_torch_once(monkeypatch, fresh_choices):
+    """A toolkit or driver numba-cuda cannot use: the call warns once and answers by torch's
+    route, and no later batch is offered to a kernel."""
+
+    def broken():
         raise RuntimeError("NVVM not found")
 
-    monkeypatch.setattr(cuda_eigen_kernel, "symmetric_eigenvalues", broken)
     monkeypatch.setattr(cuda_eigen_kernel, "available", lambda: True)
-    monkeypatch.setattr(eigen, "_kernel_failed_once", False)
-    x = torch.randn(5, 16, 16, dtype=torch.float64)
-    x = x + x.mT
+    x = symmetric_batch(5, 16)
     with pytest.warns(UserWarning, match="NVVM not found"):
-        values = eigen._small_cuda_batch(x)  # CPU tensors stand in for the device's
-    assert torch.allclose(values, torch.linalg.eigvalsh(x), rtol=0, atol=1e-12)
-    assert calls == [5] and not eigen.cuda_kernel_takes(on_gpu(5, 16, 16))
+        values = eigen.kernel_or_torch("f", x, broken, lambda: torch.linalg.eigvalsh(x), eigen._same_eigenvalues)
+    assert torch.equal(values, torch.linalg.eigvalsh(x))
+    assert not eigen.cuda_kernel_takes(on_gpu(5, 16, 16))
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("n", [16, 32])
-def test_cuda_kernel_equals_lapack_on_a_layer_sized_batch(n):
+def test_cuda_kernel_equals_lapack_on_a_layer_sized_batch(n, fresh_choices):
     """Past cuSOLVER's batch limit (3 x 16,384 + 17 matrices), graded PSD matrices as the
     Gramian route's sandwiches are: within 4 n eps ||A|| of LAPACK's on the host."""
     if not cuda_eigen_kernel.available():
@@ -237,7 +333,7 @@ def test_cuda_kernel_equals_lapack_on_a_layer_sized_batch(n):
     reference = torch.linalg.eigvalsh(matrices)
     bound = 4 * n * EPS * reference.abs().amax(-1, keepdim=True)
     assert ((got - reference).abs() <= bound).all()
-    assert torch.equal(routed, got)
+    assert ((routed - reference).abs() <= bound).all()  # the kernel's or cuSOLVER's, as timed
 
 
 @pytest.mark.gpu
@@ -263,3 +359,88 @@ def test_cuda_gramian_kernel_equals_the_torch_route(monkeypatch):
     finite = error.isfinite()
     assert torch.allclose(error[finite], reference_error[finite], rtol=1e-12, atol=0)
     assert ((lam - reference_lam).abs()[finite] <= error[finite][:, None] / 8).all()
+
+
+# numba's simulator runs the kernels as Python and checks no types: this compiles them for the
+# GPU (to PTX for sm_90, numba's CUDA target and the toolkit's NVVM), where a CUDA toolkit is
+# installed, with or without a GPU.
+COMPILED = textwrap.dedent(
+    """
+    import json, sys, types
+    import numba.cuda.dispatcher as dispatcher
+    from numba import cuda, float64, int32, int64
+
+    # no driver here: a device function's compile asks the current device its compute capability
+    dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability=(9, 0))
+    from ess_explorer.core import cuda_block_kernel, cuda_eigen_kernel as kernels
+
+    matrices, vectors, flags = float64[:, :, ::1], float64[:, ::1], int32[::1]
+    out = {}
+    for size in (16, kernels.MAX_SIZE):
+        eigenvalues, gramian_cut = kernels._kernels(size)
+        signature = (matrices, int64, vectors, flags)
+        out[f"eigenvalues {size}"] = cuda.compile_ptx(eigenvalues.py_func, signature, cc=(9, 0))[0]
+    signature = (matrices, matrices, float64, float64, vectors, float64[::1])
+    out["gramian cuts 16"] = cuda.compile_ptx(gramian_cut.py_func, signature, cc=(9, 0))[0]
+    signature = (matrices, vectors, flags)
+    out["block"] = cuda.compile_ptx(cuda_block_kernel._block_kernel().py_func, signature, cc=(9, 0))[0]
+    json.dump(out, sys.stdout)
+    """
+)
+
+
+def cuda_toolkit() -> Path | None:
+    """A CUDA toolkit with NVVM: $CUDA_HOME, else the newest under /usr/local."""
+    candidates = [os.environ.get("CUDA_HOME"), *sorted(glob.glob("/usr/local/cuda*"), reverse=True)]
+    for candidate in filter(None, candidates):
+        if any(Path(candidate).glob("**/libnvvm.so*")):
+            return Path(candidate)
+    return None
+
+
+@pytest.mark.skipif(cuda_toolkit() is None, reason="needs a CUDA toolkit (NVVM)")
+def test_kernels_compile_for_the_gpu_without_spills(tmp_path):
+    """Both kernels type-check and compile for the GPU (the simulator cannot tell: a builtin
+    max() of floats ran there and failed here), and where ptxas is at hand their registers hold
+    everything: no spill to local memory beyond the thread's own matrices."""
+    toolkit = cuda_toolkit()
+    env = {**os.environ, "CUDA_HOME": str(toolkit)}
+    run = subprocess.run([sys.executable, "-c", COMPILED], env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    compiled = json.loads(run.stdout)
+    assert set(compiled) == {"eigenvalues 16", "eigenvalues 32", "gramian cuts 16", "block"}
+    ptxas = next(iter(toolkit.glob("**/bin/ptxas")), None)
+    for name, ptx in compiled.items():
+        assert ".entry" in ptx and ".target sm_90" in ptx, name
+        if ptxas is not None:
+            source = tmp_path / f"{name.replace(' ', '_')}.ptx"
+            source.write_text(ptx)
+            report = subprocess.run(
+                [str(ptxas), "-arch=sm_90", "-v", str(source), "-o", str(tmp_path / "out.cubin")],
+                capture_output=True,
+                text=True,
+            )
+            assert report.returncode == 0, report.stderr[-2000:]
+            assert "0 bytes spill stores" in report.stderr, (name, report.stderr[-1000:])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("n", [33, 100, 300])
+def test_cuda_block_kernel_equals_lapack(n, fresh_choices):
+    """The block kernel on graded PSD Grams (attention's cut Grams are such), and the engine's
+    `eigvalsh` whichever route it chose for them: within 4 n eps ||A|| of LAPACK's."""
+    if not cuda_eigen_kernel.available():
+        pytest.skip("numba-cuda is not installed")
+    g = torch.Generator().manual_seed(n)
+    q, _ = torch.linalg.qr(torch.randn(40, n, n, generator=g, dtype=torch.float64))
+    lam = 10.0 ** (-20 * torch.rand(40, n, generator=g, dtype=torch.float64))
+    matrices = (q * lam[:, None, :]) @ q.mT
+    reference = torch.linalg.eigvalsh(matrices)
+    bound = 4 * n * EPS * reference.abs().amax(-1, keepdim=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # neither a fallback nor a disagreement
+        got = cuda_block_kernel.block_eigenvalues(matrices.cuda()).cpu()
+        routed = eigen.eigvalsh(matrices.cuda()).cpu()
+    assert ((got - reference).abs() <= bound).all()
+    assert ((routed - reference).abs() <= bound).all()

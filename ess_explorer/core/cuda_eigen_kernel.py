@@ -1,37 +1,41 @@
-"""Small symmetric eigenproblems on a GPU: one CUDA thread per matrix (numba-cuda).
+"""Symmetric eigenproblems on a GPU by kernels of the engine's own (numba-cuda).
 
 A Mamba layer's Gramian route asks, at L = 1024, for about 1.6 million eigenvalue problems of
 16 x 16 (one per channel and cut), and cuSOLVER's batched Jacobi solver, which torch's
 `eigvalsh` calls for n <= 32, took 0.24 us each on an H200: most of the layer's 0.55 s. Each
 problem is small enough for one thread to hold in its own memory and solve alone, as LAPACK
 would on one core, and a GPU runs some 270,000 such threads at once (132 multiprocessors x
-2,048). The solver (`_solve`, compiled into each kernel): scale the matrix by its largest entry,
-reduce it to tridiagonal form by Householder reflections (LAPACK's dsytd2, lower), take the
-tridiagonal's eigenvalues by the implicit QL iteration with Wilkinson-type shifts (tqli,
-without vectors) and sort them. Two kernels call it, neither with workspace beyond its
-outputs or a limit on the batch (cuSOLVER refuses batches of a few tens of thousands:
-core/eigen.py):
+2,048). The solver (`_solve`, compiled into each kernel that calls it): scale the matrix by
+its largest entry, reduce it to tridiagonal form by Householder reflections (LAPACK's dsytd2,
+lower), take the tridiagonal's eigenvalues by the implicit QL iteration with Wilkinson-type
+shifts (tqli, without vectors) and sort them. Two kernels call it, one thread per problem:
 
-- `symmetric_eigenvalues`: the eigenvalues of each matrix of a batch (core/eigen.py sends a
-  float64 CUDA batch with n <= MAX_SIZE here);
+- `symmetric_eigenvalues`: the eigenvalues of each matrix of a batch, n <= MAX_SIZE;
 - `gramian_cut_spectra`: steps 1-3 of core/gramian_naive.py's per-cut math, fused: balance
   P and Q, the shifted Cholesky of P, the sandwich C^T Q C, its eigenvalues and the cut's
-  error bound, reading only P_t and Q_t: the torch route makes some ten (B, W, N, N)
-  temporaries of them per block of cuts, and a kernel launch per step.
+  error bound, reading only P_t and Q_t (the torch route makes some ten (B, W, N, N)
+  temporaries of them per block of cuts, and a kernel launch per step).
 
-Accuracy: the reduction and the QL are backward stable, so every eigenvalue is within a small
-multiple of n eps ||A|| of the exact one, the bound every caller's guard assumes of an
-eigensolver (core/spectra.py GRAM_ERROR, core/gramian_naive.py GRAMIAN_ERROR). An
-off-diagonal below eps (the matrix scaled to its largest entry 1, so ||A|| >= 1) is dropped,
-which moves an eigenvalue by less. A matrix with an entry that is not finite, or whose QL does
-not converge within MAX_QL_STEPS per eigenvalue, is flagged: `symmetric_eigenvalues` solves it
+Larger matrices (attention's cut Grams) take core/cuda_block_kernel.py, one block of threads
+per matrix. None needs workspace beyond its outputs or limits the batch (cuSOLVER refuses batches of a few
+tens of thousands: core/eigen.py). They were written without a GPU at hand to time them, so
+core/eigen.py times each against the cuSOLVER or torch route it would replace on its first
+large batch of each size, checks that they agree, and keeps the faster (`kernel_or_torch`).
+
+Accuracy: the reduction and the QL are backward stable, so every eigenvalue
+is within a small multiple of n eps ||A|| of the exact one, the bound every caller's guard
+assumes of an eigensolver (core/spectra.py GRAM_ERROR, core/gramian_naive.py GRAMIAN_ERROR).
+An off-diagonal below eps (the matrix scaled to its largest entry 1, so ||A|| >= 1) is
+dropped, which moves an eigenvalue by less. A matrix with an entry that is not finite, or whose QL does not
+converge within MAX_QL_STEPS per eigenvalue, is flagged: `symmetric_eigenvalues` solves it
 again by LAPACK on the host, `gramian_cut_spectra` gives the cut an infinite error bound (the
 caller redoes it by the exact route, as the torch route does with a cut it cannot solve).
 
-The references are `torch.linalg.eigvalsh` and `gramian_naive.spectra_from_gramians`' torch
+The references are `torch.linalg.eigvalsh` and `gramian_naive._sandwich_spectra`, the torch
 route (tests/test_cuda_eigen_kernel.py runs both kernels in numba's CUDA simulator on the CPU
-and compares; on a GPU its gpu-marked tests do the same on layer-sized batches). Where
-numba-cuda or a GPU is missing, those torch routes run instead.
+and compares, and compiles them for sm_90 where a CUDA toolkit is installed; on a GPU its
+gpu-marked tests do the same on layer-sized batches). Where numba-cuda or a GPU is missing,
+the torch routes run instead.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ __all__ = [
     "gramian_cut_spectra",
     "launch",
     "launch_gramian",
+    "on_torch_stream",
 ]
 
 # The largest n. A thread's matrices live in its local memory, for which the driver reserves
@@ -296,9 +301,8 @@ def _kernels(size: int):
             for k in range(n):
                 if not (abs(d[k]) <= 1.7e308):  # overflowed in the unscaling
                     solvable = False
-        for k in range(
-            n
-        ):  # descending, clamped at 0 (not max(): numba 0.68's CUDA target cannot compile it for floats)
+        # descending, clamped at 0 (a conditional: numba 0.68's CUDA target cannot compile max() of floats)
+        for k in range(n):
             value = d[n - 1 - k]
             lam[b, k] = value if (solvable and value > 0.0) else 0.0
         error[b] = bound if solvable else math.inf
@@ -340,16 +344,19 @@ def launch_gramian(ps, qs, shift_factor: float, error_factor: float, lam, error,
         kernel[_grid(count), THREADS, stream](ps, qs, shift_factor, error_factor, lam, error)
 
 
-def _on_torch_stream(device: torch.device, run) -> None:
+def on_torch_stream(device: torch.device, run) -> None:
     """run(stream, as_array) inside numba's context for ``device``, on torch's current stream,
-    without numba's low-occupancy warnings (a small batch fills few multiprocessors: no news)."""
+    without numba's low-occupancy warnings (a small batch fills few multiprocessors: no news).
+    as_array views a torch tensor without synchronising the host with its stream: the kernel
+    runs on that same stream, after whatever wrote the tensor."""
     from numba import cuda  # noqa: F811 - the module global is the same module
     from numba.core.errors import NumbaPerformanceWarning
 
     index = device.index if device.index is not None else torch.cuda.current_device()
     with cuda.gpus[index], warnings.catch_warnings():
         warnings.simplefilter("ignore", NumbaPerformanceWarning)
-        run(cuda.external_stream(torch.cuda.current_stream(device).cuda_stream), cuda.as_cuda_array)
+        stream = cuda.external_stream(torch.cuda.current_stream(device).cuda_stream)
+        run(stream, lambda tensor: cuda.as_cuda_array(tensor, sync=False))
 
 
 def symmetric_eigenvalues(matrices: torch.Tensor) -> torch.Tensor:
@@ -359,7 +366,7 @@ def symmetric_eigenvalues(matrices: torch.Tensor) -> torch.Tensor:
     batch = matrices.contiguous()
     out = torch.empty(batch.shape[:-1], dtype=batch.dtype, device=batch.device)
     failed = torch.zeros(batch.shape[0], dtype=torch.int32, device=batch.device)
-    _on_torch_stream(batch.device, lambda stream, array: launch(array(batch), array(out), array(failed), stream))
+    on_torch_stream(batch.device, lambda stream, array: launch(array(batch), array(out), array(failed), stream))
     redo = failed.nonzero().flatten()
     if len(redo):  # one sync per call, as cuSOLVER's info check
         out[redo] = torch.linalg.eigvalsh(batch[redo].cpu()).to(out.device)
@@ -370,13 +377,13 @@ def gramian_cut_spectra(
     p: torch.Tensor, q: torch.Tensor, shift_factor: float, error_factor: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(lam (..., n) descending, error (...)) of the CUDA float64 Gramians p, q (..., n, n),
-    n <= GRAMIAN_MAX_SIZE: the sandwiches' eigenvalues and each cut's bound, inf where the cut must be
-    redone exactly (module docstring, `launch_gramian`)."""
+    n <= GRAMIAN_MAX_SIZE: the sandwiches' eigenvalues and each cut's bound, inf where the cut
+    must be redone exactly (module docstring, `launch_gramian`)."""
     shape, n = p.shape[:-2], p.shape[-1]
     ps, qs = (x.reshape(-1, n, n).contiguous() for x in (p, q))
     lam = torch.empty(ps.shape[:-1], dtype=ps.dtype, device=ps.device)
     error = torch.empty(ps.shape[0], dtype=ps.dtype, device=ps.device)
-    _on_torch_stream(
+    on_torch_stream(
         ps.device,
         lambda stream, array: launch_gramian(
             array(ps), array(qs), shift_factor, error_factor, array(lam), array(error), stream

@@ -13,9 +13,11 @@ matrices, an undocumented limit that torch does not split for, and a Mamba layer
 route asks for about 1.5 million 16 x 16 solves at once. A batch refused anyway is solved again
 in halves, down to CUDA_MIN_BATCH, and the smaller size is kept for the rest of the process; a
 batch the GPU's solver does not converge on (LinAlgError) is solved on the host by LAPACK.
-A float64 CUDA batch with n <= 32 goes instead to the kernel of core/cuda_eigen_kernel.py
-(numba-cuda, part of the `gpu` extra: one thread per matrix, no limit on the batch), where it
-imports; a call that fails falls back to the route above, with one warning.
+A float64 CUDA batch with n <= 1024 may go instead to the kernels of core/cuda_eigen_kernel.py
+(n <= 32) and core/cuda_block_kernel.py (numba-cuda, part of the `gpu` extra; no limit on the batch): `kernel_or_torch` times each
+against the route above on its first large batch of each size class in a process, checks that
+they agree, and keeps the faster; a kernel that cannot run falls back to the route above, with
+one warning.
 On a CPU: a float64 batch of 16 or more matrices of size 24 or more goes to the compiled
 kernel of core/dense_kernel.py (1.15-2.8x LAPACK's speed on one core), unless its caller's
 whole job is too small to repay the kernel's compile (`allow_kernel`, decided by
@@ -29,11 +31,12 @@ raises LinAlgError for the whole batch) is solved again on the host by LAPACK.
 
 from __future__ import annotations
 
+import time
 import warnings
 
 import torch
 
-from . import cuda_eigen_kernel, dense_kernel
+from . import cuda_block_kernel, cuda_eigen_kernel, dense_kernel
 from .accelerator import accelerator_routes
 
 __all__ = [
@@ -44,6 +47,8 @@ __all__ = [
     "cusolver_batched_available",
     "cuda_batch_limit",
     "cuda_kernel_takes",
+    "kernel_or_torch",
+    "route_choices",
     "with_cuda_kernel",
     "TORCH_BATCHED_LIMIT",
 ]
@@ -56,10 +61,15 @@ KERNEL_MIN_BATCH = 16
 _CUDA_R_64F, _CUDA_R_32F = 1, 0  # cudaDataType
 _NO_VECTORS, _LOWER = 0, 0  # cusolverEigMode_t, cublasFillMode_t
 _failed_once = False
-# Whether a small float64 CUDA batch may take core/cuda_eigen_kernel.py (a benchmark turns it
-# off to time torch's route in the same process).
+# Whether a float64 CUDA batch may take core/cuda_eigen_kernel.py (a benchmark turns it off to
+# time torch's route in the same process).
 use_cuda_kernel = True
 _kernel_failed_once = False
+# A batch's work (matrices x n^3) from which one timing of a kernel and of torch's route says
+# which is faster (`kernel_or_torch`): 12,000 matrices of 16 x 16, one of 370 x 370.
+CALIBRATION_WORK = 5e7
+_choices: dict = {}  # (route, size class) -> "kernel" or "torch"
+_timings: dict = {}  # (route, size class) -> (kernel's seconds, torch's seconds)
 CUDA_BATCH = 16384  # matrices per cuSOLVER call to start with (module docstring)
 CUDA_MIN_BATCH = 256  # below this a failing call is not the batch's size: raise
 _cuda_batch = CUDA_BATCH
@@ -92,9 +102,9 @@ def kernel_takes(count: int, n: int, dtype: torch.dtype, device: torch.device) -
 
 
 def eigvalsh(matrices: torch.Tensor, allow_kernel: bool = True) -> torch.Tensor:
-    """Ascending eigenvalues (..., n) of the symmetric (..., n, n) ``matrices``. The CUDA kernel
-    of core/cuda_eigen_kernel.py for a float64 CUDA batch with n <= 32 (`cuda_kernel_takes`);
-    cuSOLVER's batched solver for a CUDA batch with n > 32 where nvmath is installed (falls
+    """Ascending eigenvalues (..., n) of the symmetric (..., n, n) ``matrices``. A CUDA kernel
+    (core/cuda_eigen_kernel.py, core/cuda_block_kernel.py) for a float64 CUDA batch with n <= 1024 where it proved the
+    faster (`cuda_kernel_takes`, `kernel_or_torch`); else cuSOLVER's batched solver for a CUDA batch with n > 32 where nvmath is installed (falls
     back to torch, with one warning, if that call fails); the compiled kernel of core/dense_kernel.py
     for a CPU float64 batch of at least KERNEL_MIN_BATCH matrices with n >= KERNEL_MIN_SIZE
     (it solves the batch's tridiagonals side by side, so it needs a batch), unless the
@@ -106,42 +116,113 @@ def eigvalsh(matrices: torch.Tensor, allow_kernel: bool = True) -> torch.Tensor:
         return dense_kernel.symmetric_eigenvalues(flat).reshape(matrices.shape[:-1])
     if matrices.device.type == "cuda":
         flat = matrices.reshape(-1, n, n)
-        return (_small_cuda_batch(flat) if cuda_kernel_takes(flat) else _in_cuda_batches(flat)).reshape(
-            matrices.shape[:-1]
-        )
+        if cuda_kernel_takes(flat):
+            values = kernel_or_torch(
+                "eigenvalues",
+                flat,
+                lambda: cuda_eigen_kernel.symmetric_eigenvalues(flat),
+                lambda: _in_cuda_batches(flat),
+                _same_eigenvalues,
+            )
+        elif cuda_kernel_takes(flat, most=cuda_block_kernel.BLOCK_MAX_SIZE):
+            values = kernel_or_torch(
+                "block eigenvalues",
+                flat,
+                lambda: cuda_block_kernel.block_eigenvalues(flat),
+                lambda: _in_cuda_batches(flat),
+                _same_eigenvalues,
+                kernel_first=False,
+            )
+        else:
+            values = _in_cuda_batches(flat)
+        return values.reshape(matrices.shape[:-1])
     return torch.linalg.eigvalsh(matrices)
 
 
-def cuda_kernel_takes(matrices: torch.Tensor) -> bool:
-    """Whether the CUDA batch ``matrices`` (..., n, n) goes to core/cuda_eigen_kernel.py
-    (`eigvalsh`, and the Gramian route's per-cut steps): float64, n <= its MAX_SIZE, numba-cuda
+def cuda_kernel_takes(matrices: torch.Tensor, most: int = cuda_eigen_kernel.MAX_SIZE) -> bool:
+    """Whether the CUDA batch ``matrices`` (..., n, n) may go to core/cuda_eigen_kernel.py
+    (`eigvalsh`, and the Gramian route's per-cut steps): float64, n <= ``most``, numba-cuda
     importable with a GPU, not turned off."""
     return (
         use_cuda_kernel
         and not _kernel_failed_once
         and matrices.dtype == torch.float64
-        and 0 < matrices.shape[-1] <= cuda_eigen_kernel.MAX_SIZE
+        and 0 < matrices.shape[-1] <= most
         and matrices.device.type == "cuda"
         and cuda_eigen_kernel.available()
     )
 
 
-def _small_cuda_batch(flat: torch.Tensor) -> torch.Tensor:
-    """The kernel's eigenvalues of ``flat``, else cuSOLVER's (`with_cuda_kernel`)."""
-    return with_cuda_kernel(lambda: cuda_eigen_kernel.symmetric_eigenvalues(flat), lambda: _in_cuda_batches(flat))
+def kernel_or_torch(route: str, matrices: torch.Tensor, kernel, fallback, agree, kernel_first: bool = True):
+    """kernel() (a call of core/cuda_eigen_kernel.py) or fallback() (the torch route it would
+    replace) for the batch ``matrices`` (..., n, n). The kernels were written where no GPU
+    could time them, so each route is timed against torch's on its first batch of at least
+    CALIBRATION_WORK in each size class (n up to the next power of two) of a process, the
+    kernel's compile excluded; the results must agree (agree(kernel's, torch's)), and the
+    faster route takes every later batch of that class (`route_choices`). A batch before that
+    takes the kernel where ``kernel_first``, else torch. A kernel that cannot run (numba-cuda
+    cannot compile or launch it here) gives torch every batch, with one warning."""
+    n = matrices.shape[-1]
+    key = (route, (n - 1).bit_length())
+    choice = _choices.get(key)
+    if _kernel_failed_once or choice == "torch":
+        return fallback()
+    if choice == "kernel" or matrices[..., 0, 0].numel() * n**3 < CALIBRATION_WORK:
+        return with_cuda_kernel(kernel, fallback) if (choice or kernel_first) else fallback()
+    try:
+        kernel()  # compiled (numba-cuda) and warmed, untimed
+        seconds, got = _timed(kernel)
+    except Exception as error:  # a toolkit or driver numba-cuda cannot use: torch still answers
+        return _kernel_cannot_run(error, fallback)
+    torch_seconds, expected = _timed(fallback)
+    _timings[key] = (seconds, torch_seconds)
+    if not agree(got, expected):
+        warnings.warn(f"the CUDA kernel's {route} disagree with torch's (n = {n}); using torch's route")
+        _choices[key] = "torch"
+        return expected
+    _choices[key] = "kernel" if seconds < torch_seconds else "torch"
+    return got if _choices[key] == "kernel" else expected
+
+
+def route_choices() -> dict:
+    """What `kernel_or_torch` chose in this process: {(route, size class): (choice, kernel's
+    seconds, torch's seconds)}, size class k holding n in 2^(k-1) + 1 .. 2^k."""
+    return {key: (choice, *_timings.get(key, (None, None))) for key, choice in _choices.items()}
+
+
+def _timed(solve):
+    """(seconds, solve()) with the device idle before and after."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    answer = solve()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return time.perf_counter() - start, answer
+
+
+def _same_eigenvalues(got: torch.Tensor, expected: torch.Tensor) -> bool:
+    """Two backward-stable solvers' eigenvalues (B, n): within 16 n eps of each matrix's largest."""
+    n = expected.shape[-1]
+    bound = 16 * n * torch.finfo(expected.dtype).eps * expected.abs().amax(-1, keepdim=True)
+    return bool(((got - expected).abs() <= bound).all())
 
 
 def with_cuda_kernel(kernel, fallback):
     """kernel(), a call of core/cuda_eigen_kernel.py; where it cannot run (numba-cuda cannot
     compile or launch it here), fallback(), the torch route, with one warning, and
     `cuda_kernel_takes` says no for the rest of the process."""
-    global _kernel_failed_once
     try:
         return kernel()
     except Exception as error:  # a toolkit or driver numba-cuda cannot use: torch still answers
-        warnings.warn(f"the CUDA eigenvalue kernel failed ({error}); using torch's route")
-        _kernel_failed_once = True
-        return fallback()
+        return _kernel_cannot_run(error, fallback)
+
+
+def _kernel_cannot_run(error: Exception, fallback):
+    global _kernel_failed_once
+    warnings.warn(f"the CUDA eigenvalue kernel failed ({error}); using torch's route")
+    _kernel_failed_once = True
+    return fallback()
 
 
 def svdvals(matrices: torch.Tensor) -> torch.Tensor:

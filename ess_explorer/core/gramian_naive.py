@@ -36,7 +36,7 @@ from __future__ import annotations
 import torch
 
 from . import cuda_eigen_kernel
-from .eigen import cuda_kernel_takes, eigvalsh, with_cuda_kernel
+from .eigen import cuda_kernel_takes, eigvalsh, kernel_or_torch
 
 __all__ = ["CHOLESKY_SHIFT", "GRAMIAN_ERROR", "gramian_spectra_reference", "gramians", "spectra_from_gramians"]
 
@@ -122,6 +122,18 @@ def _sandwich_spectra(p: torch.Tensor, q: torch.Tensor) -> tuple[torch.Tensor, t
     return lam, error
 
 
+def _same_cuts(got: tuple, expected: tuple) -> bool:
+    """Two computations of `_sandwich_spectra`: the same cuts marked, the same bounds (to
+    rounding), and every value within a quarter of its cut's bound of the other's."""
+    (lam, error), (lam_expected, error_expected) = got, expected
+    finite = torch.isfinite(error_expected)
+    return bool(
+        torch.equal(torch.isfinite(error), finite)
+        and torch.allclose(error[finite], error_expected[finite], rtol=1e-9, atol=0)
+        and ((lam - lam_expected).abs()[finite] <= error[finite][..., None] / 4).all()
+    )
+
+
 def spectra_from_gramians(
     p: torch.Tensor, q: torch.Tensor, wanted: torch.Tensor, length: int, causal: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor, tuple | None]:
@@ -130,10 +142,13 @@ def spectra_from_gramians(
     `gramian_spectra_reference` (core/gramian_blocked.py computes the Gramians its own way
     and shares this)."""
     n = p.shape[-1]
-    if n <= cuda_eigen_kernel.GRAMIAN_MAX_SIZE and cuda_kernel_takes(p):  # a GPU: steps 1-3 fused, a thread a cut
-        lam, error = with_cuda_kernel(
+    if cuda_kernel_takes(p, most=cuda_eigen_kernel.GRAMIAN_MAX_SIZE):  # a GPU: steps 1-3 fused, a thread a cut
+        lam, error = kernel_or_torch(
+            "Gramian cuts",
+            p,
             lambda: cuda_eigen_kernel.gramian_cut_spectra(p, q, CHOLESKY_SHIFT, GRAMIAN_ERROR),
             lambda: _sandwich_spectra(p, q),
+            _same_cuts,
         )
     else:
         lam, error = _sandwich_spectra(p, q)
