@@ -157,8 +157,9 @@ def kernel_or_torch(route: str, matrices: torch.Tensor, kernel, fallback, agree,
     """kernel() (a call of core/cuda_eigen_kernel.py) or fallback() (the torch route it would
     replace) for the batch ``matrices`` (..., n, n). The kernels were written where no GPU
     could time them, so each route is timed against torch's on its first batch of at least
-    CALIBRATION_WORK in each size class (n up to the next power of two) of a process, the
-    kernel's compile excluded; the results must agree (agree(kernel's, torch's)), and the
+    CALIBRATION_WORK in each size class (n up to the next power of two) of a process, both
+    warmed first (the kernel's compile, and any choice the torch route makes inside); the
+    results must agree (agree(kernel's, torch's)), and the
     faster route takes every later batch of that class (`route_choices`). A batch before that
     takes the kernel where ``kernel_first``, else torch. A kernel that cannot run (numba-cuda
     cannot compile or launch it here) gives torch every batch, with one warning."""
@@ -174,6 +175,7 @@ def kernel_or_torch(route: str, matrices: torch.Tensor, kernel, fallback, agree,
         seconds, got = _timed(kernel)
     except Exception as error:  # a toolkit or driver numba-cuda cannot use: torch still answers
         return _kernel_cannot_run(error, fallback)
+    fallback()  # warmed too: the first call of a route may decide a route of its own (nested)
     torch_seconds, expected = _timed(fallback)
     _timings[key] = (seconds, torch_seconds)
     if not agree(got, expected):
