@@ -77,11 +77,11 @@ print(", ".join(f"{name} {version(name)}" for name in names))' 2>&1 | tail -1)"
 say "cuSOLVER's batched eigensolver: $($PY -c 'from ess_explorer.core.eigen import cusolver_batched_available as a; print("available" if a() else "missing (torch loops over batches of n > 32)")' 2>&1 | tail -1)"
 $PY -c "from nvmath.bindings import cusolverDn" 2>&1 | tail -2 | tee -a "$LOGS/summary.txt"
 
-step gpu_tests 50 $PY -m pytest -q -m gpu tests/test_engine_paths.py tests/test_dplr.py tests/test_precision.py tests/test_gramian_blocked.py tests/test_verification.py tests/test_cuda_eigen_kernel.py -p no:cacheprovider
+step gpu_tests 70 $PY -m pytest -q -m gpu tests/test_engine_paths.py tests/test_dplr.py tests/test_precision.py tests/test_gramian_blocked.py tests/test_verification.py tests/test_cuda_eigen_kernel.py -p no:cacheprovider
 step layer 45 $PY benchmarks/bench_engine.py --device cuda --full --only layer
 step memory 25 $PY benchmarks/gpu_memory.py
 if $PY -c "import transformers" 2>/dev/null; then
-  step models 160 $PY benchmarks/bench_engine.py --device cuda --models-only --case-timeout 55
+  step models 150 $PY benchmarks/bench_engine.py --device cuda --models-only --case-timeout 55
   step profile_mamba 30 $PY benchmarks/profile_model.py mamba 2048 --device cuda --layers 2 --top 25
   step profile_gpt2 20 $PY benchmarks/profile_model.py gpt2 1024 --device cuda --layers 1 --top 25
 else
