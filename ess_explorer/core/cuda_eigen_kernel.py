@@ -17,18 +17,19 @@ shifts (tqli, without vectors) and sort them. Two kernels call it, one thread pe
   temporaries of them per block of cuts, and a kernel launch per step).
 
 Larger matrices (attention's cut Grams) take core/cuda_block_kernel.py, one block of threads
-per matrix. None needs workspace beyond its outputs or limits the batch (cuSOLVER refuses batches of a few
-tens of thousands: core/eigen.py). They were written without a GPU at hand to time them, so
-core/eigen.py times each against the cuSOLVER or torch route it would replace on its first
-large batch of each size, checks that they agree, and keeps the faster (`kernel_or_torch`).
+per matrix. No kernel needs workspace beyond its outputs or limits the batch (cuSOLVER
+refuses batches of a few tens of thousands: core/eigen.py). They were written without a GPU
+at hand to time them, so core/eigen.py times each against the cuSOLVER or torch route it
+would replace on its first large batch of each size, checks that they agree, and keeps the
+faster (`kernel_or_torch`).
 
-Accuracy: the reduction and the QL are backward stable, so every eigenvalue
-is within a small multiple of n eps ||A|| of the exact one, the bound every caller's guard
-assumes of an eigensolver (core/spectra.py GRAM_ERROR, core/gramian_naive.py GRAMIAN_ERROR).
-An off-diagonal below eps (the matrix scaled to its largest entry 1, so ||A|| >= 1) is
-dropped, which moves an eigenvalue by less. A matrix with an entry that is not finite, or whose QL does not
-converge within MAX_QL_STEPS per eigenvalue, is flagged: `symmetric_eigenvalues` solves it
-again by LAPACK on the host, `gramian_cut_spectra` gives the cut an infinite error bound (the
+Accuracy: the reduction and the QL are backward stable, so every eigenvalue is within a small
+multiple of n eps ||A|| of the exact one, the bound every caller's guard assumes of an
+eigensolver (core/spectra.py GRAM_ERROR, core/gramian_naive.py GRAMIAN_ERROR). An
+off-diagonal below eps (the matrix scaled to its largest entry 1, so ||A|| >= 1) is dropped,
+which moves an eigenvalue by less. A matrix with an entry that is not finite, or whose QL
+does not converge within MAX_QL_STEPS per eigenvalue, is flagged: `symmetric_eigenvalues`
+solves it again by LAPACK on the host, `gramian_cut_spectra` gives the cut an infinite error bound (the
 caller redoes it by the exact route, as the torch route does with a cut it cannot solve).
 
 The references are `torch.linalg.eigvalsh` and `gramian_naive._sandwich_spectra`, the torch

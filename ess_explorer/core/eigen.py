@@ -13,11 +13,11 @@ matrices, an undocumented limit that torch does not split for, and a Mamba layer
 route asks for about 1.5 million 16 x 16 solves at once. A batch refused anyway is solved again
 in halves, down to CUDA_MIN_BATCH, and the smaller size is kept for the rest of the process; a
 batch the GPU's solver does not converge on (LinAlgError) is solved on the host by LAPACK.
-A float64 CUDA batch with n <= 1024 may go instead to the kernels of core/cuda_eigen_kernel.py
-(n <= 32) and core/cuda_block_kernel.py (numba-cuda, part of the `gpu` extra; no limit on the batch): `kernel_or_torch` times each
-against the route above on its first large batch of each size class in a process, checks that
-they agree, and keeps the faster; a kernel that cannot run falls back to the route above, with
-one warning.
+A float64 CUDA batch with n <= 1024 may go instead to the engine's kernels (numba-cuda, in the
+`gpu` extra; no limit on the batch): core/cuda_eigen_kernel.py for n <= 32,
+core/cuda_block_kernel.py above. `kernel_or_torch` times each against the route above on its
+first large batch of each size class in a process, checks that they agree, and keeps the
+faster; a kernel that cannot run falls back to the route above, with one warning.
 On a CPU: a float64 batch of 16 or more matrices of size 24 or more goes to the compiled
 kernel of core/dense_kernel.py (1.15-2.8x LAPACK's speed on one core), unless its caller's
 whole job is too small to repay the kernel's compile (`allow_kernel`, decided by
@@ -49,7 +49,6 @@ __all__ = [
     "cuda_kernel_takes",
     "kernel_or_torch",
     "route_choices",
-    "with_cuda_kernel",
     "TORCH_BATCHED_LIMIT",
 ]
 
@@ -103,8 +102,9 @@ def kernel_takes(count: int, n: int, dtype: torch.dtype, device: torch.device) -
 
 def eigvalsh(matrices: torch.Tensor, allow_kernel: bool = True) -> torch.Tensor:
     """Ascending eigenvalues (..., n) of the symmetric (..., n, n) ``matrices``. A CUDA kernel
-    (core/cuda_eigen_kernel.py, core/cuda_block_kernel.py) for a float64 CUDA batch with n <= 1024 where it proved the
-    faster (`cuda_kernel_takes`, `kernel_or_torch`); else cuSOLVER's batched solver for a CUDA batch with n > 32 where nvmath is installed (falls
+    (core/cuda_eigen_kernel.py, core/cuda_block_kernel.py) for a float64 CUDA batch with
+    n <= 1024 where it proved the faster (`cuda_kernel_takes`, `kernel_or_torch`); else
+    cuSOLVER's batched solver for a CUDA batch with n > 32 where nvmath is installed (falls
     back to torch, with one warning, if that call fails); the compiled kernel of core/dense_kernel.py
     for a CPU float64 batch of at least KERNEL_MIN_BATCH matrices with n >= KERNEL_MIN_SIZE
     (it solves the batch's tridiagonals side by side, so it needs a batch), unless the
@@ -159,8 +159,8 @@ def kernel_or_torch(route: str, matrices: torch.Tensor, kernel, fallback, agree,
     could time them, so each route is timed against torch's on its first batch of at least
     CALIBRATION_WORK in each size class (n up to the next power of two) of a process, both
     warmed first (the kernel's compile, and any choice the torch route makes inside); the
-    results must agree (agree(kernel's, torch's)), and the
-    faster route takes every later batch of that class (`route_choices`). A batch before that
+    results must agree (agree(kernel's, torch's)), and the faster route takes every later
+    batch of that class (`route_choices`). A batch before that
     takes the kernel where ``kernel_first``, else torch. A kernel that cannot run (numba-cuda
     cannot compile or launch it here) gives torch every batch, with one warning."""
     n = matrices.shape[-1]
