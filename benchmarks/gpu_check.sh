@@ -79,9 +79,9 @@ $PY -c "from nvmath.bindings import cusolverDn" 2>&1 | tail -2 | tee -a "$LOGS/s
 
 step gpu_tests 70 $PY -m pytest -q -m gpu tests/test_engine_paths.py tests/test_dplr.py tests/test_precision.py tests/test_gramian_blocked.py tests/test_verification.py tests/test_cuda_eigen_kernel.py -p no:cacheprovider
 step layer 45 $PY benchmarks/bench_engine.py --device cuda --full --only layer
-step memory 25 $PY benchmarks/gpu_memory.py
+step memory 35 $PY benchmarks/gpu_memory.py
 if $PY -c "import transformers" 2>/dev/null; then
-  step models 150 $PY benchmarks/bench_engine.py --device cuda --models-only --case-timeout 55
+  step models 140 $PY benchmarks/bench_engine.py --device cuda --models-only --case-timeout 55
   step profile_mamba 30 $PY benchmarks/profile_model.py mamba 2048 --device cuda --layers 2 --top 25
   step profile_gpt2 20 $PY benchmarks/profile_model.py gpt2 1024 --device cuda --layers 1 --top 25
 else
@@ -98,5 +98,5 @@ grep -h -E "^  precision (ess|exact)|^  target|^    routes|Mamba-130m, L = 2048|
 say "eigenproblems by size, cuSOLVER against the CUDA kernels, and what the engine chose:"
 grep -h -E "^  n = |^  the engine chose" "$STEPS/eigen.log" 2>/dev/null | tee -a "$LOGS/summary.txt"
 say "the Mamba layer's memory at its peak (budget 8 GB):"
-grep -h -E "max_memory_allocated| GB in " "$STEPS/memory.log" 2>/dev/null | head -9 | tee -a "$LOGS/summary.txt"
+grep -h -E "estimate|max_memory_allocated| GB in |choices" "$STEPS/memory.log" 2>/dev/null | head -30 | tee -a "$LOGS/summary.txt"
 say "done; logs in $LOGS"

@@ -9,7 +9,8 @@ about 3.3 GB, and its torch route on a CPU grows as estimated; an H200 reported 
 does, with torch's allocator recording every allocation and the Python stack that made it,
 replays the trace to its peak and prints the bytes alive there, grouped by the innermost frame
 of ess_explorer that asked for them (a solver's workspace shows under the engine's line that
-called the solver).
+called the solver): once with the engine's CUDA kernels where it chose them, once with torch's
+routes alone (the routes of the 12.8 GB run).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import torch
 from _models import mamba_like
 
 from ess_explorer import entropy_ess, hankel_singular_values, tolerance_ess
+from ess_explorer.core import eigen
 from ess_explorer.core.gramian_blocked import blocked_bytes_per_unit
 
 
@@ -70,15 +72,29 @@ def main() -> None:
     parser.add_argument("--channels", type=int, default=1536)
     parser.add_argument("--length", type=int, default=1024)
     parser.add_argument("--precision", default="ess")
-    parser.add_argument("--top", type=int, default=15)
+    parser.add_argument("--top", type=int, default=12)
     args = parser.parse_args()
+    estimate = blocked_bytes_per_unit(args.length, args.length - 1, 16, causal=False) * args.channels
+    print(
+        f"{args.channels} channels, N = 16, L = {args.length}, precision {args.precision!r}; "
+        f"the Gramian route's estimate {estimate / 2**30:.2f} GB"
+    )
+    for kernels in (True, False):  # the engine's CUDA kernels where it chose them, then torch's routes alone
+        eigen.use_cuda_kernel = kernels
+        trace(args, "with the CUDA kernels" if kernels else "torch's routes alone")
+    print(f"  the engine's choices: {eigen.route_choices()}")
+
+
+def trace(args, label: str) -> None:
+    """Run the layer once unrecorded (compiles, and the engine's choices between its kernels and
+    torch, at the layer's width), then recorded; print the peak and what was alive there."""
     device = torch.device("cuda")
 
     def layer(op):
         sigma = hankel_singular_values(op, device=device, precision=args.precision)
         return tolerance_ess(spectra=sigma), entropy_ess(spectra=sigma)
 
-    layer(mamba_like(64, 128, 16))  # handles, workspaces and kernels, unrecorded
+    layer(mamba_like(args.channels, 128, 16))
     op = mamba_like(args.channels, args.length, 16)
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
@@ -88,17 +104,16 @@ def main() -> None:
     torch.cuda.synchronize()
     snapshot = torch.cuda.memory._snapshot()
     torch.cuda.memory._record_memory_history(enabled=None)
-    estimate = blocked_bytes_per_unit(args.length, args.length - 1, 16, causal=False) * args.channels
     events = snapshot["device_traces"][torch.cuda.current_device()]
     peak, alive = alive_at_peak(events)
     print(
-        f"{args.channels} channels, N = 16, L = {args.length}, precision {args.precision!r}: "
-        f"max_memory_allocated {(torch.cuda.max_memory_allocated() - before) / 2**30:.2f} GB above the start, "
-        f"the trace's peak {peak / 2**30:.2f} GB ({len(events)} events), "
-        f"the Gramian route's estimate {estimate / 2**30:.2f} GB"
+        f"{label}: max_memory_allocated {(torch.cuda.max_memory_allocated() - before) / 2**30:.2f} GB above the "
+        f"start, the trace's peak {peak / 2**30:.2f} GB ({len(events)} events)"
     )
     for place, size, count in by_place(alive)[: args.top]:
         print(f"  {size / 2**30:7.3f} GB in {count:5d} allocations  {place}")
+    del op
+    torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":
