@@ -444,3 +444,22 @@ def test_cuda_block_kernel_equals_lapack(n, fresh_choices):
         routed = eigen.eigvalsh(matrices.cuda()).cpu()
     assert ((got - reference).abs() <= bound).all()
     assert ((routed - reference).abs() <= bound).all()
+
+
+def test_two_routes_cuts_agree_but_for_a_few_marked_apart():
+    """The calibration's check of the Gramian-cut kernel (gramian_naive._same_cuts): a cut
+    whose Cholesky fails in one rounding only may be marked in one route alone; values that
+    differ by more than a quarter of their bound, or many cuts marked apart, do not agree."""
+    from ess_explorer.core.gramian_naive import _same_cuts
+
+    g = torch.Generator().manual_seed(0)
+    lam = torch.rand(4, 500, 16, generator=g, dtype=torch.float64).sort(-1, descending=True).values
+    error = torch.full((4, 500), 1e-6, dtype=torch.float64)
+    assert _same_cuts((lam, error), (lam + 2e-7, error))
+    marked = error.clone()
+    marked[0, :2] = float("inf")
+    assert _same_cuts((lam, marked), (lam, error))
+    marked[0, :10] = float("inf")
+    assert not _same_cuts((lam, marked), (lam, error))
+    assert not _same_cuts((lam, error), (lam + 3e-7, error))
+    assert not _same_cuts((lam, error), (lam, error * 1.01))
