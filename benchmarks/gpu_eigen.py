@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 
 import torch
+from bench_engine import chosen_routes
 
 from ess_explorer.core import cuda_block_kernel, cuda_eigen_kernel, eigen
 
@@ -174,9 +175,7 @@ def sizes() -> None:
         line += f", torch {per_matrix_us(torch.linalg.eigvalsh, grams[:300], repeats=1):9.2f} us"
         eigen.eigvalsh(grams)  # the engine's own choice for this size class
         print(line + " per matrix", flush=True)
-    for (route, size_class), (choice, kernel_s, torch_s) in sorted(eigen.route_choices().items()):
-        timing = f" (kernel {kernel_s:.4f} s, torch {torch_s:.4f} s)" if kernel_s is not None else ""
-        print(f"  the engine chose {choice} for {route}, n <= {2**size_class}{timing}", flush=True)
+    print(f"  the engine chose: {chosen_routes()}", flush=True)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ import math
 
 import torch
 
-from .cuda_eigen_kernel import TINY, on_torch_stream
+from .cuda_eigen_kernel import TINY, eigenvalues_by
 
 __all__ = ["BLOCK_THREADS", "BLOCK_MAX_SIZE", "block_eigenvalues", "launch_block"]
 
@@ -205,10 +205,4 @@ def block_eigenvalues(matrices: torch.Tensor) -> torch.Tensor:
     n <= BLOCK_MAX_SIZE, one thread block each (`_block_kernel`), on torch's current stream; a
     matrix with an entry that is not finite goes to LAPACK on the host, as torch would."""
     work = matrices.contiguous().clone()  # scaled and destroyed by the kernel
-    out = torch.empty(work.shape[:-1], dtype=work.dtype, device=work.device)
-    failed = torch.zeros(work.shape[0], dtype=torch.int32, device=work.device)
-    on_torch_stream(work.device, lambda stream, array: launch_block(array(work), array(out), array(failed), stream))
-    redo = failed.nonzero().flatten()
-    if len(redo):
-        out[redo] = torch.linalg.eigvalsh(matrices[redo].cpu()).to(out.device)
-    return out
+    return eigenvalues_by(launch_block, matrices, work)

@@ -56,6 +56,7 @@ __all__ = [
     "launch",
     "launch_gramian",
     "on_torch_stream",
+    "eigenvalues_by",
 ]
 
 # The largest n. A thread's matrices live in its local memory, for which the driver reserves
@@ -365,12 +366,19 @@ def symmetric_eigenvalues(matrices: torch.Tensor) -> torch.Tensor:
     n <= MAX_SIZE, on torch's current stream; a matrix the kernel flags is solved by LAPACK on
     the host (module docstring)."""
     batch = matrices.contiguous()
-    out = torch.empty(batch.shape[:-1], dtype=batch.dtype, device=batch.device)
-    failed = torch.zeros(batch.shape[0], dtype=torch.int32, device=batch.device)
-    on_torch_stream(batch.device, lambda stream, array: launch(array(batch), array(out), array(failed), stream))
+    return eigenvalues_by(launch, batch, batch)
+
+
+def eigenvalues_by(launch_kernel, matrices: torch.Tensor, work: torch.Tensor) -> torch.Tensor:
+    """launch_kernel(work, out, failed, stream) on torch's current stream (`launch`, or the
+    block kernel's), ``work`` the (B, n, n) copy of ``matrices`` it reads; then LAPACK on the
+    host for each matrix the kernel flagged (B,). Returns out (B, n), ascending."""
+    out = torch.empty(work.shape[:-1], dtype=work.dtype, device=work.device)
+    failed = torch.zeros(work.shape[0], dtype=torch.int32, device=work.device)
+    on_torch_stream(work.device, lambda stream, array: launch_kernel(array(work), array(out), array(failed), stream))
     redo = failed.nonzero().flatten()
     if len(redo):  # one sync per call, as cuSOLVER's info check
-        out[redo] = torch.linalg.eigvalsh(batch[redo].cpu()).to(out.device)
+        out[redo] = torch.linalg.eigvalsh(matrices[redo].cpu()).to(out.device)
     return out
 
 

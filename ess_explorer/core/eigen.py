@@ -162,19 +162,24 @@ def kernel_or_torch(route: str, matrices: torch.Tensor, kernel, fallback, agree,
     results must agree (agree(kernel's, torch's)), and the faster route takes every later
     batch of that class (`route_choices`). A batch before that
     takes the kernel where ``kernel_first``, else torch. A kernel that cannot run (numba-cuda
-    cannot compile or launch it here) gives torch every batch, with one warning."""
+    cannot compile or launch it here) gives torch this batch and, through `cuda_kernel_takes`,
+    every later one, with one warning."""
+    global _kernel_failed_once
     n = matrices.shape[-1]
     key = (route, (n - 1).bit_length())
     choice = _choices.get(key)
-    if _kernel_failed_once or choice == "torch":
+    untimed = choice is None and matrices[..., 0, 0].numel() * n**3 < CALIBRATION_WORK
+    if _kernel_failed_once or choice == "torch" or (untimed and not kernel_first):
         return fallback()
-    if choice == "kernel" or matrices[..., 0, 0].numel() * n**3 < CALIBRATION_WORK:
-        return with_cuda_kernel(kernel, fallback) if (choice or kernel_first) else fallback()
     try:
+        if choice == "kernel" or untimed:
+            return kernel()
         kernel()  # compiled (numba-cuda) and warmed, untimed
         seconds, got = _timed(kernel)
     except Exception as error:  # a toolkit or driver numba-cuda cannot use: torch still answers
-        return _kernel_cannot_run(error, fallback)
+        warnings.warn(f"the CUDA eigenvalue kernel failed ({error}); using torch's route")
+        _kernel_failed_once = True
+        return fallback()
     fallback()  # warmed too: the first call of a route may decide a route of its own (nested)
     torch_seconds, expected = _timed(fallback)
     _timings[key] = (seconds, torch_seconds)
@@ -208,23 +213,6 @@ def _same_eigenvalues(got: torch.Tensor, expected: torch.Tensor) -> bool:
     n = expected.shape[-1]
     bound = 16 * n * torch.finfo(expected.dtype).eps * expected.abs().amax(-1, keepdim=True)
     return bool(((got - expected).abs() <= bound).all())
-
-
-def with_cuda_kernel(kernel, fallback):
-    """kernel(), a call of core/cuda_eigen_kernel.py; where it cannot run (numba-cuda cannot
-    compile or launch it here), fallback(), the torch route, with one warning, and
-    `cuda_kernel_takes` says no for the rest of the process."""
-    try:
-        return kernel()
-    except Exception as error:  # a toolkit or driver numba-cuda cannot use: torch still answers
-        return _kernel_cannot_run(error, fallback)
-
-
-def _kernel_cannot_run(error: Exception, fallback):
-    global _kernel_failed_once
-    warnings.warn(f"the CUDA eigenvalue kernel failed ({error}); using torch's route")
-    _kernel_failed_once = True
-    return fallback()
 
 
 def svdvals(matrices: torch.Tensor) -> torch.Tensor:
