@@ -512,6 +512,42 @@ def test_what_a_carried_factor_drops_moves_a_gated_channel_only_as_the_ess_guard
     assert carried > 10 and truncated > 10  # carried, not restarted at every cut, and truncated
 
 
+def test_a_cuts_own_svd_leaves_out_decayed_columns_within_the_factors_stated_error(monkeypatch):
+    """`row_scaled._whole_factor` leaves out a fast-forgetting head's leading columns, decayed
+    below the truncation: its SVD takes a narrower matrix than the cut. What it leaves out is
+    stated as the factor's own drop: every value of the cut within ``error`` of the factor's
+    (Weyl), a gated channel's sigma_k^2 moved by at most (max|g| dropped)^2 (second order: the
+    left-out columns are orthogonal to the kept directions) and its spectrum's 1-norm by at
+    most max|g| times the mass. Truncated hard (1e-4) so what is left out is far above
+    rounding."""
+    from ess_explorer.core import row_scaled
+
+    length, modes, t = 64, 6, 40
+    g = torch.Generator().manual_seed(12)
+    a = torch.linspace(0.2, 0.4, modes, dtype=torch.float64).expand(1, length, modes)
+    b, c = (torch.randn(1, length, modes, generator=g, dtype=torch.float64) for _ in range(2))
+    cut = DiagonalSSM(a, b, c).materialize()[0, t:, :t]
+    gate = torch.rand(length - t, generator=g, dtype=torch.float64) * 3
+    widths, original = [], row_scaled.svd
+    monkeypatch.setattr(row_scaled, "svd", lambda x: widths.append(x.shape[-1]) or original(x))
+    factor = row_scaled._whole_factor(cut, t, 1e-4, modes)
+    assert factor.whole and widths[0] < t - 10  # more than ten decayed columns left out
+    own = torch.linalg.svdvals(cut)
+    mine = torch.nn.functional.pad(torch.linalg.svdvals(factor.base), (0, len(own) - factor.base.shape[-1]))
+    assert bool(((own - mine).abs() <= factor.error).all())
+    true = torch.linalg.svdvals(gate[:, None] * cut)
+    kept = torch.nn.functional.pad(
+        torch.linalg.svdvals(gate[:, None] * factor.base), (0, len(true) - factor.base.shape[-1])
+    )
+    largest = float(gate.max())
+    slack = 4 * largest * factor.rounding * float(true[0]) + 1e-13 * float(true[0]) ** 2
+    gap = true**2 - kept**2
+    assert bool((gap >= -slack).all()) and bool((gap <= (largest * factor.dropped) ** 2 + slack).all())
+    assert float(true.sum() - kept.sum()) <= largest * (factor.mass + factor.rounding_mass) + slack
+    left_out = cut[:, : t - widths[0]]  # so the test can fail: what was left out is not rounding
+    assert float(torch.linalg.matrix_norm(left_out)) > 1e3 * factor.rounding
+
+
 def test_a_channel_that_reads_mostly_what_its_head_dropped_is_redone_for_its_entropy():
     """The entropy half of the "ess" guard of gated channels (`row_scaled._ess_guard`). A head's
     cut holds one direction of size 1 (on its first rows) and 100 of size 1e-11, below the

@@ -42,6 +42,7 @@ Grams beat an SVD of every owner at every cut).
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
@@ -90,6 +91,9 @@ DENSE_ROUTE_RATIO = 0.8
 # (`_carried_factor`). A strided preview's 31 cuts in chunks of one carried nothing (two Mamba2
 # layers at L = 512, every 16th cut, 2 threads: 6.5-7.2 s in chunks of one, 5.3-6.0 s of eight).
 CARRY_RUN = 8
+# A cut's own SVD leaves out its leading columns while their Frobenius norm stays within this
+# fraction of the truncation (`_whole_factor`), so they add little to a factor's error.
+LEADING = 0.1
 
 
 def row_scaled_hankel_singular_values(
@@ -163,7 +167,7 @@ def row_scaled_hankel_singular_values(
         # heads, mostly). A recurrence's cuts fall far below it and take the shared factor.
         conditioned = torch.zeros(owners.shape[0], dtype=torch.bool, device=device)  # filled on the device: no sync
         for o, factor in factors.items():
-            if factor.whole:
+            if factor.whole and len(factor.values) == min(cut.shape[-2:]):  # every value of the cut
                 conditioned[o] = factor.values[-1] >= 10 * GRAM_GUARD * factor.values[0]
         by_gram = conditioned[owner_of]
         if bool(by_gram.any()):
@@ -265,7 +269,9 @@ class _Factor(NamedTuple):
     ||E||_* <= mass, ||R||_2 <= rounding, ||R||_* <= rounding_mass (each SVD's rounding is a
     matrix as wide as what it factored, so of rank at most its number of values: a carried
     step's r + 1, not the cut's min(m, t)). values: the singular values it was cut from (of H_t
-    itself where ``whole``, else of the carried factor)."""
+    itself where ``whole``, else of the carried factor). Each step's drop lies in the row space
+    it was cut from, to which every earlier drop is orthogonal, so the drops' rows are mutually
+    orthogonal, E E^T is the sum of theirs, and ``dropped`` adds them in quadrature."""
 
     t: int
     base: torch.Tensor
@@ -284,9 +290,9 @@ class _Factor(NamedTuple):
     @classmethod
     def truncated(cls, t, left, values, carried: "_Factor | None", whole: bool, truncate: float, max_rank) -> "_Factor":
         """Keep the columns with S_k > truncate S_1 (at most ``max_rank``), adding to what
-        ``carried`` (the factor this one was carried from, if any) had dropped: the error grows
-        by the first dropped value and the SVD's rounding, the mass by all the dropped values,
-        the rounding's mass by that rounding times the number of values."""
+        ``carried`` (the factor this one was carried from, if any) had dropped: ``dropped``
+        grows by the first dropped value (in quadrature), ``rounding`` by the SVD's, the mass by
+        all the dropped values, the rounding's mass by that rounding times the number of values."""
         listed = values.tolist()  # descending; one copy to the host for a few dozen floats
         kept = sum(value > truncate * listed[0] for value in listed)
         kept = max(1, kept if max_rank is None else min(kept, max_rank))
@@ -295,7 +301,7 @@ class _Factor(NamedTuple):
             left[:, :kept] * values[:kept],
             values,
             whole,
-            dropped=(listed[kept] if kept < len(listed) else 0.0) + (carried.dropped if carried else 0.0),
+            dropped=math.hypot(listed[kept] if kept < len(listed) else 0.0, carried.dropped if carried else 0.0),
             rounding=ROUNDING * listed[0] + (carried.rounding if carried else 0.0),
             mass=sum(listed[kept:]) + (carried.mass if carried else 0.0),
             rounding_mass=len(listed) * ROUNDING * listed[0] + (carried.rounding_mass if carried else 0.0),
@@ -322,8 +328,25 @@ def _carried_factor(owner: torch.Tensor, t: int, previous: "_Factor | None", tru
 
 
 def _whole_factor(cut: torch.Tensor, t: int, truncate: float, max_rank) -> _Factor:
-    left, values, _ = svd(cut)
-    return _Factor.truncated(t, left, values, None, True, truncate, max_rank)
+    """The factor of ``cut`` (m, t) from its own SVD, less its leading columns where those have
+    decayed away: the first j columns A, whose Frobenius norm is within LEADING x the
+    truncation of the largest column's norm (<= sigma_1), are left out, and the SVD is taken of
+    the other m x (t - j). Leaving out A = [A | 0] is a drop like the truncation's: its rows
+    are orthogonal to every row of Z = [0 | W^T] (``_Factor``), so it joins ``dropped`` in
+    quadrature (||A||_2 <= ||A||_F) and ``mass`` (||A||_* <= sqrt(min(m, j)) ||A||_F). A
+    fast-forgetting head restarts at a cut whose sigma_1 fell by orders of magnitude, and its
+    old columns have decayed by as much: its SVD then takes a few dozen columns, not t."""
+    squares = (cut * cut).sum(0)  # (t,) each column's norm squared
+    leading = squares.cumsum(0)  # the first j columns' Frobenius norm squared, j = 1..t
+    skip = min(int((leading <= (LEADING * truncate) ** 2 * squares.max()).sum()), t - 1)
+    left_out = None
+    if skip:
+        norm = float(leading[skip - 1].sqrt())
+        left_out = _Factor(
+            t, cut[:, :0], cut.new_zeros(0), True, norm, 0.0, math.sqrt(min(cut.shape[0], skip)) * norm, 0.0
+        )
+    left, values, _ = svd(cut[:, skip:])
+    return _Factor.truncated(t, left, values, left_out, True, truncate, max_rank)
 
 
 def _shared_factor_values(
