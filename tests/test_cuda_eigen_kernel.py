@@ -228,6 +228,18 @@ def test_small_cuda_batches_go_to_the_kernel_only_where_it_runs(monkeypatch):
     assert not eigen.cuda_kernel_takes(on_gpu(4, 16, 16))
 
 
+@pytest.mark.parametrize("setting, on", [(None, True), ("0", False), ("off", False), ("1", True)])
+def test_the_environment_turns_the_cuda_kernels_off(setting, on):
+    """ESS_EXPLORER_CUDA_KERNELS=0 (docs/usage.md) keeps every CUDA batch on torch's and
+    cuSOLVER's routes, read when the engine is imported."""
+    env = {k: v for k, v in os.environ.items() if k != eigen.KERNELS_ENV}
+    if setting is not None:
+        env[eigen.KERNELS_ENV] = setting
+    code = "from ess_explorer.core import eigen; print(eigen.use_cuda_kernel)"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == str(on)
+
+
 @pytest.fixture
 def fresh_choices(monkeypatch):
     """`eigen.kernel_or_torch` with nothing chosen yet in this process."""

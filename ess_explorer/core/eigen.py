@@ -31,6 +31,7 @@ raises LinAlgError for the whole batch) is solved again on the host by LAPACK.
 
 from __future__ import annotations
 
+import os
 import time
 import warnings
 
@@ -60,9 +61,11 @@ KERNEL_MIN_BATCH = 16
 _CUDA_R_64F, _CUDA_R_32F = 1, 0  # cudaDataType
 _NO_VECTORS, _LOWER = 0, 0  # cusolverEigMode_t, cublasFillMode_t
 _failed_once = False
-# Whether a float64 CUDA batch may take core/cuda_eigen_kernel.py (a benchmark turns it off to
-# time torch's route in the same process).
-use_cuda_kernel = True
+# Whether a float64 CUDA batch may take core/cuda_eigen_kernel.py: a user turns the kernels off
+# with ESS_EXPLORER_CUDA_KERNELS=0 (docs/usage.md), a benchmark to time torch's route in the same
+# process.
+KERNELS_ENV = "ESS_EXPLORER_CUDA_KERNELS"
+use_cuda_kernel = os.environ.get(KERNELS_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 _kernel_failed_once = False
 # A batch's work (matrices x n^3) from which one timing of a kernel and of torch's route says
 # which is faster (`kernel_or_torch`): 12,000 matrices of 16 x 16, one of 370 x 370.
