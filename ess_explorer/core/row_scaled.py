@@ -15,12 +15,15 @@ channel's cost grows as r^2 (L - t) + r^3. On a CPU the owner's factor is carrie
 cut to the next: H_{t+1} is H_t without its first row plus one new column, so the SVD of
 [U_r S_r without its first row | new column], (L - t - 1) x (r + 1), gives the next factor
 (`_carried_factor`), instead of the SVD of the whole (L - t - 1) x (t + 1) cut (Mamba2's
-heads at L = 512: 59 s of SVDs per layer -> 17 s, one thread).
+heads at L = 512: 59 s of SVDs per layer -> 17 s, one thread). Where a cut's own SVD is
+taken, its leading columns that have decayed below the truncation are left out
+(`_whole_factor`).
 
 Accuracy. Dropping the columns past r and the rounding of the owner's SVD change
 diag(g) H_t by at most ||diag(g)|| (S_{r+1} + ROUNDING * S_1) in the 2-norm, so by Weyl's
 inequality every singular value moves by at most that much (the shift); a carried factor
-adds up those of the cuts it was carried through (its ``error``), and restarts from the
+adds up those of the cuts it was carried through (its ``error``: the drops in quadrature,
+`_Factor`), and restarts from the
 cut's own SVD before it passes RESTART times the truncation. Under "exact" a channel keeps
 the result only where the shift is within BOUND * sigma_1 of its own cut (the accuracy
 every path of the project keeps: docs/spectra.md), from the SVD of its (L - t) x r factor.
