@@ -18,6 +18,15 @@ from bench_engine import chosen_routes
 
 from ess_explorer.core import cuda_block_kernel, cuda_eigen_kernel, eigen
 
+KERNELS_ON = eigen.use_cuda_kernel  # as the environment set it (ESS_EXPLORER_CUDA_KERNELS): off stays off
+
+
+def kernels_absent() -> str:
+    """Why the CUDA kernels are not timed here, or "" where they are."""
+    if not KERNELS_ON:
+        return f"turned off ({eigen.KERNELS_ENV}=0)"
+    return "" if cuda_eigen_kernel.available() else "numba-cuda is not available here"
+
 
 def per_matrix_us(solve, grams: torch.Tensor, repeats: int = 3) -> float:
     solve(grams)  # warm: handles, workspaces, kernels loaded
@@ -106,7 +115,7 @@ def sixteen() -> None:
             flush=True,
         )
     reference = eigen.eigvalsh(grams)
-    eigen.use_cuda_kernel = True
+    eigen.use_cuda_kernel = KERNELS_ON
     kernel_rows(grams, reference)
     if eigen.cusolver_batched_available():
         try:
@@ -129,8 +138,8 @@ def kernel_rows(grams: torch.Tensor, reference: torch.Tensor) -> None:
     """The CUDA kernel on ``grams``: its first call (the compile, or numba's disk cache), then
     per-matrix time, memory beyond the input and largest error relative to lambda_max."""
     n = grams.shape[-1]
-    if not cuda_eigen_kernel.available():
-        print(f"  n = {n} by the CUDA kernel: numba-cuda is not available here", flush=True)
+    if kernels_absent():
+        print(f"  n = {n} by the CUDA kernel: {kernels_absent()}", flush=True)
         return
     try:
         start = time.perf_counter()
@@ -161,8 +170,8 @@ def sizes() -> None:
         eigen.use_cuda_kernel = False
         reference = eigen.eigvalsh(grams)
         line += f"{per_matrix_us(eigen.eigvalsh, grams):9.2f} us, {extra_peak_gb(eigen.eigvalsh, grams):.2f} GB more"
-        eigen.use_cuda_kernel = True
-        if cuda_eigen_kernel.available():
+        eigen.use_cuda_kernel = KERNELS_ON
+        if not kernels_absent():
             try:
                 got = cuda_block_kernel.block_eigenvalues(grams)
                 error = float(((got - reference).abs() / reference[:, -1:]).max())

@@ -20,6 +20,7 @@ from collections import defaultdict
 
 import torch
 from _models import mamba_like
+from bench_engine import chosen_routes
 
 from ess_explorer import entropy_ess, hankel_singular_values, tolerance_ess
 from ess_explorer.core import eigen
@@ -79,10 +80,11 @@ def main() -> None:
         f"{args.channels} channels, N = 16, L = {args.length}, precision {args.precision!r}; "
         f"the Gramian route's estimate {estimate / 2**30:.2f} GB"
     )
-    for kernels in (True, False):  # the engine's CUDA kernels where it chose them, then torch's routes alone
+    # the engine's CUDA kernels where it chose them (unless ESS_EXPLORER_CUDA_KERNELS=0), then torch's routes alone
+    for kernels in (True, False) if eigen.use_cuda_kernel else (False,):
         eigen.use_cuda_kernel = kernels
         trace(args, "with the CUDA kernels" if kernels else "torch's routes alone")
-    print(f"  the engine's choices: {eigen.route_choices()}")
+    print(f"  the engine's choices: {chosen_routes()}")
 
 
 def trace(args, label: str) -> None:
