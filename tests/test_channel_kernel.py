@@ -119,7 +119,8 @@ def test_one_call_takes_every_owner_each_with_its_own_factor():
     bases = {o: factor_and_gates(rows, w, 1, seed=10 + o)[0] for o, w in widths.items()}
     _, gate = factor_and_gates(rows, 1, len(owner_of), seed=9)
     lanes = channel_kernel.ChannelLanes(owner_of, torch.cat([torch.ones(len(owner_of), 3), gate], 1))
-    got = lanes.eigenvalues({o: bases[o] for o in (0, 1, 2)}, 3)  # rows 3: of the gates
+    got, left_out = lanes.eigenvalues({o: bases[o] for o in (0, 1, 2)}, 3)  # rows 3: of the gates
+    assert left_out == {0: (0, 0.0), 1: (0, 0.0), 2: (0, 0.0)}  # no trim: every row kept
     assert got.shape == (len(owner_of), widths[2])
     for owner in (0, 1, 2):
         units = (owner_of == owner).nonzero().flatten()
@@ -128,3 +129,55 @@ def test_one_call_takes_every_owner_each_with_its_own_factor():
         assert float(((got[units, : widths[owner]] - expected).abs() / scale).max()) <= GRAM_ERROR * 64 * EPS
         assert (got[units, widths[owner] :] == 0).all()
     assert (got[owner_of == 3] == 0).all()
+
+
+def decaying_rows_base(rows: int, width: int, seed: int, per_row: float) -> torch.Tensor:
+    """A factor whose row i has norm about 10^(-per_row i): a fast head's future outputs."""
+    g = torch.Generator().manual_seed(seed)
+    scale = torch.logspace(0, -per_row * (rows - 1), rows, dtype=torch.float64)
+    return torch.randn(rows, width, generator=g, dtype=torch.float64) * scale[:, None]
+
+
+def test_decayed_rows_leaves_out_the_trailing_rows_within_the_trim():
+    """`decayed_rows` against a row-by-row count: the longest run of last rows whose Frobenius
+    norm together is within trim x the largest column's norm; at least one row stays."""
+    base = decaying_rows_base(120, 7, seed=20, per_row=0.25)
+    for trim in (1e-3, 1e-11, 1e-20):
+        limit = trim * float(base.norm(dim=0).max())
+        left = 0
+        while left < len(base) - 1 and float(base[len(base) - left - 1 :].norm()) <= limit:
+            left += 1
+        kept, norm = channel_kernel.decayed_rows(base, trim)
+        assert kept == len(base) - left and 0 < left < len(base) - 1  # rows left out, not all
+        assert norm == pytest.approx(float(base[kept:].norm()), rel=1e-12)
+    assert channel_kernel.decayed_rows(base, 1e6) == (1, pytest.approx(float(base[1:].norm()), rel=1e-12))
+    assert channel_kernel.decayed_rows(base, 0.0) == (len(base), 0.0)
+
+
+def test_the_kernel_leaves_out_the_rows_decayed_rows_gives_and_solves_the_rest():
+    """With a trim, each owner's factor loses the rows `decayed_rows` leaves out (the kernel's
+    own count of them, in numba), and its channels get the reference's values of the rows
+    kept; without one (or where the trim leaves nothing out) every row is used."""
+    owner_of = torch.tensor([0] * 5 + [1] * 70 + [2] * 3)
+    bases = {
+        0: decaying_rows_base(90, 4, seed=21, per_row=0.3),
+        1: decaying_rows_base(90, 30, seed=22, per_row=0.2),
+        2: factor_and_gates(90, 6, 1, seed=23)[0],  # orthonormal columns: no row negligible
+    }
+    _, gate = factor_and_gates(90, 1, len(owner_of), seed=24)
+    gate[:, 50:] *= 1e12  # so that the rows left out weigh in the channels' Grams of all rows
+    lanes = channel_kernel.ChannelLanes(owner_of, gate)
+    trim = 1e-9
+    got, left_out = lanes.eigenvalues(bases, 0, trim=trim)
+    for owner, base in bases.items():
+        kept, norm = channel_kernel.decayed_rows(base, trim)
+        assert left_out[owner][0] == len(base) - kept and left_out[owner][1] == pytest.approx(norm, rel=1e-10)
+        units = (owner_of == owner).nonzero().flatten()
+        expected = channel_kernel.reference(base[:kept], gate[units, :kept])
+        scale = expected[:, :1].clamp_min(1e-300)
+        width = base.shape[-1]
+        assert float(((got[units, :width] - expected).abs() / scale).max()) <= GRAM_ERROR * width * EPS
+        if kept < len(base):  # so the test can fail: all rows would give other values
+            every_row = channel_kernel.reference(base, gate[units])
+            assert float(((every_row - expected).abs() / scale).max()) > 1e3 * GRAM_ERROR * width * EPS
+    assert left_out[0][0] > 40 and left_out[1][0] > 10 and left_out[2][0] == 0

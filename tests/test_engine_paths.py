@@ -589,6 +589,66 @@ def test_a_channel_that_reads_mostly_what_its_head_dropped_is_redone_for_its_ent
     assert float((kept_only[1] - reference[1]).abs() / reference[1]) > 1e-4  # so the test can fail
 
 
+@pytest.mark.parametrize("kernel", [False, True])
+def test_a_channel_gated_onto_its_heads_decayed_rows_is_redone(kernel, monkeypatch):
+    """Under "ess" a channel's Gram leaves out its head factor's trailing rows where they
+    have decayed below LEADING x the truncation (`channel_kernel.decayed_rows`), counted as a
+    drop of the factor (`row_scaled._owner_values`). Truncated hard (1e-4, so the rows left out
+    are far above rounding): a head's cut of rank 2, both directions of size about 1 on the
+    first 10 rows and 1e-6 on the last 20 (left out with the zero rows between). A channel
+    gated by 1e-5 on the first rows and by 2 on the others reads the left-out rows at about a
+    quarter of its own values: only what the guard charges for them sees it, and it is redone
+    by its own SVD, matching it: the same tolerance-ESS, entropy-ESS within 1e-5. With
+    ``kernel`` the rows are left out by core/channel_kernel.py's numba count, else by its
+    torch reference."""
+    from ess_explorer import entropy_ess, tolerance_ess
+    from ess_explorer.core import channel_kernel, dense_jobs, row_scaled
+    from ess_explorer.core.precision import Accuracy
+
+    if kernel and not channel_kernel.available():
+        pytest.skip("numba is not installed")
+    if kernel:
+        monkeypatch.setattr(dense_jobs, "KERNEL_MIN_WORK", 0.0)
+    else:
+        monkeypatch.setattr(channel_kernel, "available", lambda: False)
+    monkeypatch.setattr(row_scaled, "TRUNCATE_ESS", 1e-4)
+    length, t = 240, 120
+    g = torch.Generator().manual_seed(33)
+    columns = torch.linalg.qr(torch.randn(t, 2, generator=g, dtype=torch.float64)).Q
+    rows = torch.zeros(length - t, 2, dtype=torch.float64)
+    rows[:10] = torch.randn(10, 2, generator=g, dtype=torch.float64)
+    rows[-20:] = 1e-6 * torch.randn(20, 2, generator=g, dtype=torch.float64)
+    cut = rows @ columns.T
+    head = torch.zeros(1, length, length, dtype=torch.float64)
+    head[0, t:, :t] = cut
+    gate = torch.full((1, length), 2.0, dtype=torch.float64)
+    gate[0, t : t + 10] = 1e-5
+    left_out, original = [], channel_kernel.ChannelLanes.eigenvalues
+
+    def recorded(*args, **kwargs):
+        values, rows_out = original(*args, **kwargs)
+        left_out.append(rows_out[0])
+        return values, rows_out
+
+    monkeypatch.setattr(channel_kernel.ChannelLanes, "eigenvalues", recorded)
+    svd_inputs, original_svdvals = [], torch.linalg.svdvals
+    monkeypatch.setattr(torch.linalg, "svdvals", lambda x: svd_inputs.append(x) or original_svdvals(x))
+    chosen = row_scaled.row_scaled_hankel_singular_values(
+        head, torch.zeros(1, dtype=torch.long), gate, torch.tensor([t]), accuracy=Accuracy("ess")
+    )
+    monkeypatch.undo()
+    own_cut = gate[0, t:, None] * cut
+    assert left_out[-1][0] == length - t - 10  # every row past the first 10 left out
+    assert any(x.shape[-2:] == cut.shape and torch.equal(x[0], own_cut) for x in svd_inputs)  # redone
+    exact = torch.linalg.svdvals(own_cut)[None, None]  # (1, 1, 120)
+    assert torch.equal(tolerance_ess(spectra=chosen), tolerance_ess(spectra=exact))
+    entropy, reference = entropy_ess(spectra=chosen), entropy_ess(spectra=exact)
+    assert bool(((entropy - reference).abs() <= 1e-5 * reference).all())
+    first_rows = torch.linalg.svdvals(own_cut[:10])  # what the channel's Gram of the kept rows gives
+    first_rows = torch.nn.functional.pad(first_rows, (0, exact.shape[-1] - 2))[None, None]
+    assert float((entropy_ess(spectra=first_rows) - reference).abs().max() / reference.min()) > 1e-4
+
+
 @pytest.mark.parametrize("precision", ["exact", "ess"])
 def test_row_scaled_channels_with_carried_factors_match_their_own_svd(precision, monkeypatch):
     """Every cut of channels whose heads' factors are carried from cut to cut, across rows

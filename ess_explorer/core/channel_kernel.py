@@ -32,6 +32,7 @@ them); where numba is missing, or the factor is wider than MAX_SIZE, it runs ins
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import torch
@@ -42,7 +43,7 @@ from .compiled import LANES, available, jit
 from .eigen import eigvalsh
 from .gramian_kernel import _symmetric_eigenvalues
 
-__all__ = ["ChannelLanes", "gram_eigenvalues", "reference", "MAX_SIZE"]
+__all__ = ["ChannelLanes", "decayed_rows", "gram_eigenvalues", "reference", "MAX_SIZE"]
 
 MAX_SIZE = 64  # the widest factor the kernel takes (module docstring: measured crossover 64-80)
 
@@ -52,7 +53,7 @@ def gram_eigenvalues(base: torch.Tensor, gate: torch.Tensor, allow_kernel: bool 
     clamped at 0. base (m, r), gate (u, m), float64. ``allow_kernel`` False (a job too small to
     repay a compile: core/dense_jobs.py) takes the reference."""
     lanes = ChannelLanes(torch.zeros(gate.shape[0], dtype=torch.long), gate)
-    return lanes.eigenvalues({0: base}, 0, allow_kernel)[:, : min(base.shape)]
+    return lanes.eigenvalues({0: base}, 0, allow_kernel)[0][:, : min(base.shape)]
 
 
 class ChannelLanes:
@@ -81,16 +82,21 @@ class ChannelLanes:
         # each owner's units in order and in whole blocks (Mamba2's heads): unit u is lane u
         self.in_order = lane == len(owner_of) and bool((self.lane_of_unit == np.arange(lane)).all())
 
-    def eigenvalues(self, bases: dict, start: int, allow_kernel: bool = True) -> torch.Tensor:
-        """(U, R): row u the eigenvalues of bases[o]^T diag(g_u^2) bases[o], g_u = gates[u,
-        start:] and o = u's owner (each base (L - start, r_o)), for the units of the owners in
-        ``bases``, descending, clamped at 0, zero past min(m, r_o); other rows zero; R the
-        largest min(m, r_o)."""
+    def eigenvalues(
+        self, bases: dict, start: int, allow_kernel: bool = True, trim: float = 0.0
+    ) -> tuple[torch.Tensor, dict]:
+        """(U, R): row u the eigenvalues of base^T diag(g_u^2) base, g_u = gates[u, start:],
+        base = bases[o][:kept_o] and o = u's owner (each bases[o] (L - start, r_o)), for the
+        units of the owners in ``bases``, descending, clamped at 0, zero past min(kept_o,
+        r_o); other rows zero; R the largest min(m, r_o). With each, ``left_out``: owner ->
+        (rows, norm), the trailing rows of its factor left out and their Frobenius norm
+        (`decayed_rows` with ``trim``; none where ``trim`` is 0)."""
         gate = self.gates[:, start:]
         m = gate.shape[-1]
         width = max(min(m, base.shape[-1]) for base in bases.values())
         runs = allow_kernel and m > 0 and takes(next(iter(bases.values())), gate)  # one device and dtype
         kernel = [o for o, base in bases.items() if runs and base.shape[-1] <= MAX_SIZE]
+        left_out = {}
         if not kernel:
             values = gate.new_zeros(gate.shape[0], width)
         else:
@@ -99,6 +105,13 @@ class ChannelLanes:
             widths = np.array([bases[o].shape[-1] for o in kernel], dtype=np.int64)
             blocks = np.array([b for o in kernel for b in self.blocks_of[o]], dtype=np.int64)
             block_group = np.array([k for k, o in enumerate(kernel) for _ in self.blocks_of[o]], dtype=np.int64)
+            flat = np.concatenate(factors)
+            rows = np.full(len(kernel), m, dtype=np.int64)
+            norms = np.zeros(len(kernel))
+            if trim > 0:
+                compiled.first_call(_decayed_rows, _warm_up)
+                _decayed_rows(flat, offsets, widths, trim, rows, norms)
+            left_out = {o: (m - int(rows[k]), float(norms[k])) for k, o in enumerate(kernel)}
             if self._squares is None:  # one transposing copy for every cut: (rows, units)
                 self._squares = torch.square(self.gates).T.contiguous().numpy()
             squares = self._squares[start:]
@@ -110,21 +123,37 @@ class ChannelLanes:
             out = np.zeros((self.lanes, width))
             failed = np.zeros(self.lanes, dtype=np.bool_)
             compiled.first_call(_grams_and_eigenvalues, _warm_up)
-            _grams_and_eigenvalues(np.concatenate(factors), offsets, widths, blocks, block_group, weights, out, failed)
+            _grams_and_eigenvalues(flat, offsets, widths, rows, blocks, block_group, weights, out, failed)
             values = torch.from_numpy(out if self.in_order else out[self.lane_of_unit])
             stuck = torch.from_numpy(failed if self.in_order else failed[self.lane_of_unit])
             if bool(stuck.any()):  # the reference answers these (and raises where torch would)
-                for owner in kernel:
+                for k, owner in enumerate(kernel):
                     redo = self.units_of[owner][stuck[self.units_of[owner]]]
                     if len(redo):
+                        kept = int(rows[k])
                         values[redo] = 0.0
-                        own = reference(bases[owner], gate[redo], allow_kernel)
+                        own = reference(bases[owner][:kept], gate[redo, :kept], allow_kernel)
                         values[redo, : own.shape[-1]] = own
         for owner in (o for o in bases if o not in kernel):
             units = self.units_of[owner]
-            own = reference(bases[owner], gate[units], allow_kernel)
+            kept, norm = decayed_rows(bases[owner], trim) if trim > 0 else (m, 0.0)
+            left_out[owner] = (m - kept, norm)
+            own = reference(bases[owner][:kept], gate[units, :kept], allow_kernel)
             values[units, : own.shape[-1]] = own
-        return values
+        return values, left_out
+
+
+def decayed_rows(base: torch.Tensor, trim: float) -> tuple[int, float]:
+    """How many leading rows of ``base`` (m, r) to keep, and the Frobenius norm of the rest:
+    the trailing rows whose Frobenius norm together is within ``trim`` times the largest
+    column's norm (<= ||base||_2) are left out; at least one row stays. A head's factor at a
+    cut holds its future outputs' rows, which decay with the head's forgetting: a fast head's
+    last rows are far below its truncation. The kernel's `_decayed_rows` is this in numba."""
+    squares = (base * base).sum(-1)  # (m,) each row's norm squared
+    tail = squares.flip(0).cumsum(0)  # tail[j - 1]: the last j rows' norm squared
+    limit = trim**2 * float((base * base).sum(0).max())
+    left = min(int((tail <= limit).sum()), base.shape[0] - 1)
+    return base.shape[0] - left, math.sqrt(float(tail[left - 1])) if left else 0.0
 
 
 def takes(base: torch.Tensor, gate: torch.Tensor) -> bool:
@@ -155,13 +184,14 @@ def reference(base: torch.Tensor, gate: torch.Tensor, allow_kernel: bool = True)
 
 
 @jit
-def _grams_and_eigenvalues(bases, offsets, widths, blocks, block_group, weights, out, failed):  # pragma: no cover
+def _grams_and_eigenvalues(bases, offsets, widths, rows, blocks, block_group, weights, out, failed):  # pragma: no cover
     """For each lane block b of ``blocks``, its factor base = bases[offsets[g]:][: m * r]
     as (m, r), g = block_group[b], r = widths[g]: out[lane] <- the eigenvalues of
-    base^T diag(weights[:, lane]) base for the block's lanes, descending, clamped at 0, its
-    first min(m, r) (the rest stay as they were, zero: rank <= m); failed[lane] where the
-    lane's Gram overflowed or its QL did not converge. weights (m, lanes); out (lanes, R)."""
-    m = weights.shape[0]
+    base[:rows[g]]^T diag(weights[:rows[g], lane]) base[:rows[g]] for the block's lanes
+    (`decayed_rows` gives rows[g]), descending, clamped at 0, its first min(rows[g], r) (the
+    rest stay as they were, zero: rank <= rows[g]); failed[lane] where the lane's Gram
+    overflowed or its QL did not converge. weights (m, lanes); out (lanes, R)."""
+    m_all = weights.shape[0]
     size = 1
     for g in range(widths.shape[0]):
         size = max(size, widths[g])
@@ -175,8 +205,9 @@ def _grams_and_eigenvalues(bases, offsets, widths, blocks, block_group, weights,
     for index in range(blocks.shape[0]):
         g = block_group[index]
         r = widths[g]
+        m = rows[g]
         rank = min(m, r)
-        base = bases[offsets[g] : offsets[g] + m * r].reshape((m, r))
+        base = bases[offsets[g] : offsets[g] + m_all * r].reshape((m_all, r))
         start = blocks[index] * LANES
         for i in range(r):  # the lower triangle: all the eigensolver reads
             for j in range(i + 1):
@@ -214,6 +245,36 @@ def _grams_and_eigenvalues(bases, offsets, widths, blocks, block_group, weights,
                 out[start + w, i] = values[i, w]
 
 
+@jit
+def _decayed_rows(bases, offsets, widths, trim, rows, norms):  # pragma: no cover
+    """`decayed_rows` of each factor g (bases[offsets[g]:] as (m, widths[g]), m = rows[g] on
+    entry): rows[g] <- the rows kept, norms[g] <- the Frobenius norm of those left out."""
+    for g in range(widths.shape[0]):
+        r = widths[g]
+        m = rows[g]
+        base = bases[offsets[g] : offsets[g] + m * r].reshape((m, r))
+        largest = 0.0
+        for i in range(r):
+            column = 0.0
+            for k in range(m):
+                column += base[k, i] * base[k, i]
+            largest = max(largest, column)
+        limit = trim * trim * largest
+        tail = 0.0
+        kept = m
+        while kept > 1:
+            row = 0.0
+            for i in range(r):
+                row += base[kept - 1, i] * base[kept - 1, i]
+            if tail + row > limit:
+                break
+            tail += row
+            kept -= 1
+        rows[g] = kept
+        norms[g] = np.sqrt(tail)
+
+
 def _warm_up() -> None:
-    """The kernel's first call in a process, on a tiny problem (`compiled.first_call`)."""
-    gram_eigenvalues(torch.eye(3, 2, dtype=torch.float64), torch.ones(1, 3, dtype=torch.float64))
+    """The kernels' first call in a process, on a tiny problem (`compiled.first_call`)."""
+    lanes = ChannelLanes(torch.zeros(1, dtype=torch.long), torch.ones(1, 3, dtype=torch.float64))
+    lanes.eigenvalues({0: torch.eye(3, 2, dtype=torch.float64)}, 0, trim=1e-12)
