@@ -9,7 +9,9 @@ channels run side by side, every loop innermost over them: each Gram's lower tri
 summed over the m rows in cache, then reduced and solved by the lane eigensolver of
 core/gramian_kernel.py (Householder across the lanes, trace-scaled, then the QL iteration of
 core/tridiagonal_kernel.py). One call takes every owner of a cut, each block of lanes with its
-own owner's factor (`ChannelLanes`). Measured on one core, 64 channels, m = 128, eigenvalues alone:
+own owner's factor (`ChannelLanes`); given a trim, each factor's decayed last rows are left out
+of its Grams (`decayed_rows`; the caller charges them to its guard: core/row_scaled.py).
+Measured on one core, 64 channels, m = 128, eigenvalues alone:
 r = 8: 0.2 us per matrix (torch 1.3), r = 16: 1.1 (3.9), r = 24: 2.5 (7.5), r = 32: 6.0
 (13.0, and core/dense_kernel.py's 7.0). From r = 32 on the lanes' working set (r^2 x 64
 values) leaves the cache and core/dense_kernel.py solves faster, but the reference must first
