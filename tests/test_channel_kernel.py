@@ -181,3 +181,16 @@ def test_the_kernel_leaves_out_the_rows_decayed_rows_gives_and_solves_the_rest()
             every_row = channel_kernel.reference(base, gate[units])
             assert float(((every_row - expected).abs() / scale).max()) > 1e3 * GRAM_ERROR * width * EPS
     assert left_out[0][0] > 40 and left_out[1][0] > 10 and left_out[2][0] == 0
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("nan")])
+def test_a_factor_that_is_not_finite_keeps_every_row_and_is_refused(bad):
+    """No row of an overflowed factor is left out as decayed (its norm is not a number to
+    charge): the kernel's count and the torch one keep them all, and the solver refuses the
+    Grams as torch would, rather than answer from the rows before the overflow."""
+    base = decaying_rows_base(40, 5, seed=25, per_row=0.3)
+    base[30, 2] = bad  # a row the trim would leave out
+    assert channel_kernel.decayed_rows(base, 1e-9) == (40, 0.0)
+    lanes = channel_kernel.ChannelLanes(torch.zeros(3, dtype=torch.long), torch.ones(3, 40, dtype=torch.float64))
+    with pytest.raises(torch.linalg.LinAlgError):
+        lanes.eigenvalues({0: base}, 0, trim=1e-9)

@@ -148,12 +148,15 @@ class ChannelLanes:
 def decayed_rows(base: torch.Tensor, trim: float) -> tuple[int, float]:
     """How many leading rows of ``base`` (m, r) to keep, and the Frobenius norm of the rest:
     the trailing rows whose Frobenius norm together is within ``trim`` times the largest
-    column's norm (<= ||base||_2) are left out; at least one row stays. A head's factor at a
+    column's norm (<= ||base||_2) are left out; at least one row stays, and every row where the
+    factor is not finite (the Gram's own check then refuses it). A head's factor at a
     cut holds its future outputs' rows, which decay with the head's forgetting: a fast head's
     last rows are far below its truncation. The kernel's `_decayed_rows` is this in numba."""
     squares = (base * base).sum(-1)  # (m,) each row's norm squared
     tail = squares.flip(0).cumsum(0)  # tail[j - 1]: the last j rows' norm squared
     limit = trim**2 * float((base * base).sum(0).max())
+    if not math.isfinite(float(tail[-1])):  # an overflowed factor: every row, for the solver to refuse
+        return base.shape[0], 0.0
     left = min(int((tail <= limit).sum()), base.shape[0] - 1)
     return base.shape[0] - left, math.sqrt(float(tail[left - 1])) if left else 0.0
 
@@ -256,15 +259,17 @@ def _decayed_rows(bases, offsets, widths, trim, rows, norms):  # pragma: no cove
         m = rows[g]
         base = bases[offsets[g] : offsets[g] + m * r].reshape((m, r))
         largest = 0.0
+        total = 0.0
         for i in range(r):
             column = 0.0
             for k in range(m):
                 column += base[k, i] * base[k, i]
             largest = max(largest, column)
+            total += column
         limit = trim * trim * largest
         tail = 0.0
         kept = m
-        while kept > 1:
+        while kept > 1 and np.isfinite(total):  # an overflowed factor keeps every row (`decayed_rows`)
             row = 0.0
             for i in range(r):
                 row += base[kept - 1, i] * base[kept - 1, i]
