@@ -781,3 +781,24 @@ def test_balanced_chunks_keep_the_budget_and_load_every_worker_equally(workers):
             # the busiest worker holds its fair share, up to one item per round of rounding
             # (1536 items, at most 512 per chunk, 2 workers: 4 chunks of 384, not 512 + 512 + 512)
             assert size * rounds <= -(-total // workers) + rounds
+
+
+def test_a_cut_that_overflowed_is_factored_whole(monkeypatch):
+    """`row_scaled._whole_factor` leaves out no column of a cut whose norms are not finite
+    (`channel_kernel.decayed_lines`, the rule of a factor's decayed rows too): an inf in the
+    first column would make every column look "decayed" against an infinite limit. The SVD
+    sees the whole cut, overflow and all, as it did before columns were left out."""
+    from ess_explorer.core import row_scaled
+
+    length, modes, t = 64, 6, 40
+    g = torch.Generator().manual_seed(12)
+    a = torch.linspace(0.2, 0.4, modes, dtype=torch.float64).expand(1, length, modes)
+    b, c = (torch.randn(1, length, modes, generator=g, dtype=torch.float64) for _ in range(2))
+    cut = DiagonalSSM(a, b, c).materialize()[0, t:, :t].clone()
+    widths, original = [], row_scaled.svd
+    monkeypatch.setattr(row_scaled, "svd", lambda x: widths.append(x.shape[-1]) or original(x))
+    row_scaled._whole_factor(cut, t, 1e-4, modes)
+    assert widths[-1] < t - 10  # finite: its decayed first columns are left out
+    cut[0, 0] = float("inf")
+    row_scaled._whole_factor(cut, t, 1e-4, modes)
+    assert widths[-1] == t

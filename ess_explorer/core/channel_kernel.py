@@ -45,7 +45,7 @@ from .compiled import LANES, available, jit
 from .eigen import eigvalsh
 from .gramian_kernel import _symmetric_eigenvalues
 
-__all__ = ["ChannelLanes", "decayed_rows", "gram_eigenvalues", "reference", "MAX_SIZE"]
+__all__ = ["ChannelLanes", "decayed_lines", "decayed_rows", "gram_eigenvalues", "reference", "MAX_SIZE"]
 
 MAX_SIZE = 64  # the widest factor the kernel takes (module docstring: measured crossover 64-80)
 
@@ -148,17 +148,26 @@ class ChannelLanes:
 def decayed_rows(base: torch.Tensor, trim: float) -> tuple[int, float]:
     """How many leading rows of ``base`` (m, r) to keep, and the Frobenius norm of the rest:
     the trailing rows whose Frobenius norm together is within ``trim`` times the largest
-    column's norm (<= ||base||_2) are left out; at least one row stays, and every row where the
-    factor is not finite (the Gram's own check then refuses it). A head's factor at a
-    cut holds its future outputs' rows, which decay with the head's forgetting: a fast head's
-    last rows are far below its truncation. The kernel's `_decayed_rows` is this in numba."""
-    squares = (base * base).sum(-1)  # (m,) each row's norm squared
-    tail = squares.flip(0).cumsum(0)  # tail[j - 1]: the last j rows' norm squared
-    limit = trim**2 * float((base * base).sum(0).max())
-    if not math.isfinite(float(tail[-1])):  # an overflowed factor: every row, for the solver to refuse
-        return base.shape[0], 0.0
-    left = min(int((tail <= limit).sum()), base.shape[0] - 1)
-    return base.shape[0] - left, math.sqrt(float(tail[left - 1])) if left else 0.0
+    column's norm (<= ||base||_2) are left out (`decayed_lines`). A head's factor at a cut
+    holds its future outputs' rows, which decay with the head's forgetting: a fast head's last
+    rows are far below its truncation. The kernel's `_decayed_rows` is this in numba."""
+    squares = base * base
+    left, norm = decayed_lines(squares.sum(-1).flip(0), trim**2 * float(squares.sum(0).max()))
+    return base.shape[0] - left, norm
+
+
+def decayed_lines(squares: torch.Tensor, limit: float) -> tuple[int, float]:
+    """How many lines (rows or columns of a factor), whose norms squared are ``squares`` in
+    the order they may be left out, to leave out, and their Frobenius norm: the longest run
+    from the first whose norm squared together is within ``limit``, at most all but one line;
+    none where a norm is not finite (an overflowed factor: the solver must see it and refuse
+    it). A factor's decayed last rows (`decayed_rows`) and a cut's decayed first columns
+    (core/row_scaled.py) are both left out by this rule."""
+    total = squares.cumsum(0)  # total[j - 1]: the first j lines' norm squared
+    if not math.isfinite(float(total[-1])):
+        return 0, 0.0
+    left = min(int((total <= limit).sum()), len(squares) - 1)
+    return left, math.sqrt(float(total[left - 1])) if left else 0.0
 
 
 def takes(base: torch.Tensor, gate: torch.Tensor) -> bool:
@@ -269,7 +278,7 @@ def _decayed_rows(bases, offsets, widths, trim, rows, norms):  # pragma: no cove
         limit = trim * trim * largest
         tail = 0.0
         kept = m
-        while kept > 1 and np.isfinite(total):  # an overflowed factor keeps every row (`decayed_rows`)
+        while kept > 1 and np.isfinite(total):  # an overflowed factor keeps every row (`decayed_lines`)
             row = 0.0
             for i in range(r):
                 row += base[kept - 1, i] * base[kept - 1, i]

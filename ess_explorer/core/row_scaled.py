@@ -52,7 +52,7 @@ import torch
 
 from . import dense_jobs
 from .accelerator import accelerator_routes, worker_threads
-from .channel_kernel import ChannelLanes
+from .channel_kernel import ChannelLanes, decayed_lines
 from .checks import require
 from .eigen import svd, svdvals
 from .precision import EXACT, Accuracy
@@ -334,17 +334,16 @@ def _whole_factor(cut: torch.Tensor, t: int, truncate: float, max_rank) -> _Fact
     """The factor of ``cut`` (m, t) from its own SVD, less its leading columns where those have
     decayed away: the first j columns A, whose Frobenius norm is within LEADING x the
     truncation of the largest column's norm (<= sigma_1), are left out, and the SVD is taken of
-    the other m x (t - j). Leaving out A = [A | 0] is a drop like the truncation's: its rows
+    the other m x (t - j) (`channel_kernel.decayed_lines`, the rule that also leaves out a
+    factor's decayed rows). Leaving out A = [A | 0] is a drop like the truncation's: its rows
     are orthogonal to every row of Z = [0 | W^T] (``_Factor``), so it joins ``dropped`` in
     quadrature (||A||_2 <= ||A||_F) and ``mass`` (||A||_* <= sqrt(min(m, j)) ||A||_F). A
     fast-forgetting head restarts at a cut whose sigma_1 fell by orders of magnitude, and its
     old columns have decayed by as much: its SVD then takes a few dozen columns, not t."""
     squares = (cut * cut).sum(0)  # (t,) each column's norm squared
-    leading = squares.cumsum(0)  # the first j columns' Frobenius norm squared, j = 1..t
-    skip = min(int((leading <= (LEADING * truncate) ** 2 * squares.max()).sum()), t - 1)
+    skip, norm = decayed_lines(squares, (LEADING * truncate) ** 2 * float(squares.max()))
     left_out = None
     if skip:
-        norm = float(leading[skip - 1].sqrt())
         left_out = _Factor(
             t, cut[:, :0], cut.new_zeros(0), True, norm, 0.0, math.sqrt(min(cut.shape[0], skip)) * norm, 0.0
         )
