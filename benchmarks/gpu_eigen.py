@@ -138,8 +138,9 @@ def kernel_rows(grams: torch.Tensor, reference: torch.Tensor) -> None:
     """The CUDA kernel on ``grams``: its first call (the compile, or numba's disk cache), then
     per-matrix time, memory beyond the input and largest error relative to lambda_max."""
     n = grams.shape[-1]
-    if kernels_absent():
-        print(f"  n = {n} by the CUDA kernel: {kernels_absent()}", flush=True)
+    absent = kernels_absent()
+    if absent:
+        print(f"  n = {n} by the CUDA kernel: {absent}", flush=True)
         return
     try:
         start = time.perf_counter()
