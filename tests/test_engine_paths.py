@@ -512,6 +512,17 @@ def test_what_a_carried_factor_drops_moves_a_gated_channel_only_as_the_ess_guard
     assert carried > 10 and truncated > 10  # carried, not restarted at every cut, and truncated
 
 
+def _fast_head_cut():
+    """A fast-forgetting head's cut at t = 40 of L = 64 (N = 6, decays 0.2-0.4): its first
+    columns have decayed far below its sigma_1. Returns the cut, the generator (for more
+    random draws after it) and (L, N, t)."""
+    length, modes, t = 64, 6, 40
+    g = torch.Generator().manual_seed(12)
+    a = torch.linspace(0.2, 0.4, modes, dtype=torch.float64).expand(1, length, modes)
+    b, c = (torch.randn(1, length, modes, generator=g, dtype=torch.float64) for _ in range(2))
+    return DiagonalSSM(a, b, c).materialize()[0, t:, :t], g, (length, modes, t)
+
+
 def test_a_cuts_own_svd_leaves_out_decayed_columns_within_the_factors_stated_error(monkeypatch):
     """`row_scaled._whole_factor` leaves out a fast-forgetting head's leading columns, decayed
     below the truncation: its SVD takes a narrower matrix than the cut. What it leaves out is
@@ -522,11 +533,7 @@ def test_a_cuts_own_svd_leaves_out_decayed_columns_within_the_factors_stated_err
     rounding."""
     from ess_explorer.core import row_scaled
 
-    length, modes, t = 64, 6, 40
-    g = torch.Generator().manual_seed(12)
-    a = torch.linspace(0.2, 0.4, modes, dtype=torch.float64).expand(1, length, modes)
-    b, c = (torch.randn(1, length, modes, generator=g, dtype=torch.float64) for _ in range(2))
-    cut = DiagonalSSM(a, b, c).materialize()[0, t:, :t]
+    cut, g, (length, modes, t) = _fast_head_cut()
     gate = torch.rand(length - t, generator=g, dtype=torch.float64) * 3
     widths, original = [], row_scaled.svd
     monkeypatch.setattr(row_scaled, "svd", lambda x: widths.append(x.shape[-1]) or original(x))
@@ -790,11 +797,7 @@ def test_a_cut_that_overflowed_is_factored_whole(monkeypatch):
     sees the whole cut, overflow and all, as it did before columns were left out."""
     from ess_explorer.core import row_scaled
 
-    length, modes, t = 64, 6, 40
-    g = torch.Generator().manual_seed(12)
-    a = torch.linspace(0.2, 0.4, modes, dtype=torch.float64).expand(1, length, modes)
-    b, c = (torch.randn(1, length, modes, generator=g, dtype=torch.float64) for _ in range(2))
-    cut = DiagonalSSM(a, b, c).materialize()[0, t:, :t].clone()
+    cut, _, (length, modes, t) = _fast_head_cut()
     widths, original = [], row_scaled.svd
     monkeypatch.setattr(row_scaled, "svd", lambda x: widths.append(x.shape[-1]) or original(x))
     row_scaled._whole_factor(cut, t, 1e-4, modes)
