@@ -12,9 +12,14 @@ PRECISIONS    the accuracy contracts (core/precision.py)
 AGGREGATES    how a layer's units are reduced to one curve (TSS is reduced the same way)
 METRICS       what the overview heatmap shows: ESS / attainable ceiling, or ESS
 FIGURE_KINDS  the paper figures of views/figures.py (`figure(result, kind)`)
+
+The package's own environment switches (ESS_EXPLORER_DEBUG, ESS_EXPLORER_CUDA_KERNELS) are read
+by `environment_switch`, so that every one of them takes the same words.
 """
 
 from __future__ import annotations
+
+import os
 
 __all__ = [
     "VARIANTS",
@@ -28,6 +33,7 @@ __all__ = [
     "DEFAULT_GATES",
     "DEFAULT_PRECISION",
     "check_choice",
+    "environment_switch",
 ]
 
 VARIANTS = ("tolerance", "entropy", "causal")
@@ -49,3 +55,13 @@ def check_choice(name: str, value, choices: tuple[str, ...]) -> str:
     if not isinstance(value, str) or value not in choices:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
     return value
+
+
+SWITCHED_OFF = ("0", "false", "no", "off")  # what turns an environment switch off (any case)
+
+
+def environment_switch(name: str, default: bool) -> bool:
+    """Whether the environment variable ``name`` is on: ``default`` where it is unset or
+    empty, off where it is one of SWITCHED_OFF, else on."""
+    value = os.environ.get(name, "").strip().lower()
+    return default if not value else value not in SWITCHED_OFF

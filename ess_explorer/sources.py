@@ -241,6 +241,7 @@ def _check_loading_info(label: str, info: dict) -> None:
 
 
 def _offline() -> bool:
+    # huggingface_hub's own reading of its variable (its true words), not `environment_switch`
     return os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
 
 
@@ -425,10 +426,9 @@ def _check_folder(folder: Path) -> str:
 
 
 def _unreachable(label: str, path: str, error: Exception) -> ValueError:
-    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
     why = (
         "HF_HUB_OFFLINE is set and it is not in the local cache"
-        if offline
+        if _offline()
         else "the hub could not be reached or has no such model"
     )
     return ValueError(

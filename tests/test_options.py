@@ -116,3 +116,27 @@ def test_check_choice_names_the_option_and_every_allowed_value():
         options.check_choice("metric", "rank", options.METRICS)
     with pytest.raises(ValueError, match="got 1"):
         options.check_choice("metric", 1, options.METRICS)
+
+
+@pytest.mark.parametrize(
+    "value, default, on",
+    [
+        (None, False, False),  # unset: the default
+        (None, True, True),
+        ("", True, True),  # empty: the default too
+        ("1", False, True),
+        (" Yes ", False, True),
+        ("0", True, False),
+        ("off", True, False),  # ESS_EXPLORER_DEBUG=off used to turn the tracebacks on
+        ("FALSE", True, False),
+        ("no", True, False),
+    ],
+)
+def test_every_environment_switch_takes_the_same_words(value, default, on, monkeypatch):
+    """`options.environment_switch`, which ESS_EXPLORER_DEBUG (the command line and the magic)
+    and ESS_EXPLORER_CUDA_KERNELS (core/eigen.py) are read by."""
+    if value is None:
+        monkeypatch.delenv("ESS_EXPLORER_TEST_SWITCH", raising=False)
+    else:
+        monkeypatch.setenv("ESS_EXPLORER_TEST_SWITCH", value)
+    assert options.environment_switch("ESS_EXPLORER_TEST_SWITCH", default=default) is on

@@ -25,13 +25,12 @@ from __future__ import annotations
 
 import argparse
 import inspect
-import os
 import sys
 import time
 from pathlib import Path
 
 from .._version import __version__
-from ..options import FIGURE_KINDS, VARIANTS
+from ..options import FIGURE_KINDS, VARIANTS, environment_switch
 from .arguments import (  # noqa: F401  (parse_layers and MAX_LAYER_INDEX are part of the CLI module's API)
     MAX_LAYER_INDEX,
     UsageError,
@@ -418,7 +417,7 @@ def main(argv=None) -> int:
 
 
 def _debug() -> bool:
-    return os.environ.get("ESS_EXPLORER_DEBUG", "").lower() not in ("", "0", "false", "no")
+    return environment_switch("ESS_EXPLORER_DEBUG", default=False)
 
 
 def _main(argv=None) -> int:

@@ -16,10 +16,9 @@ what was wrong. ``ESS_EXPLORER_DEBUG=1`` re-raises with the traceback.
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 
-from ..options import AGGREGATES, VARIANTS
+from ..options import AGGREGATES, VARIANTS, environment_switch
 from .arguments import parse_tolerance
 
 __all__ = ["load_ipython_extension", "ess_magic", "parse_ess_args"]
@@ -108,7 +107,7 @@ def ess_magic(line: str = ""):
     (``%ess --help`` lists every option)."""
     from .widget import explore
 
-    debug = os.environ.get("ESS_EXPLORER_DEBUG", "").lower() not in ("", "0", "false", "no")
+    debug = environment_switch("ESS_EXPLORER_DEBUG", default=False)
     try:
         args = _parse(line)
         if args.help:

@@ -31,12 +31,12 @@ raises LinAlgError for the whole batch) is solved again on the host by LAPACK.
 
 from __future__ import annotations
 
-import os
 import time
 import warnings
 
 import torch
 
+from ..options import environment_switch
 from . import cuda_block_kernel, cuda_eigen_kernel, dense_kernel
 from .accelerator import accelerator_routes
 
@@ -65,7 +65,7 @@ _failed_once = False
 # with ESS_EXPLORER_CUDA_KERNELS=0 (docs/usage.md), a benchmark to time torch's route in the same
 # process.
 KERNELS_ENV = "ESS_EXPLORER_CUDA_KERNELS"
-use_cuda_kernel = os.environ.get(KERNELS_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+use_cuda_kernel = environment_switch(KERNELS_ENV, default=True)
 _kernel_failed_once = False
 # A batch's work (matrices x n^3) from which one timing of a kernel and of torch's route says
 # which is faster (`kernel_or_torch`): 12,000 matrices of 16 x 16, one of 370 x 370.
