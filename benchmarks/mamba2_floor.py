@@ -24,7 +24,8 @@ and turns them into seconds: the reductions at the rate this machine's kernel re
 matrices (core/dense_kernel.py, its best size), the Grams at torch's matrix-product rate (one
 product per head and cut would be the fastest way to form them), both measured in the run and
 spread over torch's thread count. The sum is a floor for the current formulation with no
-overhead at all: the heads' SVDs, the QL iterations, capture and bookkeeping come on top.
+overhead at all: the heads' SVDs, the QL iterations, capture and bookkeeping come on top. `make bench`
+(benchmarks/bench_engine.py) prints `floor_seconds` of the layer it times beside the Mamba2 target.
 """
 
 from __future__ import annotations
@@ -97,30 +98,38 @@ def layer_flops(layer) -> dict:
     }
 
 
+def floor_seconds(model, ids: torch.Tensor, layers) -> tuple[dict, list[str]]:
+    """The floor of ``layers`` of ``model`` on the prompt ``ids``, by part, in seconds on this
+    machine's threads, and a line per layer and one for the rates, to print."""
+    captured = capture_layers(model, ids, layers=list(layers), gates="inside")
+    threads = torch.get_num_threads()
+    rate = reduction_rate() * threads
+    rates = {"dense heads": rate, "shared heads": rate, "grams": product_rate() * threads, "causal": rate}
+    lines = [
+        f"on {threads} threads: kernel reduction at n = 128 {rate / 1e9:.1f} GF/s, "
+        f"products {rates['grams'] / 1e9:.1f} G multiply-adds/s"
+    ]
+    seconds = dict.fromkeys(rates, 0.0)
+    for index, layer in captured.layers.items():
+        flops = layer_flops(layer)
+        lines.append(f"layer {index}: " + ", ".join(f"{k} {v:.2e} ({v / rates[k]:.2f} s)" for k, v in flops.items()))
+        seconds = {k: seconds[k] + flops[k] / rates[k] for k in seconds}
+    return seconds, lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--length", type=int, default=256)
     parser.add_argument("--layers", type=int, nargs="+", default=[0, 6, 12, 18])
     args = parser.parse_args()
     model = random_model("mamba2")
-    captured = capture_layers(model, token_ids(model, args.length), layers=args.layers, gates="inside")
-    threads = torch.get_num_threads()
-    rate = reduction_rate() * threads
-    rates = {"dense heads": rate, "shared heads": rate, "grams": product_rate() * threads, "causal": rate}
-    print(
-        f"on {threads} threads: kernel reduction at n = 128 {rate / 1e9:.1f} GF/s, products {rates['grams'] / 1e9:.1f} G multiply-adds/s"
-    )
-    total = dict.fromkeys(rates, 0.0)
-    for index, layer in captured.layers.items():
-        flops = layer_flops(layer)
-        print(f"layer {index}: " + ", ".join(f"{k} {v:.2e} ({v / rates[k]:.2f} s)" for k, v in flops.items()))
-        total = {k: total[k] + flops[k] for k in total}
-    scale = model.config.num_hidden_layers / len(captured.layers)
-    seconds = {k: scale * v / rates[k] for k, v in total.items()}
+    seconds, lines = floor_seconds(model, token_ids(model, args.length), args.layers)
+    print("\n".join(lines))
+    scale = model.config.num_hidden_layers / len(args.layers)
     print(
         f"whole model ({model.config.num_hidden_layers} layers, extrapolated), L = {args.length}: "
-        + ", ".join(f"{k} {v:.1f} s" for k, v in seconds.items())
-        + f"; floor {sum(seconds.values()):.1f} s"
+        + ", ".join(f"{k} {scale * v:.1f} s" for k, v in seconds.items())
+        + f"; floor {scale * sum(seconds.values()):.1f} s"
     )
 
 
