@@ -4,12 +4,15 @@ the exact sweep where the family has a realisation (ess_explorer/verification.py
 
     python benchmarks/verify_sweep.py                      # real shapes, one random layer a run
     python benchmarks/verify_sweep.py --tiny --minutes 30  # every tiny config of the tests
+    python benchmarks/verify_sweep.py --zoo --minutes 10   # the zoo's trained models, every layer
 
 Each run draws a model, a prompt length, a layer and the options a user can vary: precision,
 gates, scope, and with --tiny also a stride and an absolute tolerance. Real shapes are the
 random models of benchmarks/_models.py (Mamba2 under "ess" only: "exact" takes 13 s a layer);
 --tiny takes the configs of tests/test_adapters.py and tests/test_families.py (every model
-type the package registers) with seeded weights. A refusal (ValueError: a combination the
+type the package registers) with seeded weights; --zoo the trained models the package ships
+(docs/zoo.md), whose operators random weights do not resemble (heads that forget within a few
+tokens, or keep nearly every state direction), on prompts of random tokens. A refusal (ValueError: a combination the
 API rejects with a message, such as a stride longer than the prompt) is counted, not failed;
 any other error or a failed `verify` is printed in full. Exit status 1 if anything failed.
 """
@@ -30,7 +33,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
 from _models import random_model, token_ids
 
-from ess_explorer import analyze, verify
+from ess_explorer import analyze, verify, zoo
 
 
 def real_shapes(rng: random.Random, models: dict):
@@ -66,9 +69,27 @@ def tiny_configs(rng: random.Random, builders: list):
     return name, model, ids, {k: v for k, v in options.items() if v is not None}
 
 
+def zoo_models(rng: random.Random, models: dict):
+    """The same for a model of the zoo (trained weights), every layer, with the options of `real_shapes`."""
+    name = rng.choice(sorted(models))
+    model = models[name]
+    length = rng.choice([16, 64, 128, 200, 256])
+    ids = torch.randint(
+        1, model.config.vocab_size, (1, length), generator=torch.Generator().manual_seed(rng.randrange(1000))
+    )
+    options = dict(
+        precision=rng.choice(["ess", "exact"]),
+        gates=rng.choice(["inside", "outside"]),
+        scope=rng.choice(["cut", "unit", "layer"]),
+    )
+    return name, model, ids, options
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tiny", action="store_true", help="the tests' tiny configs instead of real shapes")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--tiny", action="store_true", help="the tests' tiny configs instead of real shapes")
+    which.add_argument("--zoo", action="store_true", help="the zoo's trained models instead of real shapes")
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -80,6 +101,9 @@ def main() -> int:
 
         builders = [(n, m) for m in (test_adapters, test_families) for n in sorted(m.CONFIGS)]
         draw = functools.partial(tiny_configs, rng, builders)
+    elif args.zoo:
+        models = {name: zoo.load(name)[0] for name in zoo.list_models()}
+        draw = functools.partial(zoo_models, rng, models)
     else:
         models = {kind: random_model(kind) for kind in ("gpt2", "mamba", "mamba2", "lfm2")}
         draw = functools.partial(real_shapes, rng, models)
@@ -92,7 +116,7 @@ def main() -> int:
                 result = analyze(model, ids, progress=False, **options)
             except ValueError as error:  # the API refusing these options; verify refusing its result fails below
                 refused += 1
-                if not args.tiny:
+                if not (args.tiny or args.zoo):
                     print(f"refused: {name} {options}: {error}", flush=True)
                 continue
             report = verify(result, model, units=8, cuts=8, seed=runs)
