@@ -125,7 +125,7 @@ def main() -> None:
     model = random_model("mamba2")
     seconds, lines = floor_seconds(model, token_ids(model, args.length), args.layers)
     print("\n".join(lines))
-    scale = model.config.num_hidden_layers / len(args.layers)
+    scale = model.config.num_hidden_layers / len(set(args.layers))  # the layers captured, each once
     print(
         f"whole model ({model.config.num_hidden_layers} layers, extrapolated), L = {args.length}: "
         + ", ".join(f"{k} {scale * v:.1f} s" for k, v in seconds.items())

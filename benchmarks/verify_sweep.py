@@ -12,9 +12,10 @@ random models of benchmarks/_models.py (Mamba2 under "ess" only: "exact" takes 1
 --tiny takes the configs of tests/test_adapters.py and tests/test_families.py (every model
 type the package registers) with seeded weights; --zoo the trained models the package ships
 (docs/zoo.md), whose operators random weights do not resemble (heads that forget within a few
-tokens, or keep nearly every state direction), on prompts of random tokens. A refusal (ValueError: a combination the
-API rejects with a message, such as a stride longer than the prompt) is counted, not failed;
-any other error or a failed `verify` is printed in full. Exit status 1 if anything failed.
+tokens, or keep nearly every state direction), on prompts of random tokens. A refusal
+(ValueError: a combination the API rejects with a message, such as a stride longer than the
+prompt) is counted, not failed; any other error or a failed `verify` is printed in full. Exit
+status 1 if anything failed.
 """
 
 from __future__ import annotations

@@ -200,8 +200,8 @@ def reference(base: torch.Tensor, gate: torch.Tensor, allow_kernel: bool = True)
 @jit
 def _grams_and_eigenvalues(bases, offsets, widths, rows, blocks, block_group, weights, out, failed):  # pragma: no cover
     """For each lane block b of ``blocks``, its factor base = bases[offsets[g]:][: m * r]
-    as (m, r), g = block_group[b], r = widths[g]: out[lane] <- the eigenvalues of
-    base[:rows[g]]^T diag(weights[:rows[g], lane]) base[:rows[g]] for the block's lanes
+    as (m, r), m = weights.shape[0], g = block_group[b], r = widths[g]: out[lane] <- the
+    eigenvalues of base[:rows[g]]^T diag(weights[:rows[g], lane]) base[:rows[g]] for the block's lanes
     (`decayed_rows` gives rows[g]), descending, clamped at 0, its first min(rows[g], r) (the
     rest stay as they were, zero: rank <= rows[g]); failed[lane] where the lane's Gram
     overflowed or its QL did not converge. weights (m, lanes); out (lanes, R)."""
