@@ -382,9 +382,9 @@ def dense_cases(args, dev: str) -> None:
     # The default contract first, trained-like heads first within it: on a GPU the exact
     # contract on sink heads can outlast the step's time limit, which has in the past run out
     # before the trained-like heads were reached.
-    times = {}
+    kinds, times = ("trained", "random"), {}
     for precision in ("ess", "exact"):
-        for kind in ("trained", "random"):
+        for kind in kinds:
             case = child(path, {"units": heads, "L": length, "heads": kind, "precision": precision}, dev)
             times[kind, precision] = case.get("seconds")
             accuracy = (
@@ -392,7 +392,7 @@ def dense_cases(args, dev: str) -> None:
                 f"{case.get('miscounts', '?')} miscounts, entropy {_get(case, 'entropy_err'):.1e}"
             )
             show(f"{kind} heads, {path}, precision {precision}", case, accuracy)
-    for kind in ("trained", "random"):
+    for kind in kinds:
         if times[kind, "exact"] and times[kind, "ess"]:
             print(f"  {kind} heads: exact / ess time {times[kind, 'exact'] / times[kind, 'ess']:.2f}")
     if dev != "cpu":
