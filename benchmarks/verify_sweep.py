@@ -35,6 +35,7 @@ import torch
 from _models import random_model, token_ids
 
 from ess_explorer import analyze, verify, zoo
+from ess_explorer.options import GATES, PRECISIONS, SCOPES  # every choice a user has, in the package's order
 
 
 def real_shapes(rng: random.Random, models: dict):
@@ -45,8 +46,8 @@ def real_shapes(rng: random.Random, models: dict):
     options = dict(
         layers=[rng.randrange(model.config.num_hidden_layers)],
         precision="ess" if kind == "mamba2" else rng.choice(["ess", "ess", "exact"]),
-        gates=rng.choice(["inside", "outside"]),
-        scope=rng.choice(["cut", "unit", "layer"]),
+        gates=rng.choice(GATES),
+        scope=rng.choice(SCOPES),
     )
     return kind, model, token_ids(model, length), options
 
@@ -59,14 +60,14 @@ def tiny_configs(rng: random.Random, builders: list):
     length = rng.choice([2, 3, 5, 16, 33, 64, 97, 128, 200])
     ids = torch.randint(1, module.VOCAB, (1, length), generator=torch.Generator().manual_seed(seed))
     options = dict(
-        precision=rng.choice(["ess", "exact"]),
-        gates=rng.choice(["inside", "outside"]),
+        precision=rng.choice(PRECISIONS),
+        gates=rng.choice(GATES),
         stride=rng.choice([None, None, 3]),
     )
     if rng.random() < 1 / 3:
         options["relative"], options["tol"] = False, 1e-4  # absolute: no scope to choose
     else:
-        options["scope"] = rng.choice(["cut", "unit", "layer"])
+        options["scope"] = rng.choice(SCOPES)
     return name, model, ids, {k: v for k, v in options.items() if v is not None}
 
 
@@ -79,9 +80,9 @@ def zoo_models(rng: random.Random, models: dict):
         1, model.config.vocab_size, (1, length), generator=torch.Generator().manual_seed(rng.randrange(1000))
     )
     options = dict(
-        precision=rng.choice(["ess", "exact"]),
-        gates=rng.choice(["inside", "outside"]),
-        scope=rng.choice(["cut", "unit", "layer"]),
+        precision=rng.choice(PRECISIONS),
+        gates=rng.choice(GATES),
+        scope=rng.choice(SCOPES),
     )
     return name, model, ids, options
 
