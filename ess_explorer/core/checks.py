@@ -33,8 +33,8 @@ def largest_above_diagonal(tensor: torch.Tensor, rows: int = 64) -> float:
     """max |tensor[..., i, j]| over j > i, for a finite (*batch, L, L) tensor, without the
     masked copy ``triu`` makes: each band of ``rows`` rows is reduced over the columns wholly
     right of it as a view, and only its (rows x rows) diagonal block is masked. One copy to
-    the host at the end (no sync per band on a GPU)."""
-    length, parts = tensor.shape[-1], []
+    the host at the end (no sync per band on a GPU). A check of values, so outside autograd."""
+    tensor, length, parts = tensor.detach(), tensor.shape[-1], []
     for start in range(0, length, rows):
         stop = min(length, start + rows)
         band = tensor[..., start:stop, :]
