@@ -290,11 +290,10 @@ def test_missing_attention_probabilities_are_an_error_not_an_empty_operator():
 
 
 def test_unsupported_model_type_names_the_registry():
-    config = tf.OPTConfig(
-        num_hidden_layers=1, hidden_size=16, ffn_dim=32, num_attention_heads=2, word_embed_proj_dim=16, **IDS
-    )
+    # differential attention: each head applies the difference of two softmaxes, no adapter yet
+    config = tf.DiffLlamaConfig(num_hidden_layers=1, **ATTN, **IDS)
     model = tf.AutoModelForCausalLM.from_config(config)
-    with pytest.raises(ValueError, match=r"'opt'.*not supported.*mamba.*capture/__init__.py"):
+    with pytest.raises(ValueError, match=r"'diffllama'.*not supported.*mamba.*capture/__init__.py"):
         layer_slots(model)
 
 

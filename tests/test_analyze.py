@@ -366,8 +366,8 @@ def test_empty_prompt_string():
 
 
 def test_unsupported_model_is_refused_before_any_work():
-    config = tf.OPTConfig(
-        num_hidden_layers=1, hidden_size=16, ffn_dim=32, num_attention_heads=2, word_embed_proj_dim=16, **IDS
+    config = tf.DiffLlamaConfig(  # differential attention: no adapter
+        num_hidden_layers=1, hidden_size=16, intermediate_size=32, num_attention_heads=2, **IDS
     )
     model = tf.AutoModelForCausalLM.from_config(config)
     with pytest.raises(ValueError, match="not supported"):

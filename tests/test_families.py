@@ -151,7 +151,83 @@ def _configs():
     }
 
 
-CONFIGS = _configs()
+WINDOW = 5
+# The softmax-attention decoder LMs beyond those above (tests/test_attention_models.py checks
+# their windows, fused projections and latent caches): 2 layers each.
+LM = dict(num_hidden_layers=2, **ATTN, **IDS)
+EXPERTS = dict(num_local_experts=2, num_experts_per_tok=1)
+SLIDING = dict(sliding_window=WINDOW, layer_types=["sliding_attention", "full_attention"])
+MLA = dict(
+    **{**LM, "num_key_value_heads": 4},
+    moe_intermediate_size=16,
+    n_routed_experts=2,
+    num_experts_per_tok=1,
+    first_k_dense_replace=1,
+    kv_lora_rank=16,
+    q_lora_rank=16,
+    qk_nope_head_dim=8,
+    qk_rope_head_dim=4,
+    v_head_dim=6,
+)
+
+
+def _attention_configs():
+    plain = (
+        "gemma",
+        "phi",
+        "olmo",
+        "olmoe",
+        "granitemoe",
+        "cohere",
+        "smollm3",
+        "glm",
+        "glm4",
+        "stablelm",
+        "seed_oss",
+        "arcee",
+        "apertus",
+        "nemotron",
+        "ernie4_5",
+    )
+    configs = {name: tf.AutoConfig.for_model(name, **LM) for name in plain}
+    configs.update(
+        {
+            "qwen2_moe": tf.Qwen2MoeConfig(num_experts=2, num_experts_per_tok=1, moe_intermediate_size=16, **LM),
+            "mixtral": tf.MixtralConfig(sliding_window=WINDOW, **EXPERTS, **LM),  # the window on every layer
+            "phimoe": tf.PhimoeConfig(sliding_window=None, **EXPERTS, **LM),
+            "starcoder2": tf.Starcoder2Config(sliding_window=WINDOW, **LM),
+            "ministral": tf.MinistralConfig(head_dim=8, **SLIDING, **LM),
+            "cohere2": tf.Cohere2Config(**SLIDING, **LM),
+            "olmo3": tf.Olmo3Config(**SLIDING, **LM),
+            "vaultgemma": tf.VaultGemmaConfig(**SLIDING, **LM),
+            "exaone4": tf.Exaone4Config(**SLIDING, **LM),
+            "gpt_oss": tf.GptOssConfig(head_dim=8, **SLIDING, **EXPERTS, **LM),  # attention sinks
+            "helium": tf.HeliumConfig(head_dim=8, **LM),
+            "hunyuan_v1_dense": tf.HunYuanDenseV1Config(head_dim=8, **LM),
+            "persimmon": tf.PersimmonConfig(**{**LM, "num_key_value_heads": 4}),  # per head [q | k | v]
+            "opt": tf.OPTConfig(num_hidden_layers=2, hidden_size=32, ffn_dim=64, num_attention_heads=4, **IDS),
+            "gpt_neox": tf.GPTNeoXConfig(**{**LM, "num_key_value_heads": 4}),  # Pythia; per head [q | k | v]
+            "bloom": tf.BloomConfig(n_layer=2, hidden_size=32, n_head=4, **IDS),  # ALiBi; per head [q | k | v]
+            "gptj": tf.GPTJConfig(n_layer=2, n_embd=32, n_head=4, rotary_dim=4, **IDS),
+            "gpt_bigcode": tf.GPTBigCodeConfig(n_layer=2, n_embd=32, n_head=4, multi_query=True, **IDS),
+            "gpt_bigcode_heads": tf.GPTBigCodeConfig(n_layer=2, n_embd=32, n_head=4, multi_query=False, **IDS),
+            "gpt_neo": tf.GPTNeoConfig(
+                num_layers=2,
+                hidden_size=32,
+                num_heads=4,
+                attention_types=[[["global", "local"], 1]],
+                window_size=WINDOW,
+                **IDS,
+            ),
+            "deepseek_v2": tf.DeepseekV2Config(**MLA),
+            "deepseek_v3": tf.DeepseekV3Config(n_group=1, topk_group=1, **MLA),
+        }
+    )
+    return configs
+
+
+ATTENTION_CONFIGS = _attention_configs()
+CONFIGS = {**_configs(), **ATTENTION_CONFIGS}
 ATT = "softmax_attention"
 EXPECTED_FAMILIES = {
     "qwen3": [ATT] * 2,
@@ -172,14 +248,31 @@ EXPECTED_FAMILIES = {
     "minimax": ["lightning_attention", ATT],
     "rwkv": ["rwkv"] * 2,
     "xlstm": ["mlstm"] * 2,
+    **{name: [ATT] * 2 for name in ATTENTION_CONFIGS},
 }
+
+
+def tiny_model(config, seed: int):
+    """A random model of ``config`` (a copy; eval mode), seeded, and a seeded prompt (1, LENGTH)."""
+    torch.manual_seed(seed)
+    model = tf.AutoModelForCausalLM.from_config(config.__class__.from_dict(config.to_dict())).eval()
+    ids = torch.randint(1, VOCAB, (1, LENGTH), generator=torch.Generator().manual_seed(seed + 1))
+    return model, ids
+
+
+def assert_reconstructs(name: str, layers: dict) -> None:
+    """Each captured layer's T applied to its captured input gives the output the model computed."""
+    for index, layer in layers.items():
+        predicted, observed = layer.reconstruct()
+        assert predicted.shape == observed.shape
+        scale = observed.abs().max().item()
+        assert scale > 1e-6, "the mixer output is all zero: the check would prove nothing"
+        torch.testing.assert_close(predicted, observed, rtol=1e-4, atol=1e-4 * scale, msg=f"{name} layer {index}")
 
 
 def build(name: str, seed: int = 0):
     """A tiny random model of ``name`` (eval mode) and a seeded prompt (1, LENGTH)."""
-    torch.manual_seed(seed)
-    config = CONFIGS[name].__class__.from_dict(CONFIGS[name].to_dict())
-    model = tf.AutoModelForCausalLM.from_config(config).eval()
+    model, ids = tiny_model(CONFIGS[name], seed)
     if name == "zamba":  # its init makes B, C ~ 1e-2 and D = 1: every channel's T ~ identity
         with torch.no_grad():
             for key, param in model.named_parameters():
@@ -187,7 +280,6 @@ def build(name: str, seed: int = 0):
                     param.normal_(0.0, 0.3)
                 elif key.endswith("mamba.D"):
                     param.uniform_(-1.0, 1.0)
-    ids = torch.randint(1, VOCAB, (1, LENGTH), generator=torch.Generator().manual_seed(seed + 1))
     return model, ids
 
 
@@ -202,12 +294,7 @@ def test_reconstruction(built):
     assert model.config.model_type in MODEL_TYPES
     assert [layers[i].family for i in sorted(layers)] == EXPECTED_FAMILIES[name]
     assert set(EXPECTED_FAMILIES[name]) <= set(MODEL_FAMILIES[model.config.model_type])
-    for index, layer in layers.items():
-        predicted, observed = layer.reconstruct()
-        assert predicted.shape == observed.shape
-        scale = observed.abs().max().item()
-        assert scale > 1e-6, "the mixer output is all zero: the check would prove nothing"
-        torch.testing.assert_close(predicted, observed, rtol=1e-4, atol=1e-4 * scale, msg=f"{name} layer {index}")
+    assert_reconstructs(name, layers)
 
 
 def test_operators_are_causal_and_per_unit(built):

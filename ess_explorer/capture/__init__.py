@@ -100,14 +100,19 @@ def _layer_types(model) -> list[str]:
     return list(kinds)
 
 
+# Model types whose modeling masks every layer with config.sliding_window whenever it is set
+# (the others read it only for their "sliding_attention" layer types).
+_WINDOW_ON_EVERY_LAYER = ("mistral", "mixtral", "starcoder2", "phi3", "phimoe")
+
+
 def _sliding_window(config, index: int) -> int | None:
     """Window of attention layer ``index``: layer_types "sliding_attention" (Qwen2, ...), or
-    Mistral's config.sliding_window, which applies to every layer."""
+    config.sliding_window on every layer of the _WINDOW_ON_EVERY_LAYER types."""
     kinds = getattr(config, "layer_types", None)
     window = getattr(config, "sliding_window", None)
     if kinds is not None and index < len(kinds) and kinds[index] in ("sliding_attention", "full_attention"):
         return window if kinds[index] == "sliding_attention" else None
-    return window if config.model_type == "mistral" else None
+    return window if config.model_type in _WINDOW_ON_EVERY_LAYER else None
 
 
 def _chunk(config, index: int) -> int | None:
@@ -217,6 +222,17 @@ def _mixers(path: str, attribute: str, table: dict[str, str], skip: dict[str, st
     return slots
 
 
+def _gpt_neo(model):
+    """GPT-Neo: ``attn.attention`` of each block; config.attention_layers says which layers
+    are "local" (window config.window_size: token i sees i - window < j <= i) or "global"."""
+    config = model.config
+    out = []
+    for i, (layer, kind) in enumerate(zip(_find(model, "transformer.h"), config.attention_layers)):
+        window = int(config.window_size) if kind == "local" else None
+        out.append(LayerSlot(i, "attention", layer.attn.attention, window=window))
+    return out
+
+
 def _recurrent_gemma(model):
     """RecurrentGemma: ``temporal_block`` is an RG-LRU block ("recurrent") or local
     attention with window config.attention_window_size (every layer's block type from
@@ -250,7 +266,14 @@ class ModelType:
 
 
 _ATT = "softmax_attention"
-_ATTENTION_TYPES = ("qwen3", "qwen3_moe", "gemma2", "gemma3_text", "phi3", "olmo2", "granite")
+# Softmax attention at model.layers[i].self_attn, each with a reconstruction test.
+_ATTENTION_TYPES = (
+    *("llama", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "mistral", "ministral", "mixtral"),
+    *("gemma", "gemma2", "gemma3_text", "vaultgemma", "phi", "phi3", "phimoe", "persimmon"),
+    *("olmo", "olmo2", "olmo3", "olmoe", "granite", "granitemoe", "cohere", "cohere2"),
+    *("smollm3", "helium", "glm", "glm4", "stablelm", "starcoder2", "exaone4", "seed_oss"),
+    *("arcee", "apertus", "hunyuan_v1_dense", "gpt_oss", "nemotron", "ernie4_5"),
+)
 _ATTENTION_NOTE = "softmax attention (GQA: one T per query head; windows, chunks and soft-capping from the config)"
 _MAMBA2_HYBRID = {"mamba": ("mamba", "mamba2"), "linear_attention": ("mamba", "mamba2"), **_ATTN}
 _DELTA = {"linear_attention": ("linear_attn", "gated_deltanet")}
@@ -263,7 +286,29 @@ REGISTRY: dict[str, ModelType] = {
         name: ModelType(
             _uniform("model.layers", "self_attn", "attention"), (_ATT,), "model.layers[i].self_attn", _ATTENTION_NOTE
         )
-        for name in ("llama", "qwen2", "mistral", *_ATTENTION_TYPES)
+        for name in _ATTENTION_TYPES
+    },
+    **{
+        name: ModelType(_uniform(path, attribute, "attention"), (_ATT,), f"{path}[i].{attribute}", _ATTENTION_NOTE)
+        for name, path, attribute in (
+            ("opt", "model.decoder.layers", "self_attn"),
+            ("gpt_neox", "gpt_neox.layers", "attention"),
+            ("bloom", "transformer.h", "self_attention"),
+            ("gptj", "transformer.h", "attn"),
+            ("gpt_bigcode", "transformer.h", "attn"),
+        )
+    },
+    "gpt_neo": ModelType(
+        _gpt_neo, (_ATT,), "transformer.h[i].attn.attention", '"local" layers: a window of config.window_size'
+    ),
+    **{
+        name: ModelType(
+            _uniform("model.layers", "self_attn", "latent_attention"),
+            (_ATT,),
+            "model.layers[i].self_attn",
+            "latent attention (MLA: values from kv_b_proj)",
+        )
+        for name in ("deepseek_v2", "deepseek_v3")
     },
     "falcon": ModelType(
         _uniform("transformer.h", "self_attention", "attention"),

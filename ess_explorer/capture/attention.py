@@ -30,10 +30,10 @@ Capture (hooks on public modules only, nothing patched):
   or flash they are None: analysis switches the model to "eager" for the pass
   (`model.set_attn_implementation`), and `build` raises if they are still missing, so
   empty attentions are never taken silently.
-- forward hook on ``v_proj`` (or the fused projection: GPT-2's ``c_attn``, third third;
-  Phi-3's ``qkv_proj``; Falcon's ``query_key_value``, by its config's layout) for V, and a
-  pre-hook on the output projection (``o_proj`` / ``out_proj`` / GPT-2 ``c_proj``) for the
-  concatenated head outputs: the reconstruction test checks o_h = T_h v_{g(h)}.
+- forward hook on ``v_proj`` (or the fused projection, by its model's column layout:
+  `_fused_values`) for V, and a pre-hook on the output projection (``o_proj`` / ``out_proj``
+  / GPT-2 ``c_proj`` / ``dense``) for the concatenated head outputs: the reconstruction test
+  checks o_h = T_h v_{g(h)}.
 """
 
 from __future__ import annotations
@@ -44,6 +44,56 @@ from .base import CaptureSession, LayerSlot
 __all__ = ["AttentionAdapter"]
 
 _OUTPUT_PROJECTIONS = ("o_proj", "out_proj", "c_proj", "dense")
+
+
+def _head_dim(module) -> int:
+    """The size of one head: ``head_dim``, or GPT-NeoX's ``head_size``."""
+    size = getattr(module, "head_dim", None) or getattr(module, "head_size", None)
+    if size is None:
+        raise AttributeError(f"{type(module).__name__} has neither head_dim nor head_size")
+    return int(size)
+
+
+def _fused_values(module):
+    """(projection, out -> V (B, L, H_kv hd)) for an attention module that makes Q, K and V
+    in one projection, whose column layout depends on the model:
+
+    - [q | k | v] by blocks: GPT-2's ``c_attn`` (thirds); GPT-BigCode's multi-query ``c_attn``
+      (k and v one head each, ``kv_dim``); Phi-3's ``qkv_proj`` (k and v H_kv heads each);
+      Falcon's multi-query ``query_key_value``;
+    - per head [q | k | v], hd columns each: GPT-NeoX, Persimmon and BLOOM's
+      ``query_key_value``, Falcon's default, GPT-BigCode's multi-head ``c_attn``;
+    - per KV group [its queries | k | v]: Falcon's ``new_decoder_architecture``.
+
+    A wrong split gives V of the wrong heads, which the reconstruction tests catch."""
+    head_dim = _head_dim(module)
+
+    def last(width):
+        return lambda out: out[..., out.shape[-1] - width :]
+
+    def per_head(out):
+        return out.unflatten(-1, (-1, 3, head_dim))[..., 2, :].flatten(-2)
+
+    if hasattr(module, "c_attn"):
+        if not hasattr(module, "kv_dim"):  # GPT-2
+            return module.c_attn, lambda out: out[..., 2 * (out.shape[-1] // 3) :]
+        return module.c_attn, last(module.kv_dim) if module.multi_query else per_head
+    if hasattr(module, "qkv_proj"):
+        return module.qkv_proj, last(module.num_key_value_heads * head_dim)
+    if not hasattr(module, "query_key_value"):
+        raise AttributeError(
+            f"{type(module).__name__} has no v_proj and no fused Q, K, V projection this adapter knows"
+        )
+    if getattr(module, "new_decoder_architecture", False):
+
+        def per_group(out):
+            fused = out.unflatten(-1, (module.num_kv_heads, -1, head_dim))  # (B, L, H_kv, group + 2, hd)
+            return fused[..., -1, :].flatten(-2)
+
+        return module.query_key_value, per_group
+    if getattr(module, "multi_query", False):
+        return module.query_key_value, last(head_dim)
+    return module.query_key_value, per_head
 
 
 class AttentionAdapter:
@@ -60,32 +110,13 @@ class AttentionAdapter:
         session.hook(module.register_forward_hook(on_attention))
         if hasattr(module, "v_proj"):
             session.keep_output(module.v_proj, raw, "v")
-        elif hasattr(module, "c_attn"):  # GPT-2: one projection to [q | k | v]
-
-            def on_qkv(_m, _a, out):
-                raw["v"] = out.detach().split(out.shape[-1] // 3, dim=-1)[2]
-
-            session.hook(module.c_attn.register_forward_hook(on_qkv))
-        elif hasattr(module, "qkv_proj"):  # Phi-3: [q (H hd) | k (H_kv hd) | v (H_kv hd)]
+        else:
+            projection, values = _fused_values(module)
 
             def on_fused(_m, _a, out):
-                kv_width = module.num_key_value_heads * module.head_dim
-                raw["v"] = out.detach()[..., out.shape[-1] - kv_width :]
+                raw["v"] = values(out.detach())
 
-            session.hook(module.qkv_proj.register_forward_hook(on_fused))
-        elif hasattr(module, "query_key_value"):  # Falcon: one projection, three layouts by config
-
-            def on_falcon(_m, _a, out):
-                fused = out.detach().unflatten(-1, (-1, module.head_dim))  # (B, L, columns / hd, hd)
-                if module.new_decoder_architecture:  # per KV group: its query heads, its key, its value
-                    v = fused.unflatten(-2, (module.num_kv_heads, -1))[..., -1, :]
-                elif module.multi_query:  # every query head, then the one key, then the one value
-                    v = fused[..., -1:, :]
-                else:  # query, key and value interleaved per head
-                    v = fused.unflatten(-2, (module.num_heads, 3))[..., 2, :]
-                raw["v"] = v.flatten(-2)  # (B, L, H_kv hd)
-
-            session.hook(module.query_key_value.register_forward_hook(on_falcon))
+            session.hook(projection.register_forward_hook(on_fused))
         for name in _OUTPUT_PROJECTIONS:
             if hasattr(module, name):
                 proj = getattr(module, name)
@@ -104,7 +135,7 @@ class AttentionAdapter:
             raise RuntimeError(f"expected batch 1, got attention probabilities of shape {tuple(probs.shape)}")
         probs = probs[0]  # (H, L, L)
         heads, length, _ = probs.shape
-        head_dim = int(getattr(slot.module, "head_dim"))
+        head_dim = _head_dim(slot.module)
         v = raw["v"][0].reshape(length, -1, head_dim).transpose(0, 1)  # (H_kv, L, hd)
         o = raw["o"][0].reshape(length, heads, head_dim).transpose(0, 1)  # (H, L, hd)
         group = heads // v.shape[0]

@@ -1,0 +1,83 @@
+"""What the softmax-attention decoder LMs of tests/test_families.py (ATTENTION_CONFIGS: OPT,
+GPT-NeoX / Pythia, BLOOM, GPT-Neo, Gemma, OLMo, Mixtral, GPT-OSS, DeepSeek, ...) need beyond
+reconstruction: each layer's window follows its config, each head's T is a row of
+probabilities (less the sink's share where the model has sinks), fused projections give
+each head its own values, and latent attention counts its compressed cache.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import numpy as np
+import pytest
+import torch
+from test_families import ATTENTION_CONFIGS, LENGTH, WINDOW, build
+
+from ess_explorer.capture import capture, layer_slots
+
+# Layers whose T is windowed (i - j >= WINDOW masked); every other layer sees all j <= i.
+WINDOWED = {
+    "mixtral": [0, 1],  # config.sliding_window masks every layer
+    "starcoder2": [0, 1],
+    "ministral": [0],  # config.layer_types: "sliding_attention", "full_attention"
+    "cohere2": [0],
+    "olmo3": [0],
+    "vaultgemma": [0],
+    "exaone4": [0],
+    "gpt_oss": [0],
+    "gpt_neo": [1],  # config.attention_layers: "global", "local"
+}
+SINKS = {"gpt_oss"}
+
+
+@pytest.mark.parametrize("name", sorted(ATTENTION_CONFIGS))
+def test_each_layer_is_windowed_where_its_config_says_and_its_rows_are_probabilities(name):
+    model, ids = build(name)
+    layers = capture(model, ids, layer_slots(model))
+    i, j = torch.tril_indices(LENGTH, LENGTH)
+    far = (i - j) >= WINDOW
+    for index, layer in layers.items():
+        op = layer.dense(range(layer.n_units))
+        rows = op.sum(-1)
+        if name in SINKS:  # the sink takes its share of each row's weight
+            assert torch.all(rows < 1 - 1e-3), name
+        else:
+            torch.testing.assert_close(rows, torch.ones_like(rows), msg=name)
+        tss = layer.tss(np.arange(LENGTH))
+        if index in WINDOWED.get(name, []):
+            assert layer.window == WINDOW, f"{name} layer {index}"
+            assert torch.all(op[:, i[far], j[far]] == 0) and torch.all(op[:, i[~far], j[~far]] > 0), name
+            np.testing.assert_array_equal(tss, np.minimum(np.arange(LENGTH), WINDOW - 1))
+        else:
+            assert layer.window is None, f"{name} layer {index}"
+            assert torch.all(op[:, i, j] > 0), f"{name} layer {index}: a mask the config does not name"
+            np.testing.assert_array_equal(tss, np.arange(LENGTH))
+
+
+def test_fused_projections_give_each_head_its_own_values():
+    """GPT-NeoX, BLOOM, Persimmon and multi-head GPT-BigCode interleave [q | k | v] per head in
+    one projection; multi-query GPT-BigCode puts one k and one v head after every query: the
+    values the adapter reads must be the model's own, head by head (a wrong split would still
+    have the right shape)."""
+    for name, kv_heads in (("gpt_neox", 4), ("bloom", 4), ("gpt_bigcode", 1), ("gpt_bigcode_heads", 4)):
+        model, ids = build(name)
+        layer = capture(model, ids, layer_slots(model))[0]
+        assert layer.info["num_key_value_heads"] == kv_heads, name
+        heads = layer.inputs.shape[0]
+        if kv_heads == heads:
+            assert not torch.allclose(layer.inputs[0], layer.inputs[1]), name
+        else:
+            assert all(torch.equal(layer.inputs[0], layer.inputs[h]) for h in range(heads)), name
+
+
+def test_latent_attention_counts_its_compressed_cache():
+    """DeepSeek's MLA caches the latent and one rotary key per token, not K and V per head."""
+    for name in ("deepseek_v2", "deepseek_v3"):
+        model, ids = build(name)
+        layer = capture(model, ids, layer_slots(model))[0]
+        config = model.config
+        assert layer.info["state_scalars_per_tss"] == config.kv_lora_rank + config.qk_rope_head_dim
+        assert layer.inputs.shape[-1] == config.v_head_dim
