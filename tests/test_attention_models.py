@@ -28,6 +28,7 @@ WINDOWED = {
     "vaultgemma": [0],
     "exaone4": [0],
     "gpt_oss": [0],
+    "cwm": [0],
     "gpt_neo": [1],  # config.attention_layers: "global", "local"
 }
 SINKS = {"gpt_oss"}

@@ -188,6 +188,7 @@ def _attention_configs():
         "apertus",
         "nemotron",
         "ernie4_5",
+        "nanochat",
     )
     configs = {name: tf.AutoConfig.for_model(name, **LM) for name in plain}
     configs.update(
@@ -204,6 +205,13 @@ def _attention_configs():
             "gpt_oss": tf.GptOssConfig(head_dim=8, **SLIDING, **EXPERTS, **LM),  # attention sinks
             "helium": tf.HeliumConfig(head_dim=8, **LM),
             "hunyuan_v1_dense": tf.HunYuanDenseV1Config(head_dim=8, **LM),
+            "hunyuan_v1_moe": tf.HunYuanMoEV1Config(head_dim=8, num_experts=2, moe_topk=1, **LM),
+            "ernie4_5_moe": tf.Ernie4_5_MoeConfig(moe_num_experts=2, moe_k=1, moe_intermediate_size=16, **LM),
+            "glm4_moe": tf.Glm4MoeConfig(
+                n_routed_experts=2, num_experts_per_tok=1, moe_intermediate_size=16, n_group=1, topk_group=1, **LM
+            ),
+            "granitemoeshared": tf.GraniteMoeSharedConfig(**EXPERTS, **LM),
+            "cwm": tf.CwmConfig(head_dim=8, **SLIDING, **LM),
             "persimmon": tf.PersimmonConfig(**{**LM, "num_key_value_heads": 4}),  # per head [q | k | v]
             "opt": tf.OPTConfig(num_hidden_layers=2, hidden_size=32, ffn_dim=64, num_attention_heads=4, **IDS),
             "gpt_neox": tf.GPTNeoXConfig(**{**LM, "num_key_value_heads": 4}),  # Pythia; per head [q | k | v]

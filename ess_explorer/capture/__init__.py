@@ -272,7 +272,8 @@ _ATTENTION_TYPES = (
     *("gemma", "gemma2", "gemma3_text", "vaultgemma", "phi", "phi3", "phimoe", "persimmon"),
     *("olmo", "olmo2", "olmo3", "olmoe", "granite", "granitemoe", "cohere", "cohere2"),
     *("smollm3", "helium", "glm", "glm4", "stablelm", "starcoder2", "exaone4", "seed_oss"),
-    *("arcee", "apertus", "hunyuan_v1_dense", "gpt_oss", "nemotron", "ernie4_5"),
+    *("arcee", "apertus", "hunyuan_v1_dense", "hunyuan_v1_moe", "gpt_oss", "nemotron", "ernie4_5"),
+    *("ernie4_5_moe", "glm4_moe", "granitemoeshared", "cwm", "nanochat"),
 )
 _ATTENTION_NOTE = "softmax attention (GQA: one T per query head; windows, chunks and soft-capping from the config)"
 _MAMBA2_HYBRID = {"mamba": ("mamba", "mamba2"), "linear_attention": ("mamba", "mamba2"), **_ATTN}
