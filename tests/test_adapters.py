@@ -293,7 +293,7 @@ def test_unsupported_model_type_names_the_registry():
     # differential attention: each head applies the difference of two softmaxes, no adapter yet
     config = tf.DiffLlamaConfig(num_hidden_layers=1, **ATTN, **IDS)
     model = tf.AutoModelForCausalLM.from_config(config)
-    with pytest.raises(ValueError, match=r"'diffllama'.*not supported.*mamba.*capture/__init__.py"):
+    with pytest.raises(ValueError, match=r"'diffllama'.*not supported.*mamba.*capture/registry.py"):
         layer_slots(model)
 
 
