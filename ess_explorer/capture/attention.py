@@ -1,4 +1,5 @@
-"""Softmax attention (GPT-2, Llama, Qwen2, Mistral, and the attention layers of hybrids).
+"""Softmax attention (GPT-2, Pythia, Llama, Qwen, Gemma, Mistral, ...: every softmax-attention
+model type of capture/registry.py, and the attention layers of hybrids).
 
 Math. For query head h of a layer, with the model's own scores and mask,
 
