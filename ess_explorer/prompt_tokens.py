@@ -136,7 +136,8 @@ def input_ids_of(model, input_ids, prompt, tokenizer) -> list[int]:
     low, high = int(ids.min()), int(ids.max())
     if low < 0 or high >= vocab:
         raise ValueError(f"token ids must lie in [0, {vocab - 1}] (the embedding size); got min {low}, max {high}")
-    context = getattr(model.config, "max_position_embeddings", None)
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    context = getattr(config, "max_position_embeddings", None)  # a multimodal model's: its language model's
     if isinstance(context, int) and length > context:
         raise ValueError(
             f"the prompt has {length} tokens, more than the model's context of {context} "

@@ -211,7 +211,8 @@ MAX_LAYERS = 2048
 
 
 def _check_layer_count(config, label: str) -> None:
-    layers = getattr(config, "num_hidden_layers", None)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config  # multimodal: its LM's
+    layers = getattr(text, "num_hidden_layers", None)
     if isinstance(layers, int) and layers > MAX_LAYERS:
         raise ValueError(
             f"the config of {label} declares {layers} layers, above the limit of {MAX_LAYERS}; "

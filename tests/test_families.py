@@ -27,19 +27,33 @@ MOE = dict(num_experts=2, num_experts_per_tok=1, moe_intermediate_size=32)
 
 
 def _configs():
+    from test_adapters import CONFIGS as ADAPTER_CONFIGS
+
+    gemma3_text = tf.Gemma3TextConfig(
+        num_hidden_layers=2,
+        head_dim=8,
+        sliding_window=5,
+        layer_types=["sliding_attention", "full_attention"],
+        **ATTN,
+        **IDS,
+    )
     return {
         "qwen3": tf.Qwen3Config(num_hidden_layers=2, head_dim=8, **ATTN, **IDS),
         "qwen3_moe": tf.Qwen3MoeConfig(num_hidden_layers=2, head_dim=8, **MOE, **ATTN, **IDS),
         "gemma2": tf.Gemma2Config(
             num_hidden_layers=2, head_dim=8, sliding_window=5, attn_logit_softcapping=2.0, **ATTN, **IDS
         ),
-        "gemma3_text": tf.Gemma3TextConfig(
-            num_hidden_layers=2,
-            head_dim=8,
-            sliding_window=5,
-            layer_types=["sliding_attention", "full_attention"],
-            **ATTN,
-            **IDS,
+        "gemma3_text": gemma3_text,
+        # The multimodal classes (MODEL_CLASSES): their language model is analysed, here the
+        # text models of gemma3_text above and of qwen3_5_text in tests/test_adapters.py.
+        "gemma3": tf.Gemma3Config(
+            text_config={**gemma3_text.to_dict(), "max_position_embeddings": 256},
+            vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2),
+            mm_tokens_per_image=4,
+        ),
+        "qwen3_5": tf.Qwen3_5Config(
+            text_config=ADAPTER_CONFIGS["qwen3_5_text"].to_dict(),
+            vision_config=dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32),
         ),
         "phi3": tf.Phi3Config(num_hidden_layers=2, **ATTN, **IDS),
         "olmo2": tf.Olmo2Config(num_hidden_layers=2, **ATTN, **IDS),
@@ -242,6 +256,8 @@ EXPECTED_FAMILIES = {
     "qwen3_moe": [ATT] * 2,
     "gemma2": [ATT] * 2,
     "gemma3_text": [ATT] * 2,
+    "gemma3": [ATT] * 2,
+    "qwen3_5": ["gated_deltanet", ATT],
     "phi3": [ATT] * 2,
     "olmo2": [ATT] * 2,
     "granite": [ATT] * 2,
@@ -260,10 +276,16 @@ EXPECTED_FAMILIES = {
 }
 
 
+# Models the causal-LM auto class does not build from their config (it gives Qwen3.5's text model).
+MODEL_CLASSES = {"qwen3_5": tf.Qwen3_5ForConditionalGeneration}
+
+
 def tiny_model(config, seed: int):
     """A random model of ``config`` (a copy; eval mode), seeded, and a seeded prompt (1, LENGTH)."""
     torch.manual_seed(seed)
-    model = tf.AutoModelForCausalLM.from_config(config.__class__.from_dict(config.to_dict())).eval()
+    config = config.__class__.from_dict(config.to_dict())
+    model_class = MODEL_CLASSES.get(config.model_type)
+    model = (model_class(config) if model_class else tf.AutoModelForCausalLM.from_config(config)).eval()
     ids = torch.randint(1, VOCAB, (1, LENGTH), generator=torch.Generator().manual_seed(seed + 1))
     return model, ids
 
@@ -299,7 +321,7 @@ def built(request):
 
 def test_reconstruction(built):
     name, model, _ids, layers = built
-    assert model.config.model_type in MODEL_TYPES
+    assert model.config.model_type == CONFIGS[name].model_type and model.config.model_type in MODEL_TYPES
     assert [layers[i].family for i in sorted(layers)] == EXPECTED_FAMILIES[name]
     assert set(EXPECTED_FAMILIES[name]) <= set(MODEL_FAMILIES[model.config.model_type])
     assert_reconstructs(name, layers)
@@ -328,7 +350,7 @@ def test_analyze_runs(built):
 
 
 def test_gemma_sliding_and_global_layers_follow_layer_types():
-    for name in ("gemma2", "gemma3_text"):
+    for name in ("gemma2", "gemma3_text", "gemma3"):
         model, ids = build(name)
         layers = capture(model, ids, layer_slots(model))
         sliding, full = layers[0].dense([0])[0], layers[1].dense([0])[0]
@@ -477,3 +499,11 @@ def test_falcon_value_heads_follow_each_fused_layout(layout):
     predicted, observed = layer.reconstruct()
     scale = observed.abs().max().item()
     torch.testing.assert_close(predicted, observed, rtol=1e-4, atol=1e-4 * scale)
+
+
+def test_a_multimodal_model_is_held_to_its_language_models_context():
+    """Gemma 3's multimodal config has no max_position_embeddings of its own: the prompt is
+    checked against its language model's (256 here), not let through unchecked."""
+    model, _ = build("gemma3")
+    with pytest.raises(ValueError, match="more than the model's context of 256"):
+        analyze(model, [1] * 257, progress=False)

@@ -50,8 +50,14 @@ def _find(model: nn.Module, path: str) -> nn.ModuleList:
     raise ValueError(f"{type(model).__name__} has no layer list at {path!r}; is it the model type its config says?")
 
 
+def _text_config(model):
+    """The config of the language model: itself for a causal LM, ``text_config`` for the
+    multimodal classes (Gemma 3, Qwen3.5), whose language model is what gets analysed."""
+    return model.config.get_text_config()
+
+
 def _layer_types(model) -> list[str]:
-    config = model.config
+    config = _text_config(model)
     kinds = getattr(config, "layers_block_type", None) or getattr(config, "layer_types", None)
     if kinds is None:
         raise ValueError(f"{config.model_type} config has no layer types (layers_block_type / layer_types)")
@@ -90,7 +96,7 @@ def _slot(config, index: int, adapter: str, module: nn.Module) -> LayerSlot:
 def _uniform(path: str, attribute: str, adapter: str):
     def slots(model):
         layers = _find(model, path)
-        return [_slot(model.config, i, adapter, getattr(layer, attribute)) for i, layer in enumerate(layers)]
+        return [_slot(_text_config(model), i, adapter, getattr(layer, attribute)) for i, layer in enumerate(layers)]
 
     return slots
 
@@ -114,7 +120,7 @@ def _hybrid(path: str, table: dict[str, tuple[str, str]]):
             module = layer
             for name in attribute.split("."):
                 module = getattr(module, name)
-            out.append(_slot(model.config, i, adapter, module))
+            out.append(_slot(_text_config(model), i, adapter, module))
         return out
 
     return slots
@@ -131,7 +137,7 @@ def _falcon_h1(model):
     out = []
     for i, layer in enumerate(_find(model, "model.layers")):
         out.append(LayerSlot(2 * i, "mamba2", layer.mamba, label=f"layer {i} mamba2"))
-        attention = _slot(model.config, i, "attention", layer.self_attn)
+        attention = _slot(_text_config(model), i, "attention", layer.self_attn)
         out.append(
             LayerSlot(
                 2 * i + 1, "attention", layer.self_attn, attention.window, attention.chunk, f"layer {i} attention"
@@ -174,7 +180,7 @@ def _mixers(path: str, attribute: str, table: dict[str, str], skip: dict[str, st
                 raise ValueError(
                     f"{model.config.model_type} layer {i} has layer type {kind!r}, which no adapter handles"
                 )
-            out.append(_slot(model.config, i, table[kind], getattr(layer, attribute)))
+            out.append(_slot(_text_config(model), i, table[kind], getattr(layer, attribute)))
         return out
 
     return slots
@@ -183,7 +189,7 @@ def _mixers(path: str, attribute: str, table: dict[str, str], skip: dict[str, st
 def _gpt_neo(model):
     """GPT-Neo: ``attn.attention`` of each block; config.attention_layers says which layers
     are "local" (window config.window_size: token i sees i - window < j <= i) or "global"."""
-    config = model.config
+    config = _text_config(model)
     out = []
     for i, (layer, kind) in enumerate(zip(_find(model, "transformer.h"), config.attention_layers)):
         window = int(config.window_size) if kind == "local" else None
@@ -195,7 +201,7 @@ def _recurrent_gemma(model):
     """RecurrentGemma: ``temporal_block`` is an RG-LRU block ("recurrent") or local
     attention with window config.attention_window_size (every layer's block type from
     config.block_types, repeated)."""
-    config = model.config
+    config = _text_config(model)
     out = []
     for i, (layer, kind) in enumerate(zip(_find(model, "model.layers"), config.layers_block_type)):
         if kind == "linear_attention":
@@ -395,6 +401,19 @@ REGISTRY: dict[str, ModelType] = {
         )
         for name in ("qwen3_next", "qwen3_5_text")
     },
+    # The multimodal classes: their language model, on a text prompt (images are not analysed).
+    "gemma3": ModelType(
+        _uniform("model.language_model.layers", "self_attn", "attention"),
+        (_ATT,),
+        "model.language_model.layers[i].self_attn",
+        "the language model of the multimodal class, as gemma3_text (text prompts)",
+    ),
+    "qwen3_5": ModelType(
+        _hybrid("model.language_model.layers", {**_DELTA, "full_attention": ("self_attn", "gated_attention")}),
+        ("gated_deltanet", _ATT),
+        "model.language_model.layers[i]",
+        "the language model of the multimodal class, as qwen3_5_text (text prompts)",
+    ),
     "olmo_hybrid": ModelType(
         _hybrid("model.layers", {**_DELTA, **_ATTN}),
         ("gated_deltanet", _ATT),
