@@ -74,6 +74,22 @@ def test_fused_projections_give_each_head_its_own_values():
             assert all(torch.equal(layer.inputs[0], layer.inputs[h]) for h in range(heads)), name
 
 
+def test_gemma4_shared_layers_read_the_values_of_the_layer_whose_cache_they_share():
+    """Gemma 4's last layers make no K or V: each reads the cache of the last earlier layer of
+    its type (here 2 <- 0, sliding, and 3 <- 1, full attention, whose values are its keys)."""
+    from test_families import build as build_any
+
+    for name in ("gemma4_text", "gemma4"):
+        model, ids = build_any(name)
+        layers = capture(model, ids, layer_slots(model))
+        assert [layers[i].info["kv_shared"] for i in range(4)] == [False, False, True, True]
+        assert [layers[i].window for i in range(4)] == [WINDOW, None, WINDOW, None]
+        assert layers[1].info["head_dim"] == 16 and layers[1].info["num_key_value_heads"] == 1
+        for reader, owner in ((2, 0), (3, 1)):
+            assert torch.equal(layers[reader].inputs, layers[owner].inputs), name
+            assert not torch.allclose(layers[reader].dense([0])[0], layers[owner].dense([0])[0]), name
+
+
 def test_latent_attention_counts_its_compressed_cache():
     """DeepSeek's MLA caches the latent and one rotary key per token, not K and V per head."""
     for name in ("deepseek_v2", "deepseek_v3"):

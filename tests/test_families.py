@@ -37,6 +37,20 @@ def _configs():
         **ATTN,
         **IDS,
     )
+    # Gemma 4: layers 2 and 3 make no K, V of their own and read those of layers 0 and 1 (the
+    # last of each layer type before them); full-attention layers have keys as values.
+    gemma4_text = tf.Gemma4TextConfig(
+        num_hidden_layers=4,
+        layer_types=["sliding_attention", "full_attention"] * 2,
+        sliding_window=5,
+        num_kv_shared_layers=2,
+        head_dim=8,
+        global_head_dim=16,
+        attention_k_eq_v=True,
+        num_global_key_value_heads=1,
+        **ATTN,
+        **IDS,
+    )
     return {
         "qwen3": tf.Qwen3Config(num_hidden_layers=2, head_dim=8, **ATTN, **IDS),
         "qwen3_moe": tf.Qwen3MoeConfig(num_hidden_layers=2, head_dim=8, **MOE, **ATTN, **IDS),
@@ -54,6 +68,12 @@ def _configs():
         "qwen3_5": tf.Qwen3_5Config(
             text_config=ADAPTER_CONFIGS["qwen3_5_text"].to_dict(),
             vision_config=dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32),
+        ),
+        "gemma4_text": gemma4_text,
+        "gemma4": tf.Gemma4Config(
+            text_config=gemma4_text.to_dict(),
+            vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2),
+            audio_config=None,
         ),
         "phi3": tf.Phi3Config(num_hidden_layers=2, **ATTN, **IDS),
         "olmo2": tf.Olmo2Config(num_hidden_layers=2, **ATTN, **IDS),
@@ -257,6 +277,8 @@ EXPECTED_FAMILIES = {
     "gemma2": [ATT] * 2,
     "gemma3_text": [ATT] * 2,
     "gemma3": [ATT] * 2,
+    "gemma4_text": [ATT] * 4,
+    "gemma4": [ATT] * 4,
     "qwen3_5": ["gated_deltanet", ATT],
     "phi3": [ATT] * 2,
     "olmo2": [ATT] * 2,

@@ -21,7 +21,7 @@ from torch import nn
 
 from ..core.units import CapturedLayer, DenseCapture, ShortConvCapture, SSMCapture
 from .attention import AttentionAdapter
-from .attention_variants import GatedAttentionAdapter, LatentAttentionAdapter
+from .attention_variants import GatedAttentionAdapter, Gemma4AttentionAdapter, LatentAttentionAdapter
 from .base import Adapter, CaptureSession, LayerSlot, quiet_kernel_fallback, transformers_outside_tested_range
 from .gated_delta import GatedDeltaNetAdapter, KimiDeltaAdapter
 from .lightning import LightningAttentionAdapter
@@ -76,6 +76,7 @@ ADAPTERS: dict[str, Adapter] = {
     "kda": KimiDeltaAdapter(),
     "gated_attention": GatedAttentionAdapter(),
     "latent_attention": LatentAttentionAdapter(),
+    "gemma4_attention": Gemma4AttentionAdapter(),
     "rg_lru": RGLRUAdapter(),
     "lightning_attention": LightningAttentionAdapter(),
     "rwkv": RWKVAdapter(),

@@ -109,20 +109,25 @@ class AttentionAdapter:
             raw["probs"] = None if weights is None else weights.detach()
 
         session.hook(module.register_forward_hook(on_attention))
-        if hasattr(module, "v_proj"):
-            session.keep_output(module.v_proj, raw, "v")
-        else:
-            projection, values = _fused_values(module)
-
-            def on_fused(_m, _a, out):
-                raw["v"] = values(out.detach())
-
-            session.hook(projection.register_forward_hook(on_fused))
+        self.install_values(session, module, raw)
         for name in _OUTPUT_PROJECTIONS:
             if hasattr(module, name):
                 proj = getattr(module, name)
                 session.keep_input(proj, raw, "o")
                 break
+
+    def install_values(self, session: CaptureSession, module, raw: dict) -> None:
+        """Keep V, (B, L, H_kv hd), as ``raw["v"]``: the output of ``v_proj`` or of the fused
+        projection."""
+        if hasattr(module, "v_proj"):
+            session.keep_output(module.v_proj, raw, "v")
+            return
+        projection, values = _fused_values(module)
+
+        def on_fused(_m, _a, out):
+            raw["v"] = values(out.detach())
+
+        session.hook(projection.register_forward_hook(on_fused))
 
     def build(self, slot: LayerSlot, raw: dict) -> DenseCapture:
         probs = raw.get("probs")

@@ -1,5 +1,5 @@
-"""Softmax attention variants of the delta-rule hybrids: an output-gated head (Qwen3-Next,
-Qwen3.5) and multi-head latent attention (Kimi Linear).
+"""Softmax attention variants: an output-gated head (Qwen3-Next, Qwen3.5), Gemma 4's normalised
+and shared values, and multi-head latent attention (Kimi Linear, DeepSeek).
 
 T_h is the attention probability matrix of query head h, as in capture/attention.py.
 
@@ -7,6 +7,13 @@ Gated attention (Qwen3-Next / Qwen3.5 ``full_attention`` layers): ``q_proj`` mak
 [query | gate] per head, and the head output is o_h = sigmoid(gate_h) * (T_h v_h), gate
 (L, head_dim) token-wise. The gate stays outside T as ``out_gate`` (core/units.py);
 q_norm / k_norm and RoPE are inside T's entries (they shape the scores).
+
+Gemma 4 attention: V passes a per-head norm after ``v_proj`` (after ``k_proj`` on the layers
+whose keys are their values), so T's input is the output of ``v_norm``. The last layers
+(config.num_kv_shared_layers) make no K or V of their own: each reads the cache of the last
+earlier layer of its layer type, handed to it in ``shared_kv_states``, so their input is that
+layer's V. Their state is that cache, which the layer reads but does not own; it is counted as
+theirs too (``info["kv_shared"]``).
 
 Latent attention (Kimi Linear's MLA ``full_attention`` layers): keys and values come from
 a compressed latent through ``kv_b_proj``, which yields [k_nope | v] per head; v (L,
@@ -23,7 +30,7 @@ from ..core.units import DenseCapture
 from .attention import AttentionAdapter
 from .base import CaptureSession, LayerSlot
 
-__all__ = ["GatedAttentionAdapter", "LatentAttentionAdapter"]
+__all__ = ["Gemma4AttentionAdapter", "GatedAttentionAdapter", "LatentAttentionAdapter"]
 
 
 class GatedAttentionAdapter(AttentionAdapter):
@@ -42,6 +49,31 @@ class GatedAttentionAdapter(AttentionAdapter):
         layer.out_gate = torch.sigmoid(gate.to(torch.float64)).transpose(0, 1)  # (H, L, head_dim)
         layer.info["out_gate"] = "sigmoid(gate) per head and channel, from q_proj"
         layer.info["multiplicity"] = head_dim
+        return layer
+
+
+class Gemma4AttentionAdapter(AttentionAdapter):
+    """Attention whose V is normalised per head, or read from an earlier layer's cache."""
+
+    def install_values(self, session: CaptureSession, module, raw: dict) -> None:
+        if not module.is_kv_shared_layer:
+            session.keep_output(module.v_norm, raw, "v")  # (B, L, H_kv, hd)
+            return
+
+        def on_call(_module, _args, kwargs):
+            values = kwargs["shared_kv_states"][module.layer_type][1]  # (B, H_kv, L, hd)
+            raw["v"] = values.detach().transpose(1, 2).flatten(-2)
+
+        session.hook(module.register_forward_pre_hook(on_call, with_kwargs=True))
+
+    def build(self, slot: LayerSlot, raw: dict) -> DenseCapture:
+        if not slot.module.is_causal:
+            raise ValueError(
+                f"layer {slot.index} attends in both directions (config.use_bidirectional_attention): "
+                "its T is not causal, so it has no state to measure"
+            )
+        layer = super().build(slot, raw)
+        layer.info["kv_shared"] = bool(slot.module.is_kv_shared_layer)
         return layer
 
 

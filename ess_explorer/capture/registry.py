@@ -87,8 +87,12 @@ def _chunk(config, index: int) -> int | None:
     return None
 
 
+# Adapters of softmax attention whose layers may have a sliding window or chunks.
+_WINDOWED_ADAPTERS = ("attention", "gemma4_attention")
+
+
 def _slot(config, index: int, adapter: str, module: nn.Module) -> LayerSlot:
-    if adapter != "attention":
+    if adapter not in _WINDOWED_ADAPTERS:
         return LayerSlot(index, adapter, module)
     return LayerSlot(index, adapter, module, _sliding_window(config, index), _chunk(config, index))
 
@@ -400,6 +404,16 @@ REGISTRY: dict[str, ModelType] = {
             "gated attention",
         )
         for name in ("qwen3_next", "qwen3_5_text")
+    },
+    **{
+        name: ModelType(
+            _uniform(f"{path}.layers", "self_attn", "gemma4_attention"),
+            (_ATT,),
+            f"{path}.layers[i].self_attn",
+            "softmax attention; V after v_norm; the KV-sharing last layers read an earlier layer's V"
+            + (" (the language model of the multimodal class, text prompts)" if name == "gemma4" else ""),
+        )
+        for name, path in (("gemma4_text", "model"), ("gemma4", "model.language_model"))
     },
     # The multimodal classes: their language model, on a text prompt (images are not analysed).
     "gemma3": ModelType(
