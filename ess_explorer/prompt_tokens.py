@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from .capture.registry import language_model_config
+
 __all__ = [
     "chat_tokens",
     "prompt_ids",
@@ -136,8 +138,7 @@ def input_ids_of(model, input_ids, prompt, tokenizer) -> list[int]:
     low, high = int(ids.min()), int(ids.max())
     if low < 0 or high >= vocab:
         raise ValueError(f"token ids must lie in [0, {vocab - 1}] (the embedding size); got min {low}, max {high}")
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    context = getattr(config, "max_position_embeddings", None)  # a multimodal model's: its language model's
+    context = getattr(language_model_config(model.config), "max_position_embeddings", None)
     if isinstance(context, int) and length > context:
         raise ValueError(
             f"the prompt has {length} tokens, more than the model's context of {context} "

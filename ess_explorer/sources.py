@@ -46,6 +46,7 @@ from pathlib import Path
 import torch
 
 from .bounded import read_json
+from .capture.registry import language_model_config
 from .core.checks import check_device
 from .model_files import (  # noqa: F401  (CACHE_ENV, default_cache_dir: the cache root, for io)
     CACHE_ENV,
@@ -211,8 +212,7 @@ MAX_LAYERS = 2048
 
 
 def _check_layer_count(config, label: str) -> None:
-    text = config.get_text_config() if hasattr(config, "get_text_config") else config  # multimodal: its LM's
-    layers = getattr(text, "num_hidden_layers", None)
+    layers = getattr(language_model_config(config), "num_hidden_layers", None)
     if isinstance(layers, int) and layers > MAX_LAYERS:
         raise ValueError(
             f"the config of {label} declares {layers} layers, above the limit of {MAX_LAYERS}; "

@@ -26,6 +26,7 @@ from .base import LayerSlot
 __all__ = [
     "REGISTRY",
     "ModelType",
+    "language_model_config",
     "MODEL_TYPES",
     "MODEL_FAMILIES",
     "layer_slots",
@@ -50,10 +51,15 @@ def _find(model: nn.Module, path: str) -> nn.ModuleList:
     raise ValueError(f"{type(model).__name__} has no layer list at {path!r}; is it the model type its config says?")
 
 
+def language_model_config(config):
+    """The config of the language model: ``config`` itself for a causal LM, its ``text_config``
+    for the multimodal classes (Gemma 3 / 4, Qwen3.5), whose language model is what gets
+    analysed (its layers, windows, context length)."""
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
 def _text_config(model):
-    """The config of the language model: itself for a causal LM, ``text_config`` for the
-    multimodal classes (Gemma 3, Qwen3.5), whose language model is what gets analysed."""
-    return model.config.get_text_config()
+    return language_model_config(model.config)
 
 
 def _layer_types(model) -> list[str]:
