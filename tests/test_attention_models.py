@@ -14,7 +14,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np
 import pytest
 import torch
-from test_families import ATTENTION_CONFIGS, LENGTH, WINDOW, build
+from test_families import ATTENTION_CONFIGS, CONFIGS, LENGTH, WINDOW, build, tiny_model
 
 from ess_explorer.capture import capture, layer_slots
 
@@ -77,10 +77,8 @@ def test_fused_projections_give_each_head_its_own_values():
 def test_gemma4_shared_layers_read_the_values_of_the_layer_whose_cache_they_share():
     """Gemma 4's last layers make no K or V: each reads the cache of the last earlier layer of
     its type (here 2 <- 0, sliding, and 3 <- 1, full attention, whose values are its keys)."""
-    from test_families import build as build_any
-
     for name in ("gemma4_text", "gemma4"):
-        model, ids = build_any(name)
+        model, ids = build(name)
         layers = capture(model, ids, layer_slots(model))
         assert [layers[i].info["kv_shared"] for i in range(4)] == [False, False, True, True]
         assert [layers[i].window for i in range(4)] == [WINDOW, None, WINDOW, None]
@@ -98,3 +96,16 @@ def test_latent_attention_counts_its_compressed_cache():
         config = model.config
         assert layer.info["state_scalars_per_tss"] == config.kv_lora_rank + config.qk_rope_head_dim
         assert layer.inputs.shape[-1] == config.v_head_dim
+
+
+def test_gemma4_attending_both_ways_is_refused_before_the_forward_pass():
+    """A bidirectional Gemma 4 has no causal T: the capture says so instead of measuring it."""
+    config = CONFIGS["gemma4_text"].__class__.from_dict(
+        {**CONFIGS["gemma4_text"].to_dict(), "use_bidirectional_attention": "all"}
+    )
+    model, ids = tiny_model(config, 0)
+    calls = []
+    model.model.embed_tokens.register_forward_hook(lambda *_: calls.append(1))
+    with pytest.raises(ValueError, match="attends in both directions"):
+        capture(model, ids, layer_slots(model))
+    assert not calls, "the model ran before the refusal"

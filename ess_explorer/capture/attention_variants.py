@@ -55,6 +55,14 @@ class GatedAttentionAdapter(AttentionAdapter):
 class Gemma4AttentionAdapter(AttentionAdapter):
     """Attention whose V is normalised per head, or read from an earlier layer's cache."""
 
+    def install(self, session: CaptureSession, slot: LayerSlot) -> None:
+        if not slot.module.is_causal:  # refused before the forward pass, not after it
+            raise ValueError(
+                f"layer {slot.index} attends in both directions (config.use_bidirectional_attention): "
+                "its T is not causal, so it has no state to measure"
+            )
+        super().install(session, slot)
+
     def install_values(self, session: CaptureSession, module, raw: dict) -> None:
         if not module.is_kv_shared_layer:
             session.keep_output(module.v_norm, raw, "v")  # (B, L, H_kv, hd)
@@ -67,11 +75,6 @@ class Gemma4AttentionAdapter(AttentionAdapter):
         session.hook(module.register_forward_pre_hook(on_call, with_kwargs=True))
 
     def build(self, slot: LayerSlot, raw: dict) -> DenseCapture:
-        if not slot.module.is_causal:
-            raise ValueError(
-                f"layer {slot.index} attends in both directions (config.use_bidirectional_attention): "
-                "its T is not causal, so it has no state to measure"
-            )
         layer = super().build(slot, raw)
         layer.info["kv_shared"] = bool(slot.module.is_kv_shared_layer)
         return layer

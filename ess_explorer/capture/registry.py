@@ -252,6 +252,7 @@ _ATTENTION_TYPES = (
 _ATTENTION_NOTE = "softmax attention (GQA: one T per query head; windows, chunks and soft-capping from the config)"
 _MAMBA2_HYBRID = {"mamba": ("mamba", "mamba2"), "linear_attention": ("mamba", "mamba2"), **_ATTN}
 _DELTA = {"linear_attention": ("linear_attn", "gated_deltanet")}
+_GATED_DELTA = {**_DELTA, "full_attention": ("self_attn", "gated_attention")}  # Qwen3-Next, Qwen3.5
 
 REGISTRY: dict[str, ModelType] = {
     "gpt2": ModelType(
@@ -403,7 +404,7 @@ REGISTRY: dict[str, ModelType] = {
     ),
     **{
         name: ModelType(
-            _hybrid("model.layers", {**_DELTA, "full_attention": ("self_attn", "gated_attention")}),
+            _hybrid("model.layers", _GATED_DELTA),
             ("gated_deltanet", _ATT),
             "model.layers[i]",
             '"linear_attention" -> .linear_attn, Gated DeltaNet (DPLR); "full_attention" -> .self_attn, '
@@ -429,7 +430,7 @@ REGISTRY: dict[str, ModelType] = {
         "the language model of the multimodal class, as gemma3_text (text prompts)",
     ),
     "qwen3_5": ModelType(
-        _hybrid("model.language_model.layers", {**_DELTA, "full_attention": ("self_attn", "gated_attention")}),
+        _hybrid("model.language_model.layers", _GATED_DELTA),
         ("gated_deltanet", _ATT),
         "model.language_model.layers[i]",
         "the language model of the multimodal class, as qwen3_5_text (text prompts)",
