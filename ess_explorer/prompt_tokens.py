@@ -71,6 +71,12 @@ def prompt_ids(tokenizer, prompt: str) -> list[int]:
     if tokenizer is None:
         raise ValueError("this model ships no tokenizer; ess-explorer needs one to read a prompt (or pass input_ids)")
     ids = [int(i) for i in tokenizer(prompt, add_special_tokens=False)["input_ids"]]
+    if not ids and prompt.strip():
+        raise ValueError(
+            f"the tokenizer ({type(tokenizer).__name__}) turned a {len(prompt)}-character prompt into no "
+            "tokens: its vocabulary files are missing or are not this model's; load the tokenizer the "
+            "model was trained with (a model folder needs its tokenizer files), or pass input_ids"
+        )
     check_unknown(ids, tokenizer)
     return ids
 

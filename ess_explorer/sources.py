@@ -46,7 +46,7 @@ from pathlib import Path
 import torch
 
 from .bounded import read_json
-from .capture.registry import language_model_config
+from .capture.registry import language_model_config, require_supported
 from .core.checks import check_device
 from .model_files import (  # noqa: F401  (CACHE_ENV, default_cache_dir: the cache root, for io)
     CACHE_ENV,
@@ -151,6 +151,7 @@ def load_model(
                 "load_model(..., trust_remote_code=True)"
             ) from None
         raise ValueError(f"cannot read the config of {label}: {_first_line(error)}") from error
+    require_supported(config.model_type, label)  # before gigabytes of weights are read for nothing
     _check_layer_count(config, label)
     try:
         with _quiet_loading_bar(label.startswith(ZOO_PREFIX)):  # a zoo model loads in milliseconds: no bar

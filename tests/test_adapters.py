@@ -290,11 +290,24 @@ def test_missing_attention_probabilities_are_an_error_not_an_empty_operator():
 
 
 def test_unsupported_model_type_names_the_registry():
-    # differential attention: each head applies the difference of two softmaxes, no adapter yet
-    config = tf.DiffLlamaConfig(num_hidden_layers=1, **ATTN, **IDS)
+    config = tf.BioGptConfig(num_hidden_layers=1, hidden_size=32, num_attention_heads=4, vocab_size=VOCAB)
     model = tf.AutoModelForCausalLM.from_config(config)
-    with pytest.raises(ValueError, match=r"'diffllama'.*not supported.*mamba.*capture/registry.py"):
+    with pytest.raises(ValueError, match=r"'biogpt'.*not supported.*mamba.*capture/registry.py"):
         layer_slots(model)
+
+
+def test_a_refused_model_type_says_why_and_the_docs_say_it_too():
+    from pathlib import Path
+
+    from ess_explorer.capture.registry import REFUSED
+
+    # differential attention: each head applies the difference of two softmaxes
+    model = tf.AutoModelForCausalLM.from_config(tf.DiffLlamaConfig(num_hidden_layers=1, **ATTN, **IDS))
+    with pytest.raises(ValueError, match=r"'diffllama'.*not supported: each head applies the difference"):
+        layer_slots(model)
+    assert not set(REFUSED) & set(MODEL_TYPES)
+    families = (Path(__file__).parents[1] / "docs" / "families.md").read_text()
+    assert all(f"`{name}`" in families for name in REFUSED)
 
 
 # Model types with a per-token gate around some mixer (Qwen3-Next / Qwen3.5: the sigmoid

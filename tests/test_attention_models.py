@@ -14,7 +14,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np
 import pytest
 import torch
-from test_families import ATTENTION_CONFIGS, CONFIGS, LENGTH, WINDOW, build, tiny_model
+from test_families import ATTENTION_CONFIGS, CONFIGS, LENGTH, SPARSE_TOP, WINDOW, build, tiny_model
 
 from ess_explorer.capture import capture, layer_slots
 
@@ -29,9 +29,18 @@ WINDOWED = {
     "exaone4": [0],
     "gpt_oss": [0],
     "cwm": [0],
+    "cohere2_moe": [0],
+    "exaone_moe": [0],
+    "kolibri1": [0],
+    "mellum": [0],
+    "flint": [0],
+    "afmoe": [0],
+    "ministral3": [0, 1],
     "gpt_neo": [1],  # config.attention_layers: "global", "local"
 }
-SINKS = {"gpt_oss"}
+SINKS = {"gpt_oss", "flint"}
+# Layers that attend only to the keys their indexer selects: at most SPARSE_TOP per query.
+SPARSE = {"deepseek_v32": [0, 1], "glm_moe_dsa": [0, 1], "minimax_m3_vl_text": [0]}
 
 
 @pytest.mark.parametrize("name", sorted(ATTENTION_CONFIGS))
@@ -54,8 +63,12 @@ def test_each_layer_is_windowed_where_its_config_says_and_its_rows_are_probabili
             np.testing.assert_array_equal(tss, np.minimum(np.arange(LENGTH), WINDOW - 1))
         else:
             assert layer.window is None, f"{name} layer {index}"
-            assert torch.all(op[:, i, j] > 0), f"{name} layer {index}: a mask the config does not name"
             np.testing.assert_array_equal(tss, np.arange(LENGTH))
+            if index in SPARSE.get(name, []):
+                kept = (op > 0).sum(-1)
+                assert kept.max() == SPARSE_TOP and torch.all(kept <= SPARSE_TOP), f"{name} layer {index}"
+            else:
+                assert torch.all(op[:, i, j] > 0), f"{name} layer {index}: a mask the config does not name"
 
 
 def test_fused_projections_give_each_head_its_own_values():
@@ -90,11 +103,12 @@ def test_gemma4_shared_layers_read_the_values_of_the_layer_whose_cache_they_shar
 
 def test_latent_attention_counts_its_compressed_cache():
     """DeepSeek's MLA caches the latent and one rotary key per token, not K and V per head."""
-    for name in ("deepseek_v2", "deepseek_v3"):
+    for name in ("deepseek_v2", "deepseek_v3", "glm4_moe_lite", "minicpm3", "youtu", "sarvam_mla", "deepseek_v32"):
         model, ids = build(name)
         layer = capture(model, ids, layer_slots(model))[0]
         config = model.config
-        assert layer.info["state_scalars_per_tss"] == config.kv_lora_rank + config.qk_rope_head_dim
+        indexer_key = config.index_head_dim if name == "deepseek_v32" else 0
+        assert layer.info["state_scalars_per_tss"] == config.kv_lora_rank + config.qk_rope_head_dim + indexer_key
         assert layer.inputs.shape[-1] == config.v_head_dim
 
 

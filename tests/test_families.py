@@ -28,6 +28,7 @@ MOE = dict(num_experts=2, num_experts_per_tok=1, moe_intermediate_size=32)
 
 def _configs():
     from test_adapters import CONFIGS as ADAPTER_CONFIGS
+    from test_adapters import DELTA
 
     gemma3_text = tf.Gemma3TextConfig(
         num_hidden_layers=2,
@@ -39,7 +40,7 @@ def _configs():
     )
     # Gemma 4: layers 2 and 3 make no K, V of their own and read those of layers 0 and 1 (the
     # last of each layer type before them); full-attention layers have keys as values.
-    gemma4_text = tf.Gemma4TextConfig(
+    gemma4 = dict(
         num_hidden_layers=4,
         layer_types=["sliding_attention", "full_attention"] * 2,
         sliding_window=5,
@@ -48,6 +49,18 @@ def _configs():
         global_head_dim=16,
         attention_k_eq_v=True,
         num_global_key_value_heads=1,
+        **ATTN,
+        **IDS,
+    )
+    gemma4_text = tf.Gemma4TextConfig(**gemma4)
+    gemma4_unified_text = tf.Gemma4UnifiedTextConfig(**gemma4)
+    qwen3_5_moe_text = tf.Qwen3_5MoeTextConfig(
+        num_hidden_layers=2,
+        layer_types=["linear_attention", "full_attention"],
+        head_dim=8,
+        shared_expert_intermediate_size=16,
+        **DELTA,
+        **MOE,
         **ATTN,
         **IDS,
     )
@@ -74,6 +87,17 @@ def _configs():
             text_config=gemma4_text.to_dict(),
             vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2),
             audio_config=None,
+        ),
+        "gemma4_unified_text": gemma4_unified_text,
+        "gemma4_unified": tf.Gemma4UnifiedConfig(
+            text_config=gemma4_unified_text.to_dict(),
+            vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2),
+            audio_config=None,
+        ),
+        "qwen3_5_moe_text": qwen3_5_moe_text,
+        "qwen3_5_moe": tf.Qwen3_5MoeConfig(
+            text_config=qwen3_5_moe_text.to_dict(),
+            vision_config=dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32),
         ),
         "phi3": tf.Phi3Config(num_hidden_layers=2, **ATTN, **IDS),
         "olmo2": tf.Olmo2Config(num_hidden_layers=2, **ATTN, **IDS),
@@ -186,6 +210,7 @@ def _configs():
 
 
 WINDOW = 5
+SPARSE_TOP = 4  # keys a sparse-attention query keeps
 # The softmax-attention decoder LMs beyond those above (tests/test_attention_models.py checks
 # their windows, fused projections and latent caches): 2 layers each.
 LM = dict(num_hidden_layers=2, **ATTN, **IDS)
@@ -223,8 +248,42 @@ def _attention_configs():
         "nemotron",
         "ernie4_5",
         "nanochat",
+        "apertus1p5_text",
+        "hyperclovax",
+        "jais2",
+        "xglm",
+        "aria_text",
+        "exaone",  # these three: transformers builds them with Llama's classes
+        "internlm3",
+        "iquestcoder",
     )
     configs = {name: tf.AutoConfig.for_model(name, **LM) for name in plain}
+    # Mixtures of experts, cut to two experts (their defaults build 3-38M parameters).
+    experts = {
+        "flex_olmo": dict(num_experts=2, num_experts_per_tok=1),
+        "hy_v3": dict(num_experts=2, num_experts_per_tok=1, moe_intermediate_size=16),
+        "minimax_m2": EXPERTS,
+        "solar_open": dict(n_routed_experts=2, num_experts_per_tok=1, moe_intermediate_size=16),
+        "sarvam_moe": dict(n_routed_experts=2, num_experts_per_tok=1, moe_intermediate_size=16),  # GLM-4 MoE's
+    }
+    configs.update({name: tf.AutoConfig.for_model(name, **kwargs, **LM) for name, kwargs in experts.items()})
+    sliding_experts = {
+        "cohere2_moe": {},
+        "exaone_moe": dict(num_experts=2, num_experts_per_tok=1, moe_intermediate_size=16),
+        "kolibri1": dict(num_local_experts=2, num_experts_per_tok=1, moe_intermediate_size=16),
+        "mellum": dict(num_local_experts=2, num_experts_per_tok=1, moe_intermediate_size=16),
+        "flint": {},
+        "afmoe": dict(num_experts=2, num_experts_per_tok=1, moe_intermediate_size=16),  # gate_proj output gate
+    }
+    configs.update(
+        {name: tf.AutoConfig.for_model(name, **kwargs, **SLIDING, **LM) for name, kwargs in sliding_experts.items()}
+    )
+    # Multi-head latent attention (DeepSeek's, in GLM-4.7-Flash, MiniCPM3, Youtu, Sarvam); the
+    # sparse ones' indexers keep SPARSE_TOP of the keys, so their selection is live at LENGTH.
+    latent = ("glm4_moe_lite", "minicpm3", "youtu", "sarvam_mla")
+    configs.update({name: tf.AutoConfig.for_model(name, n_group=1, topk_group=1, **MLA) for name in latent})
+    sparse = dict(index_topk=SPARSE_TOP, index_n_heads=2, index_head_dim=8, n_group=1, topk_group=1)
+    configs.update({name: tf.AutoConfig.for_model(name, **sparse, **MLA) for name in ("deepseek_v32", "glm_moe_dsa")})
     configs.update(
         {
             "qwen2_moe": tf.Qwen2MoeConfig(num_experts=2, num_experts_per_tok=1, moe_intermediate_size=16, **LM),
@@ -232,6 +291,19 @@ def _attention_configs():
             "phimoe": tf.PhimoeConfig(sliding_window=None, **EXPERTS, **LM),
             "starcoder2": tf.Starcoder2Config(sliding_window=WINDOW, **LM),
             "ministral": tf.MinistralConfig(head_dim=8, **SLIDING, **LM),
+            "ministral3": tf.Ministral3Config(sliding_window=WINDOW, **LM),  # the window on every layer
+            # Layer 0 attends to the key blocks (of 2) its indexer picks: SPARSE_TOP of them.
+            "minimax_m3_vl_text": tf.AutoConfig.for_model(
+                "minimax_m3_vl_text",
+                layer_types=["minimax_m3_sparse", "full_attention"],
+                index_block_size=2,
+                index_n_heads=2,
+                index_topk_blocks=SPARSE_TOP // 2,
+                index_local_blocks=1,
+                head_dim=8,
+                **EXPERTS,
+                **LM,
+            ),
             "cohere2": tf.Cohere2Config(**SLIDING, **LM),
             "olmo3": tf.Olmo3Config(**SLIDING, **LM),
             "vaultgemma": tf.VaultGemmaConfig(**SLIDING, **LM),
@@ -280,6 +352,10 @@ EXPECTED_FAMILIES = {
     "gemma4_text": [ATT] * 4,
     "gemma4": [ATT] * 4,
     "qwen3_5": ["gated_deltanet", ATT],
+    "gemma4_unified_text": [ATT] * 4,
+    "gemma4_unified": [ATT] * 4,
+    "qwen3_5_moe_text": ["gated_deltanet", ATT],
+    "qwen3_5_moe": ["gated_deltanet", ATT],
     "phi3": [ATT] * 2,
     "olmo2": [ATT] * 2,
     "granite": [ATT] * 2,
@@ -299,7 +375,10 @@ EXPECTED_FAMILIES = {
 
 
 # Models the causal-LM auto class does not build from their config (it gives Qwen3.5's text model).
-MODEL_CLASSES = {"qwen3_5": tf.Qwen3_5ForConditionalGeneration}
+MODEL_CLASSES = {
+    "qwen3_5": tf.Qwen3_5ForConditionalGeneration,
+    "qwen3_5_moe": tf.Qwen3_5MoeForConditionalGeneration,
+}
 
 
 def tiny_model(config, seed: int):

@@ -411,6 +411,17 @@ def test_unknown_words_are_refused_or_warned(tiny):
         analyze(model, prompt="ba hello bo", tokenizer=tokenizer, layers=[0], progress=False)
 
 
+def test_a_tokenizer_without_its_vocabulary_is_named_not_the_prompt(tiny):
+    """A tokenizer class loaded without its vocabulary files reads any text as no tokens."""
+    from ess_explorer.analysis import analyze
+
+    def empty(text, add_special_tokens=True):
+        return {"input_ids": []}
+
+    with pytest.raises(ValueError, match="turned a 11-character prompt into no tokens"):
+        analyze(tiny[0], prompt="hello world", tokenizer=empty, progress=False)
+
+
 def test_a_long_run_is_refused_with_its_estimate(tiny):
     from ess_explorer.analysis import analyze, capture_layers, estimate_seconds
 
@@ -430,6 +441,21 @@ def test_a_config_with_100000_layers_is_refused_before_it_is_built(tmp_path, mon
     (folder / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 100_000}))
     monkeypatch.setattr("transformers.AutoModelForCausalLM.from_pretrained", lambda *a, **k: pytest.fail("built"))
     with pytest.raises(ValueError, match="declares 100000 layers"):
+        load_model(str(folder))
+
+
+@pytest.mark.parametrize("model_type, why", [("biogpt", "Supported model types"), ("diffllama", "difference")])
+def test_an_unsupported_model_type_is_refused_before_its_weights_are_read(tmp_path, monkeypatch, model_type, why):
+    import transformers
+
+    from ess_explorer.sources import load_model
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    transformers.AutoConfig.for_model(model_type, num_hidden_layers=1).save_pretrained(folder)
+    (folder / "model.safetensors").write_bytes(b"")  # never read: the config decides first
+    monkeypatch.setattr("transformers.AutoModelForCausalLM.from_pretrained", lambda *a, **k: pytest.fail("built"))
+    with pytest.raises(ValueError, match=f"'{model_type}'.*not supported.*{why}"):
         load_model(str(folder))
 
 

@@ -1,4 +1,4 @@
-"""Softmax attention variants: an output-gated head (Qwen3-Next, Qwen3.5), Gemma 4's normalised
+"""Softmax attention variants: an output-gated head (Qwen3-Next, Qwen3.5, AFMoE), Gemma 4's normalised
 and shared values, and multi-head latent attention (Kimi Linear, DeepSeek).
 
 T_h is the attention probability matrix of query head h, as in capture/attention.py.
@@ -6,7 +6,8 @@ T_h is the attention probability matrix of query head h, as in capture/attention
 Gated attention (Qwen3-Next / Qwen3.5 ``full_attention`` layers): ``q_proj`` makes
 [query | gate] per head, and the head output is o_h = sigmoid(gate_h) * (T_h v_h), gate
 (L, head_dim) token-wise. The gate stays outside T as ``out_gate`` (core/units.py);
-q_norm / k_norm and RoPE are inside T's entries (they shape the scores).
+q_norm / k_norm and RoPE are inside T's entries (they shape the scores). AFMoE's attention
+layers make the gate with a projection of their own, o_h = sigmoid(gate_proj(x)_h) * (T_h v_h).
 
 Gemma 4 attention: V passes a per-head norm after ``v_proj`` (after ``k_proj`` on the layers
 whose keys are their values), so T's input is the output of ``v_norm``. The last layers
@@ -19,7 +20,10 @@ Latent attention (Kimi Linear's MLA ``full_attention`` layers): keys and values 
 a compressed latent through ``kv_b_proj``, which yields [k_nope | v] per head; v (L,
 v_head_dim) per head is T's input, and o_h = T_h v_h. Unit = query head, multiplicity =
 the value head size. Its cache, the layer's state, is the latent and the shared rotary key:
-kv_lora_rank + qk_rope_head_dim scalars per token.
+kv_lora_rank + qk_rope_head_dim scalars per token. DeepSeek sparse attention (DeepSeek-V3.2,
+GLM-5) adds an indexer that keeps the top-k keys of each query by folding its selection into
+the attention mask, so the returned probabilities, T, hold the selection; its cache adds the
+indexer's key (index_head_dim scalars per token).
 """
 
 from __future__ import annotations
@@ -34,20 +38,25 @@ __all__ = ["Gemma4AttentionAdapter", "GatedAttentionAdapter", "LatentAttentionAd
 
 
 class GatedAttentionAdapter(AttentionAdapter):
-    """Attention whose head outputs are multiplied by sigmoid(gate) from ``q_proj``."""
+    """Attention whose head outputs are multiplied by sigmoid(gate): from ``q_proj`` ([query |
+    gate] per head), or, given ``gate_projection``, from that projection of its own."""
+
+    def __init__(self, gate_projection: str | None = None):
+        self.gate_projection = gate_projection
 
     def install(self, session: CaptureSession, slot: LayerSlot) -> None:
         super().install(session, slot)
-        raw = session.store(slot.index)
-        session.keep_output(slot.module.q_proj, raw, "q_gate")
+        projection = getattr(slot.module, self.gate_projection or "q_proj")
+        session.keep_output(projection, session.store(slot.index), "gate")
 
     def build(self, slot: LayerSlot, raw: dict) -> DenseCapture:
         layer = super().build(slot, raw)
         head_dim = layer.info["head_dim"]
-        query_and_gate = raw["q_gate"][0].reshape(layer.length, layer.n_units, 2 * head_dim)
-        gate = query_and_gate[..., head_dim:]  # q_proj output per head is [query | gate]
+        gate = raw["gate"][0].reshape(layer.length, layer.n_units, -1)
+        if self.gate_projection is None:
+            gate = gate[..., head_dim:]  # q_proj output per head is [query | gate]
         layer.out_gate = torch.sigmoid(gate.to(torch.float64)).transpose(0, 1)  # (H, L, head_dim)
-        layer.info["out_gate"] = "sigmoid(gate) per head and channel, from q_proj"
+        layer.info["out_gate"] = f"sigmoid(gate) per head and channel, from {self.gate_projection or 'q_proj'}"
         layer.info["multiplicity"] = head_dim
         return layer
 
@@ -113,8 +122,11 @@ class LatentAttentionAdapter(AttentionAdapter):
                 "head_dim": value_dim,
                 "multiplicity": value_dim,
                 "attention": "latent (MLA)",
-                # the cache holds the compressed latent and the shared rotary key per token
-                "state_scalars_per_tss": int(module.kv_lora_rank) + int(module.qk_rope_head_dim),
+                # the cache holds the compressed latent and the shared rotary key per token, and
+                # where an indexer selects the keys (DeepSeek sparse attention) the indexer's key
+                "state_scalars_per_tss": int(module.kv_lora_rank)
+                + int(module.qk_rope_head_dim)
+                + (int(module.indexer.head_dim) if getattr(module, "indexer", None) is not None else 0),
             },
             operator=probs,
         )

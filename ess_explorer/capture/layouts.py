@@ -1,0 +1,220 @@
+"""Where each layer's sequence mixer lives in a model: functions model -> [LayerSlot], one per
+layout, that the registry's entries (capture/registry.py) name.
+
+    uniform(path, attribute, adapter)   every layer's mixer at path[i].attribute
+    hybrid(path, table)                 the config's layer types pick each layer's attribute and adapter
+    mixers(path, attribute, table, skip)  one block per layer whose kind the layer types say (Nemotron-H)
+    falcon_h1, zamba, gpt_neo, recurrent_gemma   the layouts of one model type each
+
+Attention slots carry their sliding window and chunk length, read from the config here (the
+one place that maps a config to a layer's mask).
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from .base import LayerSlot
+
+__all__ = [
+    "ATTENTION_KINDS",
+    "ATTENTION_LAYERS",
+    "NEMOTRON_SKIP",
+    "falcon_h1",
+    "find_layers",
+    "gpt_neo",
+    "hybrid",
+    "language_model_config",
+    "layer_types",
+    "mixers",
+    "recurrent_gemma",
+    "uniform",
+    "zamba",
+]
+
+
+def find_layers(model: nn.Module, path: str) -> nn.ModuleList:
+    """The layer list at ``path`` on a *ForCausalLM, or one level down on a base model."""
+    for candidate in (path, path.split(".", 1)[-1]):
+        node = model
+        try:
+            for name in candidate.split("."):
+                node = getattr(node, name)
+        except AttributeError:
+            continue
+        if isinstance(node, nn.ModuleList):
+            return node
+    raise ValueError(f"{type(model).__name__} has no layer list at {path!r}; is it the model type its config says?")
+
+
+def language_model_config(config):
+    """The config of the language model: ``config`` itself for a causal LM, its ``text_config``
+    for the multimodal classes (Gemma 3 / 4, Qwen3.5), whose language model is what gets
+    analysed (its layers, windows, context length)."""
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
+def _text_config(model):
+    return language_model_config(model.config)
+
+
+def layer_types(model) -> list[str]:
+    config = _text_config(model)
+    kinds = getattr(config, "layers_block_type", None) or getattr(config, "layer_types", None)
+    if kinds is None:
+        raise ValueError(f"{config.model_type} config has no layer types (layers_block_type / layer_types)")
+    return list(kinds)
+
+
+# Model types whose modeling masks every layer with config.sliding_window whenever it is set
+# (the others read it only for their "sliding_attention" layer types).
+_WINDOW_ON_EVERY_LAYER = ("mistral", "mixtral", "starcoder2", "phi3", "phimoe", "ministral3")
+
+
+def _sliding_window(config, index: int) -> int | None:
+    """Window of attention layer ``index``: layer_types "sliding_attention" (Qwen2, ...), or
+    config.sliding_window on every layer of the _WINDOW_ON_EVERY_LAYER types."""
+    kinds = getattr(config, "layer_types", None)
+    window = getattr(config, "sliding_window", None)
+    if kinds is not None and index < len(kinds) and kinds[index] in ("sliding_attention", "full_attention"):
+        return window if kinds[index] == "sliding_attention" else None
+    return window if config.model_type in _WINDOW_ON_EVERY_LAYER else None
+
+
+def _chunk(config, index: int) -> int | None:
+    """Chunk length of attention layer ``index``: layer_types "chunked_attention" (Llama 4)."""
+    kinds = getattr(config, "layer_types", None)
+    if kinds is not None and index < len(kinds) and kinds[index] == "chunked_attention":
+        return int(config.attention_chunk_size)
+    return None
+
+
+# Adapters of softmax attention whose layers may have a sliding window or chunks.
+_WINDOWED_ADAPTERS = ("attention", "gemma4_attention", "projected_gate_attention")
+
+
+def _slot(config, index: int, adapter: str, module: nn.Module) -> LayerSlot:
+    if adapter not in _WINDOWED_ADAPTERS:
+        return LayerSlot(index, adapter, module)
+    return LayerSlot(index, adapter, module, _sliding_window(config, index), _chunk(config, index))
+
+
+def uniform(path: str, attribute: str, adapter: str):
+    def slots(model):
+        layers = find_layers(model, path)
+        return [_slot(_text_config(model), i, adapter, getattr(layer, attribute)) for i, layer in enumerate(layers)]
+
+    return slots
+
+
+ATTENTION_KINDS = ("attention", "full_attention", "sliding_attention", "chunked_attention")
+
+
+def hybrid(path: str, table: dict[str, tuple[str, str]]):
+    """Layers whose family comes from the config's layer types: kind -> (attribute, adapter)."""
+
+    def slots(model):
+        layers = find_layers(model, path)
+        kinds = layer_types(model)
+        out = []
+        for i, (layer, kind) in enumerate(zip(layers, kinds)):
+            if kind not in table:
+                raise ValueError(
+                    f"{model.config.model_type} layer {i} has layer type {kind!r}, which no adapter handles"
+                )
+            attribute, adapter = table[kind]
+            module = layer
+            for name in attribute.split("."):
+                module = getattr(module, name)
+            out.append(_slot(_text_config(model), i, adapter, module))
+        return out
+
+    return slots
+
+
+ATTENTION_LAYERS = {kind: ("self_attn", "attention") for kind in ATTENTION_KINDS}
+
+
+def falcon_h1(model):
+    """Falcon-H1: every layer runs Mamba2 (``.mamba``) and attention (``.self_attn``) in
+    parallel on the same input. Both are analysed as two slots per layer: key 2 i is layer
+    i's Mamba2 mixer, key 2 i + 1 its attention (the order they run in); each slot's label
+    says which (ESSResult.meta["slots"])."""
+    out = []
+    for i, layer in enumerate(find_layers(model, "model.layers")):
+        out.append(LayerSlot(2 * i, "mamba2", layer.mamba, label=f"layer {i} mamba2"))
+        attention = _slot(_text_config(model), i, "attention", layer.self_attn)
+        out.append(
+            LayerSlot(
+                2 * i + 1, "attention", layer.self_attn, attention.window, attention.chunk, f"layer {i} attention"
+            )
+        )
+    return out
+
+
+def zamba(model):
+    """Zamba: a "hybrid" layer runs the shared attention block (one set of weights, tied
+    across the hybrid layers, called at each of their depths on that depth's input) and then
+    its own Mamba mixer; a "mamba" layer runs the Mamba mixer alone. Each call of the shared
+    block applies its own operator, so each is a slot of its own: key 2 i is hybrid layer i's
+    shared attention, 2 i + 1 layer i's Mamba mixer (the order they run in), labelled."""
+    out = []
+    for i, (layer, kind) in enumerate(zip(find_layers(model, "model.layers"), layer_types(model))):
+        if kind == "hybrid":
+            out.append(
+                LayerSlot(2 * i, "attention", layer.shared_transf.self_attn, label=f"layer {i} shared attention")
+            )
+            out.append(LayerSlot(2 * i + 1, "mamba", layer.mamba_decoder.mamba, label=f"layer {i} mamba"))
+        elif kind in ("mamba", "linear_attention"):
+            out.append(LayerSlot(2 * i + 1, "mamba", layer.mamba, label=f"layer {i} mamba"))
+        else:
+            raise ValueError(f"zamba layer {i} has layer type {kind!r}, which no adapter handles")
+    return out
+
+
+def mixers(path: str, attribute: str, table: dict[str, str], skip: dict[str, str]):
+    """Layers that each hold one block at ``attribute`` whose kind comes from the config's
+    layer types (Nemotron-H): kind -> adapter; kinds in ``skip`` hold no sequence mixer
+    (MLP / MoE blocks) and get no slot (their reason is in `skipped_layers`)."""
+
+    def slots(model):
+        out = []
+        for i, (layer, kind) in enumerate(zip(find_layers(model, path), layer_types(model))):
+            if kind in skip:
+                continue
+            if kind not in table:
+                raise ValueError(
+                    f"{model.config.model_type} layer {i} has layer type {kind!r}, which no adapter handles"
+                )
+            out.append(_slot(_text_config(model), i, table[kind], getattr(layer, attribute)))
+        return out
+
+    return slots
+
+
+def gpt_neo(model):
+    """GPT-Neo: ``attn.attention`` of each block; config.attention_layers says which layers
+    are "local" (window config.window_size: token i sees i - window < j <= i) or "global"."""
+    config = _text_config(model)
+    out = []
+    for i, (layer, kind) in enumerate(zip(find_layers(model, "transformer.h"), config.attention_layers)):
+        window = int(config.window_size) if kind == "local" else None
+        out.append(LayerSlot(i, "attention", layer.attn.attention, window=window))
+    return out
+
+
+def recurrent_gemma(model):
+    """RecurrentGemma: ``temporal_block`` is an RG-LRU block ("recurrent") or local
+    attention with window config.attention_window_size (every layer's block type from
+    config.block_types, repeated)."""
+    config = _text_config(model)
+    out = []
+    for i, (layer, kind) in enumerate(zip(find_layers(model, "model.layers"), config.layers_block_type)):
+        if kind == "linear_attention":
+            out.append(LayerSlot(i, "rg_lru", layer.temporal_block))
+        else:
+            out.append(LayerSlot(i, "attention", layer.temporal_block, window=int(config.attention_window_size)))
+    return out
+
+
+NEMOTRON_SKIP = {"mlp": "an MLP block: no sequence mixer", "moe": "a mixture-of-experts MLP block: no sequence mixer"}
