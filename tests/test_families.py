@@ -24,6 +24,12 @@ LENGTH = 16
 IDS = dict(vocab_size=VOCAB, bos_token_id=0, eos_token_id=0, pad_token_id=0)
 ATTN = dict(hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2)
 MOE = dict(num_experts=2, num_experts_per_tok=1, moe_intermediate_size=32)
+SMALL = dict(sliding_window=5, **ATTN, **IDS)
+
+
+def windowed_hybrid(first: str) -> list[str]:
+    """Layer types of a three-layer hybrid: ``first``, then a windowed and a full attention layer."""
+    return [first, "sliding_attention", "full_attention"]
 
 
 def _configs():
@@ -98,6 +104,23 @@ def _configs():
         "qwen3_5_moe": tf.Qwen3_5MoeConfig(
             text_config=qwen3_5_moe_text.to_dict(),
             vision_config=dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32),
+        ),
+        # LFM3: attention with a sigmoid output gate per head (g_proj), or none
+        "lfm3": tf.AutoConfig.for_model(
+            "lfm3", num_hidden_layers=3, layer_types=windowed_hybrid("conv"), head_dim=8, **SMALL
+        ),
+        "lfm3_ungated": tf.AutoConfig.for_model(
+            "lfm3", num_hidden_layers=3, layer_types=windowed_hybrid("conv"), use_attention_gate=False, **SMALL
+        ),
+        "lara_mini": tf.AutoConfig.for_model(
+            "lara_mini",
+            num_hidden_layers=3,
+            layer_types=windowed_hybrid("linear_attention"),
+            head_dim=8,
+            shared_expert_intermediate_size=16,
+            **DELTA,
+            **MOE,
+            **SMALL,
         ),
         "phi3": tf.Phi3Config(num_hidden_layers=2, **ATTN, **IDS),
         "olmo2": tf.Olmo2Config(num_hidden_layers=2, **ATTN, **IDS),
@@ -356,6 +379,9 @@ EXPECTED_FAMILIES = {
     "gemma4_unified": [ATT] * 4,
     "qwen3_5_moe_text": ["gated_deltanet", ATT],
     "qwen3_5_moe": ["gated_deltanet", ATT],
+    "lfm3": ["short_conv", ATT, ATT],
+    "lfm3_ungated": ["short_conv", ATT, ATT],
+    "lara_mini": ["gated_deltanet", ATT, ATT],
     "phi3": [ATT] * 2,
     "olmo2": [ATT] * 2,
     "granite": [ATT] * 2,
@@ -608,3 +634,14 @@ def test_a_multimodal_model_is_held_to_its_language_models_context():
     model, _ = build("gemma3")
     with pytest.raises(ValueError, match="more than the model's context of 256"):
         analyze(model, [1] * 257, progress=False)
+
+
+def test_hybrids_attention_layers_keep_their_windows_and_lfm3_gates_each_head():
+    gates = {}
+    for name in ("lfm3", "lfm3_ungated", "lara_mini"):
+        model, ids = build(name)
+        layers = capture(model, ids, layer_slots(model))
+        assert layers[1].window == WINDOW and layers[2].window is None, name
+        gates[name] = layers[1].out_gate  # (H, L, head_dim) or None
+    assert torch.equal(gates["lfm3"], gates["lfm3"][..., :1].expand_as(gates["lfm3"]))  # one per head and token
+    assert gates["lfm3_ungated"] is None and gates["lara_mini"] is None

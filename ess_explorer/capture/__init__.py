@@ -75,7 +75,7 @@ ADAPTERS: dict[str, Adapter] = {
     "gated_deltanet": GatedDeltaNetAdapter(),
     "kda": KimiDeltaAdapter(),
     "gated_attention": GatedAttentionAdapter(),
-    "projected_gate_attention": GatedAttentionAdapter(gate_projection="gate_proj"),
+    "projected_gate_attention": GatedAttentionAdapter(gate_projections=("gate_proj", "g_proj")),
     "latent_attention": LatentAttentionAdapter(),
     "gemma4_attention": Gemma4AttentionAdapter(),
     "rg_lru": RGLRUAdapter(),

@@ -1,4 +1,4 @@
-"""Softmax attention variants: an output-gated head (Qwen3-Next, Qwen3.5, AFMoE), Gemma 4's normalised
+"""Softmax attention variants: an output-gated head (Qwen3-Next, Qwen3.5, AFMoE, LFM3), Gemma 4's normalised
 and shared values, and multi-head latent attention (Kimi Linear, DeepSeek).
 
 T_h is the attention probability matrix of query head h, as in capture/attention.py.
@@ -6,8 +6,9 @@ T_h is the attention probability matrix of query head h, as in capture/attention
 Gated attention (Qwen3-Next / Qwen3.5 ``full_attention`` layers): ``q_proj`` makes
 [query | gate] per head, and the head output is o_h = sigmoid(gate_h) * (T_h v_h), gate
 (L, head_dim) token-wise. The gate stays outside T as ``out_gate`` (core/units.py);
-q_norm / k_norm and RoPE are inside T's entries (they shape the scores). AFMoE's attention
-layers make the gate with a projection of their own, o_h = sigmoid(gate_proj(x)_h) * (T_h v_h).
+q_norm / k_norm and RoPE are inside T's entries (they shape the scores). AFMoE's and LFM3's
+attention layers make the gate with a projection of their own: o_h = sigmoid(gate_proj(x)_h) *
+(T_h v_h) per channel (AFMoE), sigmoid(g_proj(x)_h) one number per head and token (LFM3).
 
 Gemma 4 attention: V passes a per-head norm after ``v_proj`` (after ``k_proj`` on the layers
 whose keys are their values), so T's input is the output of ``v_norm``. The last layers
@@ -39,24 +40,33 @@ __all__ = ["Gemma4AttentionAdapter", "GatedAttentionAdapter", "LatentAttentionAd
 
 class GatedAttentionAdapter(AttentionAdapter):
     """Attention whose head outputs are multiplied by sigmoid(gate): from ``q_proj`` ([query |
-    gate] per head), or, given ``gate_projection``, from that projection of its own."""
+    gate] per head), or, given ``gate_projections``, from the first of those projections the
+    layer has (none: plain attention), per channel or one gate per head."""
 
-    def __init__(self, gate_projection: str | None = None):
-        self.gate_projection = gate_projection
+    def __init__(self, gate_projections: tuple[str, ...] = ()):
+        self.gate_projections = gate_projections
+
+    def _gate_source(self, module) -> str | None:
+        if not self.gate_projections:
+            return "q_proj"
+        return next((name for name in self.gate_projections if getattr(module, name, None) is not None), None)
 
     def install(self, session: CaptureSession, slot: LayerSlot) -> None:
         super().install(session, slot)
-        projection = getattr(slot.module, self.gate_projection or "q_proj")
-        session.keep_output(projection, session.store(slot.index), "gate")
+        if (source := self._gate_source(slot.module)) is not None:
+            session.keep_output(getattr(slot.module, source), session.store(slot.index), "gate")
 
     def build(self, slot: LayerSlot, raw: dict) -> DenseCapture:
         layer = super().build(slot, raw)
+        if (source := self._gate_source(slot.module)) is None:
+            return layer
         head_dim = layer.info["head_dim"]
         gate = raw["gate"][0].reshape(layer.length, layer.n_units, -1)
-        if self.gate_projection is None:
+        if source == "q_proj":
             gate = gate[..., head_dim:]  # q_proj output per head is [query | gate]
+        gate = gate.expand(-1, -1, head_dim)  # a gate per head (LFM3) is every channel's
         layer.out_gate = torch.sigmoid(gate.to(torch.float64)).transpose(0, 1)  # (H, L, head_dim)
-        layer.info["out_gate"] = f"sigmoid(gate) per head and channel, from {self.gate_projection or 'q_proj'}"
+        layer.info["out_gate"] = f"sigmoid(gate) per head and channel, from {source}"
         layer.info["multiplicity"] = head_dim
         return layer
 

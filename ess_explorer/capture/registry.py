@@ -174,6 +174,19 @@ REGISTRY: dict[str, ModelType] = {
         )
         for name in ("lfm2", "lfm2_moe")
     },
+    "lfm3": ModelType(
+        hybrid(
+            "model.layers",
+            {
+                "conv": ("conv", "short_conv"),
+                **{kind: ("self_attn", "projected_gate_attention") for kind in ATTENTION_KINDS},
+            },
+        ),
+        ("short_conv", _ATT),
+        "model.layers[i]",
+        '"conv" -> .conv, short conv; attention layer types -> .self_attn, attention with a sigmoid output '
+        "gate per head from g_proj (out_gate), where config.use_attention_gate",
+    ),
     "jamba": ModelType(
         hybrid(
             "model.layers", {"mamba": ("mamba", "mamba"), "linear_attention": ("mamba", "mamba"), **ATTENTION_LAYERS}
@@ -300,6 +313,13 @@ REGISTRY: dict[str, ModelType] = {
         )
         for name in ("qwen3_5", "qwen3_5_moe")
     },
+    "lara_mini": ModelType(
+        hybrid("model.layers", {**_DELTA, **ATTENTION_LAYERS}),
+        ("gated_deltanet", _ATT),
+        "model.layers[i]",
+        '"linear_attention" -> .linear_attn, Gated DeltaNet; "sliding_attention" / "full_attention" -> '
+        ".self_attn, attention",
+    ),
     "olmo_hybrid": ModelType(
         hybrid("model.layers", {**_DELTA, **ATTENTION_LAYERS}),
         ("gated_deltanet", _ATT),
