@@ -116,8 +116,8 @@ def load_model(
     **kwargs,
 ):
     """(model, tokenizer) for ``source`` (see the module docstring). ``kwargs`` go to
-    ``AutoModelForCausalLM.from_pretrained`` (dtype and use_safetensors are fixed)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+    ``from_pretrained`` of the auto class (`_auto_class`; dtype and use_safetensors are fixed)."""
+    from transformers import AutoConfig
 
     from . import architectures  # noqa: F401  (registers model_type "ess_linear_attention"; imports transformers)
 
@@ -155,7 +155,7 @@ def load_model(
     _check_layer_count(config, label)
     try:
         with _quiet_loading_bar(label.startswith(ZOO_PREFIX)):  # a zoo model loads in milliseconds: no bar
-            model, info = AutoModelForCausalLM.from_pretrained(
+            model, info = _auto_class(config).from_pretrained(
                 path,
                 config=config,
                 use_safetensors=True,
@@ -190,6 +190,16 @@ def load_model(
     if device is not None:
         model.to(device)
     return model, _tokenizer(path, revision, trust_remote_code, label)
+
+
+def _auto_class(config):
+    """AutoModelForCausalLM, or, for a vision-language model it cannot build (Mistral 3, LLaVA,
+    Qwen2.5-VL, ...), AutoModelForImageTextToText: its language model is what gets analysed."""
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+
+    if type(config) in AutoModelForCausalLM._model_mapping:
+        return AutoModelForCausalLM
+    return AutoModelForImageTextToText
 
 
 @contextmanager

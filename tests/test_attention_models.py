@@ -36,6 +36,7 @@ WINDOWED = {
     "flint": [0],
     "afmoe": [0],
     "ministral3": [0, 1],
+    "mistral3": [0, 1],
     "gpt_neo": [1],  # config.attention_layers: "global", "local"
 }
 SINKS = {"gpt_oss", "flint"}

@@ -77,7 +77,7 @@ def _configs():
             num_hidden_layers=2, head_dim=8, sliding_window=5, attn_logit_softcapping=2.0, **ATTN, **IDS
         ),
         "gemma3_text": gemma3_text,
-        # The multimodal classes (MODEL_CLASSES): their language model is analysed, here the
+        # The multimodal classes (MODEL_BUILDERS): their language model is analysed, here the
         # text models of gemma3_text above and of qwen3_5_text in tests/test_adapters.py.
         "gemma3": tf.Gemma3Config(
             text_config={**gemma3_text.to_dict(), "max_position_embeddings": 256},
@@ -253,6 +253,13 @@ MLA = dict(
 )
 
 
+TINY_VISION = dict(
+    hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=28, patch_size=14
+)
+QWEN_VISION = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32)
+MROPE = dict(rope_type="default", mrope_section=[1, 1, 2], rope_theta=10000.0)  # Qwen-VL's positions
+
+
 def _attention_configs():
     plain = (
         "gemma",
@@ -356,6 +363,33 @@ def _attention_configs():
                 window_size=WINDOW,
                 **IDS,
             ),
+            # Vision-language models: their language model (a text prompt), at model.language_model
+            "mistral3": tf.Mistral3Config(  # Mistral's window on every layer
+                text_config=tf.MistralConfig(sliding_window=WINDOW, **LM).to_dict(), vision_config=TINY_VISION
+            ),
+            "llava": tf.LlavaConfig(
+                text_config=tf.LlamaConfig(**LM).to_dict(),
+                vision_config={"model_type": "clip_vision_model", **TINY_VISION},
+            ),
+            "internvl": tf.InternVLConfig(
+                text_config=tf.Qwen2Config(**LM).to_dict(),
+                vision_config={**TINY_VISION, "image_size": [28, 28], "patch_size": [14, 14]},
+            ),
+            "qwen2_vl": tf.Qwen2VLConfig(
+                text_config=dict(LM, model_type="qwen2_vl_text", rope_parameters=MROPE),
+                vision_config=dict(depth=1, embed_dim=16, hidden_size=32, num_heads=2),
+            ),
+            "qwen2_5_vl": tf.Qwen2_5_VLConfig(
+                text_config=dict(LM, model_type="qwen2_5_vl_text", rope_parameters=MROPE), vision_config=QWEN_VISION
+            ),
+            "qwen3_vl": tf.Qwen3VLConfig(
+                text_config=dict(LM, head_dim=8, rope_parameters=MROPE),
+                vision_config=dict(QWEN_VISION, deepstack_visual_indexes=[]),
+            ),
+            "qwen3_vl_moe": tf.Qwen3VLMoeConfig(
+                text_config=dict(LM, head_dim=8, rope_parameters=MROPE, **MOE),
+                vision_config=dict(QWEN_VISION, deepstack_visual_indexes=[]),
+            ),
             "deepseek_v2": tf.DeepseekV2Config(**MLA),
             "deepseek_v3": tf.DeepseekV3Config(n_group=1, topk_group=1, **MLA),
         }
@@ -400,10 +434,16 @@ EXPECTED_FAMILIES = {
 }
 
 
-# Models the causal-LM auto class does not build from their config (it gives Qwen3.5's text model).
-MODEL_CLASSES = {
+# How to build the models the causal-LM auto class does not build from their config (it gives
+# Qwen3.5's text model).
+MODEL_BUILDERS = {
     "qwen3_5": tf.Qwen3_5ForConditionalGeneration,
     "qwen3_5_moe": tf.Qwen3_5MoeForConditionalGeneration,
+    # Vision-language models it cannot build: load_model takes AutoModelForImageTextToText for them.
+    **{
+        name: tf.AutoModelForImageTextToText.from_config
+        for name in ("mistral3", "llava", "internvl", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
+    },
 }
 
 
@@ -411,8 +451,7 @@ def tiny_model(config, seed: int):
     """A random model of ``config`` (a copy; eval mode), seeded, and a seeded prompt (1, LENGTH)."""
     torch.manual_seed(seed)
     config = config.__class__.from_dict(config.to_dict())
-    model_class = MODEL_CLASSES.get(config.model_type)
-    model = (model_class(config) if model_class else tf.AutoModelForCausalLM.from_config(config)).eval()
+    model = MODEL_BUILDERS.get(config.model_type, tf.AutoModelForCausalLM.from_config)(config).eval()
     ids = torch.randint(1, VOCAB, (1, LENGTH), generator=torch.Generator().manual_seed(seed + 1))
     return model, ids
 
@@ -645,3 +684,27 @@ def test_hybrids_attention_layers_keep_their_windows_and_lfm3_gates_each_head():
         gates[name] = layers[1].out_gate  # (H, L, head_dim) or None
     assert torch.equal(gates["lfm3"], gates["lfm3"][..., :1].expand_as(gates["lfm3"]))  # one per head and token
     assert gates["lfm3_ungated"] is None and gates["lara_mini"] is None
+
+
+def test_a_vision_language_folder_loads_its_own_class_and_its_language_model_is_analysed(tmp_path):
+    import warnings
+
+    from ess_explorer.sources import load_model
+
+    model, ids = build("mistral3")
+    model.save_pretrained(tmp_path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the folder ships no tokenizer
+        loaded, _tokenizer = load_model(str(tmp_path))
+    assert type(loaded) is type(model)  # not a causal LM the auto class cannot build
+    result = analyze(loaded, ids, progress=False)
+    assert sorted(result.layers) == [0, 1] and result.layers[0].family == ATT
+
+
+def test_a_vision_language_wrapper_around_another_kind_of_language_model_is_refused():
+    config = tf.LlavaConfig(
+        text_config=tf.DiffLlamaConfig(**LM).to_dict(), vision_config={"model_type": "clip_vision_model", **TINY_VISION}
+    )
+    model = tf.AutoModelForImageTextToText.from_config(config)
+    with pytest.raises(ValueError, match="llava with a 'diffllama' language model is not supported"):
+        layer_slots(model)

@@ -88,6 +88,18 @@ _MAMBA2_HYBRID = {"mamba": ("mamba", "mamba2"), "linear_attention": ("mamba", "m
 _DELTA = {"linear_attention": ("linear_attn", "gated_deltanet")}
 _GATED_DELTA = {**_DELTA, "full_attention": ("self_attn", "gated_attention")}  # Qwen3-Next, Qwen3.5
 
+
+def _wrapped_attention(model: nn.Module) -> list[LayerSlot]:
+    """The layers of a vision-language wrapper's language model, whose type its text config names."""
+    text_type = language_model_config(model.config).model_type
+    if text_type not in _ATTENTION_TYPES:
+        raise ValueError(
+            f"{model.config.model_type} with a {text_type!r} language model is not supported: its language model "
+            f"must be one of the softmax-attention model types ({', '.join(sorted(_ATTENTION_TYPES))})"
+        )
+    return uniform("model.language_model.layers", "self_attn", "attention")(model)
+
+
 REGISTRY: dict[str, ModelType] = {
     "gpt2": ModelType(uniform("transformer.h", "attn", "attention"), (_ATT,), "transformer.h[i].attn", _ATTENTION_NOTE),
     **{
@@ -298,12 +310,27 @@ REGISTRY: dict[str, ModelType] = {
         )
     },
     # The multimodal classes: their language model, on a text prompt (images are not analysed).
-    "gemma3": ModelType(
-        uniform("model.language_model.layers", "self_attn", "attention"),
-        (_ATT,),
-        "model.language_model.layers[i].self_attn",
-        "the language model of the multimodal class, as gemma3_text (text prompts)",
-    ),
+    **{
+        name: ModelType(
+            uniform("model.language_model.layers", "self_attn", "attention"),
+            (_ATT,),
+            "model.language_model.layers[i].self_attn",
+            f"the language model of the multimodal class, as {name}_text (text prompts)",
+        )
+        for name in ("gemma3", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
+    },
+    # Vision-language wrappers around a language model of another type (Mistral 3 around
+    # Mistral, LLaVA and InternVL around Llama, Qwen2, ...): that type must be softmax attention.
+    **{
+        name: ModelType(
+            _wrapped_attention,
+            (_ATT,),
+            "model.language_model.layers[i].self_attn",
+            "the language model of the multimodal class, when it is one of the softmax-attention types above "
+            "(text prompts)",
+        )
+        for name in ("mistral3", "llava", "internvl")
+    },
     **{
         name: ModelType(
             hybrid("model.language_model.layers", _GATED_DELTA),
