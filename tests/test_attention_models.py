@@ -89,14 +89,16 @@ def test_fused_projections_give_each_head_its_own_values():
 
 
 def test_gemma4_shared_layers_read_the_values_of_the_layer_whose_cache_they_share():
-    """Gemma 4's last layers make no K or V: each reads the cache of the last earlier layer of
-    its type (here 2 <- 0, sliding, and 3 <- 1, full attention, whose values are its keys)."""
-    for name in ("gemma4_text", "gemma4"):
+    """Gemma 4's (and Gemma 3n's) last layers make no K or V: each reads the cache of the last
+    earlier layer of its type (here 2 <- 0, sliding, and 3 <- 1, full attention; Gemma 4's full
+    layers have their keys as values)."""
+    for name in ("gemma4_text", "gemma4", "gemma4_unified_text", "gemma4_unified", "gemma3n_text"):
         model, ids = build(name)
         layers = capture(model, ids, layer_slots(model))
         assert [layers[i].info["kv_shared"] for i in range(4)] == [False, False, True, True]
         assert [layers[i].window for i in range(4)] == [WINDOW, None, WINDOW, None]
-        assert layers[1].info["head_dim"] == 16 and layers[1].info["num_key_value_heads"] == 1
+        if name != "gemma3n_text":  # Gemma 4's full-attention layers: a wider head, one KV head
+            assert layers[1].info["head_dim"] == 16 and layers[1].info["num_key_value_heads"] == 1
         for reader, owner in ((2, 0), (3, 1)):
             assert torch.equal(layers[reader].inputs, layers[owner].inputs), name
             assert not torch.allclose(layers[reader].dense([0])[0], layers[owner].dense([0])[0]), name

@@ -46,6 +46,7 @@ def _configs():
     )
     # Gemma 4: layers 2 and 3 make no K, V of their own and read those of layers 0 and 1 (the
     # last of each layer type before them); full-attention layers have keys as values.
+    gemma4_only = ("global_head_dim", "attention_k_eq_v", "num_global_key_value_heads")
     gemma4 = dict(
         num_hidden_layers=4,
         layer_types=["sliding_attention", "full_attention"] * 2,
@@ -59,6 +60,14 @@ def _configs():
         **IDS,
     )
     gemma4_text = tf.Gemma4TextConfig(**gemma4)
+    gemma3n_text = tf.Gemma3nTextConfig(  # Gemma 4's attention, in AltUp / Laurel layers
+        **{k: v for k, v in gemma4.items() if k not in gemma4_only},
+        vocab_size_per_layer_input=VOCAB,
+        hidden_size_per_layer_input=8,
+        laurel_rank=4,
+        altup_num_inputs=2,
+        activation_sparsity_pattern=[0.0] * 4,
+    )
     gemma4_unified_text = tf.Gemma4UnifiedTextConfig(**gemma4)
     qwen3_5_moe_text = tf.Qwen3_5MoeTextConfig(
         num_hidden_layers=2,
@@ -95,6 +104,7 @@ def _configs():
             audio_config=None,
         ),
         "gemma4_unified_text": gemma4_unified_text,
+        "gemma3n_text": gemma3n_text,
         "gemma4_unified": tf.Gemma4UnifiedConfig(
             text_config=gemma4_unified_text.to_dict(),
             vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2),
@@ -410,6 +420,7 @@ EXPECTED_FAMILIES = {
     "gemma4": [ATT] * 4,
     "qwen3_5": ["gated_deltanet", ATT],
     "gemma4_unified_text": [ATT] * 4,
+    "gemma3n_text": [ATT] * 4,
     "gemma4_unified": [ATT] * 4,
     "qwen3_5_moe_text": ["gated_deltanet", ATT],
     "qwen3_5_moe": ["gated_deltanet", ATT],

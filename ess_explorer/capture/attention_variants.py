@@ -10,7 +10,7 @@ q_norm / k_norm and RoPE are inside T's entries (they shape the scores). AFMoE's
 attention layers make the gate with a projection of their own: o_h = sigmoid(gate_proj(x)_h) *
 (T_h v_h) per channel (AFMoE), sigmoid(g_proj(x)_h) one number per head and token (LFM3).
 
-Gemma 4 attention: V passes a per-head norm after ``v_proj`` (after ``k_proj`` on the layers
+Gemma 4 attention (and Gemma 3n's, the same): V passes a per-head norm after ``v_proj`` (after ``k_proj`` on the layers
 whose keys are their values), so T's input is the output of ``v_norm``. The last layers
 (config.num_kv_shared_layers) make no K or V of their own: each reads the cache of the last
 earlier layer of its layer type, handed to it in ``shared_kv_states``, so their input is that

@@ -307,6 +307,7 @@ REGISTRY: dict[str, ModelType] = {
             ("gemma4", "model.language_model"),
             ("gemma4_unified_text", "model"),
             ("gemma4_unified", "model.language_model"),
+            ("gemma3n_text", "model"),  # Gemma 3n's attention is Gemma 4's
         )
     },
     # The multimodal classes: their language model, on a text prompt (images are not analysed).
