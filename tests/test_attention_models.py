@@ -36,10 +36,11 @@ WINDOWED = {
     "flint": [0],
     "afmoe": [0],
     "ministral3": [0, 1],
+    "mimo_v2_flash": [0],
     "mistral3": [0, 1],
     "gpt_neo": [1],  # config.attention_layers: "global", "local"
 }
-SINKS = {"gpt_oss", "flint"}
+SINKS = {"gpt_oss": [0, 1], "flint": [0, 1], "mimo_v2_flash": [0]}  # layers with a learned sink
 # Layers that attend only to the keys their indexer selects: at most SPARSE_TOP per query.
 SPARSE = {"deepseek_v32": [0, 1], "glm_moe_dsa": [0, 1], "minimax_m3_vl_text": [0]}
 
@@ -53,7 +54,7 @@ def test_each_layer_is_windowed_where_its_config_says_and_its_rows_are_probabili
     for index, layer in layers.items():
         op = layer.dense(range(layer.n_units))
         rows = op.sum(-1)
-        if name in SINKS:  # the sink takes its share of each row's weight
+        if index in SINKS.get(name, []):  # the sink takes its share of each row's weight
             assert torch.all(rows < 1 - 1e-3), name
         else:
             torch.testing.assert_close(rows, torch.ones_like(rows), msg=name)
@@ -126,3 +127,14 @@ def test_gemma4_attending_both_ways_is_refused_before_the_forward_pass():
     with pytest.raises(ValueError, match="attends in both directions"):
         capture(model, ids, layer_slots(model))
     assert not calls, "the model ran before the refusal"
+
+
+def test_values_narrower_than_keys_are_read_at_their_own_width_and_scale():
+    """MiMo-V2-Flash: v_head_dim 8 against head_dim 12, V scaled by attention_value_scale after
+    v_proj (the reconstruction fails without the scale); its windowed layers double the KV heads."""
+    model, ids = build("mimo_v2_flash")
+    layers = capture(model, ids, layer_slots(model))
+    for index, kv_heads in ((0, 4), (1, 2)):
+        layer = layers[index]
+        assert layer.inputs.shape[-1] == 8 and layer.info["num_key_value_heads"] == kv_heads
+        assert layer.info["state_scalars_per_tss"] == kv_heads * (12 + 8)

@@ -400,6 +400,16 @@ def _attention_configs():
                 text_config=dict(LM, head_dim=8, rope_parameters=MROPE, **MOE),
                 vision_config=dict(QWEN_VISION, deepstack_visual_indexes=[]),
             ),
+            "mimo_v2_flash": tf.AutoConfig.for_model(  # V narrower than K and scaled; sinks on windowed layers
+                "mimo_v2_flash",
+                head_dim=12,
+                v_head_dim=8,
+                n_routed_experts=2,
+                num_experts_per_tok=1,
+                moe_intermediate_size=16,
+                **SLIDING,
+                **LM,
+            ),
             "deepseek_v2": tf.DeepseekV2Config(**MLA),
             "deepseek_v3": tf.DeepseekV3Config(n_group=1, topk_group=1, **MLA),
         }

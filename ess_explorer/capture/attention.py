@@ -20,6 +20,7 @@ Logit soft-capping (Gemma 2) and any score scaling are inside the probabilities.
 TSS per head: t (the KV cache grows; docs/math.md), min(t, w - 1) with a window,
 t mod C with chunks (at cut t only the tokens of t's own chunk stay readable).
 The layer's state in scalars is its KV cache: 2 x H_kv x head_dim per cached token
+(H_kv x (head_dim + v_head_dim) where values are narrower than keys, MiMo-V2-Flash's)
 (``info["state_scalars_per_tss"]``), whatever the number of query heads reading it, so
 layer totals of TSS count 2 x H_kv x head_dim x TSS(t) (docs/conventions.md).
 Cost: spectra by the dense core path, O(L^4 / 19) per head; all heads of a layer go to
@@ -141,8 +142,10 @@ class AttentionAdapter:
             raise RuntimeError(f"expected batch 1, got attention probabilities of shape {tuple(probs.shape)}")
         probs = probs[0]  # (H, L, L)
         heads, length, _ = probs.shape
-        head_dim = _head_dim(slot.module)
+        key_dim = _head_dim(slot.module)
+        head_dim = int(getattr(slot.module, "v_head_dim", None) or key_dim)  # MiMo: values narrower than keys
         v = raw["v"][0].reshape(length, -1, head_dim).transpose(0, 1)  # (H_kv, L, hd)
+        v = v * getattr(slot.module, "v_scale", 1.0)  # MiMo scales V after v_proj
         o = raw["o"][0].reshape(length, heads, head_dim).transpose(0, 1)  # (H, L, hd)
         group = heads // v.shape[0]
         inputs = v.repeat_interleave(group, dim=0)  # query head h reads kv head h // group
@@ -157,7 +160,7 @@ class AttentionAdapter:
                 "num_heads": heads,
                 "num_key_value_heads": int(v.shape[0]),
                 "head_dim": head_dim,
-                "state_scalars_per_tss": 2 * int(v.shape[0]) * head_dim,  # K and V of each KV head
+                "state_scalars_per_tss": int(v.shape[0]) * (key_dim + head_dim),  # K and V of each KV head
             },
             operator=probs,
         )

@@ -79,7 +79,7 @@ _ATTENTION_TYPES = (
     *("arcee", "apertus", "hunyuan_v1_dense", "hunyuan_v1_moe", "gpt_oss", "nemotron", "ernie4_5"),
     *("ernie4_5_moe", "glm4_moe", "granitemoeshared", "cwm", "nanochat", "ministral3", "cohere2_moe"),
     *("exaone_moe", "flex_olmo", "hy_v3", "hyperclovax", "jais2", "minimax_m2", "solar_open", "xglm"),
-    *("kolibri1", "flint", "mellum", "apertus1p5_text", "aria_text"),
+    *("kolibri1", "flint", "mellum", "apertus1p5_text", "aria_text", "mimo_v2_flash"),
     # Model types transformers builds with another type's classes (Llama, GLM-4 MoE).
     *("exaone", "internlm3", "iquestcoder", "sarvam_moe"),
 )
