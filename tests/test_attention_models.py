@@ -37,6 +37,7 @@ WINDOWED = {
     "afmoe": [0],
     "ministral3": [0, 1],
     "mimo_v2_flash": [0],
+    "dots1": [0],
     "mistral3": [0, 1],
     "gpt_neo": [1],  # config.attention_layers: "global", "local"
 }

@@ -132,6 +132,24 @@ def _configs():
             **MOE,
             **SMALL,
         ),
+        "longcat_flash": tf.AutoConfig.for_model(  # two latent-attention blocks per layer
+            "longcat_flash",
+            num_layers=2,
+            hidden_size=32,
+            num_attention_heads=4,
+            ffn_hidden_size=64,
+            q_lora_rank=16,
+            kv_lora_rank=16,
+            qk_nope_head_dim=8,
+            qk_rope_head_dim=4,
+            head_dim=4,
+            v_head_dim=6,
+            moe_topk=2,  # transformers 5.24 fails at 1 (its expert loop squeezes the top-k axis)
+            n_routed_experts=2,
+            zero_expert_num=1,
+            expert_ffn_hidden_size=16,
+            **IDS,
+        ),
         "phi3": tf.Phi3Config(num_hidden_layers=2, **ATTN, **IDS),
         "olmo2": tf.Olmo2Config(num_hidden_layers=2, **ATTN, **IDS),
         "granite": tf.GraniteConfig(num_hidden_layers=2, **ATTN, **IDS),
@@ -313,6 +331,7 @@ def _attention_configs():
         "kolibri1": dict(num_local_experts=2, num_experts_per_tok=1, moe_intermediate_size=16),
         "mellum": dict(num_local_experts=2, num_experts_per_tok=1, moe_intermediate_size=16),
         "flint": {},
+        "dots1": dict(n_routed_experts=2, n_shared_experts=1, num_experts_per_tok=1, moe_intermediate_size=16),
         "afmoe": dict(num_experts=2, num_experts_per_tok=1, moe_intermediate_size=16),  # gate_proj output gate
     }
     configs.update(
@@ -434,6 +453,7 @@ EXPECTED_FAMILIES = {
     "gemma4_unified": [ATT] * 4,
     "qwen3_5_moe_text": ["gated_deltanet", ATT],
     "qwen3_5_moe": ["gated_deltanet", ATT],
+    "longcat_flash": [ATT] * 4,
     "lfm3": ["short_conv", ATT, ATT],
     "lfm3_ungated": ["short_conv", ATT, ATT],
     "lara_mini": ["gated_deltanet", ATT, ATT],
@@ -580,6 +600,14 @@ def test_falcon_h1_analyses_both_parallel_mixers_as_labelled_slots(tmp_path):
     # one mixer alone: its key, not a layer index
     only = analyze(model, ids, layers=[3], progress=False)
     assert sorted(only.layers) == [3] and only.layers[3].family == ATT
+
+
+def test_longcat_flash_analyses_both_attention_blocks_of_each_layer_as_labelled_slots():
+    model, ids = build("longcat_flash")
+    result = analyze(model, ids, progress=False)
+    assert result.meta["slots"] == {f"{2 * i + j}": f"layer {i} attention {j}" for i in (0, 1) for j in (0, 1)}
+    layers = capture(model, ids, layer_slots(model))
+    assert layers[0].inputs.shape[-1] == 6 and not torch.equal(layers[0].inputs, layers[1].inputs)
 
 
 def test_zamba_shared_attention_is_analysed_at_every_depth_it_is_called():

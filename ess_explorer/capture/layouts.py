@@ -4,7 +4,7 @@ layout, that the registry's entries (capture/registry.py) name.
     uniform(path, attribute, adapter)   every layer's mixer at path[i].attribute
     hybrid(path, table)                 the config's layer types pick each layer's attribute and adapter
     mixers(path, attribute, table, skip)  one block per layer whose kind the layer types say (Nemotron-H)
-    falcon_h1, zamba, gpt_neo, recurrent_gemma   the layouts of one model type each
+    falcon_h1, zamba, gpt_neo, recurrent_gemma, longcat_flash   the layouts of one model type each
 
 Attention slots carry their sliding window and chunk length, read from the config here (the
 one place that maps a config to a layer's mask).
@@ -26,6 +26,7 @@ __all__ = [
     "hybrid",
     "language_model_config",
     "layer_types",
+    "longcat_flash",
     "mixers",
     "recurrent_gemma",
     "uniform",
@@ -149,6 +150,17 @@ def falcon_h1(model):
                 2 * i + 1, "attention", layer.self_attn, attention.window, attention.chunk, f"layer {i} attention"
             )
         )
+    return out
+
+
+def longcat_flash(model):
+    """LongCat-Flash: every layer runs two latent-attention (MLA) blocks in turn, ``self_attn[0]``
+    and ``self_attn[1]``, each followed by its own MLP: key 2 i is layer i's first, 2 i + 1 its
+    second, labelled."""
+    out = []
+    for i, layer in enumerate(find_layers(model, "model.layers")):
+        for j, attention in enumerate(layer.self_attn):
+            out.append(LayerSlot(2 * i + j, "latent_attention", attention, label=f"layer {i} attention {j}"))
     return out
 
 

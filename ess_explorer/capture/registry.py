@@ -32,6 +32,7 @@ from .layouts import (
     hybrid,
     language_model_config,
     layer_types,
+    longcat_flash,
     mixers,
     recurrent_gemma,
     uniform,
@@ -79,7 +80,7 @@ _ATTENTION_TYPES = (
     *("arcee", "apertus", "hunyuan_v1_dense", "hunyuan_v1_moe", "gpt_oss", "nemotron", "ernie4_5"),
     *("ernie4_5_moe", "glm4_moe", "granitemoeshared", "cwm", "nanochat", "ministral3", "cohere2_moe"),
     *("exaone_moe", "flex_olmo", "hy_v3", "hyperclovax", "jais2", "minimax_m2", "solar_open", "xglm"),
-    *("kolibri1", "flint", "mellum", "apertus1p5_text", "aria_text", "mimo_v2_flash"),
+    *("kolibri1", "flint", "mellum", "apertus1p5_text", "aria_text", "mimo_v2_flash", "dots1"),
     # Model types transformers builds with another type's classes (Llama, GLM-4 MoE).
     *("exaone", "internlm3", "iquestcoder", "sarvam_moe"),
 )
@@ -140,6 +141,12 @@ REGISTRY: dict[str, ModelType] = {
         )
         for name in ("deepseek_v32", "glm_moe_dsa")
     },
+    "longcat_flash": ModelType(
+        longcat_flash,
+        (_ATT,),
+        "model.layers[i].self_attn[0, 1]",
+        "two latent-attention (MLA) blocks per layer in turn: keys 2i and 2i + 1, labelled",
+    ),
     "minimax_m3_vl_text": ModelType(
         uniform("model.layers", "self_attn", "attention"),
         (_ATT,),
