@@ -1,5 +1,5 @@
-"""Softmax attention variants: an output-gated head (Qwen3-Next, Qwen3.5, AFMoE, LFM3), Gemma 4's normalised
-and shared values, and multi-head latent attention (Kimi Linear, DeepSeek).
+"""Softmax attention variants: an output-gated head (Qwen3-Next, Qwen3.5, AFMoE, LFM3), Gemma 4's
+normalised and shared values, and multi-head latent attention (Kimi Linear, DeepSeek).
 
 T_h is the attention probability matrix of query head h, as in capture/attention.py.
 
@@ -10,11 +10,11 @@ q_norm / k_norm and RoPE are inside T's entries (they shape the scores). AFMoE's
 attention layers make the gate with a projection of their own: o_h = sigmoid(gate_proj(x)_h) *
 (T_h v_h) per channel (AFMoE), sigmoid(g_proj(x)_h) one number per head and token (LFM3).
 
-Gemma 4 attention (and Gemma 3n's, the same): V passes a per-head norm after ``v_proj`` (after ``k_proj`` on the layers
-whose keys are their values), so T's input is the output of ``v_norm``. The last layers
-(config.num_kv_shared_layers) make no K or V of their own: each reads the cache of the last
-earlier layer of its layer type, handed to it in ``shared_kv_states``, so their input is that
-layer's V. Their state is that cache, which the layer reads but does not own; it is counted as
+Gemma 4 attention (and Gemma 3n's, the same): V passes a per-head norm after ``v_proj`` (after
+``k_proj`` on the layers whose keys are their values), so T's input is the output of
+``v_norm``. The last layers (config.num_kv_shared_layers) make no K or V of their own: each
+reads the cache of the last earlier layer of its layer type, handed to it in
+``shared_kv_states``, so their input is that layer's V. Their state is that cache, which the layer reads but does not own; it is counted as
 theirs too (``info["kv_shared"]``).
 
 Latent attention (Kimi Linear's MLA ``full_attention`` layers): keys and values come from
