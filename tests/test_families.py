@@ -757,3 +757,12 @@ def test_a_vision_language_wrapper_around_another_kind_of_language_model_is_refu
     model = tf.AutoModelForImageTextToText.from_config(config)
     with pytest.raises(ValueError, match="llava with a 'diffllama' language model is not supported"):
         layer_slots(model)
+
+
+def test_switching_a_multimodal_model_to_eager_attention_and_back_prints_nothing(caplog):
+    """transformers warns at each switch that it cannot match Gemma 4 unified's vision sub-config."""
+    model, ids = build("gemma4_unified")
+    with caplog.at_level("WARNING"):
+        analyze(model, ids, layers=[0], progress=False)
+    assert model.config._attn_implementation == "sdpa"  # switched back
+    assert not [r for r in caplog.records if "sub-config" in r.getMessage()]

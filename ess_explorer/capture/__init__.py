@@ -94,7 +94,7 @@ def eager_attention(model: nn.Module, needed: bool = True):
     switch = needed and previous != "eager" and hasattr(model, "set_attn_implementation")
     forced = False
     if switch:
-        model.set_attn_implementation("eager")
+        _set_attention(model, "eager")
         if config._attn_implementation != "eager":
             # Falcon refuses the dynamic switch (it reads the config at each call, not an
             # attention interface): set the config's implementation for the pass instead.
@@ -106,7 +106,21 @@ def eager_attention(model: nn.Module, needed: bool = True):
         if forced:
             config._attn_implementation = previous
         elif switch and isinstance(previous, str):
-            model.set_attn_implementation(previous)
+            _set_attention(model, previous)
+
+
+def _set_attention(model: nn.Module, implementation: str) -> None:
+    """``model.set_attn_implementation`` without transformers' warnings about the sub-configs of
+    a multimodal model it cannot match to a sub-model (Gemma 4 unified's vision config, at every
+    switch): the analysis never runs those, and the switch itself is checked above."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        model.set_attn_implementation(implementation)
+    finally:
+        hf_logging.set_verbosity(verbosity)
 
 
 class _StopForward(Exception):
