@@ -382,6 +382,8 @@ REFUSED: dict[str, str] = {
         "its sink scales each row after the softmax, from logits the layer does not return",
     ),
     "jetmoe": "its attention heads are experts routed per token (a mixture of attention heads)",
+    "deepseek_v4": "besides a window of recent tokens it attends to entries its compressors pool from "
+    "windows of tokens (HCA / CSA), with projections and gates of their own",
 }
 
 # Views of the registry (one table): model type -> slots, and model type -> its families.
