@@ -25,6 +25,11 @@ IDS = dict(vocab_size=VOCAB, bos_token_id=0, eos_token_id=0, pad_token_id=0)
 ATTN = dict(hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2)
 MOE = dict(num_experts=2, num_experts_per_tok=1, moe_intermediate_size=32)
 SMALL = dict(sliding_window=5, **ATTN, **IDS)
+# Vision towers of the multimodal models, as small as they build (images are not analysed).
+GEMMA_VISION = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2)
+TINY_VISION = dict(**GEMMA_VISION, image_size=28, patch_size=14)
+QWEN_VISION = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32)
+MROPE = dict(rope_type="default", mrope_section=[1, 1, 2], rope_theta=10000.0)  # Qwen-VL's positions
 
 
 def windowed_hybrid(first: str) -> list[str]:
@@ -90,31 +95,22 @@ def _configs():
         # text models of gemma3_text above and of qwen3_5_text in tests/test_adapters.py.
         "gemma3": tf.Gemma3Config(
             text_config={**gemma3_text.to_dict(), "max_position_embeddings": 256},
-            vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2),
+            vision_config=GEMMA_VISION,
             mm_tokens_per_image=4,
         ),
-        "qwen3_5": tf.Qwen3_5Config(
-            text_config=ADAPTER_CONFIGS["qwen3_5_text"].to_dict(),
-            vision_config=dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32),
-        ),
+        "qwen3_5": tf.Qwen3_5Config(text_config=ADAPTER_CONFIGS["qwen3_5_text"].to_dict(), vision_config=QWEN_VISION),
         "gemma4_text": gemma4_text,
-        "gemma4": tf.Gemma4Config(
-            text_config=gemma4_text.to_dict(),
-            vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2),
-            audio_config=None,
-        ),
         "gemma4_unified_text": gemma4_unified_text,
+        **{
+            name: config_class(text_config=text.to_dict(), vision_config=GEMMA_VISION, audio_config=None)
+            for name, config_class, text in (
+                ("gemma4", tf.Gemma4Config, gemma4_text),
+                ("gemma4_unified", tf.Gemma4UnifiedConfig, gemma4_unified_text),
+            )
+        },
         "gemma3n_text": gemma3n_text,
-        "gemma4_unified": tf.Gemma4UnifiedConfig(
-            text_config=gemma4_unified_text.to_dict(),
-            vision_config=dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2),
-            audio_config=None,
-        ),
         "qwen3_5_moe_text": qwen3_5_moe_text,
-        "qwen3_5_moe": tf.Qwen3_5MoeConfig(
-            text_config=qwen3_5_moe_text.to_dict(),
-            vision_config=dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32),
-        ),
+        "qwen3_5_moe": tf.Qwen3_5MoeConfig(text_config=qwen3_5_moe_text.to_dict(), vision_config=QWEN_VISION),
         # LFM3: attention with a sigmoid output gate per head (g_proj), or none
         "lfm3": tf.AutoConfig.for_model(
             "lfm3", num_hidden_layers=3, layer_types=windowed_hybrid("conv"), head_dim=8, **SMALL
@@ -279,13 +275,6 @@ MLA = dict(
     qk_rope_head_dim=4,
     v_head_dim=6,
 )
-
-
-TINY_VISION = dict(
-    hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=28, patch_size=14
-)
-QWEN_VISION = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32)
-MROPE = dict(rope_type="default", mrope_section=[1, 1, 2], rope_theta=10000.0)  # Qwen-VL's positions
 
 
 def _attention_configs():
