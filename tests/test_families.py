@@ -665,12 +665,15 @@ def test_every_model_type_lists_its_families():
 
 def test_cli_models_families_lists_every_supported_type(capsys):
     from ess_explorer.app import cli
+    from ess_explorer.capture.registry import REFUSED
 
     assert cli.main(["models", "--families"]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    listed = {line.split()[0]: line.split(None, 1)[1] for line in lines}
+    supported, refused = capsys.readouterr().out.split("\nnot supported, and why:\n")
+    listed = {line.split()[0]: line.split(None, 1)[1] for line in supported.splitlines()}
     assert set(listed) == set(MODEL_TYPES)
     assert "rg_lru" in listed["recurrent_gemma"] and "softmax_attention" in listed["recurrent_gemma"]
+    why = {line.split()[0]: line.split(None, 1)[1] for line in refused.splitlines()}
+    assert why == REFUSED
 
 
 def test_unsupported_model_type_names_the_closest_supported_ones():

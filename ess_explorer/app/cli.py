@@ -257,11 +257,15 @@ def cmd_models(args) -> int:
 
     if args.families:
         from ..capture import supported_families
+        from ..capture.registry import REFUSED
 
         table = supported_families()
-        width = max(map(len, table))
+        width = max(map(len, [*table, *REFUSED]))
         for model_type, families in table.items():
             print(f"{model_type:<{width}}  {', '.join(families)}")
+        print("\nnot supported, and why:")
+        for model_type, reason in sorted(REFUSED.items()):
+            print(f"{model_type:<{width}}  {reason}")
         return 0
 
     names = zoo.list_models()
