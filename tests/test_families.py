@@ -371,6 +371,8 @@ def _attention_configs():
             "gpt_neox": tf.GPTNeoXConfig(**{**LM, "num_key_value_heads": 4}),  # Pythia; per head [q | k | v]
             "bloom": tf.BloomConfig(n_layer=2, hidden_size=32, n_head=4, **IDS),  # ALiBi; per head [q | k | v]
             "gptj": tf.GPTJConfig(n_layer=2, n_embd=32, n_head=4, rotary_dim=4, **IDS),
+            # ALiBi, fused Wqkv clamped to +-0.05: most entries of this random model's V are clamped
+            "mpt": tf.MptConfig(n_layers=2, d_model=32, n_heads=4, attn_config={"clip_qkv": 0.05}, **IDS),
             "gpt_bigcode": tf.GPTBigCodeConfig(n_layer=2, n_embd=32, n_head=4, multi_query=True, **IDS),
             "gpt_bigcode_heads": tf.GPTBigCodeConfig(n_layer=2, n_embd=32, n_head=4, multi_query=False, **IDS),
             "gpt_neo": tf.GPTNeoConfig(

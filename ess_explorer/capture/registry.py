@@ -116,6 +116,7 @@ REGISTRY: dict[str, ModelType] = {
             ("gpt_neox", "gpt_neox.layers", "attention"),
             ("bloom", "transformer.h", "self_attention"),
             ("gptj", "transformer.h", "attn"),
+            ("mpt", "transformer.blocks", "attn"),
             ("gpt_bigcode", "transformer.h", "attn"),
         )
     },
