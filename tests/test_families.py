@@ -373,6 +373,14 @@ def _attention_configs():
             "gptj": tf.GPTJConfig(n_layer=2, n_embd=32, n_head=4, rotary_dim=4, **IDS),
             # ALiBi, fused Wqkv clamped to +-0.05: most entries of this random model's V are clamped
             "mpt": tf.MptConfig(n_layers=2, d_model=32, n_heads=4, attn_config={"clip_qkv": 0.05}, **IDS),
+            "dbrx": tf.DbrxConfig(  # the same clamp, 2 KV heads
+                d_model=32,
+                n_heads=4,
+                n_layers=2,
+                attn_config={"kv_n_heads": 2, "clip_qkv": 0.05, "rope_theta": 10000.0},
+                ffn_config={"moe_num_experts": 2, "moe_top_k": 1, "ffn_hidden_size": 32},
+                **IDS,
+            ),
             "gpt_bigcode": tf.GPTBigCodeConfig(n_layer=2, n_embd=32, n_head=4, multi_query=True, **IDS),
             "gpt_bigcode_heads": tf.GPTBigCodeConfig(n_layer=2, n_embd=32, n_head=4, multi_query=False, **IDS),
             "gpt_neo": tf.GPTNeoConfig(

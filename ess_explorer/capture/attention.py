@@ -60,8 +60,8 @@ def _fused_values(module):
     """(projection, out -> V (B, L, H_kv hd)) for an attention module that makes Q, K and V
     in one projection, whose column layout depends on the model:
 
-    - [q | k | v] by blocks: GPT-2's ``c_attn`` (thirds), MPT's ``Wqkv`` (thirds, after its
-      clamp); GPT-BigCode's multi-query ``c_attn``
+    - [q | k | v] by blocks: GPT-2's ``c_attn`` (thirds), MPT's and DBRX's ``Wqkv`` (after
+      their clamp; k and v H_kv heads each); GPT-BigCode's multi-query ``c_attn``
       (k and v one head each, ``kv_dim``); Phi-3's ``qkv_proj`` (k and v H_kv heads each);
       Falcon's multi-query ``query_key_value``;
     - per head [q | k | v], hd columns each: GPT-NeoX, Persimmon and BLOOM's
@@ -77,9 +77,10 @@ def _fused_values(module):
     def per_head(out):
         return out.unflatten(-1, (-1, 3, head_dim))[..., 2, :].flatten(-2)
 
-    if hasattr(module, "Wqkv"):  # MPT: thirds, clamped to +-clip_qkv first where the config sets it
+    if hasattr(module, "Wqkv"):  # MPT, DBRX: clamped to +-clip_qkv first where the config sets it
         clip = module.clip_qkv
-        return module.Wqkv, lambda out: (out.clamp(-clip, clip) if clip else out)[..., 2 * (out.shape[-1] // 3) :]
+        width = (getattr(module, "num_key_value_heads", None) or module.n_heads) * head_dim  # DBRX: GQA
+        return module.Wqkv, lambda out: (out.clamp(-clip, clip) if clip else out)[..., out.shape[-1] - width :]
     if hasattr(module, "c_attn"):
         if not hasattr(module, "kv_dim"):  # GPT-2
             return module.c_attn, lambda out: out[..., 2 * (out.shape[-1] // 3) :]

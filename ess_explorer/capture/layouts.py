@@ -12,6 +12,8 @@ one place that maps a config to a layer's mask).
 
 from __future__ import annotations
 
+import operator
+
 from torch import nn
 
 from .base import LayerSlot
@@ -101,9 +103,12 @@ def _slot(config, index: int, adapter: str, module: nn.Module) -> LayerSlot:
 
 
 def uniform(path: str, attribute: str, adapter: str):
+    """Every layer's mixer at ``path[i].attribute`` (a dotted attribute: DBRX's ``norm_attn_norm.attn``)."""
+    mixer = operator.attrgetter(attribute)
+
     def slots(model):
         layers = find_layers(model, path)
-        return [_slot(_text_config(model), i, adapter, getattr(layer, attribute)) for i, layer in enumerate(layers)]
+        return [_slot(_text_config(model), i, adapter, mixer(layer)) for i, layer in enumerate(layers)]
 
     return slots
 
@@ -124,10 +129,7 @@ def hybrid(path: str, table: dict[str, tuple[str, str]]):
                     f"{model.config.model_type} layer {i} has layer type {kind!r}, which no adapter handles"
                 )
             attribute, adapter = table[kind]
-            module = layer
-            for name in attribute.split("."):
-                module = getattr(module, name)
-            out.append(_slot(_text_config(model), i, adapter, module))
+            out.append(_slot(_text_config(model), i, adapter, operator.attrgetter(attribute)(layer)))
         return out
 
     return slots

@@ -117,6 +117,7 @@ REGISTRY: dict[str, ModelType] = {
             ("bloom", "transformer.h", "self_attention"),
             ("gptj", "transformer.h", "attn"),
             ("mpt", "transformer.blocks", "attn"),
+            ("dbrx", "transformer.blocks", "norm_attn_norm.attn"),
             ("gpt_bigcode", "transformer.h", "attn"),
         )
     },
