@@ -290,9 +290,9 @@ def test_missing_attention_probabilities_are_an_error_not_an_empty_operator():
 
 
 def test_unsupported_model_type_names_the_registry():
-    config = tf.BioGptConfig(num_hidden_layers=1, hidden_size=32, num_attention_heads=4, vocab_size=VOCAB)
+    config = tf.CodeGenConfig(n_layer=1, n_embd=32, n_head=4, rotary_dim=4, vocab_size=VOCAB)
     model = tf.AutoModelForCausalLM.from_config(config)
-    with pytest.raises(ValueError, match=r"'biogpt'.*not supported.*mamba.*capture/registry.py"):
+    with pytest.raises(ValueError, match=r"'codegen'.*not supported.*mamba.*capture/registry.py"):
         layer_slots(model)
 
 

@@ -373,6 +373,7 @@ def _attention_configs():
             "gptj": tf.GPTJConfig(n_layer=2, n_embd=32, n_head=4, rotary_dim=4, **IDS),
             # ALiBi, fused Wqkv clamped to +-0.05: most entries of this random model's V are clamped
             "mpt": tf.MptConfig(n_layers=2, d_model=32, n_heads=4, attn_config={"clip_qkv": 0.05}, **IDS),
+            "biogpt": tf.BioGptConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, **IDS),
             "dbrx": tf.DbrxConfig(  # the same clamp, 2 KV heads
                 d_model=32,
                 n_heads=4,

@@ -118,6 +118,7 @@ REGISTRY: dict[str, ModelType] = {
             ("gptj", "transformer.h", "attn"),
             ("mpt", "transformer.blocks", "attn"),
             ("dbrx", "transformer.blocks", "norm_attn_norm.attn"),
+            ("biogpt", "biogpt.layers", "self_attn"),
             ("gpt_bigcode", "transformer.h", "attn"),
         )
     },
