@@ -6,6 +6,9 @@ reads it.
                   (hybrids map layers through the config's layer types), the families its
                   layers can have, the layers it deliberately skips, and the words of the
                   support table
+    REFUSED       model types refused with the reason (their head outputs are not T times
+                  values a hook can read); `require_supported` raises for these and for any
+                  type not in REGISTRY, and load_model calls it before reading weights
 
 MODEL_TYPES (model type -> slots) and MODEL_FAMILIES (model type -> families) are views of
 REGISTRY; `ess-explorer models --families` prints it and docs/families.md shows
