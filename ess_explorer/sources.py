@@ -193,11 +193,18 @@ def load_model(
 
 
 def _auto_class(config):
-    """AutoModelForCausalLM, or, for a vision-language model it cannot build (Mistral 3, LLaVA,
-    Qwen2.5-VL, ...), AutoModelForImageTextToText: its language model is what gets analysed."""
+    """AutoModelForCausalLM where it builds the model of this config, otherwise, for a
+    vision-language model, AutoModelForImageTextToText: its language model is what gets analysed.
+    The second takes vision-language models the first cannot build (Mistral 3, LLaVA, Qwen2.5-VL,
+    ...), and those it builds only the text model of (Llama 4, Qwen3.5): their checkpoints hold
+    vision weights too, which the text model would leave unread (Llama 4's as unexpected keys,
+    which `_check_loading_info` refuses)."""
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
-    if type(config) in AutoModelForCausalLM._model_mapping:
+    causal, vision_language = AutoModelForCausalLM._model_mapping, AutoModelForImageTextToText._model_mapping
+    if type(config) in causal and (
+        causal[type(config)].config_class is type(config) or type(config) not in vision_language
+    ):
         return AutoModelForCausalLM
     return AutoModelForImageTextToText
 

@@ -39,6 +39,8 @@ WINDOWED = {
     "mimo_v2_flash": [0],
     "dots1": [0],
     "mistral3": [0, 1],
+    "aya_vision": [0],
+    "cohere2_vision": [0],
     "gpt_neo": [1],  # config.attention_layers: "global", "local"
 }
 SINKS = {"gpt_oss": [0, 1], "flint": [0, 1], "mimo_v2_flash": [0]}  # layers with a learned sink

@@ -28,6 +28,9 @@ SMALL = dict(sliding_window=5, **ATTN, **IDS)
 # Vision towers of the multimodal models, as small as they build (images are not analysed).
 GEMMA_VISION = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2)
 TINY_VISION = dict(**GEMMA_VISION, image_size=28, patch_size=14)
+LLAMA4_VISION = dict(
+    **TINY_VISION, vision_output_dim=32, projector_input_dim=32, projector_output_dim=32, pixel_shuffle_ratio=0.5
+)
 QWEN_VISION = dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, out_hidden_size=32)
 MROPE = dict(rope_type="default", mrope_section=[1, 1, 2], rope_theta=10000.0)  # Qwen-VL's positions
 
@@ -74,6 +77,16 @@ def _configs():
         activation_sparsity_pattern=[0.0] * 4,
     )
     gemma4_unified_text = tf.Gemma4UnifiedTextConfig(**gemma4)
+    llama4_text = tf.Llama4TextConfig(
+        num_hidden_layers=2,
+        head_dim=8,
+        attention_chunk_size=6,
+        no_rope_layers=[1, 0],
+        num_local_experts=2,
+        intermediate_size_mlp=64,
+        **ATTN,
+        **IDS,
+    )
     qwen3_5_moe_text = tf.Qwen3_5MoeTextConfig(
         num_hidden_layers=2,
         layer_types=["linear_attention", "full_attention"],
@@ -149,16 +162,8 @@ def _configs():
         "phi3": tf.Phi3Config(num_hidden_layers=2, **ATTN, **IDS),
         "olmo2": tf.Olmo2Config(num_hidden_layers=2, **ATTN, **IDS),
         "granite": tf.GraniteConfig(num_hidden_layers=2, **ATTN, **IDS),
-        "llama4_text": tf.Llama4TextConfig(
-            num_hidden_layers=2,
-            head_dim=8,
-            attention_chunk_size=6,
-            no_rope_layers=[1, 0],
-            num_local_experts=2,
-            intermediate_size_mlp=64,
-            **ATTN,
-            **IDS,
-        ),
+        "llama4_text": llama4_text,
+        "llama4": tf.Llama4Config(text_config=llama4_text.to_dict(), vision_config=LLAMA4_VISION),
         "falcon": tf.FalconConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, **IDS),
         "lfm2_moe": tf.Lfm2MoeConfig(
             num_hidden_layers=2,
@@ -404,6 +409,32 @@ def _attention_configs():
                 text_config=tf.Qwen2Config(**LM).to_dict(),
                 vision_config={**TINY_VISION, "image_size": [28, 28], "patch_size": [14, 14]},
             ),
+            "llava_next": tf.LlavaNextConfig(
+                text_config=tf.LlamaConfig(**LM).to_dict(),
+                vision_config={"model_type": "clip_vision_model", **TINY_VISION},
+            ),
+            "llava_onevision": tf.LlavaOnevisionConfig(
+                text_config=tf.Qwen2Config(**LM).to_dict(),
+                vision_config={"model_type": "siglip_vision_model", **TINY_VISION},
+            ),
+            "vipllava": tf.VipLlavaConfig(
+                text_config=tf.LlamaConfig(**LM).to_dict(),
+                vision_config={"model_type": "clip_vision_model", **TINY_VISION},
+                vision_feature_layers=[-1],
+            ),
+            **{  # Cohere 2's windowed and full layers
+                name: config_class(
+                    text_config=tf.Cohere2Config(**SLIDING, **LM).to_dict(),
+                    vision_config={"model_type": "siglip_vision_model", **TINY_VISION},
+                )
+                for name, config_class in (
+                    ("aya_vision", tf.AyaVisionConfig),
+                    ("cohere2_vision", tf.Cohere2VisionConfig),
+                )
+            },
+            # their language model at model.text_model
+            "idefics3": tf.Idefics3Config(text_config=tf.LlamaConfig(**LM).to_dict(), vision_config=TINY_VISION),
+            "smolvlm": tf.SmolVLMConfig(text_config=tf.LlamaConfig(**LM).to_dict(), vision_config=TINY_VISION),
             "qwen2_vl": tf.Qwen2VLConfig(
                 text_config=dict(LM, model_type="qwen2_vl_text", rope_parameters=MROPE),
                 vision_config=dict(depth=1, embed_dim=16, hidden_size=32, num_heads=2),
@@ -461,6 +492,7 @@ EXPECTED_FAMILIES = {
     "olmo2": [ATT] * 2,
     "granite": [ATT] * 2,
     "llama4_text": ["chunked_attention", ATT],
+    "llama4": ["chunked_attention", ATT],
     "falcon": [ATT] * 2,
     "lfm2_moe": ["short_conv", ATT],
     "falcon_h1": ["mamba2", ATT] * 2,
@@ -483,8 +515,13 @@ MODEL_BUILDERS = {
     # Vision-language models it cannot build: load_model takes AutoModelForImageTextToText for them.
     **{
         name: tf.AutoModelForImageTextToText.from_config
-        for name in ("mistral3", "llava", "internvl", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
+        for name in (
+            *("mistral3", "llava", "llava_next", "llava_onevision", "vipllava", "internvl", "aya_vision"),
+            *("cohere2_vision", "idefics3", "smolvlm", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"),
+        )
     },
+    # It builds Llama 4's text model only, but a Llama 4 checkpoint holds the multimodal class.
+    "llama4": tf.Llama4ForConditionalGeneration,
 }
 
 
@@ -568,8 +605,9 @@ def test_gemma_sliding_and_global_layers_follow_layer_types():
         assert torch.all(full[i, j] > 0)
 
 
-def test_llama4_chunked_layer_is_block_diagonal_and_its_tss_resets_per_chunk():
-    model, ids = build("llama4_text")
+@pytest.mark.parametrize("name", ["llama4_text", "llama4"])
+def test_llama4_chunked_layer_is_block_diagonal_and_its_tss_resets_per_chunk(name):
+    model, ids = build(name)
     layer = capture(model, ids, layer_slots(model))[0]
     op = layer.dense([0])[0]
     i, j = torch.tril_indices(LENGTH, LENGTH)
@@ -738,19 +776,22 @@ def test_hybrids_attention_layers_keep_their_windows_and_lfm3_gates_each_head():
     assert gates["lfm3_ungated"] is None and gates["lara_mini"] is None
 
 
-def test_a_vision_language_folder_loads_its_own_class_and_its_language_model_is_analysed(tmp_path):
+# Mistral 3: no causal-LM class; Llama 4: the causal-LM class would build the text model only
+# and leave the checkpoint's vision weights unread; SmolVLM: its language model at model.text_model.
+@pytest.mark.parametrize("name", ["mistral3", "llama4", "smolvlm"])
+def test_a_vision_language_folder_loads_its_own_class_and_its_language_model_is_analysed(tmp_path, name):
     import warnings
 
     from ess_explorer.sources import load_model
 
-    model, ids = build("mistral3")
+    model, ids = build(name)
     model.save_pretrained(tmp_path)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the folder ships no tokenizer
         loaded, _tokenizer = load_model(str(tmp_path))
-    assert type(loaded) is type(model)  # not a causal LM the auto class cannot build
+    assert type(loaded) is type(model)  # the class the checkpoint holds, not a causal LM
     result = analyze(loaded, ids, progress=False)
-    assert sorted(result.layers) == [0, 1] and result.layers[0].family == ATT
+    assert [result.layers[key].family for key in sorted(result.layers)] == EXPECTED_FAMILIES[name]
 
 
 def test_a_vision_language_wrapper_around_another_kind_of_language_model_is_refused():

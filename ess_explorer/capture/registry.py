@@ -93,15 +93,20 @@ _DELTA = {"linear_attention": ("linear_attn", "gated_deltanet")}
 _GATED_DELTA = {**_DELTA, "full_attention": ("self_attn", "gated_attention")}  # Qwen3-Next, Qwen3.5
 
 
-def _wrapped_attention(model: nn.Module) -> list[LayerSlot]:
-    """The layers of a vision-language wrapper's language model, whose type its text config names."""
-    text_type = language_model_config(model.config).model_type
-    if text_type not in _ATTENTION_TYPES:
-        raise ValueError(
-            f"{model.config.model_type} with a {text_type!r} language model is not supported: its language model "
-            f"must be one of the softmax-attention model types ({', '.join(sorted(_ATTENTION_TYPES))})"
-        )
-    return uniform("model.language_model.layers", "self_attn", "attention")(model)
+def _wrapped_attention(path: str):
+    """The layers at ``path`` of a vision-language wrapper's language model, whose type its text
+    config names."""
+
+    def layout(model: nn.Module) -> list[LayerSlot]:
+        text_type = language_model_config(model.config).model_type
+        if text_type not in _ATTENTION_TYPES:
+            raise ValueError(
+                f"{model.config.model_type} with a {text_type!r} language model is not supported: its language "
+                f"model must be one of the softmax-attention model types ({', '.join(sorted(_ATTENTION_TYPES))})"
+            )
+        return uniform(path, "self_attn", "attention")(model)
+
+    return layout
 
 
 REGISTRY: dict[str, ModelType] = {
@@ -337,14 +342,25 @@ REGISTRY: dict[str, ModelType] = {
     # Mistral, LLaVA and InternVL around Llama, Qwen2, ...): that type must be softmax attention.
     **{
         name: ModelType(
-            _wrapped_attention,
+            _wrapped_attention(path),
             (_ATT,),
-            "model.language_model.layers[i].self_attn",
+            f"{path}[i].self_attn",
             "the language model of the multimodal class, when it is one of the softmax-attention types above "
             "(text prompts)",
         )
-        for name in ("mistral3", "llava", "internvl")
+        for path, names in (
+            ("model.language_model.layers", ("mistral3", "llava", "llava_next", "llava_onevision", "vipllava")),
+            ("model.language_model.layers", ("internvl", "aya_vision", "cohere2_vision")),
+            ("model.text_model.layers", ("idefics3", "smolvlm")),
+        )
+        for name in names
     },
+    "llama4": ModelType(  # Llama 4 Scout / Maverick checkpoints: the multimodal class
+        uniform("language_model.model.layers", "self_attn", "attention"),
+        (_ATT, "chunked_attention"),
+        "language_model.model.layers[i].self_attn",
+        "the language model of the multimodal class, as llama4_text (text prompts)",
+    ),
     **{
         name: ModelType(
             hybrid("model.language_model.layers", _GATED_DELTA),
