@@ -470,6 +470,29 @@ def _attention_configs():
 ATTENTION_CONFIGS = _attention_configs()
 CONFIGS = {**_configs(), **ATTENTION_CONFIGS}
 ATT = "softmax_attention"
+# Vision-language classes around a language model of one type each: that type's config here
+# as their text config, and a tiny vision tower.
+LANGUAGE_MODEL_OF = {
+    "exaone4_5": ("exaone4", dict(QWEN_VISION, num_key_value_heads=2)),
+    "aria": ("aria_text", TINY_VISION),
+    "minimax_m3_vl": ("minimax_m3_vl_text", GEMMA_VISION),
+    "lfm2_vl": ("lfm2", GEMMA_VISION),
+    "lfm3_vl": ("lfm3", dict(GEMMA_VISION, num_key_value_heads=2)),
+    "kimi_k25": ("deepseek_v3", GEMMA_VISION),
+}
+
+
+def _vision_language_configs():
+    from test_adapters import CONFIGS as ADAPTER_CONFIGS
+
+    texts = {**ADAPTER_CONFIGS, **CONFIGS}
+    return {
+        name: tf.AutoConfig.for_model(name, text_config=texts[text].to_dict(), vision_config=dict(vision))
+        for name, (text, vision) in LANGUAGE_MODEL_OF.items()
+    }
+
+
+CONFIGS.update(_vision_language_configs())
 EXPECTED_FAMILIES = {
     "qwen3": [ATT] * 2,
     "qwen3_moe": [ATT] * 2,
@@ -507,6 +530,16 @@ EXPECTED_FAMILIES = {
 }
 
 
+def _language_model_families():
+    from test_adapters import EXPECTED_FAMILIES as ADAPTER_FAMILIES
+
+    families = {**ADAPTER_FAMILIES, **EXPECTED_FAMILIES}
+    return {name: families[text] for name, (text, _) in LANGUAGE_MODEL_OF.items()}
+
+
+EXPECTED_FAMILIES.update(_language_model_families())
+
+
 # How to build the models the causal-LM auto class does not build from their config (it gives
 # Qwen3.5's text model).
 MODEL_BUILDERS = {
@@ -520,6 +553,7 @@ MODEL_BUILDERS = {
             *("cohere2_vision", "idefics3", "smolvlm", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"),
         )
     },
+    **{name: tf.AutoModelForImageTextToText.from_config for name in LANGUAGE_MODEL_OF},
     # It builds Llama 4's text model only, but a Llama 4 checkpoint holds the multimodal class.
     "llama4": tf.Llama4ForConditionalGeneration,
 }
@@ -777,8 +811,9 @@ def test_hybrids_attention_layers_keep_their_windows_and_lfm3_gates_each_head():
 
 
 # Mistral 3: no causal-LM class; Llama 4: the causal-LM class would build the text model only
-# and leave the checkpoint's vision weights unread; SmolVLM: its language model at model.text_model.
-@pytest.mark.parametrize("name", ["mistral3", "llama4", "smolvlm"])
+# and leave the checkpoint's vision weights unread; SmolVLM: its language model at model.text_model;
+# LFM2-VL: a hybrid language model, through LFM2's own layout.
+@pytest.mark.parametrize("name", ["mistral3", "llama4", "smolvlm", "lfm2_vl"])
 def test_a_vision_language_folder_loads_its_own_class_and_its_language_model_is_analysed(tmp_path, name):
     import warnings
 

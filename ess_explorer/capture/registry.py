@@ -394,6 +394,36 @@ REGISTRY: dict[str, ModelType] = {
     ),
 }
 
+
+def _of_language_model(text_type: str) -> ModelType:
+    """The entry of a vision-language class whose language model (model.language_model) is
+    always of the supported type ``text_type``: that type's own layout, applied to it."""
+    text = REGISTRY[text_type]
+    skipped = text.skipped
+    return ModelType(
+        lambda model: text.slots(model.model.language_model),
+        text.families,
+        "model.language_model." + text.layers.removeprefix("model."),
+        f"the language model of the multimodal class, as {text_type} (text prompts): {text.kinds}",
+        None if skipped is None else lambda model: skipped(model.model.language_model),
+    )
+
+
+# Vision-language classes around one language model type each, analysed on a text prompt.
+REGISTRY.update(
+    {
+        name: _of_language_model(text_type)
+        for name, text_type in (
+            ("exaone4_5", "exaone4"),
+            ("aria", "aria_text"),
+            ("minimax_m3_vl", "minimax_m3_vl_text"),
+            ("lfm2_vl", "lfm2"),
+            ("lfm3_vl", "lfm3"),
+            ("kimi_k25", "deepseek_v3"),
+        )
+    }
+)
+
 # Model types whose layers look like softmax attention but whose head outputs are not T times
 # the values a hook can read: refused with the reason (docs/families.md, "Not supported").
 REFUSED: dict[str, str] = {
