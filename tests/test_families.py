@@ -450,6 +450,18 @@ def _attention_configs():
                 text_config=dict(LM, head_dim=8, rope_parameters=MROPE, **MOE),
                 vision_config=dict(QWEN_VISION, deepstack_visual_indexes=[]),
             ),
+            **{  # GLM-4.1V, 4.5V and 4.6V: Qwen-VL's positions
+                name: tf.AutoConfig.for_model(
+                    name,
+                    text_config=dict(LM, rope_parameters=dict(MROPE, partial_rotary_factor=1.0), **text),
+                    vision_config=QWEN_VISION,
+                )
+                for name, text in (
+                    ("glm4v", {}),
+                    ("glm4v_moe", dict(n_routed_experts=2, num_experts_per_tok=1, moe_intermediate_size=16)),
+                    ("glm46v", {"model_type": "glm4v_text"}),
+                )
+            },
             "mimo_v2_flash": tf.AutoConfig.for_model(  # V narrower than K and scaled; sinks on windowed layers
                 "mimo_v2_flash",
                 head_dim=12,
@@ -551,6 +563,7 @@ MODEL_BUILDERS = {
         for name in (
             *("mistral3", "llava", "llava_next", "llava_onevision", "vipllava", "internvl", "aya_vision"),
             *("cohere2_vision", "idefics3", "smolvlm", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"),
+            *("glm4v", "glm4v_moe", "glm46v"),
         )
     },
     **{name: tf.AutoModelForImageTextToText.from_config for name in LANGUAGE_MODEL_OF},

@@ -334,12 +334,17 @@ REGISTRY: dict[str, ModelType] = {
             uniform("model.language_model.layers", "self_attn", "attention"),
             (_ATT,),
             "model.language_model.layers[i].self_attn",
-            f"the language model of the multimodal class, as {name}_text (text prompts)",
+            f"the language model of the multimodal class, as {text} (text prompts)",
         )
-        for name in ("gemma3", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")
+        for name, text in (
+            *((name, f"{name}_text") for name in ("gemma3", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")),
+            *((name, f"{name}_text") for name in ("glm4v", "glm4v_moe")),  # GLM-4.1V, GLM-4.5V
+            ("glm46v", "glm4v_text"),  # GLM-4.6V
+        )
     },
     # Vision-language wrappers around a language model of another type (Mistral 3 around
-    # Mistral, LLaVA and InternVL around Llama, Qwen2, ...): that type must be softmax attention.
+    # Mistral, the LLaVA family and InternVL around Llama, Qwen2, ...; Idefics 3 and SmolVLM keep
+    # theirs at model.text_model): that type must be softmax attention.
     **{
         name: ModelType(
             _wrapped_attention(path),
@@ -349,8 +354,19 @@ REGISTRY: dict[str, ModelType] = {
             "(text prompts)",
         )
         for path, names in (
-            ("model.language_model.layers", ("mistral3", "llava", "llava_next", "llava_onevision", "vipllava")),
-            ("model.language_model.layers", ("internvl", "aya_vision", "cohere2_vision")),
+            (
+                "model.language_model.layers",
+                (
+                    "mistral3",
+                    "llava",
+                    "llava_next",
+                    "llava_onevision",
+                    "vipllava",
+                    "internvl",
+                    "aya_vision",
+                    "cohere2_vision",
+                ),
+            ),
             ("model.text_model.layers", ("idefics3", "smolvlm")),
         )
         for name in names
