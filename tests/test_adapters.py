@@ -290,9 +290,9 @@ def test_missing_attention_probabilities_are_an_error_not_an_empty_operator():
 
 
 def test_unsupported_model_type_names_the_registry():
-    config = tf.CodeGenConfig(n_layer=1, n_embd=32, n_head=4, rotary_dim=4, vocab_size=VOCAB)
+    config = tf.XLNetConfig(n_layer=1, d_model=32, n_head=4, d_inner=64, vocab_size=VOCAB)  # permutation LM
     model = tf.AutoModelForCausalLM.from_config(config)
-    with pytest.raises(ValueError, match=r"'codegen'.*not supported.*mamba.*capture/registry.py"):
+    with pytest.raises(ValueError, match=r"'xlnet'.*not supported.*mamba.*capture/registry.py"):
         layer_slots(model)
 
 

@@ -78,10 +78,11 @@ def test_each_layer_is_windowed_where_its_config_says_and_its_rows_are_probabili
 
 def test_fused_projections_give_each_head_its_own_values():
     """GPT-NeoX, BLOOM, Persimmon and multi-head GPT-BigCode interleave [q | k | v] per head in
-    one projection; multi-query GPT-BigCode puts one k and one v head after every query: the
-    values the adapter reads must be the model's own, head by head (a wrong split would still
-    have the right shape)."""
-    for name, kv_heads in (("gpt_neox", 4), ("bloom", 4), ("gpt_bigcode", 1), ("gpt_bigcode_heads", 4)):
+    one projection, CodeGen [q | v | k] per model-parallel shard; multi-query GPT-BigCode puts
+    one k and one v head after every query: the values the adapter reads must be the model's
+    own, head by head (a wrong split would still have the right shape)."""
+    cases = (("gpt_neox", 4), ("bloom", 4), ("codegen", 4), ("gpt_bigcode", 1), ("gpt_bigcode_heads", 4))
+    for name, kv_heads in cases:
         model, ids = build(name)
         layer = capture(model, ids, layer_slots(model))[0]
         assert layer.info["num_key_value_heads"] == kv_heads, name

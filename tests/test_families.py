@@ -376,6 +376,8 @@ def _attention_configs():
             "gpt_neox": tf.GPTNeoXConfig(**{**LM, "num_key_value_heads": 4}),  # Pythia; per head [q | k | v]
             "bloom": tf.BloomConfig(n_layer=2, hidden_size=32, n_head=4, **IDS),  # ALiBi; per head [q | k | v]
             "gptj": tf.GPTJConfig(n_layer=2, n_embd=32, n_head=4, rotary_dim=4, **IDS),
+            # [q | v | k] in each of 4 model-parallel shards of qkv_proj (8 columns each)
+            "codegen": tf.CodeGenConfig(n_layer=2, n_embd=32, n_head=4, rotary_dim=4, **IDS),
             # ALiBi, fused Wqkv clamped to +-0.05: most entries of this random model's V are clamped
             "mpt": tf.MptConfig(n_layers=2, d_model=32, n_heads=4, attn_config={"clip_qkv": 0.05}, **IDS),
             "biogpt": tf.BioGptConfig(num_hidden_layers=2, hidden_size=32, num_attention_heads=4, **IDS),

@@ -66,7 +66,9 @@ def _fused_values(module):
       Falcon's multi-query ``query_key_value``;
     - per head [q | k | v], hd columns each: GPT-NeoX, Persimmon and BLOOM's
       ``query_key_value``, Falcon's default, GPT-BigCode's multi-head ``c_attn``;
-    - per KV group [its queries | k | v]: Falcon's ``new_decoder_architecture``.
+    - per KV group [its queries | k | v]: Falcon's ``new_decoder_architecture``;
+    - per model-parallel shard [q | v | k], ``embed_dim / mp_num`` columns each: CodeGen's
+      ``qkv_proj`` (trained on ``mp_num`` = 4 shards).
 
     A wrong split gives V of the wrong heads, which the reconstruction tests catch."""
     head_dim = _head_dim(module)
@@ -85,6 +87,12 @@ def _fused_values(module):
         if not hasattr(module, "kv_dim"):  # GPT-2
             return module.c_attn, lambda out: out[..., 2 * (out.shape[-1] // 3) :]
         return module.c_attn, last(module.kv_dim) if module.multi_query else per_head
+    if hasattr(module, "mp_num"):  # CodeGen: each shard's [q | v | k]
+
+        def per_shard(out):
+            return out.unflatten(-1, (module.mp_num, 3, -1))[..., 1, :].flatten(-2)
+
+        return module.qkv_proj, per_shard
     if hasattr(module, "qkv_proj"):
         return module.qkv_proj, last(module.num_key_value_heads * head_dim)
     if not hasattr(module, "query_key_value"):

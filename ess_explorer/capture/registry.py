@@ -124,6 +124,7 @@ REGISTRY: dict[str, ModelType] = {
             ("gpt_neox", "gpt_neox.layers", "attention"),
             ("bloom", "transformer.h", "self_attention"),
             ("gptj", "transformer.h", "attn"),
+            ("codegen", "transformer.h", "attn"),
             ("mpt", "transformer.blocks", "attn"),
             ("dbrx", "transformer.blocks", "norm_attn_norm.attn"),
             ("biogpt", "biogpt.layers", "self_attn"),
