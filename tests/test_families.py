@@ -282,6 +282,27 @@ MLA = dict(
 )
 
 
+# The sizes a vision-language model's default vision tower is shrunk to, whichever of these
+# keys its config has (images are not analysed).
+SHRUNK_VISION = dict(
+    hidden_size=16,
+    intermediate_size=32,
+    num_hidden_layers=1,
+    depth=1,
+    num_attention_heads=2,
+    num_heads=2,
+    num_key_value_heads=2,
+    embed_dim=16,
+    out_hidden_size=32,
+)
+
+
+def _shrunk_vision_language(model_type: str, text):
+    vision = tf.AutoConfig.for_model(model_type).vision_config.to_dict()
+    shrunk = {key: SHRUNK_VISION.get(key, value) for key, value in vision.items()}
+    return tf.AutoConfig.for_model(model_type, text_config=text.to_dict(), vision_config=shrunk)
+
+
 def _attention_configs():
     plain = (
         "gemma",
@@ -434,6 +455,16 @@ def _attention_configs():
                     ("cohere2_vision", tf.Cohere2VisionConfig),
                 )
             },
+            **{  # the default vision tower of each, shrunk (SHRUNK_VISION)
+                name: _shrunk_vision_language(name, text)
+                for name, text in (
+                    *((name, tf.LlamaConfig(**LM)) for name in ("llava_next_video", "video_llava", "janus")),
+                    *((name, tf.LlamaConfig(**LM)) for name in ("deepseek_vl", "deepseek_vl_hybrid")),
+                    *((name, tf.Qwen2Config(**LM)) for name in ("ovis2", "video_llama_3")),
+                    ("lighton_ocr", tf.Qwen3Config(head_dim=8, **LM)),
+                    ("hyperclovax_vision_v2", tf.AutoConfig.for_model("hyperclovax", **LM)),
+                )
+            },
             # their language model at model.text_model
             "idefics3": tf.Idefics3Config(text_config=tf.LlamaConfig(**LM).to_dict(), vision_config=TINY_VISION),
             "smolvlm": tf.SmolVLMConfig(text_config=tf.LlamaConfig(**LM).to_dict(), vision_config=TINY_VISION),
@@ -493,6 +524,7 @@ LANGUAGE_MODEL_OF = {
     "lfm2_vl": ("lfm2", GEMMA_VISION),
     "lfm3_vl": ("lfm3", dict(GEMMA_VISION, num_key_value_heads=2)),
     "kimi_k25": ("deepseek_v3", GEMMA_VISION),
+    "nemotron_h_omni": ("nemotron_h", None),  # its default vision tower, shrunk; a causal LM inside
 }
 
 
@@ -502,6 +534,8 @@ def _vision_language_configs():
     texts = {**ADAPTER_CONFIGS, **CONFIGS}
     return {
         name: tf.AutoConfig.for_model(name, text_config=texts[text].to_dict(), vision_config=dict(vision))
+        if vision
+        else _shrunk_vision_language(name, texts[text])
         for name, (text, vision) in LANGUAGE_MODEL_OF.items()
     }
 
@@ -565,7 +599,9 @@ MODEL_BUILDERS = {
         for name in (
             *("mistral3", "llava", "llava_next", "llava_onevision", "vipllava", "internvl", "aya_vision"),
             *("cohere2_vision", "idefics3", "smolvlm", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"),
-            *("glm4v", "glm4v_moe", "glm46v"),
+            *("glm4v", "glm4v_moe", "glm46v", "llava_next_video", "video_llava", "janus", "deepseek_vl"),
+            *("deepseek_vl_hybrid", "ovis2", "video_llama_3", "lighton_ocr"),
+            "hyperclovax_vision_v2",
         )
     },
     **{name: tf.AutoModelForImageTextToText.from_config for name in LANGUAGE_MODEL_OF},
@@ -827,8 +863,8 @@ def test_hybrids_attention_layers_keep_their_windows_and_lfm3_gates_each_head():
 
 # Mistral 3: no causal-LM class; Llama 4: the causal-LM class would build the text model only
 # and leave the checkpoint's vision weights unread; SmolVLM: its language model at model.text_model;
-# LFM2-VL: a hybrid language model, through LFM2's own layout.
-@pytest.mark.parametrize("name", ["mistral3", "llama4", "smolvlm", "lfm2_vl"])
+# LFM2-VL: a hybrid language model, through LFM2's own layout; Nemotron-H omni: a causal LM inside.
+@pytest.mark.parametrize("name", ["mistral3", "llama4", "smolvlm", "lfm2_vl", "nemotron_h_omni"])
 def test_a_vision_language_folder_loads_its_own_class_and_its_language_model_is_analysed(tmp_path, name):
     import warnings
 

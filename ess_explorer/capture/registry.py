@@ -20,6 +20,7 @@ config (tests/test_families.py).
 from __future__ import annotations
 
 import difflib
+import operator
 from dataclasses import dataclass
 from typing import Callable
 
@@ -358,14 +359,10 @@ REGISTRY: dict[str, ModelType] = {
             (
                 "model.language_model.layers",
                 (
-                    "mistral3",
-                    "llava",
-                    "llava_next",
-                    "llava_onevision",
-                    "vipllava",
-                    "internvl",
-                    "aya_vision",
-                    "cohere2_vision",
+                    *("mistral3", "llava", "llava_next", "llava_next_video", "video_llava", "llava_onevision"),
+                    *("vipllava", "internvl", "aya_vision", "cohere2_vision", "ovis2"),
+                    *("deepseek_vl", "deepseek_vl_hybrid", "janus", "video_llama_3", "lighton_ocr"),
+                    "hyperclovax_vision_v2",
                 ),
             ),
             ("model.text_model.layers", ("idefics3", "smolvlm")),
@@ -412,17 +409,20 @@ REGISTRY: dict[str, ModelType] = {
 }
 
 
-def _of_language_model(text_type: str) -> ModelType:
-    """The entry of a vision-language class whose language model (model.language_model) is
-    always of the supported type ``text_type``: that type's own layout, applied to it."""
-    text = REGISTRY[text_type]
+def _of_language_model(text_type: str, where: str = "model.language_model") -> ModelType:
+    """The entry of a vision-language class whose language model (at ``where``) is always of
+    the supported type ``text_type``: that type's own layout, applied to it. Under ``model.`` the
+    language model is a base model (its layers at ``where.layers``), elsewhere a causal LM
+    (at ``where.model.layers``)."""
+    text, language_model = REGISTRY[text_type], operator.attrgetter(where)
     skipped = text.skipped
+    base_model = where if where.startswith("model.") else f"{where}.model"
     return ModelType(
-        lambda model: text.slots(model.model.language_model),
+        lambda model: text.slots(language_model(model)),
         text.families,
-        "model.language_model." + text.layers.removeprefix("model."),
+        f"{base_model}.{text.layers.removeprefix('model.')}",
         f"the language model of the multimodal class, as {text_type} (text prompts): {text.kinds}",
-        None if skipped is None else lambda model: skipped(model.model.language_model),
+        None if skipped is None else lambda model: skipped(language_model(model)),
     )
 
 
@@ -438,7 +438,8 @@ REGISTRY.update(
             ("lfm3_vl", "lfm3"),
             ("kimi_k25", "deepseek_v3"),
         )
-    }
+    },
+    nemotron_h_omni=_of_language_model("nemotron_h", where="language_model"),  # Nemotron Nano VL
 )
 
 # Model types whose layers look like softmax attention but whose head outputs are not T times
