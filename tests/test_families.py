@@ -432,14 +432,6 @@ def _attention_configs():
                 text_config=tf.Qwen2Config(**LM).to_dict(),
                 vision_config={**TINY_VISION, "image_size": [28, 28], "patch_size": [14, 14]},
             ),
-            "llava_next": tf.LlavaNextConfig(
-                text_config=tf.LlamaConfig(**LM).to_dict(),
-                vision_config={"model_type": "clip_vision_model", **TINY_VISION},
-            ),
-            "llava_onevision": tf.LlavaOnevisionConfig(
-                text_config=tf.Qwen2Config(**LM).to_dict(),
-                vision_config={"model_type": "siglip_vision_model", **TINY_VISION},
-            ),
             "vipllava": tf.VipLlavaConfig(
                 text_config=tf.LlamaConfig(**LM).to_dict(),
                 vision_config={"model_type": "clip_vision_model", **TINY_VISION},
@@ -458,9 +450,10 @@ def _attention_configs():
             **{  # the default vision tower of each, shrunk (SHRUNK_VISION)
                 name: _shrunk_vision_language(name, text)
                 for name, text in (
-                    *((name, tf.LlamaConfig(**LM)) for name in ("llava_next_video", "video_llava", "janus")),
+                    *((name, tf.LlamaConfig(**LM)) for name in ("llava_next", "llava_next_video", "video_llava")),
+                    ("janus", tf.LlamaConfig(**LM)),
                     *((name, tf.LlamaConfig(**LM)) for name in ("deepseek_vl", "deepseek_vl_hybrid")),
-                    *((name, tf.Qwen2Config(**LM)) for name in ("ovis2", "video_llama_3")),
+                    *((name, tf.Qwen2Config(**LM)) for name in ("llava_onevision", "ovis2", "video_llama_3")),
                     ("lighton_ocr", tf.Qwen3Config(head_dim=8, **LM)),
                     ("hyperclovax_vision_v2", tf.AutoConfig.for_model("hyperclovax", **LM)),
                 )
