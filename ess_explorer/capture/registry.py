@@ -369,12 +369,6 @@ REGISTRY: dict[str, ModelType] = {
         )
         for name in names
     },
-    "llama4": ModelType(  # Llama 4 Scout / Maverick checkpoints: the multimodal class
-        uniform("language_model.model.layers", "self_attn", "attention"),
-        (_ATT, "chunked_attention"),
-        "language_model.model.layers[i].self_attn",
-        "the language model of the multimodal class, as llama4_text (text prompts)",
-    ),
     **{
         name: ModelType(
             hybrid("model.language_model.layers", _GATED_DELTA),
@@ -439,6 +433,8 @@ REGISTRY.update(
             ("kimi_k25", "deepseek_v3"),
         )
     },
+    # a whole causal LM at language_model
+    llama4=_of_language_model("llama4_text", where="language_model"),  # Llama 4 Scout, Maverick
     nemotron_h_omni=_of_language_model("nemotron_h", where="language_model"),  # Nemotron Nano VL
 )
 
