@@ -316,19 +316,12 @@ REGISTRY: dict[str, ModelType] = {
     },
     **{
         name: ModelType(
-            uniform(f"{path}.layers", "self_attn", "gemma4_attention"),
+            uniform("model.layers", "self_attn", "gemma4_attention"),
             (_ATT,),
-            f"{path}.layers[i].self_attn",
-            "softmax attention; V after v_norm; the KV-sharing last layers read an earlier layer's V"
-            + (" (the language model of the multimodal class, text prompts)" if "text" not in name else ""),
+            "model.layers[i].self_attn",
+            "softmax attention; V after v_norm; the KV-sharing last layers read an earlier layer's V",
         )
-        for name, path in (
-            ("gemma4_text", "model"),
-            ("gemma4", "model.language_model"),
-            ("gemma4_unified_text", "model"),
-            ("gemma4_unified", "model.language_model"),
-            ("gemma3n_text", "model"),  # Gemma 3n's attention is Gemma 4's
-        )
+        for name in ("gemma4_text", "gemma4_unified_text", "gemma3n_text")  # Gemma 3n's attention is Gemma 4's
     },
     # The multimodal classes: their language model, on a text prompt (images are not analysed).
     **{
@@ -339,7 +332,7 @@ REGISTRY: dict[str, ModelType] = {
             f"the language model of the multimodal class, as {text} (text prompts)",
         )
         for name, text in (
-            *((name, f"{name}_text") for name in ("gemma3", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")),
+            *((name, f"{name}_text") for name in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")),
             *((name, f"{name}_text") for name in ("glm4v", "glm4v_moe")),  # GLM-4.1V, GLM-4.5V
             ("glm46v", "glm4v_text"),  # GLM-4.6V
         )
@@ -368,15 +361,6 @@ REGISTRY: dict[str, ModelType] = {
             ("model.text_model.layers", ("idefics3", "smolvlm")),
         )
         for name in names
-    },
-    **{
-        name: ModelType(
-            hybrid("model.language_model.layers", _GATED_DELTA),
-            ("gated_deltanet", _ATT),
-            "model.language_model.layers[i]",
-            f"the language model of the multimodal class, as {name}_text (text prompts)",
-        )
-        for name in ("qwen3_5", "qwen3_5_moe")
     },
     "lara_mini": ModelType(
         hybrid("model.layers", {**_DELTA, **ATTENTION_LAYERS}),
@@ -420,11 +404,13 @@ def _of_language_model(text_type: str, where: str = "model.language_model") -> M
     )
 
 
-# Vision-language classes around one language model type each, analysed on a text prompt.
+# Multimodal and vision-language classes around one language model type each, analysed on a
+# text prompt.
 REGISTRY.update(
     {
         name: _of_language_model(text_type)
         for name, text_type in (
+            *((name, f"{name}_text") for name in ("gemma3", "gemma4", "gemma4_unified", "qwen3_5", "qwen3_5_moe")),
             ("exaone4_5", "exaone4"),
             ("aria", "aria_text"),
             ("minimax_m3_vl", "minimax_m3_vl_text"),
