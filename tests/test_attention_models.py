@@ -42,10 +42,11 @@ WINDOWED = {
     "aya_vision": [0],
     "cohere2_vision": [0],
     "gpt_neo": [1],  # config.attention_layers: "global", "local"
+    "modernbert-decoder": [0],
 }
 SINKS = {"gpt_oss": [0, 1], "flint": [0, 1], "mimo_v2_flash": [0]}  # layers with a learned sink
 # Layers that attend only to the keys their indexer selects: at most SPARSE_TOP per query.
-SPARSE = {"deepseek_v32": [0, 1], "glm_moe_dsa": [0, 1], "minimax_m3_vl_text": [0]}
+SPARSE = {"deepseek_v32": [0, 1], "glm_moe_dsa": [0, 1], "minimax_m3_vl_text": [0], "doge": [0, 1]}
 
 
 @pytest.mark.parametrize("name", sorted(ATTENTION_CONFIGS))
@@ -77,11 +78,18 @@ def test_each_layer_is_windowed_where_its_config_says_and_its_rows_are_probabili
 
 
 def test_fused_projections_give_each_head_its_own_values():
-    """GPT-NeoX, BLOOM, Persimmon and multi-head GPT-BigCode interleave [q | k | v] per head in
-    one projection, CodeGen [q | v | k] per model-parallel shard; multi-query GPT-BigCode puts
+    """GPT-NeoX (and GPT-NeoX Japanese), BLOOM, Persimmon and multi-head GPT-BigCode interleave
+    [q | k | v] per head in one projection, CodeGen [q | v | k] per model-parallel shard; multi-query GPT-BigCode puts
     one k and one v head after every query: the values the adapter reads must be the model's
     own, head by head (a wrong split would still have the right shape)."""
-    cases = (("gpt_neox", 4), ("bloom", 4), ("codegen", 4), ("gpt_bigcode", 1), ("gpt_bigcode_heads", 4))
+    cases = (
+        ("gpt_neox", 4),
+        ("gpt_neox_japanese", 4),
+        ("bloom", 4),
+        ("codegen", 4),
+        ("gpt_bigcode", 1),
+        ("gpt_bigcode_heads", 4),
+    )
     for name, kv_heads in cases:
         model, ids = build(name)
         layer = capture(model, ids, layer_slots(model))[0]
@@ -111,7 +119,8 @@ def test_gemma4_shared_layers_read_the_values_of_the_layer_whose_cache_they_shar
 
 def test_latent_attention_counts_its_compressed_cache():
     """DeepSeek's MLA caches the latent and one rotary key per token, not K and V per head."""
-    for name in ("deepseek_v2", "deepseek_v3", "glm4_moe_lite", "minicpm3", "youtu", "sarvam_mla", "deepseek_v32"):
+    latent = ("deepseek_v2", "deepseek_v3", "glm4_moe_lite", "minicpm3", "youtu", "sarvam_mla", "axk1", "deepseek_v32")
+    for name in latent:
         model, ids = build(name)
         layer = capture(model, ids, layer_slots(model))[0]
         config = model.config

@@ -356,6 +356,9 @@ def _attention_configs():
     # sparse ones' indexers keep SPARSE_TOP of the keys, so their selection is live at LENGTH.
     latent = ("glm4_moe_lite", "minicpm3", "youtu", "sarvam_mla")
     configs.update({name: tf.AutoConfig.for_model(name, n_group=1, topk_group=1, **MLA) for name in latent})
+    configs["axk1"] = tf.AutoConfig.for_model(
+        "axk1", n_group=1, topk_group=1, mlp_layer_types=["dense", "sparse"], **MLA
+    )
     sparse = dict(index_topk=SPARSE_TOP, index_n_heads=2, index_head_dim=8, n_group=1, topk_group=1)
     configs.update({name: tf.AutoConfig.for_model(name, **sparse, **MLA) for name in ("deepseek_v32", "glm_moe_dsa")})
     configs.update(
@@ -411,6 +414,19 @@ def _attention_configs():
                 **IDS,
             ),
             "gpt_bigcode": tf.GPTBigCodeConfig(n_layer=2, n_embd=32, n_head=4, multi_query=True, **IDS),
+            # GPT-1: fused c_attn [q | k | v], probabilities only when output_attentions is passed
+            "openai-gpt": tf.OpenAIGPTConfig(n_layer=2, n_embd=32, n_head=4, **IDS),
+            "ctrl": tf.CTRLConfig(n_layer=2, n_embd=32, n_head=4, dff=64, **IDS),  # Wq, Wk, Wv, dense
+            "gpt_neox_japanese": tf.GPTNeoXJapaneseConfig(**{**LM, "num_key_value_heads": 4}),  # per head [q | k | v]
+            # ModernBERT's decoder: window local_attention // 2 on its "sliding_attention" layers, out through Wo
+            "modernbert-decoder": tf.AutoConfig.for_model(
+                "modernbert-decoder",
+                local_attention=2 * WINDOW,
+                layer_types=["sliding_attention", "full_attention"],
+                **LM,
+            ),
+            # Doge's dynamic mask keeps the SPARSE_TOP keys of largest bias per query, so it is live here
+            "doge": tf.AutoConfig.for_model("doge", keep_window_size=SPARSE_TOP, **LM),
             "gpt_bigcode_heads": tf.GPTBigCodeConfig(n_layer=2, n_embd=32, n_head=4, multi_query=False, **IDS),
             "gpt_neo": tf.GPTNeoConfig(
                 num_layers=2,

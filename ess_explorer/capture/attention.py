@@ -31,26 +31,34 @@ Capture (hooks on public modules only, nothing patched):
   attn_weights (1, H, L, L) are the probabilities with the eager implementation. With sdpa
   or flash they are None: analysis switches the model to "eager" for the pass
   (`model.set_attn_implementation`), and `build` raises if they are still missing, so
-  empty attentions are never taken silently.
-- forward hook on ``v_proj`` (or the fused projection, by its model's column layout:
-  `_fused_values`) for V, and a pre-hook on the output projection (``o_proj`` / ``out_proj``
-  / GPT-2 ``c_proj`` / ``dense``) for the concatenated head outputs: the reconstruction test
+  empty attentions are never taken silently. An attention module whose forward takes
+  ``output_attentions`` (GPT-1's) gets it set by a pre-hook: it returns its probabilities
+  only when asked.
+- forward hook on ``v_proj`` (CTRL's ``Wv``, or the fused projection, by its model's column
+  layout: `_fused_values`) for V, and a pre-hook on the output projection (``o_proj`` /
+  ``out_proj`` / GPT-2 ``c_proj`` / ``dense`` / ModernBERT decoder's ``Wo``) for the
+  concatenated head outputs: the reconstruction test
   checks o_h = T_h v_{g(h)}.
 """
 
 from __future__ import annotations
+
+import inspect
 
 from ..core.units import DenseCapture
 from .base import CaptureSession, LayerSlot
 
 __all__ = ["AttentionAdapter"]
 
-_OUTPUT_PROJECTIONS = ("o_proj", "out_proj", "c_proj", "dense")
+_OUTPUT_PROJECTIONS = ("o_proj", "out_proj", "c_proj", "dense", "Wo")  # Wo: ModernBERT decoder
+_VALUE_PROJECTIONS = ("v_proj", "Wv")  # Wv: CTRL
 
 
 def _head_dim(module) -> int:
-    """The size of one head: ``head_dim``, or GPT-NeoX's ``head_size``."""
+    """The size of one head: ``head_dim``, GPT-NeoX's ``head_size``, or GPT-1's width per head."""
     size = getattr(module, "head_dim", None) or getattr(module, "head_size", None)
+    if size is None and hasattr(module, "split_size") and hasattr(module, "n_head"):
+        size = module.split_size // module.n_head  # GPT-1 (openai-gpt)
     if size is None:
         raise AttributeError(f"{type(module).__name__} has neither head_dim nor head_size")
     return int(size)
@@ -119,9 +127,15 @@ class AttentionAdapter:
         raw = session.store(slot.index)
 
         def on_attention(_module, _args, output):
-            weights = output[1] if isinstance(output, tuple) and len(output) > 1 else None
+            weights = output[1] if isinstance(output, (tuple, list)) and len(output) > 1 else None
             raw["probs"] = None if weights is None else weights.detach()
 
+        if "output_attentions" in inspect.signature(module.forward).parameters:
+            # GPT-1's attention returns its probabilities only when the call asks for them.
+            def ask_for_weights(_module, args, kwargs):
+                return args, {**kwargs, "output_attentions": True}
+
+            session.hook(module.register_forward_pre_hook(ask_for_weights, with_kwargs=True))
         session.hook(module.register_forward_hook(on_attention))
         self.install_values(session, module, raw)
         for name in _OUTPUT_PROJECTIONS:
@@ -131,11 +145,12 @@ class AttentionAdapter:
                 break
 
     def install_values(self, session: CaptureSession, module, raw: dict) -> None:
-        """Keep V, (B, L, H_kv hd), as ``raw["v"]``: the output of ``v_proj`` or of the fused
-        projection."""
-        if hasattr(module, "v_proj"):
-            session.keep_output(module.v_proj, raw, "v")
-            return
+        """Keep V, (B, L, H_kv hd), as ``raw["v"]``: the output of ``v_proj`` (CTRL's ``Wv``) or
+        of the fused projection."""
+        for name in _VALUE_PROJECTIONS:
+            if hasattr(module, name):
+                session.keep_output(getattr(module, name), raw, "v")
+                return
         projection, values = _fused_values(module)
 
         def on_fused(_m, _a, out):

@@ -85,6 +85,7 @@ _ATTENTION_TYPES = (
     *("ernie4_5_moe", "glm4_moe", "granitemoeshared", "cwm", "nanochat", "ministral3", "cohere2_moe"),
     *("exaone_moe", "flex_olmo", "hy_v3", "hyperclovax", "jais2", "minimax_m2", "solar_open", "xglm"),
     *("kolibri1", "flint", "mellum", "apertus1p5_text", "aria_text", "mimo_v2_flash", "dots1"),
+    "doge",  # its dynamic mask (a bias per key, top keep_window_size keys per query) is inside T
     # Model types transformers builds with another type's classes (Llama, GLM-4 MoE).
     *("exaone", "internlm3", "iquestcoder", "sarvam_moe"),
 )
@@ -130,6 +131,10 @@ REGISTRY: dict[str, ModelType] = {
             ("dbrx", "transformer.blocks", "norm_attn_norm.attn"),
             ("biogpt", "biogpt.layers", "self_attn"),
             ("gpt_bigcode", "transformer.h", "attn"),
+            ("openai-gpt", "transformer.h", "attn"),  # GPT-1
+            ("ctrl", "transformer.h", "multi_head_attention"),
+            ("gpt_neox_japanese", "gpt_neox_japanese.layers", "attention"),
+            ("modernbert-decoder", "model.layers", "attn"),  # windows from layer_types
         )
     },
     "gpt_neo": ModelType(
@@ -142,7 +147,7 @@ REGISTRY: dict[str, ModelType] = {
             "model.layers[i].self_attn",
             "latent attention (MLA: values from kv_b_proj)",
         )
-        for name in ("deepseek_v2", "deepseek_v3", "glm4_moe_lite", "minicpm3", "youtu", "sarvam_mla")
+        for name in ("deepseek_v2", "deepseek_v3", "glm4_moe_lite", "minicpm3", "youtu", "sarvam_mla", "axk1")
     },
     **{
         name: ModelType(
