@@ -39,6 +39,7 @@ WINDOWED = {
     "mimo_v2_flash": [0],
     "dots1": [0],
     "mistral3": [0, 1],
+    "idefics2": [0, 1],  # Mistral's window
     "aya_vision": [0],
     "cohere2_vision": [0],
     "gpt_neo": [1],  # config.attention_layers: "global", "local"

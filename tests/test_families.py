@@ -471,10 +471,15 @@ def _attention_configs():
                     *((name, tf.LlamaConfig(**LM)) for name in ("deepseek_vl", "deepseek_vl_hybrid")),
                     *((name, tf.Qwen2Config(**LM)) for name in ("llava_onevision", "ovis2", "video_llama_3")),
                     ("lighton_ocr", tf.Qwen3Config(head_dim=8, **LM)),
+                    ("qianfan_ocr", tf.Qwen3Config(head_dim=8, **LM)),
+                    *((name, tf.Qwen2Config(**LM)) for name in ("got_ocr2", "pp_chart2table")),
+                    ("idefics2", tf.MistralConfig(sliding_window=WINDOW, **LM)),  # at model.text_model
                     ("hyperclovax_vision_v2", tf.AutoConfig.for_model("hyperclovax", **LM)),
                 )
             },
             # their language model at model.text_model
+            # Fuyu has no vision tower: image patches enter through a linear embedding
+            "fuyu": tf.FuyuConfig(text_config=tf.PersimmonConfig(**{**LM, "num_key_value_heads": 4}).to_dict()),
             "idefics3": tf.Idefics3Config(text_config=tf.LlamaConfig(**LM).to_dict(), vision_config=TINY_VISION),
             "smolvlm": tf.SmolVLMConfig(text_config=tf.LlamaConfig(**LM).to_dict(), vision_config=TINY_VISION),
             "qwen2_vl": tf.Qwen2VLConfig(
@@ -534,6 +539,8 @@ LANGUAGE_MODEL_OF = {
     "lfm3_vl": ("lfm3", dict(GEMMA_VISION, num_key_value_heads=2)),
     "kimi_k25": ("deepseek_v3", GEMMA_VISION),
     "nemotron_h_omni": ("nemotron_h", None),  # its default vision tower, shrunk; a causal LM inside
+    "shieldgemma2": ("gemma3_text", None),
+    **{name: ("qwen3_5_text", None) for name in ("minicpmv4_6", "minicpmv4_7", "minicpm_ocr")},
 }
 
 
@@ -610,7 +617,7 @@ MODEL_BUILDERS = {
             *("cohere2_vision", "idefics3", "smolvlm", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe"),
             *("glm4v", "glm4v_moe", "glm46v", "llava_next_video", "video_llava", "janus", "deepseek_vl"),
             *("deepseek_vl_hybrid", "ovis2", "video_llama_3", "lighton_ocr"),
-            "hyperclovax_vision_v2",
+            *("hyperclovax_vision_v2", "fuyu", "got_ocr2", "pp_chart2table", "qianfan_ocr", "idefics2"),
         )
     },
     **{name: tf.AutoModelForImageTextToText.from_config for name in LANGUAGE_MODEL_OF},
@@ -873,7 +880,9 @@ def test_hybrids_attention_layers_keep_their_windows_and_lfm3_gates_each_head():
 # Mistral 3: no causal-LM class; Llama 4: the causal-LM class would build the text model only
 # and leave the checkpoint's vision weights unread; SmolVLM: its language model at model.text_model;
 # LFM2-VL: a hybrid language model, through LFM2's own layout; Nemotron-H omni: a causal LM inside.
-@pytest.mark.parametrize("name", ["mistral3", "llama4", "smolvlm", "lfm2_vl", "nemotron_h_omni"])
+@pytest.mark.parametrize(
+    "name", ["mistral3", "llama4", "smolvlm", "lfm2_vl", "nemotron_h_omni", "got_ocr2", "minicpmv4_6"]
+)
 def test_a_vision_language_folder_loads_its_own_class_and_its_language_model_is_analysed(tmp_path, name):
     import warnings
 
@@ -905,3 +914,16 @@ def test_switching_a_multimodal_model_to_eager_attention_and_back_prints_nothing
         analyze(model, ids, layers=[0], progress=False)
     assert model.config._attn_implementation == "sdpa"  # switched back
     assert not [r for r in caplog.records if "sub-config" in r.getMessage()]
+
+
+def test_a_language_model_on_sdpa_inside_an_eager_model_is_switched_and_switched_back():
+    """GOT-OCR 2's vision tower has only an eager implementation, so the model's own config says
+    eager while its language model runs sdpa and returns no probabilities: the capture switches
+    the language model too, and restores both."""
+    model, ids = build("got_ocr2")
+    text = model.config.text_config
+    assert (model.config._attn_implementation, text._attn_implementation) == ("eager", "sdpa")
+    layers = capture(model, ids, layer_slots(model))
+    assert_reconstructs("got_ocr2", layers)
+    assert (model.config._attn_implementation, text._attn_implementation) == ("eager", "sdpa")
+    assert model.model.language_model.layers[0].self_attn.config._attn_implementation == "sdpa"

@@ -24,6 +24,7 @@ from .attention import AttentionAdapter
 from .attention_variants import GatedAttentionAdapter, Gemma4AttentionAdapter, LatentAttentionAdapter
 from .base import Adapter, CaptureSession, LayerSlot, quiet_kernel_fallback, transformers_outside_tested_range
 from .gated_delta import GatedDeltaNetAdapter, KimiDeltaAdapter
+from .layouts import language_model_config
 from .lightning import LightningAttentionAdapter
 from .linear_attention import LinearAttentionAdapter
 from .mamba import MambaAdapter
@@ -91,7 +92,11 @@ def eager_attention(model: nn.Module, needed: bool = True):
     only returned by it), restoring the model's previous implementation afterwards."""
     config = getattr(model, "config", None)
     previous = getattr(config, "_attn_implementation", None)
-    switch = needed and previous != "eager" and hasattr(model, "set_attn_implementation")
+    # A multimodal class can run eager itself (GOT-OCR 2: its vision tower has nothing else)
+    # while its language model, whose attention is analysed, runs sdpa.
+    text = language_model_config(config) if config is not None else None
+    previous_text = getattr(text, "_attn_implementation", None)
+    switch = needed and (previous != "eager" or previous_text != "eager") and hasattr(model, "set_attn_implementation")
     forced = False
     if switch:
         _set_attention(model, "eager")
@@ -106,10 +111,19 @@ def eager_attention(model: nn.Module, needed: bool = True):
         if forced:
             config._attn_implementation = previous
         elif switch and isinstance(previous, str):
-            _set_attention(model, previous)
+            _set_attention(model, _previous_implementation(config, text, previous, previous_text))
 
 
-def _set_attention(model: nn.Module, implementation: str) -> None:
+def _previous_implementation(config, text, previous: str, previous_text) -> str | dict:
+    """What restores the model's attention implementation: ``previous`` for all of it, or, where
+    its language model (the sub-config ``text``) ran another one, a dict that names both."""
+    if text is config or previous_text == previous or not isinstance(previous_text, str):
+        return previous
+    key = next((key for key in getattr(config, "sub_configs", {}) if getattr(config, key, None) is text), None)
+    return previous if key is None else {"": previous, key: previous_text}
+
+
+def _set_attention(model: nn.Module, implementation: str | dict) -> None:
     """``model.set_attn_implementation`` without transformers' warnings about the sub-configs of
     a multimodal model it cannot match to a sub-model (Gemma 4 unified's vision config, at every
     switch): the analysis never runs those, and the switch itself is checked above."""

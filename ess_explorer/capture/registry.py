@@ -343,8 +343,8 @@ REGISTRY: dict[str, ModelType] = {
         )
     },
     # Vision-language wrappers around a language model of another type (Mistral 3 around
-    # Mistral, the LLaVA family and InternVL around Llama, Qwen2, ...; Idefics 3 and SmolVLM keep
-    # theirs at model.text_model): that type must be softmax attention.
+    # Mistral, the LLaVA family and InternVL around Llama, Qwen2, ...; Idefics 2 / 3 and SmolVLM
+    # keep theirs at model.text_model): that type must be softmax attention.
     **{
         name: ModelType(
             _wrapped_attention(path),
@@ -360,10 +360,10 @@ REGISTRY: dict[str, ModelType] = {
                     *("mistral3", "llava", "llava_next", "llava_next_video", "video_llava", "llava_onevision"),
                     *("vipllava", "internvl", "aya_vision", "cohere2_vision", "ovis2"),
                     *("deepseek_vl", "deepseek_vl_hybrid", "janus", "video_llama_3", "lighton_ocr"),
-                    "hyperclovax_vision_v2",
+                    *("hyperclovax_vision_v2", "fuyu", "got_ocr2", "pp_chart2table", "qianfan_ocr"),
                 ),
             ),
-            ("model.text_model.layers", ("idefics3", "smolvlm")),
+            ("model.text_model.layers", ("idefics2", "idefics3", "smolvlm")),
         )
         for name in names
     },
@@ -422,6 +422,8 @@ REGISTRY.update(
             ("lfm2_vl", "lfm2"),
             ("lfm3_vl", "lfm3"),
             ("kimi_k25", "deepseek_v3"),
+            ("shieldgemma2", "gemma3_text"),
+            *((name, "qwen3_5_text") for name in ("minicpmv4_6", "minicpmv4_7", "minicpm_ocr")),
         )
     },
     # a whole causal LM at language_model
