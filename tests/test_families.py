@@ -478,6 +478,22 @@ def _attention_configs():
                 )
             },
             # their language model at model.text_model
+            # their own language model, with Qwen-VL's positions where they use them
+            **{
+                name: _shrunk_vision_language(
+                    name,
+                    tf.AutoConfig.for_model(
+                        f"{name}_text" if name != "glmga" else "glm4v_text",
+                        rope_parameters=dict(MROPE, partial_rotary_factor=1.0),
+                        **({"head_dim": 8} if name in ("paddleocr_vl", "cosmos3_edge") else {}),
+                        **LM,
+                    ),
+                )
+                for name in ("glm_ocr", "paddleocr_vl", "cosmos3_edge", "glmga")
+            },
+            "granite_docling": _shrunk_vision_language(
+                "granite_docling", tf.AutoConfig.for_model("granite_docling_text", **LM)
+            ),  # at model.text_model
             # Fuyu has no vision tower: image patches enter through a linear embedding
             "fuyu": tf.FuyuConfig(text_config=tf.PersimmonConfig(**{**LM, "num_key_value_heads": 4}).to_dict()),
             "idefics3": tf.Idefics3Config(text_config=tf.LlamaConfig(**LM).to_dict(), vision_config=TINY_VISION),
@@ -618,6 +634,7 @@ MODEL_BUILDERS = {
             *("glm4v", "glm4v_moe", "glm46v", "llava_next_video", "video_llava", "janus", "deepseek_vl"),
             *("deepseek_vl_hybrid", "ovis2", "video_llama_3", "lighton_ocr"),
             *("hyperclovax_vision_v2", "fuyu", "got_ocr2", "pp_chart2table", "qianfan_ocr", "idefics2"),
+            *("glm_ocr", "paddleocr_vl", "cosmos3_edge", "glmga", "granite_docling"),
         )
     },
     **{name: tf.AutoModelForImageTextToText.from_config for name in LANGUAGE_MODEL_OF},

@@ -331,15 +331,17 @@ REGISTRY: dict[str, ModelType] = {
     # The multimodal classes: their language model, on a text prompt (images are not analysed).
     **{
         name: ModelType(
-            uniform("model.language_model.layers", "self_attn", "attention"),
+            uniform(f"{where}.layers", "self_attn", "attention"),
             (_ATT,),
-            "model.language_model.layers[i].self_attn",
+            f"{where}.layers[i].self_attn",
             f"the language model of the multimodal class, as {text} (text prompts)",
         )
-        for name, text in (
-            *((name, f"{name}_text") for name in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")),
-            *((name, f"{name}_text") for name in ("glm4v", "glm4v_moe")),  # GLM-4.1V, GLM-4.5V
-            ("glm46v", "glm4v_text"),  # GLM-4.6V
+        for name, text, where in (
+            *((name, f"{name}_text", "model.language_model") for name in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")),
+            *((name, f"{name}_text", "model.language_model") for name in ("qwen3_vl_moe", "glm4v", "glm4v_moe")),
+            *((name, "glm4v_text", "model.language_model") for name in ("glm46v", "glmga")),  # GLM-4.6V
+            *((name, f"{name}_text", "model.language_model") for name in ("glm_ocr", "paddleocr_vl", "cosmos3_edge")),
+            ("granite_docling", "granite_docling_text", "model.text_model"),
         )
     },
     # Vision-language wrappers around a language model of another type (Mistral 3 around
