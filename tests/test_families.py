@@ -303,6 +303,20 @@ def _shrunk_vision_language(model_type: str, text):
     return tf.AutoConfig.for_model(model_type, text_config=text.to_dict(), vision_config=shrunk)
 
 
+MLLAMA_TEXT = tf.AutoConfig.for_model("mllama_text_model", cross_attention_layers=[1], **{**LM, "num_hidden_layers": 3})
+MLLAMA_VISION = dict(
+    hidden_size=16,
+    num_hidden_layers=1,
+    num_global_layers=1,
+    intermediate_size=32,
+    attention_heads=2,
+    image_size=28,
+    patch_size=14,
+    vision_output_dim=32,
+    intermediate_layers_indices=[0],
+)
+
+
 def _attention_configs():
     plain = (
         "gemma",
@@ -494,6 +508,8 @@ def _attention_configs():
             "granite_docling": _shrunk_vision_language(
                 "granite_docling", tf.AutoConfig.for_model("granite_docling_text", **LM)
             ),  # at model.text_model
+            # Llama 3.2 Vision: layer 1 cross-attends to the image (skipped on a text prompt)
+            "mllama": tf.MllamaConfig(text_config=MLLAMA_TEXT.to_dict(), vision_config=MLLAMA_VISION),
             # Fuyu has no vision tower: image patches enter through a linear embedding
             "fuyu": tf.FuyuConfig(text_config=tf.PersimmonConfig(**{**LM, "num_key_value_heads": 4}).to_dict()),
             "idefics3": tf.Idefics3Config(text_config=tf.LlamaConfig(**LM).to_dict(), vision_config=TINY_VISION),
@@ -634,7 +650,7 @@ MODEL_BUILDERS = {
             *("glm4v", "glm4v_moe", "glm46v", "llava_next_video", "video_llava", "janus", "deepseek_vl"),
             *("deepseek_vl_hybrid", "ovis2", "video_llama_3", "lighton_ocr"),
             *("hyperclovax_vision_v2", "fuyu", "got_ocr2", "pp_chart2table", "qianfan_ocr", "idefics2"),
-            *("glm_ocr", "paddleocr_vl", "cosmos3_edge", "glmga", "granite_docling"),
+            *("glm_ocr", "paddleocr_vl", "cosmos3_edge", "glmga", "granite_docling", "mllama"),
         )
     },
     **{name: tf.AutoModelForImageTextToText.from_config for name in LANGUAGE_MODEL_OF},
@@ -944,3 +960,16 @@ def test_a_language_model_on_sdpa_inside_an_eager_model_is_switched_and_switched
     assert_reconstructs("got_ocr2", layers)
     assert (model.config._attn_implementation, text._attn_implementation) == ("eager", "sdpa")
     assert model.model.language_model.layers[0].self_attn.config._attn_implementation == "sdpa"
+
+
+def test_mllama_cross_attention_layers_are_listed_as_skipped():
+    """A text prompt skips Llama 3.2 Vision's cross-attention layers: the analysis keeps the
+    self-attention layers' own indices and says why the others have no result."""
+    from ess_explorer.capture import skipped_layers
+
+    model, ids = build("mllama")
+    assert sorted(capture(model, ids, layer_slots(model))) == [0, 2]
+    assert list(skipped_layers(model)) == [1] and "cross-attention" in skipped_layers(model)[1]
+    result = analyze(model, ids, progress=False)
+    assert sorted(result.layers) == [0, 2]
+    assert list(map(int, result.meta["skipped_layers"])) == [1]

@@ -22,6 +22,8 @@ __all__ = [
     "ATTENTION_KINDS",
     "ATTENTION_LAYERS",
     "NEMOTRON_SKIP",
+    "MLLAMA_CROSS",
+    "mllama",
     "falcon_h1",
     "find_layers",
     "gpt_neo",
@@ -229,6 +231,23 @@ def recurrent_gemma(model):
         else:
             out.append(LayerSlot(i, "attention", layer.temporal_block, window=int(config.attention_window_size)))
     return out
+
+
+MLLAMA_CROSS = "a cross-attention layer: it attends to the image, and a text prompt skips it"
+
+
+def mllama(path: str):
+    """Llama 3.2 Vision (Mllama): the self-attention layers of its language model at ``path``;
+    the layers in config.cross_attention_layers attend to the image instead, and a text prompt
+    skips them (listed in `skipped_layers` with MLLAMA_CROSS)."""
+
+    def slots(model):
+        config = _text_config(model)
+        cross = set(config.cross_attention_layers)
+        layers = find_layers(model, path)
+        return [_slot(config, i, "attention", layer.self_attn) for i, layer in enumerate(layers) if i not in cross]
+
+    return slots
 
 
 NEMOTRON_SKIP = {"mlp": "an MLP block: no sequence mixer", "moe": "a mixture-of-experts MLP block: no sequence mixer"}

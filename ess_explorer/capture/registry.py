@@ -30,6 +30,7 @@ from .base import LayerSlot
 from .layouts import (
     ATTENTION_KINDS,
     ATTENTION_LAYERS,
+    MLLAMA_CROSS,
     NEMOTRON_SKIP,
     falcon_h1,
     gpt_neo,
@@ -38,6 +39,7 @@ from .layouts import (
     layer_types,
     longcat_flash,
     mixers,
+    mllama,
     recurrent_gemma,
     uniform,
     zamba,
@@ -369,6 +371,14 @@ REGISTRY: dict[str, ModelType] = {
         )
         for name in names
     },
+    "mllama": ModelType(  # Llama 3.2 Vision
+        mllama("model.language_model.layers"),
+        (_ATT,),
+        "model.language_model.layers[i].self_attn",
+        "self-attention layers; the cross-attention layers (config.cross_attention_layers) attend to the image "
+        "and are listed as skipped",
+        skipped=lambda model: dict.fromkeys(language_model_config(model.config).cross_attention_layers, MLLAMA_CROSS),
+    ),
     "lara_mini": ModelType(
         hybrid("model.layers", {**_DELTA, **ATTENTION_LAYERS}),
         ("gated_deltanet", _ATT),
