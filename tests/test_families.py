@@ -940,6 +940,18 @@ def test_a_vision_language_wrapper_around_another_kind_of_language_model_is_refu
         layer_slots(model)
 
 
+def test_a_vision_language_wrapper_reads_its_language_model_with_that_types_own_layout():
+    """A LLaVA around GPT-NeoX (layers at .layers, fused per-head [q | k | v] in .attention):
+    the wrapper reads the language model as gpt_neox is read, not at a path of its own."""
+    config = tf.LlavaConfig(
+        text_config=CONFIGS["gpt_neox"].to_dict(), vision_config={"model_type": "clip_vision_model", **TINY_VISION}
+    )
+    model, ids = tiny_model(config, 0)
+    layers = capture(model, ids, layer_slots(model))
+    assert sorted(layers) == [0, 1] and all(layer.info["num_key_value_heads"] == 4 for layer in layers.values())
+    assert_reconstructs("llava around gpt_neox", layers)
+
+
 def test_switching_a_multimodal_model_to_eager_attention_and_back_prints_nothing(caplog):
     """transformers warns at each switch that it cannot match Gemma 4 unified's vision sub-config."""
     model, ids = build("gemma4_unified")

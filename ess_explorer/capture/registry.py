@@ -97,18 +97,21 @@ _DELTA = {"linear_attention": ("linear_attn", "gated_deltanet")}
 _GATED_DELTA = {**_DELTA, "full_attention": ("self_attn", "gated_attention")}  # Qwen3-Next, Qwen3.5
 
 
-def _wrapped_attention(path: str):
-    """The layers at ``path`` of a vision-language wrapper's language model, whose type its text
-    config names."""
+def _wrapped_attention(where: str):
+    """The language model at ``where`` of a wrapper class, read with the layout of the type its
+    text config names, which must be a softmax-attention type of the registry (any other is
+    refused with the list)."""
 
     def layout(model: nn.Module) -> list[LayerSlot]:
         text_type = language_model_config(model.config).model_type
-        if text_type not in _ATTENTION_TYPES:
+        entry = REGISTRY.get(text_type)
+        if entry is None or entry.families != (_ATT,):
+            allowed = sorted(name for name, entry in REGISTRY.items() if entry.families == (_ATT,))
             raise ValueError(
                 f"{model.config.model_type} with a {text_type!r} language model is not supported: its language "
-                f"model must be one of the softmax-attention model types ({', '.join(sorted(_ATTENTION_TYPES))})"
+                f"model must be one of the softmax-attention model types ({', '.join(allowed)})"
             )
-        return uniform(path, "self_attn", "attention")(model)
+        return entry.slots(operator.attrgetter(where)(model))
 
     return layout
 
@@ -346,20 +349,21 @@ REGISTRY: dict[str, ModelType] = {
             ("granite_docling", "granite_docling_text", "model.text_model"),
         )
     },
-    # Vision-language wrappers around a language model of another type (Mistral 3 around
-    # Mistral, the LLaVA family and InternVL around Llama, Qwen2, ...; Idefics 2 / 3 and SmolVLM
-    # keep theirs at model.text_model): that type must be softmax attention.
+    # Wrappers around a language model of another type (Mistral 3 around Mistral, the LLaVA
+    # family and InternVL around Llama, Qwen2, ...; Idefics 2 / 3 and SmolVLM keep theirs at
+    # model.text_model): any softmax-attention type, read with that type's own layout. (BLIP-2
+    # and InstructBLIP are not among them: their forward needs an image.)
     **{
         name: ModelType(
-            _wrapped_attention(path),
+            _wrapped_attention(where),
             (_ATT,),
-            f"{path}[i].self_attn",
+            f"{where}: the layers of its language model's type",
             "the language model of the multimodal class, when it is one of the softmax-attention types above "
             "(text prompts)",
         )
-        for path, names in (
+        for where, names in (
             (
-                "model.language_model.layers",
+                "model.language_model",
                 (
                     *("mistral3", "llava", "llava_next", "llava_next_video", "video_llava", "llava_onevision"),
                     *("vipllava", "internvl", "aya_vision", "cohere2_vision", "ovis2"),
@@ -367,7 +371,7 @@ REGISTRY: dict[str, ModelType] = {
                     *("hyperclovax_vision_v2", "fuyu", "got_ocr2", "pp_chart2table", "qianfan_ocr"),
                 ),
             ),
-            ("model.text_model.layers", ("idefics2", "idefics3", "smolvlm")),
+            ("model.text_model", ("idefics2", "idefics3", "smolvlm")),
         )
         for name in names
     },
