@@ -47,7 +47,7 @@ WINDOWED = {
 }
 SINKS = {"gpt_oss": [0, 1], "flint": [0, 1], "mimo_v2_flash": [0]}  # layers with a learned sink
 # Layers that attend only to the keys their indexer selects: at most SPARSE_TOP per query.
-SPARSE = {"deepseek_v32": [0, 1], "glm_moe_dsa": [0, 1], "minimax_m3_vl_text": [0], "doge": [0, 1]}
+SPARSE = {"deepseek_v32": [0, 1], "glm_moe_dsa": [0, 1], "minimax_m3_vl_text": [0], "doge": [0, 1], "axk2": [0, 1]}
 
 
 @pytest.mark.parametrize("name", sorted(ATTENTION_CONFIGS))
@@ -120,14 +120,16 @@ def test_gemma4_shared_layers_read_the_values_of_the_layer_whose_cache_they_shar
 
 def test_latent_attention_counts_its_compressed_cache():
     """DeepSeek's MLA caches the latent and one rotary key per token, not K and V per head."""
-    latent = ("deepseek_v2", "deepseek_v3", "glm4_moe_lite", "minicpm3", "youtu", "sarvam_mla", "axk1", "deepseek_v32")
-    for name in latent:
+    latent = ("deepseek_v2", "deepseek_v3", "glm4_moe_lite", "minicpm3", "youtu", "sarvam_mla", "axk1")
+    for name in (*latent, "deepseek_v32", "axk2"):
         model, ids = build(name)
         layer = capture(model, ids, layer_slots(model))[0]
         config = model.config
-        indexer_key = config.index_head_dim if name == "deepseek_v32" else 0
+        indexer_key = config.index_head_dim if name in ("deepseek_v32", "axk2") else 0
         assert layer.info["state_scalars_per_tss"] == config.kv_lora_rank + config.qk_rope_head_dim + indexer_key
         assert layer.inputs.shape[-1] == config.v_head_dim
+        if name == "axk2":  # its sigmoid output gate, per head and value channel, stays outside T
+            assert layer.out_gate.shape == layer.inputs.shape and torch.all((layer.out_gate > 0) & (layer.out_gate < 1))
 
 
 def test_gemma4_attending_both_ways_is_refused_before_the_forward_pass():

@@ -370,11 +370,18 @@ def _attention_configs():
     # sparse ones' indexers keep SPARSE_TOP of the keys, so their selection is live at LENGTH.
     latent = ("glm4_moe_lite", "minicpm3", "youtu", "sarvam_mla")
     configs.update({name: tf.AutoConfig.for_model(name, n_group=1, topk_group=1, **MLA) for name in latent})
+    sparse = dict(index_topk=SPARSE_TOP, index_n_heads=2, index_head_dim=8, n_group=1, topk_group=1)
+    configs.update({name: tf.AutoConfig.for_model(name, **sparse, **MLA) for name in ("deepseek_v32", "glm_moe_dsa")})
+    configs["axk2"] = tf.AutoConfig.for_model(  # the indexer's selection and a sigmoid output gate
+        "axk2",
+        **sparse,
+        mlp_layer_types=["dense", "sparse"],
+        layer_types=["indexed_attention"] * 2,
+        **{key: value for key, value in MLA.items() if key != "first_k_dense_replace"},
+    )
     configs["axk1"] = tf.AutoConfig.for_model(
         "axk1", n_group=1, topk_group=1, mlp_layer_types=["dense", "sparse"], **MLA
     )
-    sparse = dict(index_topk=SPARSE_TOP, index_n_heads=2, index_head_dim=8, n_group=1, topk_group=1)
-    configs.update({name: tf.AutoConfig.for_model(name, **sparse, **MLA) for name in ("deepseek_v32", "glm_moe_dsa")})
     configs.update(
         {
             "qwen2_moe": tf.Qwen2MoeConfig(num_experts=2, num_experts_per_tok=1, moe_intermediate_size=16, **LM),

@@ -21,7 +21,12 @@ from torch import nn
 
 from ..core.units import CapturedLayer, DenseCapture, ShortConvCapture, SSMCapture
 from .attention import AttentionAdapter
-from .attention_variants import GatedAttentionAdapter, Gemma4AttentionAdapter, LatentAttentionAdapter
+from .attention_variants import (
+    GatedAttentionAdapter,
+    GatedLatentAttentionAdapter,
+    Gemma4AttentionAdapter,
+    LatentAttentionAdapter,
+)
 from .base import Adapter, CaptureSession, LayerSlot, quiet_kernel_fallback, transformers_outside_tested_range
 from .gated_delta import GatedDeltaNetAdapter, KimiDeltaAdapter
 from .layouts import language_model_config
@@ -78,6 +83,7 @@ ADAPTERS: dict[str, Adapter] = {
     "gated_attention": GatedAttentionAdapter(),
     "projected_gate_attention": GatedAttentionAdapter(gate_projections=("gate_proj", "g_proj")),
     "latent_attention": LatentAttentionAdapter(),
+    "gated_latent_attention": GatedLatentAttentionAdapter(),
     "gemma4_attention": Gemma4AttentionAdapter(),
     "rg_lru": RGLRUAdapter(),
     "lightning_attention": LightningAttentionAdapter(),

@@ -24,7 +24,9 @@ the value head size. Its cache, the layer's state, is the latent and the shared 
 kv_lora_rank + qk_rope_head_dim scalars per token. DeepSeek sparse attention (DeepSeek-V3.2,
 GLM-5) adds an indexer that keeps the top-k keys of each query by folding its selection into
 the attention mask, so the returned probabilities, T, hold the selection; its cache adds the
-indexer's key (index_head_dim scalars per token).
+indexer's key (index_head_dim scalars per token). A.X K2 adds an output gate to that:
+``q_gate_proj`` makes [query | gate] per head, and o_h = sigmoid(gate_h) * (T_h v_h), gate
+(L, v_head_dim), kept outside T as ``out_gate`` like the other gated heads.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from ..core.units import DenseCapture
 from .attention import AttentionAdapter
 from .base import CaptureSession, LayerSlot
 
-__all__ = ["Gemma4AttentionAdapter", "GatedAttentionAdapter", "LatentAttentionAdapter"]
+__all__ = ["Gemma4AttentionAdapter", "GatedAttentionAdapter", "GatedLatentAttentionAdapter", "LatentAttentionAdapter"]
 
 
 class GatedAttentionAdapter(AttentionAdapter):
@@ -140,3 +142,20 @@ class LatentAttentionAdapter(AttentionAdapter):
             },
             operator=probs,
         )
+
+
+class GatedLatentAttentionAdapter(LatentAttentionAdapter):
+    """Latent attention whose head outputs are multiplied by sigmoid(gate), the gate being the
+    last v_head_dim columns of each head's [query | gate] in ``q_gate_proj`` (A.X K2)."""
+
+    def install(self, session: CaptureSession, slot: LayerSlot) -> None:
+        super().install(session, slot)
+        session.keep_output(slot.module.q_gate_proj, session.store(slot.index), "gate")
+
+    def build(self, slot: LayerSlot, raw: dict) -> DenseCapture:
+        layer = super().build(slot, raw)
+        value_dim = layer.info["head_dim"]
+        gate = raw["gate"][0].reshape(layer.length, layer.n_units, -1)[..., -value_dim:]  # (L, H, v_head_dim)
+        layer.out_gate = torch.sigmoid(gate.to(torch.float64)).transpose(0, 1)  # (H, L, v_head_dim)
+        layer.info["out_gate"] = "sigmoid(gate) per head and channel, from q_gate_proj"
+        return layer

@@ -164,6 +164,13 @@ REGISTRY: dict[str, ModelType] = {
         )
         for name in ("deepseek_v32", "glm_moe_dsa")
     },
+    "axk2": ModelType(
+        uniform("model.layers", "self_attn", "gated_latent_attention"),
+        (_ATT,),
+        "model.layers[i].self_attn",
+        "latent attention (MLA) over the keys its indexer selects, with a sigmoid output gate from q_gate_proj "
+        "(out_gate)",
+    ),
     "longcat_flash": ModelType(
         longcat_flash,
         (_ATT,),
