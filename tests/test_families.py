@@ -517,6 +517,36 @@ def _attention_configs():
             ),  # at model.text_model
             # Llama 3.2 Vision: layer 1 cross-attends to the image (skipped on a text prompt)
             "mllama": tf.MllamaConfig(text_config=MLLAMA_TEXT.to_dict(), vision_config=MLLAMA_VISION),
+            # Chameleon: images are tokens of its vocabulary (a tiny VQ-GAN maps them)
+            "chameleon": tf.ChameleonConfig(
+                vocabulary_map={"<image>": VOCAB - 1, **{f"IMGIMG{chr(65 + i)}Z": 40 + i for i in range(16)}},
+                vq_config=dict(
+                    embed_dim=32,
+                    num_embeddings=16,
+                    base_channels=32,
+                    channel_multiplier=[1],
+                    num_res_blocks=1,
+                    attn_resolutions=[],
+                    latent_channels=32,
+                    resolution=16,
+                ),
+                **LM,
+            ),
+            "emu3": tf.Emu3Config(  # the same, its language model at model.text_model
+                text_config=tf.AutoConfig.for_model("emu3_text_model", **LM).to_dict(),
+                vocabulary_map={"<image>": VOCAB - 1, **{f"<|visual token {i:06d}|>": 40 + i for i in range(16)}},
+                vq_config=dict(
+                    codebook_size=16,
+                    embed_dim=4,
+                    latent_channels=4,
+                    base_channels=32,
+                    channel_multiplier=[1],
+                    num_res_blocks=1,
+                    attn_resolutions=[],
+                    hidden_size=32,
+                    num_attention_heads=1,
+                ),
+            ),
             # Fuyu has no vision tower: image patches enter through a linear embedding
             "fuyu": tf.FuyuConfig(text_config=tf.PersimmonConfig(**{**LM, "num_key_value_heads": 4}).to_dict()),
             "idefics3": tf.Idefics3Config(text_config=tf.LlamaConfig(**LM).to_dict(), vision_config=TINY_VISION),
@@ -657,7 +687,7 @@ MODEL_BUILDERS = {
             *("glm4v", "glm4v_moe", "glm46v", "llava_next_video", "video_llava", "janus", "deepseek_vl"),
             *("deepseek_vl_hybrid", "ovis2", "video_llama_3", "lighton_ocr"),
             *("hyperclovax_vision_v2", "fuyu", "got_ocr2", "pp_chart2table", "qianfan_ocr", "idefics2"),
-            *("glm_ocr", "paddleocr_vl", "cosmos3_edge", "glmga", "granite_docling", "mllama"),
+            *("glm_ocr", "paddleocr_vl", "cosmos3_edge", "glmga", "granite_docling", "mllama", "chameleon", "emu3"),
         )
     },
     **{name: tf.AutoModelForImageTextToText.from_config for name in LANGUAGE_MODEL_OF},

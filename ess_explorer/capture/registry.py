@@ -88,6 +88,7 @@ _ATTENTION_TYPES = (
     *("exaone_moe", "flex_olmo", "hy_v3", "hyperclovax", "jais2", "minimax_m2", "solar_open", "xglm"),
     *("kolibri1", "flint", "mellum", "apertus1p5_text", "aria_text", "mimo_v2_flash", "dots1"),
     "doge",  # its dynamic mask (a bias per key, top keep_window_size keys per query) is inside T
+    "chameleon",  # image tokens and text in one vocabulary; a text prompt
     # Model types transformers builds with another type's classes (Llama, GLM-4 MoE).
     *("exaone", "internlm3", "iquestcoder", "sarvam_moe"),
 )
@@ -354,6 +355,7 @@ REGISTRY: dict[str, ModelType] = {
             *((name, "glm4v_text", "model.language_model") for name in ("glm46v", "glmga")),  # GLM-4.6V
             *((name, f"{name}_text", "model.language_model") for name in ("glm_ocr", "paddleocr_vl", "cosmos3_edge")),
             ("granite_docling", "granite_docling_text", "model.text_model"),
+            ("emu3", "emu3_text_model", "model.text_model"),  # images are tokens of its vocabulary
         )
     },
     # Wrappers around a language model of another type (Mistral 3 around Mistral, the LLaVA
