@@ -317,6 +317,15 @@ MLLAMA_VISION = dict(
 )
 
 
+# Chameleon's and Emu3's image tokenizer, a VQ-GAN, as small as it builds (images are not analysed).
+TINY_VQ = dict(base_channels=32, channel_multiplier=[1], num_res_blocks=1, attn_resolutions=[], num_attention_heads=1)
+
+
+def _image_vocabulary(token_name) -> dict:
+    """A vocabulary map with an image token and 16 image-code tokens (ids 40-55) named by ``token_name(i)``."""
+    return {"<image>": VOCAB - 1, **{token_name(i): 40 + i for i in range(16)}}
+
+
 def _attention_configs():
     plain = (
         "gemma",
@@ -517,35 +526,16 @@ def _attention_configs():
             ),  # at model.text_model
             # Llama 3.2 Vision: layer 1 cross-attends to the image (skipped on a text prompt)
             "mllama": tf.MllamaConfig(text_config=MLLAMA_TEXT.to_dict(), vision_config=MLLAMA_VISION),
-            # Chameleon: images are tokens of its vocabulary (a tiny VQ-GAN maps them)
+            # Chameleon and Emu3: images are tokens of their vocabulary (a tiny VQ-GAN maps them)
             "chameleon": tf.ChameleonConfig(
-                vocabulary_map={"<image>": VOCAB - 1, **{f"IMGIMG{chr(65 + i)}Z": 40 + i for i in range(16)}},
-                vq_config=dict(
-                    embed_dim=32,
-                    num_embeddings=16,
-                    base_channels=32,
-                    channel_multiplier=[1],
-                    num_res_blocks=1,
-                    attn_resolutions=[],
-                    latent_channels=32,
-                    resolution=16,
-                ),
+                vocabulary_map=_image_vocabulary(lambda i: f"IMGIMG{chr(65 + i)}Z"),
+                vq_config=dict(TINY_VQ, embed_dim=32, num_embeddings=16, latent_channels=32, resolution=16),
                 **LM,
             ),
-            "emu3": tf.Emu3Config(  # the same, its language model at model.text_model
+            "emu3": tf.Emu3Config(  # its language model at model.text_model
                 text_config=tf.AutoConfig.for_model("emu3_text_model", **LM).to_dict(),
-                vocabulary_map={"<image>": VOCAB - 1, **{f"<|visual token {i:06d}|>": 40 + i for i in range(16)}},
-                vq_config=dict(
-                    codebook_size=16,
-                    embed_dim=4,
-                    latent_channels=4,
-                    base_channels=32,
-                    channel_multiplier=[1],
-                    num_res_blocks=1,
-                    attn_resolutions=[],
-                    hidden_size=32,
-                    num_attention_heads=1,
-                ),
+                vocabulary_map=_image_vocabulary(lambda i: f"<|visual token {i:06d}|>"),
+                vq_config=dict(TINY_VQ, codebook_size=16, embed_dim=4, latent_channels=4, hidden_size=32),
             ),
             # Fuyu has no vision tower: image patches enter through a linear embedding
             "fuyu": tf.FuyuConfig(text_config=tf.PersimmonConfig(**{**LM, "num_key_value_heads": 4}).to_dict()),
