@@ -236,18 +236,14 @@ def recurrent_gemma(model):
 MLLAMA_CROSS = "a cross-attention layer: it attends to the image, and a text prompt skips it"
 
 
-def mllama(path: str):
-    """Llama 3.2 Vision (Mllama): the self-attention layers of its language model at ``path``;
-    the layers in config.cross_attention_layers attend to the image instead, and a text prompt
-    skips them (listed in `skipped_layers` with MLLAMA_CROSS)."""
-
-    def slots(model):
-        config = _text_config(model)
-        cross = set(config.cross_attention_layers)
-        layers = find_layers(model, path)
-        return [_slot(config, i, "attention", layer.self_attn) for i, layer in enumerate(layers) if i not in cross]
-
-    return slots
+def mllama(model):
+    """Llama 3.2 Vision (Mllama): the self-attention layers of its language model; the layers in
+    config.cross_attention_layers attend to the image instead, and a text prompt skips them
+    (listed in `skipped_layers` with MLLAMA_CROSS)."""
+    config = _text_config(model)
+    cross = set(config.cross_attention_layers)
+    layers = find_layers(model, "model.language_model.layers")
+    return [_slot(config, i, "attention", layer.self_attn) for i, layer in enumerate(layers) if i not in cross]
 
 
 NEMOTRON_SKIP = {"mlp": "an MLP block: no sequence mixer", "moe": "a mixture-of-experts MLP block: no sequence mixer"}

@@ -94,6 +94,9 @@ _ATTENTION_TYPES = (
 )
 _ATTENTION_NOTE = "softmax attention (GQA: one T per query head; windows, chunks and soft-capping from the config)"
 _MAMBA2_HYBRID = {"mamba": ("mamba", "mamba2"), "linear_attention": ("mamba", "mamba2"), **ATTENTION_LAYERS}
+# Multimodal classes whose language model, at model.language_model, is of their own type + "_text".
+_OWN_TEXT_TYPE = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v", "glm4v_moe", "glm_ocr")
+_OWN_TEXT_TYPE += ("paddleocr_vl", "cosmos3_edge")  # GLM-4.1V and 4.5V are glm4v and glm4v_moe
 _DELTA = {"linear_attention": ("linear_attn", "gated_deltanet")}
 _GATED_DELTA = {**_DELTA, "full_attention": ("self_attn", "gated_attention")}  # Qwen3-Next, Qwen3.5
 
@@ -350,10 +353,8 @@ REGISTRY: dict[str, ModelType] = {
             f"the language model of the multimodal class, as {text} (text prompts)",
         )
         for name, text, where in (
-            *((name, f"{name}_text", "model.language_model") for name in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")),
-            *((name, f"{name}_text", "model.language_model") for name in ("qwen3_vl_moe", "glm4v", "glm4v_moe")),
+            *((name, f"{name}_text", "model.language_model") for name in _OWN_TEXT_TYPE),
             *((name, "glm4v_text", "model.language_model") for name in ("glm46v", "glmga")),  # GLM-4.6V
-            *((name, f"{name}_text", "model.language_model") for name in ("glm_ocr", "paddleocr_vl", "cosmos3_edge")),
             ("granite_docling", "granite_docling_text", "model.text_model"),
             ("emu3", "emu3_text_model", "model.text_model"),  # images are tokens of its vocabulary
         )
@@ -385,7 +386,7 @@ REGISTRY: dict[str, ModelType] = {
         for name in names
     },
     "mllama": ModelType(  # Llama 3.2 Vision
-        mllama("model.language_model.layers"),
+        mllama,
         (_ATT,),
         "model.language_model.layers[i].self_attn",
         "self-attention layers; the cross-attention layers (config.cross_attention_layers) attend to the image "
