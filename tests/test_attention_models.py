@@ -40,6 +40,7 @@ WINDOWED = {
     "dots1": [0],
     "mistral3": [0, 1],
     "idefics2": [0, 1],  # Mistral's window
+    "step3p7": [0],
     "aya_vision": [0],
     "cohere2_vision": [0],
     "gpt_neo": [1],  # config.attention_layers: "global", "local"
@@ -154,3 +155,13 @@ def test_values_narrower_than_keys_are_read_at_their_own_width_and_scale():
         layer = layers[index]
         assert layer.inputs.shape[-1] == 8 and layer.info["num_key_value_heads"] == kv_heads
         assert layer.info["state_scalars_per_tss"] == kv_heads * (12 + 8)
+
+
+def test_step3p7_gates_each_head_by_one_number_per_token():
+    """Step 3.7's g_proj makes one sigmoid gate per head and token (config.gating): the unit's
+    out_gate, the same for all of a head's value channels, and the operator stays T alone."""
+    model, ids = build("step3p7")
+    for layer in capture(model, ids, layer_slots(model)).values():
+        gate = layer.out_gate  # (H, L, head_dim)
+        assert gate.shape == layer.inputs.shape and torch.all((gate > 0) & (gate < 1))
+        assert torch.equal(gate, gate[..., :1].expand_as(gate))

@@ -526,6 +526,22 @@ def _attention_configs():
             ),  # at model.text_model
             # Llama 3.2 Vision: layer 1 cross-attends to the image (skipped on a text prompt)
             "mllama": tf.MllamaConfig(text_config=MLLAMA_TEXT.to_dict(), vision_config=MLLAMA_VISION),
+            # Step 3.7: a sigmoid gate per head from g_proj, a window on its "sliding_attention" layer
+            "step3p7": _shrunk_vision_language(
+                "step3p7",
+                tf.AutoConfig.for_model(
+                    "step3p5",
+                    **SLIDING,
+                    mlp_layer_types=["dense", "sparse"],
+                    n_routed_experts=2,
+                    num_experts_per_tok=1,
+                    moe_intermediate_size=16,
+                    share_expert_dim=16,
+                    head_dim=8,
+                    query_pre_attn_scalar=8,
+                    **LM,
+                ),
+            ),
             # Chameleon and Emu3: images are tokens of their vocabulary (a tiny VQ-GAN maps them)
             "chameleon": tf.ChameleonConfig(
                 vocabulary_map=_image_vocabulary(lambda i: f"IMGIMG{chr(65 + i)}Z"),
@@ -677,7 +693,17 @@ MODEL_BUILDERS = {
             *("glm4v", "glm4v_moe", "glm46v", "llava_next_video", "video_llava", "janus", "deepseek_vl"),
             *("deepseek_vl_hybrid", "ovis2", "video_llama_3", "lighton_ocr"),
             *("hyperclovax_vision_v2", "fuyu", "got_ocr2", "pp_chart2table", "qianfan_ocr", "idefics2"),
-            *("glm_ocr", "paddleocr_vl", "cosmos3_edge", "glmga", "granite_docling", "mllama", "chameleon", "emu3"),
+            *(
+                "glm_ocr",
+                "paddleocr_vl",
+                "cosmos3_edge",
+                "glmga",
+                "granite_docling",
+                "mllama",
+                "chameleon",
+                "emu3",
+                "step3p7",
+            ),
         )
     },
     **{name: tf.AutoModelForImageTextToText.from_config for name in LANGUAGE_MODEL_OF},
