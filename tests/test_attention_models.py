@@ -41,6 +41,7 @@ WINDOWED = {
     "mistral3": [0, 1],
     "idefics2": [0, 1],  # Mistral's window
     "step3p7": [0],
+    "muse_glimmer": [0],
     "aya_vision": [0],
     "cohere2_vision": [0],
     "gpt_neo": [1],  # config.attention_layers: "global", "local"

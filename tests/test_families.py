@@ -297,10 +297,12 @@ SHRUNK_VISION = dict(
 )
 
 
-def _shrunk_vision_language(model_type: str, text):
+def _shrunk_vision_language(model_type: str, text, **kwargs):
     vision = tf.AutoConfig.for_model(model_type).vision_config.to_dict()
     shrunk = {key: SHRUNK_VISION.get(key, value) for key, value in vision.items()}
-    return tf.AutoConfig.for_model(model_type, text_config=text.to_dict(), vision_config=shrunk)
+    if isinstance(vision.get("layer_types"), list):  # one layer, one type
+        shrunk["layer_types"] = vision["layer_types"][:1]
+    return tf.AutoConfig.for_model(model_type, text_config=text.to_dict(), vision_config=shrunk, **kwargs)
 
 
 MLLAMA_TEXT = tf.AutoConfig.for_model("mllama_text_model", cross_attention_layers=[1], **{**LM, "num_hidden_layers": 3})
@@ -542,6 +544,15 @@ def _attention_configs():
                     **LM,
                 ),
             ),
+            # Muse Glimmer: a sigmoid gate per channel from gate_proj; its full-attention layer has no RoPE
+            "muse_glimmer": _shrunk_vision_language(
+                "muse_glimmer",
+                tf.AutoConfig.for_model(
+                    "muse_glimmer_text", **SLIDING, layer_rope_theta=[10000.0, 0], head_dim=8, **LM
+                ),
+                out_hidden_size=32,
+                projector_hidden_size=32,
+            ),
             # Chameleon and Emu3: images are tokens of their vocabulary (a tiny VQ-GAN maps them)
             "chameleon": tf.ChameleonConfig(
                 vocabulary_map=_image_vocabulary(lambda i: f"IMGIMG{chr(65 + i)}Z"),
@@ -693,17 +704,8 @@ MODEL_BUILDERS = {
             *("glm4v", "glm4v_moe", "glm46v", "llava_next_video", "video_llava", "janus", "deepseek_vl"),
             *("deepseek_vl_hybrid", "ovis2", "video_llama_3", "lighton_ocr"),
             *("hyperclovax_vision_v2", "fuyu", "got_ocr2", "pp_chart2table", "qianfan_ocr", "idefics2"),
-            *(
-                "glm_ocr",
-                "paddleocr_vl",
-                "cosmos3_edge",
-                "glmga",
-                "granite_docling",
-                "mllama",
-                "chameleon",
-                "emu3",
-                "step3p7",
-            ),
+            *("glm_ocr", "paddleocr_vl", "cosmos3_edge", "glmga", "granite_docling", "mllama", "chameleon"),
+            *("emu3", "step3p7", "muse_glimmer"),
         )
     },
     **{name: tf.AutoModelForImageTextToText.from_config for name in LANGUAGE_MODEL_OF},

@@ -194,13 +194,19 @@ REGISTRY: dict[str, ModelType] = {
         "model.layers[i].self_attn",
         "softmax attention with a sigmoid output gate from gate_proj (out_gate); windows from layer_types",
     ),
-    "step3p7": ModelType(  # Step 3.7: a vision-language class, its language model on a text prompt
-        uniform("model.language_model.layers", "self_attn", "projected_gate_attention"),
-        (_ATT,),
-        "model.language_model.layers[i].self_attn",
-        "the language model of the multimodal class: softmax attention with a sigmoid output gate from g_proj "
-        "(per head or per channel, config.gating; out_gate); windows from layer_types",
-    ),
+    **{  # vision-language classes (Step 3.7, Muse Glimmer): their language model on a text prompt
+        name: ModelType(
+            uniform("model.language_model.layers", "self_attn", "projected_gate_attention"),
+            (_ATT,),
+            "model.language_model.layers[i].self_attn",
+            "the language model of the multimodal class: softmax attention with a sigmoid output gate (out_gate) "
+            f"from {gate}; windows from layer_types",
+        )
+        for name, gate in (
+            ("step3p7", "g_proj (per head or per channel, config.gating)"),
+            ("muse_glimmer", "gate_proj (per channel)"),
+        )
+    },
     "falcon": ModelType(
         uniform("transformer.h", "self_attention", "attention"),
         (_ATT,),
