@@ -457,6 +457,19 @@ def _attention_configs():
                 layer_types=["sliding_attention", "full_attention"],
                 **LM,
             ),
+            # ZAYA: Q and K convolved over time, half of each V head the previous token's; windowed
+            # "hybrid_sliding" and full "hybrid" layers
+            "zaya": tf.AutoConfig.for_model(
+                "zaya",
+                layer_types=["hybrid_sliding", "hybrid"],
+                sliding_window=WINDOW,
+                num_experts=2,
+                num_experts_per_tok=1,
+                moe_intermediate_size=16,
+                router_hidden_size=16,
+                head_dim=8,
+                **LM,
+            ),
             # Doge's dynamic mask keeps the SPARSE_TOP keys of largest bias per query, so it is live here
             "doge": tf.AutoConfig.for_model("doge", keep_window_size=SPARSE_TOP, **LM),
             "gpt_bigcode_heads": tf.GPTBigCodeConfig(n_layer=2, n_embd=32, n_head=4, multi_query=False, **IDS),
@@ -736,6 +749,10 @@ def assert_reconstructs(name: str, layers: dict) -> None:
 def build(name: str, seed: int = 0):
     """A tiny random model of ``name`` (eval mode) and a seeded prompt (1, LENGTH)."""
     model, ids = tiny_model(CONFIGS[name], seed)
+    if name == "zaya":  # its key scale starts at 0: every head would attend uniformly
+        with torch.no_grad():
+            for layer in model.model.layers:
+                layer.self_attn.qk_norm.temp.uniform_(0.5, 2.0)
     if name == "zamba":  # its init makes B, C ~ 1e-2 and D = 1: every channel's T ~ identity
         with torch.no_grad():
             for key, param in model.named_parameters():

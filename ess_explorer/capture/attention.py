@@ -45,6 +45,8 @@ from __future__ import annotations
 
 import inspect
 
+from torch import nn
+
 from ..core.units import DenseCapture
 from .base import CaptureSession, LayerSlot
 
@@ -76,7 +78,10 @@ def _fused_values(module):
       ``query_key_value``, Falcon's default, GPT-BigCode's multi-head ``c_attn``;
     - per KV group [its queries | k | v]: Falcon's ``new_decoder_architecture``;
     - per model-parallel shard [q | v | k], ``embed_dim / mp_num`` columns each: CodeGen's
-      ``qkv_proj`` (trained on ``mp_num`` = 4 shards).
+      ``qkv_proj`` (trained on ``mp_num`` = 4 shards);
+    - a module that returns the (query, key, value) states: ZAYA's ``qkv_proj`` (compressed
+      convolutional attention: half of each value head is the previous token's projection, a
+      shift before the attention, like Mamba's convolution before its scan, so outside T).
 
     A wrong split gives V of the wrong heads, which the reconstruction tests catch."""
     head_dim = _head_dim(module)
@@ -101,6 +106,8 @@ def _fused_values(module):
             return out.unflatten(-1, (module.mp_num, 3, -1))[..., 1, :].flatten(-2)
 
         return module.qkv_proj, per_shard
+    if hasattr(module, "qkv_proj") and not isinstance(module.qkv_proj, nn.Linear):
+        return module.qkv_proj, lambda out: out[2].flatten(-2)  # ZAYA's CCA: (query, key, value) states
     if hasattr(module, "qkv_proj"):
         return module.qkv_proj, last(module.num_key_value_heads * head_dim)
     if not hasattr(module, "query_key_value"):
@@ -154,7 +161,7 @@ class AttentionAdapter:
         projection, values = _fused_values(module)
 
         def on_fused(_m, _a, out):
-            raw["v"] = values(out.detach())
+            raw["v"] = values(out).detach()
 
         session.hook(projection.register_forward_hook(on_fused))
 

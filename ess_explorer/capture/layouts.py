@@ -76,13 +76,17 @@ def layer_types(model) -> list[str]:
 _WINDOW_ON_EVERY_LAYER = ("mistral", "mixtral", "starcoder2", "phi3", "phimoe", "ministral3")
 
 
+# Layer types of windowed and of full attention layers (ZAYA names them "hybrid_sliding" / "hybrid").
+_SLIDING_KINDS, _FULL_KINDS = ("sliding_attention", "hybrid_sliding"), ("full_attention", "hybrid")
+
+
 def _sliding_window(config, index: int) -> int | None:
     """Window of attention layer ``index``: layer_types "sliding_attention" (Qwen2, ...), or
     config.sliding_window on every layer of the _WINDOW_ON_EVERY_LAYER types."""
     kinds = getattr(config, "layer_types", None)
     window = getattr(config, "sliding_window", None)
-    if kinds is not None and index < len(kinds) and kinds[index] in ("sliding_attention", "full_attention"):
-        return window if kinds[index] == "sliding_attention" else None
+    if kinds is not None and index < len(kinds) and kinds[index] in _SLIDING_KINDS + _FULL_KINDS:
+        return window if kinds[index] in _SLIDING_KINDS else None
     return window if config.model_type in _WINDOW_ON_EVERY_LAYER else None
 
 

@@ -89,6 +89,7 @@ _ATTENTION_TYPES = (
     *("kolibri1", "flint", "mellum", "apertus1p5_text", "aria_text", "mimo_v2_flash", "dots1"),
     "doge",  # its dynamic mask (a bias per key, top keep_window_size keys per query) is inside T
     "chameleon",  # image tokens and text in one vocabulary; a text prompt
+    "zaya",  # compressed convolutional attention: V from its qkv_proj (attention.py _fused_values)
     # Model types transformers builds with another type's classes (Llama, GLM-4 MoE).
     *("exaone", "internlm3", "iquestcoder", "sarvam_moe"),
 )
