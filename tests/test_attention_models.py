@@ -83,9 +83,9 @@ def test_each_layer_is_windowed_where_its_config_says_and_its_rows_are_probabili
 
 def test_fused_projections_give_each_head_its_own_values():
     """GPT-NeoX (and GPT-NeoX Japanese), BLOOM, Persimmon and multi-head GPT-BigCode interleave
-    [q | k | v] per head in one projection, CodeGen [q | v | k] per model-parallel shard; multi-query GPT-BigCode puts
-    one k and one v head after every query: the values the adapter reads must be the model's
-    own, head by head (a wrong split would still have the right shape)."""
+    [q | k | v] per head in one projection, CodeGen [q | v | k] per model-parallel shard;
+    multi-query GPT-BigCode puts one k and one v head after every query: the values the adapter
+    reads must be the model's own, head by head (a wrong split would still have the right shape)."""
     cases = (
         ("gpt_neox", 4),
         ("gpt_neox_japanese", 4),
