@@ -267,12 +267,11 @@ SPARSE_TOP = 4  # keys a sparse-attention query keeps
 # their windows, fused projections and latent caches): 2 layers each.
 LM = dict(num_hidden_layers=2, **ATTN, **IDS)
 EXPERTS = dict(num_local_experts=2, num_experts_per_tok=1)
+ROUTED = dict(n_routed_experts=2, num_experts_per_tok=1, moe_intermediate_size=16)  # DeepSeek-style routed experts
 SLIDING = dict(sliding_window=WINDOW, layer_types=["sliding_attention", "full_attention"])
 MLA = dict(
     **{**LM, "num_key_value_heads": 4},
-    moe_intermediate_size=16,
-    n_routed_experts=2,
-    num_experts_per_tok=1,
+    **ROUTED,
     first_k_dense_replace=1,
     kv_lora_rank=16,
     q_lora_rank=16,
@@ -361,8 +360,8 @@ def _attention_configs():
         "flex_olmo": dict(num_experts=2, num_experts_per_tok=1),
         "hy_v3": dict(num_experts=2, num_experts_per_tok=1, moe_intermediate_size=16),
         "minimax_m2": EXPERTS,
-        "solar_open": dict(n_routed_experts=2, num_experts_per_tok=1, moe_intermediate_size=16),
-        "sarvam_moe": dict(n_routed_experts=2, num_experts_per_tok=1, moe_intermediate_size=16),  # GLM-4 MoE's
+        "solar_open": ROUTED,
+        "sarvam_moe": ROUTED,  # GLM-4 MoE's
     }
     configs.update({name: tf.AutoConfig.for_model(name, **kwargs, **LM) for name, kwargs in experts.items()})
     sliding_experts = {
@@ -371,7 +370,7 @@ def _attention_configs():
         "kolibri1": dict(num_local_experts=2, num_experts_per_tok=1, moe_intermediate_size=16),
         "mellum": dict(num_local_experts=2, num_experts_per_tok=1, moe_intermediate_size=16),
         "flint": {},
-        "dots1": dict(n_routed_experts=2, n_shared_experts=1, num_experts_per_tok=1, moe_intermediate_size=16),
+        "dots1": dict(ROUTED, n_shared_experts=1),
         "afmoe": dict(num_experts=2, num_experts_per_tok=1, moe_intermediate_size=16),  # gate_proj output gate
     }
     configs.update(
@@ -422,9 +421,7 @@ def _attention_configs():
             "hunyuan_v1_dense": tf.HunYuanDenseV1Config(head_dim=8, **LM),
             "hunyuan_v1_moe": tf.HunYuanMoEV1Config(head_dim=8, num_experts=2, moe_topk=1, **LM),
             "ernie4_5_moe": tf.Ernie4_5_MoeConfig(moe_num_experts=2, moe_k=1, moe_intermediate_size=16, **LM),
-            "glm4_moe": tf.Glm4MoeConfig(
-                n_routed_experts=2, num_experts_per_tok=1, moe_intermediate_size=16, n_group=1, topk_group=1, **LM
-            ),
+            "glm4_moe": tf.Glm4MoeConfig(**ROUTED, n_group=1, topk_group=1, **LM),
             "granitemoeshared": tf.GraniteMoeSharedConfig(**EXPERTS, **LM),
             "cwm": tf.CwmConfig(head_dim=8, **SLIDING, **LM),
             "persimmon": tf.PersimmonConfig(**{**LM, "num_key_value_heads": 4}),  # per head [q | k | v]
@@ -548,9 +545,7 @@ def _attention_configs():
                     "step3p5",
                     **SLIDING,
                     mlp_layer_types=["dense", "sparse"],
-                    n_routed_experts=2,
-                    num_experts_per_tok=1,
-                    moe_intermediate_size=16,
+                    **ROUTED,
                     share_expert_dim=16,
                     head_dim=8,
                     query_pre_attn_scalar=8,
@@ -604,7 +599,7 @@ def _attention_configs():
                 )
                 for name, text in (
                     ("glm4v", {}),
-                    ("glm4v_moe", dict(n_routed_experts=2, num_experts_per_tok=1, moe_intermediate_size=16)),
+                    ("glm4v_moe", ROUTED),
                     ("glm46v", {"model_type": "glm4v_text"}),
                 )
             },
@@ -612,9 +607,7 @@ def _attention_configs():
                 "mimo_v2_flash",
                 head_dim=12,
                 v_head_dim=8,
-                n_routed_experts=2,
-                num_experts_per_tok=1,
-                moe_intermediate_size=16,
+                **ROUTED,
                 **SLIDING,
                 **LM,
             ),
