@@ -87,7 +87,7 @@ def _configs():
         **ATTN,
         **IDS,
     )
-    qwen3_5_moe_text = tf.Qwen3_5MoeTextConfig(
+    qwen_hybrid = dict(  # Gated DeltaNet, then gated attention; routed and shared experts
         num_hidden_layers=2,
         layer_types=["linear_attention", "full_attention"],
         head_dim=8,
@@ -96,6 +96,20 @@ def _configs():
         **MOE,
         **ATTN,
         **IDS,
+    )
+    qwen3_5_moe_text = tf.Qwen3_5MoeTextConfig(**qwen_hybrid)
+    # Qwen4-Exp: layer 1's indexer keeps SPARSE_TOP keys from blocks of 2, plus the last
+    # incomplete block, so its selection is live at LENGTH.
+    qwen4_exp_text = tf.AutoConfig.for_model(  # its "full_attention" layers are "indexed_attention"
+        "qwen4_exp_text",
+        indexer_n_heads=2,
+        indexer_kv_heads=1,
+        indexer_head_dim=8,
+        indexer_budget=SPARSE_TOP,
+        indexer_compress_ratio=QWEN4_BLOCK,
+        hc_count=2,  # residual streams
+        hc_lowrank=4,
+        **qwen_hybrid,
     )
     return {
         "qwen3": tf.Qwen3Config(num_hidden_layers=2, head_dim=8, **ATTN, **IDS),
@@ -124,6 +138,10 @@ def _configs():
         "gemma3n_text": gemma3n_text,
         "qwen3_5_moe_text": qwen3_5_moe_text,
         "qwen3_5_moe": tf.Qwen3_5MoeConfig(text_config=qwen3_5_moe_text.to_dict(), vision_config=QWEN_VISION),
+        "qwen4_exp_text": qwen4_exp_text,
+        "qwen4_exp": tf.AutoConfig.for_model(
+            "qwen4_exp", text_config=qwen4_exp_text.to_dict(), vision_config=QWEN_VISION
+        ),
         # LFM3: attention with a sigmoid output gate per head (g_proj), or none
         "lfm3": tf.AutoConfig.for_model(
             "lfm3", num_hidden_layers=3, layer_types=windowed_hybrid("conv"), head_dim=8, **SMALL
@@ -263,6 +281,7 @@ def _configs():
 
 WINDOW = 5
 SPARSE_TOP = 4  # keys a sparse-attention query keeps
+QWEN4_BLOCK = 2  # tokens per key block of the Qwen4-Exp indexer (its compress ratio)
 # The softmax-attention decoder LMs beyond those above (tests/test_attention_models.py checks
 # their windows, fused projections and latent caches): 2 layers each.
 LM = dict(num_hidden_layers=2, **ATTN, **IDS)
@@ -663,6 +682,8 @@ EXPECTED_FAMILIES = {
     "gemma4_unified": [ATT] * 4,
     "qwen3_5_moe_text": ["gated_deltanet", ATT],
     "qwen3_5_moe": ["gated_deltanet", ATT],
+    "qwen4_exp_text": ["gated_deltanet", ATT],
+    "qwen4_exp": ["gated_deltanet", ATT],
     "longcat_flash": [ATT] * 4,
     "lfm3": ["short_conv", ATT, ATT],
     "lfm3_ungated": ["short_conv", ATT, ATT],
@@ -711,7 +732,7 @@ MODEL_BUILDERS = {
             *("deepseek_vl_hybrid", "ovis2", "video_llama_3", "lighton_ocr"),
             *("hyperclovax_vision_v2", "fuyu", "got_ocr2", "pp_chart2table", "qianfan_ocr", "idefics2"),
             *("glm_ocr", "paddleocr_vl", "cosmos3_edge", "glmga", "granite_docling", "mllama", "chameleon"),
-            *("emu3", "step3p7", "muse_glimmer"),
+            *("emu3", "step3p7", "muse_glimmer", "qwen4_exp"),
         )
     },
     **{name: tf.AutoModelForImageTextToText.from_config for name in LANGUAGE_MODEL_OF},
@@ -973,6 +994,19 @@ def test_hybrids_attention_layers_keep_their_windows_and_lfm3_gates_each_head():
         gates[name] = layers[1].out_gate  # (H, L, head_dim) or None
     assert torch.equal(gates["lfm3"], gates["lfm3"][..., :1].expand_as(gates["lfm3"]))  # one per head and token
     assert gates["lfm3_ungated"] is None and gates["lara_mini"] is None
+
+
+def test_qwen4_exp_indexed_layer_keeps_only_the_key_blocks_its_indexer_selects():
+    """A query at t sees its SPARSE_TOP best keys in whole blocks of QWEN4_BLOCK plus the rest of
+    an incomplete last block (t + 1 mod QWEN4_BLOCK keys); T holds exactly that selection."""
+    model, ids = build("qwen4_exp_text")
+    layer = capture(model, ids, layer_slots(model))[1]
+    kept = (layer.dense(range(layer.n_units)) > 0).sum(-1)  # (H, L): keys each query attends to
+    visible = torch.arange(1, LENGTH + 1)
+    tail = visible % QWEN4_BLOCK
+    expected = torch.minimum(visible, SPARSE_TOP + tail)  # all keys while they fit in the budget
+    assert torch.equal(kept, expected.expand_as(kept))
+    assert torch.all(layer.out_gate.abs() > 0)  # Qwen3.5's sigmoid gate on each head's output
 
 
 # Mistral 3: no causal-LM class; Llama 4: the causal-LM class would build the text model only

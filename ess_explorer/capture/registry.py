@@ -349,6 +349,13 @@ REGISTRY: dict[str, ModelType] = {
         )
         for name in ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
     },
+    "qwen4_exp_text": ModelType(
+        hybrid("model.layers", {**_DELTA, "indexed_attention": _GATED_DELTA["full_attention"]}),
+        ("gated_deltanet", _ATT),
+        "model.layers[i]",
+        '"linear_attention" -> .linear_attn, Gated DeltaNet (DPLR); "indexed_attention" -> .self_attn, gated '
+        "attention over the blocks of keys its indexer selects (the selection is inside T)",
+    ),
     **{
         name: ModelType(
             uniform("model.layers", "self_attn", "gemma4_attention"),
@@ -456,6 +463,7 @@ REGISTRY.update(
         name: _of_language_model(text_type)
         for name, text_type in (
             *((name, f"{name}_text") for name in ("gemma3", "gemma4", "gemma4_unified", "qwen3_5", "qwen3_5_moe")),
+            ("qwen4_exp", "qwen4_exp_text"),
             ("exaone4_5", "exaone4"),
             ("aria", "aria_text"),
             ("minimax_m3_vl", "minimax_m3_vl_text"),
