@@ -42,6 +42,7 @@ WINDOWED = {
     "idefics2": [0, 1],  # Mistral's window
     "step3p7": [0],
     "muse_glimmer": [0],
+    "muse_spark": [0],
     "zaya": [0],  # "hybrid_sliding"
     "aya_vision": [0],
     "cohere2_vision": [0],

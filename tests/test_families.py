@@ -580,6 +580,24 @@ def _attention_configs():
                 out_hidden_size=32,
                 projector_hidden_size=32,
             ),
+            # Muse Spark: Muse Glimmer's heads, each divided by its RMS (o_norm) before the gate
+            "muse_spark": _shrunk_vision_language(
+                "muse_spark",
+                tf.AutoConfig.for_model(
+                    "muse_spark_text",
+                    **SLIDING,
+                    layer_rope_theta=[10000.0, 0],
+                    head_dim=8,
+                    mlp_layer_types=["dense", "sparse"],
+                    moe_intermediate_size=16,
+                    moe_hidden_size=16,
+                    **EXPERTS,
+                    **LM,
+                ),
+                out_hidden_size=32,
+                projector_hidden_size=32,
+                audio_config=dict(hidden_sizes=[8, 8, 8, 16], depths=[1, 1, 1, 1], out_hidden_size=32),
+            ),
             # Chameleon and Emu3: images are tokens of their vocabulary (a tiny VQ-GAN maps them)
             "chameleon": tf.ChameleonConfig(
                 vocabulary_map=_image_vocabulary(lambda i: f"IMGIMG{chr(65 + i)}Z"),
@@ -732,7 +750,7 @@ MODEL_BUILDERS = {
             *("deepseek_vl_hybrid", "ovis2", "video_llama_3", "lighton_ocr"),
             *("hyperclovax_vision_v2", "fuyu", "got_ocr2", "pp_chart2table", "qianfan_ocr", "idefics2"),
             *("glm_ocr", "paddleocr_vl", "cosmos3_edge", "glmga", "granite_docling", "mllama", "chameleon"),
-            *("emu3", "step3p7", "muse_glimmer", "qwen4_exp"),
+            *("emu3", "step3p7", "muse_glimmer", "muse_spark", "qwen4_exp"),
         )
     },
     **{name: tf.AutoModelForImageTextToText.from_config for name in LANGUAGE_MODEL_OF},

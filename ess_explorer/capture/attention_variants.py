@@ -8,7 +8,10 @@ Gated attention (Qwen3-Next / Qwen3.5 ``full_attention`` layers): ``q_proj`` mak
 (L, head_dim) token-wise. The gate stays outside T as ``out_gate`` (core/units.py);
 q_norm / k_norm and RoPE are inside T's entries (they shape the scores). AFMoE's and LFM3's
 attention layers make the gate with a projection of their own: o_h = sigmoid(gate_proj(x)_h) *
-(T_h v_h) per channel (AFMoE), sigmoid(g_proj(x)_h) one number per head and token (LFM3).
+(T_h v_h) per channel (AFMoE), sigmoid(g_proj(x)_h) one number per head and token (LFM3). Muse Spark divides each
+head's output by its RMS over the head's channels (``o_norm``, no weight) before that gate:
+o_h = sigmoid(gate_proj(x)_h) / rms_t(T_h v_h) * (T_h v_h), and 1 / rms_t joins the gate, a
+per-token scale, as a head norm's does elsewhere (core/gates.py).
 
 Gemma 4 attention (and Gemma 3n's, the same): V passes a per-head norm after ``v_proj`` (after
 ``k_proj`` on the layers whose keys are their values), so T's input is the output of
@@ -57,6 +60,8 @@ class GatedAttentionAdapter(AttentionAdapter):
         super().install(session, slot)
         if (source := self._gate_source(slot.module)) is not None:
             session.keep_output(getattr(slot.module, source), session.store(slot.index), "gate")
+            if (norm := _output_norm(slot)) is not None:
+                session.keep_input(norm, session.store(slot.index), "head_outputs")
 
     def build(self, slot: LayerSlot, raw: dict) -> DenseCapture:
         layer = super().build(slot, raw)
@@ -66,11 +71,27 @@ class GatedAttentionAdapter(AttentionAdapter):
         gate = raw["gate"][0].reshape(layer.length, layer.n_units, -1)
         if source == "q_proj":
             gate = gate[..., head_dim:]  # q_proj output per head is [query | gate]
-        gate = gate.expand(-1, -1, head_dim)  # a gate per head (LFM3) is every channel's
-        layer.out_gate = torch.sigmoid(gate.to(torch.float64)).transpose(0, 1)  # (H, L, head_dim)
+        gate = torch.sigmoid(gate.to(torch.float64)).expand(-1, -1, head_dim)  # a gate per head (LFM3): every channel's
         layer.info["out_gate"] = f"sigmoid(gate) per head and channel, from {source}"
+        if "head_outputs" in raw:  # Muse Spark: each head's output divided by its RMS first
+            heads = raw["head_outputs"][0].to(torch.float64)  # (L, H, head_dim): T_h v_h per token
+            norm = slot.module.o_norm
+            eps = norm.variance_epsilon if hasattr(norm, "variance_epsilon") else norm.eps  # 5.25, 5.24
+            gate = gate * torch.rsqrt(heads.pow(2).mean(-1, keepdim=True) + eps)
+            layer.info["out_gate"] += ", times 1 / rms_t of the head's output (o_norm)"
+        layer.out_gate = gate.transpose(0, 1)  # (H, L, head_dim)
         layer.info["multiplicity"] = head_dim
         return layer
+
+
+def _output_norm(slot: LayerSlot):
+    """The scale-free RMS norm a layer applies to each head's output before its gate (Muse
+    Spark's ``o_norm``), or None. Its per-token scale 1 / rms_t is a gate of the head (core/gates.py);
+    a norm with a weight would also scale channels by a constant, which T leaves outside."""
+    norm = getattr(slot.module, "o_norm", None)
+    if norm is not None and getattr(norm, "weight", None) is not None:
+        raise NotImplementedError(f"layer {slot.index}: an output norm with a weight is not supported")
+    return norm
 
 
 class Gemma4AttentionAdapter(AttentionAdapter):

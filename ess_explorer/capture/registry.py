@@ -206,6 +206,7 @@ REGISTRY: dict[str, ModelType] = {
         for name, gate in (
             ("step3p7", "g_proj (per head or per channel, config.gating)"),
             ("muse_glimmer", "gate_proj (per channel)"),
+            ("muse_spark", "gate_proj (per channel), after o_norm's 1 / rms_t per head"),
         )
     },
     "falcon": ModelType(
