@@ -44,6 +44,8 @@ WINDOWED = {
     "muse_glimmer": [0],
     "muse_spark": [0],
     "zaya": [0],  # "hybrid_sliding"
+    "inkling_text": [0],
+    "inkling_mm_model": [0],
     "aya_vision": [0],
     "cohere2_vision": [0],
     "gpt_neo": [1],  # config.attention_layers: "global", "local"

@@ -336,6 +336,28 @@ MLLAMA_VISION = dict(
     intermediate_layers_indices=[0],
 )
 
+# Inkling: a short conv on V before the attention, and a relative-position bias from each token
+# that reaches rel_extent keys back (fewer than LENGTH, so its cut-off is live).
+INKLING_TEXT = tf.AutoConfig.for_model(
+    "inkling_text",
+    layer_types=["hybrid_sliding", "hybrid"],
+    sliding_window=WINDOW,
+    rel_extent=WINDOW + 3,
+    d_rel=4,
+    log_scaling_n_floor=4,  # the full layer's queries and bias grow with log t past 4 tokens
+    head_dim=8,
+    swa_num_attention_heads=4,
+    swa_num_key_value_heads=2,
+    swa_head_dim=8,
+    n_shared_experts=1,
+    **ROUTED,
+    **LM,
+)
+INKLING_TOWERS = dict(  # its vision and audio towers, as small as they build
+    vision_config=dict(text_hidden_size=32, hidden_size=16, n_layers=1, num_attention_heads=2, patch_size=14),
+    audio_config=dict(text_hidden_size=32, n_mel_bins=8, mel_vocab_size=8),
+)
+
 
 # Chameleon's and Emu3's image tokenizer, a VQ-GAN, as small as it builds (images are not analysed).
 TINY_VQ = dict(base_channels=32, channel_multiplier=[1], num_res_blocks=1, attn_resolutions=[], num_attention_heads=1)
@@ -485,6 +507,10 @@ def _attention_configs():
                 router_hidden_size=16,
                 head_dim=8,
                 **LM,
+            ),
+            "inkling_text": INKLING_TEXT,
+            "inkling_mm_model": tf.AutoConfig.for_model(
+                "inkling_mm_model", text_config=INKLING_TEXT.to_dict(), **INKLING_TOWERS
             ),
             # Doge's dynamic mask keeps the SPARSE_TOP keys of largest bias per query, so it is live here
             "doge": tf.AutoConfig.for_model("doge", keep_window_size=SPARSE_TOP, **LM),
@@ -750,7 +776,7 @@ MODEL_BUILDERS = {
             *("deepseek_vl_hybrid", "ovis2", "video_llama_3", "lighton_ocr"),
             *("hyperclovax_vision_v2", "fuyu", "got_ocr2", "pp_chart2table", "qianfan_ocr", "idefics2"),
             *("glm_ocr", "paddleocr_vl", "cosmos3_edge", "glmga", "granite_docling", "mllama", "chameleon"),
-            *("emu3", "step3p7", "muse_glimmer", "muse_spark", "qwen4_exp"),
+            *("emu3", "step3p7", "muse_glimmer", "muse_spark", "qwen4_exp", "inkling_mm_model"),
         )
     },
     **{name: tf.AutoModelForImageTextToText.from_config for name in LANGUAGE_MODEL_OF},

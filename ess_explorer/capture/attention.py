@@ -53,7 +53,7 @@ from .base import CaptureSession, LayerSlot
 __all__ = ["AttentionAdapter"]
 
 _OUTPUT_PROJECTIONS = ("o_proj", "out_proj", "c_proj", "dense", "Wo")  # Wo: ModernBERT decoder
-_VALUE_PROJECTIONS = ("v_proj", "Wv")  # Wv: CTRL
+_VALUE_PROJECTIONS = ("v_sconv", "v_proj", "Wv")  # Wv: CTRL; v_sconv: Inkling (a short conv after v_proj)
 
 
 def _head_dim(module) -> int:

@@ -90,6 +90,7 @@ _ATTENTION_TYPES = (
     "doge",  # its dynamic mask (a bias per key, top keep_window_size keys per query) is inside T
     "chameleon",  # image tokens and text in one vocabulary; a text prompt
     "zaya",  # compressed convolutional attention: V from its qkv_proj (attention.py _fused_values)
+    "inkling_text",  # V after its short conv (v_sconv); a relative-position bias from each token, inside T
     # Model types transformers builds with another type's classes (Llama, GLM-4 MoE).
     *("exaone", "internlm3", "iquestcoder", "sarvam_moe"),
 )
@@ -472,6 +473,7 @@ REGISTRY.update(
             ("lfm3_vl", "lfm3"),
             ("kimi_k25", "deepseek_v3"),
             ("shieldgemma2", "gemma3_text"),
+            ("inkling_mm_model", "inkling_text"),
             *((name, "qwen3_5_text") for name in ("minicpmv4_6", "minicpmv4_7", "minicpm_ocr")),
         )
     },
