@@ -99,6 +99,7 @@ _MAMBA2_HYBRID = {"mamba": ("mamba", "mamba2"), "linear_attention": ("mamba", "m
 # Multimodal classes whose language model, at model.language_model, is of their own type + "_text".
 _OWN_TEXT_TYPE = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v", "glm4v_moe", "glm_ocr")
 _OWN_TEXT_TYPE += ("paddleocr_vl", "cosmos3_edge")  # GLM-4.1V and 4.5V are glm4v and glm4v_moe
+_OWN_TEXT_TYPE += ("deepseek_ocr2",)  # DeepSeek-V2's layers with Llama's attention
 _DELTA = {"linear_attention": ("linear_attn", "gated_deltanet")}
 _GATED_DELTA = {**_DELTA, "full_attention": ("self_attn", "gated_attention")}  # Qwen3-Next, Qwen3.5
 
