@@ -46,6 +46,7 @@ WINDOWED = {
     "zaya": [0],  # "hybrid_sliding"
     "inkling_text": [0],
     "inkling_mm_model": [0],
+    "ergo": [0],
     "aya_vision": [0],
     "cohere2_vision": [0],
     "gpt_neo": [1],  # config.attention_layers: "global", "local"

@@ -280,6 +280,15 @@ def _configs():
 
 
 WINDOW = 5
+# Model types that transformers 5.25 added (the tested range starts at 5.24): their tests run
+# where the installed transformers has them.
+NEWER_TYPES = ("param2moe", "ergo", "minicpm5_moe", "llava_onevision1_5")
+
+
+def in_transformers(model_type: str) -> bool:
+    return model_type in tf.models.auto.configuration_auto.CONFIG_MAPPING_NAMES
+
+
 SPARSE_TOP = 4  # keys a sparse-attention query keeps
 QWEN4_BLOCK = 2  # tokens per key block of the Qwen4-Exp indexer (its compress ratio)
 # The softmax-attention decoder LMs beyond those above (tests/test_attention_models.py checks
@@ -697,6 +706,17 @@ def _attention_configs():
             "deepseek_v3": tf.DeepseekV3Config(n_group=1, topk_group=1, **MLA),
         }
     )
+    newer = {  # NEWER_TYPES: built where the installed transformers has them
+        "param2moe": lambda: tf.AutoConfig.for_model("param2moe", **ROUTED, **LM),  # GLM-4 MoE's classes
+        "ergo": lambda: tf.AutoConfig.for_model("ergo", moe_intermediate_size=16, **EXPERTS, **SLIDING, **LM),
+        "minicpm5_moe": lambda: tf.AutoConfig.for_model("minicpm5_moe", head_dim=8, **ROUTED, **LM),  # gated heads
+        "llava_onevision1_5": lambda: tf.AutoConfig.for_model(
+            "llava_onevision1_5",
+            text_config=tf.AutoConfig.for_model("qwen3", head_dim=8, **LM).to_dict(),
+            vision_config=QWEN_VISION,
+        ),
+    }
+    configs.update({name: make() for name, make in newer.items() if in_transformers(name)})
     return configs
 
 
@@ -796,6 +816,7 @@ MODEL_BUILDERS = {
             *("hyperclovax_vision_v2", "fuyu", "got_ocr2", "pp_chart2table", "qianfan_ocr", "idefics2"),
             *("glm_ocr", "paddleocr_vl", "cosmos3_edge", "glmga", "granite_docling", "mllama", "chameleon"),
             *("emu3", "step3p7", "muse_glimmer", "muse_spark", "qwen4_exp", "inkling_mm_model", "deepseek_ocr2"),
+            "llava_onevision1_5",
         )
     },
     **{name: tf.AutoModelForImageTextToText.from_config for name in LANGUAGE_MODEL_OF},

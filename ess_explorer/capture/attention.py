@@ -72,7 +72,7 @@ def _fused_values(module):
 
     - [q | k | v] by blocks: GPT-2's ``c_attn`` (thirds), MPT's and DBRX's ``Wqkv`` (after
       their clamp; k and v H_kv heads each); GPT-BigCode's multi-query ``c_attn``
-      (k and v one head each, ``kv_dim``); Phi-3's ``qkv_proj`` (k and v H_kv heads each);
+      (k and v one head each, ``kv_dim``); Phi-3's and Ergo's ``qkv_proj`` (k and v H_kv heads each);
       Falcon's multi-query ``query_key_value``;
     - per head [q | k | v], hd columns each: GPT-NeoX, Persimmon and BLOOM's
       ``query_key_value``, Falcon's default, GPT-BigCode's multi-head ``c_attn``;
@@ -108,8 +108,9 @@ def _fused_values(module):
         return module.qkv_proj, per_shard
     if hasattr(module, "qkv_proj") and not isinstance(module.qkv_proj, nn.Linear):
         return module.qkv_proj, lambda out: out[2].flatten(-2)  # ZAYA's CCA: (query, key, value) states
-    if hasattr(module, "qkv_proj"):
-        return module.qkv_proj, last(module.num_key_value_heads * head_dim)
+    if hasattr(module, "qkv_proj"):  # Phi-3 keeps its number of KV heads, Ergo its config
+        kv_heads = getattr(module, "num_key_value_heads", None) or module.config.num_key_value_heads
+        return module.qkv_proj, last(kv_heads * head_dim)
     if not hasattr(module, "query_key_value"):
         raise AttributeError(
             f"{type(module).__name__} has no v_proj and no fused Q, K, V projection this adapter knows"

@@ -1,17 +1,18 @@
-"""Softmax attention variants: an output-gated head (Qwen3-Next, Qwen3.5, AFMoE, LFM3), Gemma 4's
+"""Softmax attention variants: an output-gated head (Qwen3-Next, Qwen3.5, AFMoE, LFM3, Muse), Gemma 4's
 normalised and shared values, and multi-head latent attention (Kimi Linear, DeepSeek).
 
 T_h is the attention probability matrix of query head h, as in capture/attention.py.
 
-Gated attention (Qwen3-Next / Qwen3.5 ``full_attention`` layers): ``q_proj`` makes
-[query | gate] per head, and the head output is o_h = sigmoid(gate_h) * (T_h v_h), gate
-(L, head_dim) token-wise. The gate stays outside T as ``out_gate`` (core/units.py);
-q_norm / k_norm and RoPE are inside T's entries (they shape the scores). AFMoE's and LFM3's
-attention layers make the gate with a projection of their own: o_h = sigmoid(gate_proj(x)_h) *
-(T_h v_h) per channel (AFMoE), sigmoid(g_proj(x)_h) one number per head and token (LFM3). Muse Spark divides each
-head's output by its RMS over the head's channels (``o_norm``, no weight) before that gate:
-o_h = sigmoid(gate_proj(x)_h) / rms_t(T_h v_h) * (T_h v_h), and 1 / rms_t joins the gate, a
-per-token scale, as a head norm's does elsewhere (core/gates.py).
+Gated attention (Qwen3-Next / Qwen3.5 ``full_attention`` layers, MiniCPM5): ``q_proj``
+(MiniCPM5's ``q_gate_proj``) makes [query | gate] per head, and the head output is
+o_h = sigmoid(gate_h) * (T_h v_h), gate (L, head_dim) token-wise. The gate stays outside T as
+``out_gate`` (core/units.py); q_norm / k_norm and RoPE are inside T's entries (they shape the
+scores). AFMoE's and LFM3's attention layers make the gate with a projection of their own:
+o_h = sigmoid(gate_proj(x)_h) * (T_h v_h) per channel (AFMoE), sigmoid(g_proj(x)_h) one number
+per head and token (LFM3). Muse Spark divides each head's output by its RMS over the head's
+channels (``o_norm``, no weight) before that gate: o_h = sigmoid(gate_proj(x)_h) /
+rms_t(T_h v_h) * (T_h v_h), and 1 / rms_t joins the gate, a per-token scale, as a head norm's
+does elsewhere (core/gates.py).
 
 Gemma 4 attention (and Gemma 3n's, the same): V passes a per-head norm after ``v_proj`` (after
 ``k_proj`` on the layers whose keys are their values), so T's input is the output of
@@ -45,7 +46,7 @@ __all__ = ["Gemma4AttentionAdapter", "GatedAttentionAdapter", "GatedLatentAttent
 
 class GatedAttentionAdapter(AttentionAdapter):
     """Attention whose head outputs are multiplied by sigmoid(gate): from ``q_proj`` ([query |
-    gate] per head), or, given ``gate_projections``, from the first of those projections the
+    gate] per head; MiniCPM5's ``q_gate_proj``), or, given ``gate_projections``, from the first of those projections the
     layer has (none: plain attention), per channel or one gate per head."""
 
     def __init__(self, gate_projections: tuple[str, ...] = ()):
@@ -53,7 +54,7 @@ class GatedAttentionAdapter(AttentionAdapter):
 
     def _gate_source(self, module) -> str | None:
         if not self.gate_projections:
-            return "q_proj"
+            return "q_proj" if hasattr(module, "q_proj") else "q_gate_proj"  # MiniCPM5 names it q_gate_proj
         return next((name for name in self.gate_projections if getattr(module, name, None) is not None), None)
 
     def install(self, session: CaptureSession, slot: LayerSlot) -> None:
@@ -69,8 +70,8 @@ class GatedAttentionAdapter(AttentionAdapter):
             return layer
         head_dim = layer.info["head_dim"]
         gate = raw["gate"][0].reshape(layer.length, layer.n_units, -1)
-        if source == "q_proj":
-            gate = gate[..., head_dim:]  # q_proj output per head is [query | gate]
+        if source in ("q_proj", "q_gate_proj"):
+            gate = gate[..., head_dim:]  # its output per head is [query | gate]
         gate = torch.sigmoid(gate.to(torch.float64)).expand(-1, -1, head_dim)  # a gate per head (LFM3): every channel's
         layer.info["out_gate"] = f"sigmoid(gate) per head and channel, from {source}"
         if "head_outputs" in raw:  # Muse Spark: each head's output divided by its RMS first

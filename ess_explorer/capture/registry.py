@@ -92,7 +92,8 @@ _ATTENTION_TYPES = (
     "zaya",  # compressed convolutional attention: V from its qkv_proj (attention.py _fused_values)
     "inkling_text",  # V after its short conv (v_sconv); a relative-position bias from each token, inside T
     # Model types transformers builds with another type's classes (Llama, GLM-4 MoE).
-    *("exaone", "internlm3", "iquestcoder", "sarvam_moe"),
+    *("exaone", "internlm3", "iquestcoder", "sarvam_moe", "param2moe"),
+    "ergo",  # V from its fused qkv_proj
 )
 _ATTENTION_NOTE = "softmax attention (GQA: one T per query head; windows, chunks and soft-capping from the config)"
 _MAMBA2_HYBRID = {"mamba": ("mamba", "mamba2"), "linear_attention": ("mamba", "mamba2"), **ATTENTION_LAYERS}
@@ -190,6 +191,12 @@ REGISTRY: dict[str, ModelType] = {
         "model.layers[i].self_attn",
         '"minimax_m3_sparse" layers: attention over the key blocks their indexer selects (part of T); '
         '"full_attention" layers: softmax attention',
+    ),
+    "minicpm5_moe": ModelType(
+        uniform("model.layers", "self_attn", "gated_attention"),
+        (_ATT,),
+        "model.layers[i].self_attn",
+        "softmax attention with a sigmoid output gate from q_gate_proj ([query | gate] per head; out_gate)",
     ),
     "afmoe": ModelType(
         uniform("model.layers", "self_attn", "projected_gate_attention"),
@@ -403,6 +410,7 @@ REGISTRY: dict[str, ModelType] = {
                     *("vipllava", "internvl", "aya_vision", "cohere2_vision", "ovis2"),
                     *("deepseek_vl", "deepseek_vl_hybrid", "janus", "video_llama_3", "lighton_ocr"),
                     *("hyperclovax_vision_v2", "fuyu", "got_ocr2", "pp_chart2table", "qianfan_ocr"),
+                    "llava_onevision1_5",
                 ),
             ),
             ("model.text_model", ("idefics2", "idefics3", "smolvlm")),
