@@ -5,6 +5,7 @@ layout, that the registry's entries (capture/registry.py) name.
     hybrid(path, table)                 the config's layer types pick each layer's attribute and adapter
     mixers(path, attribute, table, skip)  one block per layer whose kind the layer types say (Nemotron-H)
     falcon_h1, zamba, gpt_neo, recurrent_gemma, longcat_flash   the layouts of one model type each
+    ModelType                           a registry entry: a layout, its families and its words
 
 Attention slots carry their sliding window and chunk length, read from the config here (the
 one place that maps a config to a layer's mask).
@@ -13,6 +14,8 @@ one place that maps a config to a layer's mask).
 from __future__ import annotations
 
 import operator
+from dataclasses import dataclass
+from typing import Callable
 
 from torch import nn
 
@@ -23,6 +26,7 @@ __all__ = [
     "ATTENTION_LAYERS",
     "NEMOTRON_SKIP",
     "MLLAMA_CROSS",
+    "ModelType",
     "mllama",
     "falcon_h1",
     "find_layers",
@@ -36,6 +40,21 @@ __all__ = [
     "uniform",
     "zamba",
 ]
+
+
+@dataclass(frozen=True)
+class ModelType:
+    """One supported model type. slots(model) -> [LayerSlot]: where each analysed mixer is;
+    families: the families (core/diagnostics.py FAMILIES) its layers can have; layers: where
+    its layers are (for the support table); kinds: how its layers' kinds map to mixers and
+    families (for the support table); skipped(model) -> {layer index: reason} for layers
+    deliberately not analysed (None: none)."""
+
+    slots: Callable[[nn.Module], list[LayerSlot]]
+    families: tuple[str, ...]
+    layers: str
+    kinds: str = ""
+    skipped: Callable[[nn.Module], dict[int, str]] | None = None
 
 
 def find_layers(model: nn.Module, path: str) -> nn.ModuleList:

@@ -13,16 +13,14 @@ reads it.
 MODEL_TYPES (model type -> slots) and MODEL_FAMILIES (model type -> families) are views of
 REGISTRY; `ess-explorer models --families` prints it and docs/families.md shows
 `support_table()`, its rendering (scripts/docs_hooks.py), so neither can fall behind it. To
-support a new model type, add one entry to REGISTRY with a reconstruction test from a tiny
-config (tests/test_families.py).
+support a new model type, add one entry to REGISTRY (a multimodal class's to
+capture/vision_language.py, whose entries REGISTRY takes in) with a reconstruction test from a
+tiny config (tests/test_families.py).
 """
 
 from __future__ import annotations
 
 import difflib
-import operator
-from dataclasses import dataclass
-from typing import Callable
 
 from torch import nn
 
@@ -30,8 +28,8 @@ from .base import LayerSlot
 from .layouts import (
     ATTENTION_KINDS,
     ATTENTION_LAYERS,
-    MLLAMA_CROSS,
     NEMOTRON_SKIP,
+    ModelType,
     falcon_h1,
     gpt_neo,
     hybrid,
@@ -39,11 +37,11 @@ from .layouts import (
     layer_types,
     longcat_flash,
     mixers,
-    mllama,
     recurrent_gemma,
     uniform,
     zamba,
 )
+from .vision_language import vision_language_types
 
 __all__ = [
     "REGISTRY",
@@ -59,21 +57,6 @@ __all__ = [
     "supported_families",
     "supported_model_types",
 ]
-
-
-@dataclass(frozen=True)
-class ModelType:
-    """One supported model type. slots(model) -> [LayerSlot]: where each analysed mixer is;
-    families: the families (core/diagnostics.py FAMILIES) its layers can have; layers: where
-    its layers are (for the support table); kinds: how its layers' kinds map to mixers and
-    families (for the support table); skipped(model) -> {layer index: reason} for layers
-    deliberately not analysed (None: none)."""
-
-    slots: Callable[[nn.Module], list[LayerSlot]]
-    families: tuple[str, ...]
-    layers: str
-    kinds: str = ""
-    skipped: Callable[[nn.Module], dict[int, str]] | None = None
 
 
 _ATT = "softmax_attention"
@@ -97,31 +80,8 @@ _ATTENTION_TYPES = (
 )
 _ATTENTION_NOTE = "softmax attention (GQA: one T per query head; windows, chunks and soft-capping from the config)"
 _MAMBA2_HYBRID = {"mamba": ("mamba", "mamba2"), "linear_attention": ("mamba", "mamba2"), **ATTENTION_LAYERS}
-# Multimodal classes whose language model, at model.language_model, is of their own type + "_text".
-_OWN_TEXT_TYPE = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v", "glm4v_moe", "glm_ocr")
-_OWN_TEXT_TYPE += ("paddleocr_vl", "cosmos3_edge")  # GLM-4.1V and 4.5V are glm4v and glm4v_moe
-_OWN_TEXT_TYPE += ("deepseek_ocr2",)  # DeepSeek-V2's layers with Llama's attention
 _DELTA = {"linear_attention": ("linear_attn", "gated_deltanet")}
 _GATED_DELTA = {**_DELTA, "full_attention": ("self_attn", "gated_attention")}  # Qwen3-Next, Qwen3.5
-
-
-def _wrapped_attention(where: str):
-    """The language model at ``where`` of a wrapper class, read with the layout of the type its
-    text config names, which must be a softmax-attention type of the registry (any other is
-    refused with the list)."""
-
-    def layout(model: nn.Module) -> list[LayerSlot]:
-        text_type = language_model_config(model.config).model_type
-        entry = REGISTRY.get(text_type)
-        if entry is None or entry.families != (_ATT,):
-            allowed = sorted(name for name, entry in REGISTRY.items() if entry.families == (_ATT,))
-            raise ValueError(
-                f"{model.config.model_type} with a {text_type!r} language model is not supported: its language "
-                f"model must be one of the softmax-attention model types ({', '.join(allowed)})"
-            )
-        return entry.slots(operator.attrgetter(where)(model))
-
-    return layout
 
 
 REGISTRY: dict[str, ModelType] = {
@@ -204,20 +164,6 @@ REGISTRY: dict[str, ModelType] = {
         "model.layers[i].self_attn",
         "softmax attention with a sigmoid output gate from gate_proj (out_gate); windows from layer_types",
     ),
-    **{  # vision-language classes (Step 3.7, Muse Glimmer): their language model on a text prompt
-        name: ModelType(
-            uniform("model.language_model.layers", "self_attn", "projected_gate_attention"),
-            (_ATT,),
-            "model.language_model.layers[i].self_attn",
-            "the language model of the multimodal class: softmax attention with a sigmoid output gate (out_gate) "
-            f"from {gate}; windows from layer_types",
-        )
-        for name, gate in (
-            ("step3p7", "g_proj (per head or per channel, config.gating)"),
-            ("muse_glimmer", "gate_proj (per channel)"),
-            ("muse_spark", "gate_proj (per channel), after o_norm's 1 / rms_t per head"),
-        )
-    },
     "falcon": ModelType(
         uniform("transformer.h", "self_attention", "attention"),
         (_ATT,),
@@ -375,56 +321,6 @@ REGISTRY: dict[str, ModelType] = {
         )
         for name in ("gemma4_text", "gemma4_unified_text", "gemma3n_text")  # Gemma 3n's attention is Gemma 4's
     },
-    # The multimodal classes: their language model, on a text prompt (images are not analysed).
-    **{
-        name: ModelType(
-            uniform(f"{where}.layers", "self_attn", "attention"),
-            (_ATT,),
-            f"{where}.layers[i].self_attn",
-            f"the language model of the multimodal class, as {text} (text prompts)",
-        )
-        for name, text, where in (
-            *((name, f"{name}_text", "model.language_model") for name in _OWN_TEXT_TYPE),
-            *((name, "glm4v_text", "model.language_model") for name in ("glm46v", "glmga")),  # GLM-4.6V
-            ("granite_docling", "granite_docling_text", "model.text_model"),
-            ("emu3", "emu3_text_model", "model.text_model"),  # images are tokens of its vocabulary
-        )
-    },
-    # Wrappers around a language model of another type (Mistral 3 around Mistral, the LLaVA
-    # family and InternVL around Llama, Qwen2, ...; Idefics 2 / 3 and SmolVLM keep theirs at
-    # model.text_model): any softmax-attention type, read with that type's own layout. (BLIP-2
-    # and InstructBLIP are not among them: their forward needs an image.)
-    **{
-        name: ModelType(
-            _wrapped_attention(where),
-            (_ATT,),
-            f"{where}: the layers of its language model's type",
-            "the language model of the multimodal class, when it is one of the softmax-attention types above "
-            "(text prompts)",
-        )
-        for where, names in (
-            (
-                "model.language_model",
-                (
-                    *("mistral3", "llava", "llava_next", "llava_next_video", "video_llava", "llava_onevision"),
-                    *("vipllava", "internvl", "aya_vision", "cohere2_vision", "ovis2"),
-                    *("deepseek_vl", "deepseek_vl_hybrid", "janus", "video_llama_3", "lighton_ocr"),
-                    *("hyperclovax_vision_v2", "fuyu", "got_ocr2", "pp_chart2table", "qianfan_ocr"),
-                    "llava_onevision1_5",
-                ),
-            ),
-            ("model.text_model", ("idefics2", "idefics3", "smolvlm")),
-        )
-        for name in names
-    },
-    "mllama": ModelType(  # Llama 3.2 Vision
-        mllama,
-        (_ATT,),
-        "model.language_model.layers[i].self_attn",
-        "self-attention layers; the cross-attention layers (config.cross_attention_layers) attend to the image "
-        "and are listed as skipped",
-        skipped=lambda model: dict.fromkeys(language_model_config(model.config).cross_attention_layers, MLLAMA_CROSS),
-    ),
     "lara_mini": ModelType(
         hybrid("model.layers", {**_DELTA, **ATTENTION_LAYERS}),
         ("gated_deltanet", _ATT),
@@ -448,48 +344,8 @@ REGISTRY: dict[str, ModelType] = {
         '"linear_attention" -> KDA (per-key decay); "full_attention" -> latent attention (MLA)',
     ),
 }
+REGISTRY.update(vision_language_types(REGISTRY))  # their language model, on a text prompt
 
-
-def _of_language_model(text_type: str, where: str = "model.language_model") -> ModelType:
-    """The entry of a vision-language class whose language model (at ``where``) is always of
-    the supported type ``text_type``: that type's own layout, applied to it. Under ``model.`` the
-    language model is a base model (its layers at ``where.layers``), elsewhere a causal LM
-    (at ``where.model.layers``)."""
-    text, language_model = REGISTRY[text_type], operator.attrgetter(where)
-    skipped = text.skipped
-    base_model = where if where.startswith("model.") else f"{where}.model"
-    return ModelType(
-        lambda model: text.slots(language_model(model)),
-        text.families,
-        f"{base_model}.{text.layers.removeprefix('model.')}",
-        f"the language model of the multimodal class, as {text_type} (text prompts): {text.kinds}",
-        None if skipped is None else lambda model: skipped(language_model(model)),
-    )
-
-
-# Multimodal and vision-language classes around one language model type each, analysed on a
-# text prompt.
-REGISTRY.update(
-    {
-        name: _of_language_model(text_type)
-        for name, text_type in (
-            *((name, f"{name}_text") for name in ("gemma3", "gemma4", "gemma4_unified", "qwen3_5", "qwen3_5_moe")),
-            ("qwen4_exp", "qwen4_exp_text"),
-            ("exaone4_5", "exaone4"),
-            ("aria", "aria_text"),
-            ("minimax_m3_vl", "minimax_m3_vl_text"),
-            ("lfm2_vl", "lfm2"),
-            ("lfm3_vl", "lfm3"),
-            ("kimi_k25", "deepseek_v3"),
-            ("shieldgemma2", "gemma3_text"),
-            ("inkling_mm_model", "inkling_text"),
-            *((name, "qwen3_5_text") for name in ("minicpmv4_6", "minicpmv4_7", "minicpm_ocr")),
-        )
-    },
-    # a whole causal LM at language_model
-    llama4=_of_language_model("llama4_text", where="language_model"),  # Llama 4 Scout, Maverick
-    nemotron_h_omni=_of_language_model("nemotron_h", where="language_model"),  # Nemotron Nano VL
-)
 
 # Model types whose layers look like softmax attention but whose head outputs are not T times
 # the values a hook can read: refused with the reason (docs/families.md, "Not supported").

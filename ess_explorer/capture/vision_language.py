@@ -1,0 +1,159 @@
+"""The multimodal and vision-language classes: their language model, analysed on a text prompt
+(images are not analysed; docs/families.md). `vision_language_types(registry)` gives their
+entries, which capture/registry.py adds to REGISTRY; the language model is read where the class
+keeps it, in one of five ways:
+
+- a plain softmax-attention language model of the class's own text type, at
+  ``model.language_model`` (``model.text_model`` for Granite Docling and Emu3);
+- heads with a sigmoid output gate (Step 3.7, Muse Glimmer, Muse Spark), read as AFMoE's;
+- a wrapper around a language model of another type (Mistral 3 around Mistral, the LLaVA family
+  and InternVL around Llama, Qwen2, ...; Idefics 2 / 3 and SmolVLM keep theirs at
+  ``model.text_model``): any softmax-attention type of the registry, read with that type's own
+  layout (`_wrapped_attention`). BLIP-2 and InstructBLIP are not among them: their forward
+  needs an image;
+- always one supported type (Gemma 3 around gemma3_text, Kimi K2.5 around DeepSeek-V3, ...):
+  that type's own entry, applied to the language model (`_of_language_model`);
+- Llama 3.2 Vision (``mllama``): its self-attention layers; its cross-attention layers attend to
+  the image, a text prompt skips them, and they are listed as skipped.
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Mapping
+
+from torch import nn
+
+from .base import LayerSlot
+from .layouts import MLLAMA_CROSS, ModelType, language_model_config, mllama, uniform
+
+__all__ = ["vision_language_types"]
+
+_ATT = "softmax_attention"
+# Classes whose language model, at model.language_model, is of their own type + "_text".
+_OWN_TEXT_TYPE = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v", "glm4v_moe", "glm_ocr")
+_OWN_TEXT_TYPE += ("paddleocr_vl", "cosmos3_edge")  # GLM-4.1V and 4.5V are glm4v and glm4v_moe
+_OWN_TEXT_TYPE += ("deepseek_ocr2",)  # DeepSeek-V2's layers with Llama's attention
+# Wrappers, by where they keep their language model.
+_WRAPPERS = {
+    "model.language_model": (
+        *("mistral3", "llava", "llava_next", "llava_next_video", "video_llava", "llava_onevision"),
+        *("vipllava", "internvl", "aya_vision", "cohere2_vision", "ovis2"),
+        *("deepseek_vl", "deepseek_vl_hybrid", "janus", "video_llama_3", "lighton_ocr"),
+        *("hyperclovax_vision_v2", "fuyu", "got_ocr2", "pp_chart2table", "qianfan_ocr"),
+        "llava_onevision1_5",
+    ),
+    "model.text_model": ("idefics2", "idefics3", "smolvlm"),
+}
+# Classes around one supported type each (their language model at model.language_model).
+_AROUND_ONE_TYPE = (
+    *((name, f"{name}_text") for name in ("gemma3", "gemma4", "gemma4_unified", "qwen3_5", "qwen3_5_moe")),
+    ("qwen4_exp", "qwen4_exp_text"),
+    ("exaone4_5", "exaone4"),
+    ("aria", "aria_text"),
+    ("minimax_m3_vl", "minimax_m3_vl_text"),
+    ("lfm2_vl", "lfm2"),
+    ("lfm3_vl", "lfm3"),
+    ("kimi_k25", "deepseek_v3"),
+    ("shieldgemma2", "gemma3_text"),
+    ("inkling_mm_model", "inkling_text"),
+    *((name, "qwen3_5_text") for name in ("minicpmv4_6", "minicpmv4_7", "minicpm_ocr")),
+)
+
+
+def _wrapped_attention(registry: Mapping[str, ModelType], where: str):
+    """The language model at ``where`` of a wrapper class, read with the layout of the type its
+    text config names, which must be a softmax-attention type of the registry (any other is
+    refused with the list)."""
+
+    def layout(model: nn.Module) -> list[LayerSlot]:
+        text_type = language_model_config(model.config).model_type
+        entry = registry.get(text_type)
+        if entry is None or entry.families != (_ATT,):
+            allowed = sorted(name for name, entry in registry.items() if entry.families == (_ATT,))
+            raise ValueError(
+                f"{model.config.model_type} with a {text_type!r} language model is not supported: its language "
+                f"model must be one of the softmax-attention model types ({', '.join(allowed)})"
+            )
+        return entry.slots(operator.attrgetter(where)(model))
+
+    return layout
+
+
+def _of_language_model(
+    registry: Mapping[str, ModelType], text_type: str, where: str = "model.language_model"
+) -> ModelType:
+    """The entry of a vision-language class whose language model (at ``where``) is always of
+    the supported type ``text_type``: that type's own layout, applied to it. Under ``model.`` the
+    language model is a base model (its layers at ``where.layers``), elsewhere a causal LM
+    (at ``where.model.layers``)."""
+    text, language_model = registry[text_type], operator.attrgetter(where)
+    skipped = text.skipped
+    base_model = where if where.startswith("model.") else f"{where}.model"
+    return ModelType(
+        lambda model: text.slots(language_model(model)),
+        text.families,
+        f"{base_model}.{text.layers.removeprefix('model.')}",
+        f"the language model of the multimodal class, as {text_type} (text prompts): {text.kinds}",
+        None if skipped is None else lambda model: skipped(language_model(model)),
+    )
+
+
+def vision_language_types(registry: Mapping[str, ModelType]) -> dict[str, ModelType]:
+    """The entries of the multimodal classes (module docstring); ``registry`` holds the text
+    types they read, and a wrapper reads it again at each call (it sees every type added)."""
+    return {
+        **{
+            name: ModelType(
+                uniform(f"{where}.layers", "self_attn", "attention"),
+                (_ATT,),
+                f"{where}.layers[i].self_attn",
+                f"the language model of the multimodal class, as {text} (text prompts)",
+            )
+            for name, text, where in (
+                *((name, f"{name}_text", "model.language_model") for name in _OWN_TEXT_TYPE),
+                *((name, "glm4v_text", "model.language_model") for name in ("glm46v", "glmga")),  # GLM-4.6V
+                ("granite_docling", "granite_docling_text", "model.text_model"),
+                ("emu3", "emu3_text_model", "model.text_model"),  # images are tokens of its vocabulary
+            )
+        },
+        **{
+            name: ModelType(
+                uniform("model.language_model.layers", "self_attn", "projected_gate_attention"),
+                (_ATT,),
+                "model.language_model.layers[i].self_attn",
+                "the language model of the multimodal class: softmax attention with a sigmoid output gate "
+                f"(out_gate) from {gate}; windows from layer_types",
+            )
+            for name, gate in (
+                ("step3p7", "g_proj (per head or per channel, config.gating)"),
+                ("muse_glimmer", "gate_proj (per channel)"),
+                ("muse_spark", "gate_proj (per channel), after o_norm's 1 / rms_t per head"),
+            )
+        },
+        **{
+            name: ModelType(
+                _wrapped_attention(registry, where),
+                (_ATT,),
+                f"{where}: the layers of its language model's type",
+                "the language model of the multimodal class, when it is one of the softmax-attention types "
+                "above (text prompts)",
+            )
+            for where, names in _WRAPPERS.items()
+            for name in names
+        },
+        **{name: _of_language_model(registry, text_type) for name, text_type in _AROUND_ONE_TYPE},
+        # a whole causal LM at language_model
+        "llama4": _of_language_model(registry, "llama4_text", where="language_model"),  # Llama 4 Scout, Maverick
+        "nemotron_h_omni": _of_language_model(registry, "nemotron_h", where="language_model"),  # Nemotron Nano VL
+        "mllama": ModelType(  # Llama 3.2 Vision
+            mllama,
+            (_ATT,),
+            "model.language_model.layers[i].self_attn",
+            "self-attention layers; the cross-attention layers (config.cross_attention_layers) attend to the "
+            "image and are listed as skipped",
+            skipped=lambda model: dict.fromkeys(
+                language_model_config(model.config).cross_attention_layers, MLLAMA_CROSS
+            ),
+        ),
+    }
