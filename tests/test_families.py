@@ -368,6 +368,19 @@ INKLING_TOWERS = dict(  # its vision and audio towers, as small as they build
 )
 
 
+# The SAM encoder of DeepSeek-OCR 2 and Unlimited-OCR, as small as it builds.
+OCR_SAM = dict(
+    **GEMMA_VISION,
+    output_channels=8,
+    image_size=64,
+    patch_size=16,
+    window_size=2,
+    downsample_channels=[8, 16],
+    global_attn_indexes=[0],
+    mlp_dim=16,
+)
+
+
 # Chameleon's and Emu3's image tokenizer, a VQ-GAN, as small as it builds (images are not analysed).
 TINY_VQ = dict(base_channels=32, channel_multiplier=[1], num_res_blocks=1, attn_resolutions=[], num_attention_heads=1)
 
@@ -590,25 +603,25 @@ def _attention_configs():
             "granite_docling": _shrunk_vision_language(
                 "granite_docling", tf.AutoConfig.for_model("granite_docling_text", **LM)
             ),  # at model.text_model
-            "deepseek_ocr2": tf.AutoConfig.for_model(  # DeepSeek-V2's layers with Llama's attention
-                "deepseek_ocr2",
-                text_config=tf.AutoConfig.for_model(
-                    "deepseek_ocr2_text", mlp_layer_types=["dense", "sparse"], n_group=1, topk_group=1, **ROUTED, **LM
-                ).to_dict(),
-                vision_config=dict(  # a SAM encoder and a Qwen2 encoder, as small as they build
-                    sam_config=dict(
-                        **GEMMA_VISION,
-                        output_channels=8,
-                        image_size=64,
-                        patch_size=16,
-                        window_size=2,
-                        downsample_channels=[8, 16],
-                        global_attn_indexes=[0],
-                        mlp_dim=16,
+            # DeepSeek-OCR 2 and Unlimited-OCR: DeepSeek-V2's layers with Llama's attention. Unlimited-OCR's
+            # "reference_sliding_attention" windows only what comes after the prompt: a prompt's T is causal.
+            **{
+                name: tf.AutoConfig.for_model(
+                    name,
+                    text_config=tf.AutoConfig.for_model(
+                        f"{name}_text", mlp_layer_types=["dense", "sparse"], n_group=1, topk_group=1, **text
+                    ).to_dict(),
+                    vision_config=dict(sam_config=OCR_SAM, encoder_config=encoder),
+                )
+                for name, text, encoder in (
+                    ("deepseek_ocr2", dict(ROUTED, **LM), dict(GEMMA_VISION, num_key_value_heads=2)),
+                    (  # its eager attention has no grouped heads
+                        "unlimited_ocr",
+                        dict(ROUTED, sliding_window=WINDOW, **{**LM, "num_key_value_heads": 4}),
+                        TINY_VISION,
                     ),
-                    encoder_config=dict(GEMMA_VISION, num_key_value_heads=2),
-                ),
-            ),
+                )
+            },
             # Llama 3.2 Vision: layer 1 cross-attends to the image (skipped on a text prompt)
             "mllama": tf.MllamaConfig(text_config=MLLAMA_TEXT.to_dict(), vision_config=MLLAMA_VISION),
             # Step 3.7: a sigmoid gate per head from g_proj, a window on its "sliding_attention" layer
@@ -816,6 +829,7 @@ MODEL_BUILDERS = {
             *("hyperclovax_vision_v2", "fuyu", "got_ocr2", "pp_chart2table", "qianfan_ocr", "idefics2"),
             *("glm_ocr", "paddleocr_vl", "cosmos3_edge", "glmga", "granite_docling", "mllama", "chameleon"),
             *("emu3", "step3p7", "muse_glimmer", "muse_spark", "qwen4_exp", "inkling_mm_model", "deepseek_ocr2"),
+            "unlimited_ocr",
             "llava_onevision1_5",
         )
     },

@@ -33,7 +33,9 @@ _ATT = "softmax_attention"
 # Classes whose language model, at model.language_model, is of their own type + "_text".
 _OWN_TEXT_TYPE = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v", "glm4v_moe", "glm_ocr")
 _OWN_TEXT_TYPE += ("paddleocr_vl", "cosmos3_edge")  # GLM-4.1V and 4.5V are glm4v and glm4v_moe
-_OWN_TEXT_TYPE += ("deepseek_ocr2",)  # DeepSeek-V2's layers with Llama's attention
+# DeepSeek-V2's layers with Llama's attention; Unlimited-OCR's "reference_sliding_attention" windows
+# only the tokens generated after the prompt: a prompt is attended to whole, and T is causal.
+_OWN_TEXT_TYPE += ("deepseek_ocr2", "unlimited_ocr")
 # Wrappers, by where they keep their language model.
 _WRAPPERS = {
     "model.language_model": (
