@@ -46,8 +46,8 @@ __all__ = ["Gemma4AttentionAdapter", "GatedAttentionAdapter", "GatedLatentAttent
 
 class GatedAttentionAdapter(AttentionAdapter):
     """Attention whose head outputs are multiplied by sigmoid(gate): from ``q_proj`` ([query |
-    gate] per head; MiniCPM5's ``q_gate_proj``), or, given ``gate_projections``, from the first of those projections the
-    layer has (none: plain attention), per channel or one gate per head."""
+    gate] per head; MiniCPM5's ``q_gate_proj``), or, given ``gate_projections``, from the first
+    of those projections the layer has (none: plain attention), per channel or one gate per head."""
 
     def __init__(self, gate_projections: tuple[str, ...] = ()):
         self.gate_projections = gate_projections
@@ -72,7 +72,7 @@ class GatedAttentionAdapter(AttentionAdapter):
         gate = raw["gate"][0].reshape(layer.length, layer.n_units, -1)
         if source in ("q_proj", "q_gate_proj"):
             gate = gate[..., head_dim:]  # its output per head is [query | gate]
-        gate = torch.sigmoid(gate.to(torch.float64)).expand(-1, -1, head_dim)  # a gate per head (LFM3): every channel's
+        gate = torch.sigmoid(gate.to(torch.float64)).expand(-1, -1, head_dim)  # one per head (LFM3): every channel's
         layer.info["out_gate"] = f"sigmoid(gate) per head and channel, from {source}"
         if "head_outputs" in raw:  # Muse Spark: each head's output divided by its RMS first
             heads = raw["head_outputs"][0].to(torch.float64)  # (L, H, head_dim): T_h v_h per token

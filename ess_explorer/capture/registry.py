@@ -24,6 +24,7 @@ import difflib
 
 from torch import nn
 
+from .attention import AttentionAdapter
 from .base import LayerSlot
 from .layouts import (
     ATTENTION_KINDS,
@@ -59,7 +60,7 @@ __all__ = [
 ]
 
 
-_ATT = "softmax_attention"
+_ATT = AttentionAdapter.family  # softmax_attention
 # Softmax attention at model.layers[i].self_attn, each with a reconstruction test.
 _ATTENTION_TYPES = (
     *("llama", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "mistral", "ministral", "mixtral"),

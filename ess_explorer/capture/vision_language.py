@@ -24,12 +24,13 @@ from typing import Mapping
 
 from torch import nn
 
+from .attention import AttentionAdapter
 from .base import LayerSlot
 from .layouts import MLLAMA_CROSS, ModelType, language_model_config, mllama, uniform
 
 __all__ = ["vision_language_types"]
 
-_ATT = "softmax_attention"
+_ATT = AttentionAdapter.family  # softmax_attention
 # Classes whose language model, at model.language_model, is of their own type + "_text".
 _OWN_TEXT_TYPE = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v", "glm4v_moe", "glm_ocr")
 _OWN_TEXT_TYPE += ("paddleocr_vl", "cosmos3_edge")  # GLM-4.1V and 4.5V are glm4v and glm4v_moe
