@@ -47,6 +47,7 @@ WINDOWED = {
     "inkling_text": [0],
     "inkling_mm_model": [0],
     "ergo": [0],
+    **dict.fromkeys(("dots3_note_text", "dots3_note"), [0]),
     "aya_vision": [0],
     "cohere2_vision": [0],
     "gpt_neo": [1],  # config.attention_layers: "global", "local"
@@ -55,6 +56,7 @@ WINDOWED = {
 SINKS = {"gpt_oss": [0, 1], "flint": [0, 1], "mimo_v2_flash": [0]}  # layers with a learned sink
 # Layers that attend only to the keys their indexer selects: at most SPARSE_TOP per query.
 SPARSE = {"deepseek_v32": [0, 1], "glm_moe_dsa": [0, 1], "minimax_m3_vl_text": [0], "doge": [0, 1], "axk2": [0, 1]}
+SPARSE.update(dict.fromkeys(("dots3_note_text", "dots3_note"), [1]))
 
 
 @pytest.mark.parametrize("name", sorted(ATTENTION_CONFIGS))
@@ -137,6 +139,20 @@ def test_latent_attention_counts_its_compressed_cache():
         assert layer.inputs.shape[-1] == config.v_head_dim
         if name == "axk2":  # its sigmoid output gate, per head and value channel, stays outside T
             assert layer.out_gate.shape == layer.inputs.shape and torch.all((layer.out_gate > 0) & (layer.out_gate < 1))
+
+
+def test_dots3_note_reads_each_layers_own_latent_sizes_and_gates_each_head_once():
+    """Dots 3 Note's windowed layers have latent heads of their own sizes (its "swa_" config);
+    each layer's values, cache and per-head sigmoid gate (g_proj) follow its own module."""
+    model, ids = build("dots3_note_text")
+    layers = capture(model, ids, layer_slots(model))
+    assert layers[0].inputs.shape[-1] != layers[1].inputs.shape[-1]  # the two kinds differ here
+    for index, indexer_key in ((0, 0), (1, model.config.index_head_dim)):
+        module, layer = model.model.layers[index].self_attn, layers[index]
+        assert layer.inputs.shape[-1] == module.v_head_dim
+        assert layer.info["state_scalars_per_tss"] == module.kv_lora_rank + module.qk_rope_head_dim + indexer_key
+        gate = layer.out_gate  # (H, L, v_head_dim): one sigmoid per head and token
+        assert torch.equal(gate, gate[..., :1].expand_as(gate)) and torch.all((gate > 0) & (gate < 1))
 
 
 def test_gemma4_attending_both_ways_is_refused_before_the_forward_pass():

@@ -309,6 +309,19 @@ MLA = dict(
 )
 
 
+# Dots 3 Note's windowed layers: latent heads of their own sizes.
+DOTS_SLIDING = dict(
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    kv_lora_rank=8,
+    q_lora_rank=8,
+    qk_nope_head_dim=4,
+    qk_rope_head_dim=4,
+    v_head_dim=4,
+    head_dim=8,
+)
+
+
 # The sizes a vision-language model's default vision tower is shrunk to, whichever of these
 # keys its config has (images are not analysed).
 SHRUNK_VISION = dict(
@@ -454,6 +467,35 @@ def _attention_configs():
     )
     configs["axk1"] = tf.AutoConfig.for_model(
         "axk1", n_group=1, topk_group=1, mlp_layer_types=["dense", "sparse"], **MLA
+    )
+    # Dots 3 Note: latent heads gated per head by g_proj; a windowed layer with narrower heads of
+    # its own ("swa_" sizes), then a layer over the keys its indexer selects.
+    latent = {key: value for key, value in MLA.items() if key != "first_k_dense_replace"}
+    configs["dots3_note_text"] = tf.AutoConfig.for_model(
+        "dots3_note_text",
+        **sparse,
+        **latent,
+        layer_types=["sliding_attention", "indexed_attention"],
+        sliding_window=WINDOW,
+        head_dim=12,
+        n_shared_experts=1,
+        shared_experts_intermediate_size=16,
+        **{f"swa_{key}": value for key, value in DOTS_SLIDING.items()},
+    )
+    configs["dots3_note"] = tf.AutoConfig.for_model(  # its vision and audio towers, as small as they build
+        "dots3_note",
+        text_config=configs["dots3_note_text"].to_dict(),
+        vision_config=dict(
+            GEMMA_VISION, moe_intermediate_size=16, adapter_in_dim=16, adapter_out_dim=32, mlp_layer_types=["dense"]
+        ),
+        audio_config=dict(
+            {**GEMMA_VISION, "num_key_value_heads": 2, "head_dim": 8},
+            feature_size=8,
+            downsample_hidden_size=8,
+            adapter_input_size=16,
+            adapter_out_dim=32,
+            conv_output_size=16,
+        ),
     )
     configs.update(
         {
@@ -829,7 +871,7 @@ MODEL_BUILDERS = {
             *("hyperclovax_vision_v2", "fuyu", "got_ocr2", "pp_chart2table", "qianfan_ocr", "idefics2"),
             *("glm_ocr", "paddleocr_vl", "cosmos3_edge", "glmga", "granite_docling", "mllama", "chameleon"),
             *("emu3", "step3p7", "muse_glimmer", "muse_spark", "qwen4_exp", "inkling_mm_model", "deepseek_ocr2"),
-            "unlimited_ocr",
+            *("unlimited_ocr", "dots3_note"),
             "llava_onevision1_5",
         )
     },

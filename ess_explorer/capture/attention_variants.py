@@ -167,17 +167,23 @@ class LatentAttentionAdapter(AttentionAdapter):
 
 
 class GatedLatentAttentionAdapter(LatentAttentionAdapter):
-    """Latent attention whose head outputs are multiplied by sigmoid(gate), the gate being the
-    last v_head_dim columns of each head's [query | gate] in ``q_gate_proj`` (A.X K2)."""
+    """Latent attention whose head outputs are multiplied by sigmoid(gate): the last v_head_dim
+    columns of each head's [query | gate] in ``q_gate_proj`` (A.X K2), or one gate per head and
+    token from ``g_proj`` (Dots 3 Note)."""
+
+    @staticmethod
+    def _gate_source(module) -> str:
+        return "q_gate_proj" if hasattr(module, "q_gate_proj") else "g_proj"
 
     def install(self, session: CaptureSession, slot: LayerSlot) -> None:
         super().install(session, slot)
-        session.keep_output(slot.module.q_gate_proj, session.store(slot.index), "gate")
+        session.keep_output(getattr(slot.module, self._gate_source(slot.module)), session.store(slot.index), "gate")
 
     def build(self, slot: LayerSlot, raw: dict) -> DenseCapture:
         layer = super().build(slot, raw)
         value_dim = layer.info["head_dim"]
-        gate = raw["gate"][0].reshape(layer.length, layer.n_units, -1)[..., -value_dim:]  # (L, H, v_head_dim)
-        layer.out_gate = torch.sigmoid(gate.to(torch.float64)).transpose(0, 1)  # (H, L, v_head_dim)
-        layer.info["out_gate"] = "sigmoid(gate) per head and channel, from q_gate_proj"
+        gate = raw["gate"][0].reshape(layer.length, layer.n_units, -1)[..., -value_dim:]  # (L, H, v_head_dim or 1)
+        gate = torch.sigmoid(gate.to(torch.float64)).expand(-1, -1, value_dim)  # one per head: every channel's
+        layer.out_gate = gate.transpose(0, 1)  # (H, L, v_head_dim)
+        layer.info["out_gate"] = f"sigmoid(gate) per head and channel, from {self._gate_source(slot.module)}"
         return layer

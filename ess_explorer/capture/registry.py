@@ -140,6 +140,16 @@ REGISTRY: dict[str, ModelType] = {
         "latent attention (MLA) over the keys its indexer selects, with a sigmoid output gate from q_gate_proj "
         "(out_gate)",
     ),
+    "dots3_note_text": ModelType(
+        hybrid(
+            "model.layers",
+            {kind: ("self_attn", "gated_latent_attention") for kind in ("sliding_attention", "indexed_attention")},
+        ),
+        (_ATT,),
+        "model.layers[i].self_attn",
+        'latent attention (MLA) with a sigmoid gate per head from g_proj (out_gate); "sliding_attention" layers '
+        'windowed, "indexed_attention" layers over the keys their indexer selects (part of T)',
+    ),
     "longcat_flash": ModelType(
         longcat_flash,
         (_ATT,),

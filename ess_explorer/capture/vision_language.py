@@ -60,6 +60,7 @@ _AROUND_ONE_TYPE = (
     ("kimi_k25", "deepseek_v3"),
     ("shieldgemma2", "gemma3_text"),
     ("inkling_mm_model", "inkling_text"),
+    ("dots3_note", "dots3_note_text"),
     *((name, "qwen3_5_text") for name in ("minicpmv4_6", "minicpmv4_7", "minicpm_ocr")),
 )
 
