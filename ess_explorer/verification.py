@@ -24,6 +24,12 @@ checks, under the contract the result was computed with (meta["precision"]):
 Under the scopes "unit" and "layer", tau refers to the largest sigma_1 over the unit's or
 layer's cuts; the unsampled cuts' sigma_1 come from the result (each sampled cut's own sigma_1
 is among the values checked); for causal ESS under "unit", from the sweep, which gives every cut.
+
+The check rests on the forward pass giving the T the analysis read. A model whose pass is not
+bitwise reproducible (a BLAS that splits its sums by the threads it gets, a top-k selection on
+near-tied scores) can give another T. Where the result kept a unit's T whole (its ``operators``,
+float32), each checked unit's T of this pass is compared with it, and the report says where
+they differ: a failure there may be the model's, not the engine's.
 """
 
 from __future__ import annotations
@@ -53,7 +59,8 @@ class Verification:
     entropy_ess, entropy_ess_svd, entropy_error (relative), values_error (the worst kept
     value's distance from the SVD's, as a fraction of what the contract allows: at most 1
     passes), causal_ess, causal_ess_sweep and causal_near_tau (None where causal ESS is not
-    checked) and ok."""
+    checked), operator_change (the largest |T - T kept by the result| of the unit, float32;
+    None where the result did not keep its T whole) and ok."""
 
     precision: str
     rows: list[dict] = field(default_factory=list)
@@ -95,6 +102,13 @@ class Verification:
                 f"  causal ESS: {sum(r['causal_ess'] == r['causal_ess_sweep'] for r in causal)} of {len(causal)} "
                 f"equal to the exact sweep's, {sum(r['causal_near_tau'] for r in causal)} with a value within "
                 f"{TAU_BAND:g} of tau"
+            )
+        changed = {(r["layer"], r["unit"]): r["operator_change"] for r in self.rows if r["operator_change"]}
+        if changed:
+            lines.append(
+                f"  this forward pass gave another T than the analysed one at {len(changed)} unit(s) (largest "
+                f"|change| {max(changed.values()):.2g}): the model's pass is not bitwise reproducible, and a "
+                "failure at those units may be the model's, not the engine's"
             )
         for row in self.failures[:5]:
             lines.append(
@@ -144,6 +158,7 @@ def verify(
         swept = _causal_sweep(layer, unit_ids, positions, stored.causal_ess[rows], accuracy)
         top_of_layer = float(np.max(stored.singular_values[..., 0], initial=0.0))
         for i, (row, operator) in enumerate(zip(rows, dense)):
+            change = _operator_change(stored, row, operator)
             top_of_unit = float(np.max(stored.singular_values[row, :, 0], initial=0.0))
             for k in picked:
                 t = positions[k]
@@ -154,8 +169,17 @@ def verify(
                 causal, causal_ok = _compare_causal(
                     stored.causal_ess[row, k], None if swept is None else swept[i], k, accuracy
                 )
-                report.rows.append({**entry, **causal, "ok": entry["ok"] and causal_ok})
+                report.rows.append({**entry, **causal, "operator_change": change, "ok": entry["ok"] and causal_ok})
     return report
+
+
+def _operator_change(stored, row: int, operator: torch.Tensor) -> float | None:
+    """The largest |T - T kept| of unit ``row``, both in float32 (the result keeps T in
+    float32), or None where the result did not keep its T whole (module docstring)."""
+    kept = stored.operators.get(row)
+    if kept is None or stored.operator_block != 1:
+        return None
+    return float(np.abs(operator.to(torch.float32).cpu().numpy() - kept).max(initial=0.0))
 
 
 def _causal_sweep(layer, unit_ids, positions, stored_causal, accuracy):
