@@ -69,10 +69,7 @@ class GatedAttentionAdapter(AttentionAdapter):
         if (source := self._gate_source(slot.module)) is None:
             return layer
         head_dim = layer.info["head_dim"]
-        gate = raw["gate"][0].reshape(layer.length, layer.n_units, -1)
-        if source in ("q_proj", "q_gate_proj"):
-            gate = gate[..., head_dim:]  # its output per head is [query | gate]
-        gate = torch.sigmoid(gate.to(torch.float64)).expand(-1, -1, head_dim)  # one per head (LFM3): every channel's
+        gate = _sigmoid_head_gate(raw["gate"], layer.length, layer.n_units, head_dim)  # (L, H, head_dim)
         layer.info["out_gate"] = f"sigmoid(gate) per head and channel, from {source}"
         if "head_outputs" in raw:  # Muse Spark: each head's output divided by its RMS first
             heads = raw["head_outputs"][0].to(torch.float64)  # (L, H, head_dim): T_h v_h per token
@@ -83,6 +80,14 @@ class GatedAttentionAdapter(AttentionAdapter):
         layer.out_gate = gate.transpose(0, 1)  # (H, L, head_dim)
         layer.info["multiplicity"] = head_dim
         return layer
+
+
+def _sigmoid_head_gate(output: torch.Tensor, length: int, heads: int, width: int) -> torch.Tensor:
+    """sigmoid of each head's gate, (L, H, width) float64, from a gate projection's output (1, L,
+    H x per head): the last ``width`` columns of each head's part, which is [query | gate] (q_proj,
+    q_gate_proj), the gate per channel (gate_proj), or one gate for every channel (g_proj)."""
+    gate = output[0].reshape(length, heads, -1)[..., -width:]
+    return torch.sigmoid(gate.to(torch.float64)).expand(-1, -1, width)
 
 
 def _output_norm(slot: LayerSlot):
@@ -181,9 +186,7 @@ class GatedLatentAttentionAdapter(LatentAttentionAdapter):
 
     def build(self, slot: LayerSlot, raw: dict) -> DenseCapture:
         layer = super().build(slot, raw)
-        value_dim = layer.info["head_dim"]
-        gate = raw["gate"][0].reshape(layer.length, layer.n_units, -1)[..., -value_dim:]  # (L, H, v_head_dim or 1)
-        gate = torch.sigmoid(gate.to(torch.float64)).expand(-1, -1, value_dim)  # one per head: every channel's
+        gate = _sigmoid_head_gate(raw["gate"], layer.length, layer.n_units, layer.info["head_dim"])
         layer.out_gate = gate.transpose(0, 1)  # (H, L, v_head_dim)
         layer.info["out_gate"] = f"sigmoid(gate) per head and channel, from {self._gate_source(slot.module)}"
         return layer
