@@ -280,9 +280,6 @@ def _configs():
 
 
 WINDOW = 5
-# Model types that transformers 5.25 added (the tested range starts at 5.24): their tests run
-# where the installed transformers has them.
-NEWER_TYPES = ("param2moe", "ergo", "minicpm5_moe", "llava_onevision1_5")
 
 
 def in_transformers(model_type: str) -> bool:
@@ -297,6 +294,23 @@ LM = dict(num_hidden_layers=2, **ATTN, **IDS)
 EXPERTS = dict(num_local_experts=2, num_experts_per_tok=1)
 ROUTED = dict(n_routed_experts=2, num_experts_per_tok=1, moe_intermediate_size=16)  # DeepSeek-style routed experts
 SLIDING = dict(sliding_window=WINDOW, layer_types=["sliding_attention", "full_attention"])
+# Model types that transformers 5.25 added (the tested range starts at 5.24): their configs are
+# built, and their tests run, where the installed transformers has them.
+NEWER = {
+    "param2moe": lambda: tf.AutoConfig.for_model("param2moe", **ROUTED, **LM),  # GLM-4 MoE's classes
+    "ergo": lambda: tf.AutoConfig.for_model("ergo", moe_intermediate_size=16, **EXPERTS, **SLIDING, **LM),
+    "minicpm5_moe": lambda: tf.AutoConfig.for_model("minicpm5_moe", head_dim=8, **ROUTED, **LM),  # gated heads
+    "llava_onevision1_5": lambda: tf.AutoConfig.for_model(
+        "llava_onevision1_5",
+        text_config=tf.AutoConfig.for_model("qwen3", head_dim=8, **LM).to_dict(),
+        vision_config=QWEN_VISION,
+    ),
+}
+NEWER_TYPES = tuple(NEWER)
+# Muse Glimmer's language model (Muse Spark's is built on it): a window on its "sliding_attention"
+# layer, no RoPE on its full-attention layer; and the projection widths of both.
+MUSE_TEXT = dict(**SLIDING, layer_rope_theta=[10000.0, 0], head_dim=8, **LM)
+MUSE_PROJECTIONS = dict(out_hidden_size=32, projector_hidden_size=32)
 MLA = dict(
     **{**LM, "num_key_value_heads": 4},
     **ROUTED,
@@ -682,29 +696,20 @@ def _attention_configs():
             ),
             # Muse Glimmer: a sigmoid gate per channel from gate_proj; its full-attention layer has no RoPE
             "muse_glimmer": _shrunk_vision_language(
-                "muse_glimmer",
-                tf.AutoConfig.for_model(
-                    "muse_glimmer_text", **SLIDING, layer_rope_theta=[10000.0, 0], head_dim=8, **LM
-                ),
-                out_hidden_size=32,
-                projector_hidden_size=32,
+                "muse_glimmer", tf.AutoConfig.for_model("muse_glimmer_text", **MUSE_TEXT), **MUSE_PROJECTIONS
             ),
             # Muse Spark: Muse Glimmer's heads, each divided by its RMS (o_norm) before the gate
             "muse_spark": _shrunk_vision_language(
                 "muse_spark",
                 tf.AutoConfig.for_model(
                     "muse_spark_text",
-                    **SLIDING,
-                    layer_rope_theta=[10000.0, 0],
-                    head_dim=8,
                     mlp_layer_types=["dense", "sparse"],
                     moe_intermediate_size=16,
                     moe_hidden_size=16,
                     **EXPERTS,
-                    **LM,
+                    **MUSE_TEXT,
                 ),
-                out_hidden_size=32,
-                projector_hidden_size=32,
+                **MUSE_PROJECTIONS,
                 audio_config=dict(hidden_sizes=[8, 8, 8, 16], depths=[1, 1, 1, 1], out_hidden_size=32),
             ),
             # Chameleon and Emu3: images are tokens of their vocabulary (a tiny VQ-GAN maps them)
@@ -761,17 +766,7 @@ def _attention_configs():
             "deepseek_v3": tf.DeepseekV3Config(n_group=1, topk_group=1, **MLA),
         }
     )
-    newer = {  # NEWER_TYPES: built where the installed transformers has them
-        "param2moe": lambda: tf.AutoConfig.for_model("param2moe", **ROUTED, **LM),  # GLM-4 MoE's classes
-        "ergo": lambda: tf.AutoConfig.for_model("ergo", moe_intermediate_size=16, **EXPERTS, **SLIDING, **LM),
-        "minicpm5_moe": lambda: tf.AutoConfig.for_model("minicpm5_moe", head_dim=8, **ROUTED, **LM),  # gated heads
-        "llava_onevision1_5": lambda: tf.AutoConfig.for_model(
-            "llava_onevision1_5",
-            text_config=tf.AutoConfig.for_model("qwen3", head_dim=8, **LM).to_dict(),
-            vision_config=QWEN_VISION,
-        ),
-    }
-    configs.update({name: make() for name, make in newer.items() if in_transformers(name)})
+    configs.update({name: make() for name, make in NEWER.items() if in_transformers(name)})
     return configs
 
 
