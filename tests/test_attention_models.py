@@ -47,6 +47,8 @@ WINDOWED = {
     "inkling_text": [0],
     "inkling_mm_model": [0],
     "ergo": [0],
+    "cohere_compass_text": [0],
+    "cohere_compass": [0],
     **dict.fromkeys(("dots3_note_text", "dots3_note"), [0]),
     "aya_vision": [0],
     "cohere2_vision": [0],

@@ -305,8 +305,26 @@ NEWER = {
         text_config=tf.AutoConfig.for_model("qwen3", head_dim=8, **LM).to_dict(),
         vision_config=QWEN_VISION,
     ),
+    "ovis2_5": lambda: _shrunk_vision_language("ovis2_5", tf.AutoConfig.for_model("qwen3", head_dim=8, **LM)),
 }
 NEWER_TYPES = tuple(NEWER)
+# Cohere Compass's language model: Qwen3-VL's positions, a window on its "sliding_attention" layer
+# and no RoPE on its full-attention layer.
+COMPASS_TEXT = tf.AutoConfig.for_model(
+    "cohere_compass_text", rope_parameters={"sliding_attention": MROPE, "full_attention": None}, **SLIDING, **LM
+)
+# Phi-4-multimodal's image and audio embedders, as small as they build (not analysed).
+PHI4_TOWERS = dict(
+    vision_config=dict(TINY_VISION, crop_size=28),
+    audio_config=dict(
+        GEMMA_VISION,
+        num_blocks=1,
+        ext_pw_out_channel=16,
+        depthwise_separable_out_channel=16,
+        nemo_conv_channels=16,
+        input_size=8,
+    ),
+)
 # Muse Glimmer's language model (Muse Spark's is built on it): a window on its "sliding_attention"
 # layer, no RoPE on its full-attention layer; and the projection widths of both.
 MUSE_TEXT = dict(**SLIDING, layer_rope_theta=[10000.0, 0], head_dim=8, **LM)
@@ -764,6 +782,15 @@ def _attention_configs():
             ),
             "deepseek_v2": tf.DeepseekV2Config(**MLA),
             "deepseek_v3": tf.DeepseekV3Config(n_group=1, topk_group=1, **MLA),
+            "mistral4": tf.AutoConfig.for_model("mistral4", n_group=1, topk_group=1, **MLA),  # DeepSeek's MLA
+            "cohere_compass_text": COMPASS_TEXT,
+            "phi4_multimodal": tf.AutoConfig.for_model("phi4_multimodal", **PHI4_TOWERS, **LM),  # Phi-3's layers
+            "cohere_compass": _shrunk_vision_language("cohere_compass", COMPASS_TEXT),
+            "cosmos3_omni": tf.AutoConfig.for_model(  # around Qwen3-VL's language model
+                "cosmos3_omni",
+                text_config=dict(LM, head_dim=8, rope_parameters=MROPE),
+                vision_config=dict(QWEN_VISION, deepstack_visual_indexes=[]),
+            ),
         }
     )
     configs.update({name: make() for name, make in NEWER.items() if in_transformers(name)})
@@ -866,8 +893,8 @@ MODEL_BUILDERS = {
             *("hyperclovax_vision_v2", "fuyu", "got_ocr2", "pp_chart2table", "qianfan_ocr", "idefics2"),
             *("glm_ocr", "paddleocr_vl", "cosmos3_edge", "glmga", "granite_docling", "mllama", "chameleon"),
             *("emu3", "step3p7", "muse_glimmer", "muse_spark", "qwen4_exp", "inkling_mm_model", "deepseek_ocr2"),
-            *("unlimited_ocr", "dots3_note"),
-            "llava_onevision1_5",
+            *("unlimited_ocr", "dots3_note", "mistral4", "cohere_compass", "cosmos3_omni"),
+            *("llava_onevision1_5", "ovis2_5"),
         )
     },
     **{name: tf.AutoModelForImageTextToText.from_config for name in LANGUAGE_MODEL_OF},

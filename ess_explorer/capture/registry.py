@@ -75,6 +75,8 @@ _ATTENTION_TYPES = (
     "chameleon",  # image tokens and text in one vocabulary; a text prompt
     "zaya",  # compressed convolutional attention: V from its qkv_proj (attention.py _fused_values)
     "inkling_text",  # V after its short conv (v_sconv); a relative-position bias from each token, inside T
+    "cohere_compass_text",  # windows from layer_types; its full-attention layers have no RoPE
+    "phi4_multimodal",  # Phi-3's fused qkv_proj; its image and audio embedders are not analysed
     # Model types transformers builds with another type's classes (Llama, GLM-4 MoE).
     *("exaone", "internlm3", "iquestcoder", "sarvam_moe", "param2moe"),
     "ergo",  # V from its fused qkv_proj
@@ -121,7 +123,10 @@ REGISTRY: dict[str, ModelType] = {
             "model.layers[i].self_attn",
             "latent attention (MLA: values from kv_b_proj)",
         )
-        for name in ("deepseek_v2", "deepseek_v3", "glm4_moe_lite", "minicpm3", "youtu", "sarvam_mla", "axk1")
+        for name in (
+            *("deepseek_v2", "deepseek_v3", "glm4_moe_lite", "minicpm3", "youtu", "sarvam_mla", "axk1"),
+            "mistral4",  # Mistral 4: DeepSeek's latent attention
+        )
     },
     **{
         name: ModelType(
@@ -368,6 +373,11 @@ REFUSED: dict[str, str] = {
         "its sink scales each row after the softmax, from logits the layer does not return",
     ),
     "jetmoe": "its attention heads are experts routed per token (a mixture of attention heads)",
+    **dict.fromkeys(
+        ("gemma4_assistant", "gemma4_unified_assistant"),
+        "it drafts tokens for Gemma 4 from its backbone's hidden states and keys and values "
+        "(shared_kv_states), not from a prompt",
+    ),
     "deepseek_v4": "besides a window of recent tokens it attends to entries its compressors pool from "
     "windows of tokens (HCA / CSA), with projections and gates of their own",
 }

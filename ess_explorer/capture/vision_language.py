@@ -37,6 +37,7 @@ _OWN_TEXT_TYPE += ("paddleocr_vl", "cosmos3_edge")  # GLM-4.1V and 4.5V are glm4
 # DeepSeek-V2's layers with Llama's attention; Unlimited-OCR's "reference_sliding_attention" windows
 # only the tokens generated after the prompt: a prompt is attended to whole, and T is causal.
 _OWN_TEXT_TYPE += ("deepseek_ocr2", "unlimited_ocr")
+_OWN_TEXT_TYPE += ("cohere_compass",)  # Qwen3-VL's positions and vision tower around Cohere's attention
 # Wrappers, by where they keep their language model.
 _WRAPPERS = {
     "model.language_model": (
@@ -44,7 +45,7 @@ _WRAPPERS = {
         *("vipllava", "internvl", "aya_vision", "cohere2_vision", "ovis2"),
         *("deepseek_vl", "deepseek_vl_hybrid", "janus", "video_llama_3", "lighton_ocr"),
         *("hyperclovax_vision_v2", "fuyu", "got_ocr2", "pp_chart2table", "qianfan_ocr"),
-        "llava_onevision1_5",
+        *("llava_onevision1_5", "ovis2_5"),
     ),
     "model.text_model": ("idefics2", "idefics3", "smolvlm"),
 }
@@ -117,6 +118,7 @@ def vision_language_types(registry: Mapping[str, ModelType]) -> dict[str, ModelT
             for name, text, where in (
                 *((name, f"{name}_text", "model.language_model") for name in _OWN_TEXT_TYPE),
                 *((name, "glm4v_text", "model.language_model") for name in ("glm46v", "glmga")),  # GLM-4.6V
+                ("cosmos3_omni", "qwen3_vl_text", "model.language_model"),
                 ("granite_docling", "granite_docling_text", "model.text_model"),
                 ("emu3", "emu3_text_model", "model.text_model"),  # images are tokens of its vocabulary
             )
