@@ -59,6 +59,7 @@ SINKS = {"gpt_oss": [0, 1], "flint": [0, 1], "mimo_v2_flash": [0]}  # layers wit
 # Layers that attend only to the keys their indexer selects: at most SPARSE_TOP per query.
 SPARSE = {"deepseek_v32": [0, 1], "glm_moe_dsa": [0, 1], "minimax_m3_vl_text": [0], "doge": [0, 1], "axk2": [0, 1]}
 SPARSE.update(dict.fromkeys(("dots3_note_text", "dots3_note"), [1]))
+SPARSE["mistral_large4"] = [0, 1]  # its second layer reuses the first's selection
 
 
 @pytest.mark.parametrize("name", sorted(ATTENTION_CONFIGS))

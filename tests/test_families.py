@@ -786,6 +786,24 @@ def _attention_configs():
             "cohere_compass_text": COMPASS_TEXT,
             "phi4_multimodal": tf.AutoConfig.for_model("phi4_multimodal", **PHI4_TOWERS, **LM),  # Phi-3's layers
             "cohere_compass": _shrunk_vision_language("cohere_compass", COMPASS_TEXT),
+            # Mistral Large 4: latent heads over the keys an indexer selects; its second layer reuses
+            # the first's selection and latent (through its own kv_b_proj)
+            "mistral_large4": _shrunk_vision_language(
+                "mistral_large4",
+                tf.AutoConfig.for_model(
+                    "mistral_large4_text",
+                    **{key: value for key, value in MLA.items() if key != "q_lora_rank"},
+                    n_group=1,
+                    topk_group=1,
+                    index_topk=SPARSE_TOP,
+                    index_head_dim=8,
+                    index_n_heads=2,
+                    head_dim=8,
+                    indexer_types=["full", "shared"],
+                    kv_source_layers=[0, 0],
+                    no_rope_layers=[0, 0],  # no RoPE on either (the second reads the first's latent)
+                ),
+            ),
             "cosmos3_omni": tf.AutoConfig.for_model(  # around Qwen3-VL's language model
                 "cosmos3_omni",
                 text_config=dict(LM, head_dim=8, rope_parameters=MROPE),
@@ -893,7 +911,7 @@ MODEL_BUILDERS = {
             *("hyperclovax_vision_v2", "fuyu", "got_ocr2", "pp_chart2table", "qianfan_ocr", "idefics2"),
             *("glm_ocr", "paddleocr_vl", "cosmos3_edge", "glmga", "granite_docling", "mllama", "chameleon"),
             *("emu3", "step3p7", "muse_glimmer", "muse_spark", "qwen4_exp", "inkling_mm_model", "deepseek_ocr2"),
-            *("unlimited_ocr", "dots3_note", "mistral4", "cohere_compass", "cosmos3_omni"),
+            *("unlimited_ocr", "dots3_note", "mistral4", "cohere_compass", "cosmos3_omni", "mistral_large4"),
             *("llava_onevision1_5", "ovis2_5"),
         )
     },
@@ -1246,3 +1264,17 @@ def test_mllama_cross_attention_layers_are_listed_as_skipped():
     result = analyze(model, ids, progress=False)
     assert sorted(result.layers) == [0, 2]
     assert list(map(int, result.meta["skipped_layers"])) == [1]
+
+
+def test_mistral_large4_second_layer_reads_the_first_layers_latent_and_selection():
+    """Its second layer makes no latent and runs no indexer: its values are its own kv_b_proj of
+    the first layer's latent (the reconstruction test holds them), its cache that latent, counted
+    for it too, and its keys the first layer's selection."""
+    model, ids = build("mistral_large4")
+    first, second = (capture(model, ids, layer_slots(model))[i] for i in (0, 1))
+    text = model.config.text_config
+    assert first.info["state_scalars_per_tss"] == text.kv_lora_rank + text.index_head_dim
+    assert second.info["state_scalars_per_tss"] == text.kv_lora_rank and second.info["kv_shared"]
+    assert "kv_shared" not in first.info
+    kept = lambda layer: layer.dense(range(layer.n_units)) > 0  # noqa: E731
+    assert torch.equal(kept(first)[0], kept(second)[0])  # one selection, every head

@@ -28,7 +28,11 @@ the value head size. Its cache, the layer's state, is the latent and the shared 
 kv_lora_rank + qk_rope_head_dim scalars per token. DeepSeek sparse attention (DeepSeek-V3.2,
 GLM-5) adds an indexer that keeps the top-k keys of each query by folding its selection into
 the attention mask, so the returned probabilities, T, hold the selection; its cache adds the
-indexer's key (index_head_dim scalars per token). A.X K2 adds an output gate to that:
+indexer's key (index_head_dim scalars per token). Mistral Large 4's KV-sharing layers read an
+earlier layer's latent through their own ``kv_b_proj``, so their values are read there as
+anywhere; that cache is counted as theirs too (``info["kv_shared"]``), as Gemma 4's is; its
+"shared" indexer layers reuse an earlier layer's selection, folded into their mask the same way.
+A.X K2 adds an output gate to that:
 ``q_gate_proj`` makes [query | gate] per head, and o_h = sigmoid(gate_h) * (T_h v_h), gate
 (L, v_head_dim), kept outside T as ``out_gate`` like the other gated heads.
 """
@@ -166,6 +170,7 @@ class LatentAttentionAdapter(AttentionAdapter):
                 "state_scalars_per_tss": int(module.kv_lora_rank)
                 + int(module.qk_rope_head_dim)
                 + (int(module.indexer.head_dim) if getattr(module, "indexer", None) is not None else 0),
+                **({"kv_shared": True} if getattr(module, "is_kv_shared_layer", False) else {}),
             },
             operator=probs,
         )

@@ -5,7 +5,8 @@ keeps it, in one of five ways:
 
 - a plain softmax-attention language model of the class's own text type, at
   ``model.language_model`` (``model.text_model`` for Granite Docling and Emu3);
-- heads with a sigmoid output gate (Step 3.7, Muse Glimmer, Muse Spark), read as AFMoE's;
+- heads with a sigmoid output gate (Step 3.7, Muse Glimmer, Muse Spark), read as AFMoE's, and
+  Mistral Large 4's latent attention over the keys its indexer selects, read as DeepSeek-V3.2's;
 - a wrapper around a language model of another type (Mistral 3 around Mistral, the LLaVA family
   and InternVL around Llama, Qwen2, ...; Idefics 2 / 3 and SmolVLM keep theirs at
   ``model.text_model``): any softmax-attention type of the registry, read with that type's own
@@ -137,6 +138,14 @@ def vision_language_types(registry: Mapping[str, ModelType]) -> dict[str, ModelT
                 ("muse_spark", "gate_proj (per channel), after o_norm's 1 / rms_t per head"),
             )
         },
+        "mistral_large4": ModelType(
+            uniform("model.language_model.layers", "self_attn", "latent_attention"),
+            (_ATT,),
+            "model.language_model.layers[i].self_attn",
+            "the language model of the multimodal class: latent attention (MLA) over the keys its indexer "
+            'selects (part of T; "shared" indexer layers reuse an earlier selection), some layers reading an '
+            "earlier layer's latent",
+        ),
         **{
             name: ModelType(
                 _wrapped_attention(registry, where),
