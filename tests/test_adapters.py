@@ -120,6 +120,24 @@ def _configs():
             **{**ATTN, "num_key_value_heads": 4},
             **IDS,  # MLA: one kv head per head
         ),
+        "bailing_hybrid": tf.AutoConfig.for_model(  # Ling 3: KDA, then latent attention gated per head
+            "bailing_hybrid",
+            num_hidden_layers=2,
+            layer_types=["linear_attention", "full_attention"],
+            head_dim=8,  # of the KDA heads (num_attention_heads of them)
+            num_experts=2,
+            num_experts_per_tok=1,
+            moe_intermediate_size=16,
+            n_group=1,
+            topk_group=1,
+            first_k_dense_replace=1,
+            kv_lora_rank=16,
+            qk_nope_head_dim=8,
+            qk_rope_head_dim=4,
+            v_head_dim=6,
+            **{**ATTN, "num_key_value_heads": 4},
+            **IDS,
+        ),
         "la": zoo_modeling.EssLinearAttentionConfig(**zoo),
         "gla": zoo_modeling.EssLinearAttentionConfig(gated=True, **zoo),
     }
@@ -143,6 +161,7 @@ EXPECTED_FAMILIES = {
     "qwen3_5_text": ["gated_deltanet", "softmax_attention"],
     "olmo_hybrid": ["gated_deltanet", "softmax_attention"],
     "kimi_linear": ["kda", "softmax_attention"],
+    "bailing_hybrid": ["kda", "softmax_attention"],
     "la": ["linear_attention"] * 2,
     "gla": ["gated_linear_attention"] * 2,
 }
@@ -316,7 +335,7 @@ def test_a_refused_model_type_says_why_and_the_docs_say_it_too():
 
 
 # Model types with a per-token gate around some mixer (Qwen3-Next / Qwen3.5: the sigmoid
-# output gate of their attention layers).
+# output gate of their attention layers; Ling 3: one per latent head).
 GATED = {
     "mamba",
     "falcon_mamba",
@@ -329,6 +348,7 @@ GATED = {
     "gla",
     "qwen3_next",
     "qwen3_5_text",
+    "bailing_hybrid",
 }
 
 
@@ -348,6 +368,18 @@ def test_reconstruction_with_gates_inside(captured):
         # Same scalars either way: units x channels per unit.
         assert inside.n_units * inside.unit_multiplicity() == layer.n_units * layer.unit_multiplicity()
     assert (gated_layers > 0) == (name in GATED), f"{name}: which layers carry a gate"
+
+
+def test_bailing_hybrid_decays_each_key_and_gates_each_latent_head_once():
+    """Ling 3's linear layers are KDA (a decay per key dimension, not one per head); its latent
+    heads are multiplied by one sigmoid per head and token from g_proj, kept outside T."""
+    model, ids = build("bailing_hybrid")
+    layers = capture(model, ids, layer_slots(model))
+    decay = layers[0].realize(torch.arange(layers[0].n_units)).a  # (H, L, K)
+    assert not torch.allclose(decay, decay[..., :1].expand_as(decay))
+    gate = layers[1].out_gate  # (H, L, v_head_dim)
+    assert torch.equal(gate, gate[..., :1].expand_as(gate)) and torch.all((gate > 0) & (gate < 1))
+    assert not torch.allclose(gate[0], gate[1])
 
 
 def test_mamba2_gate_is_the_gated_norms_scale():

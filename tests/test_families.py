@@ -111,6 +111,28 @@ def _configs():
         hc_lowrank=4,
         **qwen_hybrid,
     )
+    # GLM-5.3-Flash: KDA, then latent attention over the keys of the pools of GLM5_POOL its
+    # indexer selects (SPARSE_TOP keys) plus the incomplete last pool; layer 2 reuses layer 1's
+    # selection ("shared").
+    glm5_next_text = tf.AutoConfig.for_model(
+        "glm5_next_text",
+        num_hidden_layers=3,
+        layer_types=["linear_attention", "indexed_attention", "indexed_attention"],
+        indexer_types=["full", "full", "shared"],
+        linear_num_heads=4,
+        linear_head_dim=8,
+        q_lora_rank=16,
+        kv_lora_rank=16,
+        qk_nope_head_dim=8,
+        v_head_dim=6,
+        index_topk=SPARSE_TOP,
+        index_kpool=GLM5_POOL,
+        index_n_heads=2,
+        index_head_dim=8,
+        hc_mult=2,  # residual streams
+        **{**ATTN, "num_key_value_heads": 4},
+        **IDS,
+    )
     return {
         "qwen3": tf.Qwen3Config(num_hidden_layers=2, head_dim=8, **ATTN, **IDS),
         "qwen3_moe": tf.Qwen3MoeConfig(num_hidden_layers=2, head_dim=8, **MOE, **ATTN, **IDS),
@@ -142,6 +164,8 @@ def _configs():
         "qwen4_exp": tf.AutoConfig.for_model(
             "qwen4_exp", text_config=qwen4_exp_text.to_dict(), vision_config=QWEN_VISION
         ),
+        "glm5_next_text": glm5_next_text,
+        "glm5_next": _shrunk_vision_language("glm5_next", glm5_next_text),
         # LFM3: attention with a sigmoid output gate per head (g_proj), or none
         "lfm3": tf.AutoConfig.for_model(
             "lfm3", num_hidden_layers=3, layer_types=windowed_hybrid("conv"), head_dim=8, **SMALL
@@ -288,6 +312,7 @@ def in_transformers(model_type: str) -> bool:
 
 SPARSE_TOP = 4  # keys a sparse-attention query keeps
 QWEN4_BLOCK = 2  # tokens per key block of the Qwen4-Exp indexer (its compress ratio)
+GLM5_POOL = 2  # keys per pool of the GLM-5.3-Flash indexer (index_kpool)
 # The softmax-attention decoder LMs beyond those above (tests/test_attention_models.py checks
 # their windows, fused projections and latent caches): 2 layers each.
 LM = dict(num_hidden_layers=2, **ATTN, **IDS)
@@ -862,6 +887,8 @@ EXPECTED_FAMILIES = {
     "qwen3_5_moe": ["gated_deltanet", ATT],
     "qwen4_exp_text": ["gated_deltanet", ATT],
     "qwen4_exp": ["gated_deltanet", ATT],
+    "glm5_next_text": ["kda", ATT, ATT],
+    "glm5_next": ["kda", ATT, ATT],
     "longcat_flash": [ATT] * 4,
     "lfm3": ["short_conv", ATT, ATT],
     "lfm3_ungated": ["short_conv", ATT, ATT],
@@ -912,9 +939,10 @@ MODEL_BUILDERS = {
             *("glm_ocr", "paddleocr_vl", "cosmos3_edge", "glmga", "granite_docling", "mllama", "chameleon"),
             *("emu3", "step3p7", "muse_glimmer", "muse_spark", "qwen4_exp", "inkling_mm_model", "deepseek_ocr2"),
             *("unlimited_ocr", "dots3_note", "mistral4", "cohere_compass", "cosmos3_omni", "mistral_large4"),
-            *("llava_onevision1_5", "ovis2_5"),
+            *("glm5_next", "llava_onevision1_5", "ovis2_5"),
         )
     },
+    "glm5_next_text": tf.AutoModel.from_config,  # no class with an LM head: its base model
     **{name: tf.AutoModelForImageTextToText.from_config for name in LANGUAGE_MODEL_OF},
     # It builds Llama 4's text model only, but a Llama 4 checkpoint holds the multimodal class.
     "llama4": tf.Llama4ForConditionalGeneration,
@@ -1187,6 +1215,27 @@ def test_qwen4_exp_indexed_layer_keeps_only_the_key_blocks_its_indexer_selects()
     expected = torch.minimum(visible, SPARSE_TOP + tail)  # all keys while they fit in the budget
     assert torch.equal(kept, expected.expand_as(kept))
     assert layer.out_gate.shape == layer.inputs.shape  # Qwen3.5's sigmoid gate, per head and channel
+
+
+@pytest.mark.parametrize("name", ["glm5_next_text", "glm5_next"])
+def test_glm5_next_latent_layers_keep_the_key_pools_their_indexer_selects(name):
+    """A query at t sees the keys of its best whole pools of GLM5_POOL (SPARSE_TOP keys) plus the
+    incomplete last pool (t + 1 mod GLM5_POOL keys); layer 2 reuses layer 1's selection and caches
+    no indexer state. T holds the selection; no layer carries an out_gate (KDA's gated norm stays
+    outside T, as Kimi Linear's)."""
+    model, ids = build(name)
+    layers = capture(model, ids, layer_slots(model))
+    visible = torch.arange(1, LENGTH + 1)
+    expected = torch.minimum(visible, SPARSE_TOP + visible % GLM5_POOL)  # all keys while they fit
+    selected = [layers[i].dense(range(layers[i].n_units)) > 0 for i in (1, 2)]
+    for kept in selected:
+        assert torch.equal(kept.sum(-1), expected.expand(kept.shape[0], -1))
+    assert torch.equal(selected[0], selected[1])  # the "shared" layer: layer 1's selection
+    config = CONFIGS["glm5_next_text"]  # glm5_next's language model too
+    latent = config.kv_lora_rank + config.qk_rope_head_dim
+    scalars = [layers[i].info["state_scalars_per_tss"] for i in (1, 2)]
+    assert scalars == [latent + 2 * config.index_head_dim, latent]  # each key and its pool logits
+    assert all(layer.out_gate is None for layer in layers.values())
 
 
 # Mistral 3: no causal-LM class; Llama 4: the causal-LM class would build the text model only

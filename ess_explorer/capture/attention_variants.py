@@ -28,13 +28,17 @@ the value head size. Its cache, the layer's state, is the latent and the shared 
 kv_lora_rank + qk_rope_head_dim scalars per token. DeepSeek sparse attention (DeepSeek-V3.2,
 GLM-5) adds an indexer that keeps the top-k keys of each query by folding its selection into
 the attention mask, so the returned probabilities, T, hold the selection; its cache adds the
-indexer's key (index_head_dim scalars per token). Mistral Large 4's KV-sharing layers read an
+indexer's key (index_head_dim scalars per token). GLM-5.3-Flash's indexer selects pools of
+index_kpool keys (a pool's key is the mean of its keys weighted by a softmax of per-key logits),
+plus the incomplete last pool, and caches each key's logits too (2 index_head_dim scalars per
+token); its and Mistral Large 4's "shared" layers reuse an earlier layer's selection, folded into
+their mask the same way, and cache no indexer state. Mistral Large 4's KV-sharing layers read an
 earlier layer's latent through their own ``kv_b_proj``, so their values are read there as
-anywhere; that cache is counted as theirs too (``info["kv_shared"]``), as Gemma 4's is; its
-"shared" indexer layers reuse an earlier layer's selection, folded into their mask the same way.
-A.X K2 adds an output gate to that:
-``q_gate_proj`` makes [query | gate] per head, and o_h = sigmoid(gate_h) * (T_h v_h), gate
-(L, v_head_dim), kept outside T as ``out_gate`` like the other gated heads.
+anywhere; that cache is counted as theirs too (``info["kv_shared"]``), as Gemma 4's is.
+A.X K2 adds an output gate to that: ``q_gate_proj`` makes [query | gate] per head, and
+o_h = sigmoid(gate_h) * (T_h v_h), gate (L, v_head_dim), kept outside T as ``out_gate`` like the
+other gated heads; Dots 3 Note and Ling 3 (``bailing_hybrid``) gate each head by one sigmoid per
+token from ``g_proj``.
 """
 
 from __future__ import annotations
@@ -166,14 +170,27 @@ class LatentAttentionAdapter(AttentionAdapter):
                 "multiplicity": value_dim,
                 "attention": "latent (MLA)",
                 # the cache holds the compressed latent and the shared rotary key per token, and
-                # where an indexer selects the keys (DeepSeek sparse attention) the indexer's key
+                # what the layer's indexer keeps of each token
                 "state_scalars_per_tss": int(module.kv_lora_rank)
                 + int(module.qk_rope_head_dim)
-                + (int(module.indexer.head_dim) if getattr(module, "indexer", None) is not None else 0),
+                + _indexer_scalars(module),
                 **({"kv_shared": True} if getattr(module, "is_kv_shared_layer", False) else {}),
             },
             operator=probs,
         )
+
+
+def _indexer_scalars(module) -> int:
+    """Scalars per token a latent-attention layer's indexer caches: none without an indexer (the
+    "shared" layers of GLM-5.3-Flash and Mistral Large 4 reuse an earlier layer's selection), its
+    key where it selects keys (DeepSeek sparse attention), and where it selects pools of keys
+    (GLM-5.3-Flash) also each key's logits for its pool's weighted mean
+    (``index_kpool_compress_gate``)."""
+    indexer = getattr(module, "indexer", None)
+    if indexer is None:
+        return 0
+    pool_gate = getattr(indexer, "index_kpool_compress_gate", None)
+    return int(indexer.head_dim) + (0 if pool_gate is None else int(pool_gate.shape[0]))
 
 
 class GatedLatentAttentionAdapter(LatentAttentionAdapter):

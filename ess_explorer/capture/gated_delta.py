@@ -1,4 +1,5 @@
-"""The delta rule: Gated DeltaNet (Qwen3-Next, Qwen3.5, OLMo hybrid) and KDA (Kimi Linear).
+"""The delta rule: Gated DeltaNet (Qwen3-Next, Qwen3.5, OLMo hybrid) and KDA (Kimi Linear, and
+GLM-5.3-Flash and Ling 3, whose linear layers are Kimi's KDA with a forget gate of their own).
 
 Math. Per head, key size K (= N), value size V; after the model's projections, short
 causal conv, activation, and the L2 normalisation of q and k done inside the kernel
@@ -112,7 +113,7 @@ class GatedDeltaNetAdapter(ScanAdapter):
 
 
 class KimiDeltaAdapter(GatedDeltaNetAdapter):
-    """KDA: the delta rule with one decay per key dimension (Kimi Linear)."""
+    """KDA: the delta rule with one decay per key dimension (Kimi Linear, GLM-5.3-Flash, Ling 3)."""
 
     family = "kda"
     function = "chunk_kimi_delta_attention"

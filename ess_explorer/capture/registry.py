@@ -359,6 +359,26 @@ REGISTRY: dict[str, ModelType] = {
         "model.layers[i].self_attn",
         '"linear_attention" -> KDA (per-key decay); "full_attention" -> latent attention (MLA)',
     ),
+    "bailing_hybrid": ModelType(  # Ling 3
+        hybrid(
+            "model.layers",
+            {"linear_attention": ("self_attn", "kda"), "full_attention": ("self_attn", "gated_latent_attention")},
+        ),
+        ("kda", _ATT),
+        "model.layers[i].self_attn",
+        '"linear_attention" -> KDA (per-key decay); "full_attention" -> latent attention (MLA) with a sigmoid '
+        "gate per head from g_proj (out_gate)",
+    ),
+    "glm5_next_text": ModelType(  # GLM-5.3-Flash's language model
+        hybrid(
+            "model.layers",
+            {"linear_attention": ("self_attn", "kda"), "indexed_attention": ("self_attn", "latent_attention")},
+        ),
+        ("kda", _ATT),
+        "model.layers[i].self_attn",
+        '"linear_attention" -> KDA (per-key decay); "indexed_attention" -> latent attention (MLA) over the '
+        "key pools its indexer selects, plus the incomplete last pool (the selection is inside T)",
+    ),
 }
 REGISTRY.update(vision_language_types(REGISTRY))  # their language model, on a text prompt
 

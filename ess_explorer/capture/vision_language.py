@@ -54,6 +54,7 @@ _WRAPPERS = {
 _AROUND_ONE_TYPE = (
     *((name, f"{name}_text") for name in ("gemma3", "gemma4", "gemma4_unified", "qwen3_5", "qwen3_5_moe")),
     ("qwen4_exp", "qwen4_exp_text"),
+    ("glm5_next", "glm5_next_text"),
     ("exaone4_5", "exaone4"),
     ("aria", "aria_text"),
     ("minimax_m3_vl", "minimax_m3_vl_text"),
