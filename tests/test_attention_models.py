@@ -49,6 +49,7 @@ WINDOWED = {
     "ergo": [0],
     "cohere_compass_text": [0],
     "cohere_compass": [0],
+    "kolibri1_1": [0],
     **dict.fromkeys(("dots3_note_text", "dots3_note"), [0]),
     "aya_vision": [0],
     "cohere2_vision": [0],
@@ -60,6 +61,7 @@ SINKS = {"gpt_oss": [0, 1], "flint": [0, 1], "mimo_v2_flash": [0]}  # layers wit
 SPARSE = {"deepseek_v32": [0, 1], "glm_moe_dsa": [0, 1], "minimax_m3_vl_text": [0], "doge": [0, 1], "axk2": [0, 1]}
 SPARSE.update(dict.fromkeys(("dots3_note_text", "dots3_note"), [1]))
 SPARSE["mistral_large4"] = [0, 1]  # its second layer reuses the first's selection
+SPARSE["kolibri1_1"] = [1, 2]
 
 
 @pytest.mark.parametrize("name", sorted(ATTENTION_CONFIGS))

@@ -8,6 +8,7 @@ Tiny random models are built offline from configs (hidden 32-64, 2-4 layers), se
 from __future__ import annotations
 
 import os
+import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -331,6 +332,23 @@ NEWER = {
         vision_config=QWEN_VISION,
     ),
     "ovis2_5": lambda: _shrunk_vision_language("ovis2_5", tf.AutoConfig.for_model("qwen3", head_dim=8, **LM)),
+    # Kolibri 1.1: a windowed layer, then two indexed layers, the second reading the first's K and V;
+    # a query keeps SPARSE_TOP keys (2 chosen, 1 sink, 1 local) from a pool of 4 blocks of 2
+    "kolibri1_1": lambda: tf.AutoConfig.for_model(
+        "kolibri1_1",
+        layer_types=["sliding_attention", "indexed_attention", "indexed_attention"],
+        sliding_window=WINDOW,
+        kv_source_layers=[0, 1, 1],
+        index_layers=[1],
+        index_topk=SPARSE_TOP - 2,
+        index_num_sink_tokens=1,
+        index_num_local_tokens=1,
+        index_pool_size=8,
+        index_compression=2,
+        index_num_heads=2,
+        head_dim=16,  # NVFP4 rounds blocks of 16 values
+        **{**LM, "num_hidden_layers": 3},
+    ),
 }
 NEWER_TYPES = tuple(NEWER)
 # Cohere Compass's language model: Qwen3-VL's positions, a window on its "sliding_attention" layer
@@ -920,6 +938,8 @@ def _language_model_families():
 
 
 EXPECTED_FAMILIES.update(_language_model_families())
+if "kolibri1_1" in CONFIGS:
+    EXPECTED_FAMILIES["kolibri1_1"] = [ATT] * 3
 
 
 # How to build the models the causal-LM auto class does not build from their config (it gives
@@ -1327,3 +1347,24 @@ def test_mistral_large4_second_layer_reads_the_first_layers_latent_and_selection
     assert "kv_shared" not in first.info
     kept = lambda layer: layer.dense(range(layer.n_units)) > 0  # noqa: E731
     assert torch.equal(kept(first)[0], kept(second)[0])  # one selection, every head
+
+
+@pytest.mark.skipif(not in_transformers("kolibri1_1"), reason="Kolibri 1.1 came with transformers 5.25")
+def test_kolibri_indexed_layers_read_rounded_values_and_the_last_reads_the_layer_before():
+    """T's input on an indexed layer is its V rounded to NVFP4, as its forward rounds it (reading
+    v_proj would miss the output by the rounding); the last layer reads the second's V."""
+    model, ids = build("kolibri1_1")
+    layers = capture(model, ids, layer_slots(model))
+    assert [layers[i].info["kv_shared"] for i in range(3)] == [False, False, True]
+    attention = model.model.layers[1].self_attn
+    seen = {}
+    handle = attention.v_proj.register_forward_hook(lambda _m, _a, out: seen.setdefault("v", out.detach()))
+    with torch.no_grad():
+        model(ids)
+    handle.remove()
+    rounded = sys.modules[type(attention).__module__].nvfp4_fake_quantize(seen["v"])
+    per_head = lambda v: v[0].reshape(LENGTH, -1, attention.head_dim).transpose(0, 1)  # noqa: E731
+    group = attention.num_key_value_groups
+    torch.testing.assert_close(layers[1].inputs[::group], per_head(rounded).to(layers[1].inputs.dtype))
+    assert (seen["v"] - rounded).abs().max() > 1e-2 * seen["v"].abs().max()
+    torch.testing.assert_close(layers[2].inputs, layers[1].inputs)

@@ -25,6 +25,7 @@ from .attention_variants import (
     GatedAttentionAdapter,
     GatedLatentAttentionAdapter,
     Gemma4AttentionAdapter,
+    Kolibri11AttentionAdapter,
     LatentAttentionAdapter,
 )
 from .base import Adapter, CaptureSession, LayerSlot, quiet_kernel_fallback, transformers_outside_tested_range
@@ -85,6 +86,7 @@ ADAPTERS: dict[str, Adapter] = {
     "latent_attention": LatentAttentionAdapter(),
     "gated_latent_attention": GatedLatentAttentionAdapter(),
     "gemma4_attention": Gemma4AttentionAdapter(),
+    "kolibri_attention": Kolibri11AttentionAdapter(),
     "rg_lru": RGLRUAdapter(),
     "lightning_attention": LightningAttentionAdapter(),
     "rwkv": RWKVAdapter(),

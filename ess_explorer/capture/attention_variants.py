@@ -1,5 +1,6 @@
 """Softmax attention variants: an output-gated head (Qwen3-Next, Qwen3.5, AFMoE, LFM3, Muse), Gemma 4's
-normalised and shared values, and multi-head latent attention (Kimi Linear, DeepSeek).
+normalised and shared values, Kolibri 1.1's shared and rounded values, and multi-head latent
+attention (Kimi Linear, DeepSeek).
 
 T_h is the attention probability matrix of query head h, as in capture/attention.py.
 
@@ -20,6 +21,14 @@ Gemma 4 attention (and Gemma 3n's, the same): V passes a per-head norm after ``v
 reads the cache of the last earlier layer of its layer type, handed to it in
 ``shared_kv_states``, so their input is that layer's V. Their state is that cache, which the layer reads but does not own; it is counted as
 theirs too (``info["kv_shared"]``).
+
+Kolibri 1.1 attention: its "sliding_attention" layers are plain windowed attention; its
+"indexed_attention" layers attend to the keys a weightless indexer selects (folded into the mask,
+so T holds the selection) and to keys and values rounded to NVFP4, v' = v + (q(v) - v) with the
+model's own rounding q (``nvfp4_fake_quantize`` of its modeling module, applied here to the
+captured V: T's input is v'). Some of them read the K and V of an earlier layer
+(``config.kv_source_layers``, handed over in ``shared_kv_states``), counted as theirs too, as
+Gemma 4's.
 
 Latent attention (Kimi Linear's MLA ``full_attention`` layers): keys and values come from
 a compressed latent through ``kv_b_proj``, which yields [k_nope | v] per head; v (L,
@@ -43,13 +52,21 @@ token from ``g_proj``.
 
 from __future__ import annotations
 
+import sys
+
 import torch
 
 from ..core.units import DenseCapture
 from .attention import AttentionAdapter
 from .base import CaptureSession, LayerSlot
 
-__all__ = ["Gemma4AttentionAdapter", "GatedAttentionAdapter", "GatedLatentAttentionAdapter", "LatentAttentionAdapter"]
+__all__ = [
+    "Gemma4AttentionAdapter",
+    "GatedAttentionAdapter",
+    "GatedLatentAttentionAdapter",
+    "Kolibri11AttentionAdapter",
+    "LatentAttentionAdapter",
+]
 
 
 class GatedAttentionAdapter(AttentionAdapter):
@@ -123,16 +140,43 @@ class Gemma4AttentionAdapter(AttentionAdapter):
         if not module.is_kv_shared_layer:
             session.keep_output(module.v_norm, raw, "v")  # (B, L, H_kv, hd)
             return
-
-        def on_call(_module, _args, kwargs):
-            values = kwargs["shared_kv_states"][module.layer_type][1]  # (B, H_kv, L, hd)
-            raw["v"] = values.detach().transpose(1, 2).flatten(-2)
-
-        session.hook(module.register_forward_pre_hook(on_call, with_kwargs=True))
+        _keep_shared_values(session, module, raw, module.layer_type)
 
     def build(self, slot: LayerSlot, raw: dict) -> DenseCapture:
         layer = super().build(slot, raw)
         layer.info["kv_shared"] = bool(slot.module.is_kv_shared_layer)
+        return layer
+
+
+def _keep_shared_values(session: CaptureSession, module, raw: dict, key: str) -> None:
+    """Keep, as ``raw["v"]`` (B, L, H_kv hd), the V an earlier layer handed to ``module`` in
+    ``shared_kv_states[key]`` ((K, V), each (B, H_kv, L, hd))."""
+
+    def on_call(_module, _args, kwargs):
+        values = kwargs["shared_kv_states"][key][1]
+        raw["v"] = values.detach().transpose(1, 2).flatten(-2)
+
+    session.hook(module.register_forward_pre_hook(on_call, with_kwargs=True))
+
+
+class Kolibri11AttentionAdapter(AttentionAdapter):
+    """Kolibri 1.1's attention: V from ``v_proj`` or an earlier layer's, rounded to NVFP4 on the
+    indexed layers (module docstring)."""
+
+    def install_values(self, session: CaptureSession, module, raw: dict) -> None:
+        if module.is_kv_shared_layer:
+            _keep_shared_values(session, module, raw, str(module.kv_source_layer))
+        else:
+            super().install_values(session, module, raw)
+
+    def build(self, slot: LayerSlot, raw: dict) -> DenseCapture:
+        module = slot.module
+        if module.indexer is not None:  # the values it attends to, as its forward rounds them
+            rounding = sys.modules[type(module).__module__].nvfp4_fake_quantize
+            values = raw["v"]
+            raw = {**raw, "v": values + (rounding(values) - values)}
+        layer = super().build(slot, raw)
+        layer.info["kv_shared"] = bool(module.is_kv_shared_layer)
         return layer
 
 

@@ -118,7 +118,10 @@ def _chunk(config, index: int) -> int | None:
 
 
 # Adapters of softmax attention whose layers may have a sliding window or chunks.
-_WINDOWED_ADAPTERS = ("attention", "gemma4_attention", "projected_gate_attention", "gated_latent_attention")
+_WINDOWED_ADAPTERS = (
+    *("attention", "gemma4_attention", "projected_gate_attention", "gated_latent_attention"),
+    "kolibri_attention",
+)
 
 
 def _slot(config, index: int, adapter: str, module: nn.Module) -> LayerSlot:

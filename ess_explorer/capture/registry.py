@@ -337,6 +337,13 @@ REGISTRY: dict[str, ModelType] = {
         )
         for name in ("gemma4_text", "gemma4_unified_text", "gemma3n_text")  # Gemma 3n's attention is Gemma 4's
     },
+    "kolibri1_1": ModelType(
+        uniform("model.layers", "self_attn", "kolibri_attention"),
+        (_ATT,),
+        "model.layers[i].self_attn",
+        '"sliding_attention": windowed attention; "indexed_attention": attention over the keys its indexer '
+        "selects (part of T), to values rounded to NVFP4, some reading an earlier layer's K and V",
+    ),
     "lara_mini": ModelType(
         hybrid("model.layers", {**_DELTA, **ATTENTION_LAYERS}),
         ("gated_deltanet", _ATT),
