@@ -16,6 +16,7 @@ import pytest
 import torch
 from test_families import ATTENTION_CONFIGS, CONFIGS, LENGTH, SPARSE_TOP, WINDOW, build, tiny_model
 
+from ess_explorer import analyze
 from ess_explorer.capture import capture, layer_slots
 
 # Layers whose T is windowed (i - j >= WINDOW masked); every other layer sees all j <= i.
@@ -51,6 +52,8 @@ WINDOWED = {
     "cohere_compass": [0],
     "kolibri1_1": [0],
     **dict.fromkeys(("dots3_note_text", "dots3_note"), [0]),
+    **dict.fromkeys(("laguna", "laguna_per_element", "beam"), [0]),
+    "dory": [0, 3],  # keys: layer 0, layer 1 in loops 0 and 1, layer 2
     "aya_vision": [0],
     "cohere2_vision": [0],
     "gpt_neo": [1],  # config.attention_layers: "global", "local"
@@ -192,3 +195,53 @@ def test_step3p7_gates_each_head_by_one_number_per_token():
         gate = layer.out_gate  # (H, L, head_dim)
         assert gate.shape == layer.inputs.shape and torch.all((gate > 0) & (gate < 1))
         assert torch.equal(gate, gate[..., :1].expand_as(gate))
+
+
+@pytest.mark.parametrize("name", ["laguna", "laguna_per_element", "beam", "dory"])
+def test_afmoe_like_gates_reconstruct_outside_and_inside_t(name):
+    """Laguna's softplus gate (per head or per channel), Beam's gate bias, Dory's gate scale and
+    the L2 norm over its heads: each layer's output is out_gate * (T v), and T' = diag(g) T alone
+    gives it with the gate inside; without the gate it would not."""
+    from ess_explorer.core.gates import gates_inside
+
+    model, ids = build(name)
+    for index, layer in capture(model, ids, layer_slots(model)).items():
+        inside = gates_inside(layer)
+        assert inside.out_gate is None
+        for captured in (inside, layer):  # the gate inside T, then outside it
+            predicted, observed = captured.reconstruct()
+            scale = observed.abs().max().item()
+            assert scale > 1e-6, "the mixer output is all zero: the check would prove nothing"
+            torch.testing.assert_close(predicted, observed, rtol=1e-4, atol=1e-4 * scale, msg=f"{name} layer {index}")
+        ungated = torch.einsum("hij,hjc->hic", layer.dense(range(layer.n_units)), layer.inputs.to(torch.float64))
+        assert (ungated - observed).abs().max() > 1e-2 * scale, f"{name} layer {index}: the gate changes nothing"
+        gate = layer.out_gate  # (H, L, head_dim)
+        per_head = torch.equal(gate, gate[..., :1].expand_as(gate))
+        assert per_head == (name == "laguna"), f"{name} layer {index}"  # config.gating; the others per channel
+        assert torch.all(gate > 0)
+
+
+def test_laguna_layers_have_their_own_number_of_heads_over_the_shared_kv_heads():
+    """config.num_attention_heads_per_layer: 4 query heads in layer 0, 6 in layer 1, each its own
+    T over the 2 KV heads, whose cache alone is the layer's state."""
+    model, ids = build("laguna")
+    layers = capture(model, ids, layer_slots(model))
+    assert [layers[i].n_units for i in (0, 1)] == model.config.num_attention_heads_per_layer == [4, 6]
+    for layer in layers.values():
+        assert layer.info["num_key_value_heads"] == 2 and layer.info["state_scalars_per_tss"] == 2 * (8 + 8)
+
+
+def test_dory_analyses_its_looped_layer_once_per_loop():
+    """Dory runs layer 1 in each of its two loops, on a different input: two operators, two slots
+    keyed in the order they run, labelled; either call alone is the same as in the whole pass."""
+    model, ids = build("dory")
+    result = analyze(model, ids, progress=False)
+    assert result.meta["slots"] == {"0": "layer 0", "1": "layer 1 loop 0", "2": "layer 1 loop 1", "3": "layer 2"}
+    first, second = result.layers[1].operators, result.layers[2].operators
+    assert np.abs(first[0] - second[0]).max() > 1e-3
+    for key, operators in ((1, first), (2, second)):
+        alone = analyze(model, ids, layers=[key], progress=False)
+        np.testing.assert_allclose(alone.layers[key].operators[0], operators[0])
+    layers = capture(model, ids, layer_slots(model))
+    assert [layers[key].window for key in range(4)] == [WINDOW, None, None, WINDOW]
+    assert not torch.equal(layers[1].inputs, layers[2].inputs)

@@ -572,6 +572,25 @@ def _attention_configs():
             conv_output_size=16,
         ),
     )
+    # AFMoE-like gated heads: Laguna's softplus gate, one per head (its layers with heads of their
+    # own number) or per channel; Beam's sigmoid gate plus a bias per head; Dory's scaled by s_gate
+    # with the L2 norm of all its heads after it, and its middle layer run twice (two loops).
+    laguna = dict(head_dim=8, num_experts=2, num_experts_per_tok=1, moe_intermediate_size=16, **SLIDING, **LM)
+    laguna["shared_expert_intermediate_size"] = 16
+    configs["laguna"] = tf.AutoConfig.for_model("laguna", num_attention_heads_per_layer=[4, 6], **laguna)
+    configs["laguna_per_element"] = tf.AutoConfig.for_model("laguna", gating="per-element", **laguna)
+    configs["beam"] = tf.AutoConfig.for_model("beam", head_dim=8, **SLIDING, **LM)
+    configs["dory"] = tf.AutoConfig.for_model(
+        "dory",
+        head_dim=8,
+        sliding_window=WINDOW,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+        n_input_layers=1,
+        n_recurrent_layers=1,
+        n_output_layers=1,
+        n_recurrent_loops=2,
+        **{**LM, "num_hidden_layers": 3},
+    )
     configs.update(
         {
             "qwen2_moe": tf.Qwen2MoeConfig(num_experts=2, num_experts_per_tok=1, moe_intermediate_size=16, **LM),
@@ -927,6 +946,7 @@ EXPECTED_FAMILIES = {
     "rwkv": ["rwkv"] * 2,
     "xlstm": ["mlstm"] * 2,
     **{name: [ATT] * 2 for name in ATTENTION_CONFIGS},
+    "dory": [ATT] * 4,  # keys 0-3: layer 1 once per loop
 }
 
 
@@ -995,6 +1015,13 @@ def build(name: str, seed: int = 0):
         with torch.no_grad():
             for layer in model.model.layers:
                 layer.self_attn.qk_norm.temp.uniform_(0.5, 2.0)
+    if name in ("beam", "dory"):  # a gate bias at 0, a scale of one value: a gate term no check would see
+        with torch.no_grad():
+            for key, param in model.named_parameters():
+                if key.endswith("gate_bias"):
+                    param.normal_(0.0, 1.0)
+                elif key.endswith(("s_gate", "sqk")):
+                    param.mul_(torch.empty_like(param).uniform_(0.5, 1.5))
     if name == "zamba":  # its init makes B, C ~ 1e-2 and D = 1: every channel's T ~ identity
         with torch.no_grad():
             for key, param in model.named_parameters():

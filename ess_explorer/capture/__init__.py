@@ -14,6 +14,8 @@ adapter module with a reconstruction test in tests/test_adapters.py).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import itertools
 from typing import Callable
 
 import torch
@@ -83,6 +85,7 @@ ADAPTERS: dict[str, Adapter] = {
     "kda": KimiDeltaAdapter(),
     "gated_attention": GatedAttentionAdapter(),
     "projected_gate_attention": GatedAttentionAdapter(gate_projections=("gate_proj", "g_proj")),
+    "softplus_gate_attention": GatedAttentionAdapter(gate_projections=("g_proj",), activation="softplus"),  # Laguna
     "latent_attention": LatentAttentionAdapter(),
     "gated_latent_attention": GatedLatentAttentionAdapter(),
     "gemma4_attention": Gemma4AttentionAdapter(),
@@ -153,6 +156,32 @@ def _stop_forward(_module, _args, _output):
     raise _StopForward
 
 
+def _install(session: CaptureSession, slots: list[LayerSlot], after: Callable[[LayerSlot], None]) -> None:
+    """Every slot's adapter, and ``after(slot)`` once its call of its module has run. A module the
+    pass runs several times (Dory's looped layers: a slot per call, `LayerSlot.call`) is hooked
+    once: its adapter fills a store of its own at each call, copied to the slot of that call."""
+    modules: dict[int, dict[int, LayerSlot]] = {}
+    for slot in slots:
+        modules.setdefault(id(slot.module), {})[slot.call] = slot
+    hooked = []
+    for calls in modules.values():
+        first = next(iter(calls.values()))
+        # a store no slot has (keys are >= 0) where a module is called more than once
+        filled = first if set(calls) == {0} else dataclasses.replace(first, index=-1 - first.index)
+        ADAPTERS[first.adapter].install(session, filled)
+        hooked.append((calls, filled))
+    for calls, filled in hooked:  # after every adapter's hooks, which fill session.raw
+
+        def on_call(_module, _args, _output, calls=calls, filled=filled, count=itertools.count()):
+            slot = calls.get(next(count))
+            if slot is not None:
+                if slot is not filled:
+                    session.raw[slot.index] = dict(session.raw.get(filled.index, {}))
+                after(slot)
+
+        session.hook(filled.module.register_forward_hook(on_call))
+
+
 def capture(
     model: nn.Module,
     input_ids: torch.Tensor,
@@ -189,15 +218,15 @@ def capture(
         attention = any(ADAPTERS[slot.adapter].family == "softmax_attention" for slot in slots)
         with eager_attention(model, attention), quiet_kernel_fallback():
             model.eval()
-            for slot in slots:
-                ADAPTERS[slot.adapter].install(session, slot)
-            if on_layer is not None:  # after the adapters' own hooks, which fill session.raw
-                for slot in slots:
-                    session.hook(slot.module.register_forward_hook(lambda *_, slot=slot: build(slot)))
-            # Nothing after the last analysed mixer matters: stop the pass there (saves the
-            # later layers and the LM head, e.g. most of the time for a single early layer).
-            last = max(slots, key=lambda slot: slot.index).module
-            session.hook(last.register_forward_hook(_stop_forward))
+            last = max(slots, key=lambda slot: slot.index)
+
+            def after(slot: LayerSlot) -> None:
+                if on_layer is not None:
+                    build(slot)
+                if slot is last:  # nothing after the last analysed mixer matters: stop the pass there
+                    raise _StopForward  # (saves the later layers and the LM head)
+
+            _install(session, slots, after)
             with torch.no_grad():
                 try:
                     model(input_ids=input_ids, use_cache=False)

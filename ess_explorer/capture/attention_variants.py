@@ -1,6 +1,6 @@
-"""Softmax attention variants: an output-gated head (Qwen3-Next, Qwen3.5, AFMoE, LFM3, Muse), Gemma 4's
-normalised and shared values, Kolibri 1.1's shared and rounded values, and multi-head latent
-attention (Kimi Linear, DeepSeek).
+"""Softmax attention variants: an output-gated head (Qwen3-Next, Qwen3.5, AFMoE, LFM3, Muse, Laguna,
+Beam, Dory), Gemma 4's normalised and shared values, Kolibri 1.1's shared and rounded values, and
+multi-head latent attention (Kimi Linear, DeepSeek).
 
 T_h is the attention probability matrix of query head h, as in capture/attention.py.
 
@@ -13,7 +13,13 @@ o_h = sigmoid(gate_proj(x)_h) * (T_h v_h) per channel (AFMoE), sigmoid(g_proj(x)
 per head and token (LFM3). Muse Spark divides each head's output by its RMS over the head's
 channels (``o_norm``, no weight) before that gate: o_h = sigmoid(gate_proj(x)_h) /
 rms_t(T_h v_h) * (T_h v_h), and 1 / rms_t joins the gate, a per-token scale, as a head norm's
-does elsewhere (core/gates.py).
+does elsewhere (core/gates.py). The AFMoE-like gates differ only in what the activation reads
+and which it is (`_head_gate`): Laguna's softplus(g_proj(x)_h), one per head or per channel
+(config.gating); Beam's sigmoid(gate_proj(x)_h + gate_bias_h), a bias per head; Dory's
+sigmoid(gate_proj(x)_h * s_h^2), s = s_gate * s_gate_scale a learned scale per channel. Dory then
+divides the gated outputs of all heads together by their L2 norm (``attn_sub_norm``, no weight)
+before o_proj: one more per-token scale, the same for every head, which joins the gate as o_norm's
+does.
 
 Gemma 4 attention (and Gemma 3n's, the same): V passes a per-head norm after ``v_proj`` (after
 ``k_proj`` on the layers whose keys are their values), so T's input is the output of
@@ -70,12 +76,14 @@ __all__ = [
 
 
 class GatedAttentionAdapter(AttentionAdapter):
-    """Attention whose head outputs are multiplied by sigmoid(gate): from ``q_proj`` ([query |
-    gate] per head; MiniCPM5's ``q_gate_proj``), or, given ``gate_projections``, from the first
-    of those projections the layer has (none: plain attention), per channel or one gate per head."""
+    """Attention whose head outputs are multiplied by a gate: ``activation`` (sigmoid, or Laguna's
+    softplus) of a gate from ``q_proj`` ([query | gate] per head; MiniCPM5's ``q_gate_proj``), or,
+    given ``gate_projections``, from the first of those projections the layer has (none: plain
+    attention), per channel or one gate per head (`_head_gate`)."""
 
-    def __init__(self, gate_projections: tuple[str, ...] = ()):
+    def __init__(self, gate_projections: tuple[str, ...] = (), activation: str = "sigmoid"):
         self.gate_projections = gate_projections
+        self.activation = activation
 
     def _gate_source(self, module) -> str | None:
         if not self.gate_projections:
@@ -85,41 +93,57 @@ class GatedAttentionAdapter(AttentionAdapter):
     def install(self, session: CaptureSession, slot: LayerSlot) -> None:
         super().install(session, slot)
         if (source := self._gate_source(slot.module)) is not None:
-            session.keep_output(getattr(slot.module, source), session.store(slot.index), "gate")
+            store = session.store(slot.index)
+            session.keep_output(getattr(slot.module, source), store, "gate")
             if (norm := _output_norm(slot)) is not None:
-                session.keep_input(norm, session.store(slot.index), "head_outputs")
+                session.keep_input(norm, store, "norm_in")
+                session.keep_output(norm, store, "norm_out")
 
     def build(self, slot: LayerSlot, raw: dict) -> DenseCapture:
         layer = super().build(slot, raw)
         if (source := self._gate_source(slot.module)) is None:
             return layer
         head_dim = layer.info["head_dim"]
-        gate = _sigmoid_head_gate(raw["gate"], layer.length, layer.n_units, head_dim)  # (L, H, head_dim)
-        layer.info["out_gate"] = f"sigmoid(gate) per head and channel, from {source}"
-        if "head_outputs" in raw:  # Muse Spark: each head's output divided by its RMS first
-            heads = raw["head_outputs"][0].to(torch.float64)  # (L, H, head_dim): T_h v_h per token
-            norm = slot.module.o_norm
-            eps = norm.variance_epsilon if hasattr(norm, "variance_epsilon") else norm.eps  # 5.25, 5.24
-            gate = gate * torch.rsqrt(heads.pow(2).mean(-1, keepdim=True) + eps)
-            layer.info["out_gate"] += ", times 1 / rms_t of the head's output (o_norm)"
+        gate = _head_gate(slot.module, raw["gate"], layer.n_units, head_dim, self.activation)  # (L, H, head_dim)
+        layer.info["out_gate"] = f"{self.activation}(gate) per head and channel, from {source}"
+        if "norm_in" in raw:  # Muse Spark's o_norm, Dory's attn_sub_norm: one scale per token and row
+            before, after = (raw[key][0].to(torch.float64) for key in ("norm_in", "norm_out"))  # rows: last dim
+            scale = (after * before).sum(-1) / before.pow(2).sum(-1).clamp_min(torch.finfo(torch.float64).tiny)
+            gate = gate * scale.reshape(layer.length, -1, 1)  # (L, H or 1: every head's, 1)
+            layer.info["out_gate"] += ", times the scale its output norm gave each token"
         layer.out_gate = gate.transpose(0, 1)  # (H, L, head_dim)
         layer.info["multiplicity"] = head_dim
         return layer
 
 
-def _sigmoid_head_gate(output: torch.Tensor, length: int, heads: int, width: int) -> torch.Tensor:
-    """sigmoid of each head's gate, (L, H, width) float64, from a gate projection's output (1, L,
-    H x per head): the last ``width`` columns of each head's part, which is [query | gate] (q_proj,
-    q_gate_proj), the gate per channel (gate_proj), or one gate for every channel (g_proj)."""
-    gate = output[0].reshape(length, heads, -1)[..., -width:]
-    return torch.sigmoid(gate.to(torch.float64)).expand(-1, -1, width)
+_ACTIVATIONS = {"sigmoid": torch.sigmoid, "softplus": torch.nn.functional.softplus}
+
+
+def _head_gate(module, output: torch.Tensor, heads: int, width: int, activation: str = "sigmoid") -> torch.Tensor:
+    """The gate of each head, (L, H, width) float64, from a gate projection's output (1, L, H x per
+    head): the last ``width`` columns of each head's part, which is [query | gate] (q_proj,
+    q_gate_proj), the gate per channel (gate_proj), or one gate for every channel (g_proj: per
+    head). Before ``activation``, the module's own terms of the gate: Dory multiplies it by a
+    learned scale per channel, (s_gate * s_gate_scale)^2, and Beam adds a bias per head (gate_bias)."""
+    length = output.shape[1]
+    gate = output[0].reshape(length, heads, -1)[..., -width:].to(torch.float64)
+    if (scale := getattr(module, "s_gate", None)) is not None:
+        gate = gate * (scale.detach().to(torch.float64) * module.s_gate_scale).square().reshape(heads, -1)
+    if (bias := getattr(module, "gate_bias", None)) is not None:
+        gate = gate + bias.detach().to(torch.float64).reshape(heads, -1)
+    return _ACTIVATIONS[activation](gate).expand(-1, -1, width)
 
 
 def _output_norm(slot: LayerSlot):
-    """The scale-free RMS norm a layer applies to each head's output before its gate (Muse
-    Spark's ``o_norm``), or None. Its per-token scale 1 / rms_t is a gate of the head (core/gates.py);
-    a norm with a weight would also scale channels by a constant, which T leaves outside."""
-    norm = getattr(slot.module, "o_norm", None)
+    """The scale-free norm a layer applies to its head outputs around their gate, or None: Muse
+    Spark's ``o_norm`` (each head's RMS, before the gate), Dory's ``attn_sub_norm`` (the L2 norm
+    over all heads of the gated outputs, before o_proj). Either multiplies each of its rows by a
+    number per token, a gate of the head (core/gates.py), which `build` reads from the norm's input
+    and output, whatever the norm computes; a norm with a weight would also scale channels by a
+    constant, which T leaves outside."""
+    norm = next(
+        (getattr(slot.module, name) for name in ("o_norm", "attn_sub_norm") if hasattr(slot.module, name)), None
+    )
     if norm is not None and getattr(norm, "weight", None) is not None:
         raise NotImplementedError(f"layer {slot.index}: an output norm with a weight is not supported")
     return norm
@@ -252,7 +276,7 @@ class GatedLatentAttentionAdapter(LatentAttentionAdapter):
 
     def build(self, slot: LayerSlot, raw: dict) -> DenseCapture:
         layer = super().build(slot, raw)
-        gate = _sigmoid_head_gate(raw["gate"], layer.length, layer.n_units, layer.info["head_dim"])
+        gate = _head_gate(slot.module, raw["gate"], layer.n_units, layer.info["head_dim"])
         layer.out_gate = gate.transpose(0, 1)  # (H, L, v_head_dim)
         layer.info["out_gate"] = f"sigmoid(gate) per head and channel, from {self._gate_source(slot.module)}"
         return layer

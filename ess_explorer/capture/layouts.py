@@ -4,7 +4,7 @@ layout, that the registry's entries (capture/registry.py) name.
     uniform(path, attribute, adapter)   every layer's mixer at path[i].attribute
     hybrid(path, table)                 the config's layer types pick each layer's attribute and adapter
     mixers(path, attribute, table, skip)  one block per layer whose kind the layer types say (Nemotron-H)
-    falcon_h1, zamba, gpt_neo, recurrent_gemma, longcat_flash   the layouts of one model type each
+    falcon_h1, zamba, gpt_neo, recurrent_gemma, longcat_flash, looped   the layouts of one model type each
     ModelType                           a registry entry: a layout, its families and its words
 
 Attention slots carry their sliding window and chunk length, read from the config here (the
@@ -13,6 +13,7 @@ one place that maps a config to a layer's mask).
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 from dataclasses import dataclass
 from typing import Callable
@@ -35,6 +36,7 @@ __all__ = [
     "language_model_config",
     "layer_types",
     "longcat_flash",
+    "looped",
     "mixers",
     "recurrent_gemma",
     "uniform",
@@ -119,8 +121,8 @@ def _chunk(config, index: int) -> int | None:
 
 # Adapters of softmax attention whose layers may have a sliding window or chunks.
 _WINDOWED_ADAPTERS = (
-    *("attention", "gemma4_attention", "projected_gate_attention", "gated_latent_attention"),
-    "kolibri_attention",
+    *("attention", "gemma4_attention", "projected_gate_attention", "softplus_gate_attention"),
+    *("gated_latent_attention", "kolibri_attention"),
 )
 
 
@@ -192,6 +194,31 @@ def longcat_flash(model):
         for j, attention in enumerate(layer.self_attn):
             out.append(LayerSlot(2 * i + j, "latent_attention", attention, label=f"layer {i} attention {j}"))
     return out
+
+
+def looped(adapter: str):
+    """Dory: config.n_input_layers run once, then the next config.n_recurrent_layers run
+    config.n_recurrent_loops times in turn, then the rest once. Each call of a layer applies its
+    own operator (its input differs), so each is a slot (`LayerSlot.call`), keyed in the order the
+    pass runs them and labelled "layer i" / "layer i loop k" when there are loops; one loop
+    leaves the keys the layer indices."""
+
+    def slots(model):
+        config = _text_config(model)
+        layers = find_layers(model, "model.layers")
+        start, stop = config.n_input_layers, config.n_input_layers + config.n_recurrent_layers
+        loops = config.n_recurrent_loops
+        order = [(i, 0) for i in range(start)]
+        order += [(i, loop) for loop in range(loops) for i in range(start, stop)]
+        order += [(i, 0) for i in range(stop, len(layers))]
+        out = []
+        for key, (i, loop) in enumerate(order):
+            slot = _slot(config, i, adapter, layers[i].self_attn)
+            label = None if loops == 1 else f"layer {i} loop {loop}" if start <= i < stop else f"layer {i}"
+            out.append(dataclasses.replace(slot, index=key, label=label, call=loop))
+        return out
+
+    return slots
 
 
 def zamba(model):

@@ -37,6 +37,7 @@ from .layouts import (
     language_model_config,
     layer_types,
     longcat_flash,
+    looped,
     mixers,
     recurrent_gemma,
     uniform,
@@ -179,6 +180,28 @@ REGISTRY: dict[str, ModelType] = {
         (_ATT,),
         "model.layers[i].self_attn",
         "softmax attention with a sigmoid output gate from gate_proj (out_gate); windows from layer_types",
+    ),
+    "laguna": ModelType(
+        uniform("model.layers", "self_attn", "softplus_gate_attention"),
+        (_ATT,),
+        "model.layers[i].self_attn",
+        "softmax attention with a softplus output gate from g_proj, per head or per channel (config.gating; "
+        "out_gate); heads per layer from config.num_attention_heads_per_layer, windows from layer_types",
+    ),
+    "beam": ModelType(
+        uniform("model.layers", "self_attn", "projected_gate_attention"),
+        (_ATT,),
+        "model.layers[i].self_attn",
+        "softmax attention with a sigmoid output gate from gate_proj plus a bias per head (gate_bias; out_gate); "
+        "windows from layer_types",
+    ),
+    "dory": ModelType(
+        looped("projected_gate_attention"),
+        (_ATT,),
+        "model.layers[i].self_attn",
+        "softmax attention (unit-norm q, k) with a sigmoid output gate from gate_proj scaled by s_gate, and the "
+        "L2 norm over its heads (attn_sub_norm) in the out_gate; windows from layer_types; the recurrent "
+        "layers once per loop, keyed in the order they run, labelled",
     ),
     "falcon": ModelType(
         uniform("transformer.h", "self_attention", "attention"),
