@@ -14,10 +14,20 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np
 import pytest
 import torch
-from test_families import ATTENTION_CONFIGS, CONFIGS, LENGTH, SPARSE_TOP, WINDOW, build, tiny_model
+from test_families import (
+    ATTENTION_CONFIGS,
+    CONFIGS,
+    LENGTH,
+    SPARSE_TOP,
+    WINDOW,
+    assert_reconstructs,
+    build,
+    tiny_model,
+)
 
 from ess_explorer import analyze
 from ess_explorer.capture import capture, layer_slots
+from ess_explorer.core.gates import gates_inside
 
 # Layers whose T is windowed (i - j >= WINDOW masked); every other layer sees all j <= i.
 WINDOWED = {
@@ -60,11 +70,13 @@ WINDOWED = {
     "modernbert-decoder": [0],
 }
 SINKS = {"gpt_oss": [0, 1], "flint": [0, 1], "mimo_v2_flash": [0]}  # layers with a learned sink
+SINKS.update(dict.fromkeys(("hy_v4", "hy_v4_vl"), [0, 1]))
 # Layers that attend only to the keys their indexer selects: at most SPARSE_TOP per query.
 SPARSE = {"deepseek_v32": [0, 1], "glm_moe_dsa": [0, 1], "minimax_m3_vl_text": [0], "doge": [0, 1], "axk2": [0, 1]}
 SPARSE.update(dict.fromkeys(("dots3_note_text", "dots3_note"), [1]))
 SPARSE["mistral_large4"] = [0, 1]  # its second layer reuses the first's selection
 SPARSE["kolibri1_1"] = [1, 2]
+SPARSE.update(dict.fromkeys(("hy_v4", "hy_v4_vl"), [0, 1]))  # layer 1 with the keys layer 0's indexer selected
 
 
 @pytest.mark.parametrize("name", sorted(ATTENTION_CONFIGS))
@@ -161,6 +173,28 @@ def test_dots3_note_reads_each_layers_own_latent_sizes_and_gates_each_head_once(
         assert layer.info["state_scalars_per_tss"] == module.kv_lora_rank + module.qk_rope_head_dim + indexer_key
         gate = layer.out_gate  # (H, L, v_head_dim): one sigmoid per head and token
         assert torch.equal(gate, gate[..., :1].expand_as(gate)) and torch.all((gate > 0) & (gate < 1))
+
+
+@pytest.mark.parametrize("name", ["hy_v4", "hy_v4_vl"])
+def test_hy_v4_shared_layer_attends_to_the_keys_the_earlier_indexer_selected(name):
+    """HY V4's "shared" layer 1 has no indexer: it reuses layer 0's top-k selection, folded into its
+    own mask, so its T keeps exactly layer 0's keys, and only layer 0's cache holds an indexer key.
+    Each head's sigmoid gate (gate_proj), per value channel, is the out_gate: T with the gate
+    inside reproduces the output too."""
+    model, ids = build(name)
+    layers = capture(model, ids, layer_slots(model))
+    selected = [layers[index].dense(range(layers[index].n_units)) > 0 for index in (0, 1)]
+    recent = torch.tril(torch.ones(LENGTH, LENGTH, dtype=torch.bool)).triu(-(SPARSE_TOP - 1))
+    assert not torch.equal(selected[0][0], recent)  # the indexer chose, not a window
+    assert torch.equal(selected[1], selected[0])
+    config = model.config.get_text_config()
+    latent = config.kv_lora_rank + config.qk_rope_head_dim
+    assert [layers[index].info["state_scalars_per_tss"] for index in (0, 1)] == [latent + config.index_head_dim, latent]
+    for layer in layers.values():
+        gate = layer.out_gate  # (H, L, v_head_dim)
+        assert gate.shape == layer.inputs.shape and torch.all((gate > 0) & (gate < 1))
+        assert not torch.equal(gate, gate[..., :1].expand_as(gate))  # one per channel, not per head
+    assert_reconstructs(name, {index: gates_inside(layer) for index, layer in layers.items()})
 
 
 def test_gemma4_attending_both_ways_is_refused_before_the_forward_pass():

@@ -591,6 +591,17 @@ def _attention_configs():
         n_recurrent_loops=2,
         **{**LM, "num_hidden_layers": 3},
     )
+    # HY V4: latent heads with learned sinks and a sigmoid gate per channel (gate_proj), two residual
+    # streams (iHC) around each layer; layer 0's indexer keeps SPARSE_TOP keys, "shared" layer 1 reuses them.
+    hy_v4 = dict(**sparse, **latent, mlp_layer_types=["dense", "sparse"], indexer_types=["full", "shared"], hc_mult=2)
+    configs["hy_v4"] = tf.AutoConfig.for_model("hy_v4", **hy_v4)
+    configs["hy_v4_vl"] = tf.AutoConfig.for_model(  # its text model's positions: three sections of the rotary key
+        "hy_v4_vl",
+        text_config=tf.AutoConfig.for_model(
+            "hy_v4_vl_text", rope_parameters=dict(MROPE, mrope_section=[1, 1, 0]), **hy_v4
+        ).to_dict(),
+        vision_config=dict(GEMMA_VISION, out_hidden_size=32, max_image_size=32),
+    )
     configs.update(
         {
             "qwen2_moe": tf.Qwen2MoeConfig(num_experts=2, num_experts_per_tok=1, moe_intermediate_size=16, **LM),
@@ -979,7 +990,7 @@ MODEL_BUILDERS = {
             *("glm_ocr", "paddleocr_vl", "cosmos3_edge", "glmga", "granite_docling", "mllama", "chameleon"),
             *("emu3", "step3p7", "muse_glimmer", "muse_spark", "qwen4_exp", "inkling_mm_model", "deepseek_ocr2"),
             *("unlimited_ocr", "dots3_note", "mistral4", "cohere_compass", "cosmos3_omni", "mistral_large4"),
-            *("glm5_next", "llava_onevision1_5", "ovis2_5"),
+            *("glm5_next", "hy_v4_vl", "llava_onevision1_5", "ovis2_5"),
         )
     },
     "glm5_next_text": tf.AutoModel.from_config,  # no class with an LM head: its base model
@@ -1022,6 +1033,10 @@ def build(name: str, seed: int = 0):
                     param.normal_(0.0, 1.0)
                 elif key.endswith(("s_gate", "sqk")):
                     param.mul_(torch.empty_like(param).uniform_(0.5, 1.5))
+    if name in ("hy_v4", "hy_v4_vl"):  # its gate_proj starts at std 0.006: every gate would be ~0.5
+        with torch.no_grad():
+            for slot in layer_slots(model):
+                slot.module.gate_proj.weight.normal_(0.0, 0.5)
     if name == "zamba":  # its init makes B, C ~ 1e-2 and D = 1: every channel's T ~ identity
         with torch.no_grad():
             for key, param in model.named_parameters():

@@ -46,14 +46,15 @@ the attention mask, so the returned probabilities, T, hold the selection; its ca
 indexer's key (index_head_dim scalars per token). GLM-5.3-Flash's indexer selects pools of
 index_kpool keys (a pool's key is the mean of its keys weighted by a softmax of per-key logits),
 plus the incomplete last pool, and caches each key's logits too (2 index_head_dim scalars per
-token); its and Mistral Large 4's "shared" layers reuse an earlier layer's selection, folded into
-their mask the same way, and cache no indexer state. Mistral Large 4's KV-sharing layers read an
-earlier layer's latent through their own ``kv_b_proj``, so their values are read there as
-anywhere; that cache is counted as theirs too (``info["kv_shared"]``), as Gemma 4's is.
-A.X K2 adds an output gate to that: ``q_gate_proj`` makes [query | gate] per head, and
+token). The "shared" layers of GLM-5.3-Flash, HY V4 and Mistral Large 4 (config.indexer_types)
+have no indexer: they reuse the selection of an earlier layer that has one, folded into their own
+mask, so their T holds it too; the indexer's key is counted once, for that layer. Mistral Large
+4's KV-sharing layers read an earlier layer's latent through their own ``kv_b_proj``, so their
+values are read there as anywhere; that cache is counted as theirs too (``info["kv_shared"]``),
+as Gemma 4's is. A.X K2 adds an output gate: ``q_gate_proj`` makes [query | gate] per head, and
 o_h = sigmoid(gate_h) * (T_h v_h), gate (L, v_head_dim), kept outside T as ``out_gate`` like the
-other gated heads; Dots 3 Note and Ling 3 (``bailing_hybrid``) gate each head by one sigmoid per
-token from ``g_proj``.
+other gated heads; HY V4's gate comes from a ``gate_proj`` of its own (per head and channel),
+Dots 3 Note's and Ling 3's (``bailing_hybrid``) from ``g_proj`` (one per head and token).
 """
 
 from __future__ import annotations
@@ -263,12 +264,12 @@ def _indexer_scalars(module) -> int:
 
 class GatedLatentAttentionAdapter(LatentAttentionAdapter):
     """Latent attention whose head outputs are multiplied by sigmoid(gate): the last v_head_dim
-    columns of each head's [query | gate] in ``q_gate_proj`` (A.X K2), or one gate per head and
-    token from ``g_proj`` (Dots 3 Note)."""
+    columns of each head's [query | gate] in ``q_gate_proj`` (A.X K2), a gate per head and channel
+    from ``gate_proj`` (HY V4), or one gate per head and token from ``g_proj`` (Dots 3 Note)."""
 
     @staticmethod
     def _gate_source(module) -> str:
-        return "q_gate_proj" if hasattr(module, "q_gate_proj") else "g_proj"
+        return next(name for name in ("q_gate_proj", "gate_proj", "g_proj") if hasattr(module, name))
 
     def install(self, session: CaptureSession, slot: LayerSlot) -> None:
         super().install(session, slot)

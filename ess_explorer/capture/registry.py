@@ -146,6 +146,14 @@ REGISTRY: dict[str, ModelType] = {
         "latent attention (MLA) over the keys its indexer selects, with a sigmoid output gate from q_gate_proj "
         "(out_gate)",
     ),
+    "hy_v4": ModelType(  # its hyper-connections (iHC) mix the residual streams around the layer, outside T
+        uniform("model.layers", "self_attn", "gated_latent_attention"),
+        (_ATT,),
+        "model.layers[i].self_attn",
+        "latent attention (MLA) with learned sinks and a sigmoid output gate per channel from gate_proj "
+        '(out_gate), over the keys its indexer selects; "shared" layers (config.indexer_types) reuse an '
+        "earlier layer's selection (part of T either way)",
+    ),
     "dots3_note_text": ModelType(
         hybrid(
             "model.layers",
