@@ -57,6 +57,7 @@ WINDOWED = {
     "zaya": [0],  # "hybrid_sliding"
     "inkling_text": [0],
     "inkling_mm_model": [0],
+    **dict.fromkeys(("inkling2_text", "inkling2"), [0]),
     "ergo": [0],
     "cohere_compass_text": [0],
     "cohere_compass": [0],
@@ -71,6 +72,7 @@ WINDOWED = {
 }
 SINKS = {"gpt_oss": [0, 1], "flint": [0, 1], "mimo_v2_flash": [0]}  # layers with a learned sink
 SINKS.update(dict.fromkeys(("hy_v4", "hy_v4_vl"), [0, 1]))
+SINKS.update(dict.fromkeys(("inkling2_text", "inkling2"), [0, 1]))  # a sink logit per head and token
 # Layers that attend only to the keys their indexer selects: at most SPARSE_TOP per query.
 SPARSE = {"deepseek_v32": [0, 1], "glm_moe_dsa": [0, 1], "minimax_m3_vl_text": [0], "doge": [0, 1], "axk2": [0, 1]}
 SPARSE.update(dict.fromkeys(("dots3_note_text", "dots3_note"), [1]))
@@ -219,6 +221,28 @@ def test_values_narrower_than_keys_are_read_at_their_own_width_and_scale():
         layer = layers[index]
         assert layer.inputs.shape[-1] == 8 and layer.info["num_key_value_heads"] == kv_heads
         assert layer.info["state_scalars_per_tss"] == kv_heads * (12 + 8)
+
+
+@pytest.mark.parametrize("name", ["inkling2_text", "inkling2"])
+def test_inkling2_values_after_its_conv_and_norm_and_its_gate_inside_o_proj(name):
+    """Inkling 2's v_proj returns V heads first, after a short conv and a norm per head; its o_proj
+    gates each channel by sigmoid(gate_proj(x)) before its linear. The gate is the unit's out_gate,
+    and T with it outside or folded in reproduces what o_proj's linear received."""
+    from ess_explorer.core.gates import gates_inside
+
+    model, ids = build(name)
+    for layer in capture(model, ids, layer_slots(model)).values():
+        gate = layer.out_gate  # (H, L, head_dim): one sigmoid per head, token and channel
+        assert gate.shape == layer.inputs.shape and torch.all((gate > 0) & (gate < 1))
+        assert not torch.equal(gate, gate[..., :1].expand_as(gate))
+        rms = layer.inputs.pow(2).mean(-1)  # the unweighted norm per head leaves rms 1 per token
+        torch.testing.assert_close(rms, torch.ones_like(rms), rtol=1e-2, atol=1e-2)  # less its eps
+        for captured in (layer, gates_inside(layer)):
+            predicted, observed = captured.reconstruct()
+            scale = observed.abs().max().item()
+            torch.testing.assert_close(predicted, observed, rtol=1e-4, atol=1e-4 * scale)
+        predicted, observed = layer.reconstruct()
+        assert (predicted / gate - observed).abs().max() > 1e-2 * observed.abs().max(), "the gate is live"
 
 
 def test_step3p7_gates_each_head_by_one_number_per_token():

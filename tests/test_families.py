@@ -455,6 +455,24 @@ INKLING_TOWERS = dict(  # its vision and audio towers, as small as they build
     audio_config=dict(text_hidden_size=32, n_mel_bins=8, mel_vocab_size=8),
 )
 
+# Inkling 2: Inkling's windows and bias, with V through a short conv (a per-token one in the full
+# layers) and a norm inside v_proj, a sigmoid gate inside o_proj, and a sink per head and token.
+INKLING2_TEXT = dict(
+    layer_types=["hybrid_sliding", "hybrid"],
+    sliding_window=WINDOW,
+    rel_extent=WINDOW + 3,
+    d_rel=4,
+    log_scaling_n_floor=4,
+    head_dim=8,
+    swa_num_attention_heads=4,
+    swa_num_key_value_heads=2,
+    swa_head_dim=8,
+    unpadded_vocab_size=VOCAB,
+    **ROUTED,
+    **LM,
+)
+INKLING2_VISION = dict(text_hidden_size=32, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, patch_size=14)
+
 
 # The SAM encoder of DeepSeek-OCR 2 and Unlimited-OCR, as small as it builds.
 OCR_SAM = dict(
@@ -680,6 +698,10 @@ def _attention_configs():
             "inkling_text": INKLING_TEXT,
             "inkling_mm_model": tf.AutoConfig.for_model(
                 "inkling_mm_model", text_config=INKLING_TEXT.to_dict(), **INKLING_TOWERS
+            ),
+            "inkling2_text": tf.AutoConfig.for_model("inkling2_text", **INKLING2_TEXT),
+            "inkling2": tf.AutoConfig.for_model(
+                "inkling2", text_config=dict(model_type="inkling2_text", **INKLING2_TEXT), vision_config=INKLING2_VISION
             ),
             # Doge's dynamic mask keeps the SPARSE_TOP keys of largest bias per query, so it is live here
             "doge": tf.AutoConfig.for_model("doge", keep_window_size=SPARSE_TOP, **LM),
@@ -990,7 +1012,7 @@ MODEL_BUILDERS = {
             *("glm_ocr", "paddleocr_vl", "cosmos3_edge", "glmga", "granite_docling", "mllama", "chameleon"),
             *("emu3", "step3p7", "muse_glimmer", "muse_spark", "qwen4_exp", "inkling_mm_model", "deepseek_ocr2"),
             *("unlimited_ocr", "dots3_note", "mistral4", "cohere_compass", "cosmos3_omni", "mistral_large4"),
-            *("glm5_next", "hy_v4_vl", "llava_onevision1_5", "ovis2_5"),
+            *("glm5_next", "hy_v4_vl", "inkling2", "llava_onevision1_5", "ovis2_5"),
         )
     },
     "glm5_next_text": tf.AutoModel.from_config,  # no class with an LM head: its base model
@@ -1037,6 +1059,15 @@ def build(name: str, seed: int = 0):
         with torch.no_grad():
             for slot in layer_slots(model):
                 slot.module.gate_proj.weight.normal_(0.0, 0.5)
+    if name.startswith("inkling2"):  # unit scales before the L2 clips leave every head near uniform
+        with torch.no_grad():
+            for key, param in model.named_parameters():
+                if key.endswith("norm.scale"):  # of the queries and the relative states
+                    param.uniform_(5.0, 20.0)
+                elif key.endswith("k_proj.linear.weight"):
+                    param.mul_(5.0)
+                elif key.endswith("static_weight"):  # the full layers' conv taps start at 0
+                    param.normal_(0.0, 0.5)
     if name == "zamba":  # its init makes B, C ~ 1e-2 and D = 1: every channel's T ~ identity
         with torch.no_grad():
             for key, param in model.named_parameters():

@@ -84,7 +84,7 @@ ADAPTERS: dict[str, Adapter] = {
     "gated_deltanet": GatedDeltaNetAdapter(),
     "kda": KimiDeltaAdapter(),
     "gated_attention": GatedAttentionAdapter(),
-    "projected_gate_attention": GatedAttentionAdapter(gate_projections=("gate_proj", "g_proj")),
+    "projected_gate_attention": GatedAttentionAdapter(gate_projections=("gate_proj", "g_proj", "o_proj.gate_proj")),
     "softplus_gate_attention": GatedAttentionAdapter(gate_projections=("g_proj",), activation="softplus"),  # Laguna
     "latent_attention": LatentAttentionAdapter(),
     "gated_latent_attention": GatedLatentAttentionAdapter(),

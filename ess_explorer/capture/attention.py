@@ -34,11 +34,12 @@ Capture (hooks on public modules only, nothing patched):
   empty attentions are never taken silently. An attention module whose forward takes
   ``output_attentions`` (GPT-1's) gets it set by a pre-hook: it returns its probabilities
   only when asked.
-- forward hook on ``v_proj`` (CTRL's ``Wv``, or the fused projection, by its model's column
-  layout: `_fused_values`) for V, and a pre-hook on the output projection (``o_proj`` /
-  ``out_proj`` / GPT-2 ``c_proj`` / ``dense`` / ModernBERT decoder's ``Wo``) for the
-  concatenated head outputs: the reconstruction test
-  checks o_h = T_h v_{g(h)}.
+- forward hook on ``v_proj`` (CTRL's ``Wv``, Inkling's ``v_sconv`` after it, Inkling 2's
+  ``v_proj`` module of linear, short conv and norm, which returns its heads first; or the fused
+  projection, by its model's column layout: `_fused_values`) for V, and a pre-hook on the output
+  projection (``o_proj`` / ``out_proj`` / GPT-2 ``c_proj`` / ``dense`` / ModernBERT decoder's
+  ``Wo``; the ``linear`` of Inkling 2's, after the gate it applies) for the concatenated head
+  outputs: the reconstruction test checks o_h = T_h v_{g(h)}.
 """
 
 from __future__ import annotations
@@ -149,6 +150,8 @@ class AttentionAdapter:
         for name in _OUTPUT_PROJECTIONS:
             if hasattr(module, name):
                 proj = getattr(module, name)
+                if hasattr(proj, "gate_proj"):  # Inkling 2's gates the head outputs, then its linear mixes them
+                    proj = proj.linear
                 session.keep_input(proj, raw, "o")
                 break
 
@@ -157,7 +160,15 @@ class AttentionAdapter:
         of the fused projection."""
         for name in _VALUE_PROJECTIONS:
             if hasattr(module, name):
-                session.keep_output(getattr(module, name), raw, "v")
+                projection = getattr(module, name)
+                if hasattr(projection, "sconv"):  # Inkling 2's: linear, short conv, norm; (B, H_kv, L, hd)
+
+                    def heads_first(_module, _args, out):
+                        raw["v"] = out.detach().transpose(1, 2).flatten(-2)
+
+                    session.hook(projection.register_forward_hook(heads_first))
+                    return
+                session.keep_output(projection, raw, "v")
                 return
         projection, values = _fused_values(module)
 

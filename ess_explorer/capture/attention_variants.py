@@ -10,7 +10,8 @@ o_h = sigmoid(gate_h) * (T_h v_h), gate (L, head_dim) token-wise. The gate stays
 ``out_gate`` (core/units.py); q_norm / k_norm and RoPE are inside T's entries (they shape the
 scores). AFMoE's and LFM3's attention layers make the gate with a projection of their own:
 o_h = sigmoid(gate_proj(x)_h) * (T_h v_h) per channel (AFMoE), sigmoid(g_proj(x)_h) one number
-per head and token (LFM3). Muse Spark divides each head's output by its RMS over the head's
+per head and token (LFM3); Inkling 2's output projection holds its gate, ``o_proj.gate_proj``,
+per channel. Muse Spark divides each head's output by its RMS over the head's
 channels (``o_norm``, no weight) before that gate: o_h = sigmoid(gate_proj(x)_h) /
 rms_t(T_h v_h) * (T_h v_h), and 1 / rms_t joins the gate, a per-token scale, as a head norm's
 does elsewhere (core/gates.py). The AFMoE-like gates differ only in what the activation reads
@@ -89,13 +90,13 @@ class GatedAttentionAdapter(AttentionAdapter):
     def _gate_source(self, module) -> str | None:
         if not self.gate_projections:
             return "q_proj" if hasattr(module, "q_proj") else "q_gate_proj"  # MiniCPM5 names it q_gate_proj
-        return next((name for name in self.gate_projections if getattr(module, name, None) is not None), None)
+        return next((name for name in self.gate_projections if _submodule(module, name) is not None), None)
 
     def install(self, session: CaptureSession, slot: LayerSlot) -> None:
         super().install(session, slot)
         if (source := self._gate_source(slot.module)) is not None:
             store = session.store(slot.index)
-            session.keep_output(getattr(slot.module, source), store, "gate")
+            session.keep_output(_submodule(slot.module, source), store, "gate")
             if (norm := _output_norm(slot)) is not None:
                 session.keep_input(norm, store, "norm_in")
                 session.keep_output(norm, store, "norm_out")
@@ -115,6 +116,14 @@ class GatedAttentionAdapter(AttentionAdapter):
         layer.out_gate = gate.transpose(0, 1)  # (H, L, head_dim)
         layer.info["multiplicity"] = head_dim
         return layer
+
+
+def _submodule(module, name: str):
+    """The submodule at the dotted ``name`` (Inkling 2's ``o_proj.gate_proj``), or None."""
+    try:
+        return module.get_submodule(name)
+    except AttributeError:
+        return None
 
 
 _ACTIVATIONS = {"sigmoid": torch.sigmoid, "softplus": torch.nn.functional.softplus}

@@ -211,6 +211,13 @@ REGISTRY: dict[str, ModelType] = {
         "L2 norm over its heads (attn_sub_norm) in the out_gate; windows from layer_types; the recurrent "
         "layers once per loop, keyed in the order they run, labelled",
     ),
+    "inkling2_text": ModelType(
+        uniform("model.layers", "self_attn", "projected_gate_attention"),
+        (_ATT,),
+        "model.layers[i].self_attn",
+        "softmax attention with a sigmoid output gate from o_proj.gate_proj (out_gate); V after its short conv "
+        'and norm (v_proj); "hybrid_sliding" layers windowed',
+    ),
     "falcon": ModelType(
         uniform("transformer.h", "self_attention", "attention"),
         (_ATT,),
