@@ -58,6 +58,7 @@ WINDOWED = {
     "inkling_text": [0],
     "inkling_mm_model": [0],
     **dict.fromkeys(("inkling2_text", "inkling2"), [0]),
+    **dict.fromkeys(("inkling2_loop_text", "inkling2_loop"), [0, 1, 3, 5]),  # layers 0, 1 (each pass), 3
     "ergo": [0],
     "cohere_compass_text": [0],
     "cohere_compass": [0],
@@ -73,6 +74,7 @@ WINDOWED = {
 SINKS = {"gpt_oss": [0, 1], "flint": [0, 1], "mimo_v2_flash": [0]}  # layers with a learned sink
 SINKS.update(dict.fromkeys(("hy_v4", "hy_v4_vl"), [0, 1]))
 SINKS.update(dict.fromkeys(("inkling2_text", "inkling2"), [0, 1]))  # a sink logit per head and token
+SINKS.update(dict.fromkeys(("inkling2_loop_text", "inkling2_loop"), range(6)))
 # Layers that attend only to the keys their indexer selects: at most SPARSE_TOP per query.
 SPARSE = {"deepseek_v32": [0, 1], "glm_moe_dsa": [0, 1], "minimax_m3_vl_text": [0], "doge": [0, 1], "axk2": [0, 1]}
 SPARSE.update(dict.fromkeys(("dots3_note_text", "dots3_note"), [1]))
@@ -294,7 +296,7 @@ def test_dory_analyses_its_looped_layer_once_per_loop():
     keyed in the order they run, labelled; either call alone is the same as in the whole pass."""
     model, ids = build("dory")
     result = analyze(model, ids, progress=False)
-    assert result.meta["slots"] == {"0": "layer 0", "1": "layer 1 loop 0", "2": "layer 1 loop 1", "3": "layer 2"}
+    assert result.meta["slots"] == {"0": "layer 0", "1": "layer 1 pass 0", "2": "layer 1 pass 1", "3": "layer 2"}
     first, second = result.layers[1].operators, result.layers[2].operators
     assert np.abs(first[0] - second[0]).max() > 1e-3
     for key, operators in ((1, first), (2, second)):

@@ -471,6 +471,17 @@ INKLING2_TEXT = dict(
     **ROUTED,
     **LM,
 )
+# Inkling 2 Loop: layers 1 and 2 (windowed, full) run twice, between layers 0 and 3.
+INKLING2_LOOP_TEXT = dict(
+    INKLING2_TEXT,
+    num_hidden_layers=4,
+    layer_types=["hybrid_sliding", "hybrid_sliding", "hybrid", "hybrid_sliding"],
+    n_layers_per_attn_res_block=1,
+    loop_layer_index_start=1,
+    loop_layer_index_end=3,
+    loop_num_passes=2,
+    loop_gate_rank=4,
+)
 INKLING2_VISION = dict(text_hidden_size=32, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, patch_size=14)
 
 
@@ -702,6 +713,12 @@ def _attention_configs():
             "inkling2_text": tf.AutoConfig.for_model("inkling2_text", **INKLING2_TEXT),
             "inkling2": tf.AutoConfig.for_model(
                 "inkling2", text_config=dict(model_type="inkling2_text", **INKLING2_TEXT), vision_config=INKLING2_VISION
+            ),
+            "inkling2_loop_text": tf.AutoConfig.for_model("inkling2_loop_text", **INKLING2_LOOP_TEXT),
+            "inkling2_loop": tf.AutoConfig.for_model(
+                "inkling2_loop",
+                text_config=dict(model_type="inkling2_loop_text", **INKLING2_LOOP_TEXT),
+                vision_config=INKLING2_VISION,
             ),
             # Doge's dynamic mask keeps the SPARSE_TOP keys of largest bias per query, so it is live here
             "doge": tf.AutoConfig.for_model("doge", keep_window_size=SPARSE_TOP, **LM),
@@ -980,6 +997,8 @@ EXPECTED_FAMILIES = {
     "xlstm": ["mlstm"] * 2,
     **{name: [ATT] * 2 for name in ATTENTION_CONFIGS},
     "dory": [ATT] * 4,  # keys 0-3: layer 1 once per loop
+    # keys 0..5: layer 0, layers 1 and 2 once per pass, layer 3
+    **dict.fromkeys(("inkling2_loop_text", "inkling2_loop"), [ATT] * 6),
 }
 
 
@@ -1012,7 +1031,7 @@ MODEL_BUILDERS = {
             *("glm_ocr", "paddleocr_vl", "cosmos3_edge", "glmga", "granite_docling", "mllama", "chameleon"),
             *("emu3", "step3p7", "muse_glimmer", "muse_spark", "qwen4_exp", "inkling_mm_model", "deepseek_ocr2"),
             *("unlimited_ocr", "dots3_note", "mistral4", "cohere_compass", "cosmos3_omni", "mistral_large4"),
-            *("glm5_next", "hy_v4_vl", "inkling2", "llava_onevision1_5", "ovis2_5"),
+            *("glm5_next", "hy_v4_vl", "inkling2", "inkling2_loop", "llava_onevision1_5", "ovis2_5"),
         )
     },
     "glm5_next_text": tf.AutoModel.from_config,  # no class with an LM head: its base model
@@ -1068,6 +1087,8 @@ def build(name: str, seed: int = 0):
                     param.mul_(5.0)
                 elif key.endswith("static_weight"):  # the full layers' conv taps start at 0
                     param.normal_(0.0, 0.5)
+                elif "message_gate" in key:  # Inkling 2 Loop: let a pass's messages change the next pass
+                    param.normal_(0.0, 1.0)
     if name == "zamba":  # its init makes B, C ~ 1e-2 and D = 1: every channel's T ~ identity
         with torch.no_grad():
             for key, param in model.named_parameters():
@@ -1192,6 +1213,34 @@ def test_zamba_shared_attention_is_analysed_at_every_depth_it_is_called():
     assert np.abs(first[0] - second[0]).max() > 1e-3
     only = analyze(model, ids, layers=[4], progress=False)  # the second call alone
     np.testing.assert_allclose(only.layers[4].operators[0], second[0])
+
+
+@pytest.mark.parametrize("name", ["inkling2_loop_text", "inkling2_loop"])
+def test_inkling2_loop_layers_are_analysed_at_every_pass(name):
+    """Inkling 2 Loop runs its layers 1 and 2 twice (one module each, each pass on its own input):
+    every call is a slot, keyed in the order the calls run, and reads that call's T and values."""
+    model, ids = build(name)
+    slots = layer_slots(model)
+    assert [(slot.index, slot.call) for slot in slots] == [(0, 0), (1, 0), (2, 0), (3, 1), (4, 1), (5, 0)]
+    assert slots[1].module is slots[3].module and slots[2].module is slots[4].module
+    result = analyze(model, ids, progress=False)
+    assert result.meta["slots"] == {
+        "0": "layer 0",
+        "1": "layer 1 pass 0",
+        "2": "layer 2 pass 0",
+        "3": "layer 1 pass 1",
+        "4": "layer 2 pass 1",
+        "5": "layer 3",
+    }
+    built = []
+    layers = capture(model, ids, slots, on_layer=lambda key, _layer: built.append(key))
+    assert built == list(range(6)), "each slot is built as soon as the call it reads has run"
+    assert [layers[key].window for key in range(6)] == [WINDOW, WINDOW, None, WINDOW, None, WINDOW]
+    for first, second in ((1, 3), (2, 4)):  # the same weights apply other operators to other values
+        assert (layers[first].dense([0]) - layers[second].dense([0])).abs().max() > 1e-2
+        assert not torch.allclose(layers[first].inputs, layers[second].inputs)
+    only = analyze(model, ids, layers=[3], progress=False)  # the second call alone
+    np.testing.assert_allclose(only.layers[3].operators[0], result.layers[3].operators[0])
 
 
 def test_nemotron_mlp_blocks_are_skipped_with_a_reason_not_silently():

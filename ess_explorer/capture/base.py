@@ -32,8 +32,8 @@ class LayerSlot:
     window: sliding-window length for attention layers (None = full causal);
     chunk: chunk length of chunked attention layers (Llama 4), else None;
     label: what the slot is when a layer holds several analysed mixers (Falcon-H1:
-    "layer 3 mamba2") or runs several times (Dory: "layer 5 loop 1"); None when the key is the
-    layer index;
+    "layer 3 mamba2") or runs several times (Dory, Inkling 2 Loop: "layer 5 pass 1"); None
+    when the key is the layer index;
     call: which call of ``module`` in the forward pass the slot reads (0: the first): a layer the
     pass runs several times applies an operator at each call, a slot each (capture/__init__.py).
     """

@@ -196,26 +196,26 @@ def longcat_flash(model):
     return out
 
 
-def looped(adapter: str):
-    """Dory: config.n_input_layers run once, then the next config.n_recurrent_layers run
-    config.n_recurrent_loops times in turn, then the rest once. Each call of a layer applies its
-    own operator (its input differs), so each is a slot (`LayerSlot.call`), keyed in the order the
-    pass runs them and labelled "layer i" / "layer i loop k" when there are loops; one loop
-    leaves the keys the layer indices."""
+def looped(adapter: str, loop: Callable[[object], tuple[int, int, int]]):
+    """Layers a forward pass runs in a loop: ``loop(config)`` gives (start, stop, passes), and
+    layers start to stop - 1 run ``passes`` times in turn, the same modules each time on that
+    pass's input, the others once (Dory: its recurrent layers; Inkling 2 Loop: its loop's layers).
+    Each call applies its own operator, so each is a slot (`LayerSlot.call`: the pass), keyed in
+    the order the pass runs them and labelled "layer i" / "layer i pass p" when there are several
+    passes; one pass leaves the keys the layer indices."""
 
     def slots(model):
         config = _text_config(model)
         layers = find_layers(model, "model.layers")
-        start, stop = config.n_input_layers, config.n_input_layers + config.n_recurrent_layers
-        loops = config.n_recurrent_loops
+        start, stop, passes = loop(config)
         order = [(i, 0) for i in range(start)]
-        order += [(i, loop) for loop in range(loops) for i in range(start, stop)]
+        order += [(i, p) for p in range(passes) for i in range(start, stop)]
         order += [(i, 0) for i in range(stop, len(layers))]
         out = []
-        for key, (i, loop) in enumerate(order):
+        for key, (i, p) in enumerate(order):
             slot = _slot(config, i, adapter, layers[i].self_attn)
-            label = None if loops == 1 else f"layer {i} loop {loop}" if start <= i < stop else f"layer {i}"
-            out.append(dataclasses.replace(slot, index=key, label=label, call=loop))
+            label = None if passes == 1 else f"layer {i} pass {p}" if start <= i < stop else f"layer {i}"
+            out.append(dataclasses.replace(slot, index=key, label=label, call=p))
         return out
 
     return slots

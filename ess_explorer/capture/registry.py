@@ -204,12 +204,19 @@ REGISTRY: dict[str, ModelType] = {
         "windows from layer_types",
     ),
     "dory": ModelType(
-        looped("projected_gate_attention"),
+        looped(
+            "projected_gate_attention",
+            lambda config: (
+                config.n_input_layers,
+                config.n_input_layers + config.n_recurrent_layers,
+                config.n_recurrent_loops,
+            ),
+        ),
         (_ATT,),
         "model.layers[i].self_attn",
         "softmax attention (unit-norm q, k) with a sigmoid output gate from gate_proj scaled by s_gate, and the "
         "L2 norm over its heads (attn_sub_norm) in the out_gate; windows from layer_types; the recurrent "
-        "layers once per loop, keyed in the order they run, labelled",
+        'layers once per loop, keyed in the order they run, labelled "layer i pass p"',
     ),
     "inkling2_text": ModelType(
         uniform("model.layers", "self_attn", "projected_gate_attention"),
@@ -217,6 +224,16 @@ REGISTRY: dict[str, ModelType] = {
         "model.layers[i].self_attn",
         "softmax attention with a sigmoid output gate from o_proj.gate_proj (out_gate); V after its short conv "
         'and norm (v_proj); "hybrid_sliding" layers windowed',
+    ),
+    "inkling2_loop_text": ModelType(
+        looped(
+            "projected_gate_attention",
+            lambda config: (config.loop_layer_index_start, config.loop_layer_index_end, config.loop_num_passes),
+        ),
+        (_ATT,),
+        "model.layers[i].self_attn",
+        "as inkling2_text; the loop's layers (config.loop_layer_index_start to loop_layer_index_end - 1) run "
+        'config.loop_num_passes times: a slot per call, keyed in the order they run, labelled "layer i pass p"',
     ),
     "falcon": ModelType(
         uniform("transformer.h", "self_attention", "attention"),

@@ -64,6 +64,7 @@ _AROUND_ONE_TYPE = (
     ("shieldgemma2", "gemma3_text"),
     ("inkling_mm_model", "inkling_text"),
     ("inkling2", "inkling2_text"),
+    ("inkling2_loop", "inkling2_loop_text"),
     ("dots3_note", "dots3_note_text"),
     ("hy_v4_vl", "hy_v4"),  # its text model's layers are HY V4's
     *((name, "qwen3_5_text") for name in ("minicpmv4_6", "minicpmv4_7", "minicpm_ocr")),
