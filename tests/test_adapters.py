@@ -80,6 +80,8 @@ def _configs():
             mamba_ngroups=1,
             chunk_size=8,
             layers_block_type=["mamba", "hybrid", "mamba"],
+            use_shared_attention_adapter=True,  # V = v_proj(x) + the depth's low-rank adapter
+            adapter_rank=4,
             **IDS,
         ),
         "qwen3_next": tf.Qwen3NextConfig(
@@ -156,7 +158,7 @@ EXPECTED_FAMILIES = {
     "lfm2": ["short_conv", "softmax_attention"],
     "jamba": ["mamba", "softmax_attention"],
     "bamba": ["mamba2", "softmax_attention"],
-    "zamba2": ["mamba2"] * 3,
+    "zamba2": ["mamba2", "softmax_attention", "mamba2", "mamba2"],  # keys 1, 2, 3, 5: 2 the shared block
     "qwen3_next": ["gated_deltanet", "softmax_attention"],
     "qwen3_5_text": ["gated_deltanet", "softmax_attention"],
     "olmo_hybrid": ["gated_deltanet", "softmax_attention"],

@@ -1215,6 +1215,50 @@ def test_zamba_shared_attention_is_analysed_at_every_depth_it_is_called():
     np.testing.assert_allclose(only.layers[4].operators[0], second[0])
 
 
+def test_zamba2_shared_attention_is_analysed_at_each_depth_with_that_depths_value_adapter():
+    """Zamba2's shared block (one set of weights at both hybrid depths here) adds a low-rank
+    adapter of the depth to V: each call is a slot whose values include it, and the block's own
+    output is T times those values (reading v_proj alone would miss it)."""
+    config = tf.Zamba2Config(
+        num_hidden_layers=3,
+        hidden_size=32,
+        num_attention_heads=4,
+        mamba_d_state=4,
+        mamba_headdim=16,
+        n_mamba_heads=4,
+        mamba_ngroups=1,
+        chunk_size=8,
+        layers_block_type=["mamba", "hybrid", "hybrid"],
+        num_mem_blocks=1,
+        use_shared_attention_adapter=True,
+        adapter_rank=4,
+        **IDS,
+    )
+    model, ids = tiny_model(config, seed=0)
+    slots = {slot.index: slot for slot in layer_slots(model)}
+    assert [slots[key].label for key in sorted(slots)] == [
+        "layer 0 mamba",
+        "layer 1 shared attention",
+        "layer 1 mamba",
+        "layer 2 shared attention",
+        "layer 2 mamba",
+    ]
+    assert slots[2].module.v_proj.weight is slots[4].module.v_proj.weight  # tied across the depths
+    layers = capture(model, ids, list(slots.values()))
+    assert_reconstructs("zamba2", layers)
+    for key in (2, 4):
+        attention = slots[key].module
+        seen = {}
+        handle = attention.v_proj.register_forward_hook(lambda _m, _a, out: seen.setdefault("v", out.detach()))
+        with torch.no_grad():
+            model(ids)
+        handle.remove()
+        v_proj = seen["v"][0].reshape(LENGTH, -1, attention.head_dim).transpose(0, 1)  # (H_kv, L, hd)
+        group = layers[key].n_units // v_proj.shape[0]
+        assert (layers[key].inputs[::group] - v_proj).abs().max() > 1e-2 * v_proj.abs().max()
+    assert not torch.allclose(layers[2].inputs, layers[4].inputs)
+
+
 @pytest.mark.parametrize("name", ["inkling2_loop_text", "inkling2_loop"])
 def test_inkling2_loop_layers_are_analysed_at_every_pass(name):
     """Inkling 2 Loop runs its layers 1 and 2 twice (one module each, each pass on its own input):

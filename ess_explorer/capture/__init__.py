@@ -29,6 +29,7 @@ from .attention_variants import (
     Gemma4AttentionAdapter,
     Kolibri11AttentionAdapter,
     LatentAttentionAdapter,
+    Zamba2AttentionAdapter,
 )
 from .base import Adapter, CaptureSession, LayerSlot, quiet_kernel_fallback, transformers_outside_tested_range
 from .gated_delta import GatedDeltaNetAdapter, KimiDeltaAdapter
@@ -90,6 +91,7 @@ ADAPTERS: dict[str, Adapter] = {
     "gated_latent_attention": GatedLatentAttentionAdapter(),
     "gemma4_attention": Gemma4AttentionAdapter(),
     "kolibri_attention": Kolibri11AttentionAdapter(),
+    "zamba2_attention": Zamba2AttentionAdapter(),
     "rg_lru": RGLRUAdapter(),
     "lightning_attention": LightningAttentionAdapter(),
     "rwkv": RWKVAdapter(),

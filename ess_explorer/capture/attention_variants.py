@@ -69,6 +69,7 @@ from .attention import AttentionAdapter
 from .base import CaptureSession, LayerSlot
 
 __all__ = [
+    "Zamba2AttentionAdapter",
     "Gemma4AttentionAdapter",
     "GatedAttentionAdapter",
     "GatedLatentAttentionAdapter",
@@ -191,6 +192,23 @@ def _keep_shared_values(session: CaptureSession, module, raw: dict, key: str) ->
         raw["v"] = values.detach().transpose(1, 2).flatten(-2)
 
     session.hook(module.register_forward_pre_hook(on_call, with_kwargs=True))
+
+
+class Zamba2AttentionAdapter(AttentionAdapter):
+    """Zamba2's shared attention block: V = v_proj(x) + A_d(x), A_d the low-rank adapter of the
+    depth d the block runs at (``linear_v_adapter_list``, where config.use_shared_attention_adapter;
+    the keys and queries get adapters of their own, inside T). Only the depth's adapter runs at
+    a call, so the one that ran gives its output."""
+
+    def install_values(self, session: CaptureSession, module, raw: dict) -> None:
+        super().install_values(session, module, raw)
+        for adapter in getattr(module, "linear_v_adapter_list", ()):
+            session.keep_output(adapter, raw, "v_adapter")
+
+    def build(self, slot: LayerSlot, raw: dict) -> DenseCapture:
+        if "v_adapter" in raw:
+            raw = {**raw, "v": raw["v"] + raw["v_adapter"]}
+        return super().build(slot, raw)
 
 
 class Kolibri11AttentionAdapter(AttentionAdapter):

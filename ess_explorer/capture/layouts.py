@@ -4,7 +4,9 @@ layout, that the registry's entries (capture/registry.py) name.
     uniform(path, attribute, adapter)   every layer's mixer at path[i].attribute
     hybrid(path, table)                 the config's layer types pick each layer's attribute and adapter
     mixers(path, attribute, table, skip)  one block per layer whose kind the layer types say (Nemotron-H)
-    falcon_h1, zamba, gpt_neo, recurrent_gemma, longcat_flash, looped   the layouts of one model type each
+    shared_attention(shared, attention, mamba)   Zamba's and Zamba2's shared attention blocks and Mamba
+    looped(adapter, loop)               layers a pass runs in a loop, a slot per call (Dory, Inkling 2 Loop)
+    falcon_h1, gpt_neo, recurrent_gemma, longcat_flash   the layouts of one model type each
     ModelType                           a registry entry: a layout, its families and its words
 
 Attention slots carry their sliding window and chunk length, read from the config here (the
@@ -40,7 +42,7 @@ __all__ = [
     "mixers",
     "recurrent_gemma",
     "uniform",
-    "zamba",
+    "shared_attention",
 ]
 
 
@@ -221,24 +223,30 @@ def looped(adapter: str, loop: Callable[[object], tuple[int, int, int]]):
     return slots
 
 
-def zamba(model):
-    """Zamba: a "hybrid" layer runs the shared attention block (one set of weights, tied
-    across the hybrid layers, called at each of their depths on that depth's input) and then
-    its own Mamba mixer; a "mamba" layer runs the Mamba mixer alone. Each call of the shared
-    block applies its own operator, so each is a slot of its own: key 2 i is hybrid layer i's
-    shared attention, 2 i + 1 layer i's Mamba mixer (the order they run in), labelled."""
-    out = []
-    for i, (layer, kind) in enumerate(zip(find_layers(model, "model.layers"), layer_types(model))):
-        if kind == "hybrid":
-            out.append(
-                LayerSlot(2 * i, "attention", layer.shared_transf.self_attn, label=f"layer {i} shared attention")
-            )
-            out.append(LayerSlot(2 * i + 1, "mamba", layer.mamba_decoder.mamba, label=f"layer {i} mamba"))
-        elif kind in ("mamba", "linear_attention"):
-            out.append(LayerSlot(2 * i + 1, "mamba", layer.mamba, label=f"layer {i} mamba"))
-        else:
-            raise ValueError(f"zamba layer {i} has layer type {kind!r}, which no adapter handles")
-    return out
+def shared_attention(shared: str, attention: str, mamba: str):
+    """Zamba and Zamba2: a "hybrid" layer runs a shared attention block (at ``shared``: one set of
+    weights, tied across the hybrid layers, called at each of their depths on that depth's input)
+    and then its own Mamba mixer; a "mamba" layer runs the Mamba mixer alone. Each call of the
+    shared block applies its own operator, so each is a slot of its own: key 2 i is hybrid layer
+    i's shared attention (adapter ``attention``), 2 i + 1 layer i's Mamba mixer (adapter
+    ``mamba``), the order they run in, labelled."""
+    block = operator.attrgetter(f"{shared}.self_attn")
+
+    def slots(model):
+        out = []
+        for i, (layer, kind) in enumerate(zip(find_layers(model, "model.layers"), layer_types(model))):
+            if kind == "hybrid":
+                out.append(LayerSlot(2 * i, attention, block(layer), label=f"layer {i} shared attention"))
+                out.append(LayerSlot(2 * i + 1, mamba, layer.mamba_decoder.mamba, label=f"layer {i} mamba"))
+            elif kind in ("mamba", "linear_attention"):
+                out.append(LayerSlot(2 * i + 1, mamba, layer.mamba, label=f"layer {i} mamba"))
+            else:
+                raise ValueError(
+                    f"{model.config.model_type} layer {i} has layer type {kind!r}, which no adapter handles"
+                )
+        return out
+
+    return slots
 
 
 def mixers(path: str, attribute: str, table: dict[str, str], skip: dict[str, str]):

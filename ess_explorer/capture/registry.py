@@ -40,8 +40,8 @@ from .layouts import (
     looped,
     mixers,
     recurrent_gemma,
+    shared_attention,
     uniform,
-    zamba,
 )
 from .vision_language import vision_language_types
 
@@ -302,21 +302,14 @@ REGISTRY: dict[str, ModelType] = {
         '"mamba" -> .mamba, mamba2; "attention" -> .self_attn, attention',
     ),
     "zamba2": ModelType(
-        hybrid(
-            "model.layers",
-            {
-                "mamba": ("mamba", "mamba2"),
-                "linear_attention": ("mamba", "mamba2"),
-                "hybrid": ("mamba_decoder.mamba", "mamba2"),
-            },
-        ),
-        ("mamba2",),
+        shared_attention("shared_transformer", "zamba2_attention", "mamba2"),
+        ("mamba2", _ATT),
         "model.layers[i]",
-        '"mamba" -> .mamba, mamba2; "hybrid" -> .mamba_decoder.mamba, mamba2 (the shared attention block '
-        "of a hybrid layer is not analysed)",
+        '"mamba" -> .mamba, mamba2; "hybrid" -> the shared attention block .shared_transformer.self_attn '
+        "(attention, V with its depth's adapter) and .mamba_decoder.mamba: keys 2i and 2i + 1, labelled",
     ),
     "zamba": ModelType(
-        zamba,
+        shared_attention("shared_transf", "attention", "mamba"),
         ("mamba", _ATT),
         "model.layers[i]",
         '"mamba" -> .mamba, mamba; "hybrid" -> the shared attention block .shared_transf.self_attn (attention) '
