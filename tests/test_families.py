@@ -1219,21 +1219,12 @@ def test_zamba2_shared_attention_is_analysed_at_each_depth_with_that_depths_valu
     """Zamba2's shared block (one set of weights at both hybrid depths here) adds a low-rank
     adapter of the depth to V: each call is a slot whose values include it, and the block's own
     output is T times those values (reading v_proj alone would miss it)."""
-    config = tf.Zamba2Config(
-        num_hidden_layers=3,
-        hidden_size=32,
-        num_attention_heads=4,
-        mamba_d_state=4,
-        mamba_headdim=16,
-        n_mamba_heads=4,
-        mamba_ngroups=1,
-        chunk_size=8,
-        layers_block_type=["mamba", "hybrid", "hybrid"],
-        num_mem_blocks=1,
-        use_shared_attention_adapter=True,
-        adapter_rank=4,
-        **IDS,
-    )
+    from test_adapters import CONFIGS as ADAPTER_CONFIGS  # its zamba2: a mamba, a hybrid, a mamba layer
+
+    config = ADAPTER_CONFIGS["zamba2"].to_dict()
+    config.update(layers_block_type=["mamba", "hybrid", "hybrid"], num_mem_blocks=1)
+    del config["hybrid_layer_ids"]  # derived from layers_block_type again
+    config = tf.Zamba2Config.from_dict(config)
     model, ids = tiny_model(config, seed=0)
     slots = {slot.index: slot for slot in layer_slots(model)}
     assert [slots[key].label for key in sorted(slots)] == [
