@@ -921,6 +921,54 @@ def _attention_configs():
                 text_config=dict(LM, head_dim=8, rope_parameters=MROPE),
                 vision_config=dict(QWEN_VISION, deepstack_visual_indexes=[]),
             ),
+            # Granite 4 Vision: Granite's attention scaled by attention_multiplier; its default CLIP tower
+            # and Q-Former projectors, shrunk by hand (the Q-Former has one head per 64 vision channels)
+            "granite4_vision": tf.AutoConfig.for_model(
+                "granite4_vision",
+                text_config=tf.AutoConfig.for_model("granite4_vision_text", attention_multiplier=0.25, **LM).to_dict(),
+                vision_config=dict(TINY_VISION, hidden_size=64, model_type="clip_vision_model"),
+                qformer_config=dict(num_hidden_layers=1, intermediate_size=32),
+                downsample_rate="1/2",
+                deepstack_layer_map=[[0, 0]],  # one projector of a vision layer's features for layer 0
+                spatial_target_layers=[1] * 4,
+            ),
+            # HunYuan-VL: q/k norms after RoPE, over 4 position axes (text prompts: all the same)
+            "hunyuan_vl": _shrunk_vision_language(
+                "hunyuan_vl",
+                tf.AutoConfig.for_model(
+                    "hunyuan_vl_text", head_dim=8, rope_parameters=dict(MROPE, mrope_section=[1] * 4), **LM
+                ),
+            ),
+            # Molmo2: q/k norms over the whole projection ("olmo"), post-norms, unscaled RoPE on layer 1
+            "molmo2": tf.AutoConfig.for_model(
+                "molmo2",
+                text_config=tf.AutoConfig.for_model(
+                    "molmo2_text", head_dim=8, qk_norm_type="olmo", norm_after=True, rope_scaling_layers=[0], **LM
+                ).to_dict(),
+                vision_config=dict(GEMMA_VISION, num_key_value_heads=2, head_dim=8),
+                adapter_config=dict(
+                    GEMMA_VISION, num_key_value_heads=2, head_dim=8, vision_feature_layer=[0], text_hidden_size=32
+                ),
+            ),
+            # Apertus 1.5: its image and audio codes are ranges of the vocabulary, which must hold
+            # both (the image range ends where the audio range starts): 16 codes each, ids 32-63
+            "apertus1p5": tf.AutoConfig.for_model(
+                "apertus1p5",
+                text_config=tf.AutoConfig.for_model("apertus1p5_text", **LM).to_dict(),
+                vision_config=dict(TINY_VQ, codebook_size=16, embed_dim=4, latent_channels=4),
+                audio_config=dict(
+                    num_filters=4,
+                    upsampling_ratios=[2],
+                    num_lstm_layers=1,
+                    hidden_size=8,
+                    codebook_dim=8,
+                    codebook_size=16,
+                ),
+                image_token_id=VOCAB - 2,
+                audio_token_id=VOCAB - 1,
+                image_token_offset=VOCAB - 32,
+                audio_token_offset=VOCAB - 16,
+            ),
         }
     )
     configs.update({name: make() for name, make in NEWER.items() if in_transformers(name)})
@@ -1032,6 +1080,7 @@ MODEL_BUILDERS = {
             *("emu3", "step3p7", "muse_glimmer", "muse_spark", "qwen4_exp", "inkling_mm_model", "deepseek_ocr2"),
             *("unlimited_ocr", "dots3_note", "mistral4", "cohere_compass", "cosmos3_omni", "mistral_large4"),
             *("glm5_next", "hy_v4_vl", "inkling2", "inkling2_loop", "llava_onevision1_5", "ovis2_5"),
+            *("granite4_vision", "hunyuan_vl", "molmo2", "apertus1p5"),
         )
     },
     "glm5_next_text": tf.AutoModel.from_config,  # no class with an LM head: its base model
@@ -1476,6 +1525,22 @@ def test_a_language_model_on_sdpa_inside_an_eager_model_is_switched_and_switched
     layers = capture(model, ids, layer_slots(model))
     assert_reconstructs("got_ocr2", layers)
     assert (model.config._attn_implementation, text._attn_implementation) == ("eager", "sdpa")
+    assert model.model.language_model.layers[0].self_attn.config._attn_implementation == "sdpa"
+
+
+def test_eager_only_tokenizers_inside_an_sdpa_model_keep_eager_when_switched_back():
+    """Apertus 1.5's image and audio tokenizers have only an eager implementation (sdpa is refused)
+    inside a class on sdpa: the capture restores each sub-model's own implementation."""
+    model, ids = build("apertus1p5")
+    config = model.config
+
+    def implementations():
+        return [config._attn_implementation, *(getattr(config, key)._attn_implementation for key in config.sub_configs)]
+
+    before = implementations()
+    assert before == ["sdpa", "sdpa", "eager", "eager"]  # the model, its text, vision and audio configs
+    assert_reconstructs("apertus1p5", capture(model, ids, layer_slots(model)))
+    assert implementations() == before
     assert model.model.language_model.layers[0].self_attn.config._attn_implementation == "sdpa"
 
 

@@ -109,6 +109,7 @@ def eager_attention(model: nn.Module, needed: bool = True):
     # while its language model, whose attention is analysed, runs sdpa.
     text = language_model_config(config) if config is not None else None
     previous_text = getattr(text, "_attn_implementation", None)
+    parts = _sub_implementations(config, previous)  # before the switch
     switch = needed and (previous != "eager" or previous_text != "eager") and hasattr(model, "set_attn_implementation")
     forced = False
     if switch:
@@ -124,16 +125,23 @@ def eager_attention(model: nn.Module, needed: bool = True):
         if forced:
             config._attn_implementation = previous
         elif switch and isinstance(previous, str):
-            _set_attention(model, _previous_implementation(config, text, previous, previous_text))
+            _set_attention(model, _previous_implementation(previous, parts))
 
 
-def _previous_implementation(config, text, previous: str, previous_text) -> str | dict:
-    """What restores the model's attention implementation: ``previous`` for all of it, or, where
-    its language model (the sub-config ``text``) ran another one, a dict that names both."""
-    if text is config or previous_text == previous or not isinstance(previous_text, str):
+def _sub_implementations(config, previous) -> dict:
+    """The attention implementation of each sub-model (by its key in ``config.sub_configs``)."""
+    subs = {key: getattr(config, key, None) for key in getattr(config, "sub_configs", {})}
+    return {key: getattr(sub, "_attn_implementation", None) or previous for key, sub in subs.items() if sub is not None}
+
+
+def _previous_implementation(previous: str, parts: dict) -> str | dict:
+    """What restores the model's attention implementation: ``previous`` for all of it, or, where a
+    sub-model ran another one, a dict that names each: GOT-OCR 2's language model runs sdpa inside
+    its eager class, Apertus 1.5's image and audio tokenizers eager (they have nothing else, and
+    refuse sdpa) inside its sdpa class."""
+    if all(implementation == previous for implementation in parts.values()):
         return previous
-    key = next((key for key in getattr(config, "sub_configs", {}) if getattr(config, key, None) is text), None)
-    return previous if key is None else {"": previous, key: previous_text}
+    return {"": previous, **parts}
 
 
 def _set_attention(model: nn.Module, implementation: str | dict) -> None:

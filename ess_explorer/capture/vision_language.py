@@ -39,6 +39,9 @@ _OWN_TEXT_TYPE += ("paddleocr_vl", "cosmos3_edge")  # GLM-4.1V and 4.5V are glm4
 # only the tokens generated after the prompt: a prompt is attended to whole, and T is causal.
 _OWN_TEXT_TYPE += ("deepseek_ocr2", "unlimited_ocr")
 _OWN_TEXT_TYPE += ("cohere_compass",)  # Qwen3-VL's positions and vision tower around Cohere's attention
+# Granite's attention (deepstack features join image tokens only); HunYuan's q/k norms after RoPE;
+# Molmo2's q/k norms, its image tokens attending to each other both ways (a text prompt has none).
+_OWN_TEXT_TYPE += ("granite4_vision", "hunyuan_vl", "molmo2")
 # Wrappers, by where they keep their language model.
 _WRAPPERS = {
     "model.language_model": (
@@ -67,6 +70,7 @@ _AROUND_ONE_TYPE = (
     ("inkling2_loop", "inkling2_loop_text"),
     ("dots3_note", "dots3_note_text"),
     ("hy_v4_vl", "hy_v4"),  # its text model's layers are HY V4's
+    ("apertus1p5", "apertus1p5_text"),  # images and audio are tokens of its vocabulary
     *((name, "qwen3_5_text") for name in ("minicpmv4_6", "minicpmv4_7", "minicpm_ocr")),
 )
 
