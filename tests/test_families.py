@@ -368,6 +368,22 @@ PHI4_TOWERS = dict(
         input_size=8,
     ),
 )
+# The audio towers of Qwen2.5-Omni's and Qwen3-Omni's thinkers, as small as they build (not analysed).
+OMNI_AUDIO = dict(encoder_layers=1, encoder_attention_heads=2, encoder_ffn_dim=32, d_model=16, output_dim=32)
+# Their thinkers: Qwen2.5-Omni's language model windowed on its "sliding_attention" layer (Qwen2's
+# windows), Qwen3-Omni's with experts.
+OMNI_THINKERS = dict(
+    qwen2_5_omni_thinker=dict(
+        text_config=dict(LM, rope_parameters=MROPE, use_sliding_window=True, **SLIDING),
+        vision_config=dict(QWEN_VISION, fullatt_block_indexes=[0]),
+        audio_config=OMNI_AUDIO,
+    ),
+    qwen3_omni_moe_thinker=dict(
+        text_config=dict(LM, head_dim=8, rope_parameters=MROPE, **{**MOE, "moe_intermediate_size": 16}),
+        vision_config=dict(QWEN_VISION, deepstack_visual_indexes=[]),
+        audio_config=dict(OMNI_AUDIO, downsample_hidden_size=8),
+    ),
+)
 # Muse Glimmer's language model (Muse Spark's is built on it): a window on its "sliding_attention"
 # layer, no RoPE on its full-attention layer; and the projection widths of both.
 MUSE_TEXT = dict(**SLIDING, layer_rope_theta=[10000.0, 0], head_dim=8, **LM)
@@ -969,6 +985,21 @@ def _attention_configs():
                 image_token_offset=VOCAB - 32,
                 audio_token_offset=VOCAB - 16,
             ),
+            **{name: tf.AutoConfig.for_model(name, **thinker) for name, thinker in OMNI_THINKERS.items()},
+            # ERNIE 4.5 VL: plain attention with its own 3D positions; experts for text and for vision
+            "ernie4_5_vl_moe": tf.AutoConfig.for_model(
+                "ernie4_5_vl_moe",
+                text_config=dict(
+                    LM,
+                    rope_parameters=MROPE,
+                    mlp_layer_types=["dense", "sparse"],
+                    moe_intermediate_size=[16, 16],
+                    moe_num_experts=2,
+                    moe_k=1,
+                    moe_num_shared_experts=1,
+                ),
+                vision_config=dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2),
+            ),
         }
     )
     configs.update({name: make() for name, make in NEWER.items() if in_transformers(name)})
@@ -1080,7 +1111,7 @@ MODEL_BUILDERS = {
             *("emu3", "step3p7", "muse_glimmer", "muse_spark", "qwen4_exp", "inkling_mm_model", "deepseek_ocr2"),
             *("unlimited_ocr", "dots3_note", "mistral4", "cohere_compass", "cosmos3_omni", "mistral_large4"),
             *("glm5_next", "hy_v4_vl", "inkling2", "inkling2_loop", "llava_onevision1_5", "ovis2_5"),
-            *("granite4_vision", "hunyuan_vl", "molmo2", "apertus1p5"),
+            *("granite4_vision", "hunyuan_vl", "molmo2", "apertus1p5", *OMNI_THINKERS, "ernie4_5_vl_moe"),
         )
     },
     "glm5_next_text": tf.AutoModel.from_config,  # no class with an LM head: its base model
@@ -1468,7 +1499,11 @@ def test_glm5_next_latent_layers_keep_the_key_pools_their_indexer_selects(name):
 # and leave the checkpoint's vision weights unread; SmolVLM: its language model at model.text_model;
 # LFM2-VL: a hybrid language model, through LFM2's own layout; Nemotron-H omni: a causal LM inside.
 @pytest.mark.parametrize(
-    "name", ["mistral3", "llama4", "smolvlm", "lfm2_vl", "nemotron_h_omni", "got_ocr2", "minicpmv4_6"]
+    "name",
+    [
+        *("mistral3", "llama4", "smolvlm", "lfm2_vl", "nemotron_h_omni", "got_ocr2", "minicpmv4_6"),
+        *(*OMNI_THINKERS, "ernie4_5_vl_moe"),
+    ],
 )
 def test_a_vision_language_folder_loads_its_own_class_and_its_language_model_is_analysed(tmp_path, name):
     import warnings
@@ -1483,6 +1518,37 @@ def test_a_vision_language_folder_loads_its_own_class_and_its_language_model_is_
     assert type(loaded) is type(model)  # the class the checkpoint holds, not a causal LM
     result = analyze(loaded, ids, progress=False)
     assert [result.layers[key].family for key in sorted(result.layers)] == EXPECTED_FAMILIES[name]
+
+
+@pytest.mark.parametrize("name", sorted(OMNI_THINKERS))
+def test_a_whole_omni_model_is_refused_and_its_thinker_is_analysed(name):
+    """Qwen2.5-Omni and Qwen3-Omni hold a thinker and a talker, and have no forward pass of their
+    own: the refusal names the thinker, which is analysed as its own type (built here without
+    the talker, config.enable_audio_output)."""
+    whole = name.removesuffix("_thinker")
+    config = tf.AutoConfig.for_model(whole, thinker_config=OMNI_THINKERS[name], enable_audio_output=False)
+    torch.manual_seed(0)
+    model = tf.AutoModelForMultimodalLM.from_config(config).eval()
+    _, ids = tiny_model(CONFIGS[name], 0)
+    with pytest.raises(
+        ValueError, match=rf"'{whole}'.*not supported: its thinker \(model.thinker, model type {name}\)"
+    ):
+        layer_slots(model)
+    assert model.thinker.config.model_type == name
+    layers = capture(model.thinker, ids, layer_slots(model.thinker))
+    assert sorted(layers) == [0, 1]
+    assert_reconstructs(f"{whole}'s thinker", layers)
+
+
+def test_the_deprecated_ernie4_5_vl_class_is_read_as_ernie4_5_vl_moe():
+    """Ernie4_5_VL_MoeForConditionalGeneration, the class's former name, is a subclass with the
+    same config (model type ernie4_5_vl_moe): the same layers are analysed."""
+    torch.manual_seed(0)
+    model = tf.Ernie4_5_VL_MoeForConditionalGeneration(CONFIGS["ernie4_5_vl_moe"]).eval()
+    _, ids = tiny_model(CONFIGS["ernie4_5_vl_moe"], 0)
+    layers = capture(model, ids, layer_slots(model))
+    assert sorted(layers) == [0, 1]
+    assert_reconstructs("Ernie4_5_VL_MoeForConditionalGeneration", layers)
 
 
 def test_a_vision_language_wrapper_around_another_kind_of_language_model_is_refused():

@@ -453,6 +453,11 @@ REFUSED: dict[str, str] = {
         "it drafts tokens for Gemma 4 from its backbone's hidden states and keys and values "
         "(shared_kv_states), not from a prompt",
     ),
+    **{
+        name: f"its thinker (model.thinker, model type {name}_thinker) is supported, but the class itself has no "
+        "forward pass (generate runs the thinker, then a talker on the thinker's hidden states)"
+        for name in ("qwen2_5_omni", "qwen3_omni_moe")
+    },
     "deepseek_v4": "besides a window of recent tokens it attends to entries its compressors pool from "
     "windows of tokens (HCA / CSA), with projections and gates of their own",
 }

@@ -42,6 +42,7 @@ _OWN_TEXT_TYPE += ("cohere_compass",)  # Qwen3-VL's positions and vision tower a
 # Granite's attention (deepstack features join image tokens only); HunYuan's q/k norms after RoPE;
 # Molmo2's q/k norms, its image tokens attending to each other both ways (a text prompt has none).
 _OWN_TEXT_TYPE += ("granite4_vision", "hunyuan_vl", "molmo2")
+_OWN_TEXT_TYPE += ("ernie4_5_vl_moe",)  # ERNIE 4.5 VL: its text and vision experts are MLPs
 # Wrappers, by where they keep their language model.
 _WRAPPERS = {
     "model.language_model": (
@@ -128,6 +129,9 @@ def vision_language_types(registry: Mapping[str, ModelType]) -> dict[str, ModelT
                 *((name, f"{name}_text", "model.language_model") for name in _OWN_TEXT_TYPE),
                 *((name, "glm4v_text", "model.language_model") for name in ("glm46v", "glmga")),  # GLM-4.6V
                 ("cosmos3_omni", "qwen3_vl_text", "model.language_model"),
+                # the thinkers of Qwen2.5-Omni and Qwen3-Omni (their audio and vision towers not analysed)
+                ("qwen2_5_omni_thinker", "qwen2_5_omni_text", "model.language_model"),
+                ("qwen3_omni_moe_thinker", "qwen3_omni_moe_text", "model.language_model"),
                 ("granite_docling", "granite_docling_text", "model.text_model"),
                 ("emu3", "emu3_text_model", "model.text_model"),  # images are tokens of its vocabulary
             )
