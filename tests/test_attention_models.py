@@ -258,11 +258,12 @@ def test_step3p7_gates_each_head_by_one_number_per_token():
         assert torch.equal(gate, gate[..., :1].expand_as(gate))
 
 
-@pytest.mark.parametrize("name", ["laguna", "laguna_per_element", "beam", "dory"])
+@pytest.mark.parametrize("name", ["laguna", "laguna_per_element", "beam", "dory", "bitnet"])
 def test_afmoe_like_gates_reconstruct_outside_and_inside_t(name):
     """Laguna's softplus gate (per head or per channel), Beam's gate bias, Dory's gate scale and
-    the L2 norm over its heads: each layer's output is out_gate * (T v), and T' = diag(g) T alone
-    gives it with the gate inside; without the gate it would not."""
+    the L2 norm over its heads, BitNet's weighted RMS norm over its heads: each layer's output
+    (before a norm's weight) is out_gate * (T v), and T' = diag(g) T alone gives it with the gate
+    inside; without the gate it would not."""
     from ess_explorer.core.gates import gates_inside
 
     model, ids = build(name)
@@ -278,7 +279,8 @@ def test_afmoe_like_gates_reconstruct_outside_and_inside_t(name):
         assert (ungated - observed).abs().max() > 1e-2 * scale, f"{name} layer {index}: the gate changes nothing"
         gate = layer.out_gate  # (H, L, head_dim)
         per_head = torch.equal(gate, gate[..., :1].expand_as(gate))
-        assert per_head == (name == "laguna"), f"{name} layer {index}"  # config.gating; the others per channel
+        # config.gating; BitNet's norm scales every channel of a token alike; the others per channel
+        assert per_head == (name in ("laguna", "bitnet")), f"{name} layer {index}"
         assert torch.all(gate > 0)
 
 

@@ -932,6 +932,7 @@ def _attention_configs():
                     no_rope_layers=[0, 0],  # no RoPE on either (the second reads the first's latent)
                 ),
             ),
+            "bitnet": tf.BitNetConfig(**LM),  # the RMS norm over all heads before o_proj
             "cosmos3_omni": tf.AutoConfig.for_model(  # around Qwen3-VL's language model
                 "cosmos3_omni",
                 text_config=dict(LM, head_dim=8, rope_parameters=MROPE),
@@ -1154,6 +1155,10 @@ def build(name: str, seed: int = 0):
                     param.normal_(0.0, 1.0)
                 elif key.endswith(("s_gate", "sqk")):
                     param.mul_(torch.empty_like(param).uniform_(0.5, 1.5))
+    if name == "bitnet":  # its output norm's weight starts at 1: a weight no check would see
+        with torch.no_grad():
+            for slot in layer_slots(model):
+                slot.module.attn_sub_norm.weight.uniform_(0.5, 1.5)
     if name in ("hy_v4", "hy_v4_vl"):  # its gate_proj starts at std 0.006: every gate would be ~0.5
         with torch.no_grad():
             for slot in layer_slots(model):

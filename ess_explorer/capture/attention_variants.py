@@ -95,25 +95,33 @@ class GatedAttentionAdapter(AttentionAdapter):
 
     def install(self, session: CaptureSession, slot: LayerSlot) -> None:
         super().install(session, slot)
+        store = session.store(slot.index)
         if (source := self._gate_source(slot.module)) is not None:
-            store = session.store(slot.index)
             session.keep_output(_submodule(slot.module, source), store, "gate")
-            if (norm := _output_norm(slot)) is not None:
-                session.keep_input(norm, store, "norm_in")
-                session.keep_output(norm, store, "norm_out")
+        if (norm := _output_norm(slot)) is not None:
+            session.keep_input(norm, store, "norm_in")
+            session.keep_output(norm, store, "norm_out")
 
     def build(self, slot: LayerSlot, raw: dict) -> DenseCapture:
         layer = super().build(slot, raw)
-        if (source := self._gate_source(slot.module)) is None:
+        source, norm = self._gate_source(slot.module), _output_norm(slot)
+        if source is None and norm is None:
             return layer
         head_dim = layer.info["head_dim"]
-        gate = _head_gate(slot.module, raw["gate"], layer.n_units, head_dim, self.activation)  # (L, H, head_dim)
-        layer.info["out_gate"] = f"{self.activation}(gate) per head and channel, from {source}"
-        if "norm_in" in raw:  # Muse Spark's o_norm, Dory's attn_sub_norm: one scale per token and row
+        gate = torch.ones(layer.length, layer.n_units, head_dim, dtype=torch.float64)
+        words = []
+        if source is not None:
+            gate = _head_gate(slot.module, raw["gate"], layer.n_units, head_dim, self.activation)  # (L, H, head_dim)
+            words.append(f"{self.activation}(gate) per head and channel, from {source}")
+        if norm is not None:  # one scale per token and row of the norm (each head's, or every head's)
+            weight = _norm_weight(norm, layer.n_units, head_dim)  # (H or 1, 1, head_dim): outside T
             before, after = (raw[key][0].to(torch.float64) for key in ("norm_in", "norm_out"))  # rows: last dim
+            after = (after.reshape(layer.length, -1, head_dim) / weight.transpose(0, 1)).reshape(after.shape)
             scale = (after * before).sum(-1) / before.pow(2).sum(-1).clamp_min(torch.finfo(torch.float64).tiny)
             gate = gate * scale.reshape(layer.length, -1, 1)  # (L, H or 1: every head's, 1)
-            layer.info["out_gate"] += ", times the scale its output norm gave each token"
+            layer.outputs = layer.outputs / weight.to(layer.outputs.dtype)  # read after the norm's weight
+            words.append("the scale its output norm gave each token")
+        layer.info["out_gate"] = ", times ".join(words)
         layer.out_gate = gate.transpose(0, 1)  # (H, L, head_dim)
         layer.info["multiplicity"] = head_dim
         return layer
@@ -146,18 +154,26 @@ def _head_gate(module, output: torch.Tensor, heads: int, width: int, activation:
 
 
 def _output_norm(slot: LayerSlot):
-    """The scale-free norm a layer applies to its head outputs around their gate, or None: Muse
-    Spark's ``o_norm`` (each head's RMS, before the gate), Dory's ``attn_sub_norm`` (the L2 norm
-    over all heads of the gated outputs, before o_proj). Either multiplies each of its rows by a
-    number per token, a gate of the head (core/gates.py), which `build` reads from the norm's input
-    and output, whatever the norm computes; a norm with a weight would also scale channels by a
-    constant, which T leaves outside."""
-    norm = next(
+    """The norm a layer applies to its head outputs, or None: Muse Spark's ``o_norm`` (each
+    head's RMS, before the gate), Dory's and BitNet's ``attn_sub_norm`` (over all heads, before
+    o_proj). It multiplies each of its rows by a number per token, a gate of the head
+    (core/gates.py), which `build` reads from the norm's input and output, whatever the norm
+    computes; then by its weight (BitNet's), a constant per channel that stays outside T, as every
+    norm's weight does: the head outputs are read before it."""
+    return next(
         (getattr(slot.module, name) for name in ("o_norm", "attn_sub_norm") if hasattr(slot.module, name)), None
     )
-    if norm is not None and getattr(norm, "weight", None) is not None:
-        raise NotImplementedError(f"layer {slot.index}: an output norm with a weight is not supported")
-    return norm
+
+
+def _norm_weight(norm, heads: int, head_dim: int) -> torch.Tensor:
+    """The output norm's weight per head and channel, (H or 1, 1, head_dim) float64 (ones without one)."""
+    weight = getattr(norm, "weight", None)
+    if weight is None:
+        return torch.ones(1, 1, head_dim, dtype=torch.float64)
+    weight = weight.detach().to(torch.float64).reshape(-1, 1, head_dim)
+    if bool((weight == 0).any()):
+        raise NotImplementedError("an output norm with a zero weight: its channel's head output is lost")
+    return weight
 
 
 class Gemma4AttentionAdapter(AttentionAdapter):

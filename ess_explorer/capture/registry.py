@@ -218,6 +218,13 @@ REGISTRY: dict[str, ModelType] = {
         "L2 norm over its heads (attn_sub_norm) in the out_gate; windows from layer_types; the recurrent "
         'layers once per loop, keyed in the order they run, labelled "layer i pass p"',
     ),
+    "bitnet": ModelType(
+        uniform("model.layers", "self_attn", "projected_gate_attention"),
+        (_ATT,),
+        "model.layers[i].self_attn",
+        "softmax attention; the RMS norm over all heads before o_proj (attn_sub_norm): its per-token scale "
+        "in the out_gate, its weight outside T",
+    ),
     "inkling2_text": ModelType(
         uniform("model.layers", "self_attn", "projected_gate_attention"),
         (_ATT,),
@@ -438,16 +445,17 @@ REGISTRY: dict[str, ModelType] = {
 REGISTRY.update(vision_language_types(REGISTRY))  # their language model, on a text prompt
 
 
-# Model types whose layers look like softmax attention but whose head outputs are not T times
-# the values a hook can read: refused with the reason (docs/families.md, "Not supported").
+# Model types that are refused, with the reason (docs/families.md, "Not supported"): layers that
+# look like softmax attention but whose head outputs are not T times values a hook can read, and
+# classes that are not a sequence model run on a prompt.
+_NOT_T = "so its head outputs are not an operator T applied to values a hook can read"
 REFUSED: dict[str, str] = {
-    "diffllama": "each head applies the difference of two softmaxes",
-    "bitnet": "a norm across the heads before o_proj mixes them",
+    "diffllama": f"each head applies the difference of two softmaxes, {_NOT_T}",
     **dict.fromkeys(
         ("granite_swa", "granitemoe_swa"),
-        "its sink scales each row after the softmax, from logits the layer does not return",
+        f"its sink scales each row after the softmax, from logits the layer does not return, {_NOT_T}",
     ),
-    "jetmoe": "its attention heads are experts routed per token (a mixture of attention heads)",
+    "jetmoe": f"its attention heads are experts routed per token (a mixture of attention heads), {_NOT_T}",
     **dict.fromkeys(
         ("gemma4_assistant", "gemma4_unified_assistant"),
         "it drafts tokens for Gemma 4 from its backbone's hidden states and keys and values "
@@ -459,7 +467,7 @@ REFUSED: dict[str, str] = {
         for name in ("qwen2_5_omni", "qwen3_omni_moe")
     },
     "deepseek_v4": "besides a window of recent tokens it attends to entries its compressors pool from "
-    "windows of tokens (HCA / CSA), with projections and gates of their own",
+    f"windows of tokens (HCA / CSA), with projections and gates of their own, {_NOT_T}",
 }
 
 # Views of the registry (one table): model type -> slots, and model type -> its families.
@@ -499,8 +507,7 @@ def require_supported(model_type, what: str) -> None:
     config, before any weights are read."""
     if model_type in REFUSED:
         raise ValueError(
-            f"model type {model_type!r} ({what}) is not supported: {REFUSED[model_type]}, so its head "
-            "outputs are not an operator T applied to values a hook can read (docs/families.md)"
+            f"model type {model_type!r} ({what}) is not supported: {REFUSED[model_type]} (docs/families.md)"
         )
     if model_type not in MODEL_TYPES:
         close = difflib.get_close_matches(str(model_type), supported_model_types(), n=3, cutoff=0.5)
