@@ -162,10 +162,6 @@ class _StopForward(Exception):
     """Raised by a hook once the last analysed mixer has run (caught in `capture`)."""
 
 
-def _stop_forward(_module, _args, _output):
-    raise _StopForward
-
-
 def _install(session: CaptureSession, slots: list[LayerSlot], after: Callable[[LayerSlot], None]) -> None:
     """Every slot's adapter, and ``after(slot)`` once its call of its module has run. A module the
     pass runs several times (Dory's looped layers: a slot per call, `LayerSlot.call`) is hooked

@@ -20,7 +20,8 @@ and which it is (`_head_gate`): Laguna's softplus(g_proj(x)_h), one per head or 
 sigmoid(gate_proj(x)_h * s_h^2), s = s_gate * s_gate_scale a learned scale per channel. Dory then
 divides the gated outputs of all heads together by their L2 norm (``attn_sub_norm``, no weight)
 before o_proj: one more per-token scale, the same for every head, which joins the gate as o_norm's
-does.
+does. BitNet has that norm over all heads with a weight and no gate: its scale is the out_gate, its
+weight, a constant per channel, stays outside T.
 
 Gemma 4 attention (and Gemma 3n's, the same): V passes a per-head norm after ``v_proj`` (after
 ``k_proj`` on the layers whose keys are their values), so T's input is the output of
@@ -69,12 +70,12 @@ from .attention import AttentionAdapter
 from .base import CaptureSession, LayerSlot
 
 __all__ = [
-    "Zamba2AttentionAdapter",
-    "Gemma4AttentionAdapter",
     "GatedAttentionAdapter",
     "GatedLatentAttentionAdapter",
+    "Gemma4AttentionAdapter",
     "Kolibri11AttentionAdapter",
     "LatentAttentionAdapter",
+    "Zamba2AttentionAdapter",
 ]
 
 
@@ -114,7 +115,7 @@ class GatedAttentionAdapter(AttentionAdapter):
             gate = _head_gate(slot.module, raw["gate"], layer.n_units, head_dim, self.activation)  # (L, H, head_dim)
             words.append(f"{self.activation}(gate) per head and channel, from {source}")
         if norm is not None:  # one scale per token and row of the norm (each head's, or every head's)
-            weight = _norm_weight(norm, layer.n_units, head_dim)  # (H or 1, 1, head_dim): outside T
+            weight = _norm_weight(norm, head_dim)  # (H or 1, 1, head_dim): outside T
             before, after = (raw[key][0].to(torch.float64) for key in ("norm_in", "norm_out"))  # rows: last dim
             after = (after.reshape(layer.length, -1, head_dim) / weight.transpose(0, 1)).reshape(after.shape)
             scale = (after * before).sum(-1) / before.pow(2).sum(-1).clamp_min(torch.finfo(torch.float64).tiny)
@@ -165,7 +166,7 @@ def _output_norm(slot: LayerSlot):
     )
 
 
-def _norm_weight(norm, heads: int, head_dim: int) -> torch.Tensor:
+def _norm_weight(norm, head_dim: int) -> torch.Tensor:
     """The output norm's weight per head and channel, (H or 1, 1, head_dim) float64 (ones without one)."""
     weight = getattr(norm, "weight", None)
     if weight is None:

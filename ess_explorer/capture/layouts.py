@@ -41,8 +41,8 @@ __all__ = [
     "looped",
     "mixers",
     "recurrent_gemma",
-    "uniform",
     "shared_attention",
+    "uniform",
 ]
 
 
