@@ -255,6 +255,10 @@ def _configs():
             **ATTN,
             **IDS,
         ),
+        # DiffLlama: query heads in pairs over one pair of KV heads' values (8 heads, 4 KV heads)
+        "diffllama": tf.DiffLlamaConfig(
+            **{**LM, "hidden_size": 64, "num_attention_heads": 8, "num_key_value_heads": 4}
+        ),
         "zamba": tf.ZambaConfig(
             num_hidden_layers=3,
             hidden_size=32,
@@ -1070,6 +1074,7 @@ EXPECTED_FAMILIES = {
     "falcon_h1": ["mamba2", ATT] * 2,
     "granitemoehybrid": ["mamba2", ATT],
     "nemotron_h": ["mamba2", ATT],
+    "diffllama": [ATT] * 2,
     "zamba": ["mamba", ATT, "mamba", ATT, "mamba"],  # keys 1, 2, 3, 4, 5: the shared block at each hybrid depth
     "recurrent_gemma": ["rg_lru", ATT],
     "minimax": ["lightning_attention", ATT],
@@ -1298,6 +1303,30 @@ def test_zamba_shared_attention_is_analysed_at_every_depth_it_is_called():
     assert np.abs(first[0] - second[0]).max() > 1e-3
     only = analyze(model, ids, layers=[4], progress=False)  # the second call alone
     np.testing.assert_allclose(only.layers[4].operators[0], second[0])
+
+
+def test_diffllama_pairs_its_heads_into_one_differential_operator():
+    """Head pair p applies A_p - lambda A_(p+H/2) to the values of two KV heads: its rows sum to
+    1 - lambda (each softmax row sums to 1), its values are 2 head_dim wide, and T' with the
+    norm's scale inside reproduces the layer."""
+    from ess_explorer.core.gates import gates_inside
+
+    model, ids = build("diffllama")
+    config = model.config
+    for index, layer in capture(model, ids, layer_slots(model)).items():
+        attention = model.model.layers[index].self_attn
+        products = [
+            torch.exp(torch.sum(q * k, dtype=torch.float64)).item()
+            for q, k in ((attention.lambda_q1, attention.lambda_k1), (attention.lambda_q2, attention.lambda_k2))
+        ]
+        lam = products[0] - products[1] + attention.lambda_init
+        assert layer.n_units == config.num_attention_heads // 2 and layer.inputs.shape[-1] == 2 * attention.head_dim
+        rows = layer.dense(range(layer.n_units)).sum(-1)
+        torch.testing.assert_close(rows, torch.full_like(rows, 1 - lam), atol=1e-6, rtol=0)
+        inside = gates_inside(layer)
+        predicted, observed = inside.reconstruct()
+        scale = observed.abs().max().item()
+        torch.testing.assert_close(predicted, observed, rtol=1e-4, atol=1e-4 * scale)
 
 
 def test_zamba2_shared_attention_is_analysed_at_each_depth_with_that_depths_value_adapter():
@@ -1557,11 +1586,12 @@ def test_the_deprecated_ernie4_5_vl_class_is_read_as_ernie4_5_vl_moe():
 
 
 def test_a_vision_language_wrapper_around_another_kind_of_language_model_is_refused():
-    config = tf.LlavaConfig(
-        text_config=tf.DiffLlamaConfig(**LM).to_dict(), vision_config={"model_type": "clip_vision_model", **TINY_VISION}
-    )
+    from test_adapters import CONFIGS as ADAPTER_CONFIGS  # its lfm2: short convolutions and attention
+
+    text = ADAPTER_CONFIGS["lfm2"].to_dict()
+    config = tf.LlavaConfig(text_config=text, vision_config={"model_type": "clip_vision_model", **TINY_VISION})
     model = tf.AutoModelForImageTextToText.from_config(config)
-    with pytest.raises(ValueError, match="llava with a 'diffllama' language model is not supported"):
+    with pytest.raises(ValueError, match="llava with a 'lfm2' language model is not supported"):
         layer_slots(model)
 
 

@@ -24,6 +24,7 @@ from torch import nn
 from ..core.units import CapturedLayer, DenseCapture, ShortConvCapture, SSMCapture
 from .attention import AttentionAdapter
 from .attention_variants import (
+    DiffAttentionAdapter,
     GatedAttentionAdapter,
     GatedLatentAttentionAdapter,
     Gemma4AttentionAdapter,
@@ -92,6 +93,7 @@ ADAPTERS: dict[str, Adapter] = {
     "gemma4_attention": Gemma4AttentionAdapter(),
     "kolibri_attention": Kolibri11AttentionAdapter(),
     "zamba2_attention": Zamba2AttentionAdapter(),
+    "diff_attention": DiffAttentionAdapter(),
     "rg_lru": RGLRUAdapter(),
     "lightning_attention": LightningAttentionAdapter(),
     "rwkv": RWKVAdapter(),

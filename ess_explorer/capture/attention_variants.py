@@ -1,6 +1,6 @@
 """Softmax attention variants: an output-gated head (Qwen3-Next, Qwen3.5, AFMoE, LFM3, Muse, Laguna,
-Beam, Dory), Gemma 4's normalised and shared values, Kolibri 1.1's shared and rounded values, and
-multi-head latent attention (Kimi Linear, DeepSeek).
+Beam, Dory), Gemma 4's normalised and shared values, Kolibri 1.1's shared and rounded values,
+DiffLlama's differential heads, and multi-head latent attention (Kimi Linear, DeepSeek).
 
 T_h is the attention probability matrix of query head h, as in capture/attention.py.
 
@@ -38,6 +38,15 @@ captured V: T's input is v'). Some of them read the K and V of an earlier layer
 (``config.kv_source_layers``, handed over in ``shared_kv_states``), counted as theirs too, as
 Gemma 4's.
 
+Differential attention (DiffLlama): query heads p and p + H/2 attend with their own softmaxes
+A_p, A_{p+H/2} (one returned probability tensor: the layer's two attention calls differ only in
+their values) to the same values, the pair [v_a | v_b] of 2 head_dim channels (KV heads a and
+a + H_kv/2, a = p's group), and o_p = (1 - lambda_init) * rmsnorm(A_p V' - lambda A_{p+H/2} V')
+with lambda = exp(lambda_q1 . lambda_k1) - exp(lambda_q2 . lambda_k2) + lambda_init. So the unit
+is the head pair, T_p = A_p - lambda A_{p+H/2} (causal, not a probability matrix), its 2 head_dim
+value channels share it, and the norm's weightless per-token scale times (1 - lambda_init) is
+its out_gate.
+
 Latent attention (Kimi Linear's MLA ``full_attention`` layers): keys and values come from
 a compressed latent through ``kv_b_proj``, which yields [k_nope | v] per head; v (L,
 v_head_dim) per head is T's input, and o_h = T_h v_h. Unit = query head, multiplicity =
@@ -70,6 +79,7 @@ from .attention import AttentionAdapter
 from .base import CaptureSession, LayerSlot
 
 __all__ = [
+    "DiffAttentionAdapter",
     "GatedAttentionAdapter",
     "GatedLatentAttentionAdapter",
     "Gemma4AttentionAdapter",
@@ -209,6 +219,53 @@ def _keep_shared_values(session: CaptureSession, module, raw: dict, key: str) ->
         raw["v"] = values.detach().transpose(1, 2).flatten(-2)
 
     session.hook(module.register_forward_pre_hook(on_call, with_kwargs=True))
+
+
+class DiffAttentionAdapter(AttentionAdapter):
+    """DiffLlama's differential heads: a unit per head pair, T = A_p - lambda A_{p+H/2} (module
+    docstring)."""
+
+    def install(self, session: CaptureSession, slot: LayerSlot) -> None:
+        super().install(session, slot)
+        store = session.store(slot.index)
+        session.keep_input(slot.module.groupnorm, store, "norm_in")
+        session.keep_output(slot.module.groupnorm, store, "norm_out")
+
+    def build(self, slot: LayerSlot, raw: dict) -> DenseCapture:
+        layer = super().build(slot, raw)  # its checks, and each query head's A and KV head
+        module = slot.module
+        probs = layer.operator.to(torch.float64)  # (H, L, L)
+        pairs, length, head_dim = layer.n_units // 2, layer.length, layer.info["head_dim"]
+        lam = float(_lambda_term(module.lambda_q1, module.lambda_k1) - _lambda_term(module.lambda_q2, module.lambda_k2))
+        lam += module.lambda_init
+        values = raw["v"][0].reshape(length, 2, -1, head_dim)  # (L, 2, H_kv / 2, hd): the two halves
+        group = pairs // values.shape[2]  # head p reads pair p // group
+        inputs = values.permute(2, 0, 1, 3).reshape(-1, length, 2 * head_dim).repeat_interleave(group, dim=0)
+        before, after = (raw[key][0].to(torch.float64) for key in ("norm_in", "norm_out"))  # (L, H/2, 2 hd)
+        scale = (after * before).sum(-1) / before.pow(2).sum(-1).clamp_min(torch.finfo(torch.float64).tiny)
+        gate = (1.0 - module.lambda_init) * scale.transpose(0, 1)[..., None]  # (H/2, L, 1)
+        return DenseCapture(
+            layer=slot.index,
+            family=self.family,
+            inputs=inputs,
+            outputs=raw["o"][0].reshape(length, pairs, 2 * head_dim).transpose(0, 1),
+            window=layer.window,
+            multiplicity=2 * head_dim,
+            info={
+                **layer.info,
+                "num_heads": pairs,
+                "head_dim": 2 * head_dim,
+                "attention": f"differential: A_p - {lam:.4g} A_(p+H/2) per head pair",
+                "out_gate": "(1 - lambda_init) / rms_t of the pair's output (its weightless norm)",
+            },
+            operator=probs[:pairs] - lam * probs[pairs:],
+            out_gate=gate.expand(-1, -1, 2 * head_dim),
+        )
+
+
+def _lambda_term(query: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+    """exp(query . key), in float32 as DiffLlama's forward computes it."""
+    return torch.exp(torch.sum(query.detach() * key.detach(), dim=-1, dtype=torch.float32))
 
 
 class Zamba2AttentionAdapter(AttentionAdapter):

@@ -218,6 +218,13 @@ REGISTRY: dict[str, ModelType] = {
         "L2 norm over its heads (attn_sub_norm) in the out_gate; windows from layer_types; the recurrent "
         'layers once per loop, keyed in the order they run, labelled "layer i pass p"',
     ),
+    "diffllama": ModelType(
+        uniform("model.layers", "self_attn", "diff_attention"),
+        (_ATT,),
+        "model.layers[i].self_attn",
+        "differential attention: a unit per head pair, T = A_p - lambda A_(p+H/2) over the pair's values "
+        "[v_a | v_b], its weightless norm's per-token scale the out_gate",
+    ),
     "bitnet": ModelType(
         uniform("model.layers", "self_attn", "projected_gate_attention"),
         (_ATT,),
@@ -450,7 +457,6 @@ REGISTRY.update(vision_language_types(REGISTRY))  # their language model, on a t
 # classes that are not a sequence model run on a prompt.
 _NOT_T = "so its head outputs are not an operator T applied to values a hook can read"
 REFUSED: dict[str, str] = {
-    "diffllama": f"each head applies the difference of two softmaxes, {_NOT_T}",
     **dict.fromkeys(
         ("granite_swa", "granitemoe_swa"),
         f"its sink scales each row after the softmax, from logits the layer does not return, {_NOT_T}",
