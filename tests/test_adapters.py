@@ -322,24 +322,26 @@ def test_unsupported_model_type_names_the_registry():
         layer_slots(model)
 
 
+# A refused model type, as small as it builds: JetMoE, a mixture of attention heads routed per token.
+REFUSED_CONFIG = tf.JetMoeConfig(
+    num_hidden_layers=1,
+    hidden_size=32,
+    num_key_value_heads=2,
+    kv_channels=8,
+    num_local_experts=2,
+    num_experts_per_tok=1,
+    intermediate_size=32,
+    **IDS,
+)
+
+
 def test_a_refused_model_type_says_why_and_the_docs_say_it_too():
     from pathlib import Path
 
     from ess_explorer.capture.registry import REFUSED
 
-    # JetMoE: a mixture of attention heads, routed per token
-    config = tf.JetMoeConfig(
-        num_hidden_layers=1,
-        hidden_size=32,
-        num_key_value_heads=2,
-        kv_channels=8,
-        num_local_experts=2,
-        num_experts_per_tok=1,
-        intermediate_size=32,
-        **IDS,
-    )
     with pytest.raises(ValueError, match=r"'jetmoe'.*not supported: its attention heads are experts routed per token"):
-        layer_slots(tf.AutoModelForCausalLM.from_config(config))
+        layer_slots(tf.AutoModelForCausalLM.from_config(REFUSED_CONFIG))
     assert not set(REFUSED) & set(MODEL_TYPES)
     families = (Path(__file__).parents[1] / "docs" / "families.md").read_text()
     assert all(f"`{name}`" in families for name in REFUSED)

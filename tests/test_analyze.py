@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 import transformers as tf
-from test_adapters import CONFIGS, IDS, LENGTH, VOCAB, build
+from test_adapters import CONFIGS, IDS, LENGTH, REFUSED_CONFIG, VOCAB, build
 
 from ess_explorer import entropy_ess, hankel_singular_values, tolerance_ess
 from ess_explorer.analysis import analyze
@@ -366,10 +366,7 @@ def test_empty_prompt_string():
 
 
 def test_unsupported_model_is_refused_before_any_work():
-    config = tf.DiffLlamaConfig(  # differential attention: no adapter
-        num_hidden_layers=1, hidden_size=16, intermediate_size=32, num_attention_heads=2, **IDS
-    )
-    model = tf.AutoModelForCausalLM.from_config(config)
+    model = tf.AutoModelForCausalLM.from_config(REFUSED_CONFIG)
     with pytest.raises(ValueError, match="not supported"):
         analyze(model, [1, 2, 3], progress=False)
     assert _untouched(model)
