@@ -46,12 +46,13 @@ from __future__ import annotations
 
 import inspect
 
+import torch
 from torch import nn
 
 from ..core.units import DenseCapture
 from .base import CaptureSession, LayerSlot
 
-__all__ = ["AttentionAdapter"]
+__all__ = ["AttentionAdapter", "heads_last"]
 
 _OUTPUT_PROJECTIONS = ("o_proj", "out_proj", "c_proj", "dense", "Wo")  # Wo: ModernBERT decoder
 _VALUE_PROJECTIONS = ("v_sconv", "v_proj", "Wv")  # Wv: CTRL; v_sconv: Inkling (a short conv after v_proj)
@@ -128,6 +129,11 @@ def _fused_values(module):
     return module.query_key_value, per_head
 
 
+def heads_last(values: torch.Tensor) -> torch.Tensor:
+    """Values (B, H_kv, L, hd), heads first, as ``raw["v"]`` keeps them: (B, L, H_kv hd), detached."""
+    return values.detach().transpose(1, 2).flatten(-2)
+
+
 class AttentionAdapter:
     family = "softmax_attention"
 
@@ -164,7 +170,7 @@ class AttentionAdapter:
                 if hasattr(projection, "sconv"):  # Inkling 2's: linear, short conv, norm; (B, H_kv, L, hd)
 
                     def heads_first(_module, _args, out):
-                        raw["v"] = out.detach().transpose(1, 2).flatten(-2)
+                        raw["v"] = heads_last(out)
 
                     session.hook(projection.register_forward_hook(heads_first))
                     return

@@ -75,7 +75,7 @@ import sys
 import torch
 
 from ..core.units import DenseCapture
-from .attention import AttentionAdapter
+from .attention import AttentionAdapter, heads_last
 from .base import CaptureSession, LayerSlot
 
 __all__ = [
@@ -126,9 +126,7 @@ class GatedAttentionAdapter(AttentionAdapter):
             words.append(f"{self.activation}(gate) per head and channel, from {source}")
         if norm is not None:  # one scale per token and row of the norm (each head's, or every head's)
             weight = _norm_weight(norm, head_dim)  # (H or 1, 1, head_dim): outside T
-            before, after = (raw[key][0].to(torch.float64) for key in ("norm_in", "norm_out"))  # rows: last dim
-            after = (after.reshape(layer.length, -1, head_dim) / weight.transpose(0, 1)).reshape(after.shape)
-            scale = (after * before).sum(-1) / before.pow(2).sum(-1).clamp_min(torch.finfo(torch.float64).tiny)
+            scale = _norm_scale(raw, (layer.length, -1, head_dim), weight.transpose(0, 1))
             gate = gate * scale.reshape(layer.length, -1, 1)  # (L, H or 1: every head's, 1)
             layer.outputs = layer.outputs / weight.to(layer.outputs.dtype)  # read after the norm's weight
             words.append("the scale its output norm gave each token")
@@ -176,6 +174,17 @@ def _output_norm(slot: LayerSlot):
     )
 
 
+def _norm_scale(raw: dict, heads=None, weight: torch.Tensor | None = None) -> torch.Tensor:
+    """The number a norm multiplied each of its rows by (rows: the last dimension), per token and
+    row, float64, read from its input and output (``raw["norm_in"]``, ``raw["norm_out"]``): the
+    output, divided by ``weight`` (its channels viewed as ``heads``) where the norm has one, is
+    that number times the input."""
+    before, after = (raw[key][0].to(torch.float64) for key in ("norm_in", "norm_out"))
+    if weight is not None:
+        after = (after.reshape(heads) / weight).reshape(after.shape)
+    return (after * before).sum(-1) / before.pow(2).sum(-1).clamp_min(torch.finfo(torch.float64).tiny)
+
+
 def _norm_weight(norm, head_dim: int) -> torch.Tensor:
     """The output norm's weight per head and channel, (H or 1, 1, head_dim) float64 (ones without one)."""
     weight = getattr(norm, "weight", None)
@@ -216,7 +225,7 @@ def _keep_shared_values(session: CaptureSession, module, raw: dict, key: str) ->
 
     def on_call(_module, _args, kwargs):
         values = kwargs["shared_kv_states"][key][1]
-        raw["v"] = values.detach().transpose(1, 2).flatten(-2)
+        raw["v"] = heads_last(values)
 
     session.hook(module.register_forward_pre_hook(on_call, with_kwargs=True))
 
@@ -241,9 +250,7 @@ class DiffAttentionAdapter(AttentionAdapter):
         values = raw["v"][0].reshape(length, 2, -1, head_dim)  # (L, 2, H_kv / 2, hd): the two halves
         group = pairs // values.shape[2]  # head p reads pair p // group
         inputs = values.permute(2, 0, 1, 3).reshape(-1, length, 2 * head_dim).repeat_interleave(group, dim=0)
-        before, after = (raw[key][0].to(torch.float64) for key in ("norm_in", "norm_out"))  # (L, H/2, 2 hd)
-        scale = (after * before).sum(-1) / before.pow(2).sum(-1).clamp_min(torch.finfo(torch.float64).tiny)
-        gate = (1.0 - module.lambda_init) * scale.transpose(0, 1)[..., None]  # (H/2, L, 1)
+        gate = (1.0 - module.lambda_init) * _norm_scale(raw).transpose(0, 1)[..., None]  # (H/2, L, 1)
         return DenseCapture(
             layer=slot.index,
             family=self.family,
