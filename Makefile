@@ -44,7 +44,7 @@ assets: setup
 	HF_HUB_OFFLINE=1 $(BIN)/python scripts/make_assets.py
 
 test: setup browser lint docs
-	HF_HUB_OFFLINE=1 REQUIRE_BROWSER=1 REQUIRE_RAY=1 $(BIN)/python -m pytest -q
+	HF_HUB_OFFLINE=1 REQUIRE_BROWSER=1 REQUIRE_RAY=1 $(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 test-fast: setup
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m "not slow and not browser"

@@ -198,16 +198,20 @@ def _auto_class(config):
     The second takes vision-language models the first cannot build (Mistral 3, LLaVA, Qwen2.5-VL,
     ...), and those it builds only the text model of (Llama 4, Qwen3.5): their checkpoints hold
     vision weights too, which the text model would leave unread (Llama 4's as unexpected keys,
-    which `_check_loading_info` refuses). A language model that has neither class (GLM-5.3-Flash's
+    which `_check_loading_info` refuses). Speech and audio language models (Qwen2-Audio, Voxtral,
+    ...) are neither: AutoModelForMultimodalLM builds them with their audio towers, whose weights
+    their checkpoints hold. A language model that has none of these classes (GLM-5.3-Flash's
     glm5_next_text) is built as its base model, AutoModel: the mixers are all there."""
-    from transformers import AutoModel, AutoModelForCausalLM, AutoModelForImageTextToText
+    from transformers import AutoModel, AutoModelForCausalLM, AutoModelForImageTextToText, AutoModelForMultimodalLM
 
     causal, vision_language = AutoModelForCausalLM._model_mapping, AutoModelForImageTextToText._model_mapping
     if type(config) in causal and (
         causal[type(config)].config_class is type(config) or type(config) not in vision_language
     ):
         return AutoModelForCausalLM
-    return AutoModelForImageTextToText if type(config) in vision_language else AutoModel
+    if type(config) in vision_language:
+        return AutoModelForImageTextToText
+    return AutoModelForMultimodalLM if type(config) in AutoModelForMultimodalLM._model_mapping else AutoModel
 
 
 @contextmanager
