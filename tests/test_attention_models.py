@@ -63,6 +63,7 @@ WINDOWED = {
     "cohere_compass_text": [0],
     "cohere_compass": [0],
     "qwen2_5_omni_thinker": [0],  # Qwen2's windows
+    "qwen2_audio": [0],  # Qwen2's windows
     "kolibri1_1": [0],
     **dict.fromkeys(("dots3_note_text", "dots3_note"), [0]),
     **dict.fromkeys(("laguna", "laguna_per_element", "beam"), [0]),

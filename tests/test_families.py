@@ -388,6 +388,45 @@ OMNI_THINKERS = dict(
         audio_config=dict(OMNI_AUDIO, downsample_hidden_size=8),
     ),
 )
+# Speech and audio LMs: a language model of any supported type at model.language_model, after an
+# audio tower, and its projector, as small as they build (not analysed). Qwen2-Audio's Qwen2 is
+# windowed on its "sliding_attention" layer (Qwen2's windows), Granite Speech's Granite scaled by
+# attention_multiplier (its LoRA adapter, for audio prompts, is not built).
+SPEECH_LMS = dict(
+    qwen2_audio=dict(
+        text_config=dict(LM, use_sliding_window=True, **SLIDING),
+        audio_config=dict(encoder_layers=1, encoder_attention_heads=2, encoder_ffn_dim=32, d_model=16),
+    ),
+    voxtral=dict(text_config=dict(LM, head_dim=8), audio_config=GEMMA_VISION),
+    granite_speech=dict(
+        text_config=tf.AutoConfig.for_model("granite", attention_multiplier=0.25, **LM).to_dict(),
+        encoder_config=dict(num_layers=1, hidden_dim=16, num_heads=2, dim_head=8),
+        projector_config=dict(
+            hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, encoder_hidden_size=16
+        ),
+        has_lora_adapter=False,
+    ),
+    glmasr=dict(text_config=LM, audio_config=dict(GEMMA_VISION, num_key_value_heads=2)),
+    qwen3_asr=dict(text_config=dict(LM, head_dim=8), audio_config=dict(OMNI_AUDIO, downsample_hidden_size=8)),
+    fun_asr_nano=dict(  # its adaptor as wide as the language model, with a quarter as many channels inside
+        text_config=LM,
+        audio_config=dict(GEMMA_VISION, num_timestamp_prediction_layers=1),
+        adaptor_config=dict(
+            hidden_size=32, intermediate_size=8, num_attention_heads=2, num_hidden_layers=1, projector_hidden_size=16
+        ),
+    ),
+    omniasr=dict(
+        text_config=LM,
+        audio_config=dict(
+            GEMMA_VISION,
+            conv_dim=[8],
+            conv_kernel=[10],
+            conv_stride=[5],
+            num_conv_pos_embeddings=4,
+            num_conv_pos_embedding_groups=2,
+        ),
+    ),
+)
 # Muse Glimmer's language model (Muse Spark's is built on it): a window on its "sliding_attention"
 # layer, no RoPE on its full-attention layer; and the projection widths of both.
 MUSE_TEXT = dict(**SLIDING, layer_rope_theta=[10000.0, 0], head_dim=8, **LM)
@@ -991,6 +1030,7 @@ def _attention_configs():
                 audio_token_offset=VOCAB - 16,
             ),
             **{name: tf.AutoConfig.for_model(name, **thinker) for name, thinker in OMNI_THINKERS.items()},
+            **{name: tf.AutoConfig.for_model(name, **parts) for name, parts in SPEECH_LMS.items()},
             # ERNIE 4.5 VL: plain attention with its own 3D positions; experts for text and for vision
             "ernie4_5_vl_moe": tf.AutoConfig.for_model(
                 "ernie4_5_vl_moe",
@@ -1121,6 +1161,8 @@ MODEL_BUILDERS = {
         )
     },
     "glm5_next_text": tf.AutoModel.from_config,  # no class with an LM head: its base model
+    # Speech and audio LMs: load_model takes AutoModelForMultimodalLM for them.
+    **{name: tf.AutoModelForMultimodalLM.from_config for name in SPEECH_LMS},
     **{name: tf.AutoModelForImageTextToText.from_config for name in LANGUAGE_MODEL_OF},
     # It builds Llama 4's text model only, but a Llama 4 checkpoint holds the multimodal class.
     "llama4": tf.Llama4ForConditionalGeneration,
@@ -1532,11 +1574,12 @@ def test_glm5_next_latent_layers_keep_the_key_pools_their_indexer_selects(name):
 # Mistral 3: no causal-LM class; Llama 4: the causal-LM class would build the text model only
 # and leave the checkpoint's vision weights unread; SmolVLM: its language model at model.text_model;
 # LFM2-VL: a hybrid language model, through LFM2's own layout; Nemotron-H omni: a causal LM inside.
+# The speech and audio LMs: AutoModelForMultimodalLM's classes, with their audio towers.
 @pytest.mark.parametrize(
     "name",
     [
         *("mistral3", "llama4", "smolvlm", "lfm2_vl", "nemotron_h_omni", "got_ocr2", "minicpmv4_6"),
-        *(*OMNI_THINKERS, "ernie4_5_vl_moe"),
+        *(*OMNI_THINKERS, "ernie4_5_vl_moe", *SPEECH_LMS),
     ],
 )
 def test_a_vision_language_folder_loads_its_own_class_and_its_language_model_is_analysed(tmp_path, name):

@@ -1,7 +1,7 @@
-"""The multimodal and vision-language classes: their language model, analysed on a text prompt
-(images are not analysed; docs/families.md). `vision_language_types(registry)` gives their
-entries, which capture/registry.py adds to REGISTRY; the language model is read where the class
-keeps it, in one of five ways:
+"""The multimodal, vision-language and speech / audio LM classes: their language model, analysed on
+a text prompt (images and audio are not analysed; docs/families.md). `vision_language_types(registry)`
+gives their entries, which capture/registry.py adds to REGISTRY; the language model is read where
+the class keeps it, in one of five ways:
 
 - a plain softmax-attention language model of the class's own text type, at
   ``model.language_model`` (``model.text_model`` for Granite Docling and Emu3);
@@ -9,9 +9,10 @@ keeps it, in one of five ways:
   Mistral Large 4's latent attention over the keys its indexer selects, read as DeepSeek-V3.2's;
 - a wrapper around a language model of another type (Mistral 3 around Mistral, the LLaVA family
   and InternVL around Llama, Qwen2, ...; Idefics 2 / 3 and SmolVLM keep theirs at
-  ``model.text_model``): any softmax-attention type of the registry, read with that type's own
-  layout (`_wrapped_attention`). BLIP-2 and InstructBLIP are not among them: their forward
-  needs an image;
+  ``model.text_model``; the speech and audio LMs, Qwen2-Audio, Voxtral, Granite Speech, GLM-ASR,
+  Qwen3-ASR, Fun-ASR-Nano and OmniASR, around Qwen2, Llama, Granite and Qwen3): any
+  softmax-attention type of the registry, read with that type's own layout (`_wrapped_attention`).
+  BLIP-2 and InstructBLIP are not among them: their forward needs an image;
 - always one supported type (Gemma 3 around gemma3_text, Kimi K2.5 around DeepSeek-V3, ...):
   that type's own entry, applied to the language model (`_of_language_model`);
 - Llama 3.2 Vision (``mllama``): its self-attention layers; its cross-attention layers attend to
@@ -51,6 +52,8 @@ _WRAPPERS = {
         *("deepseek_vl", "deepseek_vl_hybrid", "janus", "video_llama_3", "lighton_ocr"),
         *("hyperclovax_vision_v2", "fuyu", "got_ocr2", "pp_chart2table", "qianfan_ocr"),
         *("llava_onevision1_5", "ovis2_5"),
+        # speech and audio LMs: an audio tower whose features fill the audio tokens of the prompt
+        *("qwen2_audio", "voxtral", "granite_speech", "glmasr", "qwen3_asr", "fun_asr_nano", "omniasr"),
     ),
     "model.text_model": ("idefics2", "idefics3", "smolvlm"),
 }
