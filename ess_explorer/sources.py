@@ -201,7 +201,9 @@ def _auto_class(config):
     which `_check_loading_info` refuses). Speech and audio language models (Qwen2-Audio, Voxtral,
     ...) are neither: AutoModelForMultimodalLM builds them with their audio towers, whose weights
     their checkpoints hold. A language model that has none of these classes (GLM-5.3-Flash's
-    glm5_next_text) is built as its base model, AutoModel: the mixers are all there."""
+    glm5_next_text) is built as its base model, AutoModel: the mixers are all there. A config class
+    that transformers also registers under a second model type (EvollaConfig, as "EvollaModel") is
+    in no auto class by that test: its class is the one the multimodal mapping finds for it."""
     from transformers import AutoModel, AutoModelForCausalLM, AutoModelForImageTextToText, AutoModelForMultimodalLM
 
     causal, vision_language = AutoModelForCausalLM._model_mapping, AutoModelForImageTextToText._model_mapping
@@ -211,7 +213,11 @@ def _auto_class(config):
         return AutoModelForCausalLM
     if type(config) in vision_language:
         return AutoModelForImageTextToText
-    return AutoModelForMultimodalLM if type(config) in AutoModelForMultimodalLM._model_mapping else AutoModel
+    if type(config) in AutoModelForMultimodalLM._model_mapping:
+        return AutoModelForMultimodalLM
+    if type(config) in AutoModel._model_mapping:
+        return AutoModel
+    return AutoModelForMultimodalLM._model_mapping.get(type(config), AutoModel)
 
 
 @contextmanager

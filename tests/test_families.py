@@ -391,7 +391,9 @@ OMNI_THINKERS = dict(
 # Speech and audio LMs: a language model of any supported type at model.language_model, after an
 # audio tower, and its projector, as small as they build (not analysed). Qwen2-Audio's Qwen2 is
 # windowed on its "sliding_attention" layer (Qwen2's windows), Granite Speech's Granite scaled by
-# attention_multiplier (its LoRA adapter, for audio prompts, is not built).
+# attention_multiplier (its LoRA adapter, for audio prompts, is not built), Granite Speech Plus's
+# by all its multipliers; VibeVoice-ASR around Qwen2, MOSS-Transcribe-Diarize around Qwen3.
+VIBEVOICE_TOKENIZER = dict(hidden_size=8, num_filters=4, downsampling_ratios=[2], depths=[1, 1])
 SPEECH_LMS = dict(
     qwen2_audio=dict(
         text_config=dict(LM, use_sliding_window=True, **SLIDING),
@@ -426,6 +428,44 @@ SPEECH_LMS = dict(
             num_conv_pos_embedding_groups=2,
         ),
     ),
+    vibevoice_asr=dict(
+        text_config=dict(LM, model_type="qwen2"),
+        acoustic_tokenizer_encoder_config=VIBEVOICE_TOKENIZER,
+        semantic_tokenizer_encoder_config=VIBEVOICE_TOKENIZER,
+    ),
+    moss_transcribe_diarize=dict(
+        text_config=dict(LM, model_type="qwen3", head_dim=8),
+        audio_config=dict(GEMMA_VISION, num_mel_bins=8, max_source_positions=16),
+    ),
+    granite_speech_plus=dict(
+        text_config=dict(
+            LM, model_type="granite", attention_multiplier=0.25, residual_multiplier=0.5, embedding_multiplier=2.0
+        ),
+        encoder_config=dict(
+            input_dim=8, num_layers=1, hidden_dim=16, num_heads=2, dim_head=8, output_dim=8, context_size=4
+        ),
+        projector_config=dict(GEMMA_VISION, encoder_hidden_size=16),
+    ),
+)
+# Evolla, a protein-text model, and its protein encoder, whose features its adapters cross-attend
+# to (a text prompt has none).
+EVOLLA = dict(
+    protein_encoder_config=GEMMA_VISION,
+    resampler_depth=1,
+    resampler_dim_head=8,
+    resampler_heads=2,
+    resampler_num_latents=4,
+    aligner_num_add_layers=1,
+    **LM,
+)
+# Nemotron 3.5 Transcribe's speech-recognition, diarization and word-timestamp towers (not analysed).
+NEMO_ENCODER = dict(GEMMA_VISION, num_key_value_heads=2, num_mel_bins=8)
+NEMO_TOWERS = dict(
+    audio_config=dict(
+        asr_config=NEMO_ENCODER,
+        diarization_config=dict(audio_config=NEMO_ENCODER, head_config=dict(hidden_size=8, audio_hidden_size=16)),
+    ),
+    word_timestamp_config=dict(GEMMA_VISION, num_key_value_heads=2, vocab_size=8, blank_token_id=7),
 )
 # Muse Glimmer's language model (Muse Spark's is built on it): a window on its "sliding_attention"
 # layer, no RoPE on its full-attention layer; and the projection widths of both.
@@ -1031,6 +1071,7 @@ def _attention_configs():
             ),
             **{name: tf.AutoConfig.for_model(name, **thinker) for name, thinker in OMNI_THINKERS.items()},
             **{name: tf.AutoConfig.for_model(name, **parts) for name, parts in SPEECH_LMS.items()},
+            "evolla": tf.AutoConfig.for_model("evolla", **EVOLLA),
             # ERNIE 4.5 VL: plain attention with its own 3D positions; experts for text and for vision
             "ernie4_5_vl_moe": tf.AutoConfig.for_model(
                 "ernie4_5_vl_moe",
@@ -1082,6 +1123,10 @@ def _vision_language_configs():
 
 
 CONFIGS.update(_vision_language_configs())
+# Nemotron 3.5 Transcribe: Nemotron-H's base model at model.language_model
+CONFIGS["nemo_speechlm"] = tf.AutoConfig.for_model(
+    "nemo_speechlm", text_config=CONFIGS["nemotron_h"].to_dict(), **NEMO_TOWERS
+)
 EXPECTED_FAMILIES = {
     "qwen3": [ATT] * 2,
     "qwen3_moe": [ATT] * 2,
@@ -1135,6 +1180,7 @@ def _language_model_families():
 
 
 EXPECTED_FAMILIES.update(_language_model_families())
+EXPECTED_FAMILIES["nemo_speechlm"] = EXPECTED_FAMILIES["nemotron_h"]
 if "kolibri1_1" in CONFIGS:
     EXPECTED_FAMILIES["kolibri1_1"] = [ATT] * 3
 
@@ -1161,11 +1207,14 @@ MODEL_BUILDERS = {
         )
     },
     "glm5_next_text": tf.AutoModel.from_config,  # no class with an LM head: its base model
-    # Speech and audio LMs: load_model takes AutoModelForMultimodalLM for them.
-    **{name: tf.AutoModelForMultimodalLM.from_config for name in SPEECH_LMS},
     **{name: tf.AutoModelForImageTextToText.from_config for name in LANGUAGE_MODEL_OF},
     # It builds Llama 4's text model only, but a Llama 4 checkpoint holds the multimodal class.
     "llama4": tf.Llama4ForConditionalGeneration,
+    # Speech and audio LMs: load_model builds them with AutoModelForMultimodalLM (MOSS-Transcribe-
+    # Diarize's class is also a causal LM's); Evolla's config is in no auto class (also registered as
+    # "EvollaModel").
+    **{name: tf.AutoModelForMultimodalLM.from_config for name in (*SPEECH_LMS, "nemo_speechlm")},
+    "evolla": tf.EvollaForProteinText2Text,
 }
 
 
@@ -1574,12 +1623,13 @@ def test_glm5_next_latent_layers_keep_the_key_pools_their_indexer_selects(name):
 # Mistral 3: no causal-LM class; Llama 4: the causal-LM class would build the text model only
 # and leave the checkpoint's vision weights unread; SmolVLM: its language model at model.text_model;
 # LFM2-VL: a hybrid language model, through LFM2's own layout; Nemotron-H omni: a causal LM inside.
-# The speech and audio LMs: AutoModelForMultimodalLM's classes, with their audio towers.
+# The speech and audio LMs: AutoModelForMultimodalLM's classes, with their audio towers; Evolla: a
+# config class no auto class finds by its name.
 @pytest.mark.parametrize(
     "name",
     [
         *("mistral3", "llama4", "smolvlm", "lfm2_vl", "nemotron_h_omni", "got_ocr2", "minicpmv4_6"),
-        *(*OMNI_THINKERS, "ernie4_5_vl_moe", *SPEECH_LMS),
+        *(*OMNI_THINKERS, "ernie4_5_vl_moe", *SPEECH_LMS, "nemo_speechlm", "evolla"),
     ],
 )
 def test_a_vision_language_folder_loads_its_own_class_and_its_language_model_is_analysed(tmp_path, name):

@@ -78,6 +78,7 @@ _ATTENTION_TYPES = (
     "inkling_text",  # V after its short conv (v_sconv); a relative-position bias from each token, inside T
     "cohere_compass_text",  # windows from layer_types; its full-attention layers have no RoPE
     "phi4_multimodal",  # Phi-3's fused qkv_proj; its image and audio embedders are not analysed
+    "evolla",  # its adapters cross-attend to protein features after some layers; a text prompt has none
     # Model types transformers builds with another type's classes (Llama, GLM-4 MoE).
     *("exaone", "internlm3", "iquestcoder", "sarvam_moe", "param2moe"),
     "ergo",  # V from its fused qkv_proj

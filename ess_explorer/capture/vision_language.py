@@ -57,6 +57,9 @@ _WRAPPERS = {
     ),
     "model.text_model": ("idefics2", "idefics3", "smolvlm"),
 }
+# Speech LMs around a language model of any type (VibeVoice-ASR's Qwen2, MOSS-Transcribe-Diarize's
+# Qwen3, Granite Speech Plus's Granite): with no audio their forward is the language model's.
+_WRAPPERS["model.language_model"] += ("vibevoice_asr", "moss_transcribe_diarize", "granite_speech_plus")
 # Classes around one supported type each (their language model at model.language_model).
 _AROUND_ONE_TYPE = (
     *((name, f"{name}_text") for name in ("gemma3", "gemma4", "gemma4_unified", "qwen3_5", "qwen3_5_moe")),
@@ -77,6 +80,7 @@ _AROUND_ONE_TYPE = (
     ("apertus1p5", "apertus1p5_text"),  # images and audio are tokens of its vocabulary
     *((name, "qwen3_5_text") for name in ("minicpmv4_6", "minicpmv4_7", "minicpm_ocr")),
 )
+_AROUND_ONE_TYPE += (("nemo_speechlm", "nemotron_h"),)  # Nemotron 3.5 Transcribe: Nemotron-H's base model
 
 
 def _wrapped_attention(registry: Mapping[str, ModelType], where: str):
