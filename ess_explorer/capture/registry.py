@@ -475,6 +475,12 @@ REFUSED: dict[str, str] = {
     },
     "deepseek_v4": "besides a window of recent tokens it attends to entries its compressors pool from "
     f"windows of tokens (HCA / CSA), with projections and gates of their own, {_NOT_T}",
+    "voxtral_realtime": "its forward needs audio (input_features): a streaming model, it adds an audio "
+    "embedding to every text token's, so a text prompt alone is not an input it takes",
+    "kyutai_speech_to_text": "each of its input tokens is a text token together with the audio codes of one "
+    "frame (input_ids of shape batch x length x (1 + num_codebooks)), so a text prompt alone is not an input it takes",
+    "diffusion_gemma": "it is a block-diffusion model: its forward also runs a decoder that refines a canvas of "
+    "tokens attending to each other both ways (and to the prompt's cache), so its T is not causal",
 }
 
 # Views of the registry (one table): model type -> slots, and model type -> its families.
