@@ -1647,6 +1647,15 @@ def test_a_vision_language_folder_loads_its_own_class_and_its_language_model_is_
     assert [result.layers[key].family for key in sorted(result.layers)] == EXPECTED_FAMILIES[name]
 
 
+def test_a_class_around_one_type_refuses_a_language_model_of_another_type():
+    """Nemotron 3.5 Transcribe is read as Nemotron-H; its config may name another language model,
+    whose layers that layout would misread: refused, naming both types."""
+    config = tf.AutoConfig.for_model("nemo_speechlm", text_config=dict(LM, model_type="llama"), **NEMO_TOWERS)
+    model = tf.AutoModelForMultimodalLM.from_config(config).eval()
+    with pytest.raises(ValueError, match="nemo_speechlm with a 'llama' language model is not supported.*as nemotron_h"):
+        layer_slots(model)
+
+
 @pytest.mark.parametrize("name", sorted(OMNI_THINKERS))
 def test_a_whole_omni_model_is_refused_and_its_thinker_is_analysed(name):
     """Qwen2.5-Omni and Qwen3-Omni hold a thinker and a talker, and have no forward pass of their

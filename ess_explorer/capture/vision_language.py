@@ -81,6 +81,8 @@ _AROUND_ONE_TYPE = (
     *((name, "qwen3_5_text") for name in ("minicpmv4_6", "minicpmv4_7", "minicpm_ocr")),
 )
 _AROUND_ONE_TYPE += (("nemo_speechlm", "nemotron_h"),)  # Nemotron 3.5 Transcribe: Nemotron-H's base model
+# Language models whose config has a type of its own but whose layers are another type's.
+_READ_AS = {"hy_v4_vl_text": "hy_v4"}
 
 
 def _wrapped_attention(registry: Mapping[str, ModelType], where: str):
@@ -108,10 +110,21 @@ def _of_language_model(
     """The entry of a vision-language class whose language model (at ``where``) is always of
     the supported type ``text_type``: that type's own layout, applied to it. Under ``model.`` the
     language model is a base model (its layers at ``where.layers``), elsewhere a causal LM
-    (at ``where.model.layers``)."""
-    text, language_model = registry[text_type], operator.attrgetter(where)
+    (at ``where.model.layers``). A language model of another type (a config may name one) is
+    refused: that type's modules would be read as ``text_type``'s."""
+    text, read = registry[text_type], operator.attrgetter(where)
     skipped = text.skipped
     base_model = where if where.startswith("model.") else f"{where}.model"
+
+    def language_model(model: nn.Module) -> nn.Module:
+        found = read(model).config.model_type
+        if _READ_AS.get(found, found) != text_type:
+            raise ValueError(
+                f"{model.config.model_type} with a {found!r} language model is not supported: ess-explorer reads "
+                f"its language model as {text_type}"
+            )
+        return read(model)
+
     return ModelType(
         lambda model: text.slots(language_model(model)),
         text.families,
