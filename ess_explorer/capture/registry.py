@@ -6,9 +6,9 @@ reads it.
                   (hybrids map layers through the config's layer types), the families its
                   layers can have, the layers it deliberately skips, and the words of the
                   support table
-    REFUSED       model types refused with the reason (their head outputs are not T times
-                  values a hook can read); `require_supported` raises for these and for any
-                  type not in REGISTRY, and load_model calls it before reading weights
+    REFUSED       model types refused with the reason (capture/refused.py);
+                  `require_supported` raises for these and for any type not in REGISTRY,
+                  and load_model calls it before reading weights
 
 MODEL_TYPES (model type -> slots) and MODEL_FAMILIES (model type -> families) are views of
 REGISTRY; `ess-explorer models --families` prints it and docs/families.md shows
@@ -43,6 +43,7 @@ from .layouts import (
     shared_attention,
     uniform,
 )
+from .refused import REFUSED
 from .vision_language import vision_language_types
 
 __all__ = [
@@ -452,36 +453,6 @@ REGISTRY: dict[str, ModelType] = {
 }
 REGISTRY.update(vision_language_types(REGISTRY))  # their language model, on a text prompt
 
-
-# Model types that are refused, with the reason (docs/families.md, "Not supported"): layers that
-# look like softmax attention but whose head outputs are not T times values a hook can read, and
-# classes that are not a sequence model run on a prompt.
-_NOT_T = "so its head outputs are not an operator T applied to values a hook can read"
-REFUSED: dict[str, str] = {
-    **dict.fromkeys(
-        ("granite_swa", "granitemoe_swa"),
-        f"its sink scales each row after the softmax, from logits the layer does not return, {_NOT_T}",
-    ),
-    "jetmoe": f"its attention heads are experts routed per token (a mixture of attention heads), {_NOT_T}",
-    **dict.fromkeys(
-        ("gemma4_assistant", "gemma4_unified_assistant"),
-        "it drafts tokens for Gemma 4 from its backbone's hidden states and keys and values "
-        "(shared_kv_states), not from a prompt",
-    ),
-    **{
-        name: f"its thinker (model.thinker, model type {name}_thinker) is supported, but the class itself has no "
-        "forward pass (generate runs the thinker, then a talker on the thinker's hidden states)"
-        for name in ("qwen2_5_omni", "qwen3_omni_moe")
-    },
-    "deepseek_v4": "besides a window of recent tokens it attends to entries its compressors pool from "
-    f"windows of tokens (HCA / CSA), with projections and gates of their own, {_NOT_T}",
-    "voxtral_realtime": "its forward needs audio (input_features): a streaming model, it adds an audio "
-    "embedding to every text token's, so a text prompt alone is not an input it takes",
-    "kyutai_speech_to_text": "each of its input tokens is a text token together with the audio codes of one "
-    "frame (input_ids of shape batch x length x (1 + num_codebooks)), so a text prompt alone is not an input it takes",
-    "diffusion_gemma": "it is a block-diffusion model: its forward also runs a decoder that refines a canvas of "
-    "tokens attending to each other both ways (and to the prompt's cache), so its T is not causal",
-}
 
 # Views of the registry (one table): model type -> slots, and model type -> its families.
 MODEL_TYPES = {name: entry.slots for name, entry in REGISTRY.items()}
