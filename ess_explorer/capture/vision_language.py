@@ -9,10 +9,10 @@ the class keeps it, in one of five ways:
   Mistral Large 4's latent attention over the keys its indexer selects, read as DeepSeek-V3.2's;
 - a wrapper around a language model of another type (Mistral 3 around Mistral, the LLaVA family
   and InternVL around Llama, Qwen2, ...; Idefics 2 / 3 and SmolVLM keep theirs at
-  ``model.text_model``; the speech and audio LMs, Qwen2-Audio, Voxtral, Granite Speech, GLM-ASR,
-  Qwen3-ASR, Fun-ASR-Nano and OmniASR, around Qwen2, Llama, Granite and Qwen3): any
-  softmax-attention type of the registry, read with that type's own layout (`_wrapped_attention`).
-  BLIP-2 and InstructBLIP are not among them: their forward needs an image;
+  ``model.text_model``; the speech and audio LMs, Qwen2-Audio, Voxtral, Granite Speech, ..., around
+  Qwen2, Llama, Granite and Qwen3): any softmax-attention type of the registry, read with that
+  type's own layout (`_wrapped_attention`). BLIP-2 and InstructBLIP are not among them: their
+  forward needs an image (capture/refused.py);
 - always one supported type (Gemma 3 around gemma3_text, Kimi K2.5 around DeepSeek-V3, ...):
   that type's own entry, applied to the language model (`_of_language_model`);
 - Llama 3.2 Vision (``mllama``): its self-attention layers; its cross-attention layers attend to
@@ -53,13 +53,11 @@ _WRAPPERS = {
         *("hyperclovax_vision_v2", "fuyu", "got_ocr2", "pp_chart2table", "qianfan_ocr"),
         *("llava_onevision1_5", "ovis2_5"),
         # speech and audio LMs: an audio tower whose features fill the audio tokens of the prompt
-        *("qwen2_audio", "voxtral", "granite_speech", "glmasr", "qwen3_asr", "fun_asr_nano", "omniasr"),
+        *("qwen2_audio", "voxtral", "granite_speech", "granite_speech_plus", "glmasr", "qwen3_asr"),
+        *("fun_asr_nano", "omniasr", "vibevoice_asr", "moss_transcribe_diarize"),
     ),
     "model.text_model": ("idefics2", "idefics3", "smolvlm"),
 }
-# Speech LMs around a language model of any type (VibeVoice-ASR's Qwen2, MOSS-Transcribe-Diarize's
-# Qwen3, Granite Speech Plus's Granite): with no audio their forward is the language model's.
-_WRAPPERS["model.language_model"] += ("vibevoice_asr", "moss_transcribe_diarize", "granite_speech_plus")
 # Classes around one supported type each (their language model at model.language_model).
 _AROUND_ONE_TYPE = (
     *((name, f"{name}_text") for name in ("gemma3", "gemma4", "gemma4_unified", "qwen3_5", "qwen3_5_moe")),
@@ -79,8 +77,8 @@ _AROUND_ONE_TYPE = (
     ("hy_v4_vl", "hy_v4"),  # its text model's layers are HY V4's
     ("apertus1p5", "apertus1p5_text"),  # images and audio are tokens of its vocabulary
     *((name, "qwen3_5_text") for name in ("minicpmv4_6", "minicpmv4_7", "minicpm_ocr")),
+    ("nemo_speechlm", "nemotron_h"),  # Nemotron 3.5 Transcribe: Nemotron-H's base model, after its audio towers
 )
-_AROUND_ONE_TYPE += (("nemo_speechlm", "nemotron_h"),)  # Nemotron 3.5 Transcribe: Nemotron-H's base model
 # Language models whose config has a type of its own but whose layers are another type's.
 _READ_AS = {"hy_v4_vl_text": "hy_v4"}
 
