@@ -391,8 +391,8 @@ OMNI_THINKERS = dict(
 # Speech and audio LMs: a language model of any supported type at model.language_model, after an
 # audio tower, and its projector, as small as they build (not analysed). Qwen2-Audio's Qwen2 is
 # windowed on its "sliding_attention" layer (Qwen2's windows), Granite Speech's Granite scaled by
-# attention_multiplier (its LoRA adapter, for audio prompts, is not built), Granite Speech Plus's
-# by all its multipliers; VibeVoice-ASR around Qwen2, MOSS-Transcribe-Diarize around Qwen3.
+# attention_multiplier, Granite Speech Plus's by all its multipliers (their LoRA adapters, for
+# audio prompts, not built); VibeVoice-ASR around Qwen2, MOSS-Transcribe-Diarize around Qwen3.
 VIBEVOICE_TOKENIZER = dict(hidden_size=8, num_filters=4, downsampling_ratios=[2], depths=[1, 1])
 SPEECH_LMS = dict(
     qwen2_audio=dict(
@@ -445,6 +445,7 @@ SPEECH_LMS = dict(
             input_dim=8, num_layers=1, hidden_dim=16, num_heads=2, dim_head=8, output_dim=8, context_size=4
         ),
         projector_config=dict(GEMMA_VISION, encoder_hidden_size=16),
+        has_lora_adapter=False,
     ),
 )
 # Evolla, a protein-text model, and its protein encoder, whose features its adapters cross-attend
