@@ -953,6 +953,19 @@ def _attention_configs():
                 vocabulary_map=_image_vocabulary(lambda i: f"<|visual token {i:06d}|>"),
                 vq_config=dict(TINY_VQ, codebook_size=16, embed_dim=4, latent_channels=4, hidden_size=32),
             ),
+            "kosmos-2.5": tf.AutoConfig.for_model(  # its language model at text_model.model
+                "kosmos-2.5",
+                text_config=dict(embed_dim=32, layers=2, attention_heads=4, ffn_dim=64, **IDS),
+                vision_config=dict(
+                    hidden_size=16,
+                    num_hidden_layers=1,
+                    num_attention_heads=2,
+                    intermediate_size=32,
+                    head_dim=8,
+                    patch_embed_hidden_size=48,
+                ),
+                latent_query_num=4,
+            ),
             # Fuyu has no vision tower: image patches enter through a linear embedding
             "fuyu": tf.FuyuConfig(text_config=tf.PersimmonConfig(**{**LM, "num_key_value_heads": 4}).to_dict()),
             "idefics3": tf.Idefics3Config(text_config=tf.LlamaConfig(**LM).to_dict(), vision_config=TINY_VISION),
@@ -1201,7 +1214,16 @@ MODEL_BUILDERS = {
             *("deepseek_vl_hybrid", "ovis2", "video_llama_3", "lighton_ocr"),
             *("hyperclovax_vision_v2", "fuyu", "got_ocr2", "pp_chart2table", "qianfan_ocr", "idefics2"),
             *("glm_ocr", "paddleocr_vl", "cosmos3_edge", "glmga", "granite_docling", "mllama", "chameleon"),
-            *("emu3", "step3p7", "muse_glimmer", "muse_spark", "qwen4_exp", "inkling_mm_model", "deepseek_ocr2"),
+            *(
+                "emu3",
+                "kosmos-2.5",
+                "step3p7",
+                "muse_glimmer",
+                "muse_spark",
+                "qwen4_exp",
+                "inkling_mm_model",
+                "deepseek_ocr2",
+            ),
             *("unlimited_ocr", "dots3_note", "mistral4", "cohere_compass", "cosmos3_omni", "mistral_large4"),
             *("glm5_next", "hy_v4_vl", "inkling2", "inkling2_loop", "llava_onevision1_5", "ovis2_5"),
             *("granite4_vision", "hunyuan_vl", "molmo2", "apertus1p5", *OMNI_THINKERS, "ernie4_5_vl_moe"),
@@ -1630,7 +1652,7 @@ def test_glm5_next_latent_layers_keep_the_key_pools_their_indexer_selects(name):
     "name",
     [
         *("mistral3", "llama4", "smolvlm", "lfm2_vl", "nemotron_h_omni", "got_ocr2", "minicpmv4_6"),
-        *(*OMNI_THINKERS, "ernie4_5_vl_moe", *SPEECH_LMS, "nemo_speechlm", "evolla"),
+        *(*OMNI_THINKERS, "ernie4_5_vl_moe", *SPEECH_LMS, "nemo_speechlm", "evolla", "kosmos-2.5"),
     ],
 )
 def test_a_vision_language_folder_loads_its_own_class_and_its_language_model_is_analysed(tmp_path, name):

@@ -38,6 +38,8 @@ REFUSED: dict[str, str] = {
         "its forward requires pixel_values: its language model reads the image's query features before the "
         "prompt, so a text prompt alone is not an input it takes",
     ),
+    "kosmos-2": "its forward requires an image (pixel_values or image_embeds), whose latent queries it places "
+    "among the prompt's tokens, so a text prompt alone is not an input it takes",
     "paligemma": "its prompt is a prefix whose tokens attend to each other both ways (token_type_ids), so its T "
     "over a prompt is not causal",
     **dict.fromkeys(

@@ -4,7 +4,8 @@ gives their entries, which capture/registry.py adds to REGISTRY; the language mo
 the class keeps it, in one of five ways:
 
 - a plain softmax-attention language model of the class's own text type, at
-  ``model.language_model`` (``model.text_model`` for Granite Docling and Emu3);
+  ``model.language_model`` (``model.text_model`` for Granite Docling and Emu3,
+  ``text_model.model`` for Kosmos-2.5);
 - heads with a sigmoid output gate (Step 3.7, Muse Glimmer, Muse Spark), read as AFMoE's, and
   Mistral Large 4's latent attention over the keys its indexer selects, read as DeepSeek-V3.2's;
 - a wrapper around a language model of another type (Mistral 3 around Mistral, the LLaVA family
@@ -152,6 +153,8 @@ def vision_language_types(registry: Mapping[str, ModelType]) -> dict[str, ModelT
                 ("qwen3_omni_moe_thinker", "qwen3_omni_moe_text", "model.language_model"),
                 ("granite_docling", "granite_docling_text", "model.text_model"),
                 ("emu3", "emu3_text_model", "model.text_model"),  # images are tokens of its vocabulary
+                # Kosmos-2.5: its image's latent queries fill the prompt's image tokens (a text prompt has none)
+                ("kosmos-2.5", "kosmos_2_5_text_model", "text_model.model"),
             )
         },
         **{
