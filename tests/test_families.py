@@ -815,6 +815,10 @@ def _attention_configs():
                 "inkling2", text_config=dict(model_type="inkling2_text", **INKLING2_TEXT), vision_config=INKLING2_VISION
             ),
             "inkling2_loop_text": tf.AutoConfig.for_model("inkling2_loop_text", **INKLING2_LOOP_TEXT),
+            # HRM-text: one layer per stack, its L stack twice per H cycle, two H cycles (8 calls)
+            "hrm_text": tf.AutoConfig.for_model(
+                "hrm_text", H_cycles=2, L_cycles=2, **{**LM, "num_hidden_layers": 1, "num_key_value_heads": 4}
+            ),
             "inkling2_loop": tf.AutoConfig.for_model(
                 "inkling2_loop",
                 text_config=dict(model_type="inkling2_loop_text", **INKLING2_LOOP_TEXT),
@@ -1183,6 +1187,7 @@ EXPECTED_FAMILIES = {
     "dory": [ATT] * 4,  # keys 0-3: layer 1 once per loop
     # keys 0..5: layer 0, layers 1 and 2 once per pass, layer 3
     **dict.fromkeys(("inkling2_loop_text", "inkling2_loop"), [ATT] * 6),
+    "hrm_text": [ATT] * 6,
 }
 
 
@@ -1274,6 +1279,11 @@ def build(name: str, seed: int = 0):
                     param.normal_(0.0, 1.0)
                 elif key.endswith(("s_gate", "sqk")):
                     param.mul_(torch.empty_like(param).uniform_(0.5, 1.5))
+    if name == "hrm_text":  # its initial queries and keys are so small that every head attends uniformly
+        with torch.no_grad():
+            for key, param in model.named_parameters():
+                if key.endswith(("q_proj.weight", "k_proj.weight")):
+                    param.mul_(30.0)
     if name == "bitnet":  # its output norm's weight starts at 1: a weight no check would see
         with torch.no_grad():
             for slot in layer_slots(model):
@@ -1504,6 +1514,27 @@ def test_inkling2_loop_layers_are_analysed_at_every_pass(name):
         assert not torch.allclose(layers[first].inputs, layers[second].inputs)
     only = analyze(model, ids, layers=[3], progress=False)  # the second call alone
     np.testing.assert_allclose(only.layers[3].operators[0], result.layers[3].operators[0])
+
+
+def test_hrm_text_analyses_each_call_of_its_two_stacks_in_the_order_they_run():
+    """HRM-text runs its L stack L_cycles times per H cycle, then its H stack (the same modules
+    each time, on a new input): every call is a slot with its own T and values."""
+    model, ids = build("hrm_text")
+    slots = layer_slots(model)
+    low, high = model.model.L_module.layers[0].self_attn, model.model.H_module.layers[0].self_attn
+    assert [(slot.module, slot.call) for slot in slots] == [
+        (low, 0), (low, 1), (high, 0), (low, 2), (low, 3), (high, 1)
+    ]  # fmt: skip
+    result = analyze(model, ids, progress=False)
+    assert [result.meta["slots"][str(key)] for key in range(6)] == [
+        "L layer 0 cycle 0.0", "L layer 0 cycle 0.1", "H layer 0 cycle 0",
+        "L layer 0 cycle 1.0", "L layer 0 cycle 1.1", "H layer 0 cycle 1",
+    ]  # fmt: skip
+    layers = capture(model, ids, slots)
+    for first, second in ((0, 1), (2, 5)):  # the same weights apply other operators to other values
+        assert (layers[first].dense([0]) - layers[second].dense([0])).abs().max() > 1e-2
+    only = analyze(model, ids, layers=[4], progress=False)  # a later call alone
+    np.testing.assert_allclose(only.layers[4].operators[0], result.layers[4].operators[0])
 
 
 def test_nemotron_mlp_blocks_are_skipped_with_a_reason_not_silently():

@@ -6,6 +6,7 @@ layout, that the registry's entries (capture/registry.py) name.
     mixers(path, attribute, table, skip)  one block per layer whose kind the layer types say (Nemotron-H)
     shared_attention(shared, attention, mamba)   Zamba's and Zamba2's shared attention blocks and Mamba
     looped(adapter, loop)               layers a pass runs in a loop, a slot per call (Dory, Inkling 2 Loop)
+    cycles(adapter)                     HRM-text's two stacks in nested cycles, a slot per call
     falcon_h1, gpt_neo, recurrent_gemma, longcat_flash   the layouts of one model type each
     ModelType                           a registry entry: a layout, its families and its words
 
@@ -39,6 +40,7 @@ __all__ = [
     "layer_types",
     "longcat_flash",
     "looped",
+    "cycles",
     "mixers",
     "recurrent_gemma",
     "shared_attention",
@@ -219,6 +221,31 @@ def looped(adapter: str, loop: Callable[[object], tuple[int, int, int]]):
             label = None if passes == 1 else f"layer {i} pass {p}" if start <= i < stop else f"layer {i}"
             out.append(dataclasses.replace(slot, index=key, label=label, call=p))
         return out
+
+    return slots
+
+
+def cycles(adapter: str):
+    """HRM-text: two stacks of layers, L and H, in nested cycles. In each of config.H_cycles
+    cycles the L stack runs config.L_cycles times, then the H stack once, the same modules each
+    time on that step's input. Each call applies its own operator, so each is a slot
+    (`LayerSlot.call`: the module's call h * L_cycles + l for the L stack, h for the H stack),
+    keyed in the order the pass runs them and labelled "L layer i cycle h.l" / "H layer i cycle h"."""
+
+    def slots(model):
+        config = _text_config(model)
+        low, high = (find_layers(model, f"model.{stack}.layers") for stack in ("L_module", "H_module"))
+        order = []
+        for h in range(config.H_cycles):
+            for step in range(config.L_cycles):
+                order += [
+                    (low[i], h * config.L_cycles + step, f"L layer {i} cycle {h}.{step}") for i in range(len(low))
+                ]
+            order += [(high[i], h, f"H layer {i} cycle {h}") for i in range(len(high))]
+        return [
+            LayerSlot(key, adapter, layer.self_attn, label=label, call=call)
+            for key, (layer, call, label) in enumerate(order)
+        ]
 
     return slots
 

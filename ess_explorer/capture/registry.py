@@ -31,6 +31,7 @@ from .layouts import (
     ATTENTION_LAYERS,
     NEMOTRON_SKIP,
     ModelType,
+    cycles,
     falcon_h1,
     gpt_neo,
     hybrid,
@@ -250,6 +251,15 @@ REGISTRY: dict[str, ModelType] = {
         "model.layers[i].self_attn",
         "as inkling2_text; the loop's layers (config.loop_layer_index_start to loop_layer_index_end - 1) run "
         'config.loop_num_passes times: a slot per call, keyed in the order they run, labelled "layer i pass p"',
+    ),
+    "hrm_text": ModelType(
+        cycles("projected_gate_attention"),
+        (_ATT,),
+        "model.L_module.layers[i].self_attn, model.H_module.layers[i].self_attn",
+        "softmax attention with a sigmoid output gate from gate_proj (out_gate); the L stack runs "
+        "config.L_cycles times per H cycle, then the H stack: a slot per call, keyed in the order they run, "
+        'labelled "L layer i cycle h.l" / "H layer i cycle h"; a prompt is causal (the bidirectional '
+        "instruction block of prefix_lm needs token_type_ids, which analyze does not pass)",
     ),
     "falcon": ModelType(
         uniform("transformer.h", "self_attention", "attention"),
