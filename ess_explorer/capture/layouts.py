@@ -200,6 +200,16 @@ def longcat_flash(model):
     return out
 
 
+def _calls(config, adapter: str, order) -> list[LayerSlot]:
+    """A slot per call of a layer the pass runs several times, keyed in the order of ``order``:
+    (layer index i, its attention module, the module's call, label), each slot with layer i's
+    window and chunk (`_slot`)."""
+    return [
+        dataclasses.replace(_slot(config, i, adapter, module), index=key, label=label, call=call)
+        for key, (i, module, call, label) in enumerate(order)
+    ]
+
+
 def looped(adapter: str, loop: Callable[[object], tuple[int, int, int]]):
     """Layers a forward pass runs in a loop: ``loop(config)`` gives (start, stop, passes), and
     layers start to stop - 1 run ``passes`` times in turn, the same modules each time on that
@@ -215,12 +225,13 @@ def looped(adapter: str, loop: Callable[[object], tuple[int, int, int]]):
         order = [(i, 0) for i in range(start)]
         order += [(i, p) for p in range(passes) for i in range(start, stop)]
         order += [(i, 0) for i in range(stop, len(layers))]
-        out = []
-        for key, (i, p) in enumerate(order):
-            slot = _slot(config, i, adapter, layers[i].self_attn)
-            label = None if passes == 1 else f"layer {i} pass {p}" if start <= i < stop else f"layer {i}"
-            out.append(dataclasses.replace(slot, index=key, label=label, call=p))
-        return out
+
+        def label(i: int, p: int) -> str | None:
+            if passes == 1:
+                return None
+            return f"layer {i} pass {p}" if start <= i < stop else f"layer {i}"
+
+        return _calls(config, adapter, [(i, layers[i].self_attn, p, label(i, p)) for i, p in order])
 
     return slots
 
@@ -238,14 +249,10 @@ def cycles(adapter: str):
         order = []
         for h in range(config.H_cycles):
             for step in range(config.L_cycles):
-                order += [
-                    (low[i], h * config.L_cycles + step, f"L layer {i} cycle {h}.{step}") for i in range(len(low))
-                ]
-            order += [(high[i], h, f"H layer {i} cycle {h}") for i in range(len(high))]
-        return [
-            LayerSlot(key, adapter, layer.self_attn, label=label, call=call)
-            for key, (layer, call, label) in enumerate(order)
-        ]
+                call = h * config.L_cycles + step
+                order += [(i, low[i].self_attn, call, f"L layer {i} cycle {h}.{step}") for i in range(len(low))]
+            order += [(i, high[i].self_attn, h, f"H layer {i} cycle {h}") for i in range(len(high))]
+        return _calls(config, adapter, order)
 
     return slots
 
