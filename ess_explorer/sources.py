@@ -22,6 +22,10 @@ Rules (docs/usage.md, "Models"):
 - The weights must match the config: missing, unexpected or mis-shaped weights are a
   ValueError that names them (never a silently random model). A config.json that is not
   valid JSON, or that transformers refuses, is reported as such.
+- A multimodal class whose vision tower needs a library this package does not install (timm:
+  Gemma 3n, PerceptionLM, FastVLM) loads as its language model alone, the causal-LM class of its
+  text config, from the whole model's checkpoint; the towers' weights, named in
+  ``_LANGUAGE_MODEL_ALONE``, are left unread (any other mismatch still fails).
 The tokenizer is None when the source ships none (a warning says to pass input_ids to
 analyze then).
 
@@ -42,6 +46,7 @@ import re
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -103,6 +108,23 @@ _TOKENIZER_FILES = (
 )
 HUB_PROBE_TIMEOUT = 3.0  # seconds to reach the hub's host before giving up on the network
 
+# Multimodal types loaded as their language model alone (module docstring): their vision towers
+# are timm's. On a text prompt each runs exactly its language model (the towers only embed image
+# and audio tokens). Per type: the weight prefixes of its towers, left unread, and the renaming of
+# its language model's weights onto the causal-LM class, where transformers' own weight conversion
+# does not do it (it maps Gemma 3n's "model.language_model." onto Gemma3nForCausalLM's "model.").
+class _Alone(NamedTuple):
+    towers: tuple[str, ...]
+    key_mapping: dict | None = None
+
+
+_UNDER_MODEL = {r"^model\.language_model\.": "model."}
+_LANGUAGE_MODEL_ALONE = {
+    "gemma3n": _Alone(("model.vision_tower.", "model.audio_tower.", "model.embed_vision.", "model.embed_audio.")),
+    "perception_lm": _Alone(("model.vision_tower.", "model.multi_modal_projector."), _UNDER_MODEL),
+    "fast_vlm": _Alone(("model.vision_tower.", "model.multi_modal_projector."), _UNDER_MODEL),
+}
+
 _PICKLE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5", "flax_model.msgpack")
 
 
@@ -153,9 +175,20 @@ def load_model(
         raise ValueError(f"cannot read the config of {label}: {_first_line(error)}") from error
     require_supported(config.model_type, label)  # before gigabytes of weights are read for nothing
     _check_layer_count(config, label)
+    alone = _LANGUAGE_MODEL_ALONE.get(config.model_type)
+    if alone:
+        from transformers import AutoModelForCausalLM
+
+        config = config.text_config
+        require_supported(config.model_type, f"the language model of {label}")
+        auto_class, towers = AutoModelForCausalLM, alone.towers
+        if alone.key_mapping:
+            kwargs = {"key_mapping": alone.key_mapping, **kwargs}
+    else:
+        auto_class, towers = _auto_class(config), ()
     try:
-        with _quiet_loading_bar(label.startswith(ZOO_PREFIX)):  # a zoo model loads in milliseconds: no bar
-            model, info = _auto_class(config).from_pretrained(
+        with _quiet_loading_bar(label.startswith(ZOO_PREFIX)), _quiet_load_report(bool(towers)):
+            model, info = auto_class.from_pretrained(
                 path,
                 config=config,
                 use_safetensors=True,
@@ -179,7 +212,7 @@ def load_model(
             f"could not load the weights of {label}{' (' + ', '.join(files) + ')' if files else ''}: "
             f"{_first_line(error)}; check that the weight files are complete and were saved with this config.json"
         ) from error
-    _check_loading_info(label, info)
+    _check_loading_info(label, info, left_unread=towers)
     model.eval()
     if label.startswith(ZOO_PREFIX) or gguf:
         # Results and reports name the model by what the user asked for, not by a path
@@ -235,6 +268,23 @@ def _quiet_loading_bar(quiet: bool):
         hf_logging.enable_progress_bar()
 
 
+@contextmanager
+def _quiet_load_report(quiet: bool):
+    """transformers' load report (a table of the unexpected weights) off while the block runs,
+    when ``quiet``: a language model loaded alone leaves its towers' weights unread on purpose,
+    and `_check_loading_info` refuses any other mismatch."""
+    import logging
+
+    report = logging.getLogger("transformers.modeling_utils")
+    level = report.level
+    if quiet:
+        report.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        report.setLevel(level)
+
+
 # Far above any released model (about 130 layers at most): a config beyond it is damaged or
 # hostile, and building it would take gigabytes before the weights are even compared.
 MAX_LAYERS = 2048
@@ -254,12 +304,16 @@ def _first_line(error: Exception) -> str:
     return f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__
 
 
-def _check_loading_info(label: str, info: dict) -> None:
+def _check_loading_info(label: str, info: dict, left_unread: tuple[str, ...] = ()) -> None:
     """ValueError naming the weights that do not match the config (transformers would
-    otherwise leave them randomly initialised, and the analysis would be of noise)."""
+    otherwise leave them randomly initialised, and the analysis would be of noise), other than
+    unexpected weights under the prefixes ``left_unread`` (the towers of a language model
+    loaded alone)."""
     problems = []
     for kind in ("missing_keys", "unexpected_keys", "mismatched_keys"):
         keys = sorted(str(k) for k in (info.get(kind) or ()))
+        if kind == "unexpected_keys":
+            keys = [key for key in keys if not key.startswith(left_unread)]
         if keys:
             shown = ", ".join(keys[:5]) + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
             problems.append(f"{kind.replace('_', ' ')}: {shown}")

@@ -1124,6 +1124,8 @@ LANGUAGE_MODEL_OF = {
     "kimi_k25": ("deepseek_v3", GEMMA_VISION),
     "nemotron_h_omni": ("nemotron_h", None),  # its default vision tower, shrunk; a causal LM inside
     "shieldgemma2": ("gemma3_text", None),
+    "perception_lm": ("llama", dict(model_args={"embed_dim": 8})),
+    "fast_vlm": ("qwen2", dict(hidden_size=8)),
     **{name: ("qwen3_5_text", None) for name in ("minicpmv4_6", "minicpmv4_7", "minicpm_ocr")},
 }
 
@@ -1145,6 +1147,19 @@ CONFIGS.update(_vision_language_configs())
 CONFIGS["nemo_speechlm"] = tf.AutoConfig.for_model(
     "nemo_speechlm", text_config=CONFIGS["nemotron_h"].to_dict(), **NEMO_TOWERS
 )
+# Gemma 3n: its language model (the gemma3n_text config above) and an audio tower shrunk
+CONFIGS["gemma3n"] = tf.AutoConfig.for_model(
+    "gemma3n",
+    text_config=CONFIGS["gemma3n_text"].to_dict(),
+    vision_config=dict(hidden_size=8),
+    audio_config=dict(
+        hidden_size=8,
+        input_feat_size=8,
+        conf_num_hidden_layers=1,
+        conf_num_attention_heads=2,
+        sscp_conv_channel_size=[4, 4],
+    ),
+)
 EXPECTED_FAMILIES = {
     "qwen3": [ATT] * 2,
     "qwen3_moe": [ATT] * 2,
@@ -1156,6 +1171,7 @@ EXPECTED_FAMILIES = {
     "qwen3_5": ["gated_deltanet", ATT],
     "gemma4_unified_text": [ATT] * 4,
     "gemma3n_text": [ATT] * 4,
+    "gemma3n": [ATT] * 4,
     "gemma4_unified": [ATT] * 4,
     "qwen3_5_moe_text": ["gated_deltanet", ATT],
     "qwen3_5_moe": ["gated_deltanet", ATT],
@@ -1244,6 +1260,35 @@ MODEL_BUILDERS = {
     **{name: tf.AutoModelForMultimodalLM.from_config for name in (*SPEECH_LMS, "nemo_speechlm")},
     "evolla": tf.EvollaForProteinText2Text,
 }
+# Classes whose vision tower is timm's (not a dependency: `load_model` loads their language model
+# alone), built with a stand-in for it: a text prompt never reaches the tower.
+TIMM_TOWERS = {
+    "gemma3n": tf.Gemma3nForConditionalGeneration,
+    "perception_lm": tf.PerceptionLMForConditionalGeneration,
+    "fast_vlm": tf.FastVlmForConditionalGeneration,
+}
+
+
+def _without_timm(model_class):
+    def build_model(config):
+        import importlib
+        from unittest import mock
+
+        modeling = importlib.import_module(model_class.__module__)
+        build_tower = modeling.AutoModel.from_config
+
+        def tower(sub_config, **kwargs):
+            if isinstance(sub_config, (tf.TimmWrapperConfig, tf.Gemma3nVisionConfig)):
+                return torch.nn.Linear(1, 1)
+            return build_tower(sub_config, **kwargs)
+
+        with mock.patch.object(modeling.AutoModel, "from_config", tower):
+            return model_class(config)
+
+    return build_model
+
+
+MODEL_BUILDERS.update({name: _without_timm(model_class) for name, model_class in TIMM_TOWERS.items()})
 
 
 def tiny_model(config, seed: int):
@@ -1699,6 +1744,45 @@ def test_a_vision_language_folder_loads_its_own_class_and_its_language_model_is_
     assert type(loaded) is type(model)  # the class the checkpoint holds, not a causal LM
     result = analyze(loaded, ids, progress=False)
     assert [result.layers[key].family for key in sorted(result.layers)] == EXPECTED_FAMILIES[name]
+
+
+@pytest.mark.parametrize("name", sorted(TIMM_TOWERS))
+def test_a_class_with_a_timm_tower_loads_its_language_model_alone_which_is_what_it_runs(tmp_path, capfd, name):
+    """Gemma 3n's, PerceptionLM's and FastVLM's vision towers need timm, so `load_model` loads
+    their causal LM alone from the whole model's checkpoint, the towers' weights left unread and
+    transformers' report of them not shown: on a text prompt it computes the whole model's
+    logits, and its analysis is the whole model's."""
+    import warnings
+
+    from ess_explorer.sources import load_model
+
+    whole, ids = build(name)
+    whole.save_pretrained(tmp_path)
+    capfd.readouterr()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the folder ships no tokenizer
+        loaded, _tokenizer = load_model(str(tmp_path))
+    assert "LOAD REPORT" not in "".join(capfd.readouterr())
+    assert type(loaded) is tf.AutoModelForCausalLM._model_mapping[type(whole.config.text_config)]
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids).logits, whole(ids).logits, rtol=1e-5, atol=1e-5)
+    alone, together = analyze(loaded, ids, progress=False), analyze(whole, ids, progress=False)
+    assert sorted(alone.layers) == sorted(together.layers) == list(range(len(EXPECTED_FAMILIES[name])))
+    for key in alone.layers:
+        for variant in ("tolerance", "entropy"):
+            np.testing.assert_allclose(alone.layers[key].ess(variant), together.layers[key].ess(variant), rtol=1e-6)
+
+
+def test_a_language_model_loaded_alone_leaves_only_its_towers_weights_unread():
+    """Weights outside the towers named for a language model loaded alone still fail the load."""
+    from ess_explorer.sources import _check_loading_info
+
+    towers = ("model.vision_tower.", "model.audio_tower.")
+    _check_loading_info("m", {"unexpected_keys": {"model.vision_tower.a", "model.audio_tower.b"}}, left_unread=towers)
+    with pytest.raises(ValueError, match=r"unexpected keys: model\.layers\.9\.w\)"):
+        _check_loading_info("m", {"unexpected_keys": {"model.vision_tower.a", "model.layers.9.w"}}, left_unread=towers)
+    with pytest.raises(ValueError, match=r"missing keys: lm_head\.weight"):
+        _check_loading_info("m", {"missing_keys": {"lm_head.weight"}}, left_unread=towers)
 
 
 def test_a_class_around_one_type_refuses_a_language_model_of_another_type():

@@ -53,6 +53,9 @@ _WRAPPERS = {
         *("deepseek_vl", "deepseek_vl_hybrid", "janus", "video_llama_3", "lighton_ocr"),
         *("hyperclovax_vision_v2", "fuyu", "got_ocr2", "pp_chart2table", "qianfan_ocr"),
         *("llava_onevision1_5", "ovis2_5"),
+        # vision towers that are timm's: `load_model` loads the language model alone (sources.py),
+        # and a whole model built where timm is installed is read here
+        *("perception_lm", "fast_vlm"),
         # speech and audio LMs: an audio tower whose features fill the audio tokens of the prompt
         *("qwen2_audio", "voxtral", "granite_speech", "granite_speech_plus", "glmasr", "qwen3_asr"),
         *("fun_asr_nano", "omniasr", "vibevoice_asr", "moss_transcribe_diarize"),
@@ -79,6 +82,7 @@ _AROUND_ONE_TYPE = (
     ("apertus1p5", "apertus1p5_text"),  # images and audio are tokens of its vocabulary
     *((name, "qwen3_5_text") for name in ("minicpmv4_6", "minicpmv4_7", "minicpm_ocr")),
     ("nemo_speechlm", "nemotron_h"),  # Nemotron 3.5 Transcribe: Nemotron-H's base model, after its audio towers
+    ("gemma3n", "gemma3n_text"),  # its vision tower is timm's, as PerceptionLM's above
 )
 # Language models whose config has a type of its own but whose layers are another type's.
 _READ_AS = {"hy_v4_vl_text": "hy_v4"}
