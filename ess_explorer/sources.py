@@ -108,6 +108,7 @@ _TOKENIZER_FILES = (
 )
 HUB_PROBE_TIMEOUT = 3.0  # seconds to reach the hub's host before giving up on the network
 
+
 # Multimodal types loaded as their language model alone (module docstring): their vision towers
 # are timm's. On a text prompt each runs exactly its language model (the towers only embed image
 # and audio tokens). Per type: the weight prefixes of its towers, left unread, and the renaming of
@@ -173,14 +174,14 @@ def load_model(
                 "load_model(..., trust_remote_code=True)"
             ) from None
         raise ValueError(f"cannot read the config of {label}: {_first_line(error)}") from error
-    require_supported(config.model_type, label)  # before gigabytes of weights are read for nothing
+    require_supported(config.model_type, label, config)  # before gigabytes of weights are read for nothing
     _check_layer_count(config, label)
     alone = _LANGUAGE_MODEL_ALONE.get(config.model_type)
     if alone:
         from transformers import AutoModelForCausalLM
 
         config = config.text_config
-        require_supported(config.model_type, f"the language model of {label}")
+        require_supported(config.model_type, f"the language model of {label}", config)
         auto_class, towers = AutoModelForCausalLM, alone.towers
         if alone.key_mapping:
             kwargs = {"key_mapping": alone.key_mapping, **kwargs}

@@ -322,6 +322,43 @@ def test_unsupported_model_type_names_the_registry():
         layer_slots(model)
 
 
+TINY_BERT = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16, vocab_size=VOCAB)
+
+
+@pytest.mark.parametrize(
+    "config, reason",
+    [
+        (tf.BertConfig(**TINY_BERT), "it is an encoder: every token attends to every other"),
+        (
+            tf.T5Config(d_model=16, d_kv=8, d_ff=16, num_layers=1, num_heads=2, vocab_size=VOCAB),
+            "it is an encoder-decoder: its encoder reads the prompt",
+        ),
+    ],
+    ids=["encoder", "encoder-decoder"],
+)
+def test_an_encoder_or_encoder_decoder_is_refused_with_that_reason_before_its_weights_are_read(
+    tmp_path, config, reason
+):
+    """BERT and T5 are no causal sequence models, which `load_model` says from the config alone:
+    the folder's weights file here is not even valid."""
+    from ess_explorer.sources import load_model
+
+    model = tf.AutoModel.from_config(config)
+    with pytest.raises(ValueError, match=rf"'{config.model_type}'.*not supported: {reason}"):
+        layer_slots(model)
+    config.save_pretrained(tmp_path)
+    (tmp_path / "model.safetensors").write_bytes(b"not a safetensors file")
+    with pytest.raises(ValueError, match=rf"'{config.model_type}'.*not supported: {reason}"):
+        load_model(str(tmp_path))
+
+
+def test_a_bert_configured_as_a_decoder_is_not_called_an_encoder():
+    """BERT with is_decoder attends causally: unsupported, but not for being an encoder."""
+    with pytest.raises(ValueError, match=r"'bert'.*not supported\. .*capture/registry.py") as refused:
+        layer_slots(tf.AutoModelForCausalLM.from_config(tf.BertConfig(is_decoder=True, **TINY_BERT)))
+    assert "encoder" not in str(refused.value)
+
+
 # A refused model type, as small as it builds: JetMoE, a mixture of attention heads routed per token.
 REFUSED_CONFIG = tf.JetMoeConfig(
     num_hidden_layers=1,

@@ -1,12 +1,15 @@
 """Model types that are refused, with the reason (docs/families.md, "Not supported"): layers that
 look like softmax attention but whose head outputs are not T times values a hook can read, and
 classes that are not a causal sequence model run on a text prompt. `require_supported`
-(capture/registry.py) raises with the reason, before any weights are read.
+(capture/registry.py) raises with the reason, before any weights are read. Encoders and
+encoder-decoders (BERT, T5, Whisper, ...) are not listed one by one: `not_causal` tells them
+from their config and transformers' auto classes, so a type this list has never seen gets the
+reason too.
 """
 
 from __future__ import annotations
 
-__all__ = ["REFUSED"]
+__all__ = ["REFUSED", "not_causal"]
 
 _NOT_T = "so its head outputs are not an operator T applied to values a hook can read"
 REFUSED: dict[str, str] = {
@@ -49,3 +52,32 @@ REFUSED: dict[str, str] = {
         "run on a prompt",
     ),
 }
+
+_CAUSAL_MODELS = (
+    "ESS measures causal sequence models: decoder-only language models, state-space models and their hybrids"
+)
+
+
+def not_causal(model_type, config=None) -> str | None:
+    """Why a model type outside the registry is no causal sequence model, where its config or
+    transformers' auto classes tell: an encoder-decoder (``config.is_encoder_decoder``, or a
+    type of the sequence-to-sequence auto class), or an encoder (a type of the masked-LM auto
+    class whose config does not make it a decoder, ``is_decoder``). None where neither holds."""
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+        MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES,
+    )
+
+    if getattr(config, "is_encoder_decoder", False) or (
+        config is None and model_type in MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES
+    ):
+        return (
+            "it is an encoder-decoder: its encoder reads the prompt with every token attending to every other, "
+            f"so its T is not causal, and its decoder also attends to the encoder's output. {_CAUSAL_MODELS}"
+        )
+    if model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES and not getattr(config, "is_decoder", False):
+        return (
+            "it is an encoder: every token attends to every other (both ways), so its T is not causal and no "
+            f"cut of it maps past inputs alone to future outputs. {_CAUSAL_MODELS}"
+        )
+    return None

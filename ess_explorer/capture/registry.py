@@ -44,7 +44,7 @@ from .layouts import (
     shared_attention,
     uniform,
 )
-from .refused import REFUSED
+from .refused import REFUSED, not_causal
 from .vision_language import vision_language_types
 
 __all__ = [
@@ -495,14 +495,18 @@ def supported_families() -> dict[str, tuple[str, ...]]:
     return {name: REGISTRY[name].families for name in supported_model_types()}
 
 
-def require_supported(model_type, what: str) -> None:
-    """ValueError unless ``model_type`` is supported: the reason for a refused one, the closest
-    supported ones otherwise. ``what`` names the model in the message. load_model calls it on the
-    config, before any weights are read."""
+def require_supported(model_type, what: str, config=None) -> None:
+    """ValueError unless ``model_type`` is supported: the reason for a refused one, or for an
+    encoder or encoder-decoder (`not_causal`, from ``config`` where given), the closest supported
+    ones otherwise. ``what`` names the model in the message. load_model calls it on the config,
+    before any weights are read."""
     if model_type in REFUSED:
         raise ValueError(
             f"model type {model_type!r} ({what}) is not supported: {REFUSED[model_type]} (docs/families.md)"
         )
+    why = None if model_type in MODEL_TYPES else not_causal(model_type, config)
+    if why:
+        raise ValueError(f"model type {model_type!r} ({what}) is not supported: {why} (docs/families.md)")
     if model_type not in MODEL_TYPES:
         close = difflib.get_close_matches(str(model_type), supported_model_types(), n=3, cutoff=0.5)
         hint = f" Closest supported: {', '.join(close)}." if close else ""
@@ -516,6 +520,7 @@ def require_supported(model_type, what: str) -> None:
 
 def layer_slots(model: nn.Module) -> list[LayerSlot]:
     """Every layer of ``model`` as a LayerSlot; ValueError for an unsupported model type."""
-    model_type = getattr(getattr(model, "config", None), "model_type", None)
-    require_supported(model_type, type(model).__name__)
+    config = getattr(model, "config", None)
+    model_type = getattr(config, "model_type", None)
+    require_supported(model_type, type(model).__name__, config)
     return REGISTRY[model_type].slots(model)
