@@ -22,10 +22,10 @@ Rules (docs/usage.md, "Models"):
 - The weights must match the config: missing, unexpected or mis-shaped weights are a
   ValueError that names them (never a silently random model). A config.json that is not
   valid JSON, or that transformers refuses, is reported as such.
-- A multimodal class whose vision tower needs a library this package does not install (timm:
-  Gemma 3n, PerceptionLM, FastVLM) loads as its language model alone, the causal-LM class of its
-  text config, from the whole model's checkpoint; the towers' weights, named in
-  ``_LANGUAGE_MODEL_ALONE``, are left unread (any other mismatch still fails).
+- The class built is the one the checkpoint holds (model_classes.py); a multimodal class whose
+  vision tower needs a library this package does not install (timm: Gemma 3n, PerceptionLM,
+  FastVLM) loads as its language model alone, its towers' weights left unread by name (any
+  other mismatch still fails).
 The tokenizer is None when the source ships none (a warning says to pass input_ids to
 analyze then).
 
@@ -44,15 +44,14 @@ import json
 import os
 import re
 import warnings
-from contextlib import contextmanager
 from pathlib import Path
-from typing import NamedTuple
 
 import torch
 
 from .bounded import read_json
 from .capture.registry import language_model_config, require_supported
 from .core.checks import check_device
+from .model_classes import check_loading_info, model_class, quiet_loading
 from .model_files import (  # noqa: F401  (CACHE_ENV, default_cache_dir: the cache root, for io)
     CACHE_ENV,
     GGUF_SUFFIX,
@@ -109,23 +108,6 @@ _TOKENIZER_FILES = (
 HUB_PROBE_TIMEOUT = 3.0  # seconds to reach the hub's host before giving up on the network
 
 
-# Multimodal types loaded as their language model alone (module docstring): their vision towers
-# are timm's. On a text prompt each runs exactly its language model (the towers only embed image
-# and audio tokens). Per type: the weight prefixes of its towers, left unread, and the renaming of
-# its language model's weights onto the causal-LM class, where transformers' own weight conversion
-# does not do it (it maps Gemma 3n's "model.language_model." onto Gemma3nForCausalLM's "model.").
-class _Alone(NamedTuple):
-    towers: tuple[str, ...]
-    key_mapping: dict | None = None
-
-
-_UNDER_MODEL = {r"^model\.language_model\.": "model."}
-_LANGUAGE_MODEL_ALONE = {
-    "gemma3n": _Alone(("model.vision_tower.", "model.audio_tower.", "model.embed_vision.", "model.embed_audio.")),
-    "perception_lm": _Alone(("model.vision_tower.", "model.multi_modal_projector."), _UNDER_MODEL),
-    "fast_vlm": _Alone(("model.vision_tower.", "model.multi_modal_projector."), _UNDER_MODEL),
-}
-
 _PICKLE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5", "flax_model.msgpack")
 
 
@@ -139,7 +121,8 @@ def load_model(
     **kwargs,
 ):
     """(model, tokenizer) for ``source`` (see the module docstring). ``kwargs`` go to
-    ``from_pretrained`` of the auto class (`_auto_class`; dtype and use_safetensors are fixed)."""
+    ``from_pretrained`` of the class it builds (`model_classes.model_class`; dtype and use_safetensors are
+    fixed)."""
     from transformers import AutoConfig
 
     from . import architectures  # noqa: F401  (registers model_type "ess_linear_attention"; imports transformers)
@@ -176,28 +159,20 @@ def load_model(
         raise ValueError(f"cannot read the config of {label}: {_first_line(error)}") from error
     require_supported(config.model_type, label, config)  # before gigabytes of weights are read for nothing
     _check_layer_count(config, label)
-    alone = _LANGUAGE_MODEL_ALONE.get(config.model_type)
-    if alone:
-        from transformers import AutoModelForCausalLM
-
-        config = config.text_config
-        require_supported(config.model_type, f"the language model of {label}", config)
-        auto_class, towers = AutoModelForCausalLM, alone.towers
-        if alone.key_mapping:
-            kwargs = {"key_mapping": alone.key_mapping, **kwargs}
-    else:
-        auto_class, towers = _auto_class(config), ()
+    built = model_class(config)
+    if built.config is not config:  # a language model loaded alone
+        require_supported(built.config.model_type, f"the language model of {label}", built.config)
     try:
-        with _quiet_loading_bar(label.startswith(ZOO_PREFIX)), _quiet_load_report(bool(towers)):
-            model, info = auto_class.from_pretrained(
+        with quiet_loading(bar=label.startswith(ZOO_PREFIX), report=bool(built.left_unread)):
+            model, info = built.auto_class.from_pretrained(
                 path,
-                config=config,
+                config=built.config,
                 use_safetensors=True,
                 dtype=torch.float32,
                 attn_implementation=attn_implementation,
                 output_loading_info=True,
                 **common,
-                **kwargs,
+                **{**built.kwargs, **kwargs},
             )
     except OSError as error:
         raise ValueError(
@@ -213,7 +188,7 @@ def load_model(
             f"could not load the weights of {label}{' (' + ', '.join(files) + ')' if files else ''}: "
             f"{_first_line(error)}; check that the weight files are complete and were saved with this config.json"
         ) from error
-    _check_loading_info(label, info, left_unread=towers)
+    check_loading_info(label, info, left_unread=built.left_unread)
     model.eval()
     if label.startswith(ZOO_PREFIX) or gguf:
         # Results and reports name the model by what the user asked for, not by a path
@@ -224,66 +199,6 @@ def load_model(
     if device is not None:
         model.to(device)
     return model, _tokenizer(path, revision, trust_remote_code, label)
-
-
-def _auto_class(config):
-    """AutoModelForCausalLM where it builds the model of this config, otherwise, for a
-    vision-language model, AutoModelForImageTextToText: its language model is what gets analysed.
-    The second takes vision-language models the first cannot build (Mistral 3, LLaVA, Qwen2.5-VL,
-    ...), and those it builds only the text model of (Llama 4, Qwen3.5): their checkpoints hold
-    vision weights too, which the text model would leave unread (Llama 4's as unexpected keys,
-    which `_check_loading_info` refuses). Speech and audio language models (Qwen2-Audio, Voxtral,
-    ...) are neither: AutoModelForMultimodalLM builds them with their audio towers, whose weights
-    their checkpoints hold. A language model that has none of these classes (GLM-5.3-Flash's
-    glm5_next_text) is built as its base model, AutoModel: the mixers are all there. A config class
-    that transformers also registers under a second model type (EvollaConfig, as "EvollaModel") is
-    in no auto class by that test: its class is the one the multimodal mapping finds for it."""
-    from transformers import AutoModel, AutoModelForCausalLM, AutoModelForImageTextToText, AutoModelForMultimodalLM
-
-    causal, vision_language = AutoModelForCausalLM._model_mapping, AutoModelForImageTextToText._model_mapping
-    if type(config) in causal and (
-        causal[type(config)].config_class is type(config) or type(config) not in vision_language
-    ):
-        return AutoModelForCausalLM
-    if type(config) in vision_language:
-        return AutoModelForImageTextToText
-    if type(config) in AutoModelForMultimodalLM._model_mapping:
-        return AutoModelForMultimodalLM
-    if type(config) in AutoModel._model_mapping:
-        return AutoModel
-    return AutoModelForMultimodalLM._model_mapping.get(type(config), AutoModel)
-
-
-@contextmanager
-def _quiet_loading_bar(quiet: bool):
-    """transformers' "Loading weights" bar off while the block runs (and back on after), when ``quiet``."""
-    from transformers.utils import logging as hf_logging
-
-    if not quiet or not hf_logging.is_progress_bar_enabled():
-        yield
-        return
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        hf_logging.enable_progress_bar()
-
-
-@contextmanager
-def _quiet_load_report(quiet: bool):
-    """transformers' load report (a table of the unexpected weights) off while the block runs,
-    when ``quiet``: a language model loaded alone leaves its towers' weights unread on purpose,
-    and `_check_loading_info` refuses any other mismatch."""
-    import logging
-
-    report = logging.getLogger("transformers.modeling_utils")
-    level = report.level
-    if quiet:
-        report.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        report.setLevel(level)
 
 
 # Far above any released model (about 130 layers at most): a config beyond it is damaged or
@@ -303,26 +218,6 @@ def _check_layer_count(config, label: str) -> None:
 def _first_line(error: Exception) -> str:
     text = str(error).strip()
     return f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__
-
-
-def _check_loading_info(label: str, info: dict, left_unread: tuple[str, ...] = ()) -> None:
-    """ValueError naming the weights that do not match the config (transformers would
-    otherwise leave them randomly initialised, and the analysis would be of noise), other than
-    unexpected weights under the prefixes ``left_unread`` (the towers of a language model
-    loaded alone)."""
-    problems = []
-    for kind in ("missing_keys", "unexpected_keys", "mismatched_keys"):
-        keys = sorted(str(k) for k in (info.get(kind) or ()))
-        if kind == "unexpected_keys":
-            keys = [key for key in keys if not key.startswith(left_unread)]
-        if keys:
-            shown = ", ".join(keys[:5]) + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
-            problems.append(f"{kind.replace('_', ' ')}: {shown}")
-    if problems:
-        raise ValueError(
-            f"the weights of {label} do not match its config ({'; '.join(problems)}); "
-            "use the config.json the weights were saved with, or the right weight files"
-        )
 
 
 def _offline() -> bool:

@@ -1775,14 +1775,14 @@ def test_a_class_with_a_timm_tower_loads_its_language_model_alone_which_is_what_
 
 def test_a_language_model_loaded_alone_leaves_only_its_towers_weights_unread():
     """Weights outside the towers named for a language model loaded alone still fail the load."""
-    from ess_explorer.sources import _check_loading_info
+    from ess_explorer.model_classes import check_loading_info
 
     towers = ("model.vision_tower.", "model.audio_tower.")
-    _check_loading_info("m", {"unexpected_keys": {"model.vision_tower.a", "model.audio_tower.b"}}, left_unread=towers)
+    check_loading_info("m", {"unexpected_keys": {"model.vision_tower.a", "model.audio_tower.b"}}, left_unread=towers)
     with pytest.raises(ValueError, match=r"unexpected keys: model\.layers\.9\.w\)"):
-        _check_loading_info("m", {"unexpected_keys": {"model.vision_tower.a", "model.layers.9.w"}}, left_unread=towers)
+        check_loading_info("m", {"unexpected_keys": {"model.vision_tower.a", "model.layers.9.w"}}, left_unread=towers)
     with pytest.raises(ValueError, match=r"missing keys: lm_head\.weight"):
-        _check_loading_info("m", {"missing_keys": {"lm_head.weight"}}, left_unread=towers)
+        check_loading_info("m", {"missing_keys": {"lm_head.weight"}}, left_unread=towers)
 
 
 def test_a_class_around_one_type_refuses_a_language_model_of_another_type():
