@@ -1365,11 +1365,57 @@ def built(request):
 
 
 def test_reconstruction(built):
+    """T (and the out_gate after it) reproduces each layer's output, and so does T with its gate
+    inside (gates="inside", the default of `analyze`)."""
+    from ess_explorer.core.gates import gates_inside
+
     name, model, _ids, layers = built
     assert model.config.model_type == CONFIGS[name].model_type and model.config.model_type in MODEL_TYPES
     assert [layers[i].family for i in sorted(layers)] == EXPECTED_FAMILIES[name]
     assert set(EXPECTED_FAMILIES[name]) <= set(MODEL_FAMILIES[model.config.model_type])
     assert_reconstructs(name, layers)
+    assert_reconstructs(name, {index: gates_inside(layer) for index, layer in layers.items()})
+
+
+# Where each family's gated output enters the output projection, and the norm weight (constant,
+# outside T) between them.
+PROJECTIONS = {"rwkv": "output", "rg_lru": "linear_out", "lightning_attention": "out_proj", "mamba2": "out_proj"}
+
+
+@pytest.mark.parametrize(
+    "name, change",
+    [
+        ("rwkv", {}),  # sigmoid(receptance)
+        ("recurrent_gemma", {}),  # gelu(linear_y)
+        ("minimax", {}),  # sigmoid(output_gate) / rms of the norm over all heads
+        ("falcon_h1", {}),  # silu(z), no norm
+        ("falcon_h1", dict(mamba_rms_norm=True)),  # norm of y, then silu(z)
+        ("falcon_h1", dict(mamba_rms_norm=True, mamba_norm_before_gate=False, mamba_n_groups=2)),  # norm of y silu(z)
+    ],
+    ids=["rwkv", "recurrent_gemma", "minimax", "falcon_h1", "falcon_h1_norm", "falcon_h1_gate_then_norm"],
+)
+def test_the_output_gate_around_the_mixing_is_captured_and_is_what_the_model_projects(name, change):
+    """RWKV's receptance, RG-LRU's y-branch, lightning attention's output gate (with the norm's
+    1 / rms) and Falcon-H1's silu(z) (with or without its norm) are each layer's out_gate: its
+    outputs, times the norm's constant weight, are what the model feeds its output projection."""
+    config = CONFIGS[name].from_dict({**CONFIGS[name].to_dict(), **change})
+    model, ids = tiny_model(config, 0)
+    slots = layer_slots(model)
+    projected = {}
+    for slot in slots:
+        if slot.adapter in PROJECTIONS:
+            projection = getattr(slot.module, PROJECTIONS[slot.adapter])
+            projection.register_forward_pre_hook(lambda _m, args, i=slot.index: projected.__setitem__(i, args[0]))
+    layers = capture(model, ids, slots)
+    assert projected, name
+    for index, observed in projected.items():
+        layer = layers[index]
+        assert layer.out_gate is not None, f"{name} layer {index}"
+        norm = getattr(next(s for s in slots if s.index == index).module, "norm", None)
+        weight = norm.weight.detach().to(torch.float64) if hasattr(norm, "weight") else 1.0
+        units, length, channels = layer.outputs.shape
+        gated = layer.outputs.transpose(0, 1).reshape(length, units * channels)  # (L, D), the model's order
+        torch.testing.assert_close(weight * gated, observed[0].to(torch.float64), rtol=1e-4, atol=1e-5)
 
 
 def test_operators_are_causal_and_per_unit(built):

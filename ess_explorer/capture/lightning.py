@@ -10,12 +10,16 @@ size d), slope s_h > 0 fixed per head and layer (ALiBi-like), lambda_h = exp(-s_
 computed by the model block-wise (intra-block decay matrix plus an inter-block state);
 the result is the same operator. All d value channels of a head share T_h.
 As a DiagonalSSM per head: a = lambda_h (expanded over the d key modes), b = k, c = q, d = 0.
-Unit = head; TSS per head: d (the key size). The RMSNorm over heads, the sigmoid output
-gate and out_proj come after (token-wise): outside T.
+Unit = head; TSS per head: d (the key size). The layer then multiplies channel c of head h
+at token t by g[t, h, c] = sigmoid(output_gate(x_t))[h, c] / rms_t, rms_t that of the
+RMSNorm over all heads' outputs: an input-dependent gate kept as ``out_gate`` (folded into T
+with gates="inside", core/gates.py: a gate per channel splits each head into its d channels,
+as Mamba2's). The norm's constant weight and out_proj stay outside T.
 
-Capture: forward hook on ``qkv_proj`` (q, k, v after the model's activation) and a
-forward pre-hook on ``norm`` (the attention output before the norm); the slopes are the
-module's ``slope_rate`` buffer.
+Capture: forward hook on ``qkv_proj`` (q, k, v after the model's activation), a forward
+pre-hook on ``norm`` (the attention output o before the norm) and a forward hook on
+``output_gate``; the slopes are the module's ``slope_rate`` buffer. The outputs are o * g,
+which times the norm's weight is what the model projects.
 """
 
 from __future__ import annotations
@@ -37,10 +41,13 @@ class LightningAttentionAdapter:
         raw = session.store(slot.index)
         session.keep_output(module.qkv_proj, raw, "qkv")
         session.keep_input(module.norm, raw, "o")
+        session.keep_output(module.output_gate, raw, "gate")
 
     def build(self, slot: LayerSlot, raw: dict) -> SSMCapture:
-        if "qkv" not in raw or "o" not in raw:
-            raise RuntimeError(f"layer {slot.index}: the lightning attention's qkv_proj / norm did not run")
+        if not {"qkv", "o", "gate"} <= raw.keys():
+            raise RuntimeError(
+                f"layer {slot.index}: the lightning attention's qkv_proj, norm or output_gate did not run"
+            )
         module = slot.module
         heads, d = module.num_attention_heads, module.head_dim
         qkv = module.act_fn(raw["qkv"][0]).to(torch.float64)  # (L, 3 H d), activation as the model applies it
@@ -52,11 +59,15 @@ class LightningAttentionAdapter:
         def realize(index: torch.Tensor) -> DiagonalSSM:
             return DiagonalSSM(a=decay[index][:, None, None].expand(len(index), length, d), b=k[index], c=q[index])
 
+        o = raw["o"][0].to(torch.float64)  # (L, H d)
+        rms = o.pow(2).mean(-1, keepdim=True).add(module.norm.variance_epsilon).sqrt()  # (L, 1), as the norm's
+        gate = (torch.sigmoid(raw["gate"][0].to(torch.float64)) / rms).reshape(length, heads, d).transpose(0, 1)
         return SSMCapture(
             layer=slot.index,
             family=self.family,
             inputs=v,
-            outputs=raw["o"][0].to(torch.float64).reshape(length, heads, d).transpose(0, 1),
+            outputs=o.reshape(length, heads, d).transpose(0, 1) * gate,  # (H, L, d)
+            out_gate=gate,
             state_size=d,
             info={"num_heads": heads, "head_dim": d, "decay": decay.tolist()},
             realize=realize,

@@ -12,7 +12,10 @@ All P channels of a head share T_h (o = T_h x per channel). The gated RMSNorm th
 follows multiplies channel c of token t by g[t, c] = silu(z[t, c]) / rms_t (rms over the
 norm's group of y * silu(z)), then by its constant weight; the capture keeps g as
 ``out_gate`` and y * g as ``outputs`` (core/gates.py folds g into T with gates="inside";
-the weight and the output projection stay outside).
+the weight and the output projection stay outside). Falcon-H1's norm groups its channels
+by ``n_groups`` and may normalise before the gate (``norm_before_gate``: rms over the
+group of y); without its norm (``mamba_rms_norm`` False, the default) the gate is silu(z)
+alone, z the first d_ssm columns of in_proj(x) * mup_vector.
 
 As a DiagonalSSM per head: a = exp(dt A[h]) expanded over the N modes (L, N), b = dt B
 (L, N), c = C (L, N), d = D[h]. Unit = head, U = num_heads; factored core path, one
@@ -43,16 +46,21 @@ class Mamba2Adapter(ScanAdapter):
 
     def install(self, session: CaptureSession, slot: LayerSlot) -> None:
         super().install(session, slot)
+        raw = session.store(slot.index)
         norm = getattr(slot.module, "norm", None)
-        if norm is not None and hasattr(norm, "group_size"):  # the gated RMSNorm after the scan
-            raw = session.store(slot.index)
+        if hasattr(norm, "group_size") or hasattr(norm, "n_groups"):  # the gated RMSNorm after the scan
 
             def on_norm(_module, args, kwargs, _output):
                 gate = args[1] if len(args) > 1 else kwargs.get("gate")
                 if gate is not None:
-                    raw["norm"] = (args[0].detach(), gate.detach(), int(norm.group_size), float(norm.variance_epsilon))
+                    y = args[0].detach()
+                    group = int(norm.group_size) if hasattr(norm, "group_size") else y.shape[-1] // int(norm.n_groups)
+                    before = bool(getattr(norm, "norm_before_gate", False))
+                    raw["norm"] = (y, gate.detach(), group, float(norm.variance_epsilon), before)
 
             session.hook(norm.register_forward_hook(on_norm, with_kwargs=True))
+        elif hasattr(slot.module, "mup_vector") and getattr(slot.module, "mamba_rms_norm", True) is False:
+            session.keep_output(slot.module.in_proj, raw, "projected")  # Falcon-H1's gate without its norm
 
     def build(self, slot: LayerSlot, raw: dict) -> SSMCapture:
         args, result = self.scan_call(slot, raw)
@@ -90,11 +98,16 @@ class Mamba2Adapter(ScanAdapter):
         outputs = result[0].reshape(length, heads, head_dim).to(torch.float64).transpose(0, 1)  # (H, L, P)
         gate = None
         if "norm" in raw:  # g = silu(z) / rms over the norm's groups, computed as the model does
-            y, z, group, eps = raw["norm"]
-            gated = y[0].to(torch.float64) * F.silu(z[0].to(torch.float64))  # (L, H * P)
-            rms = gated.reshape(length, -1, group).pow(2).mean(-1, keepdim=True).add(eps).sqrt()
-            scale = (F.silu(z[0].to(torch.float64)).reshape(length, -1, group) / rms).reshape(length, heads, head_dim)
-            gate = scale.transpose(0, 1)  # (H, L, P)
+            y, z, group, eps, before_gate = raw["norm"]
+            silu = F.silu(z[0].to(torch.float64))  # (L, H * P)
+            normed = y[0].to(torch.float64) * (1.0 if before_gate else silu)
+            rms = normed.reshape(length, -1, group).pow(2).mean(-1, keepdim=True).add(eps).sqrt()
+            gate = (silu.reshape(length, -1, group) / rms).reshape(length, heads, head_dim).transpose(0, 1)  # (H, L, P)
+            outputs = outputs * gate
+        elif "projected" in raw:  # Falcon-H1 without its norm: g = silu(z)
+            mup = slot.module.mup_vector.detach().to(torch.float64).reshape(-1)
+            z = (raw["projected"][0].to(torch.float64) * mup)[:, : heads * head_dim]  # (L, H * P)
+            gate = F.silu(z).reshape(length, heads, head_dim).transpose(0, 1)  # (H, L, P)
             outputs = outputs * gate
 
         return SSMCapture(

@@ -11,12 +11,16 @@ per channel c, with block-diagonal gate projections per head:
 
 As a DiagonalSSM per channel with one mode: a = a_t, b = sqrt(1 - a_t^2) i_t, c = 1, d = 0.
 Unit = channel, U = lru_width. TSS per channel: 1 (one scalar state). The gates depend on
-x (input-varying), so T is the operator of this prompt. The y-branch gate gelu(W_y h),
-the conv and the projections are token-wise or come before x: outside T.
+x (input-varying), so T is the operator of this prompt. The block then multiplies channel c
+of token t by its y-branch g[t, c] = gelu(W_y h_t)[c] (h the block's input), an
+input-dependent output gate kept as ``out_gate`` (folded into T with gates="inside",
+core/gates.py); the conv and the projections are token-wise or come before x: outside T.
 
-Capture: forward pre-hook on the ``rg_lru`` module (x and position ids) and forward hook
-(its output); a, i are recomputed in float64 from the module's parameters, and the
-reconstruction test checks them against the model's own scan.
+Capture: forward pre-hook on the ``rg_lru`` module (x and position ids); a forward hook on
+``linear_y`` (the gate before its activation) and a forward pre-hook on ``linear_out`` (what
+the block projects, y * g: the outputs that T with its gate must reproduce); a, i are
+recomputed in float64 from the module's parameters, and the reconstruction test checks them
+against the model's own scan.
 """
 
 from __future__ import annotations
@@ -43,11 +47,12 @@ class RGLRUAdapter:
             raw["position_ids"] = (args[1] if len(args) > 1 else kwargs["position_ids"]).detach()
 
         session.hook(lru.register_forward_pre_hook(before, with_kwargs=True))
-        session.keep_output(lru, raw, "y")
+        session.keep_output(slot.module.linear_y, raw, "y_branch")
+        session.keep_input(slot.module.linear_out, raw, "gated")
 
     def build(self, slot: LayerSlot, raw: dict) -> SSMCapture:
-        if "x" not in raw or "y" not in raw:
-            raise RuntimeError(f"layer {slot.index}: the RG-LRU did not run")
+        if not {"x", "y_branch", "gated"} <= raw.keys():
+            raise RuntimeError(f"layer {slot.index}: the recurrent block's RG-LRU, linear_y or linear_out did not run")
         lru = slot.module.rg_lru
         x = raw["x"][0].to(torch.float64)  # (L, D)
         length, width = x.shape
@@ -76,7 +81,8 @@ class RGLRUAdapter:
             layer=slot.index,
             family=self.family,
             inputs=x.T[..., None],  # (D, L, 1)
-            outputs=raw["y"][0].to(torch.float64).T[..., None],
+            outputs=raw["gated"][0].to(torch.float64).T[..., None],  # y * g, as the model computed it
+            out_gate=slot.module.act_fn(raw["y_branch"][0].to(torch.float64)).T[..., None],  # (D, L, 1)
             state_size=1,
             info={"lru_width": width, "num_heads": heads},
             realize=realize,

@@ -19,11 +19,15 @@ mode: a = e^{-w}, b_j = e^{k_j + w}, c_i = 1 / den_i, d_i = (e^{u + k_i} - e^{k_
 (the diagonal of the recurrence corrected to the bonus term). Keys are shifted by their
 per-channel maximum first (N and den scale alike: T does not change).
 Unit = channel; TSS per channel: 1 (the numerator state; the denominator is in T's row
-scale). The receptance gate sigmoid(r) and the output projection are token-wise: outside T.
+scale). The mixer then multiplies channel c of token t by its receptance gate
+g[t, c] = sigmoid(r_t)[c], an input-dependent output gate kept as ``out_gate`` (folded into T
+with gates="inside", core/gates.py); the output projection is token-wise: outside T.
 
 Capture: the mixer calls its modeling module's ``rwkv_linear_attention(time_decay,
 time_first, key, value, ...)`` (the CPU path on CPU); it is wrapped for the one forward
-pass as the Mamba scan is (capture/mamba.py).
+pass as the Mamba scan is (capture/mamba.py). A forward hook on ``receptance`` keeps r, and a
+forward pre-hook on ``output`` keeps what the model projects, g * wkv: the outputs that T with
+its gate must reproduce.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import torch
 
 from ..core.operators import DiagonalSSM
 from ..core.units import SSMCapture
-from .base import LayerSlot
+from .base import CaptureSession, LayerSlot
 from .mamba import ScanAdapter
 
 __all__ = ["RWKVAdapter", "wkv_denominator"]
@@ -53,8 +57,16 @@ class RWKVAdapter(ScanAdapter):
     family = "rwkv"
     function = "rwkv_linear_attention"
 
+    def install(self, session: CaptureSession, slot: LayerSlot) -> None:
+        super().install(session, slot)
+        raw = session.store(slot.index)
+        session.keep_output(slot.module.receptance, raw, "receptance")
+        session.keep_input(slot.module.output, raw, "gated")
+
     def build(self, slot: LayerSlot, raw: dict) -> SSMCapture:
-        args, result = self.scan_call(slot, raw)
+        args, _wkv = self.scan_call(slot, raw)
+        if "receptance" not in raw or "gated" not in raw:
+            raise RuntimeError(f"layer {slot.index}: the time mixing's receptance / output projection did not run")
         if args.get("state") is not None:
             raise RuntimeError(f"layer {slot.index}: the WKV started from a cached state; run without a cache")
         key = args["key"][0].to(torch.float64).T  # (D, L)
@@ -80,7 +92,8 @@ class RWKVAdapter(ScanAdapter):
             layer=slot.index,
             family=self.family,
             inputs=value[..., None],  # (D, L, 1)
-            outputs=result[0].to(torch.float64).T[..., None],
+            outputs=raw["gated"][0].to(torch.float64).T[..., None],  # g * wkv, as the model computed it
+            out_gate=torch.sigmoid(raw["receptance"][0].to(torch.float64)).T[..., None],  # (D, L, 1)
             state_size=1,
             info={"channels": channels},
             realize=realize,
