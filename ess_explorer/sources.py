@@ -107,7 +107,6 @@ _TOKENIZER_FILES = (
 )
 HUB_PROBE_TIMEOUT = 3.0  # seconds to reach the hub's host before giving up on the network
 
-
 _PICKLE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5", "flax_model.msgpack")
 
 
@@ -121,8 +120,8 @@ def load_model(
     **kwargs,
 ):
     """(model, tokenizer) for ``source`` (see the module docstring). ``kwargs`` go to
-    ``from_pretrained`` of the class it builds (`model_classes.model_class`; dtype and use_safetensors are
-    fixed)."""
+    ``from_pretrained`` of the class it builds (`model_classes.model_class`; dtype and
+    use_safetensors are fixed)."""
     from transformers import AutoConfig
 
     from . import architectures  # noqa: F401  (registers model_type "ess_linear_attention"; imports transformers)
@@ -163,6 +162,7 @@ def load_model(
     if built.config is not config:  # a language model loaded alone
         require_supported(built.config.model_type, f"the language model of {label}", built.config)
     try:
+        # a zoo model loads in milliseconds: no bar; towers left unread on purpose: no report of them
         with quiet_loading(bar=label.startswith(ZOO_PREFIX), report=bool(built.left_unread)):
             model, info = built.auto_class.from_pretrained(
                 path,

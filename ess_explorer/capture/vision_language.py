@@ -53,7 +53,7 @@ _WRAPPERS = {
         *("deepseek_vl", "deepseek_vl_hybrid", "janus", "video_llama_3", "lighton_ocr"),
         *("hyperclovax_vision_v2", "fuyu", "got_ocr2", "pp_chart2table", "qianfan_ocr"),
         *("llava_onevision1_5", "ovis2_5"),
-        # vision towers that are timm's: `load_model` loads the language model alone (sources.py),
+        # vision towers that are timm's: `load_model` loads the language model alone (model_classes.py),
         # and a whole model built where timm is installed is read here
         *("perception_lm", "fast_vlm"),
         # speech and audio LMs: an audio tower whose features fill the audio tokens of the prompt
