@@ -29,8 +29,12 @@ scaled normalised queries. Outside T: the input projections; the short causal co
 its activation, which make q, k and v (a separate k-token mixer in front: T's input is v
 after the conv, and T's coefficients are built from q and k after it); the gated RMSNorm
 after the kernel (RMS over the head's V channels, times a weight, times silu(z) or the
-model's gate: token-wise but not linear, so it is not an out_gate); the output projection. The captured outputs are the kernel's own outputs
-(before that norm), so ``out_gate`` is None and ``outputs == T @ inputs`` per head.
+model's gate), a per-token, per-channel scale of the kind Mamba2's gated norm folds into T,
+kept outside under both settings for its cost: folding it would split each head into its V
+channels, each with spectra of its own (a Qwen3-Next-shaped layer, 4 value heads: 0.7 s ->
+5.1 s at L = 256, 2.8 s -> 34 s at L = 512, docs/families.md); the output projection. The
+captured outputs are the kernel's own outputs (before that norm), so ``out_gate`` is None and
+``outputs == T @ inputs`` per head.
 TSS per head: K (the key size: the state size per value channel).
 
 Cost: factored core path, the square-root sweeps with the factor multiplied by A_t
