@@ -352,10 +352,21 @@ def test_an_encoder_or_encoder_decoder_is_refused_with_that_reason_before_its_we
         load_model(str(tmp_path))
 
 
-def test_a_bert_configured_as_a_decoder_is_not_called_an_encoder():
-    """BERT with is_decoder attends causally: unsupported, but not for being an encoder."""
-    with pytest.raises(ValueError, match=r"'bert'.*not supported\. .*capture/registry.py") as refused:
-        layer_slots(tf.AutoModelForCausalLM.from_config(tf.BertConfig(is_decoder=True, **TINY_BERT)))
+@pytest.mark.parametrize(
+    "config",
+    [
+        tf.BertConfig(is_decoder=True, **TINY_BERT),
+        tf.XLMConfig(causal=True, emb_dim=16, n_layers=1, n_heads=2, vocab_size=VOCAB),  # XLM's CLM checkpoints
+    ],
+    ids=["bert", "xlm"],
+)
+def test_a_masked_lm_type_configured_as_a_decoder_is_not_called_an_encoder(config):
+    """BERT with is_decoder, or XLM with causal, attends causally: unsupported, but not for being
+    an encoder."""
+    from ess_explorer.capture.registry import require_supported
+
+    with pytest.raises(ValueError, match=rf"'{config.model_type}'.*not supported\. .*capture/registry.py") as refused:
+        require_supported(config.model_type, "m", config)
     assert "encoder" not in str(refused.value)
 
 

@@ -36,6 +36,8 @@ REFUSED: dict[str, str] = {
     "frame (input_ids of shape batch x length x (1 + num_codebooks)), so a text prompt alone is not an input it takes",
     "diffusion_gemma": "it is a block-diffusion model: its forward also runs a decoder that refines a canvas of "
     "tokens attending to each other both ways (and to the prompt's cache), so its T is not causal",
+    "blip": "its captioning and question-answering classes require pixel_values: their text decoder attends to "
+    "the image's features, so a text prompt alone is not an input it takes",
     **dict.fromkeys(
         ("blip-2", "instructblip", "instructblipvideo"),
         "its forward requires pixel_values: its language model reads the image's query features before the "
@@ -62,7 +64,8 @@ def not_causal(model_type, config=None) -> str | None:
     """Why a model type outside the registry is no causal sequence model, where its config or
     transformers' auto classes tell: an encoder-decoder (``config.is_encoder_decoder``, or a
     type of the sequence-to-sequence auto class), or an encoder (a type of the masked-LM auto
-    class whose config does not make it a decoder, ``is_decoder``). None where neither holds."""
+    class whose config does not make it a decoder: ``is_decoder``, or XLM's ``causal``). None
+    where neither holds."""
     from transformers.models.auto.modeling_auto import (
         MODEL_FOR_MASKED_LM_MAPPING_NAMES,
         MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES,
@@ -75,7 +78,8 @@ def not_causal(model_type, config=None) -> str | None:
             "it is an encoder-decoder: its encoder reads the prompt with every token attending to every other, "
             f"so its T is not causal, and its decoder also attends to the encoder's output. {_CAUSAL_MODELS}"
         )
-    if model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES and not getattr(config, "is_decoder", False):
+    decoder = getattr(config, "is_decoder", False) or getattr(config, "causal", False)
+    if model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES and not decoder:
         return (
             "it is an encoder: every token attends to every other (both ways), so its T is not causal and no "
             f"cut of it maps past inputs alone to future outputs. {_CAUSAL_MODELS}"
