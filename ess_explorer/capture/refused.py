@@ -36,6 +36,9 @@ REFUSED: dict[str, str] = {
     "frame (input_ids of shape batch x length x (1 + num_codebooks)), so a text prompt alone is not an input it takes",
     "diffusion_gemma": "it is a block-diffusion model: its forward also runs a decoder that refines a canvas of "
     "tokens attending to each other both ways (and to the prompt's cache), so its T is not causal",
+    "idefics": "its forward requires an image (exactly one of pixel_values, image_encoder_embeddings or "
+    "perceiver_embeddings): its gated cross-attention layers attend to the image's features, so a text prompt "
+    "alone is not an input it takes",
     "blip": "its captioning and question-answering classes require pixel_values: their text decoder attends to "
     "the image's features, so a text prompt alone is not an input it takes",
     **dict.fromkeys(
