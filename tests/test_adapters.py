@@ -316,9 +316,11 @@ def test_missing_attention_probabilities_are_an_error_not_an_empty_operator():
 
 
 def test_unsupported_model_type_names_the_registry():
-    config = tf.XLNetConfig(n_layer=1, d_model=32, n_head=4, d_inner=64, vocab_size=VOCAB)  # permutation LM
+    config = tf.CpmAntConfig(  # CPM-Ant: a causal LM whose attention this package has no adapter for
+        num_hidden_layers=1, hidden_size=32, num_attention_heads=4, dim_head=8, dim_ff=32, vocab_size=VOCAB
+    )
     model = tf.AutoModelForCausalLM.from_config(config)
-    with pytest.raises(ValueError, match=r"'xlnet'.*not supported.*mamba.*capture/registry.py"):
+    with pytest.raises(ValueError, match=r"'cpmant'.*not supported.*mamba.*capture/registry.py"):
         layer_slots(model)
 
 
@@ -393,6 +395,41 @@ def test_a_refused_model_type_says_why_and_the_docs_say_it_too():
     assert not set(REFUSED) & set(MODEL_TYPES)
     families = (Path(__file__).parents[1] / "docs" / "families.md").read_text()
     assert all(f"`{name}`" in families for name in REFUSED)
+
+
+def test_xlnet_and_moshi_are_refused_for_what_their_models_do():
+    """The reasons REFUSED gives, checked on tiny models: XLNet as its checkpoints are configured
+    makes its first output depend on the last token, and Moshi's forward fails on text alone."""
+    config = tf.XLNetConfig(d_model=32, n_layer=1, n_head=4, d_inner=32, vocab_size=VOCAB)
+    assert config.attn_type == "bi"
+    torch.manual_seed(0)
+    model = tf.XLNetLMHeadModel(config).eval()
+    ids = torch.randint(1, VOCAB, (1, 8))
+    changed = ids.clone()
+    changed[0, -1] = ids[0, -1] % (VOCAB - 1) + 1
+    with torch.no_grad():
+        first, first_changed = model(ids).logits[0, 0], model(changed).logits[0, 0]
+    assert (first - first_changed).abs().max() > 1e-5  # a later token moved the first output: not causal
+    with pytest.raises(ValueError, match=r"'xlnet'.*not supported: .*every token attend to the whole prompt"):
+        layer_slots(model)
+
+    moshi = tf.MoshiConfig(
+        num_hidden_layers=1,
+        hidden_size=32,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        audio_vocab_size=16,
+        num_codebooks=2,
+        depth_num_hidden_layers=1,
+        depth_hidden_size=16,
+        depth_num_attention_heads=2,
+        vocab_size=VOCAB,
+    )
+    model = tf.MoshiForConditionalGeneration(moshi).eval()
+    with pytest.raises(TypeError), torch.no_grad():  # torch.cat of its two streams' audio codes: None
+        model(input_ids=ids)
+    with pytest.raises(ValueError, match=r"'moshi'.*not supported: its forward needs the audio codes"):
+        layer_slots(model)
 
 
 # Model types with a per-token gate around some mixer (Qwen3-Next / Qwen3.5: the sigmoid

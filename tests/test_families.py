@@ -785,6 +785,16 @@ def _attention_configs():
             # GPT-1: fused c_attn [q | k | v], probabilities only when output_attentions is passed
             "openai-gpt": tf.OpenAIGPTConfig(n_layer=2, n_embd=32, n_head=4, **IDS),
             "ctrl": tf.CTRLConfig(n_layer=2, n_embd=32, n_head=4, dff=64, **IDS),  # Wq, Wk, Wv, dense
+            # GIT: BERT's layout (query, key, value; the heads' outputs projected after the module),
+            # on a text prompt: no image tokens
+            "git": tf.GitConfig(
+                num_hidden_layers=2,
+                hidden_size=32,
+                num_attention_heads=4,
+                intermediate_size=64,
+                vision_config=TINY_VISION,
+                **IDS,
+            ),
             "gpt_neox_japanese": tf.GPTNeoXJapaneseConfig(**{**LM, "num_key_value_heads": 4}),  # per head [q | k | v]
             # ModernBERT's decoder: window local_attention // 2 on its "sliding_attention" layers, out through Wo
             "modernbert-decoder": tf.AutoConfig.for_model(

@@ -34,12 +34,13 @@ Capture (hooks on public modules only, nothing patched):
   empty attentions are never taken silently. An attention module whose forward takes
   ``output_attentions`` (GPT-1's) gets it set by a pre-hook: it returns its probabilities
   only when asked.
-- forward hook on ``v_proj`` (CTRL's ``Wv``, Inkling's ``v_sconv`` after it, Inkling 2's
-  ``v_proj`` module of linear, short conv and norm, which returns its heads first; or the fused
-  projection, by its model's column layout: `_fused_values`) for V, and a pre-hook on the output
-  projection (``o_proj`` / ``out_proj`` / GPT-2 ``c_proj`` / ``dense`` / ModernBERT decoder's
-  ``Wo``; the ``linear`` of Inkling 2's, after the gate it applies) for the concatenated head
-  outputs: the reconstruction test checks o_h = T_h v_{g(h)}.
+- forward hook on ``v_proj`` (CTRL's ``Wv``, GIT's ``value``, Inkling's ``v_sconv`` after it,
+  Inkling 2's ``v_proj`` module of linear, short conv and norm, which returns its heads first; or
+  the fused projection, by its model's column layout: `_fused_values`) for V, and a pre-hook on the
+  output projection (``o_proj`` / ``out_proj`` / GPT-2 ``c_proj`` / ``dense`` / ModernBERT
+  decoder's ``Wo``; the ``linear`` of Inkling 2's, after the gate it applies) for the concatenated
+  head outputs: the reconstruction test checks o_h = T_h v_{g(h)}. GIT's self-attention (BERT's
+  layout) has no output projection of its own: its output is the concatenated head outputs.
 """
 
 from __future__ import annotations
@@ -55,12 +56,19 @@ from .base import CaptureSession, LayerSlot
 __all__ = ["AttentionAdapter", "heads_last"]
 
 _OUTPUT_PROJECTIONS = ("o_proj", "out_proj", "c_proj", "dense", "Wo")  # Wo: ModernBERT decoder
-_VALUE_PROJECTIONS = ("v_sconv", "v_proj", "Wv")  # Wv: CTRL; v_sconv: Inkling (a short conv after v_proj)
+_VALUE_PROJECTIONS = (
+    "v_sconv",
+    "v_proj",
+    "Wv",
+    "value",
+)  # Wv: CTRL; v_sconv: Inkling (a short conv after v_proj); value: GIT
 
 
 def _head_dim(module) -> int:
-    """The size of one head: ``head_dim``, GPT-NeoX's ``head_size``, or GPT-1's width per head."""
+    """The size of one head: ``head_dim``, GPT-NeoX's ``head_size``, GIT's (BERT's)
+    ``attention_head_size``, or GPT-1's width per head."""
     size = getattr(module, "head_dim", None) or getattr(module, "head_size", None)
+    size = size or getattr(module, "attention_head_size", None)
     if size is None and hasattr(module, "split_size") and hasattr(module, "n_head"):
         size = module.split_size // module.n_head  # GPT-1 (openai-gpt)
     if size is None:
@@ -141,9 +149,13 @@ class AttentionAdapter:
         module = slot.module
         raw = session.store(slot.index)
 
+        projection = next((getattr(module, name) for name in _OUTPUT_PROJECTIONS if hasattr(module, name)), None)
+
         def on_attention(_module, _args, output):
             weights = output[1] if isinstance(output, (tuple, list)) and len(output) > 1 else None
             raw["probs"] = None if weights is None else weights.detach()
+            if projection is None:  # GIT's (BERT's) self-attention returns the head outputs, projected after it
+                raw["o"] = output[0].detach()
 
         if "output_attentions" in inspect.signature(module.forward).parameters:
             # GPT-1's attention returns its probabilities only when the call asks for them.
@@ -153,13 +165,10 @@ class AttentionAdapter:
             session.hook(module.register_forward_pre_hook(ask_for_weights, with_kwargs=True))
         session.hook(module.register_forward_hook(on_attention))
         self.install_values(session, module, raw)
-        for name in _OUTPUT_PROJECTIONS:
-            if hasattr(module, name):
-                proj = getattr(module, name)
-                if hasattr(proj, "gate_proj"):  # Inkling 2's gates the head outputs, then its linear mixes them
-                    proj = proj.linear
-                session.keep_input(proj, raw, "o")
-                break
+        if projection is not None:
+            if hasattr(projection, "gate_proj"):  # Inkling 2's gates the head outputs, then its linear mixes them
+                projection = projection.linear
+            session.keep_input(projection, raw, "o")
 
     def install_values(self, session: CaptureSession, module, raw: dict) -> None:
         """Keep V, (B, L, H_kv hd), as ``raw["v"]``: the output of ``v_proj`` (CTRL's ``Wv``) or

@@ -34,6 +34,11 @@ REFUSED: dict[str, str] = {
     "embedding to every text token's, so a text prompt alone is not an input it takes",
     "kyutai_speech_to_text": "each of its input tokens is a text token together with the audio codes of one "
     "frame (input_ids of shape batch x length x (1 + num_codebooks)), so a text prompt alone is not an input it takes",
+    "moshi": "its forward needs the audio codes of both of its streams (moshi_audio_codes and user_audio_codes, "
+    "or their waveforms) beside the text tokens: each step of its temporal transformer reads a text token with "
+    "one frame of each stream's codes, so a text prompt alone is not an input it takes",
+    "xlnet": "its attention is two-stream relative-position attention for permutation language modelling, and "
+    "its checkpoints (config.attn_type 'bi') let every token attend to the whole prompt, so its T is not causal",
     "diffusion_gemma": "it is a block-diffusion model: its forward also runs a decoder that refines a canvas of "
     "tokens attending to each other both ways (and to the prompt's cache), so its T is not causal",
     "idefics": "its forward requires an image (exactly one of pixel_values, image_encoder_embeddings or "

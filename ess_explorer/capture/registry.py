@@ -115,6 +115,7 @@ REGISTRY: dict[str, ModelType] = {
             ("ctrl", "transformer.h", "multi_head_attention"),
             ("gpt_neox_japanese", "gpt_neox_japanese.layers", "attention"),
             ("modernbert-decoder", "model.layers", "attn"),  # windows from layer_types
+            ("git", "git.encoder.layer", "attention.self"),  # GIT's text decoder on a text prompt (no image)
         )
     },
     "gpt_neo": ModelType(
