@@ -41,6 +41,10 @@ def windowed_hybrid(first: str) -> list[str]:
     return [first, "sliding_attention", "full_attention"]
 
 
+BLT_LAYERS = dict(hidden_size=32, num_attention_heads=4, intermediate_size=64)
+BLT_LOCAL = dict(num_hidden_layers=2, cross_attn_k=2, hidden_size_global=48, vocab_size=VOCAB, **BLT_LAYERS)
+
+
 def _configs():
     from test_adapters import CONFIGS as ADAPTER_CONFIGS
     from test_adapters import DELTA
@@ -292,6 +296,19 @@ def _configs():
         ),
         "rwkv": tf.RwkvConfig(
             num_hidden_layers=2, hidden_size=32, attention_hidden_size=32, intermediate_size=64, **IDS
+        ),
+        # BLT: local encoder and decoder over the bytes (window WINDOW), a global transformer over
+        # patches of them between (skipped), patches from a one-layer entropy model
+        "blt": tf.BltConfig(
+            patch_size=4,
+            local_attention_window_len=WINDOW,
+            encoder_hash_byte_group_vocab=97,
+            encoder_hash_byte_group_size=[3, 4],
+            patcher_config=dict(num_hidden_layers=1, vocab_size=VOCAB, **BLT_LAYERS),
+            encoder_config=BLT_LOCAL,
+            decoder_config=BLT_LOCAL,
+            global_config=dict(num_hidden_layers=2, **{**BLT_LAYERS, "hidden_size": 48}),
+            vocab_size=VOCAB,
         ),
         "xlstm": tf.xLSTMConfig(
             num_hidden_layers=2,
@@ -1207,6 +1224,7 @@ EXPECTED_FAMILIES = {
     "zamba": ["mamba", ATT, "mamba", ATT, "mamba"],  # keys 1, 2, 3, 4, 5: the shared block at each hybrid depth
     "recurrent_gemma": ["rg_lru", ATT],
     "minimax": ["lightning_attention", ATT],
+    "blt": [ATT] * 4,  # keys 0, 1 (encoder) and 4, 5 (decoder); 2, 3 the global transformer's, skipped
     "rwkv": ["rwkv"] * 2,
     "xlstm": ["mlstm"] * 2,
     **{name: [ATT] * 2 for name in ATTENTION_CONFIGS},
@@ -1636,6 +1654,31 @@ def test_hrm_text_analyses_each_call_of_its_two_stacks_in_the_order_they_run():
         assert (layers[first].dense([0]) - layers[second].dense([0])).abs().max() > 1e-2
     only = analyze(model, ids, layers=[4], progress=False)  # a later call alone
     np.testing.assert_allclose(only.layers[4].operators[0], result.layers[4].operators[0])
+
+
+def test_blt_analyses_its_local_layers_over_the_bytes_and_lists_its_global_layers_as_skipped():
+    """BLT's local encoder and decoder attend over the prompt's bytes, windowed; its global
+    transformer runs over patches of them, so its layers' keys are skipped with the reason."""
+    model, ids = build("blt")
+    result = analyze(model, ids, progress=False)
+    assert sorted(result.layers) == [0, 1, 4, 5]
+    assert result.meta["slots"] == {
+        "0": "encoder layer 0", "1": "encoder layer 1", "4": "decoder layer 0", "5": "decoder layer 1"
+    }  # fmt: skip
+    assert set(result.meta["skipped_layers"]) == {"2", "3"}
+    assert "patches of bytes" in result.meta["skipped_layers"]["2"]
+    layers = capture(model, ids, layer_slots(model))
+    stacks = model.model.local_encoder.layers, model.model.local_decoder.layers
+    assert [slot.module for slot in layer_slots(model)] == [layer.self_attn for stack in stacks for layer in stack]
+    assert {slot.window for slot in layer_slots(model)} == {WINDOW}  # the window TSS counts
+    i, j = torch.tril_indices(LENGTH, LENGTH)
+    far = (i - j) >= WINDOW
+    for layer in layers.values():
+        op = layer.dense(range(layer.n_units))
+        assert op.shape[-1] == ids.shape[-1] == LENGTH  # a T over the bytes, not over patches
+        assert torch.all(op[:, i[far], j[far]] == 0) and torch.all(op[:, i[~far], j[~far]] > 0)
+    with pytest.raises(ValueError, match="layer index 2 is out of range"):
+        analyze(model, ids, layers=[2], progress=False)
 
 
 def test_nemotron_mlp_blocks_are_skipped_with_a_reason_not_silently():

@@ -28,9 +28,12 @@ from .base import LayerSlot
 __all__ = [
     "ATTENTION_KINDS",
     "ATTENTION_LAYERS",
+    "BLT_GLOBAL",
     "NEMOTRON_SKIP",
     "MLLAMA_CROSS",
     "ModelType",
+    "blt",
+    "blt_skipped",
     "mllama",
     "falcon_h1",
     "find_layers",
@@ -339,6 +342,46 @@ def mllama(model):
     cross = set(config.cross_attention_layers)
     layers = find_layers(model, "model.language_model.layers")
     return [_slot(config, i, "attention", layer.self_attn) for i, layer in enumerate(layers) if i not in cross]
+
+
+BLT_GLOBAL = (
+    "a layer of the global transformer: it runs over patches of bytes (their boundaries set by the entropy "
+    "model), not over the prompt's bytes, so its T has a time axis of its own"
+)
+
+
+def _blt_stacks(model) -> list[tuple[str, nn.ModuleList]]:
+    """BLT's three stacks in the order its forward pass runs them: (name, layers)."""
+    return [
+        (name, find_layers(model, f"model.{name}.layers"))
+        for name in ("local_encoder", "global_transformer", "local_decoder")
+    ]
+
+
+def blt(model):
+    """BLT (Byte Latent Transformer): a local encoder over the prompt's bytes, a global transformer
+    over patches of them, a local decoder over the bytes again. The two local stacks' self-attention
+    layers are analysed, keyed in the order the pass runs them (encoder layers, then the global
+    layers' keys, which `blt_skipped` lists with BLT_GLOBAL, then decoder layers) and labelled
+    "encoder layer i" / "decoder layer i", each windowed by config.local_attention_window_len.
+    Their cross-attention to and from the patches is mixing outside T, as an MLP is; the entropy
+    model (``model.patcher``), a small LM of its own that only sets the patch boundaries, is not
+    analysed."""
+    window = model.config.local_attention_window_len
+    out, key = [], 0
+    for name, layers in _blt_stacks(model):
+        for i, layer in enumerate(layers):
+            if name != "global_transformer":
+                label = f"{name.split('_')[1]} layer {i}"
+                out.append(LayerSlot(key, "attention", layer.self_attn, window=window, label=label))
+            key += 1
+    return out
+
+
+def blt_skipped(model) -> dict[int, str]:
+    """The keys `blt` gives the global transformer's layers, each with BLT_GLOBAL."""
+    encoder, global_layers, _ = (len(layers) for _, layers in _blt_stacks(model))
+    return dict.fromkeys(range(encoder, encoder + global_layers), BLT_GLOBAL)
 
 
 NEMOTRON_SKIP = {"mlp": "an MLP block: no sequence mixer", "moe": "a mixture-of-experts MLP block: no sequence mixer"}

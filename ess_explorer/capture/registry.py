@@ -31,6 +31,8 @@ from .layouts import (
     ATTENTION_LAYERS,
     NEMOTRON_SKIP,
     ModelType,
+    blt,
+    blt_skipped,
     cycles,
     falcon_h1,
     gpt_neo,
@@ -361,6 +363,16 @@ REGISTRY: dict[str, ModelType] = {
         skipped=lambda model: {
             i: NEMOTRON_SKIP[kind] for i, kind in enumerate(layer_types(model)) if kind in NEMOTRON_SKIP
         },
+    ),
+    "blt": ModelType(  # Byte Latent Transformer
+        blt,
+        (_ATT,),
+        "model.local_encoder.layers[i].self_attn, model.local_decoder.layers[i].self_attn",
+        "softmax attention over the prompt's bytes, windowed by config.local_attention_window_len: the local "
+        "encoder's layers, then the local decoder's, keyed in the order the pass runs them and labelled "
+        '"encoder layer i" / "decoder layer i"; the global transformer runs over patches of bytes: its layers\' '
+        "keys are listed as skipped with the reason",
+        skipped=blt_skipped,
     ),
     "recurrent_gemma": ModelType(
         recurrent_gemma,
