@@ -56,12 +56,8 @@ from .base import CaptureSession, LayerSlot
 __all__ = ["AttentionAdapter", "heads_last"]
 
 _OUTPUT_PROJECTIONS = ("o_proj", "out_proj", "c_proj", "dense", "Wo")  # Wo: ModernBERT decoder
-_VALUE_PROJECTIONS = (
-    "v_sconv",
-    "v_proj",
-    "Wv",
-    "value",
-)  # Wv: CTRL; v_sconv: Inkling (a short conv after v_proj); value: GIT
+# Wv: CTRL; v_sconv: Inkling (a short conv after v_proj); value: GIT (BERT's layout)
+_VALUE_PROJECTIONS = ("v_sconv", "v_proj", "Wv", "value")
 
 
 def _head_dim(module) -> int:
