@@ -335,8 +335,16 @@ TINY_BERT = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, int
             tf.T5Config(d_model=16, d_kv=8, d_ff=16, num_layers=1, num_heads=2, vocab_size=VOCAB),
             "it is an encoder-decoder: its encoder reads the prompt",
         ),
+        (
+            tf.Wav2Vec2Config(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16),
+            "it is an audio model .*: it reads a waveform or its features, not a text prompt",
+        ),
+        (
+            tf.ViTConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16),
+            "it is a vision model",
+        ),
     ],
-    ids=["encoder", "encoder-decoder"],
+    ids=["encoder", "encoder-decoder", "audio", "vision"],
 )
 def test_an_encoder_or_encoder_decoder_is_refused_with_that_reason_before_its_weights_are_read(
     tmp_path, config, reason
@@ -352,6 +360,19 @@ def test_an_encoder_or_encoder_decoder_is_refused_with_that_reason_before_its_we
     (tmp_path / "model.safetensors").write_bytes(b"not a safetensors file")
     with pytest.raises(ValueError, match=rf"'{config.model_type}'.*not supported: {reason}"):
         load_model(str(tmp_path))
+
+
+def test_no_type_of_a_text_generating_class_is_called_an_audio_or_vision_model():
+    """Whisper is in transformers' audio-classification class too, ShieldGemma 2 in its
+    image-classification class: a type that generates text is never refused as reading no text."""
+    from transformers.models.auto import modeling_auto as auto
+
+    from ess_explorer.capture.refused import not_causal
+
+    assert "whisper" in auto.MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES  # the case this guards
+    generating = {*auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, *auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES}
+    called = {name: not_causal(name) or "" for name in generating}
+    assert not [name for name, why in called.items() if why.startswith(("it is an audio", "it is a vision"))]
 
 
 @pytest.mark.parametrize(

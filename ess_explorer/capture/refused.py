@@ -71,25 +71,52 @@ _CAUSAL_MODELS = (
 def not_causal(model_type, config=None) -> str | None:
     """Why a model type outside the registry is no causal sequence model, where its config or
     transformers' auto classes tell: an encoder-decoder (``config.is_encoder_decoder``, or a
-    type of the sequence-to-sequence auto class), or an encoder (a type of the masked-LM auto
-    class whose config does not make it a decoder: ``is_decoder``, or XLM's ``causal``). None
-    where neither holds."""
-    from transformers.models.auto.modeling_auto import (
-        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
-        MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES,
-    )
+    type of the sequence-to-sequence auto class), an encoder (a type of the masked-LM auto
+    class whose config does not make it a decoder: ``is_decoder``, or XLM's ``causal``), or an
+    audio or vision model (a type of the auto classes that read audio, or images, and of no
+    class that generates text: `_reads_no_text`). None where none holds."""
+    from transformers.models.auto import modeling_auto as auto
 
     if getattr(config, "is_encoder_decoder", False) or (
-        config is None and model_type in MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES
+        config is None and model_type in auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES
     ):
         return (
             "it is an encoder-decoder: its encoder reads the prompt with every token attending to every other, "
             f"so its T is not causal, and its decoder also attends to the encoder's output. {_CAUSAL_MODELS}"
         )
     decoder = getattr(config, "is_decoder", False) or getattr(config, "causal", False)
-    if model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES and not decoder:
+    if model_type in auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES and not decoder:
         return (
             "it is an encoder: every token attends to every other (both ways), so its T is not causal and no "
             f"cut of it maps past inputs alone to future outputs. {_CAUSAL_MODELS}"
+        )
+    return _reads_no_text(model_type, auto)
+
+
+# transformers' auto classes of models that read audio, and of models that read images
+_AUDIO_CLASSES = ("CTC", "AUDIO_CLASSIFICATION", "AUDIO_FRAME_CLASSIFICATION", "AUDIO_XVECTOR")
+_VISION_CLASSES = ("IMAGE_CLASSIFICATION", "OBJECT_DETECTION", "SEMANTIC_SEGMENTATION", "DEPTH_ESTIMATION")
+# ... and of models that generate text: a type in one of these is never called an audio or vision model
+_TEXT_CLASSES = ("CAUSAL_LM", "IMAGE_TEXT_TO_TEXT", "MULTIMODAL_LM")
+
+
+def _reads_no_text(model_type, auto) -> str | None:
+    """Why a type of transformers' audio or vision auto classes, and of none that generates
+    text (Whisper and ShieldGemma 2 are in both), is no model of a text prompt."""
+
+    def among(classes) -> bool:
+        return any(model_type in getattr(auto, f"MODEL_FOR_{name}_MAPPING_NAMES", {}) for name in classes)
+
+    if among(_TEXT_CLASSES):
+        return None
+    if among(_AUDIO_CLASSES):
+        return (
+            "it is an audio model (a type of transformers' speech-recognition or audio-classification classes): it "
+            f"reads a waveform or its features, not a text prompt. {_CAUSAL_MODELS}"
+        )
+    if among(_VISION_CLASSES):
+        return (
+            "it is a vision model (a type of transformers' image-classification, detection, segmentation or "
+            f"depth-estimation classes), not a sequence model of a text prompt. {_CAUSAL_MODELS}"
         )
     return None
