@@ -330,6 +330,16 @@ def test_bad_options_raise():
         widget.explore(result=reference_result(16), stride=0)
 
 
+def test_a_result_in_place_of_the_model_is_opened_and_a_model_in_memory_is_told_to_pass_its_result():
+    result = reference_result(16)
+    shown = widget.explore(result, layer=2, static=False, auto_analyze=False)
+    assert shown.result is result and shown.layer == 2
+    with pytest.raises(TypeError, match="two results"):
+        widget.explore(result, result=result, static=False)
+    with pytest.raises(TypeError, match=r"not a Linear: .*explore\(analyze\(model, input_ids\)\)"):
+        widget.explore(torch.nn.Linear(2, 2))
+
+
 # ---------------------------------------------------------------- the %ess magic ------
 def test_magic_parses_the_issue_example():
     model, prompt, options = magic.parse_ess_args('--model zoo:NAME --layer 1 "prompt text"')

@@ -24,6 +24,7 @@ A failure is said in the status line (``last_error``); the previous result stays
 
 from __future__ import annotations
 
+import os
 from typing import Callable
 
 import ipywidgets as W
@@ -90,6 +91,7 @@ class ESSExplorer(ShownOnce, StaticCopy, W.VBox):
     last_error = T.Unicode(None, allow_none=True, read_only=True)
 
     def __init__(self, model: str | None = None, prompt: str | None = None, **options):
+        model, options = _model_or_result(model, options)
         o = ExplorerOptions(**options)  # every option checked before anything changes
         enable_offline()  # the widget's JS from vl-convert, never a CDN (kept on disk: app/static.py)
         choices, default = model_choices()
@@ -261,13 +263,32 @@ class ESSExplorer(ShownOnce, StaticCopy, W.VBox):
             self.views.draw(self)
 
 
+def _model_or_result(model, options: dict) -> tuple[str | None, dict]:
+    """The explorer's ``model`` and options: an ESSResult given as the model is the result to
+    open on (``result=``); a path is its name; any other object (a model already in memory)
+    is an error that says to pass its result."""
+    if isinstance(model, ESSResult):
+        if options.get("result") is not None:
+            raise TypeError("the explorer got two results: one in place of the model and one as result=")
+        return None, {**options, "result": model}
+    if isinstance(model, os.PathLike):
+        return os.fspath(model), options
+    if model is not None and not isinstance(model, str):
+        raise TypeError(
+            f"the explorer takes a model's name (zoo:NAME, a hub id or a local folder) or an ESSResult, not a "
+            f"{type(model).__name__}: for a model in memory, pass its result, explore(analyze(model, input_ids))"
+        )
+    return model, options
+
+
 def explore(model: str | None = None, prompt: str | None = None, **options) -> ESSExplorer:
     """Open the ESS explorer (a Jupyter widget); returns at once, the analysis runs in the
     background (``ex.wait()`` blocks until it ends). In a notebook it shows itself where it
     is called, once, assigned or not (app/shown_once.py).
 
     With no arguments it opens on the built-in default model (zoo.DEFAULT_MODEL) and its
-    example prompt. ``model``: "zoo:NAME", a hub id or a local folder; ``prompt``: text.
+    example prompt. ``model``: "zoo:NAME", a hub id or a local folder, or an ESSResult to open
+    on (as ``result=``); ``prompt``: text.
     ``options`` are controls.ExplorerOptions: result, layer, unit, variant, tol, relative,
     saturated, collapsed, overview_metric, stride, load_fn, capture_fn, layer_fn, cache,
     static, background, auto_analyze.
