@@ -88,6 +88,7 @@ def analyze(
     model : a transformers causal LM of a supported model type (capture.REGISTRY).
     input_ids : token ids, a list, a 1-D tensor or a (1, L) tensor; or pass ``prompt``
         and ``tokenizer`` instead, or ``chat`` and ``tokenizer`` (exactly one of the three).
+        Text here, with ``tokenizer``, is the prompt: ``analyze(model, "text", tokenizer=tok)``.
     chat : a conversation, [{"role": "user", "content": "..."}, ...], formatted by the
         tokenizer's chat template (`chat_tokens`); meta["chat"] keeps it, meta["prompt"] the
         formatted text.

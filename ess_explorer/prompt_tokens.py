@@ -112,6 +112,15 @@ def input_ids_of(model, input_ids, prompt, tokenizer) -> list[int]:
             f"analyze takes a loaded model, got {type(model).__name__} {model!r:.40}; load it first: "
             "model, tokenizer = ess_explorer.load_model(source)"
         )
+    if isinstance(input_ids, str):  # text in the place of the ids: the prompt, where a tokenizer can read it
+        if tokenizer is None:
+            raise ValueError(
+                "input_ids is text: pass the prompt with its tokenizer, analyze(model, prompt=text, "
+                "tokenizer=tokenizer) (load_model returns both), or pass token ids"
+            )
+        if prompt is not None:
+            raise ValueError("pass the prompt once: as text in the place of input_ids or as prompt=, not both")
+        input_ids, prompt = None, input_ids
     if (input_ids is None) == (prompt is None):
         raise ValueError("pass exactly one of input_ids or prompt= (with tokenizer=)")
     if prompt is not None:

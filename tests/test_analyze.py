@@ -278,6 +278,8 @@ def test_prompt_with_tokenizer():
     result = analyze(model, prompt="a=1; b=2", tokenizer=tokenizer, progress=False)
     assert "".join(result.tokens) == "a=1; b=2"
     assert result.input_ids == [ord(ch) + 3 for ch in "a=1; b=2"]
+    in_place_of_ids = analyze(model, "a=1; b=2", tokenizer=tokenizer, progress=False)  # the text as the prompt
+    assert in_place_of_ids.input_ids == result.input_ids
 
 
 def test_a_chat_is_formatted_by_the_template_and_its_turn_ends_are_the_separators():
@@ -344,6 +346,8 @@ def _untouched(model):
         (dict(), "exactly one of input_ids or prompt"),
         (dict(input_ids=[1, 2], prompt="x"), "exactly one"),
         (dict(prompt="x"), "needs tokenizer"),
+        (dict(input_ids="x y"), r"input_ids is text: pass the prompt with its tokenizer"),
+        (dict(input_ids="x y", prompt="x y", tokenizer=tf.ByT5Tokenizer()), "pass the prompt once"),
         (dict(input_ids=[1, 2, 3], stride=0), "stride"),
         (dict(input_ids=[1, 2, 3], top_k=0), "top_k"),
         (dict(input_ids=[1, 2, 3], tol=-1.0), "tol"),
