@@ -4,6 +4,7 @@ wires them to its traitlets and to the session."""
 from __future__ import annotations
 
 import html
+import os
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -23,6 +24,7 @@ from .static import example_prompt, random_mqar_prompt
 
 __all__ = [
     "ExplorerOptions",
+    "explorer_arguments",
     "CUSTOM",
     "ModelPicker",
     "LayerUnitLists",
@@ -108,6 +110,24 @@ class ExplorerOptions:
         cache = ResultCache() if self.cache is True else (self.cache or None)
         steps = {"load_fn": self.load_fn, "capture_fn": self.capture_fn, "layer_fn": self.layer_fn}
         return {**steps, "cache": cache, "stride": self.stride}
+
+
+def explorer_arguments(model, options: dict) -> tuple[str | None, ExplorerOptions]:
+    """The explorer's ``model`` and its checked options: an ESSResult given as the model is the
+    result to open on (``result=``); a path is its name; any other object (a model already in
+    memory) is an error that says to pass its result."""
+    if isinstance(model, ESSResult):
+        if options.get("result") is not None:
+            raise TypeError("the explorer got two results: one in place of the model and one as result=")
+        model, options = None, {**options, "result": model}
+    elif isinstance(model, os.PathLike):
+        model = os.fspath(model)
+    elif model is not None and not isinstance(model, str):
+        raise TypeError(
+            f"the explorer takes a model's name (zoo:NAME, a hub id or a local folder) or an ESSResult, not a "
+            f"{type(model).__name__}: for a model in memory, pass its result, explore(analyze(model, input_ids))"
+        )
+    return model, ExplorerOptions(**options)
 
 
 def check_options(

@@ -24,7 +24,6 @@ A failure is said in the status line (``last_error``); the previous result stays
 
 from __future__ import annotations
 
-import os
 from typing import Callable
 
 import ipywidgets as W
@@ -34,10 +33,10 @@ from ..options import DEFAULT_GATES, DEFAULT_SCOPE, GATES, METRICS, SCOPES, VARI
 from ..result import ESSResult
 from .controls import (
     CUSTOM,
-    ExplorerOptions,
     StatusBar,
     Tolerance,
     check_view,
+    explorer_arguments,
     initial_tolerance,
     layout_rows,
     link_controls,
@@ -91,8 +90,7 @@ class ESSExplorer(ShownOnce, StaticCopy, W.VBox):
     last_error = T.Unicode(None, allow_none=True, read_only=True)
 
     def __init__(self, model: str | None = None, prompt: str | None = None, **options):
-        model, options = _model_or_result(model, options)
-        o = ExplorerOptions(**options)  # every option checked before anything changes
+        model, o = explorer_arguments(model, options)  # every option checked before anything changes
         enable_offline()  # the widget's JS from vl-convert, never a CDN (kept on disk: app/static.py)
         choices, default = model_choices()
         for name, control in make_controls(choices).items():
@@ -261,24 +259,6 @@ class ESSExplorer(ShownOnce, StaticCopy, W.VBox):
         """Redraw for the current state (the spec's structure from the cache when possible)."""
         if self.result is not None:
             self.views.draw(self)
-
-
-def _model_or_result(model, options: dict) -> tuple[str | None, dict]:
-    """The explorer's ``model`` and options: an ESSResult given as the model is the result to
-    open on (``result=``); a path is its name; any other object (a model already in memory)
-    is an error that says to pass its result."""
-    if isinstance(model, ESSResult):
-        if options.get("result") is not None:
-            raise TypeError("the explorer got two results: one in place of the model and one as result=")
-        return None, {**options, "result": model}
-    if isinstance(model, os.PathLike):
-        return os.fspath(model), options
-    if model is not None and not isinstance(model, str):
-        raise TypeError(
-            f"the explorer takes a model's name (zoo:NAME, a hub id or a local folder) or an ESSResult, not a "
-            f"{type(model).__name__}: for a model in memory, pass its result, explore(analyze(model, input_ids))"
-        )
-    return model, options
 
 
 def explore(model: str | None = None, prompt: str | None = None, **options) -> ESSExplorer:

@@ -2,9 +2,9 @@
 look like softmax attention but whose head outputs are not T times values a hook can read, and
 classes that are not a causal sequence model run on a text prompt. `require_supported`
 (capture/registry.py) raises with the reason, before any weights are read. Encoders and
-encoder-decoders (BERT, T5, Whisper, ...) are not listed one by one: `not_causal` tells them
-from their config and transformers' auto classes, so a type this list has never seen gets the
-reason too.
+encoder-decoders (BERT, T5, Whisper, ...), and audio and vision models (wav2vec2, ViT, ...), are not
+listed one by one: `not_causal` tells them from their config and transformers' auto classes, so a
+type this list has never seen gets the reason too.
 """
 
 from __future__ import annotations
