@@ -510,8 +510,8 @@ def supported_families() -> dict[str, tuple[str, ...]]:
 
 def require_supported(model_type, what: str, config=None) -> None:
     """ValueError unless ``model_type`` is supported: the reason for a refused one, or for an
-    encoder or encoder-decoder (`not_causal`, from ``config`` where given), the closest supported
-    ones otherwise. ``what`` names the model in the message. load_model calls it on the config,
+    encoder, encoder-decoder, audio or vision model (`not_causal`, from ``config`` where given),
+    the closest supported ones otherwise. ``what`` names the model in the message. load_model calls it on the config,
     before any weights are read."""
     if model_type in MODEL_TYPES:  # never also in REFUSED (tests/test_adapters.py)
         return
