@@ -153,13 +153,33 @@ def input_ids_of(model, input_ids, prompt, tokenizer) -> list[int]:
     low, high = int(ids.min()), int(ids.max())
     if low < 0 or high >= vocab:
         raise ValueError(f"token ids must lie in [0, {vocab - 1}] (the embedding size); got min {low}, max {high}")
-    context = getattr(language_model_config(model.config), "max_position_embeddings", None)
-    if isinstance(context, int) and length > context:
-        raise ValueError(
-            f"the prompt has {length} tokens, more than the model's context of {context} "
-            "(config.max_position_embeddings); shorten it"
-        )
+    config = language_model_config(model.config)
+    context = getattr(config, "max_position_embeddings", None)
+    if isinstance(context, int):
+        skipped = (config.pad_token_id or 0) + 1 if config.model_type in _POSITIONS_AFTER_PADDING else 0
+        if length > context - skipped:
+            less = (
+                f" less the {skipped} position ids before pad_token_id + 1, where its numbering starts"
+                if skipped
+                else ""
+            )
+            raise ValueError(
+                f"the prompt has {length} tokens, more than the model's context of {context - skipped} "
+                f"(config.max_position_embeddings{less}); shorten it"
+            )
     return [int(i) for i in ids.tolist()]
+
+
+# Model types whose position ids start at pad_token_id + 1 (RoBERTa's lineage: transformers'
+# create_position_ids_from_input_ids), so their position table holds that many fewer positions.
+_POSITIONS_AFTER_PADDING = (
+    "roberta",
+    "camembert",
+    "xlm-roberta",
+    "xlm-roberta-xl",
+    "roberta-prelayernorm",
+    "data2vec-text",
+)
 
 
 def check_unknown(input_ids, tokenizer) -> None:

@@ -316,11 +316,28 @@ def test_missing_attention_probabilities_are_an_error_not_an_empty_operator():
 
 
 def test_unsupported_model_type_names_the_registry():
-    config = tf.CpmAntConfig(  # CPM-Ant: a causal LM whose attention this package has no adapter for
+    # XLM as its causal checkpoints are configured: a causal LM whose layout this package has no adapter for
+    config = tf.XLMConfig(causal=True, emb_dim=16, n_layers=1, n_heads=2, vocab_size=VOCAB)
+    model = tf.AutoModelForCausalLM.from_config(config)
+    with pytest.raises(ValueError, match=r"'xlm'.*not supported.*mamba.*capture/registry.py"):
+        layer_slots(model)
+
+
+def test_cpm_ant_is_refused_for_attending_both_ways_over_its_prompt():
+    """CPM-Ant's forward puts the whole prompt in its context: its earlier outputs depend on its
+    last token, as the reason says."""
+    config = tf.CpmAntConfig(
         num_hidden_layers=1, hidden_size=32, num_attention_heads=4, dim_head=8, dim_ff=32, vocab_size=VOCAB
     )
-    model = tf.AutoModelForCausalLM.from_config(config)
-    with pytest.raises(ValueError, match=r"'cpmant'.*not supported.*mamba.*capture/registry.py"):
+    torch.manual_seed(0)
+    model = tf.AutoModelForCausalLM.from_config(config).eval()
+    ids = torch.randint(1, VOCAB, (1, 8))
+    changed = ids.clone()
+    changed[0, -1] = ids[0, -1] % (VOCAB - 1) + 1
+    with torch.no_grad():
+        earlier, earlier_changed = model(ids).logits[0, :-1], model(changed).logits[0, :-1]
+    assert (earlier - earlier_changed).abs().max() > 1e-3
+    with pytest.raises(ValueError, match=r"'cpmant'.*not supported: its forward puts the whole prompt in its context"):
         layer_slots(model)
 
 
@@ -330,7 +347,30 @@ TINY_BERT = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, int
 @pytest.mark.parametrize(
     "config, reason",
     [
-        (tf.BertConfig(**TINY_BERT), "it is an encoder: every token attends to every other"),
+        (
+            tf.BertConfig(**TINY_BERT),
+            r"it is an encoder: every token attends to every other.* trained as a decoder \(config.is_decoder = True\) "
+            "is supported",
+        ),
+        (  # BERT as the decoder of an encoder-decoder (EncoderDecoderModel's)
+            tf.BertConfig(is_decoder=True, add_cross_attention=True, **TINY_BERT),
+            "it is the decoder of an encoder-decoder: each of its layers also attends to the encoder's output",
+        ),
+        (  # BartForCausalLM's config: the decoder alone
+            tf.BartConfig(
+                is_decoder=True,
+                is_encoder_decoder=False,
+                d_model=16,
+                encoder_layers=1,
+                decoder_layers=1,
+                encoder_attention_heads=2,
+                decoder_attention_heads=2,
+                encoder_ffn_dim=16,
+                decoder_ffn_dim=16,
+                vocab_size=VOCAB,
+            ),
+            "it is the decoder of an encoder-decoder",
+        ),
         (
             tf.T5Config(d_model=16, d_kv=8, d_ff=16, num_layers=1, num_heads=2, vocab_size=VOCAB),
             "it is an encoder-decoder: its encoder reads the prompt",
@@ -344,13 +384,14 @@ TINY_BERT = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, int
             "it is a vision model",
         ),
     ],
-    ids=["encoder", "encoder-decoder", "audio", "vision"],
+    ids=["encoder", "bert-cross-attention", "bart-decoder", "encoder-decoder", "audio", "vision"],
 )
 def test_an_encoder_or_encoder_decoder_is_refused_with_that_reason_before_its_weights_are_read(
     tmp_path, config, reason
 ):
-    """BERT and T5 are no causal sequence models, which `load_model` says from the config alone:
-    the folder's weights file here is not even valid."""
+    """BERT as an encoder, T5, and a decoder that needs its encoder's output are no causal
+    sequence models of a prompt, which `load_model` says from the config alone: the folder's
+    weights file here is not even valid."""
     from ess_explorer.sources import load_model
 
     model = tf.AutoModel.from_config(config)
@@ -375,22 +416,18 @@ def test_no_type_of_a_text_generating_class_is_called_an_audio_or_vision_model()
     assert not [name for name, why in called.items() if why.startswith(("it is an audio", "it is a vision"))]
 
 
-@pytest.mark.parametrize(
-    "config",
-    [
-        tf.BertConfig(is_decoder=True, **TINY_BERT),
-        tf.XLMConfig(causal=True, emb_dim=16, n_layers=1, n_heads=2, vocab_size=VOCAB),  # XLM's CLM checkpoints
-    ],
-    ids=["bert", "xlm"],
-)
-def test_a_masked_lm_type_configured_as_a_decoder_is_not_called_an_encoder(config):
-    """BERT with is_decoder, or XLM with causal, attends causally: unsupported, but not for being
-    an encoder."""
+def test_a_masked_lm_type_configured_as_a_decoder_is_not_called_an_encoder():
+    """XLM with causal (its CLM checkpoints) attends causally: unsupported, but not for being an
+    encoder; BERT with is_decoder is analysed."""
     from ess_explorer.capture.registry import require_supported
 
-    with pytest.raises(ValueError, match=rf"'{config.model_type}'.*not supported\. .*capture/registry.py") as refused:
+    config = tf.XLMConfig(causal=True, emb_dim=16, n_layers=1, n_heads=2, vocab_size=VOCAB)
+    with pytest.raises(ValueError, match=r"'xlm'.*not supported\. .*capture/registry.py") as refused:
         require_supported(config.model_type, "m", config)
     assert "encoder" not in str(refused.value)
+    decoder = tf.BertConfig(is_decoder=True, **TINY_BERT)
+    require_supported(decoder.model_type, "m", decoder)
+    assert len(layer_slots(tf.BertLMHeadModel(decoder))) == TINY_BERT["num_hidden_layers"]
 
 
 # A refused model type, as small as it builds: JetMoE, a mixture of attention heads routed per token.

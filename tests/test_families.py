@@ -624,6 +624,18 @@ def _image_vocabulary(token_name) -> dict:
     return {"<image>": VOCAB - 1, **{token_name(i): 40 + i for i in range(16)}}
 
 
+# Their own sizes where a type has more than BERT's; BigBird decodes only with full attention.
+BERT_DECODERS = {
+    **dict.fromkeys(("bert", "bert-generation", "megatron-bert", "roberta", "camembert", "xlm-roberta"), {}),
+    **dict.fromkeys(("xlm-roberta-xl", "roberta-prelayernorm", "data2vec-text", "ernie"), {}),
+    "big_bird": dict(attention_type="original_full"),
+    "electra": dict(embedding_size=16),
+    "rembert": dict(input_embedding_size=16, output_embedding_size=16),
+    "roformer": dict(embedding_size=32),
+    "roc_bert": dict(pronunciation_vocab_size=8, pronunciation_embed_dim=8, shape_vocab_size=8, shape_embed_dim=8),
+}
+
+
 def _attention_configs():
     plain = (
         "gemma",
@@ -812,6 +824,20 @@ def _attention_configs():
                 vision_config=TINY_VISION,
                 **IDS,
             ),
+            # BERT's family as decoders (config.is_decoder, as their causal-LM classes are built): BERT's layout
+            **{
+                name: tf.AutoConfig.for_model(
+                    name,
+                    is_decoder=True,
+                    num_hidden_layers=2,
+                    hidden_size=32,
+                    num_attention_heads=4,
+                    intermediate_size=64,
+                    **extra,
+                    **IDS,
+                )
+                for name, extra in BERT_DECODERS.items()
+            },
             "gpt_neox_japanese": tf.GPTNeoXJapaneseConfig(**{**LM, "num_key_value_heads": 4}),  # per head [q | k | v]
             # ModernBERT's decoder: window local_attention // 2 on its "sliding_attention" layers, out through Wo
             "modernbert-decoder": tf.AutoConfig.for_model(
@@ -1771,6 +1797,19 @@ def test_a_multimodal_model_is_held_to_its_language_models_context():
     model, _ = build("gemma3")
     with pytest.raises(ValueError, match="more than the model's context of 256"):
         analyze(model, [1] * 257, progress=False)
+
+
+def test_roberta_is_held_to_the_positions_its_numbering_leaves():
+    """RoBERTa numbers positions from pad_token_id + 1: its table of max_position_embeddings rows
+    holds that many fewer positions, and a longer prompt is refused before its forward fails."""
+    model, _ = build("roberta")
+    config = model.config
+    context = config.max_position_embeddings - config.pad_token_id - 1
+    analyze(model, [1] * context, layers=[0], progress=False)  # the longest prompt that runs
+    with pytest.raises(ValueError, match=f"more than the model's context of {context} "):
+        analyze(model, [1] * (context + 1), progress=False)
+    with pytest.raises(RuntimeError, match="out of bounds"):  # what the check spares the user
+        model(torch.ones(1, context + 1, dtype=torch.long))
 
 
 def test_hybrids_attention_layers_keep_their_windows_and_lfm3_gates_each_head():

@@ -57,13 +57,16 @@ class ModelType:
     families: the families (core/diagnostics.py FAMILIES) its layers can have; layers: where
     its layers are (for the support table); kinds: how its layers' kinds map to mixers and
     families (for the support table); skipped(model) -> {layer index: reason} for layers
-    deliberately not analysed (None: none)."""
+    deliberately not analysed (None: none); refuses(config) -> why a model of this type is
+    refused for what its config makes it (BERT's family: an encoder unless config.is_decoder),
+    None where it is analysed (no ``refuses``: every config is)."""
 
     slots: Callable[[nn.Module], list[LayerSlot]]
     families: tuple[str, ...]
     layers: str
     kinds: str = ""
     skipped: Callable[[nn.Module], dict[int, str]] | None = None
+    refuses: Callable[[object], str | None] | None = None
 
 
 def find_layers(model: nn.Module, path: str) -> nn.ModuleList:

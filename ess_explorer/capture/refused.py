@@ -2,14 +2,29 @@
 look like softmax attention but whose head outputs are not T times values a hook can read, and
 classes that are not a causal sequence model run on a text prompt. `require_supported`
 (capture/registry.py) raises with the reason, before any weights are read. Encoders and
-encoder-decoders (BERT, T5, Whisper, ...), and audio and vision models (wav2vec2, ViT, ...), are not
-listed one by one: `not_causal` tells them from their config and transformers' auto classes, so a
-type this list has never seen gets the reason too.
+encoder-decoders (BERT, T5, Whisper, ...), the decoders of encoder-decoders alone (BartForCausalLM,
+...), and audio and vision models (wav2vec2, ViT, ...), are not listed one by one: `not_causal`
+tells them from their config and transformers' auto classes, so a type this list has never seen
+gets the reason too. BERT's family is supported as a decoder and refused as an encoder, by its
+config (`as_a_decoder`, the ``refuses`` of its registry entries).
 """
 
 from __future__ import annotations
 
-__all__ = ["REFUSED", "not_causal"]
+__all__ = ["REFUSED", "DECODER_OF_ENCODER_DECODER", "ENCODER", "as_a_decoder", "not_causal"]
+
+_CAUSAL_MODELS = (
+    "ESS measures causal sequence models: decoder-only language models, state-space models and their hybrids"
+)
+ENCODER = (
+    "it is an encoder: every token attends to every other (both ways), so its T is not causal and no cut of it "
+    f"maps past inputs alone to future outputs. {_CAUSAL_MODELS}"
+)
+DECODER_OF_ENCODER_DECODER = (
+    "it is the decoder of an encoder-decoder: each of its layers also attends to the encoder's output "
+    "(encoder_hidden_states), which a text prompt does not give, and run on a prompt alone it skips that "
+    f"attention, so it would not be the model it was trained as. {_CAUSAL_MODELS}"
+)
 
 _NOT_T = "so its head outputs are not an operator T applied to values a hook can read"
 REFUSED: dict[str, str] = {
@@ -53,6 +68,9 @@ REFUSED: dict[str, str] = {
     ),
     "kosmos-2": "its forward requires an image (pixel_values or image_embeds), whose latent queries it places "
     "among the prompt's tokens, so a text prompt alone is not an input it takes",
+    "trocr": DECODER_OF_ENCODER_DECODER,  # TrOCR's text decoder, of a vision encoder-decoder
+    "cpmant": "its forward puts the whole prompt in its context, whose tokens attend to each other both ways "
+    "(after prompt_length learned prompt tokens), so its T over a prompt is not causal",
     "paligemma": "its prompt is a prefix whose tokens attend to each other both ways (token_type_ids), so its T "
     "over a prompt is not causal",
     **dict.fromkeys(
@@ -63,17 +81,24 @@ REFUSED: dict[str, str] = {
     ),
 }
 
-_CAUSAL_MODELS = (
-    "ESS measures causal sequence models: decoder-only language models, state-space models and their hybrids"
-)
+
+def as_a_decoder(config) -> str | None:
+    """Why a model of BERT's family is refused, for what its config makes it (the ``refuses`` of
+    its registry entry): an encoder unless ``config.is_decoder`` (its causal-LM class sets it),
+    and the decoder of an encoder-decoder where it has cross-attention. None for a decoder alone."""
+    if not getattr(config, "is_decoder", False):
+        return f"{ENCODER} A model of this type trained as a decoder (config.is_decoder = True) is supported."
+    if getattr(config, "add_cross_attention", False):
+        return DECODER_OF_ENCODER_DECODER
+    return None
 
 
 def not_causal(model_type, config=None) -> str | None:
     """Why a model type outside the registry is no causal sequence model, where its config or
     transformers' auto classes tell: an encoder-decoder (``config.is_encoder_decoder``, or a
-    type of the sequence-to-sequence auto class), an encoder (a type of the masked-LM auto
-    class whose config does not make it a decoder: ``is_decoder``, or XLM's ``causal``), or an
-    audio or vision model (a type of the auto classes that read audio, or images, and of no
+    type of the sequence-to-sequence auto class), the decoder of one alone (its causal-LM class:
+    ``is_decoder``), an encoder (a type of the masked-LM auto class whose config does not make
+    it a decoder: ``is_decoder``, or XLM's ``causal``), or an audio or vision model (a type of the auto classes that read audio, or images, and of no
     class that generates text: `_reads_no_text`). None where none holds."""
     from transformers.models.auto import modeling_auto as auto
 
@@ -86,10 +111,10 @@ def not_causal(model_type, config=None) -> str | None:
         )
     decoder = getattr(config, "is_decoder", False) or getattr(config, "causal", False)
     if model_type in auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES and not decoder:
-        return (
-            "it is an encoder: every token attends to every other (both ways), so its T is not causal and no "
-            f"cut of it maps past inputs alone to future outputs. {_CAUSAL_MODELS}"
-        )
+        return ENCODER
+    seq2seq = ("SEQ_TO_SEQ_CAUSAL_LM", "SPEECH_SEQ_2_SEQ")
+    if decoder and any(model_type in getattr(auto, f"MODEL_FOR_{name}_MAPPING_NAMES", {}) for name in seq2seq):
+        return DECODER_OF_ENCODER_DECODER  # BartForCausalLM, WhisperForCausalLM, ...: the decoder alone
     return _reads_no_text(model_type, auto)
 
 

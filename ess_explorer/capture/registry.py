@@ -46,7 +46,7 @@ from .layouts import (
     shared_attention,
     uniform,
 )
-from .refused import REFUSED, not_causal
+from .refused import REFUSED, as_a_decoder, not_causal
 from .vision_language import vision_language_types
 
 __all__ = [
@@ -91,6 +91,15 @@ _ATTENTION_NOTE = "softmax attention (GQA: one T per query head; windows, chunks
 _MAMBA2_HYBRID = {"mamba": ("mamba", "mamba2"), "linear_attention": ("mamba", "mamba2"), **ATTENTION_LAYERS}
 _DELTA = {"linear_attention": ("linear_attn", "gated_deltanet")}
 _GATED_DELTA = {**_DELTA, "full_attention": ("self_attn", "gated_attention")}  # Qwen3-Next, Qwen3.5
+# BERT's family as decoders (BertLMHeadModel, RobertaForCausalLM, ...: config.is_decoder), each at
+# <prefix>.encoder.layer[i].attention.self with BERT's layout (query, key, value; the output
+# projection after the module); as encoders they are refused (`as_a_decoder`).
+_BERT_DECODERS = {
+    **dict.fromkeys(("bert", "bert-generation", "big_bird", "megatron-bert"), "bert"),
+    **dict.fromkeys(("roberta", "camembert", "xlm-roberta", "xlm-roberta-xl"), "roberta"),
+    **{name: name.replace("-", "_") for name in ("roberta-prelayernorm", "data2vec-text")},
+    **{name: name for name in ("electra", "ernie", "rembert", "roc_bert", "roformer")},
+}
 
 
 REGISTRY: dict[str, ModelType] = {
@@ -119,6 +128,16 @@ REGISTRY: dict[str, ModelType] = {
             ("modernbert-decoder", "model.layers", "attn"),  # windows from layer_types
             ("git", "git.encoder.layer", "attention.self"),  # GIT's text decoder on a text prompt (no image)
         )
+    },
+    **{
+        name: ModelType(
+            uniform(f"{prefix}.encoder.layer", "attention.self", "attention"),
+            (_ATT,),
+            f"{prefix}.encoder.layer[i].attention.self",
+            "softmax attention, as a decoder only (config.is_decoder, without cross-attention)",
+            refuses=as_a_decoder,
+        )
+        for name, prefix in _BERT_DECODERS.items()
     },
     "gpt_neo": ModelType(
         gpt_neo, (_ATT,), "transformer.h[i].attn.attention", '"local" layers: a window of config.window_size'
@@ -509,13 +528,18 @@ def supported_families() -> dict[str, tuple[str, ...]]:
 
 
 def require_supported(model_type, what: str, config=None) -> None:
-    """ValueError unless ``model_type`` is supported: the reason for a refused one, or for an
+    """ValueError unless ``model_type`` is supported: the reason for a refused one, for a
+    registered one its ``config`` makes no causal model (BERT's family as an encoder), or for an
     encoder, encoder-decoder, audio or vision model (`not_causal`, from ``config`` where given),
     the closest supported ones otherwise. ``what`` names the model in the message. load_model calls it on the config,
     before any weights are read."""
-    if model_type in MODEL_TYPES:  # never also in REFUSED (tests/test_adapters.py)
-        return
-    why = REFUSED.get(model_type) or not_causal(model_type, config)
+    entry = REGISTRY.get(model_type)  # never also in REFUSED (tests/test_adapters.py)
+    if entry is not None:
+        why = entry.refuses(config) if entry.refuses is not None and config is not None else None
+        if why is None:
+            return
+    else:
+        why = REFUSED.get(model_type) or not_causal(model_type, config)
     if why:
         raise ValueError(f"model type {model_type!r} ({what}) is not supported: {why} (docs/families.md)")
     close = difflib.get_close_matches(str(model_type), supported_model_types(), n=3, cutoff=0.5)
