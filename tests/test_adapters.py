@@ -490,6 +490,33 @@ def test_xlnet_and_moshi_are_refused_for_what_their_models_do():
         layer_slots(model)
 
 
+def test_reformer_is_refused_for_its_random_hashing():
+    """Reformer's LSH attention hashes by rotations drawn at each forward pass (no hash_seed, as
+    its config defaults): the same prompt twice gives two outputs, so no one T produced them."""
+    config = tf.ReformerConfig(
+        attn_layers=["lsh"],
+        is_decoder=True,
+        hidden_size=16,
+        num_attention_heads=2,
+        attention_head_size=8,
+        feed_forward_size=16,
+        axial_pos_embds=False,
+        max_position_embeddings=16,
+        lsh_attn_chunk_length=4,
+        num_buckets=2,
+        num_hashes=2,
+        vocab_size=VOCAB,
+    )
+    assert config.hash_seed is None
+    torch.manual_seed(0)
+    model = tf.AutoModelForCausalLM.from_config(config).eval()
+    ids = torch.randint(1, VOCAB, (1, 8))
+    with torch.no_grad():
+        assert (model(ids).logits - model(ids).logits).abs().max() > 1e-4
+    with pytest.raises(ValueError, match=r"'reformer'.*not supported: its LSH attention layers hash"):
+        layer_slots(model)
+
+
 # Model types with a per-token gate around some mixer (Qwen3-Next / Qwen3.5: the sigmoid
 # output gate of their attention layers; Ling 3: one per latent head).
 GATED = {

@@ -43,6 +43,9 @@ REFUSED: dict[str, str] = {
         "forward pass (generate runs the thinker, then a talker on the thinker's hidden states)"
         for name in ("qwen2_5_omni", "qwen3_omni_moe")
     },
+    "reformer": "its LSH attention layers hash queries and keys into buckets by random rotations (drawn anew "
+    "at each forward pass unless config.hash_seed is set) and attend within chunks of the sorted order, over "
+    f"several hashing rounds, {_NOT_T}",
     "deepseek_v4": "besides a window of recent tokens it attends to entries its compressors pool from "
     f"windows of tokens (HCA / CSA), with projections and gates of their own, {_NOT_T}",
     "voxtral_realtime": "its forward needs audio (input_features): a streaming model, it adds an audio "
