@@ -101,8 +101,9 @@ def not_causal(model_type, config=None) -> str | None:
     transformers' auto classes tell: an encoder-decoder (``config.is_encoder_decoder``, or a
     type of the sequence-to-sequence auto class), the decoder of one alone (its causal-LM class:
     ``is_decoder``), an encoder (a type of the masked-LM auto class whose config does not make
-    it a decoder: ``is_decoder``, or XLM's ``causal``), or an audio or vision model (a type of the auto classes that read audio, or images, and of no
-    class that generates text: `_reads_no_text`). None where none holds."""
+    it a decoder: ``is_decoder``, or XLM's ``causal``), or an audio or vision model (a type of
+    the auto classes that read audio, or images, and of no class that generates text:
+    `_reads_no_text`). None where none holds."""
     from transformers.models.auto import modeling_auto as auto
 
     if getattr(config, "is_encoder_decoder", False) or (
