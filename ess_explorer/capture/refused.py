@@ -6,12 +6,12 @@ encoder-decoders (BERT, T5, Whisper, ...), the decoders of encoder-decoders alon
 ...), and audio and vision models (wav2vec2, ViT, ...), are not listed one by one: `not_causal`
 tells them from their config and transformers' auto classes, so a type this list has never seen
 gets the reason too. BERT's family is supported as a decoder and refused as an encoder, by its
-config (`as_a_decoder`, the ``refuses`` of its registry entries).
+config (capture/bert_family.py).
 """
 
 from __future__ import annotations
 
-__all__ = ["REFUSED", "DECODER_OF_ENCODER_DECODER", "ENCODER", "as_a_decoder", "not_causal"]
+__all__ = ["REFUSED", "DECODER_OF_ENCODER_DECODER", "ENCODER", "not_causal"]
 
 _CAUSAL_MODELS = (
     "ESS measures causal sequence models: decoder-only language models, state-space models and their hybrids"
@@ -83,17 +83,6 @@ REFUSED: dict[str, str] = {
         "run on a prompt",
     ),
 }
-
-
-def as_a_decoder(config) -> str | None:
-    """Why a model of BERT's family is refused, for what its config makes it (the ``refuses`` of
-    its registry entry): an encoder unless ``config.is_decoder`` (its causal-LM class sets it),
-    and the decoder of an encoder-decoder where it has cross-attention. None for a decoder alone."""
-    if not getattr(config, "is_decoder", False):
-        return f"{ENCODER} A model of this type trained as a decoder (config.is_decoder = True) is supported."
-    if getattr(config, "add_cross_attention", False):
-        return DECODER_OF_ENCODER_DECODER
-    return None
 
 
 def not_causal(model_type, config=None) -> str | None:

@@ -14,8 +14,8 @@ MODEL_TYPES (model type -> slots) and MODEL_FAMILIES (model type -> families) ar
 REGISTRY; `ess-explorer models --families` prints it and docs/families.md shows
 `support_table()`, its rendering (scripts/docs_hooks.py), so neither can fall behind it. To
 support a new model type, add one entry to REGISTRY (a multimodal class's to
-capture/vision_language.py, whose entries REGISTRY takes in) with a reconstruction test from a
-tiny config (tests/test_families.py).
+capture/vision_language.py, a BERT-family decoder's to capture/bert_family.py, whose entries
+REGISTRY takes in) with a reconstruction test from a tiny config (tests/test_families.py).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from torch import nn
 
 from .attention import AttentionAdapter
 from .base import LayerSlot
+from .bert_family import bert_decoder_types
 from .layouts import (
     ATTENTION_KINDS,
     ATTENTION_LAYERS,
@@ -46,7 +47,7 @@ from .layouts import (
     shared_attention,
     uniform,
 )
-from .refused import REFUSED, as_a_decoder, not_causal
+from .refused import REFUSED, not_causal
 from .vision_language import vision_language_types
 
 __all__ = [
@@ -91,15 +92,6 @@ _ATTENTION_NOTE = "softmax attention (GQA: one T per query head; windows, chunks
 _MAMBA2_HYBRID = {"mamba": ("mamba", "mamba2"), "linear_attention": ("mamba", "mamba2"), **ATTENTION_LAYERS}
 _DELTA = {"linear_attention": ("linear_attn", "gated_deltanet")}
 _GATED_DELTA = {**_DELTA, "full_attention": ("self_attn", "gated_attention")}  # Qwen3-Next, Qwen3.5
-# BERT's family as decoders (BertLMHeadModel, RobertaForCausalLM, ...: config.is_decoder), each at
-# <prefix>.encoder.layer[i].attention.self with BERT's layout (query, key, value; the output
-# projection after the module); as encoders they are refused (`as_a_decoder`).
-_BERT_DECODERS = {
-    **dict.fromkeys(("bert", "bert-generation", "big_bird", "megatron-bert"), "bert"),
-    **dict.fromkeys(("roberta", "camembert", "xlm-roberta", "xlm-roberta-xl"), "roberta"),
-    **{name: name.replace("-", "_") for name in ("roberta-prelayernorm", "data2vec-text")},
-    **{name: name for name in ("electra", "ernie", "rembert", "roc_bert", "roformer")},
-}
 
 
 REGISTRY: dict[str, ModelType] = {
@@ -128,16 +120,6 @@ REGISTRY: dict[str, ModelType] = {
             ("modernbert-decoder", "model.layers", "attn"),  # windows from layer_types
             ("git", "git.encoder.layer", "attention.self"),  # GIT's text decoder on a text prompt (no image)
         )
-    },
-    **{
-        name: ModelType(
-            uniform(f"{prefix}.encoder.layer", "attention.self", "attention"),
-            (_ATT,),
-            f"{prefix}.encoder.layer[i].attention.self",
-            "softmax attention, as a decoder only (config.is_decoder, without cross-attention)",
-            refuses=as_a_decoder,
-        )
-        for name, prefix in _BERT_DECODERS.items()
     },
     "gpt_neo": ModelType(
         gpt_neo, (_ATT,), "transformer.h[i].attn.attention", '"local" layers: a window of config.window_size'
@@ -493,6 +475,7 @@ REGISTRY: dict[str, ModelType] = {
         "key pools its indexer selects, plus the incomplete last pool (the selection is inside T)",
     ),
 }
+REGISTRY.update(bert_decoder_types())  # as decoders only: their encoders are refused
 REGISTRY.update(vision_language_types(REGISTRY))  # their language model, on a text prompt
 
 
