@@ -174,6 +174,21 @@ def test_no_prompt_uses_the_zoo_example(fake, capsys, monkeypatch):
     assert "example prompt" in err and fake["analyze"][-1]["ids"] == fake_ids("k1 v1 k1")
 
 
+def test_the_model_may_be_named_without_model(fake, capsys, tmp_path):
+    """`analyze MODEL` is `analyze --model MODEL`; two different models are a usage error."""
+    code, _, err = run(capsys, "analyze", "org/some-model", "-p", "x y", "--no-cache")
+    assert code == 0, err
+    assert fake["load"][-1] == "org/some-model"
+    code, _, err = run(
+        capsys, "report", "org/other-model", "-p", "x y", "--no-cache", "--out", str(tmp_path / "r.html")
+    )
+    assert code == 0, err
+    assert fake["load"][-1] == "org/other-model"
+    code, _, err = run(capsys, "analyze", "org/a", "--model", "org/b", "-p", "x")
+    assert code == 2 and "two models: 'org/a' and --model 'org/b'" in one_line_error(err)
+    assert fake["load"][-1] == "org/other-model"  # refused before anything loads
+
+
 def test_errors_are_one_line_and_non_zero(fake, capsys, tmp_path, monkeypatch):
     code, _, err = run(capsys, "analyze", "--model", "org/missing-model", "-p", "x y")
     assert code == 1 and "missing-model" in one_line_error(err)

@@ -19,6 +19,7 @@ __all__ = [
     "add_settings_arguments",
     "settings_options",
     "add_analysis_options",
+    "merge_model_argument",
     "add_precision_argument",
     "figure_options",
     "add_advice_options",
@@ -140,6 +141,8 @@ def _ppi(text: str) -> float:
 def add_analysis_options(parser) -> None:
     """The options of `analyze` and `report`: the model, the prompt and the analysis."""
     parser.add_argument("--model", "-m", help="hub id, local folder, or zoo:NAME (default: the built-in default model)")
+    # `ess-explorer analyze gpt2` as well as `--model gpt2`: the first thing a user types
+    parser.add_argument("model_arg", nargs="?", metavar="MODEL", help="the model, as --model")
     parser.add_argument("--revision", help="hub revision (branch, tag or commit)")
     parser.add_argument("--prompt", "-p", help="the prompt text ('-' reads stdin)")
     parser.add_argument("--prompt-file", "-f", help="read the prompt from this file ('-' for stdin)")
@@ -155,6 +158,16 @@ def add_analysis_options(parser) -> None:
     parser.add_argument("--no-cache", action="store_true", help="compute afresh; neither read nor write the cache")
     parser.add_argument("--cache-dir", help="cache folder (default: $ESS_EXPLORER_CACHE or ~/.cache/ess-explorer)")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress output on stderr")
+
+
+def merge_model_argument(args) -> None:
+    """The model given without --model (`analyze MODEL`) as ``args.model``; both at once must agree."""
+    given = getattr(args, "model_arg", None)
+    if given is None:
+        return
+    if args.model is not None and args.model != given:
+        raise UsageError(f"two models: {given!r} and --model {args.model!r}; give one")
+    args.model = given
 
 
 def add_settings_arguments(parser) -> None:

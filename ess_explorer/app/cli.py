@@ -42,6 +42,7 @@ from .arguments import (  # noqa: F401  (parse_layers and MAX_LAYER_INDEX are pa
     add_analysis_options,
     add_settings_arguments,
     figure_options,
+    merge_model_argument,
     parse_layers,
     settings_options,
 )
@@ -431,6 +432,7 @@ def _main(argv=None) -> int:
         if args.command is None:
             parser.print_help()
             return 2
+        merge_model_argument(args)
         if getattr(args, "tol", None) is None and hasattr(args, "tol"):
             from ..core.ess import DEFAULT_TOL
 
