@@ -444,7 +444,10 @@ def test_a_config_with_100000_layers_is_refused_before_it_is_built(tmp_path, mon
         load_model(str(folder))
 
 
-@pytest.mark.parametrize("model_type, why", [("markuplm", "Supported model types"), ("jetmoe", "routed per token")])
+@pytest.mark.parametrize(
+    "model_type, why",
+    [("markuplm", "model types are supported: `ess-explorer models --families`"), ("jetmoe", "routed per token")],
+)
 def test_an_unsupported_model_type_is_refused_before_its_weights_are_read(tmp_path, monkeypatch, model_type, why):
     import transformers
 

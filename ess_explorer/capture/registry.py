@@ -527,9 +527,10 @@ def require_supported(model_type, what: str, config=None) -> None:
         raise ValueError(f"model type {model_type!r} ({what}) is not supported: {why} (docs/families.md)")
     close = difflib.get_close_matches(str(model_type), supported_model_types(), n=3, cutoff=0.5)
     hint = f" Closest supported: {', '.join(close)}." if close else ""
+    # The count and where to find the list, not the list: some 260 names on one line bury the hint.
     raise ValueError(
-        f"model type {model_type!r} ({what}) is not supported.{hint} Supported model types: "
-        f"{', '.join(supported_model_types())} (`ess-explorer models --families` lists their families). "
+        f"model type {model_type!r} ({what}) is not supported.{hint} {len(REGISTRY)} model types are supported: "
+        "`ess-explorer models --families` lists them and docs/families.md says what T is for each. "
         "Model types are registered in one place, ess_explorer/capture/registry.py (REGISTRY): add the "
         "model type there."
     )
