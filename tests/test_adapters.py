@@ -315,12 +315,15 @@ def test_missing_attention_probabilities_are_an_error_not_an_empty_operator():
         ADAPTERS["attention"].build(slot, {"probs": None})
 
 
+TINY_BERT = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16, vocab_size=VOCAB)
+# X-MOD as a decoder: a causal LM this package does not read (its forward needs a language set first)
+XMOD_DECODER = tf.XmodConfig(is_decoder=True, **TINY_BERT)
+
+
 def test_unsupported_model_type_names_the_registry():
-    # XLM as its causal checkpoints are configured: a causal LM whose layout this package has no adapter for
-    config = tf.XLMConfig(causal=True, emb_dim=16, n_layers=1, n_heads=2, vocab_size=VOCAB)
-    model = tf.AutoModelForCausalLM.from_config(config)
+    model = tf.AutoModelForCausalLM.from_config(XMOD_DECODER)
     with pytest.raises(
-        ValueError, match=r"'xlm'.*not supported\..*model types are supported: `ess-explorer models"
+        ValueError, match=r"'xmod'.*not supported\..*model types are supported: `ess-explorer models"
     ) as refused:
         layer_slots(model)
     assert "capture/registry.py" in str(refused.value) and "mamba" not in str(refused.value)  # no list of 258
@@ -344,9 +347,6 @@ def test_cpm_ant_is_refused_for_attending_both_ways_over_its_prompt():
         layer_slots(model)
 
 
-TINY_BERT = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16, vocab_size=VOCAB)
-
-
 @pytest.mark.parametrize(
     "config, reason",
     [
@@ -358,6 +358,14 @@ TINY_BERT = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, int
         (  # BERT as the decoder of an encoder-decoder (EncoderDecoderModel's)
             tf.BertConfig(is_decoder=True, add_cross_attention=True, **TINY_BERT),
             "it is the decoder of an encoder-decoder: each of its layers also attends to the encoder's output",
+        ),
+        (  # XLM as its masked-LM checkpoints are configured
+            tf.XLMConfig(emb_dim=16, n_layers=1, n_heads=2, vocab_size=VOCAB),
+            r"it is an encoder: .* trained as a decoder \(config.causal = True\) is supported",
+        ),
+        (  # XLM as its causal checkpoints are configured: two languages, and their embedding
+            tf.XLMConfig(causal=True, n_langs=2, emb_dim=16, n_layers=1, n_heads=2, vocab_size=VOCAB),
+            r"it is multilingual \(2 languages\): its forward adds a language embedding to each token from `langs`",
         ),
         (  # BartForCausalLM's config: the decoder alone
             tf.BartConfig(
@@ -387,7 +395,8 @@ TINY_BERT = dict(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, int
             "it is a vision model",
         ),
     ],
-    ids=["encoder", "bert-cross-attention", "bart-decoder", "encoder-decoder", "audio", "vision"],
+    ids=["encoder", "bert-cross-attention", "xlm-encoder", "xlm-multilingual", "bart-decoder", "encoder-decoder"]
+    + ["audio", "vision"],
 )
 def test_an_encoder_or_encoder_decoder_is_refused_with_that_reason_before_its_weights_are_read(
     tmp_path, config, reason
@@ -420,17 +429,18 @@ def test_no_type_of_a_text_generating_class_is_called_an_audio_or_vision_model()
 
 
 def test_a_masked_lm_type_configured_as_a_decoder_is_not_called_an_encoder():
-    """XLM with causal (its CLM checkpoints) attends causally: unsupported, but not for being an
-    encoder; BERT with is_decoder is analysed."""
+    """X-MOD with is_decoder attends causally: unsupported, but not for being an encoder; BERT
+    with is_decoder and XLM with causal (of one language) are analysed."""
     from ess_explorer.capture.registry import require_supported
 
-    config = tf.XLMConfig(causal=True, emb_dim=16, n_layers=1, n_heads=2, vocab_size=VOCAB)
-    with pytest.raises(ValueError, match=r"'xlm'.*not supported\. .*capture/registry.py") as refused:
-        require_supported(config.model_type, "m", config)
+    with pytest.raises(ValueError, match=r"'xmod'.*not supported\. .*capture/registry.py") as refused:
+        require_supported(XMOD_DECODER.model_type, "m", XMOD_DECODER)
     assert "encoder" not in str(refused.value)
-    decoder = tf.BertConfig(is_decoder=True, **TINY_BERT)
-    require_supported(decoder.model_type, "m", decoder)
-    assert len(layer_slots(tf.BertLMHeadModel(decoder))) == TINY_BERT["num_hidden_layers"]
+    bert = tf.BertConfig(is_decoder=True, **TINY_BERT)
+    xlm = tf.XLMConfig(causal=True, emb_dim=16, n_layers=1, n_heads=2, vocab_size=VOCAB)
+    for config, model_class in ((bert, tf.BertLMHeadModel), (xlm, tf.XLMWithLMHeadModel)):
+        require_supported(config.model_type, "m", config)
+        assert len(layer_slots(model_class(config))) == 1
 
 
 # A refused model type, as small as it builds: JetMoE, a mixture of attention heads routed per token.

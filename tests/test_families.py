@@ -838,6 +838,8 @@ def _attention_configs():
                 )
                 for name, extra in BERT_DECODERS.items()
             },
+            # XLM as its causal checkpoints are configured, of one language: q_lin, k_lin, v_lin, out_lin
+            "xlm": tf.XLMConfig(causal=True, emb_dim=32, n_layers=2, n_heads=4, **IDS),
             "gpt_neox_japanese": tf.GPTNeoXJapaneseConfig(**{**LM, "num_key_value_heads": 4}),  # per head [q | k | v]
             # ModernBERT's decoder: window local_attention // 2 on its "sliding_attention" layers, out through Wo
             "modernbert-decoder": tf.AutoConfig.for_model(

@@ -32,13 +32,13 @@ Capture (hooks on public modules only, nothing patched):
   or flash they are None: analysis switches the model to "eager" for the pass
   (`model.set_attn_implementation`), and `build` raises if they are still missing, so
   empty attentions are never taken silently. An attention module whose forward takes
-  ``output_attentions`` (GPT-1's) gets it set by a pre-hook: it returns its probabilities
-  only when asked.
-- forward hook on ``v_proj`` (CTRL's ``Wv``, GIT's ``value``, Inkling's ``v_sconv`` after it,
+  ``output_attentions`` (GPT-1's, XLM's) gets it set by a pre-hook: it returns its
+  probabilities only when asked.
+- forward hook on ``v_proj`` (CTRL's ``Wv``, GIT's ``value``, XLM's ``v_lin``, Inkling's ``v_sconv`` after it,
   Inkling 2's ``v_proj`` module of linear, short conv and norm, which returns its heads first; or
   the fused projection, by its model's column layout: `_fused_values`) for V, and a pre-hook on the
   output projection (``o_proj`` / ``out_proj`` / GPT-2 ``c_proj`` / ``dense`` / ModernBERT
-  decoder's ``Wo``; the ``linear`` of Inkling 2's, after the gate it applies) for the concatenated
+  decoder's ``Wo`` / XLM's ``out_lin``; the ``linear`` of Inkling 2's, after the gate it applies) for the concatenated
   head outputs: the reconstruction test checks o_h = T_h v_{g(h)}. GIT's self-attention (BERT's
   layout) has no output projection of its own: its output is the concatenated head outputs.
 """
@@ -55,9 +55,9 @@ from .base import CaptureSession, LayerSlot
 
 __all__ = ["AttentionAdapter", "heads_last"]
 
-_OUTPUT_PROJECTIONS = ("o_proj", "out_proj", "c_proj", "dense", "Wo")  # Wo: ModernBERT decoder
-# Wv: CTRL; v_sconv: Inkling (a short conv after v_proj); value: GIT (BERT's layout)
-_VALUE_PROJECTIONS = ("v_sconv", "v_proj", "Wv", "value")
+_OUTPUT_PROJECTIONS = ("o_proj", "out_proj", "c_proj", "dense", "Wo", "out_lin")  # Wo: ModernBERT decoder; out_lin: XLM
+# Wv: CTRL; v_sconv: Inkling (a short conv after v_proj); value: GIT (BERT's layout); v_lin: XLM
+_VALUE_PROJECTIONS = ("v_sconv", "v_proj", "Wv", "value", "v_lin")
 
 
 def _head_dim(module) -> int:

@@ -143,8 +143,9 @@ def _slot(config, index: int, adapter: str, module: nn.Module) -> LayerSlot:
 
 
 def uniform(path: str, attribute: str, adapter: str):
-    """Every layer's mixer at ``path[i].attribute`` (a dotted attribute: DBRX's ``norm_attn_norm.attn``)."""
-    mixer = operator.attrgetter(attribute)
+    """Every layer's mixer at ``path[i].attribute`` (a dotted attribute: DBRX's ``norm_attn_norm.attn``;
+    "": the list at ``path`` holds the mixers themselves, XLM's ``transformer.attentions``)."""
+    mixer = operator.attrgetter(attribute) if attribute else (lambda layer: layer)
 
     def slots(model):
         layers = find_layers(model, path)

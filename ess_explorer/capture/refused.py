@@ -5,8 +5,8 @@ classes that are not a causal sequence model run on a text prompt. `require_supp
 encoder-decoders (BERT, T5, Whisper, ...), the decoders of encoder-decoders alone (BartForCausalLM,
 ...), and audio and vision models (wav2vec2, ViT, ...), are not listed one by one: `not_causal`
 tells them from their config and transformers' auto classes, so a type this list has never seen
-gets the reason too. BERT's family is supported as a decoder and refused as an encoder, by its
-config (capture/bert_family.py).
+gets the reason too. BERT's family and XLM are supported as decoders and refused as encoders, by
+their config (capture/decoder_configs.py).
 """
 
 from __future__ import annotations

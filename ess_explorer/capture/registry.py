@@ -14,7 +14,7 @@ MODEL_TYPES (model type -> slots) and MODEL_FAMILIES (model type -> families) ar
 REGISTRY; `ess-explorer models --families` prints it and docs/families.md shows
 `support_table()`, its rendering (scripts/docs_hooks.py), so neither can fall behind it. To
 support a new model type, add one entry to REGISTRY (a multimodal class's to
-capture/vision_language.py, a BERT-family decoder's to capture/bert_family.py, whose entries
+capture/vision_language.py, a type analysed only as a decoder to capture/decoder_configs.py, whose entries
 REGISTRY takes in) with a reconstruction test from a tiny config (tests/test_families.py).
 """
 
@@ -26,7 +26,7 @@ from torch import nn
 
 from .attention import AttentionAdapter
 from .base import LayerSlot
-from .bert_family import bert_decoder_types
+from .decoder_configs import decoder_config_types
 from .layouts import (
     ATTENTION_KINDS,
     ATTENTION_LAYERS,
@@ -475,7 +475,7 @@ REGISTRY: dict[str, ModelType] = {
         "key pools its indexer selects, plus the incomplete last pool (the selection is inside T)",
     ),
 }
-REGISTRY.update(bert_decoder_types())  # as decoders only: their encoders are refused
+REGISTRY.update(decoder_config_types())  # BERT's family and XLM, as decoders only
 REGISTRY.update(vision_language_types(REGISTRY))  # their language model, on a text prompt
 
 
