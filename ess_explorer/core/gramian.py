@@ -207,7 +207,7 @@ def _redo_uncertain(a, b, c, wanted, lam, error, reach, accuracy: Accuracy) -> N
     tridiagonal form, an exact spectrum as its diagonal). A non-finite bound (a Gramian that
     overflowed) lands here too; where the exact factors overflow as well, the operator's
     spectra leave the floating-point range: the exact route's overflow error."""
-    uncertain = ~accuracy.certain(lam[..., 0], error, lam)  # (U, W)
+    uncertain = ~accuracy.certain(lam[..., 0], error)  # (U, W); the values are kept: no window test
     if reach is not None:
         uncertain |= ~accuracy.certain(reach[2], reach[3])
     units, rows = torch.nonzero(uncertain, as_tuple=True)

@@ -17,11 +17,16 @@ scope can use is tol * sigma_1 of the cut itself (a relative tolerance: "unit" a
 refer to a larger sigma_1) or tol (an absolute one), so the guard checks that one. A cut
 that fails it is computed by the exact route.
 
-A cut whose error is larger (up to WINDOW_ERROR sigma_1^2) still counts exactly where no
-computed eigenvalue lies within that error of tau^2: every true one is then on the same side
-of tau^2 as its estimate. This needs tau itself, so it applies where tau is the cut's own
-(scope "cut", or an absolute tolerance); a Mamba layer's cuts whose realisation is imbalanced
-(about 0.5% of them) pass it nearly all.
+The same bound keeps the values a view draws within the contract: |s - sigma| <= e / sigma,
+at most sqrt(2 TAU_BAND) tau_min (the `resolution`) for every value above it. A cut whose
+error is larger (up to WINDOW_ERROR sigma_1^2) still counts exactly where no computed
+eigenvalue lies within that error of tau^2: every true one is then on the same side of tau^2
+as its estimate. This needs tau itself, so it applies where tau is the cut's own (scope "cut",
+or an absolute tolerance). It certifies counts, not values: its values near the resolution may
+be off by several times what the contract allows (an absolute tolerance of 1e-4 against
+sigma_1 near 1 showed 3.9x), so it serves only the routes whose values are not kept (causal
+ESS, core/causal.py); the routes whose spectra are kept and drawn (core/gramian.py,
+core/row_scaled.py) redo every cut past the strict bound exactly.
 
 Entropy-ESS reads the whole spectrum: values below the route's resolution (about sqrt(error))
 move it by a few 1e-6 at most (measured: 2e-7 on Mamba-like channels, 4e-9 on attention
@@ -111,9 +116,10 @@ class Accuracy:
 
     def certain(self, top, error, values=None):
         """Where a cut whose largest eigenvalue is ``top`` (sigma_1^2) and whose eigenvalues
-        carry the absolute error ``error`` (same shape) counts exactly: error <= 2e-6 tau_min^2,
-        or, given all its eigenvalues ``values`` (..., K) and a tau of its own, none of them
-        within ``error`` of tau^2 (module docstring)."""
+        carry the absolute error ``error`` (same shape) counts exactly: error <= 2e-6 tau_min^2
+        (which also keeps its values within the resolution), or, given all its eigenvalues
+        ``values`` (..., K) and a tau of its own, none of them within ``error`` of tau^2 (the
+        count alone: give ``values`` only where the values are not kept; module docstring)."""
         tau_squared = self.smallest_tau(top) ** 2
         sure = error.isfinite() & (error <= 2 * TAU_BAND * tau_squared)
         if values is None or (self.relative and self.scope != "cut") or bool(sure.all()):

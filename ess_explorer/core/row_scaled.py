@@ -484,6 +484,4 @@ def _ess_guard(sigma, width, largest_gate, dropped, rounding, mass, accuracy: Ac
     gram_rounding = GRAM_ERROR * width * torch.finfo(sigma.dtype).eps * top
     error = accuracy.shifted_error(top, gram_rounding + (largest_gate * dropped) ** 2, largest_gate * rounding)
     moved = largest_gate * mass
-    padding = torch.arange(sigma.shape[-1], device=sigma.device) >= width[:, None]
-    values = squares.masked_fill(padding, float("nan"))  # no value there: never near tau
-    return accuracy.certain(top, error, values) & (moved <= ESS_MASS * sigma.sum(-1))
+    return accuracy.certain(top, error) & (moved <= ESS_MASS * sigma.sum(-1))
