@@ -153,20 +153,11 @@ def input_ids_of(model, input_ids, prompt, tokenizer) -> list[int]:
     low, high = int(ids.min()), int(ids.max())
     if low < 0 or high >= vocab:
         raise ValueError(f"token ids must lie in [0, {vocab - 1}] (the embedding size); got min {low}, max {high}")
-    config = language_model_config(model.config)
-    context = getattr(config, "max_position_embeddings", None)
-    if isinstance(context, int):
-        skipped = (config.pad_token_id or 0) + 1 if config.model_type in _POSITIONS_AFTER_PADDING else 0
-        if length > context - skipped:
-            less = (
-                f" less the {skipped} position ids before pad_token_id + 1, where its numbering starts"
-                if skipped
-                else ""
-            )
-            raise ValueError(
-                f"the prompt has {length} tokens, more than the model's context of {context - skipped} "
-                f"(config.max_position_embeddings{less}); shorten it"
-            )
+    context, read = _context(language_model_config(model.config))
+    if context is not None and length > context:
+        raise ValueError(
+            f"the prompt has {length} tokens, more than the model's context of {context} ({read}); shorten it"
+        )
     return [int(i) for i in ids.tolist()]
 
 
@@ -180,6 +171,21 @@ _POSITIONS_AFTER_PADDING = (
     "roberta-prelayernorm",
     "data2vec-text",
 )
+
+
+def _context(config) -> tuple[int | None, str]:
+    """The longest prompt the model's position table holds (None: the config does not say),
+    and where that number comes from."""
+    context = getattr(config, "max_position_embeddings", None)
+    if not isinstance(context, int):
+        return None, ""
+    if config.model_type not in _POSITIONS_AFTER_PADDING:
+        return context, "config.max_position_embeddings"
+    skipped = (config.pad_token_id or 0) + 1
+    return context - skipped, (
+        f"config.max_position_embeddings less the {skipped} position ids before pad_token_id + 1, where its "
+        "numbering starts"
+    )
 
 
 def check_unknown(input_ids, tokenizer) -> None:

@@ -105,34 +105,37 @@ def not_causal(model_type, config=None) -> str | None:
     decoder = getattr(config, "is_decoder", False) or getattr(config, "causal", False)
     if model_type in auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES and not decoder:
         return ENCODER
-    seq2seq = ("SEQ_TO_SEQ_CAUSAL_LM", "SPEECH_SEQ_2_SEQ")
-    if decoder and any(model_type in getattr(auto, f"MODEL_FOR_{name}_MAPPING_NAMES", {}) for name in seq2seq):
+    if decoder and _among(model_type, auto, _SEQ_TO_SEQ_CLASSES):
         return DECODER_OF_ENCODER_DECODER  # BartForCausalLM, WhisperForCausalLM, ...: the decoder alone
     return _reads_no_text(model_type, auto)
 
 
-# transformers' auto classes of models that read audio, and of models that read images
+# transformers' auto classes of sequence-to-sequence models, of models that read audio, and of
+# models that read images
+_SEQ_TO_SEQ_CLASSES = ("SEQ_TO_SEQ_CAUSAL_LM", "SPEECH_SEQ_2_SEQ")
 _AUDIO_CLASSES = ("CTC", "AUDIO_CLASSIFICATION", "AUDIO_FRAME_CLASSIFICATION", "AUDIO_XVECTOR")
 _VISION_CLASSES = ("IMAGE_CLASSIFICATION", "OBJECT_DETECTION", "SEMANTIC_SEGMENTATION", "DEPTH_ESTIMATION")
 # ... and of models that generate text: a type in one of these is never called an audio or vision model
 _TEXT_CLASSES = ("CAUSAL_LM", "IMAGE_TEXT_TO_TEXT", "MULTIMODAL_LM")
 
 
+def _among(model_type, auto, classes) -> bool:
+    """Whether ``model_type`` is a type of one of transformers' auto ``classes`` (read by name:
+    a class a later transformers renames only makes a reason fall back to the generic one)."""
+    return any(model_type in getattr(auto, f"MODEL_FOR_{name}_MAPPING_NAMES", {}) for name in classes)
+
+
 def _reads_no_text(model_type, auto) -> str | None:
     """Why a type of transformers' audio or vision auto classes, and of none that generates
     text (Whisper and ShieldGemma 2 are in both), is no model of a text prompt."""
-
-    def among(classes) -> bool:
-        return any(model_type in getattr(auto, f"MODEL_FOR_{name}_MAPPING_NAMES", {}) for name in classes)
-
-    if among(_TEXT_CLASSES):
+    if _among(model_type, auto, _TEXT_CLASSES):
         return None
-    if among(_AUDIO_CLASSES):
+    if _among(model_type, auto, _AUDIO_CLASSES):
         return (
             "it is an audio model (a type of transformers' speech-recognition or audio-classification classes): it "
             f"reads a waveform or its features, not a text prompt. {_CAUSAL_MODELS}"
         )
-    if among(_VISION_CLASSES):
+    if _among(model_type, auto, _VISION_CLASSES):
         return (
             "it is a vision model (a type of transformers' image-classification, detection, segmentation or "
             f"depth-estimation classes), not a sequence model of a text prompt. {_CAUSAL_MODELS}"
