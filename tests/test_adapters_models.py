@@ -46,17 +46,21 @@ def test_local_folder_loads_float32_eval_eager_with_same_logits(saved_llama):
         torch.testing.assert_close(model(ids).logits, original(ids).logits)
 
 
-def test_a_language_model_without_a_head_or_vision_class_loads_as_its_base_model(tmp_path):
-    """GLM-5.3-Flash's text model (glm5_next_text) has no causal-LM or vision-language class."""
+@pytest.mark.parametrize(
+    "name, class_name", [("glm5_next_text", "Glm5NextTextModel"), ("qwen2_5_vl_text", "Qwen2_5_VLTextModel")]
+)
+def test_a_language_model_without_a_head_or_vision_class_loads_as_its_base_model(tmp_path, name, class_name):
+    """GLM-5.3-Flash's text model (glm5_next_text) and a vision-language class's language model
+    saved alone (Qwen2.5-VL's) have no causal-LM or vision-language class."""
     from test_families import CONFIGS
 
-    config = CONFIGS["glm5_next_text"].__class__.from_dict(CONFIGS["glm5_next_text"].to_dict())
+    config = CONFIGS[name].__class__.from_dict(CONFIGS[name].to_dict())
     config.vocab_size = len(tf.ByT5Tokenizer())
     torch.manual_seed(0)
     tf.AutoModel.from_config(config).save_pretrained(tmp_path)
     tf.ByT5Tokenizer().save_pretrained(tmp_path)
     model, _tokenizer = load_model(str(tmp_path))
-    assert type(model).__name__ == "Glm5NextTextModel"
+    assert type(model).__name__ == class_name
 
 
 def test_folder_with_only_pickle_weights_is_refused(saved_llama, tmp_path):

@@ -1272,6 +1272,18 @@ def _language_model_families():
 
 EXPECTED_FAMILIES.update(_language_model_families())
 EXPECTED_FAMILIES["nemo_speechlm"] = EXPECTED_FAMILIES["nemotron_h"]
+# Language models that transformers also builds alone, as the base model of their class's text
+# config (no LM head): each class's own text config above, read as inside the class.
+TEXT_MODELS_ALONE = (
+    *(f"{name}_text" for name in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v", "glm4v_moe")),
+    *(f"{name}_text" for name in ("glm_ocr", "cosmos3_edge", "hunyuan_vl", "molmo2", "granite_docling")),
+    *(f"{name}_text" for name in ("muse_glimmer", "muse_spark", "mistral_large4", "hy_v4_vl")),
+)
+for _text in TEXT_MODELS_ALONE:
+    _class = _text.removesuffix("_text")
+    CONFIGS[_text] = CONFIGS[_class].get_text_config()
+    assert CONFIGS[_text].model_type == _text, f"{_class}'s text config is {CONFIGS[_text].model_type!r}"
+    EXPECTED_FAMILIES[_text] = EXPECTED_FAMILIES[_class]
 if "kolibri1_1" in CONFIGS:
     EXPECTED_FAMILIES["kolibri1_1"] = [ATT] * 3
 
@@ -1306,7 +1318,8 @@ MODEL_BUILDERS = {
             *("granite4_vision", "hunyuan_vl", "molmo2", "apertus1p5", *OMNI_THINKERS, "ernie4_5_vl_moe"),
         )
     },
-    "glm5_next_text": tf.AutoModel.from_config,  # no class with an LM head: its base model
+    # no class with an LM head: their base model
+    **{name: tf.AutoModel.from_config for name in ("glm5_next_text", *TEXT_MODELS_ALONE)},
     **{name: tf.AutoModelForImageTextToText.from_config for name in LANGUAGE_MODEL_OF},
     # It builds Llama 4's text model only, but a Llama 4 checkpoint holds the multimodal class.
     "llama4": tf.Llama4ForConditionalGeneration,
@@ -1389,7 +1402,7 @@ def build(name: str, seed: int = 0):
         with torch.no_grad():
             for slot in layer_slots(model):
                 slot.module.attn_sub_norm.weight.uniform_(0.5, 1.5)
-    if name in ("hy_v4", "hy_v4_vl"):  # its gate_proj starts at std 0.006: every gate would be ~0.5
+    if name in ("hy_v4", "hy_v4_vl", "hy_v4_vl_text"):  # its gate_proj starts at std 0.006: every gate would be ~0.5
         with torch.no_grad():
             for slot in layer_slots(model):
                 slot.module.gate_proj.weight.normal_(0.0, 0.5)

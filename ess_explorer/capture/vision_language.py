@@ -18,6 +18,10 @@ the class keeps it, in one of five ways:
   that type's own entry, applied to the language model (`_of_language_model`);
 - Llama 3.2 Vision (``mllama``): its self-attention layers; its cross-attention layers attend to
   the image, a text prompt skips them, and they are listed as skipped.
+
+Where transformers also builds a class's language model alone (its text config's base model,
+``AutoModel``: no LM head, no vision tower; Qwen2-VL's ``qwen2_vl_text``, ...), that text type is
+supported too, read as inside its class at the base model's ``layers`` (`_ALONE`).
 """
 
 from __future__ import annotations
@@ -86,6 +90,19 @@ _AROUND_ONE_TYPE = (
 )
 # Language models whose config has a type of its own but whose layers are another type's.
 _READ_AS = {"hy_v4_vl_text": "hy_v4"}
+# The language models transformers builds alone as well (module docstring): text type -> the
+# adapter of its heads. The other classes' text configs have no model class of their own.
+_ALONE = {
+    **dict.fromkeys(
+        (
+            *(f"{name}_text" for name in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v", "glm4v_moe")),
+            *(f"{name}_text" for name in ("glm_ocr", "cosmos3_edge", "hunyuan_vl", "molmo2", "granite_docling")),
+        ),
+        "attention",
+    ),
+    **dict.fromkeys(("muse_glimmer_text", "muse_spark_text"), "projected_gate_attention"),
+    "mistral_large4_text": "latent_attention",
+}
 
 
 def _wrapped_attention(registry: Mapping[str, ModelType], where: str):
@@ -198,6 +215,16 @@ def vision_language_types(registry: Mapping[str, ModelType]) -> dict[str, ModelT
         # a whole causal LM at language_model
         "llama4": _of_language_model(registry, "llama4_text", where="language_model"),  # Llama 4 Scout, Maverick
         "nemotron_h_omni": _of_language_model(registry, "nemotron_h", where="language_model"),  # Nemotron Nano VL
+        **{
+            text: ModelType(
+                uniform("model.layers", "self_attn", adapter),
+                (_ATT,),
+                "model.layers[i].self_attn",
+                "a multimodal class's language model alone (its base model: no LM head), read as inside the class",
+            )
+            for text, adapter in _ALONE.items()
+        },
+        **{text: registry[read_as] for text, read_as in _READ_AS.items()},  # HY V4 VL's: HY V4's layers
         "mllama": ModelType(  # Llama 3.2 Vision
             mllama,
             (_ATT,),
