@@ -220,7 +220,8 @@ def vision_language_types(registry: Mapping[str, ModelType]) -> dict[str, ModelT
                 uniform("model.layers", "self_attn", adapter),
                 (_ATT,),
                 "model.layers[i].self_attn",
-                "a multimodal class's language model alone (its base model: no LM head), read as inside the class",
+                f"the language model of {text.removesuffix('_text')} alone (its base model: no LM head), read as "
+                "inside that class",
             )
             for text, adapter in _ALONE.items()
         },
