@@ -503,6 +503,30 @@ def test_xlnet_and_moshi_are_refused_for_what_their_models_do():
         layer_slots(model)
 
 
+@pytest.mark.parametrize(
+    "model_type, sizes",
+    [
+        ("openai_privacy_filter", dict(num_local_experts=2, num_experts_per_tok=1, sliding_window=4)),
+        ("embedding_gemma2_text", dict(sliding_window=4, hidden_size_per_layer_input=8, embedding_dim=16)),
+    ],
+)
+def test_encoders_outside_the_masked_lm_class_are_refused_as_encoders(model_type, sizes):
+    """EmbeddingGemma 2 and the OpenAI privacy filter are in no masked-LM class, which `not_causal`
+    reads; their first output depends on the last token (checked on tiny models), and they are
+    refused as the encoders they are."""
+    config = tf.AutoConfig.for_model(model_type, num_hidden_layers=2, head_dim=8, **ATTN, **sizes, **IDS)
+    torch.manual_seed(0)
+    model = tf.AutoModel.from_config(config).eval()
+    ids = torch.randint(1, VOCAB, (1, 8), generator=torch.Generator().manual_seed(0))
+    changed = ids.clone()
+    changed[0, -1] = ids[0, -1] % (VOCAB - 1) + 1
+    with torch.no_grad():
+        first, first_changed = model(ids).last_hidden_state[0, 0], model(changed).last_hidden_state[0, 0]
+    assert (first - first_changed).abs().max() > 1e-5  # a later token moved the first output: not causal
+    with pytest.raises(ValueError, match=rf"'{model_type}'.*not supported: it is an encoder: every token attends"):
+        layer_slots(model)
+
+
 def test_reformer_is_refused_for_its_random_hashing():
     """Reformer's LSH attention hashes by rotations drawn at each forward pass (no hash_seed, as
     its config defaults): the same prompt twice gives two outputs, so no one T produced them."""

@@ -72,6 +72,8 @@ REFUSED: dict[str, str] = {
     "kosmos-2": "its forward requires an image (pixel_values or image_embeds), whose latent queries it places "
     "among the prompt's tokens, so a text prompt alone is not an input it takes",
     "trocr": DECODER_OF_ENCODER_DECODER,  # TrOCR's text decoder, of a vision encoder-decoder
+    # encoders outside transformers' masked-LM class (`not_causal` reads that), named close to decoders
+    **dict.fromkeys(("embedding_gemma2", "embedding_gemma2_text", "openai_privacy_filter"), ENCODER),
     "cpmant": "its forward puts the whole prompt in its context, whose tokens attend to each other both ways "
     "(after prompt_length learned prompt tokens), so its T over a prompt is not causal",
     "paligemma": "its prompt is a prefix whose tokens attend to each other both ways (token_type_ids), so its T "
