@@ -468,6 +468,16 @@ def test_a_refused_model_type_says_why_and_the_docs_say_it_too():
     assert all(f"`{name}`" in families for name in REFUSED)
 
 
+def _first_output_moves_with_the_last_token(outputs) -> bool:
+    """Whether changing a prompt's last token moves the output at its first position (``outputs``:
+    ids (1, 8) -> (1, 8, ...)): then T is not causal."""
+    ids = torch.randint(1, VOCAB, (1, 8), generator=torch.Generator().manual_seed(0))
+    changed = ids.clone()
+    changed[0, -1] = ids[0, -1] % (VOCAB - 1) + 1
+    with torch.no_grad():
+        return bool((outputs(ids)[0, 0] - outputs(changed)[0, 0]).abs().max() > 1e-5)
+
+
 def test_xlnet_and_moshi_are_refused_for_what_their_models_do():
     """The reasons REFUSED gives, checked on tiny models: XLNet as its checkpoints are configured
     makes its first output depend on the last token, and Moshi's forward fails on text alone."""
@@ -475,12 +485,7 @@ def test_xlnet_and_moshi_are_refused_for_what_their_models_do():
     assert config.attn_type == "bi"
     torch.manual_seed(0)
     model = tf.XLNetLMHeadModel(config).eval()
-    ids = torch.randint(1, VOCAB, (1, 8))
-    changed = ids.clone()
-    changed[0, -1] = ids[0, -1] % (VOCAB - 1) + 1
-    with torch.no_grad():
-        first, first_changed = model(ids).logits[0, 0], model(changed).logits[0, 0]
-    assert (first - first_changed).abs().max() > 1e-5  # a later token moved the first output: not causal
+    assert _first_output_moves_with_the_last_token(lambda ids: model(ids).logits)
     with pytest.raises(ValueError, match=r"'xlnet'.*not supported: .*every token attend to the whole prompt"):
         layer_slots(model)
 
@@ -498,7 +503,7 @@ def test_xlnet_and_moshi_are_refused_for_what_their_models_do():
     )
     model = tf.MoshiForConditionalGeneration(moshi).eval()
     with pytest.raises(TypeError), torch.no_grad():  # torch.cat of its two streams' audio codes: None
-        model(input_ids=ids)
+        model(input_ids=torch.randint(1, VOCAB, (1, 8)))
     with pytest.raises(ValueError, match=r"'moshi'.*not supported: its forward needs the audio codes"):
         layer_slots(model)
 
@@ -517,12 +522,7 @@ def test_encoders_outside_the_masked_lm_class_are_refused_as_encoders(model_type
     config = tf.AutoConfig.for_model(model_type, num_hidden_layers=2, head_dim=8, **ATTN, **sizes, **IDS)
     torch.manual_seed(0)
     model = tf.AutoModel.from_config(config).eval()
-    ids = torch.randint(1, VOCAB, (1, 8), generator=torch.Generator().manual_seed(0))
-    changed = ids.clone()
-    changed[0, -1] = ids[0, -1] % (VOCAB - 1) + 1
-    with torch.no_grad():
-        first, first_changed = model(ids).last_hidden_state[0, 0], model(changed).last_hidden_state[0, 0]
-    assert (first - first_changed).abs().max() > 1e-5  # a later token moved the first output: not causal
+    assert _first_output_moves_with_the_last_token(lambda ids: model(ids).last_hidden_state)
     with pytest.raises(ValueError, match=rf"'{model_type}'.*not supported: it is an encoder: every token attends"):
         layer_slots(model)
 
