@@ -1778,8 +1778,23 @@ def test_unsupported_model_type_names_the_closest_supported_ones():
     config = tf.Qwen3Config(num_hidden_layers=1, head_dim=8, **ATTN, **IDS)
     model = tf.AutoModelForCausalLM.from_config(config)
     model.config.model_type = "qwen4"  # an unknown type, one edit away from qwen2 / qwen3
-    with pytest.raises(ValueError, match=r"'qwen4'.*not supported\. Closest supported: qwen[23], qwen[23]"):
+    with pytest.raises(ValueError, match=r"'qwen4'.*not supported\. Closest supported: qwen[23], qwen[23]") as error:
         layer_slots(model)
+    assert "text-generating" not in str(error.value)  # a type transformers does not know may be a model of its own
+
+
+def test_a_part_of_a_multimodal_model_is_sent_to_the_whole_model():
+    """Step 3.7's text config (step3p5) and a vision tower's config are types transformers builds
+    no text-generating class of."""
+    from ess_explorer.capture.registry import require_supported
+
+    for model_type, closest in (("step3p5", "step3p7"), ("qwen2_5_vl_vision", "qwen2_5_vl")):
+        with pytest.raises(
+            ValueError,
+            match=rf"Closest supported: .*{closest}.* no text-generating class .*"
+            r"part of a larger model .*analyse that model",
+        ):
+            require_supported(model_type, "model")
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ their config (capture/decoder_configs.py).
 
 from __future__ import annotations
 
-__all__ = ["REFUSED", "DECODER_OF_ENCODER_DECODER", "ENCODER", "not_causal"]
+__all__ = ["REFUSED", "DECODER_OF_ENCODER_DECODER", "ENCODER", "not_causal", "part_of_a_larger_model"]
 
 _CAUSAL_MODELS = (
     "ESS measures causal sequence models: decoder-only language models, state-space models and their hybrids"
@@ -143,3 +143,19 @@ def _reads_no_text(model_type, auto) -> str | None:
             f"depth-estimation classes), not a sequence model of a text prompt. {_CAUSAL_MODELS}"
         )
     return None
+
+
+def part_of_a_larger_model(model_type) -> str:
+    """For a type transformers knows but builds no text-generating class of (no causal-LM,
+    image-text-to-text or multimodal-LM class: a multimodal class's vision or text config, an
+    embedding model, ...), the advice to analyse the model it is part of; "" for any other (a
+    type transformers does not know may be a model of its own)."""
+    from transformers.models.auto import configuration_auto
+    from transformers.models.auto import modeling_auto as auto
+
+    if model_type not in configuration_auto.CONFIG_MAPPING_NAMES or _among(model_type, auto, _TEXT_CLASSES):
+        return ""
+    return (
+        " transformers has no text-generating class of this type (causal LM, image-text-to-text or multimodal LM): "
+        "if it is part of a larger model (the vision or text config of a multimodal class), analyse that model."
+    )

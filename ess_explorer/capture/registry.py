@@ -47,7 +47,7 @@ from .layouts import (
     shared_attention,
     uniform,
 )
-from .refused import REFUSED, not_causal
+from .refused import REFUSED, not_causal, part_of_a_larger_model
 from .vision_language import vision_language_types
 
 __all__ = [
@@ -526,7 +526,7 @@ def require_supported(model_type, what: str, config=None) -> None:
     if why:
         raise ValueError(f"model type {model_type!r} ({what}) is not supported: {why} (docs/families.md)")
     close = difflib.get_close_matches(str(model_type), supported_model_types(), n=3, cutoff=0.5)
-    hint = f" Closest supported: {', '.join(close)}." if close else ""
+    hint = (f" Closest supported: {', '.join(close)}." if close else "") + part_of_a_larger_model(model_type)
     # The count and where to find the list, not the list: some 260 names on one line bury the hint.
     raise ValueError(
         f"model type {model_type!r} ({what}) is not supported.{hint} {len(REGISTRY)} model types are supported: "
