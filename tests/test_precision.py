@@ -152,12 +152,56 @@ def test_exact_cuts_equal_the_sweep():
     ssm = diagonal_ssm(40, 6, units=3, seed=1, resets=[10, 25])
     times = torch.tensor([1, 5, 10, 11, 20, 26, 39])
     units = torch.tensor([0, 1, 2, 0, 1, 2, 0])
-    sigma, reach = gramian._exact_cuts(ssm.a[units], ssm.b[units], ssm.c[units], times)
+    sigma, reach = gramian._exact_cuts(ssm.a, ssm.b, ssm.c, units, times)
     expected, expected_reach = hankel_singular_values_with_reach(ssm)
     expected, expected_reach = expected[units, times][:, :6], expected_reach[units, times]
     scale = expected[:, :1].clamp_min(1e-300)
     assert bool(((sigma - expected).abs() <= 1e-6 * expected + 1e-10 * scale).all())
     assert bool(((reach - expected_reach).abs() <= 1e-6 * expected_reach + 1e-10 * expected_reach[:, :1]).all())
+
+
+@pytest.mark.parametrize(
+    "length, n, pairs",
+    [(96, 16, 150), (7, 16, 70), (40, 3, 64), (33, 1, 5)],  # L < N; exactly one block; N = 1
+)
+def test_the_cut_roots_kernel_equals_its_reference(length, n, pairs):
+    """core/cut_roots_kernel.py against its torch reference: decays within 1e-7 of 0 and 1 and
+    zero (resets), a mode written 1e4 times louder and read 1e4 times softer, cuts at both ends;
+    every singular value of R_G R_F^T and of R_F within the "exact" contract of the reference's."""
+    from ess_explorer.core import cut_roots_kernel
+    from ess_explorer.core.compiled import available
+
+    if not available():
+        pytest.skip("numba is not installed: the reference runs instead")
+    generator = torch.Generator().manual_seed(length + n)
+    units = 9
+    a = torch.rand(units, length, n, dtype=torch.float64, generator=generator)
+    a[:, :, 0] = 1 - 1e-7
+    a[:, :, -1] = 1e-7
+    a[:, length // 3, n // 2] = 0.0  # a reset
+    b, c = (torch.randn(units, length, n, dtype=torch.float64, generator=generator) for _ in range(2))
+    b[..., n // 2] *= 1e4
+    c[..., n // 2] *= 1e-4
+    unit = torch.randint(0, units, (pairs,), generator=generator)
+    times = torch.randint(1, length, (pairs,), generator=generator)
+    times[:2] = torch.tensor([1, length - 1])
+    roots = cut_roots_kernel.cut_roots(a, b, c, unit, times)
+    expected = cut_roots_kernel.cut_roots_reference(a[unit], b[unit], c[unit], times)
+    rank = min(length, n)
+    for got, want in ((roots[1] @ roots[0].mT, expected[1] @ expected[0].mT), (roots[0], expected[0])):
+        got, want = torch.linalg.svdvals(got)[:, :rank], torch.linalg.svdvals(want)[:, :rank]
+        assert bool(((got - want).abs() <= 1e-6 * want + 1e-10 * want[:, :1]).all())
+        assert float((want[:, 0] > 0).double().mean()) > 0.5  # not vacuous (a reset may zero a cut)
+
+
+def test_a_growing_recurrence_in_the_cut_roots_kernel_raises_the_overflow_error():
+    """A decay above 1 overflows the redo's triangles (the kernel's, then the reference's, which
+    computes those pairs again): the Gramian route raises the overflow error, which says what to
+    do, not a solver's complaint about non-finite input."""
+    ssm = mamba_like(2, 600, 4, seed=3)
+    grown = DiagonalSSM(torch.full_like(ssm.a, 4.0), ssm.b, ssm.c)
+    with pytest.raises(ValueError, match="overflow"):
+        gramian.gramian_hankel_singular_values(grown, positions=torch.arange(600), accuracy=Accuracy("ess"))
 
 
 def test_without_the_guard_the_imbalanced_realisation_would_miscount():
@@ -728,7 +772,7 @@ def test_the_gramian_routes_exact_redo_of_a_prompt_shorter_than_n_pads_its_value
     route's width), equal to the SVD of each materialised cut and of R_t."""
     ssm = mamba_like(3, 5, 8, seed=2)
     times = torch.tensor([1, 2, 4])
-    sigma, reach = gramian._exact_cuts(ssm.a, ssm.b, ssm.c, times)
+    sigma, reach = gramian._exact_cuts(ssm.a, ssm.b, ssm.c, torch.arange(3), times)
     assert sigma.shape == reach.shape == (3, 8)
     dense = ssm.materialize()
     for k, t in enumerate(times.tolist()):

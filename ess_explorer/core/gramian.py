@@ -17,6 +17,7 @@ import torch
 from . import dense_jobs, gramian_kernel
 from .accelerator import accelerator_routes, worker_threads
 from .checks import finite_spectra
+from .cut_roots_kernel import cut_roots
 from .eigen import svdvals
 from .gramian_blocked import blocked_bytes_per_unit, gramian_spectra_blocked
 from .gramian_naive import GRAMIAN_ERROR
@@ -197,10 +198,6 @@ def _spread(values: torch.Tensor, inside: torch.Tensor, row: torch.Tensor) -> to
     return full
 
 
-# (unit, cut) pairs per batched call of `_exact_cuts`: it holds about six (pairs, L, N) arrays.
-REDO_PAIRS = 256
-
-
 def _redo_uncertain(a, b, c, wanted, lam, error, reach, accuracy: Accuracy) -> None:
     """Recompute exactly (`_exact_cuts`) the cuts whose count the Gramian route cannot certify
     (for ESS, or with ``reach`` for causal ESS), IN PLACE: lam (squares) and reach (the
@@ -210,41 +207,33 @@ def _redo_uncertain(a, b, c, wanted, lam, error, reach, accuracy: Accuracy) -> N
     uncertain = ~accuracy.certain(lam[..., 0], error)  # (U, W); the values are kept: no window test
     if reach is not None:
         uncertain |= ~accuracy.certain(reach[2], reach[3])
-    units, rows = torch.nonzero(uncertain, as_tuple=True)
-    for start in range(0, len(units), REDO_PAIRS):
-        unit, row = units[start : start + REDO_PAIRS], rows[start : start + REDO_PAIRS]
-        on = unit.to(a.device)  # the operator's device (the results may be on another)
-        sigma, reach_sigma = _exact_cuts(a[on], b[on], c[on], wanted[row.cpu()])
-        if not (finite_spectra(sigma) and finite_spectra(reach_sigma)):
-            raise overflow_error(DiagonalSSM.derived(a=a[on], b=b[on], c=c[on]))
-        lam[unit, row] = sigma.to(lam.device) ** 2
-        if reach is not None:
-            exact = TridiagonalSpectra.from_values(reach_sigma.to(lam.device))
-            reach[0][unit, row], reach[1][unit, row], reach[2][unit, row] = exact.diag, exact.off, exact.top
+    unit, row = torch.nonzero(uncertain, as_tuple=True)
+    if not len(unit):
+        return
+    on = unit.to(a.device)  # the operator's device (the results may be on another)
+    sigma, reach_sigma = _exact_cuts(a, b, c, on, wanted[row.cpu()])
+    if not (finite_spectra(sigma) and finite_spectra(reach_sigma)):
+        raise overflow_error(DiagonalSSM.derived(a=a[on], b=b[on], c=c[on]))
+    lam[unit, row] = sigma.to(lam.device) ** 2
+    if reach is not None:
+        exact = TridiagonalSpectra.from_values(reach_sigma.to(lam.device))
+        reach[0][unit, row], reach[1][unit, row], reach[2][unit, row] = exact.diag, exact.off, exact.top
 
 
-def _exact_cuts(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, times: torch.Tensor):
-    """sigma(H_t) and sigma(R_t) (each (k, N), descending) of k (unit, cut) pairs, exact: a
-    unit's a, b, c (k, L, N) and its cut t (k,).
+def _exact_cuts(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, units: torch.Tensor, times: torch.Tensor):
+    """sigma(H_t) and sigma(R_t) (each (k, N), descending) of k (unit, cut) pairs, exact: the
+    units' a, b, c (U, L, N), each pair's unit units[k] and cut t = times[k].
 
     H_t = G F^T with F_j = b_j prod_{m=j+1..t-1} a_m (j < t: R_t^T) and G_i = c_i prod_{m=t..i} a_m
-    (i >= t: O_t), so sigma(H_t) = sigma(R_G R_F^T) from QRs of the two factors, and
+    (i >= t: O_t), so sigma(H_t) = sigma(R_G R_F^T) from the R factors of the two factors, and
     sigma(R_t) = sigma(R_F): one segment of the square-root sweep (core/sweeps.py) from zero,
-    for all pairs in one batched call. The running products only multiply decays (no
-    cancellation, relative error about L eps); one that underflows drops a term below
-    1e-300 of the state, as in the sweep."""
-    length = a.shape[1]
-    time = torch.arange(length, device=a.device)[None, :, None]
-    t = times.to(a.device)[:, None, None]
-    ones = torch.ones_like(a)
-    after = torch.where((time >= 1) & (time <= t - 1), a, ones).flip(1).cumprod(1).flip(1)  # prod_{m>=j}
-    after = torch.cat([after[:, 1:], ones[:, :1]], 1)  # prod_{m=j+1..t-1}
-    past = torch.where(time < t, b * after, torch.zeros_like(b))  # F (k, L, N)
-    since = torch.where(time >= t, a, ones).cumprod(1)  # prod_{m=t..i}
-    future = torch.where(time >= t, c * since, torch.zeros_like(c))  # G (k, L, N)
-    reach_root = torch.linalg.qr(past, mode="r").R  # (k, min(L, N), N)
-    observe_root = torch.linalg.qr(future, mode="r").R
+    for all pairs at once (core/cut_roots_kernel.py: a compiled kernel, or its torch reference)."""
+    reach_root, observe_root = cut_roots(a, b, c, units, times)
+    product = observe_root @ reach_root.mT
     n = a.shape[-1]  # a prompt shorter than N has rank below it: zeros after its L values
-    pad = (0, n - min(length, n))
-    sigma = torch.nn.functional.pad(svdvals(observe_root @ reach_root.mT), pad)
-    return sigma, torch.nn.functional.pad(svdvals(reach_root), pad)
+    if not bool(product.isfinite().all()):  # a growing recurrence: the caller raises the overflow error
+        return (product.new_full((len(times), n), float("inf")),) * 2
+    rank = min(a.shape[1], n)
+    pad = (0, n - rank)
+    sigma = torch.nn.functional.pad(svdvals(product)[..., :rank], pad)
+    return sigma, torch.nn.functional.pad(svdvals(reach_root)[..., :rank], pad)

@@ -1,0 +1,177 @@
+"""The triangular roots of single cuts of diagonal recurrences, as one compiled CPU kernel (numba).
+
+The Gramian route (core/gramian.py) redoes exactly the cuts its guard cannot certify: for a
+unit's a, b, c (L, N) and a cut t, the R factors of
+
+    F (t, N):     F_j = b_j prod_{m=j+1..t-1} a_m      (j < t: what the past wrote)
+    G (L - t, N): G_i = c_i prod_{m=t..i} a_m          (i >= t: what the future reads)
+
+so that sigma(H_t) = sigma(R_G R_F^T) and sigma(R_t) = sigma(R_F). A random Mamba-130m layer at
+L = 512 sends about 4,000 such (unit, cut) pairs there, 0.5% of its cuts but a quarter of its
+time in torch (`cut_roots_reference`: per batch of pairs, six (pairs, L, N) arrays of running
+products and masks, then two batched QRs). Here LANES pairs run side by side, every loop
+innermost over them: each pair's rows are formed as they are folded, F's from j = t - 1 down
+(its product grows by one decay a row), G's from i = t up, into an N x N triangle by Givens
+rotations. Nothing is stored but the two triangles.
+
+Accuracy: Givens QR, like Householder QR, is columnwise backward stable (Higham, Accuracy and
+Stability of Numerical Algorithms, 2nd ed., Thm. 19.10): R is the exact factor of F + dF with
+||dF e_k|| <= c L N eps ||F e_k|| for each state component k, the bound the reference's QR
+meets; the row order changes R only by an orthogonal factor on the left, which leaves both
+spectra alone. A lane whose triangle is not finite (a growing recurrence) is computed again
+by the reference, which raises the overflow error there as before.
+
+The reference is `cut_roots_reference` below (tests/test_precision.py compares them); where
+numba is missing it runs instead.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from . import compiled
+from .accelerator import worker_threads
+from .compiled import LANES, available, jit
+from .sweeps import over_chunks
+
+__all__ = ["cut_roots", "cut_roots_reference"]
+
+
+def cut_roots_reference(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, times: torch.Tensor):
+    """(R_F, R_G), each (k, min(L, N), N), upper triangular: the R factors of F and G (module
+    docstring) of k (unit, cut) pairs, each pair's a, b, c (k, L, N) and cut t (k,). The running
+    products only multiply decays (no cancellation, relative error about L eps); one that
+    underflows drops a term below 1e-300 of the state, as in the sweep."""
+    length = a.shape[1]
+    time = torch.arange(length, device=a.device)[None, :, None]
+    t = times.to(a.device)[:, None, None]
+    ones = torch.ones_like(a)
+    after = torch.where((time >= 1) & (time <= t - 1), a, ones).flip(1).cumprod(1).flip(1)  # prod_{m>=j}
+    after = torch.cat([after[:, 1:], ones[:, :1]], 1)  # prod_{m=j+1..t-1}
+    past = torch.where(time < t, b * after, torch.zeros_like(b))  # F (k, L, N)
+    since = torch.where(time >= t, a, ones).cumprod(1)  # prod_{m=t..i}
+    future = torch.where(time >= t, c * since, torch.zeros_like(c))  # G (k, L, N)
+    return torch.linalg.qr(past, mode="r").R, torch.linalg.qr(future, mode="r").R
+
+
+def cut_roots(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, units: torch.Tensor, times: torch.Tensor):
+    """The R factors of `cut_roots_reference` for the pairs (units[k], times[k]) of the units'
+    a, b, c (U, L, N) float64 (each (k, N, N): zero rows past min(L, N), which change no singular
+    value): by the kernel on a CPU where numba runs, its blocks of pairs spread over the worker
+    threads, else by the reference in batches of REFERENCE_PAIRS (it holds about six
+    (pairs, L, N) arrays)."""
+    if not (available() and a.device.type == "cpu" and a.dtype == torch.float64):
+        return _by_reference(a, b, c, units, times)
+    order = torch.argsort(times.cpu())  # lanes of similar cuts: little padding in a block
+    pairs, n = len(order), a.shape[-1]
+    blocks = -(-pairs // LANES)
+    unit = np.zeros(blocks * LANES, dtype=np.int64)
+    cut = np.zeros(blocks * LANES, dtype=np.int64)
+    unit[:pairs], cut[:pairs] = units.cpu()[order].numpy(), times.cpu()[order].numpy()
+    arrays = [np.ascontiguousarray(x.detach().numpy()) for x in (a, b, c)]
+    roots = np.zeros((blocks, 2, n, n, LANES))
+    compiled.first_call(_cut_roots, _warm_up)
+
+    def run(chunk: slice) -> None:
+        lanes = slice(chunk.start * LANES, chunk.stop * LANES)
+        _cut_roots(*arrays, unit[lanes], cut[lanes], pairs - lanes.start, roots[chunk])
+
+    workers = worker_threads(a.device)
+    over_chunks(run, blocks, max(1, -(-blocks // (4 * workers))), workers)
+    # (blocks, 2, N, N, LANES) -> (2, pairs, N, N), back in the callers' order
+    both = torch.from_numpy(roots).permute(1, 0, 4, 2, 3).reshape(2, blocks * LANES, n, n)[:, :pairs]
+    out = torch.empty_like(both)
+    out[:, order] = both
+    reach, observe = out[0], out[1]
+    bad = ~(reach.isfinite().flatten(1).all(1) & observe.isfinite().flatten(1).all(1))
+    if bool(bad.any()):  # overflow: the reference computes them again (and raises where it must)
+        for whole, part in zip((reach, observe), _by_reference(a, b, c, units[bad], times[bad])):
+            whole[bad] = 0.0
+            whole[bad, : part.shape[1]] = part
+    return reach, observe
+
+
+REFERENCE_PAIRS = 256  # pairs per call of the reference: about six (pairs, L, N) arrays each
+
+
+def _by_reference(a, b, c, units, times):
+    """`cut_roots_reference` of the pairs (units[k], times[k]), in batches of REFERENCE_PAIRS."""
+    parts = []
+    for start in range(0, len(units), REFERENCE_PAIRS):
+        on = units[start : start + REFERENCE_PAIRS].to(a.device)
+        parts.append(cut_roots_reference(a[on], b[on], c[on], times[start : start + REFERENCE_PAIRS]))
+    if not parts:
+        empty = a.new_zeros(0, min(a.shape[1], a.shape[2]), a.shape[2])
+        return empty, empty
+    return tuple(torch.cat(side) for side in zip(*parts))
+
+
+@jit
+def _fold(root, row, n):  # pragma: no cover - compiled
+    """Rotate the row (n, LANES) into the upper triangle root (n, n, LANES) by Givens
+    rotations, IN PLACE (row is consumed): root^T root grows by row row^T in every lane."""
+    cos = np.empty(LANES)
+    sin = np.empty(LANES)
+    for i in range(n):
+        for w in range(LANES):
+            r = root[i, i, w]
+            x = row[i, w]
+            h = np.sqrt(r * r + x * x)
+            live = h > 0.0
+            cos[w] = r / h if live else 1.0
+            sin[w] = x / h if live else 0.0
+            root[i, i, w] = h
+        for j in range(i + 1, n):
+            for w in range(LANES):
+                r = root[i, j, w]
+                x = row[j, w]
+                root[i, j, w] = cos[w] * r + sin[w] * x
+                row[j, w] = cos[w] * x - sin[w] * r
+
+
+@jit
+def _cut_roots(a, b, c, unit, cut, pairs, roots):  # pragma: no cover - compiled
+    """roots[blk, 0] <- R_F and roots[blk, 1] <- R_G (module docstring) of the pairs p =
+    blk * LANES + w (w < LANES; those from ``pairs`` on stay zero): unit unit[p]'s a, b, c
+    (U, L, N), cut cut[p]. roots (blocks, 2, N, N, LANES), zero on entry."""
+    length, n = a.shape[1], a.shape[2]
+    row = np.empty((n, LANES))
+    product = np.empty((n, LANES))
+    for blk in range(roots.shape[0]):
+        first = blk * LANES
+        live = max(0, min(LANES, pairs - first))
+        most_past = 0
+        most_future = 0
+        for w in range(live):
+            most_past = max(most_past, cut[first + w])
+            most_future = max(most_future, length - cut[first + w])
+        for side in range(2):
+            for k in range(n):
+                for w in range(LANES):
+                    product[k, w] = 1.0
+            for d in range(most_past if side == 0 else most_future):
+                for w in range(LANES):
+                    u = unit[first + w]
+                    # F's rows, j = t - 1 - d: b_j times the decays after it; G's rows, i = t + d:
+                    # c_i times the decays from t to i. A lane past its rows reads a valid row
+                    # (``at``) and folds in zeros.
+                    at = cut[first + w] - 1 - d if side == 0 else cut[first + w] + d
+                    on = w < live and 0 <= at < length
+                    at = at if on else 0
+                    if side == 0:
+                        for k in range(n):
+                            row[k, w] = b[u, at, k] * product[k, w] if on else 0.0
+                            product[k, w] *= a[u, at, k]
+                    else:
+                        for k in range(n):
+                            product[k, w] *= a[u, at, k]
+                            row[k, w] = c[u, at, k] * product[k, w] if on else 0.0
+                _fold(roots[blk, side], row, n)
+
+
+def _warm_up() -> None:
+    """The kernel's first call in a process, on a tiny problem (`compiled.first_call`)."""
+    a = torch.full((1, 4, 2), 0.5, dtype=torch.float64)
+    unit, cut = np.zeros(LANES, dtype=np.int64), np.full(LANES, 2, dtype=np.int64)
+    _cut_roots(*(x.numpy() for x in (a, a, a)), unit, cut, 1, np.zeros((1, 2, 2, 2, LANES)))
