@@ -59,8 +59,7 @@ def cut_roots(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, units: torch.Te
     """The R factors of `cut_roots_reference` for the pairs (units[k], times[k]) of the units'
     a, b, c (U, L, N) float64 (each (k, N, N): zero rows past min(L, N), which change no singular
     value): by the kernel on a CPU where numba runs, its blocks of pairs spread over the worker
-    threads, else by the reference in batches of REFERENCE_PAIRS (it holds about six
-    (pairs, L, N) arrays)."""
+    threads, else by the reference in batches of REFERENCE_PAIRS."""
     if not (available() and a.device.type == "cpu" and a.dtype == torch.float64):
         return _by_reference(a, b, c, units, times)
     order = torch.argsort(times.cpu())  # lanes of similar cuts: little padding in a block
