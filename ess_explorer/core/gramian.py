@@ -213,7 +213,8 @@ def _redo_uncertain(a, b, c, wanted, lam, error, reach, accuracy: Accuracy) -> N
     on = unit.to(a.device)  # the operator's device (the results may be on another)
     sigma, reach_sigma = _exact_cuts(a, b, c, on, wanted[row.cpu()])
     if not (finite_spectra(sigma) and finite_spectra(reach_sigma)):
-        raise overflow_error(DiagonalSSM.derived(a=a[on], b=b[on], c=c[on]))
+        grown = on.unique()  # the units it names, once each
+        raise overflow_error(DiagonalSSM.derived(a=a[grown], b=b[grown], c=c[grown]))
     lam[unit, row] = sigma.to(lam.device) ** 2
     if reach is not None:
         exact = TridiagonalSpectra.from_values(reach_sigma.to(lam.device))
