@@ -18,8 +18,10 @@ Accuracy: Givens QR, like Householder QR, is columnwise backward stable (Higham,
 Stability of Numerical Algorithms, 2nd ed., Thm. 19.10): R is the exact factor of F + dF with
 ||dF e_k|| <= c L N eps ||F e_k|| for each state component k, the bound the reference's QR
 meets; the row order changes R only by an orthogonal factor on the left, which leaves both
-spectra alone. A lane whose triangle is not finite (a growing recurrence) is computed again
-by the reference, which raises the overflow error there as before.
+spectra alone. A lane whose triangle is not finite is computed again by the reference: the
+kernel's unscaled r^2 + x^2 overflows before LAPACK's scaled rotations do. Where the
+reference's triangles overflow too (a growing recurrence), core/gramian.py raises the overflow
+error.
 
 The reference is `cut_roots_reference` below (tests/test_precision.py compares them); where
 numba is missing it runs instead.
@@ -84,7 +86,7 @@ def cut_roots(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, units: torch.Te
     out[:, order] = both
     reach, observe = out[0], out[1]
     bad = ~(reach.isfinite().flatten(1).all(1) & observe.isfinite().flatten(1).all(1))
-    if bool(bad.any()):  # overflow: the reference computes them again (and raises where it must)
+    if bool(bad.any()):  # overflow: the reference's scaled QR computes them again
         for whole, part in zip((reach, observe), _by_reference(a, b, c, units[bad], times[bad])):
             whole[bad] = 0.0
             whole[bad, : part.shape[1]] = part
@@ -95,14 +97,12 @@ REFERENCE_PAIRS = 256  # pairs per call of the reference: about six (pairs, L, N
 
 
 def _by_reference(a, b, c, units, times):
-    """`cut_roots_reference` of the pairs (units[k], times[k]), in batches of REFERENCE_PAIRS."""
+    """`cut_roots_reference` of the pairs (units[k], times[k]) (at least one: the redo calls it
+    only for cuts it must redo), in batches of REFERENCE_PAIRS."""
     parts = []
     for start in range(0, len(units), REFERENCE_PAIRS):
         on = units[start : start + REFERENCE_PAIRS].to(a.device)
         parts.append(cut_roots_reference(a[on], b[on], c[on], times[start : start + REFERENCE_PAIRS]))
-    if not parts:
-        empty = a.new_zeros(0, min(a.shape[1], a.shape[2]), a.shape[2])
-        return empty, empty
     return tuple(torch.cat(side) for side in zip(*parts))
 
 
