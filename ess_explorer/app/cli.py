@@ -137,7 +137,8 @@ def _steps(args):
             return _load_model(source, revision)
 
     def analyze(model, input_ids, tokenizer, **options):
-        say(args, f"analysing {len(input_ids)} tokens ...")
+        count = len(input_ids)
+        say(args, f"analysing {count} token{'s' if count != 1 else ''} ...")
         return _analyze(model, input_ids, tokenizer, **options)
 
     return RunSteps(
