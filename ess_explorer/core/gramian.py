@@ -16,7 +16,6 @@ import torch
 
 from . import dense_jobs, gramian_kernel
 from .accelerator import accelerator_routes, worker_threads
-from .checks import finite_spectra
 from .cut_roots_kernel import cut_roots
 from .eigen import svdvals
 from .gramian_blocked import blocked_bytes_per_unit, gramian_spectra_blocked
@@ -212,9 +211,6 @@ def _redo_uncertain(a, b, c, wanted, lam, error, reach, accuracy: Accuracy) -> N
         return
     on = unit.to(a.device)  # the operator's device (the results may be on another)
     sigma, reach_sigma = _exact_cuts(a, b, c, on, wanted[row.cpu()])
-    if not (finite_spectra(sigma) and finite_spectra(reach_sigma)):
-        grown = on.unique()  # the units it names, once each
-        raise overflow_error(DiagonalSSM.derived(a=a[grown], b=b[grown], c=c[grown]))
     lam[unit, row] = sigma.to(lam.device) ** 2
     if reach is not None:
         exact = TridiagonalSpectra.from_values(reach_sigma.to(lam.device))
@@ -228,12 +224,15 @@ def _exact_cuts(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, units: torch.
     H_t = G F^T with F_j = b_j prod_{m=j+1..t-1} a_m (j < t: R_t^T) and G_i = c_i prod_{m=t..i} a_m
     (i >= t: O_t), so sigma(H_t) = sigma(R_G R_F^T) from the R factors of the two factors, and
     sigma(R_t) = sigma(R_F): one segment of the square-root sweep (core/sweeps.py) from zero,
-    for all pairs at once (core/cut_roots_kernel.py: a compiled kernel, or its torch reference)."""
+    for all pairs at once (core/cut_roots_kernel.py: a compiled kernel, or its torch reference).
+    Raises the overflow error where those factors leave the floating-point range (a growing
+    recurrence), naming each unit of the pairs once."""
     reach_root, observe_root = cut_roots(a, b, c, units, times)
     product = observe_root @ reach_root.mT
+    if not (bool(product.isfinite().all()) and bool(reach_root.isfinite().all())):
+        grown = units.unique()
+        raise overflow_error(DiagonalSSM.derived(a=a[grown], b=b[grown], c=c[grown]))
     n = a.shape[-1]  # a prompt shorter than N has rank below it: zeros after its L values
-    if not bool(product.isfinite().all()):  # a growing recurrence: the caller raises the overflow error
-        return (product.new_full((len(times), n), float("inf")),) * 2
     rank = min(a.shape[1], n)
     pad = (0, n - rank)
     sigma = torch.nn.functional.pad(svdvals(product)[..., :rank], pad)
