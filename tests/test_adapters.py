@@ -555,7 +555,8 @@ def test_reformer_is_refused_for_its_random_hashing():
 
 
 # Model types with a per-token gate around some mixer (Qwen3-Next / Qwen3.5: the sigmoid
-# output gate of their attention layers; Ling 3: one per latent head).
+# output gate of their attention layers; Ling 3: one per latent head; the delta rule's
+# layers: the gated norm after the kernel).
 GATED = {
     "mamba",
     "falcon_mamba",
@@ -569,6 +570,8 @@ GATED = {
     "qwen3_next",
     "qwen3_5_text",
     "bailing_hybrid",
+    "olmo_hybrid",
+    "kimi_linear",
 }
 
 

@@ -15,6 +15,8 @@ from test_dplr import assert_spectra_match
 
 from ess_explorer import DPLRSSM, analyze, entropy_ess, hankel_singular_values, tolerance_ess
 from ess_explorer.capture import capture, layer_slots
+from ess_explorer.capture.gated_delta import gated_norm
+from ess_explorer.core.gates import gates_inside
 
 DELTA_MODELS = ["qwen3_next", "qwen3_5_text", "olmo_hybrid", "kimi_linear"]
 
@@ -78,14 +80,41 @@ def test_factored_spectra_of_captured_units_match_dense_svd(delta_layer):
     assert_spectra_match(layer.spectra(units, torch.arange(LENGTH)), dense)
 
 
-def test_analyze_equals_the_dense_core_on_a_units_operator(delta_layer):
+def test_gate_is_the_gated_norms_scale(delta_layer):
+    """weight * (o * g) is exactly what the model's gated RMSNorm after the kernel returned:
+    g = act(z) / rms_t over the head's V channels, captured as the out_gate."""
+    name, model, ids, _layer = delta_layer
+    slot = layer_slots(model)[0]
+    norm = gated_norm(slot.module)
+    seen = {}
+    handle = norm.register_forward_hook(lambda _m, _a, out: seen.setdefault("out", out.detach()))
+    try:
+        layer = capture(model, ids, [slot])[0]
+    finally:
+        handle.remove()
+    heads, length, value_dim = layer.outputs.shape
+    ours = layer.outputs.transpose(0, 1) * norm.weight.detach().to(torch.float64)  # (L, H, V)
+    torch.testing.assert_close(ours, seen["out"].to(torch.float64).reshape(length, heads, value_dim), msg=name)
+    # The kernel's own output alone is not the norm's: the gate is what makes them agree.
+    plain = (layer.outputs / layer.out_gate).transpose(0, 1) * norm.weight.detach().to(torch.float64)
+    assert (plain - ours).abs().max() > 1e-2 * ours.abs().max()
+
+
+def test_analyze_equals_the_dense_core_on_a_channels_operator(delta_layer):
+    """gates="inside" (the default): each value channel is a unit, T_c = diag(g_c) T_head."""
     _name, model, ids, layer = delta_layer
+    inside = gates_inside(layer)
     result = analyze(model, ids, layers=0, progress=False)
     lay = result.layers[0]
-    assert lay.family == layer.family and lay.tolerance_ess.shape == (layer.n_units, LENGTH)
-    for unit in (0, layer.n_units - 1):
-        dense = layer.dense([unit])
+    value_dim = layer.info["head_dim"]
+    assert lay.family == layer.family and lay.tolerance_ess.shape == (layer.n_units * value_dim, LENGTH)
+    for unit in (0, value_dim + 1, inside.n_units - 1):
+        dense = inside.dense([unit])
         np.testing.assert_array_equal(lay.tolerance_ess[unit], tolerance_ess(dense)[0].numpy())
         np.testing.assert_allclose(lay.entropy_ess[unit], entropy_ess(dense)[0].numpy(), rtol=1e-6, atol=1e-9)
     assert (lay.tss == layer.info["key_dim"])[1:].all()
     assert lay.tolerance_ess.max() <= layer.info["key_dim"]
+    # Outside, the value head is the unit again and the gate changes nothing in T.
+    outside = analyze(model, ids, layers=0, gates="outside", progress=False).layers[0]
+    assert outside.tolerance_ess.shape == (layer.n_units, LENGTH)
+    np.testing.assert_array_equal(outside.tolerance_ess[0], tolerance_ess(layer.dense([0]))[0].numpy())

@@ -25,20 +25,23 @@ transition, i.e. a `DPLRSSM` (core/operators.py) with r = 1:
 and o_t[v] = sum_j T_h[t, j] v_j[v]. Unit = head (the value head, H_v of them; with
 grouped heads, H_v / H_k value heads read one query/key head); its V value channels share
 T_h: ``info["multiplicity"] = V``. Inside T: alpha, beta, the normalised keys and the
-scaled normalised queries. Outside T: the input projections; the short causal conv and
-its activation, which make q, k and v (a separate k-token mixer in front: T's input is v
-after the conv, and T's coefficients are built from q and k after it); the gated RMSNorm
-after the kernel (RMS over the head's V channels, times a weight, times silu(z) or the
-model's gate), a per-token, per-channel scale of the kind Mamba2's gated norm folds into T,
-kept outside under both settings for its cost: folding it would split each head into its V
-channels, each with spectra of its own (a Qwen3-Next-shaped layer, 4 value heads: 0.7 s ->
-5.1 s at L = 256, 2.8 s -> 34 s at L = 512, docs/families.md); the output projection. The
-captured outputs are the kernel's own outputs (before that norm), so ``out_gate`` is None and
-``outputs == T @ inputs`` per head.
+scaled normalised queries. The gated RMSNorm after the kernel, weight * o_t / rms_t *
+act(z_t) (RMS over the head's V channels; act = silu, or sigmoid for KDA's gate), is a
+per-token, per-channel scale g_t = act(z_t) / rms_t of the kind Mamba2's gated norm is: the
+capture keeps it as ``out_gate`` and o * g as ``outputs`` (the weight stays outside), so
+gates="inside" (core/gates.py) makes each value channel a unit, diag(g_c) T_h, with spectra
+of its own, and gates="outside" keeps the value head. Outside T: the input projections; the
+short causal conv and its activation, which make q, k and v (a separate k-token mixer in
+front: T's input is v after the conv, and T's coefficients are built from q and k after
+it); the norm's weight; the output projection.
 TSS per head: K (the key size: the state size per value channel).
 
 Cost: factored core path, the square-root sweeps with the factor multiplied by A_t
-(O(K^2) for the rank-one part) before each QR: O(L K^3) per head, never the L x L T.
+(O(K^2) for the rank-one part) before each QR: O(L K^3) per head, never the L x L T. With
+gates inside, the V channels of each head are row-scaled copies of the head's T
+(core/row_scaled.py), about (4/3) r^3 each per cut, r <= min(t, L - t, K): a
+Qwen3-Next-shaped layer of 4 value heads, 1.0 s outside -> 5.4 s inside at L = 256, 2.9 s ->
+36 s at L = 512 (benchmarks/bench_delta.py, docs/families.md).
 
 Capture: the mixer calls its modeling module's ``torch_chunk_gated_delta_rule(query, key,
 value, g, beta, ..., use_qk_l2norm_in_kernel)`` (KDA: ``chunk_kimi_delta_attention``) with
@@ -50,10 +53,11 @@ Mamba's scan (capture/mamba.py). Runs without a cache (``use_cache=False``).
 from __future__ import annotations
 
 import torch
+from transformers.activations import ACT2FN
 
 from ..core.operators import DPLRSSM
 from ..core.units import SSMCapture
-from .base import LayerSlot
+from .base import CaptureSession, LayerSlot
 from .mamba import ScanAdapter
 
 __all__ = ["GatedDeltaNetAdapter", "KimiDeltaAdapter"]
@@ -72,6 +76,19 @@ class GatedDeltaNetAdapter(ScanAdapter):
     family = "gated_deltanet"
     function = "torch_chunk_gated_delta_rule"
     per_key_decay = False
+
+    def install(self, session: CaptureSession, slot: LayerSlot) -> None:
+        super().install(session, slot)
+        norm = gated_norm(slot.module)
+        if norm is not None:
+            raw = session.store(slot.index)
+
+            def on_norm(_module, args, kwargs, _output):
+                gate = args[1] if len(args) > 1 else kwargs.get("gate")
+                if gate is not None:
+                    raw["norm"] = (args[0].detach(), gate.detach())
+
+            session.hook(norm.register_forward_hook(on_norm, with_kwargs=True))
 
     def build(self, slot: LayerSlot, raw: dict) -> SSMCapture:
         args, result = self.scan_call(slot, raw)
@@ -99,11 +116,20 @@ class GatedDeltaNetAdapter(ScanAdapter):
                 a, p, q = alpha.expand_as(k), -alpha * step * k, k
             return DPLRSSM(a=a, p=p[..., None], q=q[..., None], b=step * k, c=query[index])
 
+        outputs = result[0].to(torch.float64).transpose(0, 1)  # (H, L, V)
+        gate = None
+        if "norm" in raw:  # g = act(z) / rms_t over the head's V channels, as the norm computes it
+            norm = gated_norm(slot.module)
+            y, z = (x.to(torch.float64).reshape(length, heads, value_dim) for x in raw["norm"])
+            rms = y.pow(2).mean(-1, keepdim=True).add(float(norm.variance_epsilon)).sqrt()
+            gate = (ACT2FN[norm.activation](z) / rms).transpose(0, 1)  # (H, L, V)
+            outputs = outputs * gate
         return SSMCapture(
             layer=slot.index,
             family=self.family,
             inputs=value.transpose(0, 1),  # (H, L, V)
-            outputs=result[0].to(torch.float64).transpose(0, 1),  # (H, L, V)
+            outputs=outputs,
+            out_gate=gate,
             state_size=key_dim,
             info={
                 "num_heads": heads,
@@ -114,6 +140,16 @@ class GatedDeltaNetAdapter(ScanAdapter):
             },
             realize=realize,
         )
+
+
+def gated_norm(mixer: torch.nn.Module) -> torch.nn.Module | None:
+    """The mixer's gated RMSNorm after the kernel (``norm`` or ``o_norm``: weight * y / rms_t *
+    act(gate), rms over the head's V channels), or None."""
+    for name in ("norm", "o_norm"):
+        norm = getattr(mixer, name, None)
+        if norm is not None and hasattr(norm, "variance_epsilon") and getattr(norm, "activation", None) in ACT2FN:
+            return norm
+    return None
 
 
 class KimiDeltaAdapter(GatedDeltaNetAdapter):

@@ -404,8 +404,8 @@ REGISTRY: dict[str, ModelType] = {
             hybrid("model.layers", _GATED_DELTA),
             ("gated_deltanet", _ATT),
             "model.layers[i]",
-            '"linear_attention" -> .linear_attn, Gated DeltaNet (DPLR); "full_attention" -> .self_attn, '
-            "gated attention",
+            '"linear_attention" -> .linear_attn, Gated DeltaNet (DPLR; the scale of its gated norm the '
+            'out_gate); "full_attention" -> .self_attn, gated attention',
         )
         for name in ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
     },
@@ -413,8 +413,9 @@ REGISTRY: dict[str, ModelType] = {
         hybrid("model.layers", {**_DELTA, "indexed_attention": _GATED_DELTA["full_attention"]}),
         ("gated_deltanet", _ATT),
         "model.layers[i]",
-        '"linear_attention" -> .linear_attn, Gated DeltaNet (DPLR); "indexed_attention" -> .self_attn, gated '
-        "attention over the blocks of keys its indexer selects (the selection is inside T)",
+        '"linear_attention" -> .linear_attn, Gated DeltaNet (DPLR; the scale of its gated norm the '
+        'out_gate); "indexed_attention" -> .self_attn, gated attention over the blocks of keys its indexer '
+        "selects (the selection is inside T)",
     ),
     **{
         name: ModelType(
@@ -436,14 +437,15 @@ REGISTRY: dict[str, ModelType] = {
         hybrid("model.layers", {**_DELTA, **ATTENTION_LAYERS}),
         ("gated_deltanet", _ATT),
         "model.layers[i]",
-        '"linear_attention" -> .linear_attn, Gated DeltaNet; "sliding_attention" / "full_attention" -> '
-        ".self_attn, attention",
+        '"linear_attention" -> .linear_attn, Gated DeltaNet (the scale of its gated norm the out_gate); '
+        '"sliding_attention" / "full_attention" -> .self_attn, attention',
     ),
     "olmo_hybrid": ModelType(
         hybrid("model.layers", {**_DELTA, **ATTENTION_LAYERS}),
         ("gated_deltanet", _ATT),
         "model.layers[i]",
-        '"linear_attention" -> .linear_attn, Gated DeltaNet; "full_attention" -> .self_attn, attention',
+        '"linear_attention" -> .linear_attn, Gated DeltaNet (the scale of its gated norm the out_gate); '
+        '"full_attention" -> .self_attn, attention',
     ),
     "kimi_linear": ModelType(
         hybrid(
@@ -452,7 +454,8 @@ REGISTRY: dict[str, ModelType] = {
         ),
         ("kda", _ATT),
         "model.layers[i].self_attn",
-        '"linear_attention" -> KDA (per-key decay); "full_attention" -> latent attention (MLA)',
+        '"linear_attention" -> KDA (per-key decay; the scale of its gated norm the out_gate); '
+        '"full_attention" -> latent attention (MLA)',
     ),
     "bailing_hybrid": ModelType(  # Ling 3
         hybrid(
@@ -461,8 +464,8 @@ REGISTRY: dict[str, ModelType] = {
         ),
         ("kda", _ATT),
         "model.layers[i].self_attn",
-        '"linear_attention" -> KDA (per-key decay); "full_attention" -> latent attention (MLA) with a sigmoid '
-        "gate per head from g_proj (out_gate)",
+        '"linear_attention" -> KDA (per-key decay; the scale of its gated norm the out_gate); '
+        '"full_attention" -> latent attention (MLA) with a sigmoid gate per head from g_proj (out_gate)',
     ),
     "glm5_next_text": ModelType(  # GLM-5.3-Flash's language model
         hybrid(
@@ -471,8 +474,9 @@ REGISTRY: dict[str, ModelType] = {
         ),
         ("kda", _ATT),
         "model.layers[i].self_attn",
-        '"linear_attention" -> KDA (per-key decay); "indexed_attention" -> latent attention (MLA) over the '
-        "key pools its indexer selects, plus the incomplete last pool (the selection is inside T)",
+        '"linear_attention" -> KDA (per-key decay; the scale of its gated norm the out_gate); '
+        '"indexed_attention" -> latent attention (MLA) over the key pools its indexer selects, plus the '
+        "incomplete last pool (the selection is inside T)",
     ),
 }
 REGISTRY.update(decoder_config_types())  # BERT's family and XLM, as decoders only
