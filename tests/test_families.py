@@ -1448,7 +1448,13 @@ def test_reconstruction(built):
 
 # Where each family's gated output enters the output projection, and the norm weight (constant,
 # outside T) between them.
-PROJECTIONS = {"rwkv": "output", "rg_lru": "linear_out", "lightning_attention": "out_proj", "mamba2": "out_proj"}
+PROJECTIONS = {
+    "rwkv": "output",
+    "rg_lru": "linear_out",
+    "lightning_attention": "out_proj",
+    "mamba2": "out_proj",
+    "mlstm": "out_proj",
+}
 
 
 @pytest.mark.parametrize(
@@ -1460,13 +1466,15 @@ PROJECTIONS = {"rwkv": "output", "rg_lru": "linear_out", "lightning_attention": 
         ("falcon_h1", {}),  # silu(z), no norm
         ("falcon_h1", dict(mamba_rms_norm=True)),  # norm of y, then silu(z)
         ("falcon_h1", dict(mamba_rms_norm=True, mamba_norm_before_gate=False, mamba_n_groups=2)),  # norm of y silu(z)
+        ("xlstm", {}),  # sigmoid(o) / sigma of the head's layer norm, after its centring
     ],
-    ids=["rwkv", "recurrent_gemma", "minimax", "falcon_h1", "falcon_h1_norm", "falcon_h1_gate_then_norm"],
+    ids=["rwkv", "recurrent_gemma", "minimax", "falcon_h1", "falcon_h1_norm", "falcon_h1_gate_then_norm", "xlstm"],
 )
 def test_the_output_gate_around_the_mixing_is_captured_and_is_what_the_model_projects(name, change):
     """RWKV's receptance, RG-LRU's y-branch, lightning attention's output gate (with the norm's
-    1 / rms) and Falcon-H1's silu(z) (with or without its norm) are each layer's out_gate: its
-    outputs, times the norm's constant weight, are what the model feeds its output projection."""
+    1 / rms), Falcon-H1's silu(z) (with or without its norm) and xLSTM's sigmoid(o) (with its head
+    norm's 1 / sigma) are each layer's out_gate: its outputs, times the norm's constant weight,
+    are what the model feeds its output projection."""
     config = CONFIGS[name].from_dict({**CONFIGS[name].to_dict(), **change})
     model, ids = tiny_model(config, 0)
     slots = layer_slots(model)
@@ -1480,7 +1488,8 @@ def test_the_output_gate_around_the_mixing_is_captured_and_is_what_the_model_pro
     for index, observed in projected.items():
         layer = layers[index]
         assert layer.out_gate is not None, f"{name} layer {index}"
-        norm = getattr(next(s for s in slots if s.index == index).module, "norm", None)
+        module = next(s for s in slots if s.index == index).module
+        norm = getattr(module, "norm", getattr(module, "multihead_norm", None))
         weight = norm.weight.detach().to(torch.float64) if hasattr(norm, "weight") else 1.0
         units, length, channels = layer.outputs.shape
         gated = layer.outputs.transpose(0, 1).reshape(length, units * channels)  # (L, D), the model's order

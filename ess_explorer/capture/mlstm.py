@@ -14,8 +14,16 @@ den_t is a per-token, per-head scale of the output. So, exactly for one prompt,
     T_h = diag(1 / den) N_h,   T_h[i, j] = (q~_i . k_j / den_i) I_j prod_{t=j+1..i} F_t
 
 As a DiagonalSSM per head: a = F_t (expanded over d_k), b = I_t k_t, c = q~_t / den_t, d = 0.
-All d_v value channels of a head share T_h. Unit = head; TSS per head: d_k. The output gate,
-the per-head norm and the projections are token-wise: outside T.
+All d_v value channels of a head share T_h. Unit = head; TSS per head: d_k.
+
+After the cell, the layer computes sigmoid(o_t) * LayerNorm_head(h_t) (the norm over the head's
+d_v channels: centre, divide by the standard deviation sigma_t, times a weight). The centring
+is a token-wise mix of the head's channels, and it commutes with T_h, which all of them share:
+h_t - mean(h_t) = (T_h (v - mean_c v))_t. So the capture takes the centred values as T's input
+and keeps g_t = sigmoid(o_t) / sigma_t (per token and channel) as ``out_gate``, with
+outputs = g * (h - mean h), the norm's output before its weight: gates="inside" (core/gates.py)
+makes each value channel a unit, diag(g_c) T_h, as Mamba2's gated norm does. The norm's
+weight (and bias) and the projections are token-wise: outside T.
 
 T follows the recurrent form above (the model's sequence kernel, used for prompts
 shorter than config.chunk_size and for the remainder after whole chunks). For whole chunks
@@ -26,7 +34,7 @@ through tanh / exponential gating of h_{t-1}) are not input-varying linear opera
 installed transformers' xLSTM holds mLSTM blocks only.
 
 Capture: forward hook (with kwargs) on the layer's ``mlstm_backend`` module: q, k, v,
-igate, fgate in, h out.
+igate, fgate in, h out; and on its ``ogate_act_fn`` (sigmoid(o) out).
 """
 
 from __future__ import annotations
@@ -52,6 +60,8 @@ class MLSTMAdapter:
             raw["h"] = (output[0] if isinstance(output, tuple) else output).detach()
 
         session.hook(slot.module.mlstm_backend.register_forward_hook(after, with_kwargs=True))
+        if _has_gated_norm(slot.module):
+            session.keep_output(slot.module.ogate_act_fn, raw, "ogate")
 
     def build(self, slot: LayerSlot, raw: dict) -> SSMCapture:
         if "call" not in raw:
@@ -86,12 +96,27 @@ class MLSTMAdapter:
                 c=q[index] / den[index][..., None],
             )
 
+        h = raw["h"][0].to(torch.float64)  # (H, L, d_v)
+        gate = None
+        if "ogate" in raw:  # g = sigmoid(o) / sigma_t over the head's channels (module docstring)
+            h = h - h.mean(-1, keepdim=True)
+            v = v - v.mean(-1, keepdim=True)
+            sigma = h.pow(2).mean(-1, keepdim=True).add(float(slot.module.multihead_norm.eps)).sqrt()
+            ogate = raw["ogate"][0].to(torch.float64).reshape(length, heads, -1).transpose(0, 1)  # (H, L, d_v)
+            gate = ogate / sigma
+            h = h * gate
         return SSMCapture(
             layer=slot.index,
             family=self.family,
             inputs=v,
-            outputs=raw["h"][0].to(torch.float64),
+            outputs=h,
+            out_gate=gate,
             state_size=dk,
             info={"num_heads": heads, "head_dim": dk, "value_dim": int(v.shape[-1])},
             realize=realize,
         )
+
+
+def _has_gated_norm(layer: torch.nn.Module) -> bool:
+    """The layer multiplies its head-normed output by sigmoid(o) (transformers' xLSTM layer)."""
+    return hasattr(layer, "ogate_act_fn") and hasattr(getattr(layer, "multihead_norm", None), "eps")
