@@ -118,11 +118,12 @@ class GatedDeltaNetAdapter(ScanAdapter):
 
         outputs = result[0].to(torch.float64).transpose(0, 1)  # (H, L, V)
         gate = None
-        if "norm" in raw:  # g = act(z) / rms_t over the head's V channels, as the norm computes it
+        if "norm" in raw:  # g = act(z) / rms_t over the norm's last dimension, as the norm computes it
             norm = gated_norm(slot.module)
-            y, z = (x.to(torch.float64).reshape(length, heads, value_dim) for x in raw["norm"])
+            y, z = (x.to(torch.float64) for x in raw["norm"])  # (..., the head's V channels)
             rms = y.pow(2).mean(-1, keepdim=True).add(float(norm.variance_epsilon)).sqrt()
-            gate = (ACT2FN[norm.activation](z) / rms).transpose(0, 1)  # (H, L, V)
+            gate = ACT2FN[norm.activation](z) / rms
+            gate = gate.reshape(length, heads, value_dim).transpose(0, 1)  # (H, L, V)
             outputs = outputs * gate
         return SSMCapture(
             layer=slot.index,
@@ -147,7 +148,7 @@ def gated_norm(mixer: torch.nn.Module) -> torch.nn.Module | None:
     act(gate), rms over the head's V channels), or None."""
     for name in ("norm", "o_norm"):
         norm = getattr(mixer, name, None)
-        if norm is not None and hasattr(norm, "variance_epsilon") and getattr(norm, "activation", None) in ACT2FN:
+        if norm is not None and hasattr(norm, "variance_epsilon") and hasattr(norm, "activation"):
             return norm
     return None
 
