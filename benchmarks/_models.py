@@ -10,6 +10,7 @@ KINDS = {
     "mamba": "Mamba-130m (24 layers, 1,536 channels, N = 16)",
     "mamba2": "Mamba2-130m (24 layers, 24 heads of 64 channels, N = 128)",
     "lfm2": "LFM2-350M (16 layers: 10 short convs, 6 GQA attention)",
+    "qwen3_next": "Qwen3-Next-shaped (2 layers: Gated DeltaNet with 4 value heads of 128, K = 128; gated attention)",
 }
 
 
@@ -45,9 +46,33 @@ def random_model(kind: str):
             vocab_size=65536,
             layer_types=["full_attention" if i in attention else "conv" for i in range(16)],
         )
+    elif kind == "qwen3_next":  # the released layer's head shapes, 4 of its 32 value heads
+        config = tf.Qwen3NextConfig(
+            num_hidden_layers=2,
+            layer_types=["linear_attention", "full_attention"],
+            hidden_size=512,
+            intermediate_size=64,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=64,
+            vocab_size=4096,
+            num_experts=2,
+            num_experts_per_tok=1,
+            moe_intermediate_size=64,
+            shared_expert_intermediate_size=64,
+            linear_num_key_heads=2,
+            linear_num_value_heads=4,
+            linear_key_head_dim=128,
+            linear_value_head_dim=128,
+            linear_conv_kernel_dim=4,
+        )
     else:
         raise ValueError(f"unknown model kind {kind!r}; one of {sorted(KINDS)}")
     model = tf.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+    if kind == "qwen3_next":  # decays of a trained model (alpha close to 1), not the random init's
+        with torch.no_grad():
+            A_log = model.model.layers[0].linear_attn.A_log
+            A_log.copy_(torch.log(torch.empty_like(A_log).uniform_(0.01, 0.1)))
     model.config._name_or_path = f"random {kind}"
     return model
 

@@ -8,7 +8,8 @@ the exact sweep where the family has a realisation (ess_explorer/verification.py
 
 Each run draws a model, a prompt length, a layer and the options a user can vary: precision,
 gates, scope, and with --tiny also a stride and an absolute tolerance. Real shapes are the
-random models of benchmarks/_models.py (Mamba2 under "ess" only: "exact" takes 13 s a layer);
+random models of benchmarks/_models.py, a Qwen3-Next-shaped delta-rule layer among them (Mamba2
+under "ess" only: "exact" takes 13 s a layer);
 --tiny takes the configs of tests/test_adapters.py and tests/test_families.py (every model
 type the package registers) with seeded weights; --zoo the trained models the package ships
 (docs/zoo.md), whose operators random weights do not resemble (heads that forget within a few
@@ -42,7 +43,8 @@ def real_shapes(rng: random.Random, models: dict):
     """(name, model, ids, analyze options) of one run on a random model in a real shape."""
     kind = rng.choice(sorted(models))
     model = models[kind]
-    length = rng.randrange(100, 300 if kind == "mamba2" else 420)
+    per_channel = kind in ("mamba2", "qwen3_next")  # gates inside: a unit per channel, the costliest
+    length = rng.randrange(100, 300 if per_channel else 420)
     options = dict(
         layers=[rng.randrange(model.config.num_hidden_layers)],
         precision="ess" if kind == "mamba2" else rng.choice(["ess", "ess", "exact"]),
@@ -107,7 +109,7 @@ def main() -> int:
         models = {name: zoo.load(name)[0] for name in zoo.list_models()}
         draw = functools.partial(zoo_models, rng, models)
     else:
-        models = {kind: random_model(kind) for kind in ("gpt2", "mamba", "mamba2", "lfm2")}
+        models = {kind: random_model(kind) for kind in ("gpt2", "mamba", "mamba2", "lfm2", "qwen3_next")}
         draw = functools.partial(real_shapes, rng, models)
     runs = refused = failed = causal = 0
     deadline = time.perf_counter() + 60 * args.minutes
