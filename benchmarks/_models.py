@@ -19,6 +19,10 @@ def random_model(kind: str):
     import transformers as tf
 
     tf.logging.set_verbosity_error()
+    if kind == "qwen3_next":
+        model = qwen3_next(value_heads=4)
+        model.config._name_or_path = f"random {kind}"
+        return model
     torch.manual_seed(0)
     if kind == "gpt2":
         config = tf.GPT2Config(n_positions=2048)
@@ -46,35 +50,46 @@ def random_model(kind: str):
             vocab_size=65536,
             layer_types=["full_attention" if i in attention else "conv" for i in range(16)],
         )
-    elif kind == "qwen3_next":  # the released layer's head shapes, 4 of its 32 value heads
-        config = tf.Qwen3NextConfig(
-            num_hidden_layers=2,
-            layer_types=["linear_attention", "full_attention"],
-            hidden_size=512,
-            intermediate_size=64,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            head_dim=64,
-            vocab_size=4096,
-            num_experts=2,
-            num_experts_per_tok=1,
-            moe_intermediate_size=64,
-            shared_expert_intermediate_size=64,
-            linear_num_key_heads=2,
-            linear_num_value_heads=4,
-            linear_key_head_dim=128,
-            linear_value_head_dim=128,
-            linear_conv_kernel_dim=4,
-        )
     else:
         raise ValueError(f"unknown model kind {kind!r}; one of {sorted(KINDS)}")
     model = tf.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
-    if kind == "qwen3_next":  # decays of a trained model (alpha close to 1), not the random init's
-        with torch.no_grad():
-            A_log = model.model.layers[0].linear_attn.A_log
-            A_log.copy_(torch.log(torch.empty_like(A_log).uniform_(0.01, 0.1)))
     model.config._name_or_path = f"random {kind}"
     return model
+
+
+def qwen3_next(value_heads: int, **config):
+    """An eval-mode Qwen3-Next-shaped model with seeded random weights: the released Gated
+    DeltaNet heads (key and value heads of 128, two value heads per key head), ``value_heads`` of
+    its 32, a gated attention layer after it; ``config`` overrides these Qwen3NextConfig fields.
+    Its decays are a trained model's (alpha close to 1), not the random init's, which may set
+    A = exp(A_log) up to 16 and empty the state every step."""
+    import transformers as tf
+
+    torch.manual_seed(0)
+    fields = dict(
+        num_hidden_layers=2,
+        layer_types=["linear_attention", "full_attention"],
+        hidden_size=512,
+        intermediate_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        vocab_size=4096,
+        num_experts=2,
+        num_experts_per_tok=1,
+        moe_intermediate_size=64,
+        shared_expert_intermediate_size=64,
+        linear_num_key_heads=value_heads // 2,
+        linear_num_value_heads=value_heads,
+        linear_key_head_dim=128,
+        linear_value_head_dim=128,
+        linear_conv_kernel_dim=4,
+    )
+    model = tf.AutoModelForCausalLM.from_config(tf.Qwen3NextConfig(**{**fields, **config}), attn_implementation="eager")
+    with torch.no_grad():
+        A_log = model.model.layers[0].linear_attn.A_log
+        A_log.copy_(torch.log(torch.empty_like(A_log).uniform_(0.01, 0.1)))
+    return model.eval()
 
 
 def mamba_like(channels: int, length: int, state: int, seed: int = 0):

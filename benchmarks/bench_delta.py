@@ -22,25 +22,21 @@ import argparse
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import torch
 
 CHILD = r"""
-import json, resource, sys, time, torch, transformers as tf
+import json, resource, sys, time, torch
 from ess_explorer import DiagonalSSM, analyze, hankel_singular_values
 from ess_explorer.capture import capture, layer_slots
 args = json.loads(sys.argv[1])
-torch.manual_seed(0)
-config = tf.Qwen3NextConfig(
-    num_hidden_layers=1, layer_types=["linear_attention"], hidden_size=2048, intermediate_size=64,
-    num_attention_heads=16, num_key_value_heads=2, head_dim=256, vocab_size=256, num_experts=2,
-    num_experts_per_tok=1, moe_intermediate_size=64, shared_expert_intermediate_size=64,
-    linear_num_key_heads=args["heads"] // 2, linear_num_value_heads=args["heads"],
-    linear_key_head_dim=128, linear_value_head_dim=128, linear_conv_kernel_dim=4,
+sys.path.insert(0, args["benchmarks"])
+from _models import qwen3_next
+model = qwen3_next(  # one linear-attention layer with the released model's hidden size
+    args["heads"], num_hidden_layers=1, layer_types=["linear_attention"], hidden_size=2048,
+    num_attention_heads=16, head_dim=256, vocab_size=256,
 )
-model = tf.AutoModelForCausalLM.from_config(config).eval()
-with torch.no_grad():  # decays of a trained model (alpha close to 1), not the random init's
-    model.model.layers[0].linear_attn.A_log.copy_(torch.log(torch.empty(args["heads"]).uniform_(0.01, 0.1)))
 ids = torch.randint(0, 256, (1, args["length"]), generator=torch.Generator().manual_seed(1))
 sync = torch.cuda.synchronize if args["device"] == "cuda" else (lambda: None)
 start = time.perf_counter()
@@ -70,7 +66,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--gates", default="inside", choices=["inside", "outside"])
     args = parser.parse_args()
-    payload = json.dumps(vars(args))
+    payload = json.dumps({**vars(args), "benchmarks": str(Path(__file__).parent)})
     out = subprocess.run([sys.executable, "-c", CHILD, payload], capture_output=True, text=True, check=False)
     if out.returncode != 0:
         sys.exit(out.stderr[-4000:])
