@@ -1,7 +1,7 @@
 """The row-scaled channels' compiled kernel (core/channel_kernel.py) against its torch reference.
 
 The bound every eigenvalue must meet is the one the row-scaled path's guard assumes of any
-eigensolver (core/spectra.py, GRAM_ERROR): GRAM_ERROR * r * eps * lambda_1 of its own Gram."""
+eigensolver (core/gram.py, GRAM_ERROR): GRAM_ERROR * r * eps * lambda_1 of its own Gram."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from ess_explorer.core import channel_kernel
-from ess_explorer.core.spectra import GRAM_ERROR
+from ess_explorer.core.gram import GRAM_ERROR
 
 pytestmark = pytest.mark.skipif(not channel_kernel.available(), reason="numba is not installed")
 EPS = float(np.finfo(np.float64).eps)

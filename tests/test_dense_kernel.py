@@ -2,7 +2,7 @@
 torch.linalg.eigvalsh, and the dense path with the kernel against the dense path without it.
 
 The bound every eigenvalue must meet is the one the dense path's guard assumes of any
-eigensolver (core/spectra.py, GRAM_ERROR): GRAM_ERROR * n * eps * max |lambda|."""
+eigensolver (core/gram.py, GRAM_ERROR): GRAM_ERROR * n * eps * max |lambda|."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from test_precision import exact_spectra
 
 from ess_explorer import entropy_ess, hankel_singular_values, tolerance_ess
 from ess_explorer.core import dense_jobs, dense_kernel, spectra
-from ess_explorer.core.spectra import GRAM_ERROR
+from ess_explorer.core.gram import GRAM_ERROR
 from ess_explorer.synthetic import trained_like_attention
 
 pytestmark = pytest.mark.skipif(not dense_kernel.available(), reason="numba is not installed")

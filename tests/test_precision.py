@@ -21,7 +21,7 @@ from ess_explorer.core.layer import layer_arrays
 from ess_explorer.core.precision import TAU_BAND, Accuracy, check_precision
 from ess_explorer.core.sturm import TridiagonalSpectra
 from ess_explorer.core.units import SSMCapture
-from ess_explorer.synthetic import diagonal_ssm, trained_like_attention
+from ess_explorer.synthetic import diagonal_ssm, softmax_attention, trained_like_attention
 
 TOL = 1e-3
 
@@ -102,6 +102,84 @@ def test_dense_exact_contract_on_sink_heads(batched):
     exact = exact_spectra(heads)
     sigma = hankel_singular_values(heads, precision="exact", batched=batched)
     assert bool(((sigma - exact).abs() <= 1e-6 * exact + 1e-10 * exact[..., :1]).all())
+
+
+def entropy_error_against_svd(dense: torch.Tensor, positions: list[int], batched: bool = False, ssm=None) -> float:
+    """The largest relative error of entropy-ESS under "ess" at ``positions`` of (U, L, L) (or
+    of ``ssm``, whose materialised operator is ``dense``), against numpy SVDs of those cuts."""
+    fast = entropy_ess(dense if ssm is None else ssm, precision="ess", positions=positions, batched=batched)
+    errors = []
+    for column, t in enumerate(positions):
+        exact = torch.from_numpy(np.linalg.svd(dense[:, t:, :t].numpy(), compute_uv=False))[:, None]
+        reference = entropy_ess(spectra=exact)[:, 0]
+        errors.append(float(((fast[:, column] - reference).abs() / reference).max()))
+    return max(errors)
+
+
+def planted_tail(length: int = 1024, level: float = 1e-11) -> torch.Tensor:
+    """(1, L, L) whose cut at L / 2 has one singular value 1 and L / 2 - 1 values at ``level``."""
+    g = torch.Generator().manual_seed(0)
+    half = length // 2
+    u, _ = torch.linalg.qr(torch.randn(half, half, generator=g, dtype=torch.float64))
+    v, _ = torch.linalg.qr(torch.randn(half, half, generator=g, dtype=torch.float64))
+    values = torch.full((half,), level, dtype=torch.float64)
+    values[0] = 1.0
+    dense = torch.zeros(1, length, length, dtype=torch.float64)
+    dense[0, half:, :half] = u @ torch.diag(values) @ v.T
+    return dense
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_entropy_holds_on_heads_with_all_their_weight_on_token_0(batched):
+    # a sink logit of +30 leaves ~1e-13 to every other token: each wide cut's Gram H H^T is
+    # near rank 1 with equal entries, whose eigenvalues' rounding puts values of 1e-9 to 2e-8
+    # sigma_1 where the true ones are ~1e-13 (entropy-ESS 1.1e-5 off before the noise band's
+    # guard, core/gram.py)
+    heads = softmax_attention(1024, head_dim=64, units=2, seed=1, sink=30.0)
+    assert entropy_error_against_svd(heads, [520, 640, 768, 896, 1000], batched) <= 1e-5
+
+
+def test_a_cut_whose_unresolved_values_carry_entropy_is_redone(monkeypatch):
+    from ess_explorer.core import precision
+
+    dense = planted_tail()
+    assert entropy_error_against_svd(dense, [512]) <= 1e-5
+    monkeypatch.setattr(precision, "NOISE_ENTROPY", float("inf"))  # without the guard: past the contract
+    assert entropy_error_against_svd(dense, [512]) > 1e-5
+
+
+def rank_one_writes(units: int = 2, length: int = 160, state: int = 64, seed: int = 0) -> DiagonalSSM:
+    """Scalar decays (a Mamba2 head) whose inputs are all written along one direction of the
+    state (b_t = x_t d, plus 1e-13 noise): every cut has one singular value and the rest near
+    1e-13 sigma_1, below what the Gramians' Cholesky shift lets the route resolve."""
+    g = torch.Generator().manual_seed(seed)
+    a = torch.exp(-0.05 * torch.rand(units, length, 1, generator=g, dtype=torch.float64)).expand(-1, -1, state)
+    direction = torch.randn(units, 1, state, generator=g, dtype=torch.float64)
+    b = direction * torch.randn(units, length, 1, generator=g, dtype=torch.float64)
+    b = b + 1e-13 * torch.randn(units, length, state, generator=g, dtype=torch.float64)
+    return DiagonalSSM(a, b, torch.randn(units, length, state, generator=g, dtype=torch.float64))
+
+
+def test_the_gramian_route_redoes_a_cut_whose_unresolved_values_carry_entropy(monkeypatch):
+    from ess_explorer.core import precision
+
+    ssm = rank_one_writes()
+    dense, positions = ssm.materialize(), list(range(8, 160, 8))
+    assert entropy_error_against_svd(dense, positions, ssm=ssm) <= 1e-5
+    monkeypatch.setattr(precision, "NOISE_ENTROPY", float("inf"))
+    assert entropy_error_against_svd(dense, positions, ssm=ssm) > 1e-5
+
+
+def test_unresolved_entropy_is_what_the_values_within_the_error_contribute():
+    from ess_explorer.core.precision import unresolved_entropy
+
+    sigma = torch.tensor([[1.0, 0.5, 1e-9, 1e-9, 0.0], [0.0] * 5], dtype=torch.float64)
+    p = 1e-9 / (1.5 + 2e-9)
+    got = unresolved_entropy(sigma.square(), torch.tensor([1e-16, 1e-16], dtype=torch.float64))
+    assert torch.allclose(got, torch.tensor([-2 * p * np.log(p), 0.0], dtype=torch.float64), rtol=1e-12, atol=0)
+    assert (
+        float(unresolved_entropy(sigma.square(), torch.tensor([1e-20, 1e-20], dtype=torch.float64)).abs().max()) == 0.0
+    )
 
 
 @pytest.mark.parametrize(

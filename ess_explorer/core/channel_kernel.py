@@ -24,7 +24,7 @@ takes r up to MAX_SIZE.
 Accuracy: the Gram's entries are the same sums of m products as torch's (in another order),
 and the eigensolver is backward stable with the trace as its scale, so every eigenvalue is
 within a small multiple of r eps lambda_1, the bound the caller's guard assumes of any
-eigensolver (core/spectra.py GRAM_ERROR; tests/test_channel_kernel.py). A lane whose Gram
+eigensolver (core/gram.py GRAM_ERROR; tests/test_channel_kernel.py). A lane whose Gram
 overflowed or whose QL does not converge is recomputed by the reference.
 
 The reference is `reference` below, the torch route the kernel replaces (the tests compare

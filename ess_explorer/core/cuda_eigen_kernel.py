@@ -25,7 +25,7 @@ faster (`kernel_or_torch`).
 
 Accuracy: the reduction and the QL are backward stable, so every eigenvalue is within a small
 multiple of n eps ||A|| of the exact one, the bound every caller's guard assumes of an
-eigensolver (core/spectra.py GRAM_ERROR, core/gramian_naive.py GRAMIAN_ERROR). An
+eigensolver (core/gram.py GRAM_ERROR, core/gramian_naive.py GRAMIAN_ERROR). An
 off-diagonal below eps (the matrix scaled to its largest entry 1, so ||A|| >= 1) is dropped,
 which moves an eigenvalue by less. A matrix with an entry that is not finite, or whose QL
 does not converge within MAX_QL_STEPS per eigenvalue, is flagged: `symmetric_eigenvalues`

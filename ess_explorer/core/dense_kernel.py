@@ -21,7 +21,7 @@ Accuracy: the same as LAPACK's (the reduction is backward stable, the QL deflate
 off-diagonal below eps times the matrix's scale, its trace or its largest entry where that
 is larger): every eigenvalue within a small multiple of
 n eps ||A|| of the exact one, which is the error bound the callers' guards assume
-(core/spectra.py, GRAM_ERROR). Sums are reassociated (vectorised), so results are not bit for
+(core/gram.py, GRAM_ERROR). Sums are reassociated (vectorised), so results are not bit for
 bit LAPACK's; the reduction's one entry point (`_forms`) inlines every helper, so it runs one
 compiled copy of the arithmetic, whether compiled here or loaded from numba's cache
 (core/compiled.py). A lane whose QL does not converge is recomputed by torch (`failed`).

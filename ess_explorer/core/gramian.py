@@ -19,7 +19,7 @@ from .accelerator import accelerator_routes, worker_threads
 from .cut_roots_kernel import cut_roots
 from .eigen import svdvals
 from .gramian_blocked import blocked_bytes_per_unit, gramian_spectra_blocked
-from .gramian_naive import GRAMIAN_ERROR
+from .gramian_naive import GRAMIAN_ERROR, GRAMIAN_NOISE
 from .operators import DiagonalSSM, overflow_error
 from .precision import Accuracy
 from .sturm import TridiagonalSpectra
@@ -199,11 +199,14 @@ def _spread(values: torch.Tensor, inside: torch.Tensor, row: torch.Tensor) -> to
 
 def _redo_uncertain(a, b, c, wanted, lam, error, reach, accuracy: Accuracy) -> None:
     """Recompute exactly (`_exact_cuts`) the cuts whose count the Gramian route cannot certify
-    (for ESS, or with ``reach`` for causal ESS), IN PLACE: lam (squares) and reach (the
+    (for ESS, or with ``reach`` for causal ESS) or whose unresolved values carry entropy
+    (`Accuracy.resolves_entropy`, at the noise floor GRAMIAN_NOISE), IN PLACE: lam (squares) and reach (the
     tridiagonal form, an exact spectrum as its diagonal). A non-finite bound (a Gramian that
     overflowed) lands here too; where the exact factors overflow as well, the operator's
     spectra leave the floating-point range: the exact route's overflow error."""
-    uncertain = ~accuracy.certain(lam[..., 0], error)  # (U, W); the values are kept: no window test
+    noise = error * (GRAMIAN_NOISE / GRAMIAN_ERROR)
+    # (U, W); the values are kept: no window test
+    uncertain = ~(accuracy.certain(lam[..., 0], error) & accuracy.resolves_entropy(lam, noise))
     if reach is not None:
         uncertain |= ~accuracy.certain(reach[2], reach[3])
     unit, row = torch.nonzero(uncertain, as_tuple=True)

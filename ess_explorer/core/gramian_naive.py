@@ -38,7 +38,14 @@ import torch
 from . import cuda_eigen_kernel
 from .eigen import cuda_kernel_takes, eigvalsh, kernel_or_torch
 
-__all__ = ["CHOLESKY_SHIFT", "GRAMIAN_ERROR", "gramian_spectra_reference", "gramians", "spectra_from_gramians"]
+__all__ = [
+    "CHOLESKY_SHIFT",
+    "GRAMIAN_ERROR",
+    "GRAMIAN_NOISE",
+    "gramian_spectra_reference",
+    "gramians",
+    "spectra_from_gramians",
+]
 
 # The error of every computed sigma^2, in units of eps ||P||_F ||Q||_F (balanced): the
 # rounding of the scans, the Cholesky, the sandwich and eigvalsh together. Measured on
@@ -51,6 +58,12 @@ GRAMIAN_ERROR = 128.0
 # 2.6e-6. A smaller shift can leave a rounding-negative pivot on a singular P; that cut gets
 # an infinite error bound and is redone exactly (none of that layer's 784,896 cuts).
 CHOLESKY_SHIFT = 1.0
+# Where the values the route cannot resolve lie, in the same units: the shift and the rounding
+# leave them below about 0.8 (measured: scalar decays whose inputs are all written along one
+# direction of the state, true values 1e-13 sigma_1). Entropy-ESS reads those
+# (core/precision.py `Accuracy.resolves_entropy`); the bound's 128 would redo 0.9% of a
+# Mamba-130m-shaped layer's cuts at L = 1024, values the route does resolve (2.96 -> 5.3 s).
+GRAMIAN_NOISE = 2.0
 
 
 def gramians(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, wanted: torch.Tensor):

@@ -55,8 +55,9 @@ from .accelerator import accelerator_routes, worker_threads
 from .channel_kernel import ChannelLanes, decayed_lines
 from .checks import require
 from .eigen import svd, svdvals
+from .gram import GRAM_ERROR, GRAM_GUARD, GRAM_NOISE, gram_singular_values
 from .precision import EXACT, Accuracy
-from .spectra import DENSE_CHUNK_CELLS, GRAM_ERROR, GRAM_GUARD, gram_singular_values, hankel_singular_values
+from .spectra import DENSE_CHUNK_CELLS, hankel_singular_values
 from .sweeps import over_chunks
 
 __all__ = ["row_scaled_hankel_singular_values"]
@@ -484,4 +485,5 @@ def _ess_guard(sigma, width, largest_gate, dropped, rounding, mass, accuracy: Ac
     gram_rounding = GRAM_ERROR * width * torch.finfo(sigma.dtype).eps * top
     error = accuracy.shifted_error(top, gram_rounding + (largest_gate * dropped) ** 2, largest_gate * rounding)
     moved = largest_gate * mass
-    return accuracy.certain(top, error) & (moved <= ESS_MASS * sigma.sum(-1))
+    resolved = accuracy.resolves_entropy(squares, GRAM_NOISE * torch.finfo(sigma.dtype).eps * top)
+    return accuracy.certain(top, error) & (moved <= ESS_MASS * sigma.sum(-1)) & resolved

@@ -24,6 +24,7 @@ from . import dense_jobs
 from .accelerator import accelerator_routes, worker_threads
 from .checks import all_finite, as_tensor, finite_spectra, largest_above_diagonal, require
 from .eigen import eigvalsh, svdvals
+from .gram import gram_unsafe, gram_values
 from .gramian import gramian_hankel_singular_values
 from .operators import FACTORED_OPERATORS, DiagonalSSM, overflow_error
 from .precision import EXACT, Accuracy, check_precision
@@ -32,22 +33,11 @@ from .sweeps import factored_hankel_singular_values, single_threaded_torch
 __all__ = [
     "hankel_singular_values",
     "validate_operator",
-    "GRAM_GUARD",
     "choose_ssm_path",
     "DENSE_BUDGET_BYTES",
     "DENSE_CHUNK_CELLS",
     "dense_bytes",
-    "gram_singular_values",
 ]
-
-# The Gram route (eigvalsh of H^T H or H H^T) squares the spectrum: a singular value
-# sigma_k carries an absolute error of about eps * sigma_1^2 / sigma_k. A cut whose
-# smallest value (so estimated) is above GRAM_GUARD * sigma_1 therefore keeps every value
-# to ~1e-10 relative (measured; 1e-6 worst case); any other cut is redone by SVD.
-GRAM_GUARD = 1e-4
-# Under the "ess" contract (core/precision.py) a Gram's eigenvalues are kept wherever their
-# error, at most GRAM_ERROR * g * eps * sigma_1^2 for a g x g Gram, cannot move a count.
-GRAM_ERROR = 4.0
 
 # The most memory the dense path may allocate (its copy of T, the output and one cut's
 # Gram matrix), checked before anything is allocated; raise it deliberately if needed.
@@ -385,7 +375,7 @@ def _recursive_gram_fill(
         def finish_group(times: list[int], sigma: torch.Tensor, failed: torch.Tensor) -> None:
             # (the kernel moved the bar) the guard on every cut at once, at its own Gram size
             sizes = torch.tensor([min(t, flat.shape[-1] - t) for t in times])
-            unsafe = _gram_unsafe(sigma, sizes, accuracy) if method != "gram" else torch.zeros_like(failed)
+            unsafe = gram_unsafe(sigma, sizes, accuracy) if method != "gram" else torch.zeros_like(failed)
             dense_jobs.redo_by_svd(sigma, flat, times, failed | unsafe, workers)
             rows, cuts = zip(*[(row, k) for k, t in enumerate(times) for row in rows_of[t]])
             out[:, list(rows)] = sigma[:, list(cuts), :k_out]  # k_out <= (L + 1) // 2, sigma's width
@@ -396,7 +386,7 @@ def _recursive_gram_fill(
 
     def finish(t: int, gram: torch.Tensor) -> None:  # a job the kernel does not repay: torch's eigvalsh too
         with single_threaded_torch():
-            write(t, _gram_values(gram, flat[:, t:, :t], method, accuracy, allow_kernel=False))
+            write(t, gram_values(gram, flat[:, t:, :t], method, accuracy, allow_kernel=False))
         bar.update(len(rows_of[t]))
 
     if workers <= 1:
@@ -411,45 +401,6 @@ def _recursive_gram_fill(
                 pending.popleft().result()
         for future in pending:
             future.result()
-
-
-def gram_singular_values(cut: torch.Tensor, method="auto", accuracy=EXACT, allow_kernel=True) -> torch.Tensor:
-    """Descending singular values of a batch of cuts (B, m, n) by the Gram route: the smaller
-    Gram, then `_gram_values` (with "auto", an SVD of every cut the guard does not pass).
-    allow_kernel: False for a job too small for the compiled eigensolver (core/eigen.py)."""
-    gram = cut.mT @ cut if cut.shape[-1] <= cut.shape[-2] else cut @ cut.mT
-    return _gram_values(gram, cut, method, accuracy, allow_kernel)
-
-
-def _gram_unsafe(sigma: torch.Tensor, rank: torch.Tensor | int, accuracy: Accuracy) -> torch.Tensor:
-    """The cuts (*) whose Gram values (*, g) descending must be redone by SVD: under "exact",
-    those whose smallest value within their rank is below GRAM_GUARD sigma_1 (each value
-    then keeps ~1e-10 relative); under "ess", those whose eigenvalue error could move a count
-    (core/precision.py)."""
-    top, rank = sigma[..., 0] ** 2, torch.as_tensor(rank, device=sigma.device)  # one conversion, on sigma's device
-    if accuracy.fast:
-        error = GRAM_ERROR * rank * torch.finfo(sigma.dtype).eps * top
-        return ~accuracy.certain(top, error)
-    index = rank.expand(sigma.shape[:-1]) - 1
-    smallest = sigma.gather(-1, index[..., None])[..., 0]
-    return smallest < GRAM_GUARD * sigma[..., 0]
-
-
-def _gram_values(gram: torch.Tensor, cut: torch.Tensor, method: str, accuracy=EXACT, allow_kernel=True) -> torch.Tensor:
-    """Descending singular values of ``cut`` (B, m, n) from its Gram (B, g, g), g = min(m, n):
-    eigvalsh, then `_guarded`."""
-    return _guarded(eigvalsh(gram, allow_kernel).flip(-1).clamp_min(0).sqrt(), cut, method, accuracy)
-
-
-def _guarded(sigma: torch.Tensor, cut: torch.Tensor, method: str, accuracy: Accuracy) -> torch.Tensor:
-    """The Gram route's values ``sigma`` (B, g) of ``cut`` (B, m, n), with ("auto") an SVD
-    of every cut `_gram_unsafe` names in place of its values."""
-    if method == "gram":
-        return sigma
-    unsafe = _gram_unsafe(sigma, sigma.shape[-1], accuracy)
-    if bool(unsafe.any()):
-        sigma[unsafe] = svdvals(cut[unsafe])
-    return sigma
 
 
 # Cells of padded cut matrices one batched call may hold (float64: 2 GiB).
@@ -504,7 +455,7 @@ def _group_singular_values(
                 # guard as in _gram_values, on each cut's own rank min(t, L - t):
                 # padded zeros are not small values
                 rank = torch.minimum(t, length - t).reshape(1, -1).expand(values.shape[0], -1)
-                unsafe = _gram_unsafe(values, rank, accuracy)
+                unsafe = gram_unsafe(values, rank, accuracy)
                 if bool(unsafe.any()):
                     unit, cut = unsafe.nonzero(as_tuple=True)
                     values[unit, cut] = svdvals(_masked_cuts(flat[unit], t[cut], g_max, is_tall))
