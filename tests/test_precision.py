@@ -310,6 +310,16 @@ def test_values_just_above_and_below_tau_are_counted_right():
         assert int(tolerance_ess(spectra=sigma, tol=TOL)[0, 0]) == 4  # 1, 0.3, tau(1 + 1e-4), tau(1 + 1e-3)
 
 
+@pytest.mark.parametrize("tol, relative", [(1e-9, False), (1e-12, False), (1e-8, True)])
+def test_a_tolerance_below_the_gram_routes_resolution_counts_as_an_svd_does(tol, relative):
+    # a head with all its weight on token 0: sigma_1 ~ 7, the rest ~1e-11, which the Gram route
+    # lifts to ~1e-7; tolerance_ess must hand its tau to the guard, which then redoes the cuts
+    heads = softmax_attention(120, head_dim=32, units=2, seed=2, sink=30.0)
+    expected = tolerance_ess(spectra=exact_spectra(heads), tol=tol, relative=relative)
+    got = tolerance_ess(heads, tol=tol, relative=relative, precision="ess")
+    assert torch.equal(got, expected)
+
+
 def test_kernel_matches_its_reference():
     if not gramian_kernel.available():
         pytest.skip("numba is not installed: the reference is the route")

@@ -186,10 +186,21 @@ def tolerance_ess(
     require(
         "top_k" not in kwargs, "top_k would cut the spectra before counting; tolerance_ess counts the full spectrum"
     )
+    if op is not None and isinstance(kwargs.get("precision"), str):  # the guards must know this tau
+        kwargs["precision"] = _accuracy(check_precision(kwargs["precision"]), tol, relative, scope, reference)
     checked = (
         spectra if isinstance(spectra, TridiagonalSpectra) and op is None else _singular_values(op, spectra, kwargs)
     )
     return count_above_tolerance(checked, tol, relative, scope, reference)
+
+
+def _accuracy(precision: str, tol: float, relative: bool, scope: str, reference) -> Accuracy:
+    """The contract with the tolerance the count will use, so that a fast route's guard
+    (core/precision.py) checks the smallest tau it can meet: an explicit ``reference`` may lie
+    below a cut's own sigma_1, so its smallest tau is taken as an absolute one."""
+    if reference is not None and relative:
+        return Accuracy(precision, tol * float(torch.as_tensor(reference).min()), False)
+    return Accuracy(precision, tol, relative, scope)
 
 
 def count_above_tolerance(sigma, tol: float, relative: bool, scope: str, reference=None) -> torch.Tensor:
@@ -246,7 +257,7 @@ def causal_ess(
         check_tolerance(tol, relative)
         cuts = cut_positions(op.length, positions, stride)
         if precision == "ess" and isinstance(op, DiagonalSSM):
-            accuracy = Accuracy(precision, tol, relative, scope)
+            accuracy = _accuracy(precision, tol, relative, scope, reference)
             _, spectra = gramian_hankel_singular_values(op, positions=cuts, accuracy=accuracy, causal=True)
         else:
             spectra = reachability_singular_values(op, cuts)
