@@ -41,7 +41,7 @@ def gram_unsafe(sigma: torch.Tensor, rank: torch.Tensor | int, accuracy: Accurac
     """The cuts (*) whose Gram values (*, g) descending must be redone by SVD: under "exact",
     those whose smallest value within their rank is below GRAM_GUARD sigma_1 (each value
     then keeps ~1e-10 relative); under "ess", those whose eigenvalue error could move a count
-    (core/precision.py)."""
+    or whose unresolved values carry entropy (core/precision.py)."""
     top, rank = sigma[..., 0] ** 2, torch.as_tensor(rank, device=sigma.device)  # one conversion, on sigma's device
     if accuracy.fast:
         eps = torch.finfo(sigma.dtype).eps
@@ -56,11 +56,11 @@ def gram_unsafe(sigma: torch.Tensor, rank: torch.Tensor | int, accuracy: Accurac
 
 def gram_values(gram: torch.Tensor, cut: torch.Tensor, method: str, accuracy=EXACT, allow_kernel=True) -> torch.Tensor:
     """Descending singular values of ``cut`` (B, m, n) from its Gram (B, g, g), g = min(m, n):
-    eigvalsh, then `guarded`."""
-    return guarded(eigvalsh(gram, allow_kernel).flip(-1).clamp_min(0).sqrt(), cut, method, accuracy)
+    eigvalsh, then `_guarded`."""
+    return _guarded(eigvalsh(gram, allow_kernel).flip(-1).clamp_min(0).sqrt(), cut, method, accuracy)
 
 
-def guarded(sigma: torch.Tensor, cut: torch.Tensor, method: str, accuracy: Accuracy) -> torch.Tensor:
+def _guarded(sigma: torch.Tensor, cut: torch.Tensor, method: str, accuracy: Accuracy) -> torch.Tensor:
     """The Gram route's values ``sigma`` (B, g) of ``cut`` (B, m, n), with ("auto") an SVD
     of every cut `gram_unsafe` names in place of its values."""
     if method == "gram":

@@ -200,8 +200,8 @@ def _spread(values: torch.Tensor, inside: torch.Tensor, row: torch.Tensor) -> to
 def _redo_uncertain(a, b, c, wanted, lam, error, reach, accuracy: Accuracy) -> None:
     """Recompute exactly (`_exact_cuts`) the cuts whose count the Gramian route cannot certify
     (for ESS, or with ``reach`` for causal ESS) or whose unresolved values carry entropy
-    (`Accuracy.resolves_entropy`, at the noise floor GRAMIAN_NOISE), IN PLACE: lam (squares) and reach (the
-    tridiagonal form, an exact spectrum as its diagonal). A non-finite bound (a Gramian that
+    (`Accuracy.resolves_entropy`, at the noise floor GRAMIAN_NOISE), IN PLACE: lam (squares)
+    and reach (the tridiagonal form, an exact spectrum as its diagonal). A non-finite bound (a Gramian that
     overflowed) lands here too; where the exact factors overflow as well, the operator's
     spectra leave the floating-point range: the exact route's overflow error."""
     noise = error * (GRAMIAN_NOISE / GRAMIAN_ERROR)

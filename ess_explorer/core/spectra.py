@@ -435,7 +435,7 @@ def _group_singular_values(
     and columns >= t zeroed ((L, g_max), Gram Z^T Z); one with t > L - t as its last g_max
     rows with columns >= t and rows < t zeroed ((g_max, L), Gram Z Z^T) (`_masked_cuts`).
     The Grams come from running sums over the group's cuts (`_group_grams`), not one product
-    per cut; same Gram/SVD choice and guard as ``_gram_values``, the guard's SVDs on the
+    per cut; same Gram/SVD choice and guard as `gram_values` (core/gram.py), the guard's SVDs on the
     masked cuts of the (unit, cut) pairs it names.
     """
     length = flat.shape[-1]
@@ -452,7 +452,7 @@ def _group_singular_values(
         else:
             values = eigvalsh(_group_grams(flat, t, g_max, is_tall)).flip(-1).clamp_min(0).sqrt()
             if method == "auto":
-                # guard as in _gram_values, on each cut's own rank min(t, L - t):
+                # guard as in gram_values, on each cut's own rank min(t, L - t):
                 # padded zeros are not small values
                 rank = torch.minimum(t, length - t).reshape(1, -1).expand(values.shape[0], -1)
                 unsafe = gram_unsafe(values, rank, accuracy)
