@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from ess_explorer import DiagonalSSM, entropy_ess, tolerance_ess
+from ess_explorer.core.ess import tolerance_reference
 from ess_explorer.options import SCOPES
 from ess_explorer.synthetic import softmax_attention
 
@@ -108,10 +109,7 @@ def check(op, dense: torch.Tensor, positions: list[int], options: dict) -> str |
     expected = tolerance_ess(spectra=exact, **options)
     got = tolerance_ess(op, positions=positions, precision="ess", **options)
     if options["relative"]:
-        scope = options.get("scope", "cut")
-        first = exact[..., :1]
-        reference = first if scope == "cut" else first.amax(-2, keepdim=True) if scope == "unit" else first.max()
-        tau = options["tol"] * reference
+        tau = options["tol"] * tolerance_reference(exact, options["scope"])
     else:
         tau = torch.tensor(options["tol"], dtype=torch.float64)
     near = ((exact - tau).abs() <= TAU_BAND * tau).any(-1)

@@ -479,11 +479,12 @@ def _ess_guard(sigma, width, largest_gate, dropped, rounding, mass, accuracy: Ac
     in the 1-norm (the nuclear norm of [A | B] less that of A is at most ||B||_*; R moves the
     values by at most ||R||_* in all, Mirsky), so p = sigma / sum(sigma) moves by at most
     q = that / sum(sigma) in total variation, and the entropy by at most q log(k - 1) + h(q)
-    (Fannes-Audenaert): at q below ESS_MASS, by 5e-6 at most for up to 2,048 values."""
-    squares = sigma**2
+    (Fannes-Audenaert): at q below ESS_MASS, by 5e-6 at most for up to 2,048 values. The values
+    the channel's own Gram leaves unresolved are read too (`Accuracy.resolves_entropy`)."""
+    squares, eps = sigma**2, torch.finfo(sigma.dtype).eps
     top = squares[:, 0]
-    gram_rounding = GRAM_ERROR * width * torch.finfo(sigma.dtype).eps * top
+    gram_rounding = GRAM_ERROR * width * eps * top
     error = accuracy.shifted_error(top, gram_rounding + (largest_gate * dropped) ** 2, largest_gate * rounding)
     moved = largest_gate * mass
-    resolved = accuracy.resolves_entropy(squares, GRAM_NOISE * torch.finfo(sigma.dtype).eps * top)
+    resolved = accuracy.resolves_entropy(squares, GRAM_NOISE * eps * top)
     return accuracy.certain(top, error) & (moved <= ESS_MASS * sigma.sum(-1)) & resolved
