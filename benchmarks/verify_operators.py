@@ -31,12 +31,14 @@ from typing import Callable, NamedTuple
 import numpy as np
 import torch
 
-from ess_explorer import DPLRSSM, DiagonalSSM, causal_ess, entropy_ess, tolerance_ess
+from ess_explorer import DPLRSSM, DiagonalSSM, causal_ess, entropy_ess, hankel_singular_values, tolerance_ess
+from ess_explorer.core.causal import reachability_singular_values
 from ess_explorer.core.ess import tolerance_reference
-from ess_explorer.core.precision import ROUNDOFF, Accuracy
+from ess_explorer.core.precision import EXACT, ROUNDOFF, Accuracy
 from ess_explorer.core.row_scaled import row_scaled_hankel_singular_values
 from ess_explorer.options import SCOPES
 from ess_explorer.synthetic import softmax_attention
+from ess_explorer.verification import EXACT_ABSOLUTE, EXACT_RELATIVE
 
 TAU_BAND, ENTROPY = 1e-6, 1e-5  # the contract (core/precision.py)
 
@@ -50,6 +52,7 @@ class Draw(NamedTuple):
     units: int
     exact: Callable[[list[int]], torch.Tensor]  # positions -> (U, P, K) descending
     fast: Callable[[list[int], dict], tuple[torch.Tensor, torch.Tensor | None]]  # positions, tolerance
+    spectra: Callable[[list[int]], torch.Tensor]  # positions -> the "exact" route's values (U, P, K)
 
 
 def cut_spectra(dense: torch.Tensor, positions: list[int]) -> torch.Tensor:
@@ -73,7 +76,10 @@ def of_operator(name: str, op, dense: torch.Tensor) -> Draw:
         counts = tolerance_ess(op, positions=positions, precision="ess", **options)
         return counts, entropy_ess(op, positions=positions, precision="ess")
 
-    return Draw(name, dense.shape[-1], dense.shape[0], partial(cut_spectra, dense), fast)
+    def spectra(positions):
+        return hankel_singular_values(op, positions=positions, precision="exact")
+
+    return Draw(name, dense.shape[-1], dense.shape[0], partial(cut_spectra, dense), fast, spectra)
 
 
 def attention(rng: random.Random) -> Draw:
@@ -185,7 +191,7 @@ def causal(rng: random.Random) -> Draw:
     def fast(positions, options):
         return causal_ess(op, positions=positions, precision="ess", **options), None
 
-    return Draw(f"causal of {name}", op.length, op.a.shape[0], exact, fast)
+    return Draw(f"causal of {name}", op.length, op.a.shape[0], exact, fast, partial(reachability_singular_values, op))
 
 
 def planted(rng: random.Random) -> Draw:
@@ -238,15 +244,22 @@ def channels(rng: random.Random) -> Draw:
     kind, scales = gates(rng, len(owner_of), owners.shape[-1])
     units = scales[:, :, None] * owners[owner_of]
 
-    def fast(positions, options):
-        accuracy = Accuracy("ess", options["tol"], options["relative"], options.get("scope", "cut"))
-        sigma = row_scaled_hankel_singular_values(
+    def values(positions, accuracy):
+        return row_scaled_hankel_singular_values(
             owners, owner_of, scales, positions, max_rank=max_rank, accuracy=accuracy
         )
+
+    def fast(positions, options):
+        sigma = values(positions, Accuracy("ess", options["tol"], options["relative"], options.get("scope", "cut")))
         return tolerance_ess(spectra=sigma, **options), entropy_ess(spectra=sigma)
 
     return Draw(
-        f"channels ({kind} gates) of {name}", units.shape[-1], units.shape[0], partial(cut_spectra, units), fast
+        f"channels ({kind} gates) of {name}",
+        units.shape[-1],
+        units.shape[0],
+        partial(cut_spectra, units),
+        fast,
+        partial(values, accuracy=EXACT),
     )
 
 
@@ -279,6 +292,18 @@ def check(draw: Draw, positions: list[int], options: dict) -> str | None:
     return None
 
 
+def check_exact(draw: Draw, positions: list[int]) -> str | None:
+    """None where the "exact" route's values of ``positions`` are each within 1e-6 sigma_k +
+    1e-10 sigma_1 of numpy's (the values past the ones either computes are zero), else the
+    worst excess."""
+    exact, got = draw.exact(positions), draw.spectra(positions)
+    width = max(exact.shape[-1], got.shape[-1])
+    exact, got = (torch.nn.functional.pad(x, (0, width - x.shape[-1])) for x in (exact, got))
+    allowed = EXACT_RELATIVE * exact + EXACT_ABSOLUTE * exact[..., :1]
+    excess = float(((got - exact).abs() / allowed.clamp_min(1e-300)).max())
+    return None if excess <= 1 else f'"exact" values off by {excess:.3g}x what that contract allows'
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=10.0)
@@ -293,7 +318,7 @@ def main() -> int:
         run = rng.randrange(1, length - 8)  # a run of cuts: the row-scaled route carries factors along one
         positions = sorted({length // 2, *rng.sample(range(1, length), 7), *range(run, run + 8)})
         options = tolerance(rng)
-        problem = check(draw, positions, options)
+        problem = check(draw, positions, options) or check_exact(draw, positions)
         runs, cuts = runs + 1, cuts + len(positions) * draw.units
         if problem:
             failed += 1
