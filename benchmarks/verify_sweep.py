@@ -5,6 +5,7 @@ the exact sweep where the family has a realisation (ess_explorer/verification.py
     python benchmarks/verify_sweep.py                      # real shapes, one random layer a run
     python benchmarks/verify_sweep.py --tiny --minutes 30  # every tiny config of the tests
     python benchmarks/verify_sweep.py --zoo --minutes 10   # the zoo's trained models, every layer
+    python benchmarks/verify_sweep.py --tiny --extreme     # ... with weights scaled to extremes
 
 Each run draws a model, a prompt length, a layer and the options a user can vary: precision,
 gates, scope, and with --tiny also a stride and an absolute tolerance. Real shapes are the
@@ -17,11 +18,17 @@ tokens, or keep nearly every state direction), on prompts of random tokens. A re
 (ValueError: a combination the API rejects with a message, such as a stride longer than the
 prompt) is counted, not failed; any other error or a failed `verify` is printed in full. Exit
 status 1 if anything failed.
+
+--extreme scales a third of each drawn model's weight tensors by 10^u, u uniform in [-2, 2]
+(on a copy): sharp or flat attention, decays near 0 or 1, gates saturated or shut, the operators
+trained weights make and random ones do not; a model whose forward pass then overflows must be
+refused with a message, not fail.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import functools
 import os
 import random
@@ -89,11 +96,27 @@ def zoo_models(rng: random.Random, models: dict):
     return name, model, ids, options
 
 
+def extreme(rng: random.Random, draw):
+    """``draw`` with a third of the model's weight tensors scaled by 10^u, u in [-2, 2], on a copy."""
+
+    def scaled():
+        name, model, ids, options = draw()
+        model = copy.deepcopy(model)
+        with torch.no_grad():
+            for parameter in model.parameters():
+                if rng.random() < 1 / 3:
+                    parameter.mul_(10 ** rng.uniform(-2, 2))
+        return f"{name} (extreme weights)", model, ids, options
+
+    return scaled
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--tiny", action="store_true", help="the tests' tiny configs instead of real shapes")
     which.add_argument("--zoo", action="store_true", help="the zoo's trained models instead of real shapes")
+    parser.add_argument("--extreme", action="store_true", help="scale a third of each model's weights to extremes")
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -111,6 +134,8 @@ def main() -> int:
     else:
         models = {kind: random_model(kind) for kind in ("gpt2", "mamba", "mamba2", "lfm2", "qwen3_next")}
         draw = functools.partial(real_shapes, rng, models)
+    if args.extreme:
+        draw = extreme(rng, draw)
     runs = refused = failed = causal = 0
     deadline = time.perf_counter() + 60 * args.minutes
     while time.perf_counter() < deadline:

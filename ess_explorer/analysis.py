@@ -258,7 +258,9 @@ def capture_layers(
     )
 
     def arrived(index: int, layer: CapturedLayer) -> None:
-        captured.layers[index] = gates_inside(layer) if gates == "inside" else layer
+        layer = gates_inside(layer) if gates == "inside" else layer
+        layer.check_finite(meta["dtype"])
+        captured.layers[index] = layer
         if on_layer is not None:
             on_layer(captured, index)
 

@@ -374,3 +374,20 @@ def test_unsupported_model_is_refused_before_any_work():
     with pytest.raises(ValueError, match="not supported"):
         analyze(model, [1, 2, 3], progress=False)
     assert _untouched(model)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "mamba2"])
+def test_a_forward_pass_that_overflows_is_a_clear_value_error(name):
+    # weights scaled to extremes make the model's own output NaN; before, the NaN reached a
+    # solver and surfaced as a LinAlgError from inside the engine
+    model, ids = build(name)
+    weight = next(p for n, p in model.named_parameters() if n.endswith("weight") and p.ndim == 2 and "embed" not in n)
+    kept = weight.detach().clone()
+    with torch.no_grad():
+        weight.fill_(float("inf"))
+    with pytest.raises(ValueError, match=r"layer 0: the model's forward pass on this prompt produced NaN or infinite"):
+        analyze(model, ids, progress=False)
+    assert _untouched(model)
+    with torch.no_grad():
+        weight.copy_(kept)
+    assert bool(np.isfinite(analyze(model, ids, progress=False).layers[0].entropy_ess).all())

@@ -14,11 +14,12 @@ import numpy as np
 import pytest
 import torch
 
-from ess_explorer import DiagonalSSM, entropy_ess, hankel_singular_values, tolerance_ess
+from ess_explorer import DiagonalSSM, causal_ess, entropy_ess, hankel_singular_values, tolerance_ess
 from ess_explorer.core import gramian, gramian_kernel, tridiagonal_kernel
 from ess_explorer.core.gramian_naive import gramian_spectra_reference
 from ess_explorer.core.layer import layer_arrays
 from ess_explorer.core.precision import TAU_BAND, Accuracy, check_precision
+from ess_explorer.core.row_scaled import row_scaled_hankel_singular_values
 from ess_explorer.core.sturm import TridiagonalSpectra
 from ess_explorer.core.units import SSMCapture
 from ess_explorer.synthetic import diagonal_ssm, softmax_attention, trained_like_attention
@@ -34,6 +35,19 @@ def exact_spectra(dense: torch.Tensor) -> torch.Tensor:
         for t in range(1, length):
             values = np.linalg.svd(dense[u, t:, :t].numpy(), compute_uv=False)
             out[u, t, : len(values)] = values[: length // 2]
+    return torch.from_numpy(out)
+
+
+def reachability_exact(ssm: DiagonalSSM) -> torch.Tensor:
+    """The oracle of causal ESS: numpy SVDs of R_t = [a_{t-1} R_{t-1} | b_{t-1}] (core/causal.py),
+    built column by column, (U, L, N); row t = 0 zeros."""
+    a, b = ssm.a.numpy(), ssm.b.numpy()
+    units, length, state = a.shape
+    out, reach = np.zeros((units, length, state)), np.zeros((units, state, 0))
+    for t in range(1, length):
+        reach = np.concatenate([a[:, t - 1, :, None] * reach, b[:, t - 1, :, None]], axis=-1)
+        values = np.linalg.svd(reach, compute_uv=False)
+        out[:, t, : values.shape[-1]] = values
     return torch.from_numpy(out)
 
 
@@ -308,6 +322,45 @@ def test_values_just_above_and_below_tau_are_counted_right():
     for precision in ("ess", "exact"):
         sigma = hankel_singular_values(dense, positions=[t], precision=precision)
         assert int(tolerance_ess(spectra=sigma, tol=TOL)[0, 0]) == 4  # 1, 0.3, tau(1 + 1e-4), tau(1 + 1e-3)
+
+
+def reset_at(step: int, units: int = 2, length: int = 24, state: int = 4, seed: int = 3) -> DiagonalSSM:
+    """Decays of 1e-200 at ``step`` (an exact reset, but for a trace): every entry of the cut at
+    t = step passes through it, so that cut's values are near 1e-200 and their squares underflow."""
+    g = torch.Generator().manual_seed(seed)
+    a = 0.5 + 0.5 * torch.rand(units, length, state, generator=g, dtype=torch.float64)
+    a[:, step] = 1e-200
+    b, c = (torch.randn(units, length, state, generator=g, dtype=torch.float64) for _ in range(2))
+    return DiagonalSSM(a, b, c)
+
+
+@pytest.mark.parametrize("precision", ["ess", "exact"])
+def test_a_cut_whose_squares_underflow_counts_as_an_svd_does(precision):
+    # sigma_1 ~ 1e-200 at t = 12: a Gram or Gramian squares it to 0 (below float64's range),
+    # and that cut then read ESS 0; an SVD of the cut sees its values, and ESS counts them
+    # against the cut's own sigma_1
+    ssm = reset_at(12)
+    dense = ssm.materialize()
+    exact = exact_spectra(dense)
+    assert 1e-215 < float(exact[:, 12, 0].min()) and float(exact[:, 12, 0].max()) < 1e-185
+    for op in (ssm, dense):
+        sigma = hankel_singular_values(op, precision=precision)
+        assert_ess_contract(sigma, exact)
+        assert bool((tolerance_ess(spectra=sigma)[:, 12] >= 1).all())
+    assert torch.equal(causal_ess(ssm, precision=precision), causal_ess(spectra=reachability_exact(ssm)))
+
+
+@pytest.mark.parametrize("precision", ["ess", "exact"])
+def test_gated_channels_of_a_cut_whose_squares_underflow_count_as_an_svd_does(precision):
+    heads = reset_at(12).materialize()  # two owners
+    owner_of = torch.tensor([0, 0, 1, 1])
+    gates = torch.rand(4, heads.shape[-1], generator=torch.Generator().manual_seed(4), dtype=torch.float64) + 0.1
+    sigma = row_scaled_hankel_singular_values(
+        heads, owner_of, gates, torch.arange(heads.shape[-1]), max_rank=4, accuracy=Accuracy(precision)
+    )
+    exact = exact_spectra(gates[..., None] * heads[owner_of])
+    assert_ess_contract(sigma, exact)
+    assert bool((tolerance_ess(spectra=sigma)[:, 12] >= 1).all())
 
 
 @pytest.mark.parametrize("tol, relative", [(1e-9, False), (1e-12, False), (1e-8, True)])

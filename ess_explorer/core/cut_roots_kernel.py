@@ -18,16 +18,18 @@ Accuracy: Givens QR, like Householder QR, is columnwise backward stable (Higham,
 Stability of Numerical Algorithms, 2nd ed., Thm. 19.10): R is the exact factor of F + dF with
 ||dF e_k|| <= c L N eps ||F e_k|| for each state component k, the bound the reference's QR
 meets; the row order changes R only by an orthogonal factor on the left, which leaves both
-spectra alone. A lane whose triangle is not finite is computed again by the reference: the
-kernel's unscaled r^2 + x^2 overflows before LAPACK's scaled rotations do. Where the
-reference's triangles overflow too (a growing recurrence), core/gramian.py raises the overflow
-error.
+spectra alone. The rotations' lengths are scaled (`_fold`), so entries far below 1e-154, whose
+squares underflow, are kept as LAPACK keeps them. A lane whose triangle is not finite is computed
+again by the reference; where the reference's triangles overflow too (a growing recurrence),
+core/gramian.py raises the overflow error.
 
 The reference is `cut_roots_reference` below (tests/test_precision.py compares them); where
 numba is missing it runs instead.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import torch
@@ -109,14 +111,17 @@ def _by_reference(a, b, c, units, times):
 @jit
 def _fold(root, row, n):  # pragma: no cover - compiled
     """Rotate the row (n, LANES) into the upper triangle root (n, n, LANES) by Givens
-    rotations, IN PLACE (row is consumed): root^T root grows by row row^T in every lane."""
+    rotations, IN PLACE (row is consumed): root^T root grows by row row^T in every lane. The
+    rotation's length is a scaled hypot: r * r + x * x underflows to 0 for entries below 1e-154
+    (a cut after a decay of 1e-200), and the row would be lost; it costs n calls a fold against
+    the n^2 / 2 multiply-adds of the rotations."""
     cos = np.empty(LANES)
     sin = np.empty(LANES)
     for i in range(n):
         for w in range(LANES):
             r = root[i, i, w]
             x = row[i, w]
-            h = np.sqrt(r * r + x * x)
+            h = math.hypot(r, x)
             live = h > 0.0
             cos[w] = r / h if live else 1.0
             sin[w] = x / h if live else 0.0

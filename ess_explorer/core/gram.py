@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from .eigen import eigvalsh, svdvals
-from .precision import EXACT, Accuracy
+from .precision import EXACT, Accuracy, squares_underflow
 
 __all__ = ["GRAM_GUARD", "GRAM_ERROR", "GRAM_NOISE", "gram_singular_values", "gram_unsafe", "gram_values"]
 
@@ -42,7 +42,8 @@ def gram_unsafe(sigma: torch.Tensor, rank: torch.Tensor | int, accuracy: Accurac
     """The cuts (*) whose Gram values (*, g) descending must be redone by SVD: under "exact",
     those whose smallest value within their rank is below GRAM_GUARD sigma_1 (each value
     then keeps ~1e-10 relative); under "ess", those whose eigenvalue error could move a count
-    or whose unresolved values carry entropy (core/precision.py)."""
+    or whose unresolved values carry entropy (core/precision.py); under both, those whose
+    squares underflow (`squares_underflow`)."""
     top, rank = sigma[..., 0] ** 2, torch.as_tensor(rank, device=sigma.device)  # one conversion, on sigma's device
     if accuracy.fast:
         eps = torch.finfo(sigma.dtype).eps
@@ -52,7 +53,7 @@ def gram_unsafe(sigma: torch.Tensor, rank: torch.Tensor | int, accuracy: Accurac
         )
     index = rank.expand(sigma.shape[:-1]) - 1
     smallest = sigma.gather(-1, index[..., None])[..., 0]
-    return smallest < GRAM_GUARD * sigma[..., 0]
+    return (smallest < GRAM_GUARD * sigma[..., 0]) | squares_underflow(top)
 
 
 def gram_values(gram: torch.Tensor, cut: torch.Tensor, method: str, accuracy=EXACT, allow_kernel=True) -> torch.Tensor:

@@ -176,13 +176,18 @@ def gramian_hankel_singular_values(
                 budget = min(GPU_BUDGET_BYTES, torch.cuda.mem_get_info(device)[0] // 4)
             chunk = balanced_chunk(units, budget // blocked_bytes_per_unit(length, len(wanted), n, causal), workers)
         over_chunks(run, units, chunk, workers)
-        _redo_uncertain(a, b, c, wanted, lam_w, error_w, reach_w, accuracy)
+        redone = _redo_uncertain(a, b, c, wanted, lam_w, error_w, reach_w, accuracy)
+        sigma_w = lam_w.sqrt_()  # singular values from here on, in place (lam: sigma)
+        if redone is not None:  # written as values: their squares may underflow (`squares_underflow`)
+            unit, row, exact = redone
+            sigma_w[unit, row] = exact
+    else:
+        lam.sqrt_()
     if not every_cut:  # gather the rows of ``positions`` (t = 0, t >= L: no past or future, zeros)
         row = torch.searchsorted(wanted, positions[inside])
         lam = _spread(lam, inside, row)
         reach = None if reach is None else [_spread(x, inside, row) for x in reach]
-    out = lam[..., :k_out].sqrt_() if k_out == n else lam[..., :k_out].sqrt()
-    out = out.to(device=device, dtype=dtype).reshape(*batch_shape, len(positions), k_out)
+    out = lam[..., :k_out].to(device=device, dtype=dtype).reshape(*batch_shape, len(positions), k_out)
     if not causal:
         return out
     tridiagonal = TridiagonalSpectra(*(x.to(device=device, dtype=dtype) for x in reach[:3]))
@@ -197,11 +202,13 @@ def _spread(values: torch.Tensor, inside: torch.Tensor, row: torch.Tensor) -> to
     return full
 
 
-def _redo_uncertain(a, b, c, wanted, lam, error, reach, accuracy: Accuracy) -> None:
+def _redo_uncertain(a, b, c, wanted, lam, error, reach, accuracy: Accuracy):
     """Recompute exactly (`_exact_cuts`) the cuts whose count the Gramian route cannot certify
     (for ESS, or with ``reach`` for causal ESS) or whose unresolved values carry entropy
     (`Accuracy.resolves_entropy`, at the noise floor GRAMIAN_NOISE), IN PLACE: lam (squares)
-    and reach (the tridiagonal form, an exact spectrum as its diagonal). A non-finite bound (a Gramian that
+    and reach (the tridiagonal form, an exact spectrum as its diagonal); returns (units, rows,
+    singular values) of the cuts redone, or None, for the caller to write as values (squared,
+    a cut near 1e-200 underflows to zero). A non-finite bound (a Gramian that
     overflowed) lands here too; where the exact factors overflow as well, the operator's
     spectra leave the floating-point range: the exact route's overflow error."""
     noise = error * (GRAMIAN_NOISE / GRAMIAN_ERROR)
@@ -211,13 +218,15 @@ def _redo_uncertain(a, b, c, wanted, lam, error, reach, accuracy: Accuracy) -> N
         uncertain |= ~accuracy.certain(reach[2], reach[3])
     unit, row = torch.nonzero(uncertain, as_tuple=True)
     if not len(unit):
-        return
+        return None
     on = unit.to(a.device)  # the operator's device (the results may be on another)
     sigma, reach_sigma = _exact_cuts(a, b, c, on, wanted[row.cpu()])
-    lam[unit, row] = sigma.to(lam.device) ** 2
+    sigma = sigma.to(lam.device)
+    lam[unit, row] = sigma**2
     if reach is not None:
         exact = TridiagonalSpectra.from_values(reach_sigma.to(lam.device))
         reach[0][unit, row], reach[1][unit, row], reach[2][unit, row] = exact.diag, exact.off, exact.top
+    return unit, row, sigma
 
 
 def _exact_cuts(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, units: torch.Tensor, times: torch.Tensor):

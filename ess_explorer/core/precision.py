@@ -66,6 +66,11 @@ TAU_BAND = 1e-6  # the contract's band around tau within which a count may diffe
 ROUNDOFF = 1e-13  # below this times sigma_1 a singular value is float64 round-off, not signal
 WINDOW_ERROR = 1e-10  # the largest error (relative to sigma_1^2) the window test accepts
 NOISE_ENTROPY = 5e-6  # the entropy (nats) unresolved values may carry: half the contract (`Accuracy.resolves_entropy`)
+# A cut's sigma_1^2 below this times tiny / eps (the smallest normal number over the unit
+# roundoff) has squares in, or summed from terms in, float's gradual underflow, where they keep
+# no relative precision, or underflowed to zero: `squares_underflow`. The margin covers sums of
+# up to a million such terms. Float64: sigma_1 below about 1e-143.
+UNDERFLOW_MARGIN = 1e6
 
 
 def check_precision(precision: str) -> str:
@@ -135,10 +140,11 @@ class Accuracy:
         ``values`` (..., K) and a tau of its own, none of them within ``error`` of tau^2 (the
         count alone: give ``values`` only where the values are not kept; module docstring)."""
         tau_squared = self.smallest_tau(top) ** 2
-        sure = error.isfinite() & (error <= 2 * TAU_BAND * tau_squared)
+        underflow = squares_underflow(top)
+        sure = error.isfinite() & (error <= 2 * TAU_BAND * tau_squared) & ~underflow
         if values is None or (self.relative and self.scope != "cut") or bool(sure.all()):
             return sure
-        maybe = ~sure & error.isfinite() & (error <= WINDOW_ERROR * top)  # the window test, where it can help
+        maybe = ~sure & ~underflow & error.isfinite() & (error <= WINDOW_ERROR * top)  # the window test, where it can help
         near = ((values[maybe] - tau_squared[maybe][..., None]).abs() <= error[maybe][..., None]).any(-1)
         sure[maybe] = ~near
         return sure
@@ -149,6 +155,20 @@ class Accuracy:
         entropy -sum p log p (p = sigma / sum(sigma)), so that entropy-ESS stays well within the
         contract's 1e-5 (module docstring)."""
         return unresolved_entropy(squares, error) <= NOISE_ENTROPY
+
+
+def squares_underflow(top):
+    """Where a cut whose largest square is ``top`` (sigma_1^2, any shape) is too small for a
+    route that squares its values (a Gram, a Gramian): below UNDERFLOW_MARGIN tiny / eps they
+    have lost their relative precision to underflow, or are zero. Such a cut (a reset of decay
+    1e-200 leaves one near 1e-200, its squares at 0) goes to a route that works on the values
+    themselves (an SVD, a square-root sweep), which keeps them down to about 1e-300: ESS counts
+    them against the cut's own sigma_1 like any other. An all-zero cut goes there too, and an
+    SVD gives it zeros."""
+    import torch  # loaded by then: ``top`` is a tensor (this module is imported before torch)
+
+    info = torch.finfo(top.dtype)
+    return top < UNDERFLOW_MARGIN * info.tiny / info.eps
 
 
 def unresolved_entropy(squares, error):

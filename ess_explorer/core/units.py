@@ -38,7 +38,7 @@ them None. Token-wise maps (projections, norms) stay outside T (docs/families.md
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Callable, NamedTuple
 
 import numpy as np
@@ -190,6 +190,26 @@ class CapturedLayer:
         if not float(per_tss) > 0:
             raise ValueError(f"state_scalars_per_tss must be a positive count, got {per_tss!r}")
         return float(per_tss) / self.n_units
+
+    def check_finite(self, dtype: str = "") -> None:
+        """ValueError where a captured tensor holds NaN or infinite values: the model's forward
+        pass left the floating-point range on this prompt (its own output is NaN there, and
+        no operator, so no ESS, is defined). ``dtype``: the model's; a half-precision one is
+        advised to load in float32."""
+        bad = [
+            f.name
+            for f in fields(self)
+            if isinstance(value := getattr(self, f.name), torch.Tensor)
+            and value.is_floating_point()
+            and not bool(torch.isfinite(value).all())
+        ]
+        if bad:
+            half = dtype in ("float16", "bfloat16")
+            raise ValueError(
+                f"layer {self.layer}: the model's forward pass on this prompt produced NaN or infinite values "
+                f"(in the captured {', '.join(bad)}), so this layer has no finite operator to measure: "
+                + (f"its activations overflow {dtype}; load it in float32" if half else "check its weights")
+            )
 
     def _shape(self) -> tuple[int, int]:
         """(units, L), from the captured inputs when there are some."""
