@@ -8,7 +8,7 @@ against plain numpy SVDs of those cuts: the count equal except where a singular 
 within 1e-6 (relative) of tau or within float64's resolution of the cut (ROUNDOFF sigma_1, which
 no SVD decides), entropy-ESS within 1e-5 (relative). The operators are the ones random model
 weights do not make (core/precision.py): softmax heads up to an attention sink that takes all
-the weight, diagonal recurrences with decays near 0 or 1, scalar decays (Mamba2) whose inputs
+the weight, diagonal recurrences with decays near 0 or 1 or one of 1e-200, scalar decays (Mamba2) whose inputs
 are all written along one direction of the state, realisations imbalanced by up to 1e8, and cuts
 with one dominant value over a tail planted below the routes' resolution; all through the
 public API (`tolerance_ess`, `entropy_ess`, and `causal_ess` against SVDs of the reachability
@@ -100,7 +100,9 @@ def attention_heads(rng: random.Random, length: int, units: int) -> torch.Tensor
     )
 
 
-def diagonal_ssm(rng: random.Random, kinds=("uniform", "near 0", "near 1", "scalar")) -> tuple[str, DiagonalSSM]:
+def diagonal_ssm(
+    rng: random.Random, kinds=("uniform", "near 0", "near 1", "scalar", "reset")
+) -> tuple[str, DiagonalSSM]:
     length, state, units = rng.choice([64, 160, 300]), rng.choice([4, 16, 64, 128]), 2
     g = torch.Generator().manual_seed(rng.randrange(1000))
     kind = rng.choice(kinds)
@@ -113,9 +115,12 @@ def diagonal_ssm(rng: random.Random, kinds=("uniform", "near 0", "near 1", "scal
         jitter = 1e-6 * torch.rand(shape, generator=g, dtype=torch.float64)
         a = {
             "uniform": 0.5 + 0.5 * torch.rand(shape, generator=g, dtype=torch.float64),
+            "reset": 0.5 + 0.5 * torch.rand(shape, generator=g, dtype=torch.float64),
             "near 0": jitter,
             "near 1": 1 - jitter,
         }[kind]
+        if kind == "reset":  # one decay of 1e-200: the cut there lies near 1e-200, its squares underflow
+            a[:, length // 2] = 1e-200  # a cut every draw checks
     b, c = (torch.randn(shape, generator=g, dtype=torch.float64) for _ in range(2))
     writes = rng.choice(["random", "one direction"])
     if writes == "one direction":
@@ -235,7 +240,7 @@ def channels(rng: random.Random) -> Draw:
     """Gates inside (core/row_scaled.py): 2 owners, 4 channels each, T_u = diag(g_u) T_owner,
     with the accuracy `analyze` hands that route (the tolerance it counts at)."""
     if rng.random() < 0.5:
-        name, ssm = diagonal_ssm(rng, kinds=("scalar", "near 1", "uniform"))
+        name, ssm = diagonal_ssm(rng, kinds=("scalar", "near 1", "uniform", "reset"))
         owners, max_rank = ssm.materialize(), ssm.state_size
     else:
         length = rng.choice([64, 200, 400])
