@@ -350,6 +350,24 @@ def test_a_cut_whose_squares_underflow_counts_as_an_svd_does(precision):
     assert torch.equal(causal_ess(ssm, precision=precision), causal_ess(spectra=reachability_exact(ssm)))
 
 
+@pytest.mark.parametrize("one_decay", [False, True])
+def test_causal_ess_of_writes_near_1e_200_counts_as_an_svd_does(one_decay):
+    # inputs written at 1e-200: every R_t lies near 1e-200, and the Gramian P_t = R_t R_t^T
+    # underflows to zero; the exact redo must keep the values, not their squares
+    from ess_explorer.core.causal import reachability_gramian_singular_values
+
+    g = torch.Generator().manual_seed(6)
+    a = 0.5 + 0.5 * torch.rand(2, 20, 1 if one_decay else 4, generator=g, dtype=torch.float64)
+    b, c = (torch.randn(2, 20, 4, generator=g, dtype=torch.float64) for _ in range(2))
+    ssm = DiagonalSSM(a.expand(2, 20, 4).contiguous(), 1e-200 * b, c)
+    expected = causal_ess(spectra=reachability_exact(ssm))
+    assert int(expected[:, 1:].min()) >= 1
+    for precision in ("ess", "exact"):
+        assert torch.equal(causal_ess(ssm, precision=precision), expected)
+    routed = reachability_gramian_singular_values(ssm, torch.arange(20), Accuracy("ess"))  # the gated heads' route
+    assert torch.equal(tolerance_ess(spectra=routed), expected)
+
+
 @pytest.mark.parametrize("precision", ["ess", "exact"])
 def test_gated_channels_of_a_cut_whose_squares_underflow_count_as_an_svd_does(precision):
     heads = reset_at(12).materialize()  # two owners

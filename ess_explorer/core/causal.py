@@ -200,15 +200,15 @@ def reachability_gramian_singular_values(
     rank = torch.clamp(torch.as_tensor(wanted, device=device), max=n)  # P_t holds t inputs
     squares = torch.where(torch.arange(n, device=device) < rank[:, None], squares.clamp_min(0), 0.0)
     redo = (~accuracy.certain(squares[..., 0], error, squares)).any(-1).nonzero().flatten()
-    if len(redo):
-        exact = reachability_singular_values(
+    sigma = squares.sqrt_()
+    if len(redo):  # as values: squared, a cut near 1e-200 would underflow (precision.squares_underflow)
+        sigma[redo] = reachability_singular_values(
             DiagonalSSM.derived(a=a[redo], b=b[redo], c=b[redo]), torch.as_tensor(wanted), device=device
         )
-        squares[redo] = exact**2
     inside = (positions >= 1) & (positions <= length)  # the rest (no past) stay zero
     row = torch.searchsorted(torch.as_tensor(wanted, dtype=torch.long), positions[inside])
     out = torch.zeros(units, len(positions), n, dtype=dtype, device=device)
-    out[:, inside.to(device)] = squares[:, row.to(device)].sqrt().to(dtype)  # one gather, no per-cut launch
+    out[:, inside.to(device)] = sigma[:, row.to(device)].to(dtype)  # one gather, no per-cut launch
     return out.reshape(*ssm.batch_shape, len(positions), n)
 
 

@@ -140,6 +140,7 @@ def gramian_hankel_singular_values(
         if causal
         else None
     )
+    reach_scale = torch.ones_like(error) if causal else None  # of the cuts redone exactly (TridiagonalSpectra)
     if every_cut:
         for x in (lam, error, *(reach or ())):
             x[:, 0] = 0.0
@@ -176,7 +177,8 @@ def gramian_hankel_singular_values(
                 budget = min(GPU_BUDGET_BYTES, torch.cuda.mem_get_info(device)[0] // 4)
             chunk = balanced_chunk(units, budget // blocked_bytes_per_unit(length, len(wanted), n, causal), workers)
         over_chunks(run, units, chunk, workers)
-        redone = _redo_uncertain(a, b, c, wanted, lam_w, error_w, reach_w, accuracy)
+        scale_w = None if reach_scale is None else reach_scale[:, cuts]
+        redone = _redo_uncertain(a, b, c, wanted, lam_w, error_w, reach_w, scale_w, accuracy)
         sigma_w = lam_w.sqrt_()  # singular values from here on, in place (lam: sigma)
         if redone is not None:  # written as values: their squares may underflow (`squares_underflow`)
             unit, row, exact = redone
@@ -186,11 +188,13 @@ def gramian_hankel_singular_values(
     if not every_cut:  # gather the rows of ``positions`` (t = 0, t >= L: no past or future, zeros)
         row = torch.searchsorted(wanted, positions[inside])
         lam = _spread(lam, inside, row)
-        reach = None if reach is None else [_spread(x, inside, row) for x in reach]
+        if reach is not None:
+            reach = [_spread(x, inside, row) for x in reach]
+            reach_scale = _spread(reach_scale, inside, row).masked_fill_(~inside.to(reach_scale.device), 1.0)
     out = lam[..., :k_out].to(device=device, dtype=dtype).reshape(*batch_shape, len(positions), k_out)
     if not causal:
         return out
-    tridiagonal = TridiagonalSpectra(*(x.to(device=device, dtype=dtype) for x in reach[:3]))
+    tridiagonal = TridiagonalSpectra(*(x.to(device=device, dtype=dtype) for x in (*reach[:3], reach_scale)))
     return out, tridiagonal.reshape(*batch_shape, len(positions))
 
 
@@ -202,11 +206,12 @@ def _spread(values: torch.Tensor, inside: torch.Tensor, row: torch.Tensor) -> to
     return full
 
 
-def _redo_uncertain(a, b, c, wanted, lam, error, reach, accuracy: Accuracy):
+def _redo_uncertain(a, b, c, wanted, lam, error, reach, reach_scale, accuracy: Accuracy):
     """Recompute exactly (`_exact_cuts`) the cuts whose count the Gramian route cannot certify
     (for ESS, or with ``reach`` for causal ESS) or whose unresolved values carry entropy
     (`Accuracy.resolves_entropy`, at the noise floor GRAMIAN_NOISE), IN PLACE: lam (squares)
-    and reach (the tridiagonal form, an exact spectrum as its diagonal); returns (units, rows,
+    and reach (the tridiagonal form, an exact spectrum as its diagonal, scaled by ``reach_scale``:
+    `TridiagonalSpectra.from_values`); returns (units, rows,
     singular values) of the cuts redone, or None, for the caller to write as values (squared,
     a cut near 1e-200 underflows to zero). A non-finite bound (a Gramian that
     overflowed) lands here too; where the exact factors overflow as well, the operator's
@@ -226,6 +231,7 @@ def _redo_uncertain(a, b, c, wanted, lam, error, reach, accuracy: Accuracy):
     if reach is not None:
         exact = TridiagonalSpectra.from_values(reach_sigma.to(lam.device))
         reach[0][unit, row], reach[1][unit, row], reach[2][unit, row] = exact.diag, exact.off, exact.top
+        reach_scale[unit, row] = exact.scale
     return unit, row, sigma
 
 

@@ -41,40 +41,51 @@ __all__ = ["TridiagonalSpectra", "sturm_counts"]
 
 @dataclass
 class TridiagonalSpectra:
-    """Spectra sigma_k = sqrt(lambda_k(T)) of cuts (*batch, P), each given by a symmetric
+    """Spectra sigma_k = scale sqrt(lambda_k(T)) of cuts (*batch, P), each given by a symmetric
     tridiagonal T: ``diag`` (*batch, P, N), ``off`` (*batch, P, N) (off[..., k] couples k and
-    k + 1; the last is unused) and ``top`` (*batch, P), its largest eigenvalue."""
+    k + 1; the last is unused) and ``top`` (*batch, P), its largest eigenvalue; ``scale``
+    (*batch, P), or None for 1: an exact spectrum is kept as diag((sigma / sigma_1)^2) times
+    sigma_1, so that one near 1e-200, whose squares underflow, is counted as it is."""
 
     diag: torch.Tensor
     off: torch.Tensor
     top: torch.Tensor
+    scale: torch.Tensor | None = None
 
     @classmethod
     def from_values(cls, sigma: torch.Tensor) -> "TridiagonalSpectra":
-        """Exact spectra (*batch, P, K) descending, as diagonal matrices."""
-        squares = sigma**2
-        return cls(squares, torch.zeros_like(squares), squares[..., 0])
+        """Exact spectra (*batch, P, K) descending, as diagonal matrices scaled by sigma_1."""
+        first = sigma[..., 0] if sigma.shape[-1] else sigma.new_zeros(sigma.shape[:-1])
+        scale = torch.where(first > 0, first, torch.ones_like(first))
+        squares = (sigma / scale[..., None]) ** 2
+        return cls(squares, torch.zeros_like(squares), squares[..., 0] if sigma.shape[-1] else first, scale)
 
     @property
     def shape(self) -> torch.Size:
         return self.top.shape
 
     def __getitem__(self, index) -> "TridiagonalSpectra":
-        return TridiagonalSpectra(self.diag[index], self.off[index], self.top[index])
+        scale = None if self.scale is None else self.scale[index]
+        return TridiagonalSpectra(self.diag[index], self.off[index], self.top[index], scale)
 
     def reshape(self, *shape) -> "TridiagonalSpectra":
         n = self.diag.shape[-1]
-        return TridiagonalSpectra(self.diag.reshape(*shape, n), self.off.reshape(*shape, n), self.top.reshape(*shape))
+        scale = None if self.scale is None else self.scale.reshape(*shape)
+        return TridiagonalSpectra(
+            self.diag.reshape(*shape, n), self.off.reshape(*shape, n), self.top.reshape(*shape), scale
+        )
 
     def sigma_1(self) -> torch.Tensor:
         """(*batch, P) the largest singular value of each cut."""
-        return self.top.clamp_min(0).sqrt()
+        top = self.top.clamp_min(0).sqrt()
+        return top if self.scale is None else top * self.scale
 
     def count_above(self, tau: torch.Tensor, compiled: bool | None = None) -> torch.Tensor:
         """(*batch, P) #{k : sigma_k > tau}, tau >= 0 broadcastable to (*batch, P).
         compiled: the compiled count (`sturm_counts`) or the torch sequence below,
         its reference; default: compiled where it runs (CPU float64, numba)."""
-        x = (torch.as_tensor(tau, dtype=self.diag.dtype, device=self.diag.device) ** 2).expand(self.top.shape)
+        tau = torch.as_tensor(tau, dtype=self.diag.dtype, device=self.diag.device)
+        x = ((tau if self.scale is None else tau / self.scale) ** 2).expand(self.top.shape)
         n = self.diag.shape[-1]
         if _compiled(self.diag) if compiled is None else compiled:
             flat = lambda v: v.reshape(-1, n).numpy()  # noqa: E731
@@ -95,7 +106,8 @@ class TridiagonalSpectra:
         matrix = torch.diag_embed(self.diag)
         if n > 1:
             matrix = matrix + torch.diag_embed(self.off[..., :-1], 1) + torch.diag_embed(self.off[..., :-1], -1)
-        return torch.linalg.eigvalsh(matrix).flip(-1).clamp_min(0).sqrt()
+        values = torch.linalg.eigvalsh(matrix).flip(-1).clamp_min(0).sqrt()
+        return values if self.scale is None else values * self.scale[..., None]
 
 
 def _compiled(values: torch.Tensor) -> bool:
