@@ -210,12 +210,12 @@ def _redo_uncertain(a, b, c, wanted, lam, error, reach, reach_scale, accuracy: A
     """Recompute exactly (`_exact_cuts`) the cuts whose count the Gramian route cannot certify
     (for ESS, or with ``reach`` for causal ESS) or whose unresolved values carry entropy
     (`Accuracy.resolves_entropy`, at the noise floor GRAMIAN_NOISE), IN PLACE: lam (squares)
-    and reach (the tridiagonal form, an exact spectrum as its diagonal, scaled by ``reach_scale``:
-    `TridiagonalSpectra.from_values`); returns (units, rows,
-    singular values) of the cuts redone, or None, for the caller to write as values (squared,
-    a cut near 1e-200 underflows to zero). A non-finite bound (a Gramian that
-    overflowed) lands here too; where the exact factors overflow as well, the operator's
-    spectra leave the floating-point range: the exact route's overflow error."""
+    and reach (the tridiagonal form, an exact spectrum as its diagonal, scaled by
+    ``reach_scale``: `TridiagonalSpectra.from_values`). Returns (units, rows, singular values)
+    of the cuts redone, or None, for the caller to write as values: squared, a cut near 1e-200
+    underflows to zero. A non-finite bound (a Gramian that overflowed) lands here too; where
+    the exact factors overflow as well, the operator's spectra leave the floating-point range:
+    the exact route's overflow error."""
     noise = error * (GRAMIAN_NOISE / GRAMIAN_ERROR)
     # (U, W); the values are kept: no window test
     uncertain = ~(accuracy.certain(lam[..., 0], error) & accuracy.resolves_entropy(lam, noise))

@@ -144,9 +144,8 @@ class Accuracy:
         sure = error.isfinite() & (error <= 2 * TAU_BAND * tau_squared) & ~underflow
         if values is None or (self.relative and self.scope != "cut") or bool(sure.all()):
             return sure
-        maybe = (
-            ~sure & ~underflow & error.isfinite() & (error <= WINDOW_ERROR * top)
-        )  # the window test, where it can help
+        # the window test, where it can help
+        maybe = ~sure & ~underflow & error.isfinite() & (error <= WINDOW_ERROR * top)
         near = ((values[maybe] - tau_squared[maybe][..., None]).abs() <= error[maybe][..., None]).any(-1)
         sure[maybe] = ~near
         return sure
