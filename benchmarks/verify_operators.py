@@ -34,13 +34,11 @@ import torch
 from ess_explorer import DPLRSSM, DiagonalSSM, causal_ess, entropy_ess, hankel_singular_values, tolerance_ess
 from ess_explorer.core.causal import reachability_singular_values
 from ess_explorer.core.ess import tolerance_reference
-from ess_explorer.core.precision import EXACT, ROUNDOFF, Accuracy
+from ess_explorer.core.precision import EXACT, ROUNDOFF, TAU_BAND, Accuracy
 from ess_explorer.core.row_scaled import row_scaled_hankel_singular_values
 from ess_explorer.options import SCOPES
 from ess_explorer.synthetic import softmax_attention
-from ess_explorer.verification import EXACT_ABSOLUTE, EXACT_RELATIVE
-
-TAU_BAND, ENTROPY = 1e-6, 1e-5  # the contract (core/precision.py)
+from ess_explorer.verification import ENTROPY_TOLERANCE, EXACT_ABSOLUTE, EXACT_RELATIVE
 
 
 class Draw(NamedTuple):
@@ -292,7 +290,7 @@ def check(draw: Draw, positions: list[int], options: dict) -> str | None:
     if entropy is not None:
         truth = entropy_ess(spectra=exact)
         error = float(((entropy - truth).abs() / truth.clamp_min(1e-300)).max())
-    if miscounts or error > ENTROPY:
+    if miscounts or error > ENTROPY_TOLERANCE:
         return f"{miscounts} miscounts, entropy-ESS off by {error:.2e}"
     return None
 

@@ -209,11 +209,11 @@ def _spread(values: torch.Tensor, inside: torch.Tensor, row: torch.Tensor) -> to
 def _redo_uncertain(a, b, c, wanted, lam, error, reach, reach_scale, accuracy: Accuracy):
     """Recompute exactly (`_exact_cuts`) the cuts whose count the Gramian route cannot certify
     (for ESS, or with ``reach`` for causal ESS) or whose unresolved values carry entropy
-    (`Accuracy.resolves_entropy`, at the noise floor GRAMIAN_NOISE), IN PLACE: lam (squares)
-    and reach (the tridiagonal form, an exact spectrum as its diagonal, scaled by
-    ``reach_scale``: `TridiagonalSpectra.from_values`). Returns (units, rows, singular values)
-    of the cuts redone, or None, for the caller to write as values: squared, a cut near 1e-200
-    underflows to zero. A non-finite bound (a Gramian that overflowed) lands here too; where
+    (`Accuracy.resolves_entropy`, at the noise floor GRAMIAN_NOISE). Writes reach IN PLACE (the
+    tridiagonal form, an exact spectrum as its diagonal, scaled by ``reach_scale``:
+    `TridiagonalSpectra.from_values`) and returns (units, rows, singular values) of the cuts
+    redone, or None, for the caller to write over lam's values once lam holds values, not
+    squares: squared, a cut near 1e-200 underflows to zero. A non-finite bound (a Gramian that overflowed) lands here too; where
     the exact factors overflow as well, the operator's spectra leave the floating-point range:
     the exact route's overflow error."""
     noise = error * (GRAMIAN_NOISE / GRAMIAN_ERROR)
@@ -227,7 +227,6 @@ def _redo_uncertain(a, b, c, wanted, lam, error, reach, reach_scale, accuracy: A
     on = unit.to(a.device)  # the operator's device (the results may be on another)
     sigma, reach_sigma = _exact_cuts(a, b, c, on, wanted[row.cpu()])
     sigma = sigma.to(lam.device)
-    lam[unit, row] = sigma**2
     if reach is not None:
         exact = TridiagonalSpectra.from_values(reach_sigma.to(lam.device))
         reach[0][unit, row], reach[1][unit, row], reach[2][unit, row] = exact.diag, exact.off, exact.top

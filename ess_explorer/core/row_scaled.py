@@ -342,11 +342,12 @@ def _whole_factor(cut: torch.Tensor, t: int, truncate: float, max_rank) -> _Fact
     fast-forgetting head restarts at a cut whose sigma_1 fell by orders of magnitude, and its
     old columns have decayed by as much: its SVD then takes a few dozen columns, not t."""
     squares = (cut * cut).sum(0)  # (t,) each column's norm squared
-    scale = 1.0
-    if bool(squares_underflow(squares.max())):  # a cut near 1e-200: its squares are 0 (core/precision.py)
+    largest, scale = squares.max(), 1.0
+    if bool(squares_underflow(largest)):  # a cut near 1e-200: its squares are 0 (core/precision.py)
         scale = float(cut.abs().max()) or 1.0
         squares = ((cut / scale) ** 2).sum(0)
-    skip, norm = decayed_lines(squares, (LEADING * truncate) ** 2 * float(squares.max()))
+        largest = squares.max()
+    skip, norm = decayed_lines(squares, (LEADING * truncate) ** 2 * float(largest))
     norm *= scale
     left_out = None
     if skip:

@@ -51,7 +51,7 @@ from .causal import (
     reachability_singular_values,
     shift_register_singular_values,
 )
-from .checks import finite_spectra
+from .checks import all_finite, finite_spectra
 from .diagnostics import theoretical_state_size, unit_kind
 from .gramian import gramian_hankel_singular_values, uses_kernel, wanted_cuts
 from .operators import DiagonalSSM
@@ -201,7 +201,7 @@ class CapturedLayer:
             for f in fields(self)
             if isinstance(value := getattr(self, f.name), torch.Tensor)
             and value.is_floating_point()
-            and not bool(torch.isfinite(value).all())
+            and not all_finite(value)
         ]
         if bad:
             half = dtype in ("float16", "bfloat16")
