@@ -286,6 +286,30 @@ def test_the_cut_roots_kernel_equals_its_reference(length, n, pairs):
         assert float((want[:, 0] > 0).double().mean()) > 0.5  # not vacuous (a reset may zero a cut)
 
 
+@pytest.mark.parametrize("scale", [1e-200, 1e200])
+def test_the_cut_roots_kernel_keeps_rows_whose_squares_leave_the_range(scale):
+    """Rows near 1e-200 (squares underflow to 0) and near 1e200 (squares overflow): the
+    kernel's rotations take their lengths scaled there, and its triangles give the reference's
+    singular values, not zeros or infinities."""
+    from ess_explorer.core import cut_roots_kernel
+    from ess_explorer.core.compiled import available
+
+    if not available():
+        pytest.skip("numba is not installed: the reference runs instead")
+    generator = torch.Generator().manual_seed(5)
+    a = 0.4 + 0.5 * torch.rand(2, 24, 4, dtype=torch.float64, generator=generator)
+    b, c = (torch.randn(2, 24, 4, dtype=torch.float64, generator=generator) for _ in range(2))
+    b[1] *= scale  # unit 1 writes, and is read, at the scale alone
+    c[1] *= scale
+    unit, times = torch.tensor([1, 1, 1, 0]), torch.tensor([1, 12, 23, 12])
+    roots = cut_roots_kernel.cut_roots(a, b, c, unit, times)
+    expected = cut_roots_kernel.cut_roots_reference(a[unit], b[unit], c[unit], times)
+    for got, want in ((roots[0], expected[0]), (roots[1], expected[1])):
+        got, want = torch.linalg.svdvals(got), torch.linalg.svdvals(want)
+        assert bool((want[:3, 0] > 0.1 * scale).all()) and bool(want.isfinite().all())
+        assert bool(((got - want).abs() <= 1e-6 * want + 1e-10 * want[:, :1]).all())
+
+
 def test_a_growing_recurrence_in_the_cut_roots_kernel_raises_the_overflow_error():
     """A decay above 1 overflows the redo's triangles (the kernel's, then the reference's, which
     computes those pairs again): the Gramian route raises the overflow error, which says what to
