@@ -184,16 +184,47 @@ def test_the_gramian_route_redoes_a_cut_whose_unresolved_values_carry_entropy(mo
     assert entropy_error_against_svd(dense, positions, ssm=ssm) > 1e-5
 
 
-def test_unresolved_entropy_is_what_the_values_within_the_error_contribute():
-    from ess_explorer.core.precision import unresolved_entropy
+@pytest.mark.parametrize("route", ["reference", "kernel"])
+def test_unresolved_entropy_is_what_the_values_within_the_error_contribute(route):
+    from ess_explorer.core import entropy_kernel, precision
 
+    if route == "kernel" and not entropy_kernel.available():
+        pytest.skip("numba is not installed: the reference runs instead")
+    function = precision.unresolved_entropy_reference if route == "reference" else entropy_kernel.unresolved_entropy
     sigma = torch.tensor([[1.0, 0.5, 1e-9, 1e-9, 0.0], [0.0] * 5], dtype=torch.float64)
     p = 1e-9 / (1.5 + 2e-9)
-    got = unresolved_entropy(sigma.square(), torch.tensor([1e-16, 1e-16], dtype=torch.float64))
+    got = function(sigma.square(), torch.tensor([1e-16, 1e-16], dtype=torch.float64))
     assert torch.allclose(got, torch.tensor([-2 * p * np.log(p), 0.0], dtype=torch.float64), rtol=1e-12, atol=0)
-    assert (
-        float(unresolved_entropy(sigma.square(), torch.tensor([1e-20, 1e-20], dtype=torch.float64)).abs().max()) == 0.0
-    )
+    assert float(function(sigma.square(), torch.tensor([1e-20, 1e-20], dtype=torch.float64)).abs().max()) == 0.0
+
+
+def test_the_unresolved_entropy_kernel_equals_its_reference():
+    """core/entropy_kernel.py against the reference on a layer-sized job (the size
+    `unresolved_entropy` sends to it): graded spectra whose tails fall below the error or not,
+    zeros past a rank, negative rounding, a NaN in a cut that can hold entropy and in one that
+    cannot, and an error given per cut."""
+    from ess_explorer.core import entropy_kernel, precision
+
+    if not entropy_kernel.available():
+        pytest.skip("numba is not installed: the reference runs instead")
+    generator = torch.Generator().manual_seed(3)
+    units, cuts, k = 48, 200, 16
+    sigma = torch.rand(units, cuts, 1, dtype=torch.float64, generator=generator) * torch.logspace(
+        0, -12, k, dtype=torch.float64
+    ) ** torch.rand(units, cuts, 1, dtype=torch.float64, generator=generator)
+    squares = sigma.square()
+    squares[:, ::7, 10:] = 0.0  # rank 10
+    squares[:, ::11, -1] = -1e-30  # rounding below zero
+    squares[0, 0, 3] = float("nan")  # can hold entropy: its smallest square is within the error
+    squares[0, 1, 3], squares[0, 1, -1] = float("nan"), 1.0  # cannot: its last square is above it
+    error = 10.0 ** (-24 * torch.rand(units, cuts, dtype=torch.float64, generator=generator))
+    assert entropy_kernel.applies(squares) and squares.numel() >= entropy_kernel.KERNEL_MIN_VALUES
+    got = precision.unresolved_entropy(squares, error)
+    want = precision.unresolved_entropy_reference(squares, error)
+    assert bool(torch.isnan(got[0, 0])) and bool(torch.isnan(want[0, 0])) and float(got[0, 1]) == float(want[0, 1]) == 0
+    got[0, :2], want[0, :2] = 0.0, 0.0
+    assert torch.allclose(got, want, rtol=1e-12, atol=1e-300)
+    assert 0.2 < float((want > 0).double().mean()) < 0.9  # not vacuous: many cuts carry some, many none
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,8 @@ core/gramian_kernel.py (the Gramian route), core/dense_kernel.py (the dense path
 eigenvalues), core/householder_kernel.py (its tridiagonal reduction), core/channel_kernel.py (a
 head's row-scaled channels), core/tridiagonal_kernel.py (their shared QL iteration),
 core/sturm.py (Sturm counts), core/recent_kernel.py (a head's causal Gram of its recent
-rows) and core/cut_roots_kernel.py (the Gramian route's exact redo) compile their loops with
+rows), core/cut_roots_kernel.py (the Gramian route's exact redo) and core/entropy_kernel.py
+(the entropy of unresolved values) compile their loops with
 `jit`; `available()` says whether numba imports, and where it does not the torch references
 beside each kernel run instead. The eigensolvers put LANES
 problems side by side, every loop innermost over them, so LLVM vectorises each step across
@@ -76,6 +77,7 @@ KERNEL_MODULES = (
     "recent_kernel",
     "sturm",
     "cut_roots_kernel",
+    "entropy_kernel",
 )
 
 

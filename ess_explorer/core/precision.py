@@ -173,6 +173,16 @@ def squares_underflow(top):
 
 
 def unresolved_entropy(squares, error):
+    """`unresolved_entropy_reference` by the compiled kernel where it applies (a large float64
+    job on a CPU with numba: core/entropy_kernel.py), else by the reference."""
+    from . import entropy_kernel  # torch is loaded by then: ``squares`` is a tensor
+
+    if entropy_kernel.applies(squares):
+        return entropy_kernel.unresolved_entropy(squares, error)
+    return unresolved_entropy_reference(squares, error)
+
+
+def unresolved_entropy_reference(squares, error):
     """The entropy (nats) that the values sigma with 0 < sigma^2 = ``squares`` (..., K,
     descending) <= ``error`` (...) contribute to -sum p log p, p = sigma / sum(sigma): (...).
     Only the cuts whose smallest square is within the error can hold any (the zeros past a
