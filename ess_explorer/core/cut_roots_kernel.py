@@ -20,8 +20,8 @@ Stability of Numerical Algorithms, 2nd ed., Thm. 19.10): R is the exact factor o
 meets; the row order changes R only by an orthogonal factor on the left, which leaves both
 spectra alone. The rotations' lengths are scaled outside the squares' normal range (`_fold`), so
 entries far below 1e-154, whose squares underflow, are kept as LAPACK keeps them. A lane whose
-triangle is not finite is computed again by the reference; where the reference's triangles overflow too (a growing recurrence),
-core/gramian.py raises the overflow error.
+triangle is not finite is computed again by the reference; where the reference's triangles
+overflow too (a growing recurrence), core/gramian.py raises the overflow error.
 
 The reference is `cut_roots_reference` below (tests/test_precision.py compares them); where
 numba is missing it runs instead.

@@ -19,7 +19,7 @@ from .accelerator import worker_threads
 from .compiled import available, jit
 from .sweeps import over_chunks
 
-__all__ = ["available", "unresolved_entropy", "KERNEL_MIN_VALUES"]
+__all__ = ["available", "applies", "unresolved_entropy", "KERNEL_MIN_VALUES"]
 
 # Below this many values the reference's few whole-array steps cost less than a call here;
 # it also keeps a small job's first analysis from waiting for this kernel's compile.
