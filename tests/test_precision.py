@@ -23,6 +23,7 @@ from ess_explorer.core.row_scaled import row_scaled_hankel_singular_values
 from ess_explorer.core.sturm import TridiagonalSpectra
 from ess_explorer.core.units import SSMCapture
 from ess_explorer.synthetic import diagonal_ssm, softmax_attention, trained_like_attention
+from ess_explorer.verification import EXACT_ABSOLUTE, EXACT_RELATIVE
 
 TOL = 1e-3
 
@@ -49,6 +50,13 @@ def reachability_exact(ssm: DiagonalSSM) -> torch.Tensor:
         values = np.linalg.svd(reach, compute_uv=False)
         out[:, t, : values.shape[-1]] = values
     return torch.from_numpy(out)
+
+
+def assert_exact_contract(values: torch.Tensor, exact: torch.Tensor) -> None:
+    """The "exact" contract of ``values`` against ``exact`` ones (same shape, descending):
+    every value within 1e-6 sigma_k + 1e-10 sigma_1 of its own cut's."""
+    allowed = EXACT_RELATIVE * exact + EXACT_ABSOLUTE * exact[..., :1]
+    assert bool(((values - exact).abs() <= allowed).all())
 
 
 def assert_ess_contract(fast: torch.Tensor, exact: torch.Tensor, tol: float = TOL) -> None:
@@ -115,7 +123,7 @@ def test_dense_exact_contract_on_sink_heads(batched):
     heads = trained_like_attention(64, units=2, head_dim=16, seed=4, mix=("sink",))
     exact = exact_spectra(heads)
     sigma = hankel_singular_values(heads, precision="exact", batched=batched)
-    assert bool(((sigma - exact).abs() <= 1e-6 * exact + 1e-10 * exact[..., :1]).all())
+    assert_exact_contract(sigma, exact)
 
 
 def entropy_error_against_svd(dense: torch.Tensor, positions: list[int], batched: bool = False, ssm=None) -> float:
@@ -280,7 +288,7 @@ def test_exact_cuts_equal_the_sweep():
     expected, expected_reach = expected[units, times][:, :6], expected_reach[units, times]
     scale = expected[:, :1].clamp_min(1e-300)
     assert bool(((sigma - expected).abs() <= 1e-6 * expected + 1e-10 * scale).all())
-    assert bool(((reach - expected_reach).abs() <= 1e-6 * expected_reach + 1e-10 * expected_reach[:, :1]).all())
+    assert_exact_contract(reach, expected_reach)
 
 
 @pytest.mark.parametrize(
@@ -313,7 +321,7 @@ def test_the_cut_roots_kernel_equals_its_reference(length, n, pairs):
     rank = min(length, n)
     for got, want in ((roots[1] @ roots[0].mT, expected[1] @ expected[0].mT), (roots[0], expected[0])):
         got, want = torch.linalg.svdvals(got)[:, :rank], torch.linalg.svdvals(want)[:, :rank]
-        assert bool(((got - want).abs() <= 1e-6 * want + 1e-10 * want[:, :1]).all())
+        assert_exact_contract(got, want)
         assert float((want[:, 0] > 0).double().mean()) > 0.5  # not vacuous (a reset may zero a cut)
 
 
@@ -338,7 +346,7 @@ def test_the_cut_roots_kernel_keeps_rows_whose_squares_leave_the_range(scale):
     for got, want in ((roots[0], expected[0]), (roots[1], expected[1])):
         got, want = torch.linalg.svdvals(got), torch.linalg.svdvals(want)
         assert bool((want[:3, 0] > 0.1 * scale).all()) and bool(want.isfinite().all())
-        assert bool(((got - want).abs() <= 1e-6 * want + 1e-10 * want[:, :1]).all())
+        assert_exact_contract(got, want)
 
 
 def test_a_growing_recurrence_in_the_cut_roots_kernel_raises_the_overflow_error():
@@ -1002,7 +1010,7 @@ def test_absolute_and_tiny_tolerances_take_the_exact_route():
     sigma = gramian.gramian_hankel_singular_values(
         ssm, positions=torch.arange(40), accuracy=Accuracy("ess", tol=1e-9, relative=True)
     )
-    assert bool(((sigma - exact).abs() <= 1e-6 * exact + 1e-10 * exact[..., :1]).all())
+    assert_exact_contract(sigma, exact)
 
 
 def test_precision_names_are_checked():
