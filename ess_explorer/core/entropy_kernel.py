@@ -66,10 +66,12 @@ def _unresolved_entropy(squares, error, out):  # pragma: no cover - compiled
         if not squares[r, k - 1] <= limit:  # descending: no value is within the error
             continue
         total = 0.0
+        unordered = False  # a NaN among the values: the reference's sum is NaN
         for j in range(k):
             s = squares[r, j]
-            total += np.sqrt(s) if s > 0.0 else (s if s != s else 0.0)  # a NaN carries through
-        if total != total:
+            total += np.sqrt(s) if s > 0.0 else 0.0
+            unordered = unordered or s != s
+        if unordered:
             out[r] = np.nan
             continue
         total = max(total, 1e-300)
