@@ -11,6 +11,7 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 import torch
+from _contracts import assert_exact_contract
 from test_adapters import VOCAB, build
 
 from ess_explorer import analyze
@@ -76,9 +77,8 @@ def test_the_accelerator_routes_meet_each_contract_against_the_cpu_exact_spectra
         np.testing.assert_array_equal(layer.tolerance_ess, reference.tolerance_ess)
         np.testing.assert_array_equal(layer.causal_ess, reference.causal_ess)  # NaN where no realisation
         np.testing.assert_allclose(layer.entropy_ess, reference.entropy_ess, rtol=1e-5, atol=1e-12)
-        if precision == "exact":  # every kept value within 1e-6 sigma_k + 1e-10 sigma_1 of the SVD's
-            got, want = layer.singular_values, reference.singular_values
-            assert (np.abs(got - want) <= 1e-6 * want + 1e-10 * want[..., :1]).all()
+        if precision == "exact":  # every kept value within the exact contract of the SVD's
+            assert_exact_contract(layer.singular_values, reference.singular_values)
 
 
 def test_the_cpu_routes_would_have_run_the_kernels_the_accelerator_routes_refuse():

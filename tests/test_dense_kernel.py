@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from _contracts import assert_exact_contract
 from test_precision import exact_spectra
 
 from ess_explorer import entropy_ess, hankel_singular_values, tolerance_ess
@@ -183,7 +184,7 @@ def test_the_dense_path_gives_the_same_spectra_with_and_without_the_kernel(kind,
             # and each value within it: 1e-6 of itself + 1e-10 sigma_1 (the cuts whose Gram
             # values cannot promise that are redone by SVD, most of them for sinks)
             svd = exact_spectra(heads)[:, positions]
-            assert bool(((fast - svd).abs() <= 1e-6 * svd + 1e-10 * svd[..., :1]).all())
+            assert_exact_contract(fast, svd)
         else:  # the same counts, entropy within the contract
             assert torch.equal(tolerance_ess(spectra=fast), tolerance_ess(spectra=torch_route))
             relative = (entropy_ess(spectra=fast) - entropy_ess(spectra=torch_route)).abs()

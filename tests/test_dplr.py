@@ -2,17 +2,9 @@
 
 import pytest
 import torch
+from _contracts import assert_exact_contract, assert_spectra_match
 
 from ess_explorer import DPLRSSM, DiagonalSSM, entropy_ess, hankel_singular_values, tolerance_ess
-
-
-def assert_spectra_match(factored, dense):
-    """Every value within 1e-6 * sigma_k + 1e-10 * sigma_1 of the dense SVD's."""
-    width = factored.shape[-1]
-    assert (dense[..., width:] <= 1e-10 * dense[..., :1] + 1e-300).all(), "dense has more modes than N"
-    error = (factored - dense[..., :width]).abs()
-    allowed = 1e-6 * dense[..., :width] + 1e-10 * dense[..., :1]
-    assert (error <= allowed).all(), f"factored differs from dense by up to {error.max().item():.3g}"
 
 
 def uniform(g, shape, low, high):
@@ -215,7 +207,7 @@ def test_the_scan_of_delta_rule_transitions_matches_dense_svd_and_the_sweep(alph
     assert_spectra_match(scan, dense)
     assert_spectra_match(scan, hankel_singular_values(ssm, method="sweep"))
     reference = reachability_singular_values(ssm, positions)
-    assert ((reach - reference).abs() <= 1e-6 * reference + 1e-10 * reference[..., :1]).all()
+    assert_exact_contract(reach, reference)
 
 
 @pytest.mark.parametrize("block", [1, 4, 9, 100])

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch
+from _contracts import assert_spectra_match
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -114,17 +115,6 @@ def test_relative_and_absolute_tolerance():
 
 
 # ---- factored path == dense path ------------------------------------------------------
-
-
-def assert_spectra_match(factored, dense):
-    """Every value within 1e-6 * sigma_k + 1e-10 * sigma_1 of the dense SVD's."""
-    width = factored.shape[-1]
-    assert (dense[..., width:] <= 1e-10 * dense[..., :1] + 1e-300).all(), "dense has more modes than N"
-    sigma_1 = dense[..., :1]
-    error = (factored - dense[..., :width]).abs()
-    allowed = 1e-6 * dense[..., :width] + 1e-10 * sigma_1
-    worst = (error - allowed).max().item()
-    assert worst <= 0, f"factored differs from dense by up to {error.max().item():.3g}"
 
 
 def random_ssm(length, modes, units, seed, decay_low, decay_high, lti=False):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from _contracts import assert_exact_contract
 
 from ess_explorer import DiagonalSSM, causal_ess, entropy_ess, hankel_singular_values, tolerance_ess
 from ess_explorer.core import gramian, gramian_kernel, tridiagonal_kernel
@@ -23,7 +24,6 @@ from ess_explorer.core.row_scaled import row_scaled_hankel_singular_values
 from ess_explorer.core.sturm import TridiagonalSpectra
 from ess_explorer.core.units import SSMCapture
 from ess_explorer.synthetic import diagonal_ssm, softmax_attention, trained_like_attention
-from ess_explorer.verification import EXACT_ABSOLUTE, EXACT_RELATIVE
 
 TOL = 1e-3
 
@@ -50,13 +50,6 @@ def reachability_exact(ssm: DiagonalSSM) -> torch.Tensor:
         values = np.linalg.svd(reach, compute_uv=False)
         out[:, t, : values.shape[-1]] = values
     return torch.from_numpy(out)
-
-
-def assert_exact_contract(values: torch.Tensor, exact: torch.Tensor) -> None:
-    """The "exact" contract of ``values`` against ``exact`` ones (same shape, descending):
-    every value within 1e-6 sigma_k + 1e-10 sigma_1 of its own cut's."""
-    allowed = EXACT_RELATIVE * exact + EXACT_ABSOLUTE * exact[..., :1]
-    assert bool(((values - exact).abs() <= allowed).all())
 
 
 def assert_ess_contract(fast: torch.Tensor, exact: torch.Tensor, tol: float = TOL) -> None:
@@ -292,20 +285,21 @@ def test_exact_cuts_equal_the_sweep():
 
 
 @pytest.mark.parametrize(
-    "length, n, pairs",
-    [(96, 16, 150), (7, 16, 70), (40, 3, 64), (33, 1, 5)],  # L < N; exactly one block; N = 1
+    "length, n, pairs, units",
+    # many cuts of a unit, repeated pairs among them; L < N; N = 1; units in three blocks of lanes
+    [(96, 16, 150, 9), (7, 16, 70, 9), (33, 1, 5, 9), (40, 3, 300, 150)],
 )
-def test_the_cut_roots_kernel_equals_its_reference(length, n, pairs):
+def test_the_cut_roots_kernel_equals_its_reference(length, n, pairs, units):
     """core/cut_roots_kernel.py against its torch reference: decays within 1e-7 of 0 and 1 and
     zero (resets), a mode written 1e4 times louder and read 1e4 times softer, cuts at both ends;
-    every singular value of R_G R_F^T and of R_F within the "exact" contract of the reference's."""
+    every singular value of R_G R_F^T, of R_F and of R_G within the "exact" contract of the
+    reference's. Each unit's sweep serves all of its pairs, so a pair is read mid-sweep."""
     from ess_explorer.core import cut_roots_kernel
     from ess_explorer.core.compiled import available
 
     if not available():
         pytest.skip("numba is not installed: the reference runs instead")
     generator = torch.Generator().manual_seed(length + n)
-    units = 9
     a = torch.rand(units, length, n, dtype=torch.float64, generator=generator)
     a[:, :, 0] = 1 - 1e-7
     a[:, :, -1] = 1e-7
@@ -319,7 +313,8 @@ def test_the_cut_roots_kernel_equals_its_reference(length, n, pairs):
     roots = cut_roots_kernel.cut_roots(a, b, c, unit, times)
     expected = cut_roots_kernel.cut_roots_reference(a[unit], b[unit], c[unit], times)
     rank = min(length, n)
-    for got, want in ((roots[1] @ roots[0].mT, expected[1] @ expected[0].mT), (roots[0], expected[0])):
+    both = (roots[1] @ roots[0].mT, expected[1] @ expected[0].mT)
+    for got, want in (both, (roots[0], expected[0]), (roots[1], expected[1])):
         got, want = torch.linalg.svdvals(got)[:, :rank], torch.linalg.svdvals(want)[:, :rank]
         assert_exact_contract(got, want)
         assert float((want[:, 0] > 0).double().mean()) > 0.5  # not vacuous (a reset may zero a cut)
