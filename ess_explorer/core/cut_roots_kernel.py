@@ -7,19 +7,25 @@ unit's a, b, c (L, N) and a cut t, the R factors of
     G (L - t, N): G_i = c_i prod_{m=t..i} a_m          (i >= t: what the future reads)
 
 so that sigma(H_t) = sigma(R_G R_F^T) and sigma(R_t) = sigma(R_F). A random Mamba-130m layer at
-L = 512 sends about 4,000 such (unit, cut) pairs there, 0.5% of its cuts but a quarter of its
-time in torch (`cut_roots_reference`: per batch of pairs, six (pairs, L, N) arrays of running
-products and masks, then two batched QRs). Here LANES pairs run side by side, every loop
-innermost over them: each pair's rows are formed as they are folded, F's from j = t - 1 down
-(its product grows by one decay a row), G's from i = t up, into an N x N triangle by Givens
-rotations. Nothing is stored but the two triangles.
+L = 512 sends about 4,300 such (unit, cut) pairs there, 0.5% of its cuts, some 800 of its 1,536
+units with a median of 4 cuts each. Each unit's triangles come from two square-root sweeps
+that serve all of its cuts (core/sweeps.py's recursion from zero):
+
+    R_F of cut t + 1 = the triangle of [R_F(t) diag(a_t); b_t^T]      forward from R_F(0) = 0
+    R_G of cut t     = the triangle of [c_t^T; R_G(t + 1)] diag(a_t)   backward from R_G(L) = 0
+
+each row folded in by Givens rotations, the triangle copied out at each of the unit's cuts, so
+a unit costs its farthest cut's rows on each side rather than a sweep per cut (about 3.7x fewer
+rows on that layer). LANES units run side by side, every loop innermost over them
+(`_UnitLanes`: units packed by where their sweeps end). Nothing is stored but the triangles.
 
 Accuracy: Givens QR, like Householder QR, is columnwise backward stable (Higham, Accuracy and
-Stability of Numerical Algorithms, 2nd ed., Thm. 19.10): R is the exact factor of F + dF with
-||dF e_k|| <= c L N eps ||F e_k|| for each state component k, the bound the reference's QR
-meets; the row order changes R only by an orthogonal factor on the left, which leaves both
-spectra alone. The rotations' lengths are scaled outside the squares' normal range (`_fold`), so
-entries far below 1e-154, whose squares underflow, are kept as LAPACK keeps them. A lane whose
+Stability of Numerical Algorithms, 2nd ed., Thm. 19.10), and scaling column k of the triangle
+by a_t,k rounds each entry of it relatively, a columnwise perturbation too: R is the exact
+factor of F + dF with ||dF e_k|| <= c L N eps ||F e_k|| for each state component k, the bound
+the reference's QR meets; the row order changes R only by an orthogonal factor on the left,
+which leaves both spectra alone. The rotations' lengths are scaled outside the squares' normal
+range (`_fold`), so entries far below 1e-154, whose squares underflow, are kept as LAPACK keeps them. A pair whose
 triangle is not finite is computed again by the reference; where the reference's triangles
 overflow too (a growing recurrence), core/gramian.py raises the overflow error.
 
@@ -60,37 +66,59 @@ def cut_roots_reference(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, times
 def cut_roots(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, units: torch.Tensor, times: torch.Tensor):
     """The R factors of `cut_roots_reference` for the pairs (units[k], times[k]) of the units'
     a, b, c (U, L, N) float64 (each (k, N, N): zero rows past min(L, N), which change no singular
-    value): by the kernel on a CPU where numba runs, its blocks of pairs spread over the worker
+    value): by the kernel on a CPU where numba runs, its blocks of units spread over the worker
     threads, else by the reference in batches of REFERENCE_PAIRS."""
     if not (available() and a.device.type == "cpu" and a.dtype == torch.float64):
         return _by_reference(a, b, c, units, times)
-    order = torch.argsort(times.cpu())  # lanes of similar cuts: little padding in a block
-    pairs, n = len(order), a.shape[-1]
-    blocks = -(-pairs // LANES)
-    unit = np.zeros(blocks * LANES, dtype=np.int64)
-    cut = np.zeros(blocks * LANES, dtype=np.int64)
-    unit[:pairs], cut[:pairs] = units.cpu()[order].numpy(), times.cpu()[order].numpy()
+    n = a.shape[2]
+    unit, cut = units.cpu().numpy().astype(np.int64), times.cpu().numpy().astype(np.int64)
     arrays = [np.ascontiguousarray(x.detach().numpy()) for x in (a, b, c)]
-    roots = np.zeros((blocks, 2, n, n, LANES))
-    compiled.first_call(_cut_roots, _warm_up)
-
-    def run(chunk: slice) -> None:
-        lanes = slice(chunk.start * LANES, chunk.stop * LANES)
-        _cut_roots(*arrays, unit[lanes], cut[lanes], pairs - lanes.start, roots[chunk])
-
+    roots = np.zeros((2, len(unit), n, n))
+    compiled.first_call(_sweep_roots, _warm_up)
     workers = worker_threads(a.device)
-    over_chunks(run, blocks, max(1, -(-blocks // (4 * workers))), workers)
-    # (blocks, 2, N, N, LANES) -> (2, pairs, N, N), back in the callers' order
-    both = torch.from_numpy(roots).permute(1, 0, 4, 2, 3).reshape(2, blocks * LANES, n, n)[:, :pairs]
-    out = torch.empty_like(both)
-    out[:, order] = both
-    reach, observe = out[0], out[1]
+    for side in (PAST, FUTURE):
+        lanes = _UnitLanes(unit, cut, side)
+        source = arrays[1] if side == PAST else arrays[2]
+
+        def run(chunk: slice) -> None:
+            _sweep_roots(arrays[0], source, side, *lanes.of_blocks(chunk), roots[side])
+
+        over_chunks(run, lanes.blocks, max(1, -(-lanes.blocks // (4 * workers))), workers)
+    reach, observe = torch.from_numpy(roots[PAST]), torch.from_numpy(roots[FUTURE])
     bad = ~(reach.isfinite().flatten(1).all(1) & observe.isfinite().flatten(1).all(1))
     if bool(bad.any()):  # overflow: the reference's scaled QR computes them again
         for whole, part in zip((reach, observe), _by_reference(a, b, c, units[bad], times[bad])):
             whole[bad] = 0.0
             whole[bad, : part.shape[1]] = part
     return reach, observe
+
+
+PAST, FUTURE = 0, 1  # the two sweeps: R_F forward from t = 0, R_G backward from t = L - 1
+
+
+class _UnitLanes:
+    """The kernel's lanes for one sweep: one unit per lane, LANES to a block, with that unit's
+    pairs in the order the sweep meets their cuts (ascending for PAST, descending for FUTURE).
+    Units are packed into blocks by the cut where their sweep ends (the last for PAST, the
+    first for FUTURE), so that the units of a block sweep about as far."""
+
+    def __init__(self, unit: np.ndarray, cut: np.ndarray, side: int):
+        key = cut if side == PAST else -cut
+        order = np.lexsort((key, unit))  # by unit, then along the sweep
+        units, first = np.unique(unit[order], return_index=True)
+        stop = np.append(first[1:], len(order))
+        end = cut[order][stop - 1]  # where each unit's sweep stops: its last pair's cut
+        packed = np.argsort(end if side == PAST else -end, kind="stable")
+        self.blocks = -(-len(units) // LANES)
+        padding = self.blocks * LANES - len(units)  # empty lanes: unit 0, no pairs
+        self.unit = np.concatenate([units[packed], np.zeros(padding, dtype=np.int64)])
+        self.first = np.concatenate([first[packed], np.zeros(padding, dtype=np.int64)])
+        self.stop = np.concatenate([stop[packed], np.zeros(padding, dtype=np.int64)])
+        self.cut, self.slot = cut[order], order  # pair k of the sweep: its cut, its row in the output
+
+    def of_blocks(self, chunk: slice):
+        lanes = slice(chunk.start * LANES, chunk.stop * LANES)
+        return self.unit[lanes], self.first[lanes], self.stop[lanes], self.cut, self.slot
 
 
 REFERENCE_PAIRS = 256  # pairs per call of the reference: about six (pairs, L, N) arrays each
@@ -145,54 +173,69 @@ def _fold(root, row, n):  # pragma: no cover - compiled
 
 
 @jit
-def _cut_roots(a, b, c, unit, cut, pairs, roots):  # pragma: no cover - compiled
-    """roots[blk, 0] <- R_F and roots[blk, 1] <- R_G (module docstring) of the pairs p =
-    blk * LANES + w (w < LANES; those from ``pairs`` on stay zero): unit unit[p]'s a, b, c
-    (U, L, N), cut cut[p]. roots (blocks, 2, N, N, LANES), zero on entry."""
+def _sweep_roots(a, source, side, unit, first, stop, cut, slot, out):  # pragma: no cover - compiled
+    """out[slot[k]] <- the triangle of pair k (R_F where ``side`` is PAST, R_G where FUTURE:
+    module docstring) for the pairs first[w] <= k < stop[w] of lane w, whose unit is unit[w]
+    and whose cuts cut[k] come in the sweep's order; lanes in blocks of LANES (`_UnitLanes`).
+    a and source (b for PAST, c for FUTURE) (U, L, N) C-ordered; out (pairs, N, N).
+
+    PAST: R^(t+1) is the triangle of [R^(t) diag(a_t); b_t^T], from R^(0) = 0, so after step
+    j the triangle is R_F of cut j + 1. FUTURE: R^(t) is that of [c_t^T; R^(t+1)] diag(a_t),
+    from R^(L) = 0: R_G of cut t after step t. Each lane sweeps its own unit; a lane past its
+    last pair (or with none) sweeps on and is not read."""
     length, n = a.shape[1], a.shape[2]
+    flat_a, flat_source = a.reshape(-1), source.reshape(-1)
+    root = np.empty((n, n, LANES))
     row = np.empty((n, LANES))
-    product = np.empty((n, LANES))
-    flat_a, flat_b, flat_c = a.reshape(-1), b.reshape(-1), c.reshape(-1)  # C-ordered (`cut_roots`)
-    at = np.empty(LANES, dtype=np.int64)  # each lane's row of its unit's a and b or c at this step
-    on = np.empty(LANES, dtype=np.bool_)
-    for blk in range(roots.shape[0]):
-        first = blk * LANES
-        live = max(0, min(LANES, pairs - first))
-        most_past = 0
-        most_future = 0
-        for w in range(live):
-            most_past = max(most_past, cut[first + w])
-            most_future = max(most_future, length - cut[first + w])
-        for side in range(2):
+    decay = np.empty((n, LANES))
+    at = np.empty(LANES, dtype=np.int64)  # each lane's row of its unit's a and source at this step
+    ahead = np.empty(LANES, dtype=np.int64)  # each lane's next pair
+    for blk in range(len(unit) // LANES):
+        base = blk * LANES
+        steps = 0  # the block sweeps until its farthest lane's last cut
+        for w in range(LANES):
+            lane = base + w
+            ahead[w] = first[lane]
+            if stop[lane] > first[lane]:
+                last = cut[stop[lane] - 1]
+                steps = max(steps, last if side == 0 else length - last)
+        root[:] = 0.0
+        for d in range(steps):
+            step = d if side == 0 else length - 1 - d  # the row of a and source folded in
+            for w in range(LANES):
+                at[w] = (unit[base + w] * length + step) * n
             for k in range(n):
                 for w in range(LANES):
-                    product[k, w] = 1.0
-            source = flat_b if side == 0 else flat_c
-            for d in range(most_past if side == 0 else most_future):
-                # F's rows, j = t - 1 - d: b_j times the decays after it; G's rows, i = t + d:
-                # c_i times the decays from t to i. A lane past its rows reads a valid row and
-                # folds in zeros. The rows are gathered state by state across the lanes, so
-                # that the loops run over the lanes (a loop over a lane's states, strided in
-                # row and product, took as long as the rotations).
-                for w in range(LANES):
-                    step = cut[first + w] - 1 - d if side == 0 else cut[first + w] + d
-                    inside = w < live and 0 <= step < length
-                    on[w] = inside
-                    at[w] = (unit[first + w] * length + (step if inside else 0)) * n
-                for k in range(n):
-                    if side == 0:
+                    decay[k, w] = flat_a[at[w] + k]
+                    row[k, w] = flat_source[at[w] + k]
+            if side == 0:  # scale the old rows' columns by a_t, then add the row b_t
+                for i in range(n):
+                    for j in range(i, n):
                         for w in range(LANES):
-                            row[k, w] = source[at[w] + k] * product[k, w] if on[w] else 0.0
-                            product[k, w] *= flat_a[at[w] + k]
-                    else:
+                            root[i, j, w] *= decay[j, w]
+                _fold(root, row, n)
+            else:  # add the row c_t, then scale every row's columns by a_t
+                _fold(root, row, n)
+                for i in range(n):
+                    for j in range(i, n):
                         for w in range(LANES):
-                            product[k, w] *= flat_a[at[w] + k]
-                            row[k, w] = source[at[w] + k] * product[k, w] if on[w] else 0.0
-                _fold(roots[blk, side], row, n)
+                            root[i, j, w] *= decay[j, w]
+            now = step + 1 if side == 0 else step  # the cut whose triangle root now holds
+            for w in range(LANES):
+                lane = base + w
+                while ahead[w] < stop[lane] and cut[ahead[w]] == now:
+                    target = out[slot[ahead[w]]]
+                    for i in range(n):
+                        for j in range(i, n):
+                            target[i, j] = root[i, j, w]
+                    ahead[w] += 1
 
 
 def _warm_up() -> None:
     """The kernel's first call in a process, on a tiny problem (`compiled.first_call`)."""
-    a = torch.full((1, 4, 2), 0.5, dtype=torch.float64)
-    unit, cut = np.zeros(LANES, dtype=np.int64), np.full(LANES, 2, dtype=np.int64)
-    _cut_roots(*(x.numpy() for x in (a, a, a)), unit, cut, 1, np.zeros((1, 2, 2, 2, LANES)))
+    a = np.full((1, 4, 2), 0.5)
+    lanes = np.zeros(LANES, dtype=np.int64)
+    stop = lanes.copy()
+    stop[0] = 1
+    for side in (PAST, FUTURE):
+        _sweep_roots(a, a, side, lanes, lanes, stop, np.full(1, 2, dtype=np.int64), lanes[:1], np.zeros((1, 2, 2)))
