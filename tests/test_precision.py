@@ -320,6 +320,15 @@ def test_the_cut_roots_kernel_equals_its_reference(length, n, pairs, units):
         assert float((want[:, 0] > 0).double().mean()) > 0.5  # not vacuous (a reset may zero a cut)
 
 
+def test_the_cut_roots_kernel_takes_no_pairs():
+    """No pair to redo gives no triangles (of the units' N x N), not an error."""
+    from ess_explorer.core import cut_roots_kernel
+
+    a = torch.rand(2, 10, 3, dtype=torch.float64)
+    none = torch.zeros(0, dtype=torch.long)
+    assert [tuple(x.shape) for x in cut_roots_kernel.cut_roots(a, a, a, none, none)] == [(0, 3, 3), (0, 3, 3)]
+
+
 @pytest.mark.parametrize("scale", [1e-200, 1e200])
 def test_the_cut_roots_kernel_keeps_rows_whose_squares_leave_the_range(scale):
     """Rows near 1e-200 (squares underflow to 0) and near 1e200 (squares overflow): the

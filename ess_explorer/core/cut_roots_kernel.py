@@ -71,6 +71,8 @@ def cut_roots(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, units: torch.Te
     if not (available() and a.device.type == "cpu" and a.dtype == torch.float64):
         return _by_reference(a, b, c, units, times)
     n = a.shape[2]
+    if not len(units):
+        return a.new_zeros(0, n, n), a.new_zeros(0, n, n)
     unit, cut = units.cpu().numpy().astype(np.int64), times.cpu().numpy().astype(np.int64)
     arrays = [np.ascontiguousarray(x.detach().numpy()) for x in (a, b, c)]
     roots = np.zeros((2, len(unit), n, n))
