@@ -10,8 +10,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np
 import pytest
 import torch
+from _contracts import assert_spectra_match
 from test_adapters import LENGTH, build
-from test_dplr import assert_spectra_match
 
 from ess_explorer import DPLRSSM, analyze, entropy_ess, hankel_singular_values, tolerance_ess
 from ess_explorer.capture import capture, layer_slots

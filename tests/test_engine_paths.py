@@ -4,8 +4,8 @@ dense == per-cut dense, the per-unit cost choice is exact and recorded; CUDA == 
 import numpy as np
 import pytest
 import torch
-from _contracts import assert_exact_contract
-from test_ess_core import assert_spectra_match, random_ssm
+from _contracts import assert_exact_contract, assert_spectra_match
+from test_ess_core import random_ssm
 
 from ess_explorer import DiagonalSSM, hankel_singular_values
 from ess_explorer.core.spectra import choose_ssm_path
