@@ -320,10 +320,14 @@ def test_the_cut_roots_kernel_equals_its_reference(length, n, pairs, units):
         assert float((want[:, 0] > 0).double().mean()) > 0.5  # not vacuous (a reset may zero a cut)
 
 
-def test_the_cut_roots_kernel_takes_no_pairs():
-    """No pair to redo gives no triangles (of the units' N x N), not an error."""
+@pytest.mark.parametrize("kernel", [True, False])
+def test_the_cut_roots_kernel_takes_no_pairs(kernel, monkeypatch):
+    """No pair to redo gives no triangles (of the units' N x N), not an error: by the kernel
+    and by the reference that runs where numba is missing."""
     from ess_explorer.core import cut_roots_kernel
 
+    if not kernel:
+        monkeypatch.setattr(cut_roots_kernel, "available", lambda: False)
     a = torch.rand(2, 10, 3, dtype=torch.float64)
     none = torch.zeros(0, dtype=torch.long)
     assert [tuple(x.shape) for x in cut_roots_kernel.cut_roots(a, a, a, none, none)] == [(0, 3, 3), (0, 3, 3)]

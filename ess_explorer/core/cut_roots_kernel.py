@@ -68,11 +68,11 @@ def cut_roots(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, units: torch.Te
     a, b, c (U, L, N) float64 (each (k, N, N): zero rows past min(L, N), which change no singular
     value): by the kernel on a CPU where numba runs, its blocks of units spread over the worker
     threads, else by the reference in batches of REFERENCE_PAIRS."""
+    n = a.shape[2]
+    if not len(units):  # either route: nothing to sweep or factor
+        return a.new_zeros(0, n, n), a.new_zeros(0, n, n)
     if not (available() and a.device.type == "cpu" and a.dtype == torch.float64):
         return _by_reference(a, b, c, units, times)
-    n = a.shape[2]
-    if not len(units):
-        return a.new_zeros(0, n, n), a.new_zeros(0, n, n)
     unit, cut = units.cpu().numpy().astype(np.int64), times.cpu().numpy().astype(np.int64)
     arrays = [np.ascontiguousarray(x.detach().numpy()) for x in (a, b, c)]
     roots = np.zeros((2, len(unit), n, n))
