@@ -973,6 +973,17 @@ def _short_prompt_layer(units: int, length: int, state: int) -> SSMCapture:
     )
 
 
+def _assert_routes_keep_the_contract(layer, positions, fast_route: str, exact_route: str) -> None:
+    """``layer`` takes ``fast_route`` under "ess" and ``exact_route`` under "exact", and the
+    first gives every ESS within its contract of the second's."""
+    fast = layer_arrays(layer, positions, tol=1e-3, relative=True, precision="ess")
+    exact = layer_arrays(layer, positions, tol=1e-3, relative=True, precision="exact")
+    assert fast["path"]["method"] == fast_route and exact["path"]["method"] == exact_route
+    np.testing.assert_array_equal(fast["tolerance_ess"], exact["tolerance_ess"])
+    np.testing.assert_array_equal(fast["causal_ess"], exact["causal_ess"])
+    np.testing.assert_allclose(fast["entropy_ess"], exact["entropy_ess"], rtol=1e-5, atol=1e-12)
+
+
 @pytest.mark.parametrize("length", [6, 24, 31])  # a prompt shorter than N; N >= L / 2 (the exact costs: dense)
 def test_a_short_prompt_under_ess_takes_the_gramian_kernel_within_the_contract(length, monkeypatch):
     """Under "ess" a diagonal layer whose Gramian job is large enough for the kernel takes the
@@ -989,12 +1000,45 @@ def test_a_short_prompt_under_ess_takes_the_gramian_kernel_within_the_contract(l
     monkeypatch.setattr(gramian, "KERNEL_MIN_WORK", float("inf"))  # a job too small for the kernel
     assert layer.spectra_path(positions, accuracy=ess)["method"] == "dense"
     monkeypatch.setattr(gramian, "KERNEL_MIN_WORK", 0.0)
-    fast = layer_arrays(layer, positions, tol=1e-3, relative=True, precision="ess")
-    exact = layer_arrays(layer, positions, tol=1e-3, relative=True, precision="exact")
-    assert fast["path"]["method"] == "sweep" and exact["path"]["method"] == "dense"
-    np.testing.assert_array_equal(fast["tolerance_ess"], exact["tolerance_ess"])
-    np.testing.assert_array_equal(fast["causal_ess"], exact["causal_ess"])
-    np.testing.assert_allclose(fast["entropy_ess"], exact["entropy_ess"], rtol=1e-5, atol=1e-12)
+    _assert_routes_keep_the_contract(layer, positions, fast_route="sweep", exact_route="dense")
+
+
+def _heads(units: int, length: int, state: int) -> SSMCapture:
+    """Mamba2's heads with gates outside: one decay per step for all N modes, each its own
+    owner; realised one unit at a time (the route choice reads unit 0 only)."""
+
+    def realize(index):
+        ssm = mamba_like(len(torch.as_tensor(index).reshape(-1)), length, state, seed=5, dt_shift=-3.0)
+        return DiagonalSSM(ssm.a[..., :1].expand_as(ssm.a), ssm.b, ssm.c)
+
+    return SSMCapture(layer=0, family="mamba2", state_size=state, realize=realize, shape=(units, length))
+
+
+# Mamba2-130m's heads with gates outside (the blocked Gramian route before), Mamba2-1.3B's (its kernel)
+@pytest.mark.parametrize("units, length, kernel", [(24, 512, False), (64, 256, True)])
+def test_under_ess_wide_diagonal_heads_take_the_dense_route_where_it_costs_less(units, length, kernel):
+    """The exact routes' flops (`choose_ssm_path`) send N = 128 heads at L = 2N-4N to the
+    Gramian route, which costs them 3-15x the dense route under "ess" (core/costs.py): that
+    contract takes the dense route there, and the record says why; "exact" keeps its rule, and
+    a longer prompt, where the dense cuts grow as g^3, keeps the Gramian route."""
+    if kernel and not gramian_kernel.available():
+        pytest.skip("numba is not installed")
+    layer, positions, ess = _heads(units, length, 128), np.arange(length), Accuracy("ess")
+    path = layer.spectra_path(positions, accuracy=ess)
+    assert path["method"] == "dense" and "est. dense" in path["reason"], path
+    assert layer.spectra_path(positions)["method"] == ("sweep" if length > 256 else "dense")
+    assert _heads(units, 4 * length, 128).spectra_path(np.arange(4 * length), accuracy=ess)["method"] == "sweep"
+
+
+def test_a_layer_switched_to_the_dense_route_under_ess_keeps_the_contract(monkeypatch):
+    """A small layer stands for a large one (no time floor on a switch): the dense route it
+    switches to gives every ESS as the exact reference does."""
+    from ess_explorer.core import costs
+
+    monkeypatch.setattr(costs, "SWITCH_SECONDS", 0.0)
+    layer, positions = _heads(3, 256, 64), np.arange(256)
+    assert layer.spectra_path(positions, accuracy=Accuracy("ess"))["method"] == "dense"
+    _assert_routes_keep_the_contract(layer, positions, fast_route="dense", exact_route="sweep")
 
 
 def test_the_gramian_routes_exact_redo_of_a_prompt_shorter_than_n_pads_its_values():

@@ -44,7 +44,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 import torch
 
-from . import dense_jobs
+from . import costs, dense_jobs
 from .accelerator import accelerator_routes
 from .causal import (
     reachability_gramian_singular_values,
@@ -53,7 +53,7 @@ from .causal import (
 )
 from .checks import all_finite, finite_spectra
 from .diagnostics import theoretical_state_size, unit_kind
-from .gramian import gramian_hankel_singular_values, uses_kernel, wanted_cuts
+from .gramian import gramian_hankel_singular_values, kernel_speedup, uses_kernel, wanted_cuts
 from .operators import DiagonalSSM
 from .precision import EXACT, Accuracy
 from .row_scaled import row_scaled_hankel_singular_values
@@ -372,7 +372,31 @@ class SSMCapture(CapturedLayer):
             shared = len(self.owner) / max(1, len(torch.unique(self.owner)))
         path = choose_ssm_path(self.length, state_size, positions, device, units_per_owner=shared)
         if path["method"] == "dense" and self._takes_gramian_kernel(positions, device, accuracy, state_size):
-            return {"method": "sweep", "reason": f"N={state_size}, L={self.length}: the Gramian route's kernel"}
+            path = {"method": "sweep", "reason": f"N={state_size}, L={self.length}: the Gramian route's kernel"}
+        return self._cheaper_under_ess(path, positions, device, accuracy, state_size)
+
+    def _cheaper_under_ess(self, path: dict, positions, device, accuracy: Accuracy, state_size: int) -> dict:
+        """``path``, or the other route where, under "ess" on a CPU, a layer of diagonal units
+        (each its own owner) costs clearly less there (core/costs.py `cheaper_route`): the
+        exact routes' flops of `choose_ssm_path` miss what the "ess" routes cost. 24 heads of
+        N = 128 at L = 512: the Gramian route 8.3 s a layer, dense 2.4 s; 64 heads of N = 128
+        at L = 256: the kernel 15 s, dense 1.0 s; same ESS either way."""
+        if not accuracy.fast or accelerator_routes(device) or not self._diagonal_own_owners(range(self.n_units)):
+            return path
+        cuts = wanted_cuts(positions, self.length)
+        dense = costs.dense_seconds(self.n_units, self.length, cuts, state_size, owners=self.n_units)
+        gramian = costs.gramian_seconds(self.n_units, len(cuts), state_size, kernel=False)
+        # the kernel takes at most twice the blocked route (it runs where filled * speedup > 1)
+        if max(dense, 2 * gramian) < costs.SWITCH_SECONDS:  # a small job keeps its route
+            return path
+        with dense_jobs.chunk_of_layer(1.0):  # the whole layer's job, in every chunk of it
+            if uses_kernel(device, self.n_units, len(cuts), state_size, self.length):
+                gramian = costs.gramian_seconds(self.n_units, len(cuts), state_size, True, kernel_speedup(state_size))
+        where = f"N={state_size}, L={self.length}: est. {{}} {{:.2g}} s < {{}} {{:.2g}} s"
+        if path["method"] == "dense" and costs.cheaper_route(dense, gramian):
+            return {"method": "sweep", "reason": where.format("Gramian route", gramian, "dense", dense)}
+        if path["method"] != "dense" and costs.cheaper_route(gramian, dense):
+            return {"method": "dense", "reason": where.format("dense", dense, "Gramian route", gramian)}
         return path
 
     def _takes_gramian_kernel(self, positions, device, accuracy: Accuracy, state_size: int) -> bool:

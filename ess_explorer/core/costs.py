@@ -1,0 +1,137 @@
+"""What each spectra route costs, in seconds: the figures behind the route choice under "ess"
+(core/units.py) and the time estimate of a run (analysis.estimate_seconds).
+
+Every figure is wall-clock time on a 2-core CPU (docs/benchmarks.md) for random models in real
+shapes, with causal ESS where the route gives it. They choose routes, so they read only a job's
+sizes, never this machine's thread count: every process routes a job the same way. Per unit,
+with g = min(t, L - t) at cut t and N the state size:
+
+* **dense** (core/spectra.py; under "ess" each cut's Gram built from the previous cut's, and its
+  guarded eigenvalues): DENSE_CUT g^3 + DENSE_FIXED per cut, and RANK_DEFICIENT more where a
+  recurrence's cut has rank N < g (the Gram's other g - N values are rounding, which its guard
+  reads). A recurrence's causal ESS adds its reachability Gramian's eigenvalues, DENSE_CUT
+  min(t, N)^3 per cut. Fitted to GPT-2-small's 12 heads (L = 512: 0.99 s a layer; L = 1024:
+  11.3 s) and to 24 and 64 heads of diagonal recurrences, N = 64 and 128, L = 128 to 1024
+  (0.12 to 25 s a layer); within 1.5x of each above L = 128, where a second is at stake.
+* **Gramian** (core/gramian.py), per cut: `gramian_cut_seconds`, the blocked torch route on
+  every thread, measured 15, 60, 170 and 700 us at N = 16, 32, 64 and 128 (24 heads, L = 128 to
+  1024). The compiled kernel runs LANES units side by side, one block of lanes per thread,
+  `gramian.kernel_speedup` faster than that route per full block: 64 heads of N = 128 on one
+  thread took 950 us a cut against the route's 700 on two.
+* **exact** (precision="exact"): the square-root sweep per unit and cut, SWEEP_CUT at N = 16
+  (a Mamba-130m layer, L = 512: 12.4 s), growing as the Gramian route's; a dense operator's cuts
+  EXACT_DENSE times their "ess" cost (GPT-2-small at L = 512: 1.31 s a layer against 0.99 s);
+  a head's channels (core/row_scaled.py) EXACT_SHARED times (Mamba2-130m at L = 256: 13.5 s
+  a layer against 3.1 s).
+* **shared** (core/row_scaled.py: the channels of a head, each its rows of the head's T
+  scaled): `shared_seconds`.
+* **short convolutions** (core/short_conv.py): SHORT_CONV_CUT per unit and cut (an LFM2-350M
+  conv layer of 1,024 channels at L = 512: 0.37 s).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .compiled import LANES
+
+__all__ = [
+    "dense_seconds",
+    "gramian_seconds",
+    "gramian_cut_seconds",
+    "shared_seconds",
+    "sweep_seconds",
+    "short_conv_seconds",
+    "cheaper_route",
+    "EXACT_DENSE",
+    "EXACT_SHARED",
+]
+
+THREADS = 2  # the machine the figures were measured on (module docstring)
+DENSE_CUT = 3.5e-11  # s per g^3 of a dense cut
+DENSE_FIXED = 20e-6  # s per dense cut: its Gram's update, the guard, the bookkeeping
+RANK_DEFICIENT = 50e-6  # s more per dense cut of rank N < g
+SWEEP_CUT = 16e-6  # s per unit and cut of the exact square-root sweep at N = 16
+EXACT_DENSE = 1.3
+EXACT_SHARED = 4.3
+SHORT_CONV_CUT = 0.7e-6
+# A head's channels, per channel and cut (`shared_seconds`), fitted to Mamba2-130m's layers
+# with gates inside (24 heads of 64 channels, N = 128): L = 256 3.1-3.3 s a layer, L = 512
+# 11.7 s, every 16th cut of 512 1.3 s, every 32nd of 1024 5.1 s.
+SHARED_FIXED = 2e-6
+SHARED_CUT = 1.6e-11  # s per min(g, N)^2 (L - t): a channel's factor Gram
+
+# Under "ess" a layer of diagonal units takes the other route than the exact routes' flops
+# choose (core/units.py) where these figures make it at least SWITCH_RATIO as fast: they are
+# within about 1.5x of what they were fitted to. Below SWITCH_SECONDS a route change saves
+# nothing a user waits for, and small jobs keep the rule their tests pin.
+SWITCH_RATIO = 1.5
+SWITCH_SECONDS = 1.0
+
+
+def _cut_sizes(times, length: int) -> np.ndarray:
+    """g = min(t, L - t) of the cuts 0 < t < L among ``times`` (float64)."""
+    t = np.asarray(times, dtype=np.float64).ravel()
+    t = t[(t > 0) & (t < length)]
+    return np.minimum(t, length - t)
+
+
+def dense_seconds(units: int, length: int, times, state: int | None = None, owners: int = 0) -> float:
+    """The dense route under "ess" for ``units`` operators at the cuts ``times``: their cut
+    Grams' eigenvalues; ``state`` N bounds each cut's rank (None: full rank); ``owners``:
+    recurrences whose reachability Gramians give causal ESS (0: none, as for attention)."""
+    g = _cut_sizes(times, length)
+    per_unit = DENSE_CUT * float((g**3).sum()) + DENSE_FIXED * len(g)
+    if state is not None:
+        per_unit += RANK_DEFICIENT * float((g > state).sum())
+    causal = 0.0
+    if owners and state is not None:
+        t = np.asarray(times, dtype=np.float64).ravel()
+        t = t[(t > 0) & (t < length)]
+        causal = owners * DENSE_CUT * float((np.minimum(t, state) ** 3).sum())
+    return units * per_unit + causal
+
+
+def gramian_cut_seconds(state: int) -> float:
+    """The blocked Gramian route's seconds per unit and cut at state size N, every thread."""
+    return 1e-6 + 14e-6 * (state / 16) ** 1.85
+
+
+def gramian_seconds(units: int, cuts: int, state: int, kernel: bool, speedup: float = 1.0) -> float:
+    """The Gramian route for ``units`` diagonal units at ``cuts`` cuts, causal ESS included:
+    with ``kernel``, LANES units per block, each block on one thread, ``speedup`` (the kernel's
+    over the blocked route per full block, `gramian.kernel_speedup`) faster."""
+    seconds = units * cuts * gramian_cut_seconds(state)
+    if kernel:
+        blocks = math.ceil(units / LANES)
+        filled = units / (blocks * LANES)
+        seconds *= THREADS / (filled * speedup * min(blocks, THREADS))
+    return seconds
+
+
+def sweep_seconds(units: int, cuts: int, state: int) -> float:
+    """The exact square-root sweep (core/sweeps.py) for ``units`` at ``cuts`` cuts, its causal
+    spectra included."""
+    return units * cuts * SWEEP_CUT * (state / 16) ** 1.85
+
+
+def shared_seconds(units: int, length: int, times, state: int | None) -> float:
+    """``units`` channels that share their heads' factors (core/row_scaled.py) under "ess":
+    each channel's factor Gram, (L - t) rows of at most min(g, N) columns, and its eigenvalues."""
+    t = np.asarray(times, dtype=np.float64).ravel()
+    t = t[(t > 0) & (t < length)]
+    width = np.minimum(t, length - t) if state is None else np.minimum(np.minimum(t, length - t), state)
+    return units * float((SHARED_FIXED + SHARED_CUT * width**2 * (length - t)).sum())
+
+
+def short_conv_seconds(units: int, cuts: int) -> float:
+    """A short convolution's cuts (core/short_conv.py): a k - 1 block each."""
+    return units * cuts * SHORT_CONV_CUT
+
+
+def cheaper_route(current: float, other: float) -> bool:
+    """Whether a job whose route is predicted to take ``current`` seconds takes the other one,
+    predicted ``other`` (SWITCH_RATIO, SWITCH_SECONDS)."""
+    return current >= SWITCH_SECONDS and current >= SWITCH_RATIO * other
