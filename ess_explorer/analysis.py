@@ -28,10 +28,11 @@ from tqdm.auto import tqdm
 from .capture import capture, layer_slots, skipped_layers
 from .core.checks import check_device
 from .core.ess import DEFAULT_RELATIVE, DEFAULT_SCOPE, DEFAULT_TOL, check_scope, check_tolerance
+from .core.estimate import layer_seconds
 from .core.gates import DEFAULT_GATES, check_gates, gates_inside
 from .core.layer import SPECTRA_BUDGET
 from .core.memory import reused_memory
-from .core.precision import DEFAULT_PRECISION, check_precision
+from .core.precision import DEFAULT_PRECISION, Accuracy, check_precision
 from .core.units import CapturedLayer
 from .prompt_tokens import chat_tokens, check_separators, display_tokens, input_ids_of
 from .result import ESSResult, LayerESS
@@ -49,13 +50,6 @@ __all__ = [
 
 OPERATOR_BUDGET = 4_000_000
 OPERATOR_CHANNELS = 4
-
-# The time estimate of the spectra (`estimate_seconds`): per unit and cut a fixed cost of the
-# small SVDs and QRs (measured on a 2-core machine: about 25 us for a state of 16, causal ESS
-# included) plus the flops of a cut's SVD (4 r^2 m for rank r of an m-wide cut) at the
-# batched LAPACK rate. Within a factor of about 2 of docs/benchmarks.md.
-SECONDS_PER_UNIT_CUT = 25e-6
-FLOPS_PER_SECOND = 1e11
 
 
 def analyze(
@@ -153,7 +147,7 @@ def analyze(
             gates=gates,
         )
         if max_seconds is not None:
-            _check_estimate(captured, stride, max_seconds)
+            _check_estimate(captured, stride, max_seconds, precision, causal)
         return analyze_captured(
             captured,
             tol=tol,
@@ -352,22 +346,22 @@ def analyze_captured(
     return ESSResult(tokens=list(captured.tokens), input_ids=list(captured.input_ids), layers=result_layers, meta=meta)
 
 
-def estimate_seconds(captured: CapturedPrompt, stride: int | None = None) -> float:
-    """A rough estimate of the seconds `analyze_captured` takes on ``captured`` at ``stride``
-    on a CPU (see SECONDS_PER_UNIT_CUT): per layer, units x the cost of each cut."""
+def estimate_seconds(
+    captured: CapturedPrompt, stride: int | None = None, precision: str = DEFAULT_PRECISION, causal: bool = True
+) -> float:
+    """An estimate of the seconds `analyze_captured` takes on ``captured`` at ``stride`` under
+    ``precision``, with causal ESS where ``causal``: each layer's route priced by what it was
+    measured to cost on a 2-core CPU (core/estimate.py), within about 2x of docs/benchmarks.md."""
+    check_precision(precision)
     total = 0.0
     for layer in captured.layers.values():
-        cuts = np.arange(0, layer.length, stride or 1)
-        width = np.minimum(cuts, layer.length - cuts).astype(np.float64)
-        rank = width if layer.max_rank is None else np.minimum(width, layer.max_rank)
-        height = width if layer.max_rank is None else rank  # a factored cut is r x r
-        per_cut = SECONDS_PER_UNIT_CUT * (rank > 0) + 4 * rank**2 * height / FLOPS_PER_SECOND
-        total += layer.n_units * float(per_cut.sum())
+        positions = np.arange(0, layer.length, stride or 1)
+        total += layer_seconds(layer, positions, Accuracy(precision), causal, captured.device)
     return total
 
 
-def _check_estimate(captured: CapturedPrompt, stride, max_seconds: float) -> None:
-    seconds = estimate_seconds(captured, stride)
+def _check_estimate(captured: CapturedPrompt, stride, max_seconds: float, precision: str, causal: bool) -> None:
+    seconds = estimate_seconds(captured, stride, precision, causal)
     if seconds <= max_seconds:
         return
     what = f"{captured.length} tokens x {len(captured.layers)} layer(s)"

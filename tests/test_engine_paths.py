@@ -384,14 +384,14 @@ def test_on_a_gpu_under_ess_row_scaled_channels_take_the_dense_route_within_the_
     from ess_explorer.core.precision import Accuracy
 
     ess, exact, cuda = Accuracy("ess"), Accuracy("exact"), torch.device("cuda")
-    assert row_scaled._takes_dense_route(3, range(1, 64), 64, cuda, ess)  # however narrow the head
-    assert not row_scaled._takes_dense_route(32, range(1, 64), 64, cuda, exact)
+    assert row_scaled.takes_dense_route(3, range(1, 64), 64, cuda, ess)  # however narrow the head
+    assert not row_scaled.takes_dense_route(32, range(1, 64), 64, cuda, exact)
 
     length, modes = 48, 24
     heads, owner_of, gate = _fast_and_reset_heads(length, modes)
     shared = []
     monkeypatch.setattr(row_scaled, "_carried_factor", lambda *x: shared.append(1))
-    monkeypatch.setattr(row_scaled, "_takes_dense_route", lambda *x: True)  # what a GPU decides
+    monkeypatch.setattr(row_scaled, "takes_dense_route", lambda *x: True)  # what a GPU decides
     chosen = row_scaled.row_scaled_hankel_singular_values(
         heads, owner_of, gate, torch.arange(length), max_rank=modes, accuracy=ess
     )
@@ -416,10 +416,10 @@ def test_under_ess_a_head_that_keeps_every_direction_gives_its_channels_to_the_d
 
     ess, cpu = Accuracy("ess"), torch.device("cpu")
     cuts = range(1, 256)
-    assert row_scaled._takes_dense_route(126, cuts, 256, cpu, ess)
-    assert not row_scaled._takes_dense_route(19, cuts, 256, cpu, ess)
-    assert not row_scaled._takes_dense_route(126, cuts, 256, cpu, Accuracy("exact"))
-    assert not row_scaled._takes_dense_route(128, range(1, 1024), 1024, cpu, ess)
+    assert row_scaled.takes_dense_route(126, cuts, 256, cpu, ess)
+    assert not row_scaled.takes_dense_route(19, cuts, 256, cpu, ess)
+    assert not row_scaled.takes_dense_route(126, cuts, 256, cpu, Accuracy("exact"))
+    assert not row_scaled.takes_dense_route(128, range(1, 1024), 1024, cpu, ess)
 
     length, modes, g = 64, 32, torch.Generator().manual_seed(23)
     a = torch.tensor([0.2, 0.995], dtype=torch.float64)[:, None, None].expand(2, length, modes).clone()

@@ -38,7 +38,7 @@ channel's Gram and `eigvalsh` of its whole cut (the dense path's guarded route,
 core/spectra.py) cost less than that SVD and are used instead.
 
 Where sharing does not pay, under "ess", an owner's channels go to that dense path whole
-(`_takes_dense_route`): on a CPU the owners whose factors are nearly as wide as their cuts
+(`takes_dense_route`): on a CPU the owners whose factors are nearly as wide as their cuts
 (a slow head: an SVD per cut for no narrower factor), on a GPU every owner (its batched
 Grams beat an SVD of every owner at every cut).
 """
@@ -60,7 +60,7 @@ from .precision import EXACT, Accuracy, squares_underflow
 from .spectra import DENSE_CHUNK_CELLS, hankel_singular_values
 from .sweeps import over_chunks
 
-__all__ = ["row_scaled_hankel_singular_values"]
+__all__ = ["row_scaled_hankel_singular_values", "takes_dense_route"]
 
 TRUNCATE = 1e-14  # owner values kept: above this times the owner's sigma_1 (past it: rounding)
 ROUNDING = 1e-14  # the owner SVD's backward error, relative to its sigma_1 (a few hundred eps)
@@ -89,7 +89,7 @@ ESS_MASS = 2e-7
 # of the exact SVDs either way).
 RESTART = 64
 # Under "ess" an owner's channels take the dense route where the flop count of its shared
-# factors is at least this times the dense route's (`_takes_dense_route`).
+# factors is at least this times the dense route's (`takes_dense_route`).
 DENSE_ROUTE_RATIO = 0.8
 # Cuts a chunk holds at least: its first cut takes each owner's own SVD, the next ones carry it
 # (`_carried_factor`). A strided preview's 31 cuts in chunks of one carried nothing (two Mamba2
@@ -135,9 +135,9 @@ def row_scaled_hankel_singular_values(
     cuts = sorted({int(t) for t in positions.tolist() if 0 < t < length})
     rows_of = {t: (positions == t).nonzero().flatten().tolist() for t in cuts}
     widths = _owner_widths(owners, max_rank)
-    # Under "ess" the channels of some owners take the dense route (`_takes_dense_route`);
+    # Under "ess" the channels of some owners take the dense route (`takes_dense_route`);
     # the rest share their owner's factors, below.
-    dense_owner = [_takes_dense_route(width, cuts, length, device, accuracy) for width in widths]
+    dense_owner = [takes_dense_route(width, cuts, length, device, accuracy) for width in widths]
     dense = torch.tensor(dense_owner, dtype=torch.bool, device=device)[owner_of]
     for rows in _in_groups(dense.nonzero().flatten(), length * length):
         channels = scales[rows, :, None] * owners[owner_of[rows]]  # (u, L, L)
@@ -220,7 +220,7 @@ def _owner_widths(owners: torch.Tensor, max_rank: int | None) -> list[int]:
     return (middle > TRUNCATE_ESS * middle[:, :1]).sum(-1).clamp(max=max_rank or length).tolist()
 
 
-def _takes_dense_route(width: int, cuts: list[int], length: int, device: torch.device, accuracy: Accuracy) -> bool:
+def takes_dense_route(width: int, cuts: list[int], length: int, device: torch.device, accuracy: Accuracy) -> bool:
     """Whether an owner's channels take the dense route of core/spectra.py (each channel's own
     T, its cut Grams' eigenvalues: what the "ess" contract accepts of dense units,
     core/precision.py) rather than their owner's shared factors. Never under "exact".

@@ -384,7 +384,8 @@ class SSMCapture(CapturedLayer):
         if not accuracy.fast or accelerator_routes(device) or not self._diagonal_own_owners(range(self.n_units)):
             return path
         cuts = wanted_cuts(positions, self.length)
-        dense = costs.dense_seconds(self.n_units, self.length, cuts, state_size, owners=self.n_units)
+        dense = costs.dense_seconds(self.n_units, self.length, cuts, state_size)
+        dense += costs.causal_seconds(self.n_units, self.length, cuts, state_size)
         gramian = costs.gramian_seconds(self.n_units, len(cuts), state_size, kernel=False)
         # the kernel takes at most twice the blocked route (it runs where filled * speedup > 1)
         if max(dense, 2 * gramian) < costs.SWITCH_SECONDS:  # a small job keeps its route

@@ -1,0 +1,79 @@
+"""How long a layer's spectra will take, before they are computed: the route the layer takes
+(its `spectra_path`, under the run's contract) priced by what that route was measured to cost
+(core/costs.py). analysis.estimate_seconds sums it over a run's layers, and a run estimated
+above its limit is refused before its spectra.
+
+A head's channels (gates inside: core/row_scaled.py) cost what their head's factor is wide,
+which only their spectra tell exactly; it is bounded here from the head's decays: a past step
+whose decay to the middle cut has fallen below TRUNCATE_ESS no longer widens the factor. A
+head that is not diagonal has no decays to read: its width is N, and its channels take the
+dense route, as row_scaled.takes_dense_route sends such heads. Figures on a 2-core CPU (`costs.THREADS`), whatever the device: on a GPU, an upper
+bound.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from . import costs, dense_jobs
+from .gramian import kernel_speedup, uses_kernel, wanted_cuts
+from .operators import DiagonalSSM
+from .precision import Accuracy
+from .row_scaled import TRUNCATE_ESS
+from .units import CapturedLayer, ShortConvCapture, SSMCapture
+
+__all__ = ["layer_seconds"]
+
+
+def layer_seconds(layer: CapturedLayer, positions, accuracy: Accuracy, causal: bool = True, device=None) -> float:
+    """The seconds the spectra of every unit of ``layer`` at ``positions`` take under
+    ``accuracy`` (with causal ESS where ``causal``), on a 2-core CPU (module docstring)."""
+    positions = torch.as_tensor(np.asarray(positions, dtype=np.int64))
+    cuts = wanted_cuts(positions, layer.length).numpy()
+    if isinstance(layer, ShortConvCapture):
+        return costs.short_conv_seconds(layer.n_units, len(cuts))
+    if isinstance(layer, SSMCapture):
+        return _recurrence_seconds(layer, positions, cuts, accuracy, causal, device)
+    seconds = costs.dense_seconds(layer.n_units, layer.length, cuts, layer.max_rank)
+    return seconds if accuracy.fast else costs.EXACT_DENSE * seconds
+
+
+def _recurrence_seconds(layer: SSMCapture, positions, cuts, accuracy: Accuracy, causal: bool, device) -> float:
+    """A recurrence's layer on the route its `spectra_path` takes."""
+    units, length = layer.n_units, layer.length
+    path = layer.spectra_path(positions, device, accuracy)
+    owners, owner_of = layer._owners(range(units))
+    ssm = layer.realize(owners[:1])
+    state = layer.state_size if layer.state_size is not None else ssm.state_size
+    reach = len(owners) if causal else 0  # causal ESS: each owner's reachability Gramians
+    if path["method"] != "dense":  # factored: the Gramian route under "ess", else the sweep
+        if layer.gramian_route(range(units), path, accuracy):
+            with dense_jobs.chunk_of_layer(1.0):
+                kernel = uses_kernel(device, units, len(cuts), state, length)
+            return costs.gramian_seconds(units, len(cuts), state, kernel, kernel_speedup(state))
+        return costs.sweep_seconds(units, len(cuts), state)
+    if len(owners) == units:
+        seconds = costs.dense_seconds(units, length, cuts, state)
+        return (seconds if accuracy.fast else costs.EXACT_DENSE * seconds) + costs.causal_seconds(
+            reach, length, cuts, state
+        )
+    channels = torch.bincount(owner_of, minlength=len(owners)).tolist()
+    if isinstance(ssm, DiagonalSSM):  # one head at a time: an estimate holds no layer's operators
+        widths = [_width(layer.realize(owners[k : k + 1]), state, length) for k in range(len(owners))]
+        seconds = sum(costs.shared_seconds(n, length, cuts, w) for n, w in zip(channels, widths))
+    else:  # no decays to read a width off: full, and such heads' channels take the dense route
+        seconds = costs.dense_seconds(units, length, cuts, state)
+    scale = 1.0 if accuracy.fast else costs.EXACT_SHARED
+    return scale * seconds + costs.causal_seconds(reach, length, cuts, state)
+
+
+def _width(head: DiagonalSSM, state: int, length: int) -> int:
+    """A head's factor width at its middle cut, bounded from its decays (module docstring): the
+    past steps whose decay to the middle stays above TRUNCATE_ESS, at most N."""
+    slowest = head.a.reshape(length, head.state_size).abs().amax(-1)  # (L,): its slowest mode
+    middle = max(1, length // 2)
+    decayed = torch.log(slowest[:middle].clamp_min(1e-300)).flip(0).cumsum(0)  # from each step to the middle
+    return min(int((decayed > math.log(TRUNCATE_ESS)).sum()) + 1, state)
