@@ -66,8 +66,8 @@ SHARED_CUT = 3e-12  # s per row and width^2 of a channel's factor Gram
 SHARED_FACTOR = 2e-9  # s per row and width^2 of the head's factor SVD, carried from the last cut
 SHARED_DENSE = 8e-12  # s per g^3 of a channel's cut Gram where its head's channels go dense
 # The Gramian route's work outside its solver, per unit and cut: realising a, b, c, entropy,
-# counts (a Mamba-130m layer at L = 512: 2.9 s, of which the kernel's eigenvalues about half).
-GRAMIAN_FIXED = 1.8e-6
+# counts (a whole Mamba-130m at L = 512: 2.2 s a layer, of which the kernel about 1.3 s).
+GRAMIAN_FIXED = 1.1e-6
 
 # Under "ess" a layer of diagonal units takes the other route than the exact routes' flops
 # choose (core/units.py) where these figures make it at least SWITCH_RATIO as fast: they are
