@@ -7,8 +7,8 @@ A head's channels (gates inside: core/row_scaled.py) cost what their head's fact
 which only their spectra tell exactly; it is bounded here from the head's decays: a past step
 whose decay to the middle cut has fallen below TRUNCATE_ESS no longer widens the factor. A
 head that is not diagonal has no decays to read: its width is N, and its channels take the
-dense route, as row_scaled.takes_dense_route sends such heads. Figures on a 2-core CPU (`costs.THREADS`), whatever the device: on a GPU, an upper
-bound.
+dense route, as row_scaled.takes_dense_route sends such wide heads. The figures are a 2-core
+CPU's (`costs.THREADS`) whatever the device: no GPU has been measured for them.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import math
 import numpy as np
 import torch
 
-from . import costs, dense_jobs
-from .gramian import kernel_speedup, uses_kernel, wanted_cuts
+from . import costs, gramian
+from .gramian import wanted_cuts
 from .operators import DiagonalSSM
 from .precision import Accuracy
 from .row_scaled import TRUNCATE_ESS
@@ -51,9 +51,7 @@ def _recurrence_seconds(layer: SSMCapture, positions, cuts, accuracy: Accuracy, 
     reach = len(owners) if causal else 0  # causal ESS: each owner's reachability Gramians
     if path["method"] != "dense":  # factored: the Gramian route under "ess", else the sweep
         if layer.gramian_route(range(units), path, accuracy):
-            with dense_jobs.chunk_of_layer(1.0):
-                kernel = uses_kernel(device, units, len(cuts), state, length)
-            return costs.gramian_seconds(units, len(cuts), state, kernel, kernel_speedup(state))
+            return gramian.route_seconds(device, units, len(cuts), state, length)
         return costs.sweep_seconds(units, len(cuts), state)
     if len(owners) == units:
         seconds = costs.dense_seconds(units, length, cuts, state)

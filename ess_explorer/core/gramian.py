@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from . import dense_jobs, gramian_kernel
+from . import costs, dense_jobs, gramian_kernel
 from .accelerator import accelerator_routes, worker_threads
 from .cut_roots_kernel import cut_roots
 from .eigen import svdvals
@@ -25,7 +25,7 @@ from .precision import Accuracy
 from .sturm import TridiagonalSpectra
 from .sweeps import balanced_chunk, over_chunks
 
-__all__ = ["gramian_hankel_singular_values", "uses_kernel", "job_work", "wanted_cuts", "load"]
+__all__ = ["gramian_hankel_singular_values", "uses_kernel", "job_work", "route_seconds", "wanted_cuts", "load"]
 
 # Units per call: the kernel keeps only its lanes' checkpoints, so its chunks are set by
 # thread balance; the blocked route holds about `blocked_bytes_per_unit` per unit, within
@@ -60,6 +60,14 @@ def kernel_speedup(state_size: int) -> float:
     lanes full. Measured at L = 256: N = 16 8.1x, 32 4.9x, 64 2.7x, 128 1.3x (a lane group's
     N x N x LANES matrices leave the cache as N grows, while LAPACK's calls amortise)."""
     return 8.0 * (16 / state_size) ** 0.85
+
+
+def route_seconds(device, units: int, cuts: int, state_size: int, length: int) -> float:
+    """What this route takes on a whole layer's job, in seconds on 2 cores (core/costs.py): in
+    the kernel where `uses_kernel` sends the job, else blocked."""
+    with dense_jobs.chunk_of_layer(1.0):  # the whole layer's job, in every chunk of it
+        kernel = uses_kernel(device, units, cuts, state_size, length)
+    return costs.gramian_seconds(units, cuts, state_size, kernel, kernel_speedup(state_size))
 
 
 def wanted_cuts(positions, length: int) -> torch.Tensor:

@@ -53,7 +53,7 @@ from .causal import (
 )
 from .checks import all_finite, finite_spectra
 from .diagnostics import theoretical_state_size, unit_kind
-from .gramian import gramian_hankel_singular_values, kernel_speedup, uses_kernel, wanted_cuts
+from .gramian import gramian_hankel_singular_values, route_seconds, uses_kernel, wanted_cuts
 from .operators import DiagonalSSM
 from .precision import EXACT, Accuracy
 from .row_scaled import row_scaled_hankel_singular_values
@@ -390,9 +390,7 @@ class SSMCapture(CapturedLayer):
         # the kernel takes at most twice the blocked route (it runs where filled * speedup > 1)
         if max(dense, 2 * gramian) < costs.SWITCH_SECONDS:  # a small job keeps its route
             return path
-        with dense_jobs.chunk_of_layer(1.0):  # the whole layer's job, in every chunk of it
-            if uses_kernel(device, self.n_units, len(cuts), state_size, self.length):
-                gramian = costs.gramian_seconds(self.n_units, len(cuts), state_size, True, kernel_speedup(state_size))
+        gramian = route_seconds(device, self.n_units, len(cuts), state_size, self.length)
         where = f"N={state_size}, L={self.length}: est. {{}} {{:.2g}} s < {{}} {{:.2g}} s"
         if path["method"] == "dense" and costs.cheaper_route(dense, gramian):
             return {"method": "sweep", "reason": where.format("Gramian route", gramian, "dense", dense)}
