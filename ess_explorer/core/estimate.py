@@ -27,6 +27,8 @@ from .units import CapturedLayer, ShortConvCapture, SSMCapture
 
 __all__ = ["layer_seconds"]
 
+HEAD_VALUES = 1 << 21  # the heads realised at once to read their decays: (heads, L, N) values at most
+
 
 def layer_seconds(layer: CapturedLayer, positions, accuracy: Accuracy, causal: bool = True, device=None) -> float:
     """The seconds the spectra of every unit of ``layer`` at ``positions`` take under
@@ -59,19 +61,20 @@ def _recurrence_seconds(layer: SSMCapture, positions, cuts, accuracy: Accuracy, 
             reach, length, cuts, state
         )
     channels = torch.bincount(owner_of, minlength=len(owners)).tolist()
-    if isinstance(ssm, DiagonalSSM):  # one head at a time: an estimate holds no layer's operators
-        widths = [_width(layer.realize(owners[k : k + 1]), state, length) for k in range(len(owners))]
-        seconds = sum(costs.shared_seconds(n, length, cuts, w) for n, w in zip(channels, widths))
+    if isinstance(ssm, DiagonalSSM):  # a few heads at a time: an estimate holds no layer's operators
+        step = max(1, HEAD_VALUES // (length * state))
+        widths = [w for k in range(0, len(owners), step) for w in _widths(layer.realize(owners[k : k + step]), length)]
+        seconds = sum(costs.shared_seconds(n, length, cuts, min(w, state)) for n, w in zip(channels, widths))
     else:  # no decays to read a width off: full, and such heads' channels take the dense route
         seconds = costs.dense_seconds(units, length, cuts, state)
     scale = 1.0 if accuracy.fast else costs.EXACT_SHARED
     return scale * seconds + costs.causal_seconds(reach, length, cuts, state)
 
 
-def _width(head: DiagonalSSM, state: int, length: int) -> int:
-    """A head's factor width at its middle cut, bounded from its decays (module docstring): the
-    past steps whose decay to the middle stays above TRUNCATE_ESS, at most N."""
-    slowest = head.a.reshape(length, head.state_size).abs().amax(-1)  # (L,): its slowest mode
+def _widths(heads: DiagonalSSM, length: int) -> list[int]:
+    """Each head's factor width at its middle cut, bounded from its decays (module docstring):
+    the past steps whose decay to the middle stays above TRUNCATE_ESS (the caller caps it at N)."""
+    slowest = heads.a.reshape(-1, length, heads.state_size).abs().amax(-1)  # (h, L): each head's slowest mode
     middle = max(1, length // 2)
-    decayed = torch.log(slowest[:middle].clamp_min(1e-300)).flip(0).cumsum(0)  # from each step to the middle
-    return min(int((decayed > math.log(TRUNCATE_ESS)).sum()) + 1, state)
+    decayed = torch.log(slowest[:, :middle].clamp_min(1e-300)).flip(-1).cumsum(-1)  # from each step to the middle
+    return ((decayed > math.log(TRUNCATE_ESS)).sum(-1) + 1).tolist()
