@@ -77,10 +77,15 @@ SWITCH_RATIO = 1.5
 SWITCH_SECONDS = 1.0
 
 
-def _cut_sizes(times, length: int) -> np.ndarray:
-    """g = min(t, L - t) of the cuts 0 < t < L among ``times`` (float64)."""
+def _cuts(times, length: int) -> np.ndarray:
+    """The cuts 0 < t < L among ``times``, sorted (float64)."""
     t = np.asarray(times, dtype=np.float64).ravel()
-    t = t[(t > 0) & (t < length)]
+    return np.sort(t[(t > 0) & (t < length)])
+
+
+def _cut_sizes(times, length: int) -> np.ndarray:
+    """g = min(t, L - t) of the cuts among ``times``."""
+    t = _cuts(times, length)
     return np.minimum(t, length - t)
 
 
@@ -97,9 +102,7 @@ def dense_seconds(units: int, length: int, times, state: int | None = None) -> f
 def causal_seconds(owners: int, length: int, times, state: int) -> float:
     """Causal ESS of ``owners`` recurrences off the Gramian route: each cut's reachability
     Gramian's eigenvalues (core/causal.py), of size min(t, N)."""
-    t = np.asarray(times, dtype=np.float64).ravel()
-    t = t[(t > 0) & (t < length)]
-    return owners * DENSE_CUT * float((np.minimum(t, state) ** 3).sum())
+    return owners * DENSE_CUT * float((np.minimum(_cuts(times, length), state) ** 3).sum())
 
 
 def gramian_cut_seconds(state: int) -> float:
@@ -131,8 +134,7 @@ def shared_seconds(channels: int, length: int, times, width: int) -> float:
     most: each cut's factor, carried from the last cut by an SVD of (L - t) rows and the width
     plus the cuts between, and each channel's (L - t) x min(g, width) Gram and its eigenvalues;
     or, where that costs less, each channel's cut Grams (the dense route)."""
-    t = np.asarray(times, dtype=np.float64).ravel()
-    t = np.sort(t[(t > 0) & (t < length)])
+    t = _cuts(times, length)
     g, rows = np.minimum(t, length - t), length - t
     step = np.diff(t, prepend=0.0)
     factor = SHARED_FACTOR * float((rows * np.minimum(g, width + step) ** 2).sum())
