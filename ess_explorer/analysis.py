@@ -353,10 +353,11 @@ def estimate_seconds(
     ``precision``, with causal ESS where ``causal``: each layer's route priced by what it was
     measured to cost on a 2-core CPU (core/estimate.py), within about 2x of docs/benchmarks.md."""
     check_precision(precision)
+    accuracy = Accuracy(precision)
     total = 0.0
     for layer in captured.layers.values():
         positions = np.arange(0, layer.length, stride or 1)
-        total += layer_seconds(layer, positions, Accuracy(precision), causal, captured.device)
+        total += layer_seconds(layer, positions, accuracy, causal, captured.device)
     return total
 
 

@@ -12,19 +12,15 @@ from ess_explorer.analysis import CapturedPrompt, estimate_seconds
 from ess_explorer.core import estimate
 from ess_explorer.core.precision import Accuracy
 from ess_explorer.core.units import DenseCapture, SSMCapture
+from ess_explorer.synthetic import diagonal_ssm
 
 
 def _mamba_layer(index: int, length: int, channels: int = 1536, state: int = 16) -> SSMCapture:
     """A Mamba-130m layer's shape (1,536 channels, N = 16), realised a few units at a time:
-    the estimate reads unit 0 and the route, never the layer's spectra."""
+    the estimate reads unit 0 and the route (chosen from the sizes), never the layer's spectra."""
 
     def realize(units):
-        count = len(torch.as_tensor(units).reshape(-1))
-        g = torch.Generator().manual_seed(index)
-        dt = torch.nn.functional.softplus(torch.randn(count, length, 1, generator=g, dtype=torch.float64) - 4)
-        a = torch.exp(-dt * torch.arange(1, state + 1, dtype=torch.float64))
-        b, c = (torch.randn(count, length, state, generator=g, dtype=torch.float64) for _ in range(2))
-        return DiagonalSSM(a, dt * b, c)
+        return diagonal_ssm(length, state, units=len(torch.as_tensor(units).reshape(-1)), seed=index)
 
     return SSMCapture(layer=index, family="mamba", state_size=state, realize=realize, shape=(channels, length))
 
