@@ -210,18 +210,16 @@ def _sweep_roots(a, source, side, unit, first, stop, cut, slot, out):  # pragma:
                 for w in range(LANES):
                     decay[k, w] = flat_a[at[w] + k]
                     row[k, w] = flat_source[at[w] + k]
-            if side == 0:  # scale the old rows' columns by a_t, then add the row b_t
-                for i in range(n):
-                    for j in range(i, n):
-                        for w in range(LANES):
-                            root[i, j, w] *= decay[j, w]
+            # PAST: scale the old rows' columns by a_t, then add the row b_t;
+            # FUTURE: add the row c_t, then scale every row's columns by a_t
+            if side != 0:
                 _fold(root, row, n)
-            else:  # add the row c_t, then scale every row's columns by a_t
+            for i in range(n):
+                for j in range(i, n):
+                    for w in range(LANES):
+                        root[i, j, w] *= decay[j, w]
+            if side == 0:
                 _fold(root, row, n)
-                for i in range(n):
-                    for j in range(i, n):
-                        for w in range(LANES):
-                            root[i, j, w] *= decay[j, w]
             now = step + 1 if side == 0 else step  # the cut whose triangle root now holds
             for w in range(LANES):
                 lane = base + w
