@@ -616,11 +616,11 @@ def test_only_a_job_of_kernel_min_work_takes_the_kernel(monkeypatch):
     on a Mamba layer takes the kernel (its torch route took 5x as long)."""
     if not gramian_kernel.available():
         pytest.skip("numba is not installed")
-    ssm = mamba_like(9, 40, 16, seed=8)
+    ssm = mamba_like(24, 40, 16, seed=8)
     default = gramian.KERNEL_MIN_WORK
     calls, original = [], gramian_kernel.gramian_spectra_kernel
     monkeypatch.setattr(gramian_kernel, "gramian_spectra_kernel", lambda *a, **k: calls.append(a) or original(*a, **k))
-    work = 9 * (39 * 16**3 + gramian.SCAN_WORK * 40 * 16**2)  # units x (cuts 1..39 x N^3 + scans)
+    work = 24 * (39 * 16**3 + gramian.SCAN_WORK * 40 * 16**2)  # units x (cuts 1..39 x N^3 + scans)
     for threshold, kernel in ((work + 1, False), (work, True)):
         calls.clear()
         monkeypatch.setattr(gramian, "KERNEL_MIN_WORK", threshold)
@@ -636,6 +636,10 @@ def test_only_a_job_of_kernel_min_work_takes_the_kernel(monkeypatch):
     assert gramian.uses_kernel(cpu, 64, 255, 64, 256)
     assert not gramian.uses_kernel(cpu, 8, 255, 64, 256)  # a Mamba2 zoo layer: 1/8 full, 6x slower
     assert not gramian.uses_kernel(cpu, 24, 511, 128, 512)  # Mamba2-130m's heads at L = 512
+    # one block runs on one thread while the blocked route has two (measured: `uses_kernel`)
+    assert not gramian.uses_kernel(cpu, 64, 255, 128, 256)  # 1.3x faster blocked
+    assert not gramian.uses_kernel(cpu, 20, 2047, 32, 2048)  # 1.2x
+    assert gramian.uses_kernel(cpu, 128, 255, 128, 256)  # two blocks on two threads: 1.3x faster
     calls.clear()
     gramian.load()  # a benchmark's warm-up: the kernel's own call, with causal ESS (one version for all)
     assert [args[4] for args in calls] == [True]
@@ -1014,8 +1018,9 @@ def _heads(units: int, length: int, state: int) -> SSMCapture:
     return SSMCapture(layer=0, family="mamba2", state_size=state, realize=realize, shape=(units, length))
 
 
-# Mamba2-130m's heads with gates outside (the blocked Gramian route before), Mamba2-1.3B's (its kernel)
-@pytest.mark.parametrize("units, length, kernel", [(24, 512, False), (64, 256, True)])
+# Mamba2-130m's heads with gates outside and Mamba2-1.3B's (the blocked Gramian route before),
+# and twice Mamba2-1.3B's (two blocks of lanes: its kernel)
+@pytest.mark.parametrize("units, length, kernel", [(24, 512, False), (64, 512, False), (128, 256, True)])
 def test_under_ess_wide_diagonal_heads_take_the_dense_route_where_it_costs_less(units, length, kernel):
     """The exact routes' flops (`choose_ssm_path`) send N = 128 heads at L = 2N-4N to the
     Gramian route, which costs them 3-15x the dense route under "ess" (core/costs.py): that

@@ -80,18 +80,23 @@ def wanted_cuts(positions, length: int) -> torch.Tensor:
 def uses_kernel(device: torch.device, units: int, cuts: int, state_size: int, length: int) -> bool:
     """Whether the compiled kernel computes the Gramian route on ``device`` for ``units`` x
     ``cuts`` cuts of state size N of operators of ``length`` L: on a CPU, with numba, for a job
-    of at least KERNEL_MIN_WORK (`job_work`), where its lanes are full enough to be the faster
-    route. The kernel runs LANES units side by side whether they are there or not: 8 heads of
-    N = 64 cost it as much as 64, 6x the torch route's time (a Mamba2 zoo model with gates
-    outside). The rule reads only the job's sizes (not the thread count), so every process (a
-    Ray worker, a resumed sweep) routes a job the same way."""
+    of at least KERNEL_MIN_WORK (`job_work`), where core/costs.py prices it below the blocked
+    route. The kernel runs LANES units side by side whether they are there or not (8 heads of
+    N = 64 cost it as much as 64, 6x the torch route's time: a Mamba2 zoo model with gates
+    outside), and each block of lanes on one thread, so a job of one block leaves the second
+    core to nothing. Kernel against blocked, 2 threads, L = 256 unless said, units x N
+    (`kernel_speedup` x filled): 64 x 128 (1.4) 20.1 s against 15.6 s; 64 x 96 (1.7) 7.2 against
+    6.8; 20 x 32 at L = 2048 (1.4) 2.4 against 2.0; 64 x 64 (2.5) 2.1 against 2.5; 128 x 128,
+    two blocks (1.4) 23.3 against 29.7. The rule reads only the job's sizes (not this machine's
+    thread count: costs.THREADS), so every process (a Ray worker, a resumed sweep) routes a job
+    the same way."""
     if accelerator_routes(device) or not gramian_kernel.available():
         return False
     if dense_jobs.layer_work(job_work(units, cuts, length, state_size)) < KERNEL_MIN_WORK:  # the layer's job
         return False
-    lanes = gramian_kernel.LANES
-    filled = units / (-(-units // lanes) * lanes)
-    return filled * kernel_speedup(state_size) > 1
+    speedup = kernel_speedup(state_size)
+    kernel = costs.gramian_seconds(units, cuts, state_size, True, speedup)
+    return kernel < costs.gramian_seconds(units, cuts, state_size, False)
 
 
 def load() -> None:
