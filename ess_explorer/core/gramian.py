@@ -87,9 +87,11 @@ def uses_kernel(device: torch.device, units: int, cuts: int, state_size: int, le
     core to nothing. Kernel against blocked, 2 threads, L = 256 unless said, units x N
     (`kernel_speedup` x filled): 64 x 128 (1.4) 20.1 s against 15.6 s; 64 x 96 (1.7) 7.2 against
     6.8; 20 x 32 at L = 2048 (1.4) 2.4 against 2.0; 64 x 64 (2.5) 2.1 against 2.5; 128 x 128,
-    two blocks (1.4) 23.3 against 29.7. The rule reads only the job's sizes (not this machine's
-    thread count: costs.THREADS), so every process (a Ray worker, a resumed sweep) routes a job
-    the same way."""
+    two blocks (1.4) 23.3 against 29.7. Near its edge it errs by a little: 40 x 48 at L = 1024
+    (2.0) went blocked at 1.06x the kernel's time, and 9 units of N = 16 (1.1), blocked from
+    L = 4,400 (below that the job is under KERNEL_MIN_WORK), at 1.2x. The rule reads only the
+    job's sizes (not this machine's thread count: costs.THREADS), so every process (a Ray
+    worker, a resumed sweep) routes a job the same way."""
     if accelerator_routes(device) or not gramian_kernel.available():
         return False
     if dense_jobs.layer_work(job_work(units, cuts, length, state_size)) < KERNEL_MIN_WORK:  # the layer's job
