@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
@@ -26,6 +27,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .capture import capture, layer_slots, skipped_layers
+from .core.accelerator import accelerator_routes
 from .core.checks import check_device
 from .core.ess import DEFAULT_RELATIVE, DEFAULT_SCOPE, DEFAULT_TOL, check_scope, check_tolerance
 from .core.estimate import layer_seconds
@@ -115,7 +117,8 @@ def analyze(
         eigenvalues, which resolve the stored singular values down to about 1e-7 sigma_1.
         "exact": every singular value within 1e-6 sigma_k + 1e-10 sigma_1 (slower).
     max_seconds : refuse (ValueError, after the forward pass and before the spectra) a run
-        whose `estimate_seconds` is above this; None (default): no limit.
+        whose `estimate_seconds` is above this; None (default): no limit. The estimate is a
+        2-core CPU's, so on a GPU a run over the limit only warns (UserWarning) and goes on.
 
     Returns
     -------
@@ -367,6 +370,16 @@ def _check_estimate(captured: CapturedPrompt, stride, max_seconds: float, precis
         return
     what = f"{captured.length} tokens x {len(captured.layers)} layer(s)"
     limit = f"limit {_duration(max_seconds)}"
+    if accelerator_routes(captured.device):
+        # The estimate's figures are a 2-core CPU's (core/estimate.py): no GPU has been
+        # measured for them, so they cannot tell a GPU run that it would take too long.
+        warnings.warn(
+            f"this analysis of {what} would take about {_duration(seconds)} on 2 CPU cores ({limit}); "
+            f"no time estimate exists for {captured.device}, so the limit is not applied there",
+            UserWarning,
+            stacklevel=3,
+        )
+        return
     raise ValueError(
         f"this analysis of {what} would take about {_duration(seconds)} ({limit}); analyse fewer tokens or "
         "layers, a preview at a stride, or raise the limit (max_seconds=, --max-seconds; 0 for none)"

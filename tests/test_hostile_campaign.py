@@ -432,6 +432,20 @@ def test_a_long_run_is_refused_with_its_estimate(tiny):
     assert estimate_seconds(capture_layers(tiny[0], ids), stride=8) < estimate / 4
 
 
+def test_on_a_gpu_a_run_over_the_limit_warns_instead_of_being_refused(tiny):
+    """The estimate's figures are a 2-core CPU's: on a GPU (its routes, run here on the CPU) a
+    run estimated over the limit goes on, and a warning says why the limit was not applied."""
+    from ess_explorer.analysis import analyze
+    from ess_explorer.core.accelerator import accelerator_routes_on_cpu
+
+    ids = [3 + i % 10 for i in range(96)]
+    with pytest.raises(ValueError, match="would take about"):
+        analyze(tiny[0], ids, max_seconds=1e-6, progress=False, layers=[0])
+    with accelerator_routes_on_cpu(), pytest.warns(UserWarning, match="on 2 CPU cores.*no time estimate exists for"):
+        result = analyze(tiny[0], ids, max_seconds=1e-6, progress=False, layers=[0])
+    assert result.layers[0].tolerance_ess.shape[-1] == len(ids)
+
+
 def test_a_config_with_100000_layers_is_refused_before_it_is_built(tmp_path, monkeypatch):
     from ess_explorer.sources import load_model
 
