@@ -17,7 +17,8 @@ with g = min(t, L - t) at cut t and N the state size:
   the blocked torch route on every thread, 15, 60, 170 and 700 us in all at N = 16, 32, 64
   and 128 (24 heads, L = 128 to 1024). The compiled kernel runs LANES units side by side, one block of lanes per thread,
   `gramian.kernel_speedup` faster than that route per full block: 64 heads of N = 128 on one
-  thread took 950 us a cut against the route's 700 on two.
+  thread took 950 us a cut against the route's 700 on two. `gramian.uses_kernel` takes
+  whichever of the two these figures make the faster.
 * **exact** (precision="exact"): the square-root sweep per unit and cut, SWEEP_CUT at N = 16
   (a Mamba-130m layer, L = 512: 12.4 s), growing as the Gramian route's; a dense operator's cuts
   EXACT_DENSE times their "ess" cost (GPT-2-small at L = 512: 1.31 s a layer against 0.99 s);
