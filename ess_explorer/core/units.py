@@ -386,9 +386,9 @@ class SSMCapture(CapturedLayer):
         cuts = wanted_cuts(positions, self.length)
         dense = costs.dense_seconds(self.n_units, self.length, cuts, state_size)
         dense += costs.causal_seconds(self.n_units, self.length, cuts, state_size)
-        gramian = costs.gramian_seconds(self.n_units, len(cuts), state_size, kernel=False)
-        # the kernel takes at most twice the blocked route (it runs where filled * speedup > 1)
-        if max(dense, 2 * gramian) < costs.SWITCH_SECONDS:  # a small job keeps its route
+        # a small job keeps its route (`cheaper_route`), priced first at the blocked Gramian
+        # route: the kernel runs only where core/costs.py prices it lower (`uses_kernel`)
+        if max(dense, costs.gramian_seconds(self.n_units, len(cuts), state_size, kernel=False)) < costs.SWITCH_SECONDS:
             return path
         gramian = route_seconds(device, self.n_units, len(cuts), state_size, self.length)
         where = f"N={state_size}, L={self.length}: est. {{}} {{:.2g}} s < {{}} {{:.2g}} s"
