@@ -25,7 +25,15 @@ from .precision import Accuracy
 from .sturm import TridiagonalSpectra
 from .sweeps import balanced_chunk, over_chunks
 
-__all__ = ["gramian_hankel_singular_values", "uses_kernel", "job_work", "route_seconds", "wanted_cuts", "load"]
+__all__ = [
+    "gramian_hankel_singular_values",
+    "uses_kernel",
+    "layer_uses_kernel",
+    "job_work",
+    "route_seconds",
+    "wanted_cuts",
+    "load",
+]
 
 # Units per call: the kernel keeps only its lanes' checkpoints, so its chunks are set by
 # thread balance; the blocked route holds about `blocked_bytes_per_unit` per unit, within
@@ -64,10 +72,16 @@ def kernel_speedup(state_size: int) -> float:
 
 def route_seconds(device, units: int, cuts: int, state_size: int, length: int) -> float:
     """What this route takes on a whole layer's job, in seconds on 2 cores (core/costs.py): in
-    the kernel where `uses_kernel` sends the job, else blocked."""
-    with dense_jobs.chunk_of_layer(1.0):  # the whole layer's job, in every chunk of it
-        kernel = uses_kernel(device, units, cuts, state_size, length)
+    the kernel where `layer_uses_kernel` sends the job, else blocked."""
+    kernel = layer_uses_kernel(device, units, cuts, state_size, length)
     return costs.gramian_seconds(units, cuts, state_size, kernel, kernel_speedup(state_size))
+
+
+def layer_uses_kernel(device, units: int, cuts: int, state_size: int, length: int) -> bool:
+    """`uses_kernel` for a whole layer's ``units``, counted as such inside a chunk of them too,
+    so that every chunk takes the route the layer recorded (core/layer.py)."""
+    with dense_jobs.chunk_of_layer(1.0):
+        return uses_kernel(device, units, cuts, state_size, length)
 
 
 def wanted_cuts(positions, length: int) -> torch.Tensor:

@@ -44,7 +44,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 import torch
 
-from . import costs, dense_jobs
+from . import costs
 from .accelerator import accelerator_routes
 from .causal import (
     reachability_gramian_singular_values,
@@ -53,7 +53,7 @@ from .causal import (
 )
 from .checks import all_finite, finite_spectra
 from .diagnostics import theoretical_state_size, unit_kind
-from .gramian import gramian_hankel_singular_values, route_seconds, uses_kernel, wanted_cuts
+from .gramian import gramian_hankel_singular_values, layer_uses_kernel, route_seconds, wanted_cuts
 from .operators import DiagonalSSM
 from .precision import EXACT, Accuracy
 from .row_scaled import row_scaled_hankel_singular_values
@@ -404,10 +404,7 @@ class SSMCapture(CapturedLayer):
         if not (accuracy.fast and self._diagonal_own_owners(range(self.n_units))):
             return False
         cuts = len(wanted_cuts(positions, self.length))
-        # these are the whole layer's units: counted as such inside a chunk of them too, so that
-        # every chunk takes the path the layer recorded (core/layer.py)
-        with dense_jobs.chunk_of_layer(1.0):
-            return uses_kernel(device, self.n_units, cuts, state_size, self.length)
+        return layer_uses_kernel(device, self.n_units, cuts, state_size, self.length)
 
     def spectra(
         self, units, positions, *, device=None, dtype=torch.float64, accuracy: Accuracy = EXACT
