@@ -106,10 +106,16 @@ def causal_seconds(owners: int, length: int, times, state: int) -> float:
     return owners * DENSE_CUT * float((np.minimum(_cuts(times, length), state) ** 3).sum())
 
 
+def _state_growth(state: int) -> float:
+    """How a cut of the Gramian route and of the exact sweep grows with the state size N,
+    relative to N = 16 (both work on N x N matrices per cut)."""
+    return (state / 16) ** 1.85
+
+
 def gramian_cut_seconds(state: int) -> float:
     """The blocked Gramian route's seconds per unit and cut at state size N, every thread, less
     GRAMIAN_FIXED: its scans, sandwiches and eigenvalues."""
-    return 13e-6 * (state / 16) ** 1.85
+    return 13e-6 * _state_growth(state)
 
 
 def gramian_seconds(units: int, cuts: int, state: int, kernel: bool, speedup: float = 1.0) -> float:
@@ -127,7 +133,7 @@ def gramian_seconds(units: int, cuts: int, state: int, kernel: bool, speedup: fl
 def sweep_seconds(units: int, cuts: int, state: int) -> float:
     """The exact square-root sweep (core/sweeps.py) for ``units`` at ``cuts`` cuts, its causal
     spectra included."""
-    return units * cuts * SWEEP_CUT * (state / 16) ** 1.85
+    return units * cuts * SWEEP_CUT * _state_growth(state)
 
 
 def shared_seconds(channels: int, length: int, times, width: int) -> float:
