@@ -39,8 +39,7 @@ def layer_seconds(layer: CapturedLayer, positions, accuracy: Accuracy, causal: b
         return costs.short_conv_seconds(layer.n_units, len(cuts))
     if isinstance(layer, SSMCapture):
         return _recurrence_seconds(layer, positions, cuts, accuracy, causal, device)
-    seconds = costs.dense_seconds(layer.n_units, layer.length, cuts, layer.max_rank)
-    return seconds if accuracy.fast else costs.EXACT_DENSE * seconds
+    return _dense_seconds(layer.n_units, layer.length, cuts, layer.max_rank, accuracy)
 
 
 def _recurrence_seconds(layer: SSMCapture, positions, cuts, accuracy: Accuracy, causal: bool, device) -> float:
@@ -56,10 +55,7 @@ def _recurrence_seconds(layer: SSMCapture, positions, cuts, accuracy: Accuracy, 
             return gramian.route_seconds(device, units, len(cuts), state, length)
         return costs.sweep_seconds(units, len(cuts), state)
     if len(owners) == units:
-        seconds = costs.dense_seconds(units, length, cuts, state)
-        return (seconds if accuracy.fast else costs.EXACT_DENSE * seconds) + costs.causal_seconds(
-            reach, length, cuts, state
-        )
+        return _dense_seconds(units, length, cuts, state, accuracy) + costs.causal_seconds(reach, length, cuts, state)
     channels = torch.bincount(owner_of, minlength=len(owners)).tolist()
     if isinstance(ssm, DiagonalSSM):  # a few heads at a time: an estimate holds no layer's operators
         step = max(1, HEAD_VALUES // (length * state))
@@ -69,6 +65,12 @@ def _recurrence_seconds(layer: SSMCapture, positions, cuts, accuracy: Accuracy, 
         seconds = costs.dense_seconds(units, length, cuts, state)
     scale = 1.0 if accuracy.fast else costs.EXACT_SHARED
     return scale * seconds + costs.causal_seconds(reach, length, cuts, state)
+
+
+def _dense_seconds(units: int, length: int, cuts, rank: int | None, accuracy: Accuracy) -> float:
+    """The dense route under ``accuracy``: "exact" costs EXACT_DENSE times "ess"."""
+    seconds = costs.dense_seconds(units, length, cuts, rank)
+    return seconds if accuracy.fast else costs.EXACT_DENSE * seconds
 
 
 def _widths(heads: DiagonalSSM, length: int) -> list[int]:
