@@ -479,6 +479,42 @@ def test_a_carried_factor_is_within_its_error_bound_and_restarts_when_sigma_1_fa
     assert factor.whole
 
 
+def test_channels_whose_carried_factors_fail_retry_every_owner_in_one_guard(monkeypatch):
+    """Where channels of several heads fail the "ess" guard with their heads' carried factors,
+    each of those heads takes its cut's own SVD and all of their failing channels are read by
+    one more guard (not one per head: each guard is a kernel call and its bookkeeping), after
+    which every channel's counts are those of its own exact SVD and entropy-ESS is within the
+    contract. The carried factors' stated mass is inflated here so that the first guard fails."""
+    from ess_explorer import entropy_ess, tolerance_ess
+    from ess_explorer.core import row_scaled
+    from ess_explorer.core.channel_kernel import ChannelLanes
+    from ess_explorer.core.precision import Accuracy
+
+    length, modes, t = 48, 24, 20
+    heads, owner_of, gate = _fast_and_reset_heads(length, modes)
+    gate[5, 30:] = 1.0  # no channel that only its own SVD can answer
+    truncate, accuracy = row_scaled.TRUNCATE_ESS, Accuracy("ess")
+    factors = {}
+    for owner in range(2):
+        previous = row_scaled._whole_factor(heads[owner, t - 1 :, : t - 1], t - 1, truncate, modes)
+        carried = row_scaled._carried_factor(heads[owner], t, previous, truncate, modes)
+        assert not carried.whole
+        factors[owner] = carried._replace(mass=1e3 * float(carried.values[0]))  # fails the guard
+    guards, original = [], row_scaled._guarded_values
+    monkeypatch.setattr(row_scaled, "_guarded_values", lambda *a: guards.append(a[3]) or original(*a))
+    lanes = ChannelLanes(owner_of, gate)
+    groups = [(owner, units) for owner, units in lanes.units_of.items()]
+    sigma = torch.zeros(len(owner_of), min(length - t, t), dtype=torch.float64)
+    cut = heads[:, t:, :t]
+    row_scaled._shared_factor_values(sigma, cut, factors, gate[:, t:], groups, accuracy, truncate, modes, lanes)
+    assert [sorted(owner for owner, _ in groups) for groups in guards] == [[0, 1], [0, 1]]
+    assert all(factor.whole for factor in factors.values())
+    exact = torch.linalg.svdvals(gate[:, t:, None] * cut[owner_of])
+    assert torch.equal(tolerance_ess(spectra=sigma[:, None]), tolerance_ess(spectra=exact[:, None]))
+    entropy, reference = entropy_ess(spectra=sigma[:, None]), entropy_ess(spectra=exact[:, None])
+    assert bool(((entropy - reference).abs() <= 1e-5 * reference).all())
+
+
 def test_what_a_carried_factor_drops_moves_a_gated_channel_only_as_the_ess_guard_assumes():
     """The "ess" guard of a channel diag(g) H_t (`row_scaled._ess_guard`) reads two
     properties of the owner's factor, checked here along a chain of carried cuts truncated

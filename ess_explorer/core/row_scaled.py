@@ -375,24 +375,25 @@ def _shared_factor_values(
     decides the factor's width (a fast-decaying head keeps a few columns, not the widest
     head's); one guard then reads every unit of the cut at once (`_guarded_values`). A unit
     whose bound does not hold tries again with the cut's own SVD where its owner's factor was
-    carried (whose error is the larger: ``factors`` then holds that one), then takes the SVD of
-    its own cut."""
+    carried (whose error is the larger: ``factors`` then holds that one; every such owner's
+    units in one more guard), then takes the SVD of its own cut."""
     largest_gate = gate.abs().amax(-1)
     redo = _guarded_values(factors, gate, largest_gate, groups, accuracy, truncate, allow_kernel, sigma, lanes)
     if not bool(redo.any()):
         return
-    for owner, rows in groups:
-        failing = rows[redo[rows]]
-        if len(failing) and not factors[owner].whole:
+    failing = [(owner, rows[redo[rows]]) for owner, rows in groups]
+    retry = [(owner, units) for owner, units in failing if len(units) and not factors[owner].whole]
+    if retry:
+        for owner, _ in retry:
             factors[owner] = _whole_factor(cut[owner], factors[owner].t, truncate, max_rank)
-            again = _guarded_values(
-                factors, gate, largest_gate, [(owner, failing)], accuracy, truncate, allow_kernel, sigma, lanes
-            )
-            failing = failing[again[failing]]
-        if len(failing):  # the cut of a channel whose gate peaks where its rows are small
-            own = svdvals(gate[failing, :, None] * cut[owner])
-            sigma[failing] = 0.0
-            sigma[failing, : own.shape[-1]] = own
+        redo = _guarded_values(factors, gate, largest_gate, retry, accuracy, truncate, allow_kernel, sigma, lanes)
+        retried = {owner for owner, _ in retry}
+        failing = [(owner, units[redo[units]] if owner in retried else units) for owner, units in failing]
+    for owner, units in failing:
+        if len(units):  # the cut of a channel whose gate peaks where its rows are small
+            own = svdvals(gate[units, :, None] * cut[owner])
+            sigma[units] = 0.0
+            sigma[units, : own.shape[-1]] = own
 
 
 def _guarded_values(
