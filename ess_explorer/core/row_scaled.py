@@ -381,15 +381,14 @@ def _shared_factor_values(
     redo = _guarded_values(factors, gate, largest_gate, groups, accuracy, truncate, allow_kernel, sigma, lanes)
     if not bool(redo.any()):
         return
-    failing = [(owner, rows[redo[rows]]) for owner, rows in groups]
-    retry = [(owner, units) for owner, units in failing if len(units) and not factors[owner].whole]
+    failing = {owner: rows[redo[rows]] for owner, rows in groups}
+    retry = [(owner, units) for owner, units in failing.items() if len(units) and not factors[owner].whole]
     if retry:
         for owner, _ in retry:
             factors[owner] = _whole_factor(cut[owner], factors[owner].t, truncate, max_rank)
-        redo = _guarded_values(factors, gate, largest_gate, retry, accuracy, truncate, allow_kernel, sigma, lanes)
-        retried = {owner for owner, _ in retry}
-        failing = [(owner, units[redo[units]] if owner in retried else units) for owner, units in failing]
-    for owner, units in failing:
+        again = _guarded_values(factors, gate, largest_gate, retry, accuracy, truncate, allow_kernel, sigma, lanes)
+        failing.update((owner, units[again[units]]) for owner, units in retry)
+    for owner, units in failing.items():
         if len(units):  # the cut of a channel whose gate peaks where its rows are small
             own = svdvals(gate[units, :, None] * cut[owner])
             sigma[units] = 0.0
