@@ -34,7 +34,7 @@ import torch
 from ess_explorer import DPLRSSM, DiagonalSSM, causal_ess, entropy_ess, hankel_singular_values, tolerance_ess
 from ess_explorer.core.causal import reachability_singular_values
 from ess_explorer.core.ess import tolerance_reference
-from ess_explorer.core.precision import EXACT, ROUNDOFF, TAU_BAND, Accuracy
+from ess_explorer.core.precision import EXACT, ROUNDOFF, TAU_BAND, Accuracy, zero_subnormal_cuts
 from ess_explorer.core.row_scaled import row_scaled_hankel_singular_values
 from ess_explorer.options import SCOPES
 from ess_explorer.synthetic import softmax_attention
@@ -54,8 +54,9 @@ class Draw(NamedTuple):
 
 
 def cut_spectra(dense: torch.Tensor, positions: list[int]) -> torch.Tensor:
-    """sigma(H_t) of dense (U, L, L) at ``positions`` by numpy's SVD: (U, P, K), zero padded."""
-    return stacked_svdvals([dense[:, t:, :t] for t in positions])
+    """sigma(H_t) of dense (U, L, L) at ``positions`` by numpy's SVD: (U, P, K), zero padded; a
+    cut below float64's normal range read as zero, as the engine reads it."""
+    return zero_subnormal_cuts(stacked_svdvals([dense[:, t:, :t] for t in positions]))
 
 
 def stacked_svdvals(matrices: list[torch.Tensor]) -> torch.Tensor:

@@ -5,8 +5,10 @@ each meet an accuracy contract (docs/spectra.md). `verify` lets a reader check t
 own model and prompt, with the shortest reference there is: it runs the model again on the
 result's token ids (one forward pass, the result's gates), materialises the dense T of a
 sample of units (the layer's own operators, the same T the engine read), and takes
-``torch.linalg.svdvals`` of each sampled cut H_t = T[t:, :t] in float64. Against those it
-checks, under the contract the result was computed with (meta["precision"]):
+``torch.linalg.svdvals`` of each sampled cut H_t = T[t:, :t] in float64 (a cut whose sigma_1
+lies below float64's normal range read as zero, as the engine reads it:
+`precision.zero_subnormal_cuts`). Against those it checks, under the contract the result was
+computed with (meta["precision"]):
 
 - tolerance-ESS: equal, except where an SVD value lies within TAU_BAND (1e-6, relative) of tau;
 - entropy-ESS: within ENTROPY_TOLERANCE (1e-5) of the SVD's, relative;
@@ -41,7 +43,7 @@ import torch
 
 from .analysis import capture_layers
 from .core.gates import DEFAULT_GATES
-from .core.precision import EXACT, TAU_BAND
+from .core.precision import EXACT, TAU_BAND, zero_subnormal_cuts
 from .result import ESSResult
 
 __all__ = ["verify", "Verification", "ENTROPY_TOLERANCE"]
@@ -162,7 +164,7 @@ def verify(
             top_of_unit = float(np.max(stored.singular_values[row, :, 0], initial=0.0))
             for k in picked:
                 t = positions[k]
-                sigma = torch.linalg.svdvals(operator[t:, :t])
+                sigma = zero_subnormal_cuts(torch.linalg.svdvals(operator[t:, :t]))
                 reference = {"cut": float(sigma[0]), "unit": top_of_unit, "layer": top_of_layer}[accuracy.scope]
                 reference = max(reference, float(sigma[0]))  # this cut's own, by SVD, counts too
                 entry = _compare(stored, row, k, t, sigma, reference, accuracy, index)

@@ -395,12 +395,15 @@ def test_values_just_above_and_below_tau_are_counted_right():
         assert int(tolerance_ess(spectra=sigma, tol=TOL)[0, 0]) == 4  # 1, 0.3, tau(1 + 1e-4), tau(1 + 1e-3)
 
 
-def reset_at(step: int, units: int = 2, length: int = 24, state: int = 4, seed: int = 3) -> DiagonalSSM:
-    """Decays of 1e-200 at ``step`` (an exact reset, but for a trace): every entry of the cut at
-    t = step passes through it, so that cut's values are near 1e-200 and their squares underflow."""
+def reset_at(
+    step: int, units: int = 2, length: int = 24, state: int = 4, seed: int = 3, decay: float = 1e-200
+) -> DiagonalSSM:
+    """Decays of ``decay`` at ``step`` (an exact reset, but for a trace): every entry of the cut
+    at t = step passes through it, so that cut's values are near 1e-200 and their squares
+    underflow (or near whatever ``decay`` is)."""
     g = torch.Generator().manual_seed(seed)
     a = 0.5 + 0.5 * torch.rand(units, length, state, generator=g, dtype=torch.float64)
-    a[:, step] = 1e-200
+    a[:, step] = decay
     b, c = (torch.randn(units, length, state, generator=g, dtype=torch.float64) for _ in range(2))
     return DiagonalSSM(a, b, c)
 
@@ -450,6 +453,40 @@ def test_gated_channels_of_a_cut_whose_squares_underflow_count_as_an_svd_does(pr
     exact = exact_spectra(gates[..., None] * heads[owner_of])
     assert_ess_contract(sigma, exact)
     assert bool((tolerance_ess(spectra=sigma)[:, 12] >= 1).all())
+
+
+@pytest.mark.parametrize("precision", ["ess", "exact"])
+def test_a_cut_below_float64s_normal_range_reads_as_zero_on_every_route(precision):
+    # a decay of 1e-312 at t = 12 leaves that cut's values near 1e-312, below float64's smallest
+    # normal number (2.2e-308), where values hold fewer bits and a sweep through a realisation's
+    # factors loses them (a Mamba2 channel with sigma_1 = 2e-321 read 0 by the sweep and 1 by an
+    # SVD): every route reads such a cut as zero, the layer's too; the cuts beside it keep theirs
+    ssm = reset_at(12, decay=1e-312)
+    heads = ssm.materialize()
+    owner_of = torch.tensor([0, 0, 1, 1])
+    gates = torch.rand(4, heads.shape[-1], generator=torch.Generator().manual_seed(4), dtype=torch.float64) + 0.1
+    exact_heads, exact_channels = exact_spectra(heads), exact_spectra(gates[..., None] * heads[owner_of])
+    for exact in (exact_heads, exact_channels):
+        assert 0 < float(exact[:, 12, 0].min()) and float(exact[:, 12, 0].max()) < torch.finfo(torch.float64).tiny
+        exact[:, 12] = 0.0
+    routes = {
+        "sweep or Gramians": (hankel_singular_values(ssm, precision=precision), exact_heads),
+        "dense": (hankel_singular_values(heads, precision=precision), exact_heads),
+        "channels": (
+            row_scaled_hankel_singular_values(
+                heads, owner_of, gates, torch.arange(heads.shape[-1]), max_rank=4, accuracy=Accuracy(precision)
+            ),
+            exact_channels,
+        ),
+    }
+    for name, (sigma, exact) in routes.items():
+        assert not bool(sigma[:, 12].any()), name
+        assert_ess_contract(sigma, exact)
+        assert int(tolerance_ess(spectra=sigma)[:, 12].max()) == 0
+    layer = SSMCapture(layer=0, family="mamba", state_size=4, realize=lambda index: ssm[index], shape=(2, 24))
+    counted = layer_arrays(layer, np.arange(24), tol=TOL, relative=True, precision=precision)
+    np.testing.assert_array_equal(counted["tolerance_ess"], tolerance_ess(spectra=exact_heads).numpy())
+    assert not counted["singular_values"][:, 12].any() and not counted["entropy_ess"][:, 12].any()
 
 
 @pytest.mark.parametrize("tol, relative", [(1e-9, False), (1e-12, False), (1e-8, True)])

@@ -27,7 +27,7 @@ from . import dense_jobs
 from .accelerator import accelerator_routes
 from .ess import DEFAULT_SCOPE, check_scope, check_tolerance, count_above_tolerance, entropy_of, tolerance_reference
 from .memory import reused_memory
-from .precision import DEFAULT_PRECISION, Accuracy
+from .precision import DEFAULT_PRECISION, Accuracy, zero_subnormal_cuts
 from .spectra import DENSE_CHUNK_CELLS
 from .units import CapturedLayer, DenseCapture, OwnerRows, SSMCapture
 
@@ -148,9 +148,12 @@ def layer_arrays(
     def chunk_spectra(rows):
         """(spectra, causal spectra or None, None or each unit's row in the causal spectra):
         the units of one owner share its causal spectra (`OwnerRows`), counted once. The
-        kernels' rules read the layer's work, not the chunk's (`dense_jobs.chunk_of_layer`)."""
+        kernels' rules read the layer's work, not the chunk's (`dense_jobs.chunk_of_layer`).
+        Whatever the route, a cut below float64's normal range reads as zero
+        (`zero_subnormal_cuts`)."""
         with dense_jobs.chunk_of_layer(len(range(n_units)[rows]) / max(1, n_units)):
-            return _chunk_spectra(rows)
+            sigma, *causal = _chunk_spectra(rows)
+        return (zero_subnormal_cuts(sigma), *causal)
 
     def _chunk_spectra(rows):
         if not causal:

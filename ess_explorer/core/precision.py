@@ -172,6 +172,21 @@ def squares_underflow(top):
     return top < UNDERFLOW_MARGIN * info.tiny / info.eps
 
 
+def zero_subnormal_cuts(sigma):
+    """``sigma`` (..., K), each row a cut's values in descending order, with every row whose
+    largest value lies below its dtype's smallest normal number (float64: 2.2e-308) set to
+    zero. There a value keeps fewer than its dtype's bits (float64 spaces them 4.9e-324
+    apart: 2e-3 relative at 2e-321), the cut's entries have lost as much, and the routes that
+    multiply through a realisation's factors lose the rest (a Mamba2 channel of sigma_1 =
+    2.25e-321 read as zero by the sweep, as its SVD's 1). Every route and the verification
+    read such a cut as zero, so no answer depends on the route; a cut whose sigma_1 is normal
+    keeps every value, however small (docs/spectra.md)."""
+    import torch  # loaded by then: ``sigma`` is a tensor
+
+    below = sigma[..., :1] < torch.finfo(sigma.dtype).tiny
+    return sigma.masked_fill(below, 0.0) if bool(below.any()) else sigma
+
+
 def unresolved_entropy(squares, error):
     """`unresolved_entropy_reference` by the compiled kernel where it applies (a large float64
     job on a CPU with numba: core/entropy_kernel.py), else by the reference."""

@@ -56,7 +56,7 @@ from .channel_kernel import ChannelLanes, decayed_lines
 from .checks import require
 from .eigen import svd, svdvals
 from .gram import GRAM_ERROR, GRAM_GUARD, GRAM_NOISE, gram_singular_values
-from .precision import EXACT, Accuracy, squares_underflow
+from .precision import EXACT, Accuracy, squares_underflow, zero_subnormal_cuts
 from .spectra import DENSE_CHUNK_CELLS, hankel_singular_values
 from .sweeps import over_chunks
 
@@ -117,7 +117,8 @@ def row_scaled_hankel_singular_values(
     max_rank: a bound on rank(H_t) from the structure (N for a recurrence), or None: the
     owner's values past it are rounding, and dropping them is within the bound below.
     Returns (U, P, K), K = L // 2 or max_rank where that is smaller, descending, zero padded;
-    row t = 0 all zeros, as `hankel_singular_values` of the materialised T_u (its first K).
+    row t = 0 all zeros, as `hankel_singular_values` of the materialised T_u (its first K),
+    a cut below float64's normal range read as zero (`precision.zero_subnormal_cuts`).
     """
     device = torch.device(device) if device is not None else owners.device
     owners = owners.to(device=device, dtype=dtype)
@@ -200,7 +201,7 @@ def row_scaled_hankel_singular_values(
     # Small chunks of cuts, handed out as threads free up: the cheap cuts near the ends
     # balance the costly ones in the middle; at least CARRY_RUN, so that factors are carried.
     over_chunks(run, len(cuts), max(CARRY_RUN, len(cuts) // (8 * workers)), workers)
-    return out
+    return zero_subnormal_cuts(out)
 
 
 def _in_groups(rows: torch.Tensor, cells: int) -> tuple[torch.Tensor, ...]:

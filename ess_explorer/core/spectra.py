@@ -27,7 +27,7 @@ from .eigen import eigvalsh, svdvals
 from .gram import gram_unsafe, gram_values
 from .gramian import gramian_hankel_singular_values
 from .operators import FACTORED_OPERATORS, DiagonalSSM, overflow_error
-from .precision import EXACT, Accuracy, check_precision
+from .precision import EXACT, Accuracy, check_precision, zero_subnormal_cuts
 from .sweeps import factored_hankel_singular_values, single_threaded_torch
 
 __all__ = [
@@ -201,6 +201,8 @@ def hankel_singular_values(
     Returns
     -------
     tensor (*batch, P, K), descending and zero-padded; P = L unless positions/stride given.
+    A cut whose sigma_1 lies below the dtype's normal range reads as zero
+    (`precision.zero_subnormal_cuts`).
 
     Raises ValueError for a bad operator or option, for a dense input whose memory
     (`dense_bytes`) exceeds DENSE_BUDGET_BYTES (before allocating anything), and for
@@ -223,7 +225,7 @@ def hankel_singular_values(
         raise overflow_error(op, error) from error
     if not finite_spectra(sigma):
         raise overflow_error(op)
-    return sigma
+    return zero_subnormal_cuts(sigma)
 
 
 def _hankel_singular_values(
