@@ -425,15 +425,18 @@ def test_a_cut_whose_squares_underflow_counts_as_an_svd_does(precision):
 
 
 @pytest.mark.parametrize("one_decay", [False, True])
-def test_causal_ess_of_writes_near_1e_200_counts_as_an_svd_does(one_decay):
+@pytest.mark.parametrize("scale", [1e-200, 1e-321])
+def test_causal_ess_of_writes_near_1e_200_counts_as_an_svd_does(one_decay, scale):
     # inputs written at 1e-200: every R_t lies near 1e-200, and the Gramian P_t = R_t R_t^T
-    # underflows to zero; the exact redo must keep the values, not their squares
+    # underflows to zero; the exact redo must keep the values, not their squares. The causal
+    # routes keep them even below float64's normal range (1e-321): R_t is the inputs
+    # themselves, not a product through the realisation's factors as H_t's sweep is
     from ess_explorer.core.causal import reachability_gramian_singular_values
 
     g = torch.Generator().manual_seed(6)
     a = 0.5 + 0.5 * torch.rand(2, 20, 1 if one_decay else 4, generator=g, dtype=torch.float64)
     b, c = (torch.randn(2, 20, 4, generator=g, dtype=torch.float64) for _ in range(2))
-    ssm = DiagonalSSM(a.expand(2, 20, 4).contiguous(), 1e-200 * b, c)
+    ssm = DiagonalSSM(a.expand(2, 20, 4).contiguous(), scale * b, c)
     expected = causal_ess(spectra=reachability_exact(ssm))
     assert int(expected[:, 1:].min()) >= 1
     for precision in ("ess", "exact"):
