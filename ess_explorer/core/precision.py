@@ -177,10 +177,10 @@ def zero_subnormal_cuts(sigma):
     largest value lies below its dtype's smallest normal number (float64: 2.2e-308) set to
     zero. There a value keeps fewer than its dtype's bits (float64 spaces them 4.9e-324
     apart: 2e-3 relative at 2e-321), the cut's entries have lost as much, and the routes that
-    multiply through a realisation's factors lose the rest (a Mamba2 channel of sigma_1 =
-    2.25e-321 read as zero by the sweep, as its SVD's 1). Every route and the verification
-    read such a cut as zero, so no answer depends on the route; a cut whose sigma_1 is normal
-    keeps every value, however small (docs/spectra.md)."""
+    multiply through a realisation's factors lose the rest (the sweep read a Mamba2 channel's
+    cut of sigma_1 = 2.25e-321 as zero, where its SVD counted one value). Every route and the
+    verification read such a cut as zero, so no answer depends on the route; a cut whose
+    sigma_1 is normal keeps every value, however small (docs/spectra.md)."""
     import torch  # loaded by then: ``sigma`` is a tensor
 
     below = sigma[..., :1] < torch.finfo(sigma.dtype).tiny
