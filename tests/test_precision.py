@@ -426,7 +426,7 @@ def test_a_cut_whose_squares_underflow_counts_as_an_svd_does(precision):
 
 @pytest.mark.parametrize("one_decay", [False, True])
 @pytest.mark.parametrize("scale", [1e-200, 1e-321])
-def test_causal_ess_of_writes_near_1e_200_counts_as_an_svd_does(one_decay, scale):
+def test_causal_ess_of_writes_near_the_bottom_of_float64_counts_as_an_svd_does(one_decay, scale):
     # inputs written at 1e-200: every R_t lies near 1e-200, and the Gramian P_t = R_t R_t^T
     # underflows to zero; the exact redo must keep the values, not their squares. The causal
     # routes keep them even below float64's normal range (1e-321): R_t is the inputs
