@@ -399,8 +399,8 @@ def reset_at(
     step: int, units: int = 2, length: int = 24, state: int = 4, seed: int = 3, decay: float = 1e-200
 ) -> DiagonalSSM:
     """Decays of ``decay`` at ``step`` (an exact reset, but for a trace): every entry of the cut
-    at t = step passes through it, so that cut's values are near 1e-200 and their squares
-    underflow (or near whatever ``decay`` is)."""
+    at t = step passes through it, so that cut's values are near ``decay`` (at 1e-200 their
+    squares underflow; at 1e-312 they lie below float64's normal range)."""
     g = torch.Generator().manual_seed(seed)
     a = 0.5 + 0.5 * torch.rand(units, length, state, generator=g, dtype=torch.float64)
     a[:, step] = decay
