@@ -19,7 +19,7 @@ from ess_explorer import DiagonalSSM, causal_ess, entropy_ess, hankel_singular_v
 from ess_explorer.core import gramian, gramian_kernel, tridiagonal_kernel
 from ess_explorer.core.gramian_naive import gramian_spectra_reference
 from ess_explorer.core.layer import layer_arrays
-from ess_explorer.core.precision import TAU_BAND, Accuracy, check_precision
+from ess_explorer.core.precision import TAU_BAND, Accuracy, check_precision, zero_subnormal_cuts
 from ess_explorer.core.row_scaled import row_scaled_hankel_singular_values
 from ess_explorer.core.sturm import TridiagonalSpectra
 from ess_explorer.core.units import SSMCapture
@@ -491,6 +491,18 @@ def test_a_cut_below_float64s_normal_range_reads_as_zero_on_every_route(precisio
     np.testing.assert_array_equal(counted["tolerance_ess"], tolerance_ess(spectra=exact_heads).numpy())
     assert not counted["singular_values"][:, 12].any() and not counted["entropy_ess"][:, 12].any()
 
+
+
+def test_only_a_cut_below_the_normal_range_is_filled_and_zero_rows_copy_nothing():
+    # every spectrum has an all-zero row (cut 0) and padding; filling those copied the whole
+    # tensor on every call of every route
+    tiny = torch.finfo(torch.float64).tiny
+    sigma = torch.tensor([[0.0, 0.0], [3.0, 1e-320], [tiny / 4, tiny / 8], [tiny, 0.0]], dtype=torch.float64)
+    untouched = sigma[[0, 1, 3]]
+    assert zero_subnormal_cuts(untouched) is untouched
+    filled = zero_subnormal_cuts(sigma)
+    assert filled[2].tolist() == [0.0, 0.0]
+    assert torch.equal(filled[[0, 1, 3]], untouched) and sigma[2, 0] == tiny / 4
 
 @pytest.mark.parametrize("tol, relative", [(1e-9, False), (1e-12, False), (1e-8, True)])
 def test_a_tolerance_below_the_gram_routes_resolution_counts_as_an_svd_does(tol, relative):
