@@ -492,7 +492,6 @@ def test_a_cut_below_float64s_normal_range_reads_as_zero_on_every_route(precisio
     assert not counted["singular_values"][:, 12].any() and not counted["entropy_ess"][:, 12].any()
 
 
-
 def test_only_a_cut_below_the_normal_range_is_filled_and_zero_rows_copy_nothing():
     # every spectrum has an all-zero row (cut 0) and padding; filling those copied the whole
     # tensor on every call of every route
@@ -503,6 +502,7 @@ def test_only_a_cut_below_the_normal_range_is_filled_and_zero_rows_copy_nothing(
     filled = zero_subnormal_cuts(sigma)
     assert filled[2].tolist() == [0.0, 0.0]
     assert torch.equal(filled[[0, 1, 3]], untouched) and sigma[2, 0] == tiny / 4
+
 
 @pytest.mark.parametrize("tol, relative", [(1e-9, False), (1e-12, False), (1e-8, True)])
 def test_a_tolerance_below_the_gram_routes_resolution_counts_as_an_svd_does(tol, relative):
