@@ -194,8 +194,8 @@ def row_scaled_hankel_singular_values(
         for t in cuts[chunk]:
             sigma = one_cut(t, carried)
             width = min(sigma.shape[-1], out.shape[-1])
-            for row in rows_of[t]:
-                out[shared_rows, row, :width] = sigma[:, :width]
+            for row in rows_of[t]:  # into a view: indexing out's rows directly took twice as long
+                out[:, row, :width].index_copy_(0, shared_rows, sigma[:, :width])
 
     workers = worker_threads(device)
     # Small chunks of cuts, handed out as threads free up: the cheap cuts near the ends
