@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextvars
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 import numpy as np
@@ -24,6 +23,7 @@ from . import dense_kernel
 from .accelerator import accelerator_routes
 from .eigen import svdvals
 from .sweeps import over_chunks
+from .workers import in_threads
 
 __all__ = [
     "takes",
@@ -193,16 +193,7 @@ def cut_eigenvalues(operators: np.ndarray, times: list[int], rows_of: dict, work
             stop.set()
             raise
 
-    pool = ThreadPoolExecutor(workers) if workers > 1 else None
-    try:
-        for _ in pool.map(reduce, jobs) if pool else map(reduce, jobs):
-            pass
-    except BaseException:  # an interrupt: every job stops after its current call
-        stop.set()
-        raise
-    finally:
-        if pool:  # after `stop` is set: a pool's own exit would wait for every queued job
-            pool.shutdown(wait=True, cancel_futures=True)
+    in_threads(reduce, jobs, workers, stop)  # an interrupt: every job stops after its current call
     values, failed = forms.eigenvalues(workers)
     return values.reshape(len(times), units, -1).transpose(0, 1), failed.reshape(len(times), units).T
 

@@ -32,8 +32,6 @@ missing, `symmetric_eigenvalues` is that reference.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
 import torch
 
@@ -41,6 +39,7 @@ from . import compiled
 from .compiled import LANES, available, jit
 from .householder_kernel import TINY, reduce_to_tridiagonal, reduction_buffers
 from .tridiagonal_kernel import _tridiagonal_eigenvalues
+from .workers import in_threads
 
 __all__ = ["symmetric_eigenvalues", "cut_forms", "TridiagonalForms", "KERNEL_MIN_SIZE", "available", "load"]
 
@@ -245,11 +244,7 @@ def symmetric_eigenvalues(matrices: torch.Tensor, sizes=None, workers: int | Non
         lo, hi = bounds[k], bounds[k + 1]
         forms.reduce(array[lo:hi], sizes[lo:hi], range(lo, hi))
 
-    if workers > 1:
-        with ThreadPoolExecutor(workers) as pool:
-            list(pool.map(reduce, range(workers)))
-    else:
-        reduce(0)
+    in_threads(reduce, range(workers), workers)
     values, failed = forms.eigenvalues(workers)
     if bool(failed.any()):
         values[failed] = _reference(matrices[failed], sizes[failed.numpy()])
@@ -290,15 +285,7 @@ class TridiagonalForms:
         def solve(group: tuple[int, int]) -> None:
             _lane_eigenvalues(self.diag, self.off, self.sizes, order, group[0], group[1], failed)
 
-        if workers > 1 and len(groups) > 1:
-            pool = ThreadPoolExecutor(min(workers, len(groups)))
-            try:
-                list(pool.map(solve, groups))
-            finally:  # on an interrupt, the groups not yet begun are dropped
-                pool.shutdown(wait=True, cancel_futures=True)
-        else:
-            for group in groups:
-                solve(group)
+        in_threads(solve, groups, workers)  # on an interrupt, the groups not yet begun are dropped
         overflowed = ~np.isfinite(self.scale)  # matrices whose entries overflowed: never solved
         failed |= overflowed
         self.scale[overflowed] = 0.0

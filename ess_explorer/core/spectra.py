@@ -29,6 +29,7 @@ from .gramian import gramian_hankel_singular_values
 from .operators import FACTORED_OPERATORS, DiagonalSSM, overflow_error
 from .precision import EXACT, Accuracy, check_precision, zero_subnormal_cuts
 from .sweeps import factored_hankel_singular_values, single_threaded_torch
+from .workers import in_threads
 
 __all__ = [
     "hankel_singular_values",
@@ -282,8 +283,7 @@ def _hankel_singular_values(
     # one call barely uses a second core; on CPU, interleaved halves run in two threads.
     rows = list(range(len(pos)))
     if workers > 1 and len(rows) > 1:
-        with ThreadPoolExecutor(workers) as pool:
-            list(pool.map(fill, [rows[i::workers] for i in range(workers)]))
+        in_threads(fill, [rows[i::workers] for i in range(workers)], workers)
     else:
         fill_rows(rows)
     bar.close()

@@ -7,8 +7,6 @@ no Gramian or product of decays is formed) is in docs/spectra.md and in the docs
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import torch
 
 from .accelerator import accelerator_routes, worker_threads
@@ -16,6 +14,7 @@ from .checks import require
 from .eigen import svdvals
 from .operators import DPLRSSM, DiagonalSSM
 from .scan import scan_chunk, stacked_qr_r, times_transition
+from .workers import in_threads
 
 __all__ = ["balanced_chunk", "factored_hankel_singular_values", "over_chunks", "single_threaded_torch"]
 
@@ -157,12 +156,8 @@ def over_chunks(run, total: int, size: int, workers: int) -> None:
         with single_threaded_torch():
             run(sl)
 
-    if workers > 1 and len(chunks) > 1:
-        pool = ThreadPoolExecutor(min(workers, len(chunks)))
-        try:
-            list(pool.map(run_single_threaded, chunks))
-        finally:  # on an interrupt or an error, the chunks not yet begun are dropped
-            pool.shutdown(wait=True, cancel_futures=True)
+    if workers > 1 and len(chunks) > 1:  # on an interrupt or an error, the chunks not yet begun are dropped
+        in_threads(run_single_threaded, chunks, workers)
     else:
         for sl in chunks:
             run(sl)
