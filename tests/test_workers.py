@@ -57,6 +57,26 @@ def test_an_error_drops_the_items_not_begun_and_sets_stop():
     assert len(begun) < 200
 
 
+def test_a_generator_is_read_no_further_ahead_than_in_flight():
+    """The dense path's Grams come from a generator, each a large array: at most ``in_flight``
+    of them may wait or run at once."""
+    produced, finished, ahead = [], [], []
+
+    def items():
+        for k in range(20):
+            ahead.append(len(produced) - len(finished))  # queued or running as item k is made
+            produced.append(k)
+            yield k
+
+    def run(item):
+        time.sleep(0.005)
+        finished.append(item)
+
+    in_threads(run, items(), 2, in_flight=2)
+    assert sorted(finished) == list(range(20))
+    assert max(ahead) <= 2
+
+
 def _child_runs_the_pool(queue):
     seen = []
     in_threads(lambda item: seen.append(item), range(6), 2)

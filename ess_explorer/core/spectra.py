@@ -12,8 +12,6 @@ No torch.nn and no UI here: tensors in, tensors out.
 
 from __future__ import annotations
 
-from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable
 
 import numpy as np
@@ -395,14 +393,9 @@ def _recursive_gram_fill(
         for t, gram in _gram_sequence(flat, list(rows_of)):
             finish(t, gram)
         return
-    pending: deque = deque()
-    with ThreadPoolExecutor(workers) as pool, single_threaded_torch():  # the workers have the cores
-        for t, gram in _gram_sequence(flat, list(rows_of)):
-            pending.append(pool.submit(finish, t, gram))
-            while len(pending) > workers:  # Grams in flight: one per worker and one queued (dense_bytes)
-                pending.popleft().result()
-        for future in pending:
-            future.result()
+    # The workers have the cores; Grams in flight: one per worker and one queued (dense_bytes).
+    with single_threaded_torch():
+        in_threads(lambda job: finish(*job), _gram_sequence(flat, list(rows_of)), workers, in_flight=workers)
 
 
 # Cells of padded cut matrices one batched call may hold (float64: 2 GiB).

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor, wait
 
 __all__ = ["in_threads"]
@@ -42,24 +43,30 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_pools.clear)
 
 
-def in_threads(run, items, workers: int, stop: threading.Event | None = None) -> None:
+def in_threads(run, items, workers: int, stop: threading.Event | None = None, in_flight: int | None = None) -> None:
     """run(item) for every item, in ``workers`` threads when there are several of both, else
-    one after the other in this thread. On an error or an interrupt the items not yet begun
-    are dropped, ``stop`` (if given) is set so that running ones can return early, and the
-    first error is raised once the running ones have ended."""
-    items = list(items)
-    if workers <= 1 or len(items) <= 1 or getattr(_local, "in_pool", False):
+    one after the other in this thread. ``items`` may be a generator: with ``in_flight``, at
+    most that many of its items are queued or running at once, so a generator of large items
+    holds no more of them than that. On an error or an interrupt the items not yet begun are
+    dropped, ``stop`` (if given) is set so that running ones can return early, and the first
+    error is raised once the running ones have ended."""
+    one = hasattr(items, "__len__") and len(items) <= 1
+    if workers <= 1 or one or getattr(_local, "in_pool", False):
         for item in items:
             run(item)
         return
-    futures = [_pool(workers).submit(run, item) for item in items]
+    pool, pending = _pool(workers), deque()
     try:
-        for future in futures:
-            future.result()
+        for item in items:
+            pending.append(pool.submit(run, item))
+            while in_flight is not None and len(pending) > in_flight:
+                pending.popleft().result()
+        while pending:
+            pending.popleft().result()
     except BaseException:
         if stop is not None:
             stop.set()
-        for future in futures:
+        for future in pending:
             future.cancel()
-        wait(futures)
+        wait(pending)
         raise
