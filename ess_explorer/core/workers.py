@@ -9,7 +9,7 @@ per call, 12.48-12.53 s with this one).
 
 A call from one of the pool's own threads runs its items in that thread: waiting there on
 the same pool could wait forever for a thread that is itself waiting. A forked child
-starts with no pools (the parent's threads do not exist in it).
+starts with no pools and a fresh lock (the parent's threads do not exist in it).
 """
 
 from __future__ import annotations
@@ -39,8 +39,16 @@ def _pool(workers: int) -> ThreadPoolExecutor:
         return _pools[workers]
 
 
+def _forget_pools() -> None:
+    """In a forked child: no pools, and a fresh lock (the parent's may have been held by a
+    thread that does not exist here)."""
+    global _pools_lock
+    _pools.clear()
+    _pools_lock = threading.Lock()
+
+
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_pools.clear)
+    os.register_at_fork(after_in_child=_forget_pools)
 
 
 def in_threads(run, items, workers: int, stop: threading.Event | None = None, in_flight: int | None = None) -> None:
