@@ -166,7 +166,7 @@ def squares_underflow(top):
     route that squares its values (a Gram, a Gramian) and bounds their error by a norm of that
     matrix: below UNDERFLOW_MARGIN sqrt(tiny / eps) the squares of its entries have lost their
     relative precision to underflow, or are zero (a Mamba channel whose inputs are written near
-    1e-90 had P_t near 1e-180, an error bound of 0 and causal ESS 1-2 too high), and below
+    1e-90 had P_t near 1e-180, an error bound of 0 and causal ESS up to 4 too high), and below
     about tiny / eps its values themselves (a reset of decay 1e-200 leaves a cut near 1e-200,
     its squares at 0). Such a cut goes to a route that works on the values themselves (an SVD,
     a square-root sweep), which keeps them down to about 1e-300: ESS counts them against the
