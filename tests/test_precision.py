@@ -450,8 +450,8 @@ def test_cuts_whose_gramians_norms_underflow_count_as_an_svd_does(kernel):
     # Mamba-like channels (N = 16 decay rates) whose inputs are written near 1e-90: P_t near
     # 1e-180 is a normal number, but its Frobenius norm (the error bound) sums squares near
     # 1e-360, which underflow to zero, and the kernel's Sturm count squares P_t's off-diagonal:
-    # a bound of zero let the kernel's causal ESS stand 1-2 too high on 129 of these 288 cuts. They go
-    # to the exact routes (`squares_underflow`), as a cut near 1e-200 does
+    # a bound of zero let the kernel's causal ESS stand 1-2 too high on 129 of these 288 cuts.
+    # They go to the exact routes (`squares_underflow`), as a cut near 1e-200 does
     if kernel and not gramian_kernel.available():
         pytest.skip("numba is not installed")
     g = torch.Generator().manual_seed(6)

@@ -66,13 +66,8 @@ TAU_BAND = 1e-6  # the contract's band around tau within which a count may diffe
 ROUNDOFF = 1e-13  # below this times sigma_1 a singular value is float64 round-off, not signal
 WINDOW_ERROR = 1e-10  # the largest error (relative to sigma_1^2) the window test accepts
 NOISE_ENTROPY = 5e-6  # the entropy (nats) unresolved values may carry: half the contract (`Accuracy.resolves_entropy`)
-# A route that squares a cut's values (a Gram, a Gramian: entries of order sigma_1^2) squares
-# them again in its error bound, a Frobenius norm (torch's and the kernels' alike sum squares
-# unscaled), and the Gramian kernel's Sturm count squares its tridiagonal's off-diagonal. Where
-# sigma_1^2 lies below this times sqrt(tiny / eps) (the smallest normal number over the unit
-# roundoff), those squares fall into float's gradual underflow, where they keep no relative
-# precision, or to zero: a bound of zero certifies nothing (`squares_underflow`). The margin
-# covers sums of up to a million such terms. Float64: sigma_1 below about 1e-70.
+# `squares_underflow`'s margin over sqrt(tiny / eps): it covers sums of up to a million squared
+# terms. Float64: cuts with sigma_1 below about 1e-70.
 UNDERFLOW_MARGIN = 1e6
 
 
@@ -163,12 +158,15 @@ class Accuracy:
 
 def squares_underflow(top):
     """Where a cut whose largest square is ``top`` (sigma_1^2, any shape) is too small for a
-    route that squares its values (a Gram, a Gramian) and bounds their error by a norm of that
-    matrix: below UNDERFLOW_MARGIN sqrt(tiny / eps) the squares of its entries have lost their
-    relative precision to underflow, or are zero (a Mamba channel whose inputs are written near
-    1e-90 had P_t near 1e-180, an error bound of 0 and causal ESS up to 4 too high), and below
-    about tiny / eps its values themselves (a reset of decay 1e-200 leaves a cut near 1e-200,
-    its squares at 0). Such a cut goes to a route that works on the values themselves (an SVD,
+    route that squares its values (a Gram, a Gramian: entries of order sigma_1^2), since it
+    squares them again: in its error bound, a Frobenius norm (torch's and the kernels' alike
+    sum squares unscaled), and in the Gramian kernel's Sturm count (its tridiagonal's
+    off-diagonal). Below UNDERFLOW_MARGIN sqrt(tiny / eps) (tiny: the smallest normal number)
+    those squares have lost their relative precision to underflow, or are zero, and a bound of
+    zero certifies nothing (a Mamba channel whose inputs are written near 1e-90 had P_t near
+    1e-180, an error bound of 0 and causal ESS up to 4 too high); below about tiny / eps so
+    have the values' own squares (a reset of decay 1e-200 leaves a cut near 1e-200, its
+    squares at 0). Such a cut goes to a route that works on the values themselves (an SVD,
     a square-root sweep), which keeps them down to about 1e-300: ESS counts them against the
     cut's own sigma_1 like any other. An all-zero cut goes there too, and an SVD gives it
     zeros."""
